@@ -1,0 +1,107 @@
+"""`diagnose`: a health report of Emelex Home and its database that never raises."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .connection import PRAGMAS, read_pragmas
+from .errors import EmelexError
+from .files import check_private_dir, check_private_file, describe_mode
+from .migrations import APPLICATION_ID, MIGRATIONS
+from .opening import sidecar_path
+from .settings import Settings
+from .store import MemoryStore
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report: what was checked, whether it is healthy, and the finding in words."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class DoctorReport:
+    """Every check plus the facts gathered; `healthy` is True when every check passed."""
+
+    checks: list[Check] = field(default_factory=list)
+    facts: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def healthy(self) -> bool:
+        """True when nothing is wrong."""
+        return all(c.ok for c in self.checks)
+
+    def add(self, name: str, ok: bool, detail: str) -> None:
+        """Record one check."""
+        self.checks.append(Check(name, ok, detail))
+
+
+def _mode(path: Path) -> str:
+    try:
+        return describe_mode(os.lstat(path))
+    except FileNotFoundError:
+        return "missing"
+
+
+def _check_path(report: DoctorReport, name: str, path: Path, directory: bool) -> None:
+    try:
+        if directory:
+            check_private_dir(path)
+        else:
+            check_private_file(path, what=name)
+        report.add(name, True, f"{path} (mode {_mode(path)})")
+    except EmelexError as exc:
+        report.add(name, False, str(exc))
+
+
+def diagnose(settings: Settings | None = None, *, database: Path | None = None) -> DoctorReport:
+    """Check Home, file modes, pragmas, schema version and integrity of the standard (or given) database.
+
+    Opening follows the normal rules, so a fresh Home gets its store created
+    and a deleted database is reported, not recreated. Never raises for
+    problems it finds; they become failed checks.
+    """
+    settings = settings or Settings()
+    report = DoctorReport()
+    db = database or settings.database_path
+    report.facts["home"] = str(settings.home_dir)
+    report.facts["database"] = str(db)
+    try:
+        store = MemoryStore.open_path(db, settings) if database else MemoryStore.open(settings)
+    except EmelexError as exc:
+        report.add("open", False, str(exc))
+        return report
+    with store:
+        report.add("open", True, f"opened {db}")
+        if database is None:
+            _check_path(report, "home directory", settings.home_dir, True)
+        _check_path(report, "database directory", db.parent, True)
+        _check_path(report, "database file", db, False)
+        _check_path(report, "lock sidecar", sidecar_path(db), False)
+        with store._read() as conn:
+            live = read_pragmas(conn)
+            report.facts["pragmas"] = live
+            wrong = [f"{n}={live[n]!r} (want {want!r})" for n, _, want in PRAGMAS if live[n] != want]
+            report.add("pragmas", not wrong, "; ".join(wrong) or ", ".join(f"{k}={v}" for k, v in live.items()))
+            version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+            app_id = conn.execute("PRAGMA application_id").fetchall()[0][0]
+            report.facts["schema_version"] = version
+            report.add(
+                "schema",
+                version == len(MIGRATIONS) and app_id == APPLICATION_ID,
+                f"version {version} of {len(MIGRATIONS)}, application_id {app_id:#x}",
+            )
+            problems = [r[0] for r in conn.execute("PRAGMA integrity_check(20)")]
+            report.add("integrity", problems == ["ok"], "; ".join(problems))
+            sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
+            events = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+            live_leases = conn.execute(
+                "SELECT count(*) FROM session_leases WHERE state = 'active' AND expires_at > ?", (store.clock(),)
+            ).fetchone()[0]
+        report.facts.update(sessions=sessions, events=events, live_leases=live_leases)
+    return report

@@ -1,0 +1,124 @@
+"""Typed errors raised by the storage core.
+
+Every error carries a one-line message that says what went wrong and what to
+do about it; the CLI prints that line and exits non-zero. Each class docstring
+states the remedy. Raising any of these means nothing was written.
+"""
+
+from __future__ import annotations
+
+
+class EmelexError(Exception):
+    """Base class of every Emelex error; catch it to handle them all."""
+
+
+# --- Home, files and schema -------------------------------------------------
+
+
+class StoreError(EmelexError):
+    """The database or its surroundings cannot be used safely; read the message."""
+
+
+class InsecurePathError(StoreError):
+    """A file or directory is a symlink, not ours, or too permissive: fix its owner/mode as the message says."""
+
+
+class DatabaseDeletedError(StoreError):
+    """The database of an existing store is gone: restore it from backup, or run `emelex memory reinit --yes`."""
+
+
+class DatabaseEmptiedError(StoreError):
+    """The database of an existing store was truncated or emptied: restore it from backup."""
+
+
+class NotAnEmelexDatabaseError(StoreError):
+    """The file is not an Emelex database: point Emelex at the right file."""
+
+
+class SchemaTooNewError(StoreError):
+    """The database was written by a newer Emelex: upgrade Emelex; the database was not touched."""
+
+
+class StoreExistsError(StoreError):
+    """Re-initialisation refused because a database is present: move it away first if you really want a new one."""
+
+
+class ConfirmationRequiredError(StoreError):
+    """A destructive action needs explicit confirmation: repeat it with the confirmation flag."""
+
+
+# --- Sessions and workspaces ------------------------------------------------
+
+
+class SessionNotFoundError(EmelexError):
+    """No Session has that ID: list Sessions with `emelex memory sessions list`."""
+
+
+class WorkspaceError(EmelexError):
+    """The workspace given does not match the Session's workspace; read the message."""
+
+
+class WorkspaceMissingError(WorkspaceError):
+    """The workspace directory does not exist or is not a directory: pass the directory the Session was created in."""
+
+
+class WorkspaceReplacedError(WorkspaceError):
+    """The path now names a different directory than the Session's workspace: use the original directory."""
+
+
+# --- Leases -------------------------------------------------------------------
+
+
+class LeaseError(EmelexError):
+    """The caller's authority over a Session is missing or stale; read the message."""
+
+
+class LeaseHeldError(LeaseError):
+    """Another holder has a live lease on the Session: wait for it to finish or for its lease to expire."""
+
+
+class LeaseLostError(LeaseError):
+    """This lease is no longer the Session's lease (released, failed or replaced): acquire a new one."""
+
+
+class LeaseExpiredError(LeaseError):
+    """This lease expired before the operation: acquire a new lease and replay before appending."""
+
+
+class ReplayRequiredError(LeaseError):
+    """The lease has not replayed the Session's durable history: replay to the end before appending."""
+
+
+class StaleCursorError(LeaseError):
+    """The Session has events the caller has not seen: replay from your cursor, then retry the append."""
+
+
+# --- Input validation -------------------------------------------------------
+
+
+class InvalidInputError(EmelexError, ValueError):
+    """An argument is out of range or malformed: correct it as the message says."""
+
+
+class InvalidEventError(InvalidInputError):
+    """An event cannot be stored as given: correct it as the message says."""
+
+
+class JsonTooLargeError(InvalidEventError):
+    """An event or turn is over its byte cap: store large content as an asset or split the turn."""
+
+
+class JsonTooDeepError(InvalidEventError):
+    """An event payload nests deeper than allowed: flatten it."""
+
+
+class JsonNonFiniteError(InvalidEventError):
+    """An event payload contains NaN or Infinity: replace it with null or a string."""
+
+
+class JsonUnencodableError(InvalidEventError):
+    """An event payload holds text that is not valid UTF-8 (e.g. lone surrogates) or a non-JSON value: clean it."""
+
+
+class ReservedEventKindError(InvalidEventError):
+    """The event kind is reserved for the compaction worker: use an ordinary kind."""

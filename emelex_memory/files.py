@@ -1,0 +1,108 @@
+"""File-system hardening: private directories and files, checked without following symlinks."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from .errors import InsecurePathError
+
+PRIVATE_FILE_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
+
+
+def describe_mode(st: os.stat_result) -> str:
+    """Return a mode like `0600` for messages and reports."""
+    return f"{stat.S_IMODE(st.st_mode):04o}"
+
+
+def check_private_dir(path: Path) -> os.stat_result:
+    """Verify `path` is a real directory owned by the current user and not group/world-writable.
+
+    Returns its `lstat`; raises `InsecurePathError` otherwise.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise InsecurePathError(f"directory {path} does not exist") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise InsecurePathError(f"{path} is a symlink; Emelex only uses real directories: replace it with a directory")
+    if not stat.S_ISDIR(st.st_mode):
+        raise InsecurePathError(f"{path} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise InsecurePathError(f"directory {path} is owned by uid {st.st_uid}, not you (uid {os.geteuid()}): chown it")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise InsecurePathError(
+            f"directory {path} is group- or world-writable (mode {describe_mode(st)}): run `chmod go-w {path}`"
+        )
+    return st
+
+
+def ensure_private_dir(path: Path) -> os.stat_result:
+    """Create `path` (mode 0700, parents as needed) if missing, then verify it with `check_private_dir`."""
+    if not os.path.lexists(path):
+        parent = path.parent
+        if not os.path.lexists(parent):
+            ensure_private_dir(parent)
+        try:
+            os.mkdir(path, PRIVATE_DIR_MODE)
+            os.chmod(path, PRIVATE_DIR_MODE, follow_symlinks=False)
+        except FileExistsError:
+            pass
+    return check_private_dir(path)
+
+
+def check_private_file(path: Path, *, what: str = "file") -> os.stat_result | None:
+    """Verify an existing `path` is a regular file owned by us with mode exactly 0600.
+
+    Returns its `lstat`, or None when it does not exist; raises `InsecurePathError` otherwise.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        raise InsecurePathError(f"{what} {path} is a symlink; Emelex never follows them: replace it with the real file")
+    if not stat.S_ISREG(st.st_mode):
+        raise InsecurePathError(f"{what} {path} is not a regular file")
+    if st.st_uid != os.geteuid():
+        raise InsecurePathError(f"{what} {path} is owned by uid {st.st_uid}, not you (uid {os.geteuid()}): chown it")
+    if stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:
+        raise InsecurePathError(f"{what} {path} has mode {describe_mode(st)}, expected 0600: run `chmod 600 {path}`")
+    return st
+
+
+def create_private_file(path: Path) -> None:
+    """Create an empty mode-0600 file exclusively, never following a symlink; fsync its directory."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(path.parent)
+
+
+def open_private_file(path: Path, flags: int) -> int:
+    """Open (creating 0600 if absent) a private file without following symlinks; verify it; return the fd."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):
+            raise InsecurePathError(f"{path} is not a regular file owned by you: remove it")
+        if stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:
+            raise InsecurePathError(f"{path} has mode {describe_mode(st)}, expected 0600: run `chmod 600 {path}`")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a newly created or renamed entry in it is durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

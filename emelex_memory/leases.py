@@ -1,0 +1,275 @@
+"""`SessionLease`: the opaque, expiring authority to append to one Session.
+
+There is at most one live lease per Session. A lease must replay the
+Session's durable history before its first append, and every append re-checks,
+inside its `BEGIN IMMEDIATE` transaction, the lease token and expiry, the
+workspace identity and the raw sequence cursor the holder last saw.
+
+Leaving a `with` block or dropping the object releases the lease best-effort
+through a zero-wait connection: when the database is busy it returns at once
+and lets expiry recover authority. `release()` and `fail()` are the durable,
+explicit transitions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import socket
+import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import apsw
+
+from .connection import connect
+from .errors import (
+    InvalidInputError,
+    LeaseExpiredError,
+    LeaseLostError,
+    ReplayRequiredError,
+    StaleCursorError,
+    WorkspaceMissingError,
+    WorkspaceReplacedError,
+)
+from .sessions import WorkspaceIdentity
+from .transcript import AppendedTurn, Event, NewEvent, ReplayPage, encode_turn
+
+if TYPE_CHECKING:
+    from .store import MemoryStore
+
+MAX_FAILURE_CHARS = 2000
+
+
+def token_digest(token: str) -> bytes:
+    """The SHA-256 of a lease token, which is all the database stores."""
+    return hashlib.sha256(token.encode("ascii")).digest()
+
+
+def new_token() -> str:
+    """A fresh opaque lease token."""
+    return secrets.token_urlsafe(32)
+
+
+def holder_label() -> str:
+    """`pid@host`, recorded with a lease for diagnostics."""
+    return f"{os.getpid()}@{socket.gethostname()}"[:200]
+
+
+class SessionLease:
+    """The live authority over one Session; obtain one with `MemoryStore.acquire_lease`."""
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        session_rowid: int,
+        session_id: str,
+        token: str,
+        expires_at: float,
+        workspace: WorkspaceIdentity,
+    ) -> None:
+        self._store = store
+        self._rowid = session_rowid
+        self.session_id = session_id
+        self._token = token
+        self._digest = token_digest(token)
+        self.expires_at = expires_at
+        self.workspace = workspace
+        self._cursor = 0
+        self._replayed = False
+        self._ended = False
+
+    def __repr__(self) -> str:
+        return f"<SessionLease session={self.session_id} expires_at={self.expires_at:.3f} ended={self._ended}>"
+
+    @property
+    def token(self) -> str:
+        """The opaque lease token."""
+        return self._token
+
+    @property
+    def cursor(self) -> int:
+        """The raw sequence cursor: the seq of the newest event this holder has seen or written."""
+        return self._cursor
+
+    @property
+    def replayed(self) -> bool:
+        """True once the holder has replayed to the end of durable history."""
+        return self._replayed
+
+    # -- reading --------------------------------------------------------------
+
+    def replay(self, after_seq: int | None = None, *, limit: int | None = None, max_bytes: int | None = None) -> ReplayPage:
+        """Read the next page of history after `after_seq` (default: this lease's cursor) and advance the cursor.
+
+        Reaching the end (`page.done`) marks the lease as replayed, which
+        `append_turn` requires. Limits are validated like `MemoryStore.replay`.
+        """
+        start = self._cursor if after_seq is None else after_seq
+        page = self._store._replay_rowid(self._rowid, start, limit, max_bytes)
+        if start <= self._cursor:  # contiguous with what this holder has seen
+            self._cursor = max(self._cursor, page.next_cursor)
+            self._replayed = self._replayed or page.done
+        return page
+
+    def replay_all(self) -> Iterator[Event]:
+        """Yield every event from the start, page by page, leaving the lease replayed."""
+        after = 0
+        while True:
+            page = self.replay(after)
+            yield from page.events
+            after = page.next_cursor
+            if page.done:
+                return
+
+    # -- writing --------------------------------------------------------------
+
+    def append_turn(self, events: Sequence[NewEvent], *, expected_seq: int | None = None) -> AppendedTurn:
+        """Atomically append one turn: consecutive positions and seqs, one new turn ID.
+
+        `expected_seq` is the raw cursor the caller last saw (default: this
+        lease's cursor). Inside one `BEGIN IMMEDIATE` transaction the lease
+        token and expiry, the workspace identity and the cursor are re-checked;
+        any mismatch or invalid event raises a typed error and writes nothing.
+        """
+        if not self._replayed:
+            raise ReplayRequiredError(
+                f"lease on Session {self.session_id} has not replayed its history; replay to the end first"
+            )
+        expected = self._cursor if expected_seq is None else expected_seq
+        encoded = encode_turn(list(events), self._store.settings)
+        store = self._store
+        with store._write() as conn:
+            row = conn.execute(
+                "SELECT s.last_seq, s.last_turn, s.workspace_path, s.workspace_dev, s.workspace_ino "
+                "FROM sessions s WHERE s.id = ?",
+                (self._rowid,),
+            ).fetchone()
+            now = self._check_authority(conn, row)
+            last_seq, last_turn = row[0], row[1]
+            if last_seq != expected:
+                raise StaleCursorError(
+                    f"Session {self.session_id} is at seq {last_seq} but the caller last saw {expected}; "
+                    "replay from your cursor and retry"
+                )
+            turn = last_turn + 1
+            rows = [
+                (self._rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, now) for i, e in enumerate(encoded)
+            ]
+            ids = tuple(
+                r[0]
+                for r in conn.executemany(
+                    "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                    rows,
+                )
+            )
+            new_seq = last_seq + len(rows)
+            conn.execute(
+                "UPDATE sessions SET last_seq = ?, last_turn = ?, updated_at = ?, event_bytes = event_bytes + ? "
+                "WHERE id = ?",
+                (new_seq, turn, now, sum(e.size for e in encoded), self._rowid),
+            )
+        self._cursor = new_seq
+        return AppendedTurn(turn, last_seq + 1, new_seq, ids)
+
+    def _check_authority(self, conn: apsw.Connection, session_row: tuple | None) -> float:
+        """Inside a write transaction: verify lease token, expiry and workspace; return the time used."""
+        now = self._check_lease(conn, session_row)
+        stored = WorkspaceIdentity(*session_row[2:5])
+        try:
+            current = WorkspaceIdentity.inspect(self.workspace.path)
+        except WorkspaceMissingError:
+            raise WorkspaceMissingError(
+                f"workspace {self.workspace.path} of Session {self.session_id} is gone or was renamed; "
+                "acquire a new lease with its current path"
+            ) from None
+        if stored.path != self.workspace.path or not current.same_directory(stored):
+            raise WorkspaceReplacedError(
+                f"workspace {self.workspace.path} of Session {self.session_id} was replaced by another directory; "
+                "nothing was written"
+            )
+        return now
+
+    def _check_lease(self, conn: apsw.Connection, session_row: tuple | None) -> float:
+        """Inside a write transaction: verify this lease is the Session's live lease; return the time used."""
+        now = self._store.clock()
+        lease = conn.execute(
+            "SELECT token_hash, state, expires_at FROM session_leases WHERE session_id = ?", (self._rowid,)
+        ).fetchone()
+        if session_row is None or lease is None or lease[0] != self._digest or lease[1] != "active":
+            raise LeaseLostError(f"this lease on Session {self.session_id} is no longer held; acquire a new one")
+        if lease[2] <= now:
+            raise LeaseExpiredError(f"the lease on Session {self.session_id} expired; acquire a new one and replay")
+        return now
+
+    def renew(self, ttl_s: float | None = None) -> float:
+        """Extend a live lease by `ttl_s` (default: the configured TTL) from now; return the new expiry."""
+        ttl = self._store._lease_ttl(ttl_s)
+        with self._store._write() as conn:
+            row = conn.execute("SELECT id FROM sessions WHERE id = ?", (self._rowid,)).fetchone()
+            now = self._check_lease(conn, row)
+            conn.execute(
+                "UPDATE session_leases SET expires_at = ? WHERE session_id = ?", (now + ttl, self._rowid)
+            )
+        self.expires_at = now + ttl
+        return self.expires_at
+
+    def release(self) -> None:
+        """Durably release the lease (waiting out a busy database). Raises `LeaseLostError` if it was not held."""
+        self._end("released", None)
+
+    def fail(self, reason: str) -> None:
+        """Durably end the lease as failed, recording a bounded `reason` for diagnostics."""
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidInputError("a lease failure needs a non-empty reason")
+        self._end("failed", reason[:MAX_FAILURE_CHARS])
+
+    def _end(self, state: str, failure: str | None) -> None:
+        if self._ended:
+            raise LeaseLostError(f"this lease on Session {self.session_id} has already ended")
+        with self._store._write() as conn:
+            changed = conn.execute(
+                "UPDATE session_leases SET state = ?, ended_at = ?, failure = ? "
+                "WHERE session_id = ? AND token_hash = ? AND state = 'active' RETURNING 1",
+                (state, self._store.clock(), failure, self._rowid, self._digest),
+            ).fetchall()
+        self._ended = True
+        if not changed:
+            raise LeaseLostError(f"this lease on Session {self.session_id} was no longer held")
+
+    # -- best-effort release on drop ----------------------------------------------
+
+    def close(self) -> None:
+        """Release best-effort through a zero-wait connection; never blocks, never raises."""
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            conn = connect(self._store.path, busy_timeout_ms=0)
+        except Exception:
+            return
+        try:
+            with conn:
+                conn.execute(
+                    "UPDATE session_leases SET state = 'released', ended_at = ? "
+                    "WHERE session_id = ? AND token_hash = ? AND state = 'active'",
+                    (time.time(), self._rowid, self._digest),
+                )
+        except Exception:
+            pass  # busy or gone: expiry recovers authority
+        finally:
+            conn.close()
+
+    def __enter__(self) -> SessionLease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

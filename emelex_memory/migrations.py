@@ -1,0 +1,157 @@
+"""Schema migrations: a named, ordered list, each applied with its bookkeeping row in one transaction.
+
+`PRAGMA user_version` always equals the number of applied migrations and
+`PRAGMA application_id` marks the file as an Emelex database. A database that
+records a migration this code does not know was written by a newer Emelex and
+is refused without being touched. Callers serialize `migrate` across threads
+and processes (see `store.py`: a process mutex plus a flock sidecar).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import apsw
+
+from .errors import NotAnEmelexDatabaseError, SchemaTooNewError
+
+APPLICATION_ID = 0x454D4C58  # "EMLX"
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step: a unique `mNNN_what` name and the literal SQL it runs."""
+
+    name: str
+    sql: str
+
+
+M001_CORE = """
+CREATE TABLE store_meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE sessions (
+    id INTEGER PRIMARY KEY,              -- internal key; list cursor is (created_at, id)
+    uuid TEXT NOT NULL UNIQUE,           -- the public Session ID
+    title TEXT CHECK (title IS NULL OR length(title) <= 512),
+    workspace_path TEXT NOT NULL,        -- canonical path; follows renames of the same directory
+    workspace_dev INTEGER NOT NULL,      -- device + inode identify the directory, not its spelling
+    workspace_ino INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    last_seq INTEGER NOT NULL DEFAULT 0 CHECK (last_seq >= 0),    -- raw sequence cursor (newest seq)
+    last_turn INTEGER NOT NULL DEFAULT 0 CHECK (last_turn >= 0),  -- newest turn ID
+    event_bytes INTEGER NOT NULL DEFAULT 0 CHECK (event_bytes >= 0)
+) STRICT;
+CREATE INDEX sessions_by_created ON sessions (created_at, id);
+
+CREATE TABLE session_leases (
+    session_id INTEGER PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+    token_hash BLOB NOT NULL,            -- SHA-256 of the opaque token; the token is never stored
+    holder TEXT NOT NULL,                -- "pid@host", for diagnostics only
+    state TEXT NOT NULL CHECK (state IN ('active', 'released', 'failed')),
+    acquired_at REAL NOT NULL,
+    expires_at REAL NOT NULL,            -- an 'active' lease past this is no longer live
+    ended_at REAL,
+    failure TEXT CHECK (failure IS NULL OR length(failure) <= 2000)
+) STRICT;
+
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY,              -- global, monotonic event ID
+    session_id INTEGER NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    seq INTEGER NOT NULL CHECK (seq >= 1),            -- consecutive per Session
+    turn INTEGER NOT NULL CHECK (turn >= 1),          -- turn ID, consecutive per Session
+    position INTEGER NOT NULL CHECK (position >= 0),  -- index of the event within its turn
+    kind TEXT NOT NULL CHECK (length(kind) BETWEEN 1 AND 32),
+    payload TEXT NOT NULL,               -- canonical JSON, see jsonbound.py
+    size INTEGER NOT NULL CHECK (size >= 0),          -- UTF-8 bytes of payload, for byte-bounded pages
+    created_at REAL NOT NULL,
+    UNIQUE (session_id, seq)
+) STRICT;
+"""
+
+MIGRATIONS: tuple[Migration, ...] = (Migration("m001_core", M001_CORE),)
+
+
+def _check_unique(migrations: tuple[Migration, ...]) -> None:
+    names = [m.name for m in migrations]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate migration names in {names}")
+
+
+_check_unique(MIGRATIONS)
+
+_BOOKKEEPING = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    ordinal INTEGER PRIMARY KEY,         -- 1-based position in MIGRATIONS
+    name TEXT NOT NULL UNIQUE,
+    applied_at REAL NOT NULL
+) STRICT
+"""
+
+
+def _pragma(conn: apsw.Connection, name: str) -> int:
+    return conn.execute(f"PRAGMA {name}").fetchall()[0][0]
+
+
+def applied(conn: apsw.Connection) -> list[str]:
+    """Names of the migrations recorded in the database, in order."""
+    has_table = conn.execute(
+        "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations'"
+    ).fetchall()
+    if not has_table:
+        return []
+    return [name for (name,) in conn.execute("SELECT name FROM schema_migrations ORDER BY ordinal")]
+
+
+def check_compatible(conn: apsw.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> int:
+    """Refuse foreign or newer databases; return the database's `user_version`. Writes nothing."""
+    app_id = _pragma(conn, "application_id")
+    version = _pragma(conn, "user_version")
+    if app_id not in (0, APPLICATION_ID):
+        raise NotAnEmelexDatabaseError(f"database has application_id {app_id:#x}; it is not an Emelex database")
+    if app_id == 0:
+        has_tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()[0][0]
+        if has_tables:
+            raise NotAnEmelexDatabaseError("database has tables but no Emelex application_id; it is not ours")
+        return 0
+    names = applied(conn)
+    known = [m.name for m in migrations]
+    if version > len(known) or names != known[: len(names)]:
+        raise SchemaTooNewError(
+            f"database schema version {version} ({', '.join(names[len(known):]) or 'unknown steps'}) is newer than "
+            f"this Emelex knows ({len(known)}); upgrade Emelex, the database was not touched"
+        )
+    if version != len(names):
+        raise NotAnEmelexDatabaseError(
+            f"database user_version {version} disagrees with its {len(names)} recorded migrations; restore a backup"
+        )
+    return version
+
+
+def pending(conn: apsw.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> list[Migration]:
+    """Migrations not yet applied, in the order they will run."""
+    return list(migrations[check_compatible(conn, migrations) :])
+
+
+def migrate(conn: apsw.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> list[str]:
+    """Apply every pending migration, each in its own transaction; return the names applied."""
+    done = []
+    for ordinal, migration in enumerate(migrations, start=1):
+        if ordinal <= check_compatible(conn, migrations):
+            continue
+        with conn:
+            conn.execute(_BOOKKEEPING)
+            for _ in conn.execute(migration.sql):
+                pass
+            conn.execute(
+                "INSERT INTO schema_migrations (ordinal, name, applied_at) VALUES (?, ?, ?)",
+                (ordinal, migration.name, time.time()),
+            )
+            conn.execute(f"PRAGMA user_version = {ordinal}")
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        done.append(migration.name)
+    return done

@@ -1,0 +1,83 @@
+"""Settings: one pydantic-settings class, read from arguments, `EMELEX_*` variables and an optional TOML file.
+
+Precedence, highest first: keyword arguments, environment variables
+(`EMELEX_HOME`, `EMELEX_BUSY_TIMEOUT_MS`, ...), `<Emelex Home>/config.toml`,
+then the defaults below. Settings are passed explicitly to what needs them;
+nothing deeper in the code reads the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+MiB = 1024 * 1024
+
+
+def _home_from(init: dict[str, Any]) -> Path:
+    raw = init.get("home") or os.environ.get("EMELEX_HOME") or "~/.emelex"
+    return Path(raw).expanduser()
+
+
+class Settings(BaseSettings):
+    """Every tunable of Emelex Memory, with safe defaults."""
+
+    model_config = SettingsConfigDict(env_prefix="EMELEX_", extra="forbid")
+
+    home: Path = Field(default=Path("~/.emelex"), description="Emelex Home; the database lives in <home>/memory.")
+    busy_timeout_ms: int = Field(default=5000, ge=0, le=600_000, description="Bounded SQLite busy wait.")
+    session_lease_ttl_s: float = Field(default=60.0, gt=0, le=86_400, description="Session lease lifetime.")
+    worker_lease_ttl_s: float = Field(default=300.0, gt=0, le=86_400, description="Worker job lease lifetime.")
+
+    max_event_bytes: int = Field(default=1 * MiB, ge=256, description="Canonical JSON bytes per event.")
+    max_turn_bytes: int = Field(default=4 * MiB, ge=256, description="Canonical JSON bytes per turn.")
+    max_json_depth: int = Field(default=64, ge=1, le=1000, description="Nesting depth of an event payload.")
+    max_events_per_turn: int = Field(default=256, ge=1, description="Events in one append_turn.")
+
+    page_items: int = Field(default=500, ge=1, description="Default items per collection page.")
+    max_page_items: int = Field(default=10_000, ge=1, description="Largest items per page a caller may ask for.")
+    page_bytes: int = Field(default=8 * MiB, ge=MiB, description="Default and largest bytes per page.")
+
+    @model_validator(mode="after")
+    def _caps_fit(self) -> Settings:
+        if self.max_event_bytes > self.page_bytes:
+            raise ValueError("max_event_bytes must not exceed page_bytes, or a replay page could not hold one event")
+        if self.page_items > self.max_page_items:
+            raise ValueError("page_items must not exceed max_page_items")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_file = _home_from(init_settings()) / "config.toml"
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
+
+    @property
+    def home_dir(self) -> Path:
+        """Emelex Home with `~` expanded, made absolute (not resolved: symlinks are checked, not followed)."""
+        return Path(os.path.abspath(self.home.expanduser()))
+
+    @property
+    def memory_dir(self) -> Path:
+        """The directory holding the standard database."""
+        return self.home_dir / "memory"
+
+    @property
+    def database_path(self) -> Path:
+        """The standard database file, `<home>/memory/emelex.sqlite3`."""
+        return self.memory_dir / "emelex.sqlite3"

@@ -1,0 +1,254 @@
+"""`MemoryStore`: the entry point to one Emelex database."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import apsw
+
+from .errors import InvalidInputError, LeaseHeldError, SessionNotFoundError, WorkspaceReplacedError
+from .files import ensure_private_dir
+from .leases import SessionLease, holder_label, new_token, token_digest
+from .opening import open_database, reinitialize_database
+from .sessions import SESSION_COLUMNS, Session, WorkspaceIdentity, session_from_row
+from .settings import Settings
+from .transcript import ReplayPage, read_page
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    """A page of Sessions, newest first. Pass `next_cursor` back to continue; it is None after the last page."""
+
+    sessions: list[Session]
+    next_cursor: str | None
+
+
+class MemoryStore:
+    """One open Emelex database. Thread-safe; use it as a context manager or call `close()`."""
+
+    def __init__(self, conn: apsw.Connection, path: Path, settings: Settings, clock: Clock = time.time) -> None:
+        """Wrap an already opened and migrated connection; use `open` or `open_path` instead."""
+        self._conn = conn
+        self.path = path
+        self.settings = settings
+        self.clock = clock
+        self._lock = threading.RLock()
+
+    # -- opening --------------------------------------------------------------
+
+    @classmethod
+    def open(cls, settings: Settings | None = None, *, clock: Clock = time.time) -> MemoryStore:
+        """Open the standard database `<Emelex Home>/memory/emelex.sqlite3`, creating it on first use only.
+
+        Home and its `memory/` directory are created mode 0700 when missing
+        and must otherwise be ours and not group/world-writable. Raises a
+        `StoreError` subclass when anything is unsafe or the database of an
+        existing store is missing.
+        """
+        settings = settings or Settings()
+        ensure_private_dir(settings.home_dir)
+        ensure_private_dir(settings.memory_dir)
+        return cls._open(settings.database_path, settings, clock)
+
+    @classmethod
+    def open_path(
+        cls, path: str | os.PathLike[str], settings: Settings | None = None, *, clock: Clock = time.time
+    ) -> MemoryStore:
+        """Open the database file at `path` (its directory must exist and be private), creating it on first use."""
+        return cls._open(Path(os.path.abspath(path)), settings or Settings(), clock)
+
+    @classmethod
+    def _open(cls, path: Path, settings: Settings, clock: Clock) -> MemoryStore:
+        conn = open_database(path, busy_timeout_ms=settings.busy_timeout_ms)
+        return cls(conn, path, settings, clock)
+
+    @staticmethod
+    def reinitialize(settings: Settings | None = None, *, confirm: bool = False) -> list[Path]:
+        """Allow the standard database to be created anew after it was deleted; see `reinitialize_path`."""
+        settings = settings or Settings()
+        return reinitialize_database(settings.database_path, confirm=confirm)
+
+    @staticmethod
+    def reinitialize_path(path: str | os.PathLike[str], *, confirm: bool = False) -> list[Path]:
+        """Explicitly forget a deleted database at `path` so the next open creates a new one.
+
+        Needs `confirm=True`; refuses while the database file exists; moves
+        leftover WAL/SHM files aside and returns where they went.
+        """
+        return reinitialize_database(Path(os.path.abspath(path)), confirm=confirm)
+
+    def close(self) -> None:
+        """Close the connection. Leases taken through this store stay durable until released or expired."""
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals shared with the feature modules ---------------------------------
+
+    @contextmanager
+    def _write(self) -> Iterator[apsw.Connection]:
+        """One `BEGIN IMMEDIATE` transaction: commits on success, rolls back completely on any error."""
+        with self._lock, self._conn:
+            yield self._conn
+
+    @contextmanager
+    def _read(self) -> Iterator[apsw.Connection]:
+        """The connection, for reads, held against concurrent use by other threads."""
+        with self._lock:
+            yield self._conn
+
+    def _lease_ttl(self, ttl_s: float | None) -> float:
+        ttl = self.settings.session_lease_ttl_s if ttl_s is None else ttl_s
+        if not 0 < ttl <= 86_400:
+            raise InvalidInputError(f"lease TTL must be between 0 and 86400 seconds, got {ttl}")
+        return ttl
+
+    def _page_limits(self, limit: int | None, max_bytes: int | None, *, min_bytes: int = 0) -> tuple[int, int]:
+        s = self.settings
+        limit = s.page_items if limit is None else limit
+        max_bytes = s.page_bytes if max_bytes is None else max_bytes
+        if not 1 <= limit <= s.max_page_items:
+            raise InvalidInputError(f"limit must be between 1 and {s.max_page_items}, got {limit}")
+        if not max(min_bytes, 1) <= max_bytes <= s.page_bytes:
+            raise InvalidInputError(f"max_bytes must be between {max(min_bytes, 1)} and {s.page_bytes}, got {max_bytes}")
+        return limit, max_bytes
+
+    def _session_rowid(self, conn: apsw.Connection, session_id: str) -> int:
+        row = conn.execute("SELECT id FROM sessions WHERE uuid = ?", (session_id,)).fetchone()
+        if row is None:
+            raise SessionNotFoundError(f"no Session {session_id!r}; list them with `emelex memory sessions list`")
+        return row[0]
+
+    # -- Sessions ---------------------------------------------------------------
+
+    def create_session(self, workspace: str | os.PathLike[str], *, title: str | None = None) -> Session:
+        """Create a Session bound to the canonical `workspace` directory and its device/inode identity."""
+        if title is not None and (not isinstance(title, str) or len(title) > 512):
+            raise InvalidInputError("a Session title must be a string of at most 512 characters")
+        ident = WorkspaceIdentity.inspect(workspace)
+        now = self.clock()
+        session_id = str(uuid.uuid4())
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO sessions (uuid, title, workspace_path, workspace_dev, workspace_ino, created_at, "
+                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (session_id, title, ident.path, ident.device, ident.inode, now, now),
+            )
+        return Session(session_id, title, ident, now, now, 0, 0, 0)
+
+    def get_session(self, session_id: str) -> Session:
+        """Return a snapshot of one Session; raise `SessionNotFoundError` if there is none."""
+        with self._read() as conn:
+            row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE uuid = ?", (session_id,)).fetchone()
+        if row is None:
+            raise SessionNotFoundError(f"no Session {session_id!r}; list them with `emelex memory sessions list`")
+        return session_from_row(row)
+
+    def list_sessions(
+        self, *, cursor: str | None = None, limit: int | None = None, max_bytes: int | None = None
+    ) -> SessionPage:
+        """Page through Sessions newest first with a stable `(created_at, id)` cursor, bounded in items and bytes."""
+        limit, max_bytes = self._page_limits(limit, max_bytes)
+        where, params = "", ()
+        if cursor is not None:
+            try:
+                created, rowid = cursor.split(":")
+                where, params = "WHERE (created_at, id) < (?, ?)", (float(created), int(rowid))
+            except (AttributeError, ValueError):
+                raise InvalidInputError(f"bad Session cursor {cursor!r}; pass a next_cursor from a previous page") from None
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT id, {SESSION_COLUMNS} FROM sessions {where} ORDER BY created_at DESC, id DESC LIMIT ?",
+                (*params, limit + 1),
+            ).fetchall()
+        sessions, total, last = [], 0, None
+        for row in rows[:limit]:
+            total += 200 + len(row[2] or "") + len(row[3])  # generous per-row estimate
+            if total > max_bytes:
+                break
+            sessions.append(session_from_row(row[1:]))
+            last = row
+        more = len(sessions) < len(rows)
+        return SessionPage(sessions, f"{last[6]!r}:{last[0]}" if more and last else None)
+
+    # -- leases and replay --------------------------------------------------------
+
+    def acquire_lease(
+        self, session_id: str, workspace: str | os.PathLike[str], *, ttl_s: float | None = None
+    ) -> SessionLease:
+        """Take the one live lease on a Session from `workspace` (its current path).
+
+        Validates the workspace identity first (a renamed directory is
+        accepted and the stored path updated). Raises `LeaseHeldError` while
+        another holder's lease is live; an expired lease is replaced and
+        recorded as failed. The new lease must replay before appending.
+        """
+        ttl = self._lease_ttl(ttl_s)
+        found = WorkspaceIdentity.inspect(workspace)
+        token = new_token()
+        with self._write() as conn:
+            rowid = self._session_rowid(conn, session_id)
+            stored = WorkspaceIdentity(
+                *conn.execute(
+                    "SELECT workspace_path, workspace_dev, workspace_ino FROM sessions WHERE id = ?", (rowid,)
+                ).fetchone()
+            )
+            if not found.same_directory(stored):
+                raise WorkspaceReplacedError(
+                    f"{found.path} is not the workspace of Session {session_id} (created in {stored.path}, a "
+                    "different directory); use the original directory"
+                )
+            now = self.clock()
+            held = conn.execute(
+                "SELECT holder, expires_at FROM session_leases WHERE session_id = ? AND state = 'active' "
+                "AND expires_at > ?",
+                (rowid, now),
+            ).fetchone()
+            if held:
+                raise LeaseHeldError(
+                    f"Session {session_id} is leased by {held[0]} for another {held[1] - now:.0f}s; "
+                    "wait for it to finish or expire"
+                )
+            if found.path != stored.path:
+                conn.execute("UPDATE sessions SET workspace_path = ? WHERE id = ?", (found.path, rowid))
+            conn.execute(
+                "INSERT INTO session_leases (session_id, token_hash, holder, state, acquired_at, expires_at) "
+                "VALUES (?, ?, ?, 'active', ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
+                "token_hash = excluded.token_hash, holder = excluded.holder, state = 'active', "
+                "acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, ended_at = NULL, failure = NULL",
+                (rowid, token_digest(token), holder_label(), now, now + ttl),
+            )
+        return SessionLease(self, rowid, session_id, token, now + ttl, found)
+
+    def replay(
+        self, session_id: str, after_seq: int = 0, *, limit: int | None = None, max_bytes: int | None = None
+    ) -> ReplayPage:
+        """Read one page of a Session's transcript after `after_seq` (exclusive), bounded in items and bytes.
+
+        `max_bytes` must be at least the per-event cap so every page can make
+        progress. Read-only: this does not satisfy a lease's replay duty.
+        """
+        with self._read() as conn:
+            rowid = self._session_rowid(conn, session_id)
+        return self._replay_rowid(rowid, after_seq, limit, max_bytes)
+
+    def _replay_rowid(self, rowid: int, after_seq: int, limit: int | None, max_bytes: int | None) -> ReplayPage:
+        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=self.settings.max_event_bytes)
+        if not isinstance(after_seq, int) or after_seq < 0:
+            raise InvalidInputError(f"after_seq must be a non-negative integer, got {after_seq!r}")
+        with self._read() as conn:
+            return read_page(conn, rowid, after_seq, limit, max_bytes)

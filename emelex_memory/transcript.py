@@ -1,0 +1,123 @@
+"""Transcript events: validation of new turns and byte-bounded replay pages."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import apsw
+
+from .errors import InvalidEventError, JsonTooLargeError, ReservedEventKindError
+from .jsonbound import encode_canonical
+from .settings import Settings
+
+SUMMARY_KIND = "summary"
+_KIND = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to append: a kind (lowercase identifier, e.g. "user", "assistant", "tool_result") and a JSON payload."""
+
+    kind: str
+    payload: Any = field(default=None)
+
+
+class Event(NamedTuple):
+    """One durable transcript event as replayed. `payload_json` is the stored canonical JSON text."""
+
+    id: int
+    seq: int
+    turn: int
+    position: int
+    kind: str
+    payload_json: str
+    size: int
+    created_at: float
+
+    @property
+    def payload(self) -> Any:
+        """The decoded payload."""
+        return json.loads(self.payload_json)
+
+
+@dataclass(frozen=True)
+class ReplayPage:
+    """A page of events. `next_cursor` is the seq to pass as `after_seq` next; `done` means nothing followed."""
+
+    events: list[Event]
+    next_cursor: int
+    done: bool
+
+
+@dataclass(frozen=True)
+class AppendedTurn:
+    """What `append_turn` committed: the turn ID, the seq range and the event IDs."""
+
+    turn: int
+    first_seq: int
+    last_seq: int
+    event_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class EncodedEvent:
+    """A validated event ready to insert."""
+
+    kind: str
+    payload: str
+    size: int
+
+
+def encode_turn(events: list[NewEvent] | tuple[NewEvent, ...], settings: Settings) -> list[EncodedEvent]:
+    """Validate and canonically encode one turn's events, enforcing every cap; raise a typed error otherwise."""
+    if not events:
+        raise InvalidEventError("a turn needs at least one event")
+    if len(events) > settings.max_events_per_turn:
+        raise InvalidEventError(f"a turn holds at most {settings.max_events_per_turn} events, got {len(events)}")
+    encoded = []
+    remaining = settings.max_turn_bytes
+    for index, event in enumerate(events):
+        if not isinstance(event, NewEvent):
+            raise InvalidEventError(f"event {index} of the turn is a {type(event).__name__}, expected NewEvent")
+        if not isinstance(event.kind, str) or not _KIND.match(event.kind):
+            raise InvalidEventError(
+                f"event {index} of the turn has kind {event.kind!r}; kinds are lowercase identifiers of 1-32 chars"
+            )
+        if event.kind == SUMMARY_KIND:
+            raise ReservedEventKindError("summary events are reserved for the compaction worker; use another kind")
+        cap = min(settings.max_event_bytes, remaining)
+        what = f"event {index} of the turn"
+        try:
+            data = encode_canonical(event.payload, max_bytes=cap, max_depth=settings.max_json_depth, what=what)
+        except JsonTooLargeError:
+            if cap < settings.max_event_bytes:
+                raise JsonTooLargeError(f"the turn is larger than its cap of {settings.max_turn_bytes} bytes") from None
+            raise
+        remaining -= len(data)
+        encoded.append(EncodedEvent(event.kind, data.decode("utf-8"), len(data)))
+    return encoded
+
+
+_REPLAY_SQL = (
+    "SELECT id, seq, turn, position, kind, payload, size, created_at FROM events "
+    "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+)
+
+
+def read_page(conn: apsw.Connection, session_rowid: int, after_seq: int, limit: int, max_bytes: int) -> ReplayPage:
+    """Read up to `limit` events after `after_seq` whose sizes add up to at most `max_bytes`."""
+    rows = conn.execute(_REPLAY_SQL, (session_rowid, after_seq, limit + 1)).fetchall()
+    events: list[Event] = []
+    total = 0
+    make = Event._make
+    for row in rows[:limit]:
+        total += row[6]
+        if total > max_bytes:
+            break
+        events.append(make(row))
+    done = len(events) == len(rows)
+    next_cursor = events[-1].seq if events else after_seq
+    return ReplayPage(events, next_cursor, done)

@@ -1,0 +1,1 @@
+"""Emelex workers: plugins, the worker runner, model management and the `emelex` command line."""

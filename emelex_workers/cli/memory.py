@@ -1,0 +1,122 @@
+"""`emelex memory ...`: Sessions, doctor and explicit re-initialisation."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Optional
+
+import typer
+
+from emelex_memory import MemoryStore, Settings
+from emelex_memory.doctor import diagnose
+
+memory_app = typer.Typer(help="Inspect and maintain the memory store.", no_args_is_help=True)
+sessions_app = typer.Typer(help="List and inspect Sessions.", no_args_is_help=True)
+memory_app.add_typer(sessions_app, name="sessions")
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
+
+
+def _settings(ctx: typer.Context) -> Settings:
+    return ctx.find_root().obj
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def _session_dict(s) -> dict:
+    return {
+        "id": s.id,
+        "title": s.title,
+        "workspace": s.workspace.path,
+        "created_at": s.created_at,
+        "updated_at": s.updated_at,
+        "events": s.last_seq,
+        "turns": s.last_turn,
+        "bytes": s.event_bytes,
+    }
+
+
+@sessions_app.command("list")
+def sessions_list(
+    ctx: typer.Context,
+    limit: Annotated[int, typer.Option(help="Sessions per page.")] = 50,
+    cursor: Annotated[Optional[str], typer.Option(help="next_cursor printed by the previous page.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List Sessions, newest first."""
+    with MemoryStore.open(_settings(ctx)) as store:
+        page = store.list_sessions(cursor=cursor, limit=limit)
+    if as_json:
+        typer.echo(json.dumps({"sessions": [_session_dict(s) for s in page.sessions], "next_cursor": page.next_cursor}))
+        return
+    for s in page.sessions:
+        typer.echo(f"{s.id}  {_when(s.updated_at)}  {s.last_turn:>5} turns  {s.title or '-'}  [{s.workspace.path}]")
+    if not page.sessions:
+        typer.echo("no Sessions")
+    if page.next_cursor:
+        typer.echo(f"more: --cursor {page.next_cursor}")
+
+
+@sessions_app.command("show")
+def sessions_show(
+    ctx: typer.Context,
+    session: Annotated[str, typer.Argument(help="Session ID.")],
+    after: Annotated[int, typer.Option(help="Show events after this seq.")] = 0,
+    limit: Annotated[int, typer.Option(help="Events to show.")] = 50,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show one Session and a page of its transcript."""
+    with MemoryStore.open(_settings(ctx)) as store:
+        s = store.get_session(session)
+        page = store.replay(session, after, limit=limit)
+    events = [
+        {"seq": e.seq, "turn": e.turn, "kind": e.kind, "payload": e.payload, "created_at": e.created_at}
+        for e in page.events
+    ]
+    if as_json:
+        typer.echo(json.dumps({"session": _session_dict(s), "events": events, "next_cursor": page.next_cursor}))
+        return
+    typer.echo(f"Session {s.id}")
+    typer.echo(f"  title:     {s.title or '-'}")
+    typer.echo(f"  workspace: {s.workspace.path}")
+    typer.echo(f"  created:   {_when(s.created_at)}   updated: {_when(s.updated_at)}")
+    typer.echo(f"  history:   {s.last_seq} events in {s.last_turn} turns, {s.event_bytes} bytes")
+    for e in events:
+        text = json.dumps(e["payload"], ensure_ascii=False)
+        typer.echo(f"  #{e['seq']:<5} turn {e['turn']:<4} {e['kind']:<12} {text[:200]}")
+    if not page.done:
+        typer.echo(f"  more: --after {page.next_cursor}")
+
+
+@memory_app.command("doctor")
+def doctor(ctx: typer.Context, as_json: JsonFlag = False) -> None:
+    """Check Home, file modes, pragmas, schema and integrity; exit 1 when anything is wrong."""
+    report = diagnose(_settings(ctx))
+    if as_json:
+        checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks]
+        typer.echo(json.dumps({"healthy": report.healthy, "checks": checks, "facts": report.facts}, default=str))
+    else:
+        for key, value in report.facts.items():
+            typer.echo(f"{key}: {value}")
+        for c in report.checks:
+            typer.echo(f"[{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
+        typer.echo("healthy" if report.healthy else "NOT healthy: fix the FAIL lines above")
+    if not report.healthy:
+        raise typer.Exit(1)
+
+
+@memory_app.command("reinit")
+def reinit(
+    ctx: typer.Context,
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm: start a new, empty store after a deletion.")] = False,
+) -> None:
+    """Start a new store where the database was deleted. Refuses while a database file exists."""
+    settings = _settings(ctx)
+    moved = MemoryStore.reinitialize(settings, confirm=yes)
+    for path in moved:
+        typer.echo(f"moved leftover {path.name.split('.orphaned')[0]} aside to {path}")
+    MemoryStore.open(settings).close()
+    typer.echo(f"created a new, empty store at {settings.database_path}")
