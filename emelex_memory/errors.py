@@ -122,3 +122,30 @@ class JsonUnencodableError(InvalidEventError):
 
 class ReservedEventKindError(InvalidEventError):
     """The event kind is reserved for the compaction worker: use an ordinary kind."""
+
+
+# --- Knowledge, distillation, deletion and retention -----------------------------
+
+
+class KnowledgeError(EmelexError):
+    """A Knowledge operation cannot be carried out as asked; read the message."""
+
+
+class KnowledgeNotFoundError(KnowledgeError):
+    """No Knowledge entry has that key in this workspace: list them with `emelex memory knowledge list`."""
+
+
+class KnowledgePinnedError(KnowledgeError):
+    """The Knowledge entry is pinned: unpin it (`emelex memory knowledge unpin KEY`) before forgetting it."""
+
+
+class InvalidKnowledgeError(InvalidInputError):
+    """A Knowledge key, content, confidence or provenance is invalid: correct it as the message says."""
+
+
+class InvalidCandidateError(InvalidKnowledgeError):
+    """A distiller returned an invalid candidate batch: fix the distiller; nothing was applied."""
+
+
+class SessionBusyError(LeaseError):
+    """The Session is in use (a live Session lease or worker job): wait for it to finish, then retry."""

@@ -47,6 +47,26 @@ class Settings(BaseSettings):
     max_page_items: int = Field(default=10_000, ge=1, description="Largest items per page a caller may ask for.")
     page_bytes: int = Field(default=8 * MiB, ge=MiB, description="Default and largest bytes per page.")
 
+    # Knowledge, distillation and retention (`maintain`).
+    knowledge_source_max_bytes: int = Field(
+        default=16 * MiB, ge=MiB, description="Largest transcript range a Knowledge provenance or distillation reads."
+    )
+    session_retention_days: float = Field(
+        default=0.0, ge=0, description="maintain deletes Sessions idle this many days; 0 keeps them forever."
+    )
+    knowledge_retention_days: float = Field(
+        default=0.0, ge=0, description="maintain tombstones unpinned Knowledge unchanged this many days; 0 never."
+    )
+    knowledge_grace_days: float = Field(
+        default=30.0, gt=0, description="Days a tombstone or superseded version is kept before maintain deletes it."
+    )
+    knowledge_keep_versions: int = Field(
+        default=20, ge=1, le=10_000, description="Newest versions maintain always keeps per Knowledge entry."
+    )
+    maintain_batch: int = Field(
+        default=1000, ge=1, le=100_000, description="Most changes of each kind one maintain run makes."
+    )
+
     @model_validator(mode="after")
     def _caps_fit(self) -> Settings:
         if self.max_event_bytes > self.page_bytes:
