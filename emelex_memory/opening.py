@@ -26,6 +26,7 @@ from .errors import (
     DatabaseDeletedError,
     DatabaseEmptiedError,
     InsecurePathError,
+    NotAnEmelexDatabaseError,
     StoreExistsError,
 )
 from .files import check_private_dir, check_private_file, create_private_file, fsync_dir, open_private_file
@@ -72,6 +73,18 @@ def _check_side_files(database: Path) -> list[Path]:
     return found
 
 
+def _probe(database: Path, busy_timeout_ms: int) -> int:
+    """Check a database through a read-only connection, before any pragma can write to a foreign file."""
+    probe = apsw.Connection(str(database), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_NOFOLLOW)
+    try:
+        probe.set_busy_timeout(busy_timeout_ms)
+        return check_compatible(probe)
+    except apsw.NotADBError:
+        raise NotAnEmelexDatabaseError(f"{database} is not an SQLite database; point Emelex at the right file") from None
+    finally:
+        probe.close()
+
+
 def open_database(database: Path, *, busy_timeout_ms: int) -> apsw.Connection:
     """Open (creating on first use) and migrate the database at `database`; return a hardened connection.
 
@@ -81,6 +94,7 @@ def open_database(database: Path, *, busy_timeout_ms: int) -> apsw.Connection:
     creates nothing.
     """
     check_private_dir(database.parent)
+    check_private_file(database, what="database")  # refuse before the lock sidecar is created
     with open_lock(database) as fd:
         existed = _marked(fd)
         st = check_private_file(database, what="database")
@@ -96,13 +110,13 @@ def open_database(database: Path, *, busy_timeout_ms: int) -> apsw.Connection:
                     f"{side_files[0]} is left over from a database that is gone; move it away before creating one"
                 )
             create_private_file(database)
+        version = _probe(database, busy_timeout_ms)
+        if version == 0 and existed:
+            raise DatabaseEmptiedError(
+                f"database {database} was emptied (no schema) although a store existed here; restore a backup"
+            )
         conn = connect(database, busy_timeout_ms=busy_timeout_ms)
         try:
-            version = check_compatible(conn)
-            if version == 0 and existed:
-                raise DatabaseEmptiedError(
-                    f"database {database} was emptied (no schema) although a store existed here; restore a backup"
-                )
             migrate(conn)
             if version == 0:
                 with conn:

@@ -1,0 +1,1 @@
+"""Emelex Memory test suite."""

@@ -1,0 +1,73 @@
+"""Shared fixtures: real database files under tmp_path, and helpers that prove nothing changed."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import apsw
+import pytest
+
+from emelex_memory import MemoryStore, Settings
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """A not-yet-existing Emelex Home inside tmp_path."""
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def settings(home: Path) -> Settings:
+    """Settings pointing at `home`, ignoring the caller's environment."""
+    return Settings(home=home)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    """An explicit database path in a private directory."""
+    d = tmp_path / "db"
+    d.mkdir(mode=0o700)
+    return d / "test.sqlite3"
+
+
+@pytest.fixture
+def store(db_path: Path, settings: Settings):
+    """An open store at `db_path`."""
+    s = MemoryStore.open_path(db_path, settings)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """A workspace directory."""
+    w = tmp_path / "workspace"
+    w.mkdir()
+    return w
+
+
+def table_rows(db: Path) -> dict[str, list[tuple]]:
+    """Every row of every table: a logical snapshot of the database.
+
+    Read through a fresh read-write connection (no CREATE flag) so that, being the last to close, it removes
+    the WAL side files again instead of leaving new ones behind.
+    """
+    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW)
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")]
+        return {t: sorted(conn.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr) for t in tables}
+    finally:
+        conn.close()
+
+
+def file_state(directory: Path) -> dict[str, tuple[int, int, str]]:
+    """Name -> (mode, size, sha256) of every entry in `directory`, without following symlinks."""
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        p = directory / name
+        st = os.lstat(p)
+        digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() and not p.is_symlink() else ""
+        out[name] = (st.st_mode, st.st_size, digest)
+    return out

@@ -1,0 +1,100 @@
+"""The `emelex memory` CLI for Sessions, doctor and reinit, through typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_workers.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def env_home(monkeypatch: pytest.MonkeyPatch, home: Path) -> Path:
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    return home
+
+
+def _seed(workspace: Path) -> str:
+    with MemoryStore.open(Settings()) as store:
+        session = store.create_session(workspace, title="cli test")
+        with store.acquire_lease(session.id, workspace) as lease:
+            lease.replay()
+            lease.append_turn([NewEvent("user", {"text": "hello"}), NewEvent("assistant", {"text": "hi there"})])
+    return session.id
+
+
+def test_doctor_on_a_fresh_home_is_healthy(home: Path) -> None:
+    result = runner.invoke(app, ["memory", "doctor"])
+    assert result.exit_code == 0, result.output
+    assert "healthy" in result.output and "FAIL" not in result.output
+    assert (home / "memory" / "emelex.sqlite3").exists()
+    data = json.loads(runner.invoke(app, ["memory", "doctor", "--json"]).output)
+    assert data["healthy"] and data["facts"]["schema_version"] >= 1
+
+
+def test_doctor_reports_a_bad_mode_and_exits_nonzero(home: Path) -> None:
+    runner.invoke(app, ["memory", "doctor"])
+    db = home / "memory" / "emelex.sqlite3"
+    os.chmod(db, 0o644)
+    result = runner.invoke(app, ["memory", "doctor"])
+    assert result.exit_code == 1
+    assert "FAIL" in result.output and "chmod 600" in result.output
+
+
+def test_sessions_list_and_show(workspace: Path) -> None:
+    session_id = _seed(workspace)
+    listed = runner.invoke(app, ["memory", "sessions", "list"])
+    assert listed.exit_code == 0 and session_id in listed.output and "cli test" in listed.output
+    shown = runner.invoke(app, ["memory", "sessions", "show", session_id])
+    assert shown.exit_code == 0 and "hi there" in shown.output and "2 events in 1 turns" in shown.output
+    data = json.loads(runner.invoke(app, ["memory", "sessions", "show", session_id, "--json"]).output)
+    assert [e["payload"]["text"] for e in data["events"]] == ["hello", "hi there"]
+    data = json.loads(runner.invoke(app, ["memory", "sessions", "list", "--json"]).output)
+    assert [s["id"] for s in data["sessions"]] == [session_id]
+
+
+def test_errors_are_one_line_without_traceback(workspace: Path, home: Path) -> None:
+    _seed(workspace)
+    result = runner.invoke(app, ["memory", "sessions", "show", "no-such-id"])
+    assert result.exit_code == 1
+    assert result.output.strip().count("\n") == 0 and result.output.startswith("error: no Session")
+    assert "Traceback" not in result.output
+    result = runner.invoke(app, ["memory", "sessions", "list", "--limit", "0"])
+    assert result.exit_code == 1 and result.output.startswith("error: limit must be")
+
+
+def test_invalid_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EMELEX_BUSY_TIMEOUT_MS", "-1")
+    result = runner.invoke(app, ["memory", "doctor"])
+    assert result.exit_code == 1 and result.output.startswith("error: invalid setting busy_timeout_ms")
+
+
+def test_reinit_after_deletion(workspace: Path, home: Path) -> None:
+    _seed(workspace)
+    db = home / "memory" / "emelex.sqlite3"
+    refused = runner.invoke(app, ["memory", "reinit", "--yes"])
+    assert refused.exit_code == 1 and "exists" in refused.output
+    os.remove(db)
+    deleted = runner.invoke(app, ["memory", "sessions", "list"])
+    assert deleted.exit_code == 1 and "was deleted and nothing was recreated" in deleted.output
+    assert not db.exists()
+    unconfirmed = runner.invoke(app, ["memory", "reinit"])
+    assert unconfirmed.exit_code == 1 and "--yes" in unconfirmed.output and not db.exists()
+    assert runner.invoke(app, ["memory", "reinit", "--yes"]).exit_code == 0
+    assert runner.invoke(app, ["memory", "sessions", "list"]).output.strip() == "no Sessions"
+
+
+def test_config_toml_in_home_is_read(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home.mkdir(mode=0o700)
+    (home / "config.toml").write_text("session_lease_ttl_s = 12.5\n")
+    assert Settings().session_lease_ttl_s == 12.5
+    monkeypatch.setenv("EMELEX_SESSION_LEASE_TTL_S", "7")
+    assert Settings().session_lease_ttl_s == 7
+    assert Settings(session_lease_ttl_s=3).session_lease_ttl_s == 3

@@ -1,0 +1,242 @@
+"""Opening the database: modes, ownership, symlinks, never recreating, migrations and foreign files."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import apsw
+import pytest
+
+from emelex_memory import (
+    ConfirmationRequiredError,
+    DatabaseDeletedError,
+    DatabaseEmptiedError,
+    InsecurePathError,
+    MemoryStore,
+    NotAnEmelexDatabaseError,
+    SchemaTooNewError,
+    Settings,
+    StoreExistsError,
+)
+from emelex_memory.connection import PRAGMAS, read_pragmas
+from emelex_memory.migrations import APPLICATION_ID, MIGRATIONS, Migration, applied, migrate, pending
+from emelex_memory.opening import sidecar_path
+
+from .conftest import file_state, table_rows
+
+
+def _mode(p: Path) -> int:
+    return stat.S_IMODE(os.lstat(p).st_mode)
+
+
+def test_standard_open_creates_private_home_and_database(settings: Settings) -> None:
+    with MemoryStore.open(settings) as store:
+        assert store.path == settings.home_dir / "memory" / "emelex.sqlite3"
+        with store._read() as conn:
+            live = read_pragmas(conn)
+    assert live == {name: want for name, _, want in PRAGMAS}
+    assert _mode(settings.home_dir) == 0o700
+    assert _mode(settings.memory_dir) == 0o700
+    assert _mode(settings.database_path) == 0o600
+    assert _mode(sidecar_path(settings.database_path)) == 0o600
+
+
+def test_schema_version_and_application_id_are_set(store: MemoryStore) -> None:
+    with store._read() as conn:
+        assert conn.execute("PRAGMA user_version").fetchall()[0][0] == len(MIGRATIONS)
+        assert conn.execute("PRAGMA application_id").fetchall()[0][0] == APPLICATION_ID
+        assert applied(conn) == [m.name for m in MIGRATIONS]
+        assert pending(conn) == []
+
+
+def test_reopen_keeps_data(db_path: Path, settings: Settings, workspace: Path) -> None:
+    with MemoryStore.open_path(db_path, settings) as store:
+        session = store.create_session(workspace, title="kept")
+    with MemoryStore.open_path(db_path, settings) as store:
+        assert store.get_session(session.id).title == "kept"
+
+
+def test_deleted_database_is_never_recreated(db_path: Path, settings: Settings) -> None:
+    MemoryStore.open_path(db_path, settings).close()
+    os.remove(db_path)
+    before = file_state(db_path.parent)
+    with pytest.raises(DatabaseDeletedError, match="deleted and nothing was recreated"):
+        MemoryStore.open_path(db_path, settings)
+    assert not db_path.exists()
+    assert file_state(db_path.parent) == before
+
+
+def test_deleted_standard_database_is_never_recreated(settings: Settings) -> None:
+    MemoryStore.open(settings).close()
+    os.remove(settings.database_path)
+    with pytest.raises(DatabaseDeletedError):
+        MemoryStore.open(settings)
+    assert not settings.database_path.exists()
+
+
+def test_emptied_database_is_refused(db_path: Path, settings: Settings) -> None:
+    MemoryStore.open_path(db_path, settings).close()
+    with open(db_path, "r+b") as f:
+        f.truncate(0)
+    with pytest.raises(DatabaseEmptiedError):
+        MemoryStore.open_path(db_path, settings)
+    assert db_path.stat().st_size == 0
+
+
+def test_reinitialize_needs_confirmation_and_a_missing_database(db_path: Path, settings: Settings) -> None:
+    MemoryStore.open_path(db_path, settings).close()
+    with pytest.raises(StoreExistsError):
+        MemoryStore.reinitialize_path(db_path, confirm=True)
+    os.remove(db_path)
+    with pytest.raises(ConfirmationRequiredError):
+        MemoryStore.reinitialize_path(db_path)
+    with pytest.raises(DatabaseDeletedError):
+        MemoryStore.open_path(db_path, settings)
+    MemoryStore.reinitialize_path(db_path, confirm=True)
+    with MemoryStore.open_path(db_path, settings) as store:
+        assert store.list_sessions().sessions == []
+
+
+def test_reinitialize_moves_leftover_wal_aside(db_path: Path, settings: Settings) -> None:
+    MemoryStore.open_path(db_path, settings).close()
+    os.remove(db_path)
+    wal = Path(f"{db_path}-wal")
+    wal.write_bytes(b"old wal")
+    os.chmod(wal, 0o600)
+    moved = MemoryStore.reinitialize_path(db_path, confirm=True)
+    assert not wal.exists()
+    assert [p.read_bytes() for p in moved] == [b"old wal"]
+
+
+def test_fresh_location_with_leftover_wal_is_refused(db_path: Path, settings: Settings) -> None:
+    wal = Path(f"{db_path}-wal")
+    wal.write_bytes(b"stray")
+    os.chmod(wal, 0o600)
+    with pytest.raises(InsecurePathError, match="left over"):
+        MemoryStore.open_path(db_path, settings)
+    assert not db_path.exists()
+
+
+def test_symlinked_database_file_is_refused(tmp_path: Path, db_path: Path, settings: Settings) -> None:
+    real = tmp_path / "db" / "real.sqlite3"
+    MemoryStore.open_path(real, settings).close()
+    os.symlink(real, db_path)
+    before = table_rows(real), file_state(real.parent)
+    with pytest.raises(InsecurePathError, match="symlink"):
+        MemoryStore.open_path(db_path, settings)
+    assert (table_rows(real), file_state(real.parent)) == before
+
+
+def test_symlinked_database_directory_is_refused(tmp_path: Path, db_path: Path, settings: Settings) -> None:
+    MemoryStore.open_path(db_path, settings).close()
+    link = tmp_path / "linkdir"
+    os.symlink(db_path.parent, link)
+    before = file_state(db_path.parent)
+    with pytest.raises(InsecurePathError, match="symlink"):
+        MemoryStore.open_path(link / db_path.name, settings)
+    assert file_state(db_path.parent) == before
+
+
+def test_symlinked_home_memory_dir_is_refused(tmp_path: Path, settings: Settings) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    settings.home_dir.mkdir(mode=0o700)
+    os.symlink(elsewhere, settings.memory_dir)
+    with pytest.raises(InsecurePathError, match="symlink"):
+        MemoryStore.open(settings)
+    assert os.listdir(elsewhere) == []
+
+
+def test_group_writable_directory_is_refused(db_path: Path, settings: Settings) -> None:
+    MemoryStore.open_path(db_path, settings).close()
+    os.chmod(db_path.parent, 0o770)
+    before = file_state(db_path.parent)
+    with pytest.raises(InsecurePathError, match="group- or world-writable"):
+        MemoryStore.open_path(db_path, settings)
+    assert file_state(db_path.parent) == before
+
+
+def test_group_writable_home_is_refused(settings: Settings) -> None:
+    settings.home_dir.mkdir(mode=0o700)
+    os.chmod(settings.home_dir, 0o775)
+    with pytest.raises(InsecurePathError, match="chmod go-w"):
+        MemoryStore.open(settings)
+    assert os.listdir(settings.home_dir) == []
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o666, 0o400])
+def test_database_with_wrong_mode_is_refused_untouched(db_path: Path, settings: Settings, mode: int) -> None:
+    MemoryStore.open_path(db_path, settings).close()
+    os.chmod(db_path, mode)
+    before = file_state(db_path.parent)
+    with pytest.raises(InsecurePathError, match="chmod 600"):
+        MemoryStore.open_path(db_path, settings)
+    assert file_state(db_path.parent) == before
+
+
+def test_wrong_mode_leaves_file_bytes_alone(db_path: Path, settings: Settings, workspace: Path) -> None:
+    with MemoryStore.open_path(db_path, settings) as store:
+        store.create_session(workspace)
+    os.chmod(db_path, 0o644)
+    data = db_path.read_bytes()
+    with pytest.raises(InsecurePathError):
+        MemoryStore.open_path(db_path, settings)
+    assert db_path.read_bytes() == data
+    assert _mode(db_path) == 0o644
+
+
+def test_database_owned_by_someone_else_is_refused(db_path: Path, settings: Settings) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("changing a file's owner needs root")
+    MemoryStore.open_path(db_path, settings).close()
+    os.chown(db_path, 12345, -1)
+    with pytest.raises(InsecurePathError, match="owned by uid 12345"):
+        MemoryStore.open_path(db_path, settings)
+
+
+def test_foreign_sqlite_file_is_refused_untouched(db_path: Path, settings: Settings) -> None:
+    conn = apsw.Connection(str(db_path))
+    conn.execute("CREATE TABLE theirs (x)")
+    conn.close()
+    os.chmod(db_path, 0o600)
+    data = db_path.read_bytes()
+    with pytest.raises(NotAnEmelexDatabaseError):
+        MemoryStore.open_path(db_path, settings)
+    assert db_path.read_bytes() == data
+
+
+def test_newer_schema_is_refused_untouched(db_path: Path, settings: Settings) -> None:
+    MemoryStore.open_path(db_path, settings).close()
+    conn = apsw.Connection(str(db_path))
+    future = MIGRATIONS + (Migration("m999_future", "CREATE TABLE future (x INTEGER) STRICT"),)
+    migrate(conn, future)
+    conn.close()
+    before = table_rows(db_path)
+    with pytest.raises(SchemaTooNewError, match="upgrade Emelex"):
+        MemoryStore.open_path(db_path, settings)
+    assert table_rows(db_path) == before
+
+
+def test_migrations_apply_in_order_from_every_old_version(tmp_path: Path) -> None:
+    for upto in range(len(MIGRATIONS) + 1):
+        db = tmp_path / f"v{upto}.sqlite3"
+        conn = apsw.Connection(str(db))
+        migrate(conn, MIGRATIONS[:upto])
+        assert applied(conn) == [m.name for m in MIGRATIONS[:upto]]
+        assert [m.name for m in pending(conn)] == [m.name for m in MIGRATIONS[upto:]]
+        migrate(conn)
+        assert applied(conn) == [m.name for m in MIGRATIONS]
+        assert conn.execute("PRAGMA user_version").fetchall()[0][0] == len(MIGRATIONS)
+        conn.close()
+
+
+def test_failed_migration_rolls_back_completely(tmp_path: Path) -> None:
+    conn = apsw.Connection(str(tmp_path / "m.sqlite3"))
+    broken = MIGRATIONS + (Migration("m998_broken", "CREATE TABLE ok_part (x INTEGER) STRICT; SELECT no_such_function()"),)
+    with pytest.raises(apsw.SQLError):
+        migrate(conn, broken)
+    assert applied(conn) == [m.name for m in MIGRATIONS]
+    assert conn.execute("SELECT count(*) FROM sqlite_schema WHERE name = 'ok_part'").fetchall()[0][0] == 0
+    assert conn.execute("PRAGMA user_version").fetchall()[0][0] == len(MIGRATIONS)
