@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import apsw
 
 from .errors import NotAnEmelexDatabaseError, SchemaTooNewError
+from .knowledge_model import M004_KNOWLEDGE
 
 APPLICATION_ID = 0x454D4C58  # "EMLX"
 
@@ -73,7 +74,10 @@ CREATE TABLE events (
 ) STRICT;
 """
 
-MIGRATIONS: tuple[Migration, ...] = (Migration("m001_core", M001_CORE),)
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration("m001_core", M001_CORE),
+    Migration("m004_knowledge", M004_KNOWLEDGE),
+)
 
 
 def _check_unique(migrations: tuple[Migration, ...]) -> None:

@@ -15,6 +15,7 @@ import apsw
 
 from .errors import InvalidInputError, LeaseHeldError, SessionNotFoundError, WorkspaceReplacedError
 from .files import ensure_private_dir
+from .knowledge import KnowledgeMixin
 from .leases import SessionLease, holder_label, new_token, token_digest
 from .opening import open_database, reinitialize_database
 from .sessions import SESSION_COLUMNS, Session, WorkspaceIdentity, session_from_row
@@ -32,7 +33,7 @@ class SessionPage:
     next_cursor: str | None
 
 
-class MemoryStore:
+class MemoryStore(KnowledgeMixin):
     """One open Emelex database. Thread-safe; use it as a context manager or call `close()`."""
 
     def __init__(self, conn: apsw.Connection, path: Path, settings: Settings, clock: Clock = time.time) -> None:
