@@ -15,74 +15,11 @@ oversized value is never fully materialised.
 
 from __future__ import annotations
 
-import math
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 
 from .errors import JsonNonFiniteError, JsonTooDeepError, JsonTooLargeError, JsonUnencodableError
 
-
-class _Writer:
-    __slots__ = ("parts", "size", "cap", "what")
-
-    def __init__(self, cap: int, what: str) -> None:
-        self.parts: list[bytes] = []
-        self.size = 0
-        self.cap = cap
-        self.what = what
-
-    def write(self, chunk: bytes) -> None:
-        self.size += len(chunk)
-        if self.size > self.cap:
-            raise JsonTooLargeError(f"{self.what} is larger than its cap of {self.cap} bytes")
-        self.parts.append(chunk)
-
-
-def _encode_str(value: str, what: str) -> bytes:
-    try:
-        return encode_basestring(value).encode("utf-8")
-    except UnicodeEncodeError:
-        raise JsonUnencodableError(f"{what} contains text that cannot be encoded as UTF-8 (lone surrogate)") from None
-
-
-def _emit(value: object, out: _Writer, depth: int, max_depth: int) -> None:
-    if value is None:
-        out.write(b"null")
-    elif value is True:
-        out.write(b"true")
-    elif value is False:
-        out.write(b"false")
-    elif isinstance(value, str):
-        out.write(_encode_str(value, out.what))
-    elif isinstance(value, int):
-        out.write(int.__repr__(value).encode("ascii"))
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            raise JsonNonFiniteError(f"{out.what} contains {value!r}; JSON has no NaN or Infinity")
-        out.write(float.__repr__(value).encode("ascii"))
-    elif isinstance(value, (list, tuple, dict)):
-        if depth >= max_depth:
-            raise JsonTooDeepError(f"{out.what} nests deeper than {max_depth} levels")
-        if isinstance(value, dict):
-            for key in value:
-                if not isinstance(key, str):
-                    raise JsonUnencodableError(f"{out.what} has a non-string object key {key!r}")
-            out.write(b"{")
-            for i, key in enumerate(sorted(value)):
-                if i:
-                    out.write(b",")
-                out.write(_encode_str(key, out.what))
-                out.write(b":")
-                _emit(value[key], out, depth + 1, max_depth)
-            out.write(b"}")
-        else:
-            out.write(b"[")
-            for i, item in enumerate(value):
-                if i:
-                    out.write(b",")
-                _emit(item, out, depth + 1, max_depth)
-            out.write(b"]")
-    else:
-        raise JsonUnencodableError(f"{out.what} contains a {type(value).__name__}, which is not a JSON value")
+_INF = float("inf")
 
 
 def encode_canonical(value: object, *, max_bytes: int, max_depth: int, what: str = "value") -> bytes:
@@ -93,6 +30,78 @@ def encode_canonical(value: object, *, max_bytes: int, max_depth: int, what: str
     NaN/Infinity and `JsonUnencodableError` for anything else JSON cannot hold.
     `what` names the value in messages (e.g. "event 2 of the turn").
     """
-    out = _Writer(max_bytes, what)
-    _emit(value, out, 0, max_depth)
-    return b"".join(out.parts)
+    parts: list[str] = []
+    append = parts.append
+    size = 0
+
+    def grow(n: int) -> None:
+        nonlocal size
+        size += n
+        if size > max_bytes:
+            raise JsonTooLargeError(f"{what} is larger than its cap of {max_bytes} bytes")
+
+    def text(s: str) -> None:
+        encoded = encode_basestring(s)
+        if encoded.isascii():
+            grow(len(encoded))
+        else:
+            try:
+                grow(len(encoded.encode("utf-8")))
+            except UnicodeEncodeError:
+                raise JsonUnencodableError(f"{what} contains text that is not valid UTF-8 (a lone surrogate)") from None
+        append(encoded)
+
+    def emit(v: object, depth: int) -> None:
+        if isinstance(v, str):
+            text(v)
+        elif v is None or v is True or v is False:
+            token = "null" if v is None else "true" if v else "false"
+            grow(len(token))
+            append(token)
+        elif isinstance(v, int):
+            token = int.__repr__(v)
+            grow(len(token))
+            append(token)
+        elif isinstance(v, float):
+            if v != v or v in (_INF, -_INF):
+                raise JsonNonFiniteError(f"{what} contains {v!r}; JSON has no NaN or Infinity")
+            token = float.__repr__(v)
+            grow(len(token))
+            append(token)
+        elif isinstance(v, dict):
+            if depth >= max_depth:
+                raise JsonTooDeepError(f"{what} nests deeper than {max_depth} levels")
+            for key in v:
+                if not isinstance(key, str):
+                    raise JsonUnencodableError(f"{what} has a non-string object key {key!r}")
+            grow(1 + 2 * len(v) if v else 2)  # braces, colons and commas
+            append("{")
+            first = True
+            for key in sorted(v):
+                if not first:
+                    append(",")
+                first = False
+                text(key)
+                append(":")
+                emit(v[key], depth + 1)
+            append("}")
+        elif isinstance(v, (list, tuple)):
+            if depth >= max_depth:
+                raise JsonTooDeepError(f"{what} nests deeper than {max_depth} levels")
+            grow(1 + len(v) if v else 2)  # brackets and commas
+            append("[")
+            first = True
+            for item in v:
+                if not first:
+                    append(",")
+                first = False
+                emit(item, depth + 1)
+            append("]")
+        else:
+            raise JsonUnencodableError(f"{what} contains a {type(v).__name__}, which is not a JSON value")
+
+    emit(value, 0)
+    data = "".join(parts).encode("utf-8")
+    if len(data) > max_bytes:
+        raise JsonTooLargeError(f"{what} is larger than its cap of {max_bytes} bytes")
+    return data

@@ -18,10 +18,10 @@ import os
 import secrets
 import socket
 import time
+from stat import S_ISDIR
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-import apsw
 
 from .connection import connect
 from .errors import (
@@ -40,6 +40,13 @@ if TYPE_CHECKING:
     from .store import MemoryStore
 
 MAX_FAILURE_CHARS = 2000
+
+# One row with everything an append re-checks: cursor, workspace identity and the lease.
+_AUTHORITY_SQL = (
+    "SELECT s.last_seq, s.last_turn, s.workspace_path, s.workspace_dev, s.workspace_ino, "
+    "l.token_hash, l.state, l.expires_at FROM sessions s JOIN session_leases l ON l.session_id = s.id "
+    "WHERE s.id = ?"
+)
 
 
 def token_digest(token: str) -> bytes:
@@ -141,12 +148,8 @@ class SessionLease:
         encoded = encode_turn(list(events), self._store.settings)
         store = self._store
         with store._write() as conn:
-            row = conn.execute(
-                "SELECT s.last_seq, s.last_turn, s.workspace_path, s.workspace_dev, s.workspace_ino "
-                "FROM sessions s WHERE s.id = ?",
-                (self._rowid,),
-            ).fetchone()
-            now = self._check_authority(conn, row)
+            row = conn.execute(_AUTHORITY_SQL, (self._rowid,)).fetchone()
+            now = self._check_authority(row)
             last_seq, last_turn = row[0], row[1]
             if last_seq != expected:
                 raise StaleCursorError(
@@ -174,42 +177,33 @@ class SessionLease:
         self._cursor = new_seq
         return AppendedTurn(turn, last_seq + 1, new_seq, ids)
 
-    def _check_authority(self, conn: apsw.Connection, session_row: tuple | None) -> float:
-        """Inside a write transaction: verify lease token, expiry and workspace; return the time used."""
-        now = self._check_lease(conn, session_row)
-        stored = WorkspaceIdentity(*session_row[2:5])
+    def _check_authority(self, row: tuple | None) -> float:
+        """Inside a write transaction: verify lease token, expiry and workspace from an `_AUTHORITY_SQL` row."""
+        now = self._store.clock()
+        if row is None or row[5] != self._digest or row[6] != "active":
+            raise LeaseLostError(f"this lease on Session {self.session_id} is no longer held; acquire a new one")
+        if row[7] <= now:
+            raise LeaseExpiredError(f"the lease on Session {self.session_id} expired; acquire a new one and replay")
         try:
-            current = WorkspaceIdentity.inspect(self.workspace.path)
-        except WorkspaceMissingError:
+            st = os.stat(self.workspace.path)
+        except OSError:
             raise WorkspaceMissingError(
                 f"workspace {self.workspace.path} of Session {self.session_id} is gone or was renamed; "
                 "acquire a new lease with its current path"
             ) from None
-        if stored.path != self.workspace.path or not current.same_directory(stored):
+        if row[2] != self.workspace.path or (st.st_dev, st.st_ino) != (row[3], row[4]) or not S_ISDIR(st.st_mode):
             raise WorkspaceReplacedError(
                 f"workspace {self.workspace.path} of Session {self.session_id} was replaced by another directory; "
                 "nothing was written"
             )
         return now
 
-    def _check_lease(self, conn: apsw.Connection, session_row: tuple | None) -> float:
-        """Inside a write transaction: verify this lease is the Session's live lease; return the time used."""
-        now = self._store.clock()
-        lease = conn.execute(
-            "SELECT token_hash, state, expires_at FROM session_leases WHERE session_id = ?", (self._rowid,)
-        ).fetchone()
-        if session_row is None or lease is None or lease[0] != self._digest or lease[1] != "active":
-            raise LeaseLostError(f"this lease on Session {self.session_id} is no longer held; acquire a new one")
-        if lease[2] <= now:
-            raise LeaseExpiredError(f"the lease on Session {self.session_id} expired; acquire a new one and replay")
-        return now
-
     def renew(self, ttl_s: float | None = None) -> float:
         """Extend a live lease by `ttl_s` (default: the configured TTL) from now; return the new expiry."""
         ttl = self._store._lease_ttl(ttl_s)
         with self._store._write() as conn:
-            row = conn.execute("SELECT id FROM sessions WHERE id = ?", (self._rowid,)).fetchone()
-            now = self._check_lease(conn, row)
+            row = conn.execute(_AUTHORITY_SQL, (self._rowid,)).fetchone()
+            now = self._check_authority(row)
             conn.execute(
                 "UPDATE session_leases SET expires_at = ? WHERE session_id = ?", (now + ttl, self._rowid)
             )

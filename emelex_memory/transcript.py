@@ -110,14 +110,14 @@ _REPLAY_SQL = (
 def read_page(conn: apsw.Connection, session_rowid: int, after_seq: int, limit: int, max_bytes: int) -> ReplayPage:
     """Read up to `limit` events after `after_seq` whose sizes add up to at most `max_bytes`."""
     rows = conn.execute(_REPLAY_SQL, (session_rowid, after_seq, limit + 1)).fetchall()
-    events: list[Event] = []
-    total = 0
-    make = Event._make
-    for row in rows[:limit]:
-        total += row[6]
-        if total > max_bytes:
-            break
-        events.append(make(row))
+    page = rows[:limit]
+    if sum([row[6] for row in page]) > max_bytes:
+        total = 0
+        for n, row in enumerate(page):
+            total += row[6]
+            if total > max_bytes:
+                page = page[:n]
+                break
+    events = list(map(Event._make, page))
     done = len(events) == len(rows)
-    next_cursor = events[-1].seq if events else after_seq
-    return ReplayPage(events, next_cursor, done)
+    return ReplayPage(events, events[-1].seq if events else after_seq, done)

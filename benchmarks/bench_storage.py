@@ -1,0 +1,154 @@
+"""append_turn and replay against raw apsw baselines measured in the same run; prints ratios.
+
+append_turn (one 4-event turn per transaction, with its capped canonical
+encoding and its lease, workspace and cursor re-checks) is compared with a raw
+apsw insert of the same four rows (payloads encoded with the C `json.dumps`)
+at the same pragmas and one commit per turn, alternating turn by turn. Replay of a 100,000-event Session is
+compared with a raw SELECT of the same rows. Rounds alternate between the two
+sides so machine noise hits both; the median ratio is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_memory.connection import connect
+from emelex_memory.transcript import encode_turn
+
+TURNS_PER_ROUND = 500
+ROUNDS = 7
+REPLAY_EVENTS = 100_000
+REPLAY_ROUNDS = 7
+
+
+def _turn(i: int) -> list[NewEvent]:
+    return [
+        NewEvent("user", {"text": f"question {i} about the parser and its error handling"}),
+        NewEvent("tool_call", {"name": "read_file", "args": {"path": f"src/module_{i}.py"}}),
+        NewEvent("tool_result", {"ok": True, "content": "def parse(text):\n    return text.split()\n" * 4}),
+        NewEvent("assistant", {"text": f"answer {i}: the parser splits on whitespace and never raises."}),
+    ]
+
+
+def bench_append(root: Path) -> float:
+    settings = Settings(home=root / "home")
+    workspace = root / "ws"
+    workspace.mkdir()
+    store = MemoryStore.open_path(root / "ours.sqlite3", settings)
+    session = store.create_session(workspace)
+    lease = store.acquire_lease(session.id, workspace, ttl_s=86_400)
+    lease.replay()
+
+    raw_store = MemoryStore.open_path(root / "raw.sqlite3", settings)
+    raw_session = raw_store.create_session(workspace)
+    raw_store.close()
+    raw = connect(root / "raw.sqlite3", busy_timeout_ms=5000)
+    rowid = raw.execute("SELECT id FROM sessions WHERE uuid = ?", (raw_session.id,)).fetchone()[0]
+    sql = (
+        "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    seq = 0
+    raw_total = ours_total = 0.0
+    ratios = []
+    for _ in range(ROUNDS):
+        raw_round = ours_round = 0.0
+        for i in range(TURNS_PER_ROUND):  # alternate turn by turn so noise hits both sides alike
+            events = _turn(i)
+            t0 = time.perf_counter()
+            rows = []
+            for k, e in enumerate(events):
+                payload = json.dumps(e.payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+                rows.append((rowid, seq + k + 1, seq // 4 + 1, k, e.kind, payload, len(payload), time.time()))
+            with raw:
+                raw.executemany(sql, rows)
+            seq += len(rows)
+            t1 = time.perf_counter()
+            lease.append_turn(events)
+            t2 = time.perf_counter()
+            raw_round += t1 - t0
+            ours_round += t2 - t1
+        ratios.append(ours_round / raw_round)
+        raw_total += raw_round
+        ours_total += ours_round
+    per_turn_ms = raw_total / (ROUNDS * TURNS_PER_ROUND) * 1000
+    print(f"append_turn (4 events) vs raw insert + commit: ratio {statistics.median(ratios):.3f} "
+          f"(rounds: {', '.join(f'{r:.2f}' for r in ratios)}; raw {per_turn_ms:.2f} ms/turn)")
+    lease.release()
+    store.close()
+    raw.close()
+    return statistics.median(ratios)
+
+
+def bench_replay(root: Path) -> float:
+    settings = Settings(home=root / "home")
+    workspace = root / "ws-replay"
+    workspace.mkdir()
+    store = MemoryStore.open_path(root / "replay.sqlite3", settings)
+    session = store.create_session(workspace)
+    lease = store.acquire_lease(session.id, workspace, ttl_s=86_400)
+    lease.replay()
+    with store._write() as conn:  # bulk load: 25,000 4-event turns in one transaction
+        rowid = store._session_rowid(conn, session.id)
+        rows = []
+        for t in range(REPLAY_EVENTS // 4):
+            for k, e in enumerate(encode_turn(_turn(t), settings)):
+                rows.append((rowid, t * 4 + k + 1, t + 1, k, e.kind, e.payload, e.size, 0.0))
+        conn.executemany(
+            "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        conn.execute("UPDATE sessions SET last_seq = ?, last_turn = ? WHERE id = ?",
+                     (REPLAY_EVENTS, REPLAY_EVENTS // 4, rowid))
+    lease.release()
+    raw = connect(root / "replay.sqlite3", busy_timeout_ms=5000)
+
+    def raw_read() -> int:
+        n = 0
+        for _ in raw.execute(
+            "SELECT id, seq, turn, position, kind, payload, size, created_at FROM events "
+            "WHERE session_id = ? ORDER BY seq", (rowid,)
+        ):
+            n += 1
+        return n
+
+    def ours_read() -> int:
+        n, after = 0, 0
+        while True:
+            page = store.replay(session.id, after)
+            n += len(page.events)
+            after = page.next_cursor
+            if page.done:
+                return n
+
+    ratios = []
+    for _ in range(REPLAY_ROUNDS):
+        t0 = time.perf_counter()
+        assert raw_read() == REPLAY_EVENTS
+        t1 = time.perf_counter()
+        assert ours_read() == REPLAY_EVENTS
+        t2 = time.perf_counter()
+        ratios.append((t2 - t1) / (t1 - t0))
+    print(f"replay of {REPLAY_EVENTS:,} events vs raw SELECT: ratio {statistics.median(ratios):.3f} "
+          f"(rounds: {', '.join(f'{r:.2f}' for r in ratios)}; raw {(t1 - t0) * 1000:.0f} ms)")
+    store.close()
+    raw.close()
+    return statistics.median(ratios)
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory(dir=Path.cwd(), prefix=".bench-") as tmp:
+        root = Path(tmp)
+        root.chmod(0o700)
+        bench_append(root)
+        bench_replay(root)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
