@@ -107,3 +107,15 @@ def test_canonical_encoding_round_trips(value) -> None:
         return
     assert json.loads(data) == value
     assert data == json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(json_values)
+def test_byte_cap_is_exact(value) -> None:
+    try:
+        exact = len(encode_canonical(value, max_bytes=1_000_000, max_depth=50))
+    except JsonUnencodableError:
+        return
+    assert len(encode_canonical(value, max_bytes=exact, max_depth=50)) == exact
+    with pytest.raises(JsonTooLargeError):
+        encode_canonical(value, max_bytes=exact - 1, max_depth=50)
