@@ -149,3 +149,50 @@ class InvalidCandidateError(InvalidKnowledgeError):
 
 class SessionBusyError(LeaseError):
     """The Session is in use (a live Session lease or worker job): wait for it to finish, then retry."""
+
+
+# --- Work queues, compaction and Summaries ------------------------------------------
+
+
+class JobError(EmelexError):
+    """A work-queue operation was refused; read the message."""
+
+
+class JobNotFoundError(JobError):
+    """No job has that ID: list jobs with `emelex memory jobs list`."""
+
+
+class UnknownJobKindError(JobError, InvalidInputError):
+    """No job kind of that name is registered: register it with `register_job_kind` or fix the name."""
+
+
+class JobStateError(JobError):
+    """The job is not in a state that allows this (e.g. retrying a job that has not failed): check `emelex memory jobs list`."""
+
+
+class WorkerLeaseLostError(JobError):
+    """This worker no longer holds the job (its lease expired, or it was cancelled or finished): drop the result."""
+
+
+class SessionLiveError(JobError):
+    """The job's Session has a live execution lease and interactive use wins: release the job and run it later."""
+
+
+class SourceChangedError(JobError):
+    """The job's source no longer matches its recorded boundary or digest: the job is obsolete; plan it again."""
+
+
+class PermanentJobError(JobError):
+    """Raised by a job handler for a failure retrying cannot fix: the job fails terminally at once; fix the cause, then `emelex memory jobs retry JOB`."""
+
+
+class SourceTooLargeError(PermanentJobError):
+    """The job's source is larger than the model's safe context budget: use a model with a larger context, then retry the job."""
+
+
+class TransientJobError(JobError):
+    """Raised by a job handler for a passing failure (e.g. flaky inference): it is retried in-process, then counted."""
+
+
+class SummaryProvenanceError(StoreError):
+    """A Summary's provenance does not verify (tampered Summary, source or record): restore the database from a backup."""

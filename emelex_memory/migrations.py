@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import apsw
 
 from .errors import NotAnEmelexDatabaseError, SchemaTooNewError
+from .jobs import M003_JOBS
 from .knowledge_model import M004_KNOWLEDGE
+from .summaries import M003_SUMMARIES
 
 APPLICATION_ID = 0x454D4C58  # "EMLX"
 
@@ -76,6 +78,7 @@ CREATE TABLE events (
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("m001_core", M001_CORE),
+    Migration("m003_jobs", M003_JOBS + M003_SUMMARIES),
     Migration("m004_knowledge", M004_KNOWLEDGE),
 )
 

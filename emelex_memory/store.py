@@ -13,14 +13,17 @@ from pathlib import Path
 
 import apsw
 
+from .compaction import CompactionMixin
 from .errors import InvalidInputError, LeaseHeldError, SessionNotFoundError, WorkspaceReplacedError
 from .files import ensure_private_dir
 from .knowledge import KnowledgeMixin
 from .leases import SessionLease, holder_label, new_token, token_digest
 from .opening import open_database, reinitialize_database
+from .queue import JobQueueMixin
 from .sessions import SESSION_COLUMNS, Session, WorkspaceIdentity, session_from_row
 from .settings import Settings
-from .transcript import ReplayPage, read_page
+from .summaries import read_view_page
+from .transcript import ReplayPage
 
 Clock = Callable[[], float]
 
@@ -33,7 +36,7 @@ class SessionPage:
     next_cursor: str | None
 
 
-class MemoryStore(KnowledgeMixin):
+class MemoryStore(KnowledgeMixin, JobQueueMixin, CompactionMixin):
     """One open Emelex database. Thread-safe; use it as a context manager or call `close()`."""
 
     def __init__(self, conn: apsw.Connection, path: Path, settings: Settings, clock: Clock = time.time) -> None:
@@ -252,4 +255,4 @@ class MemoryStore(KnowledgeMixin):
         if not isinstance(after_seq, int) or after_seq < 0:
             raise InvalidInputError(f"after_seq must be a non-negative integer, got {after_seq!r}")
         with self._read() as conn:
-            return read_page(conn, rowid, after_seq, limit, max_bytes)
+            return read_view_page(conn, rowid, after_seq, limit, max_bytes)

@@ -11,12 +11,15 @@ import typer
 from emelex_memory import MemoryStore, Settings
 from emelex_memory.doctor import diagnose
 
+from .jobs import compact, jobs_app
 from .knowledge import knowledge_app
 
 memory_app = typer.Typer(help="Inspect and maintain the memory store.", no_args_is_help=True)
 sessions_app = typer.Typer(help="List and inspect Sessions.", no_args_is_help=True)
 memory_app.add_typer(sessions_app, name="sessions")
 memory_app.add_typer(knowledge_app, name="knowledge")
+memory_app.add_typer(jobs_app, name="jobs")
+memory_app.command("compact")(compact)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
 

@@ -1,0 +1,228 @@
+"""Durable work queues: the jobs table, job kinds and the value types of the queue.
+
+A job is one unit of background work on one Session (compaction,
+distillation, ...). States:
+
+    pending --claim--> claimed --complete--> done
+       ^                  |  \\--fail (retryable, attempts left)--> pending (after the retry deadline)
+       |                  |  \\--fail (permanent or third failure)--> failed
+       |                  |  \\--worker lease expired (rescued at the next claim; counted)--> pending / failed
+       |                  \\--release (Session went live, shutdown; not counted)--> pending
+       +--retry_failed_job-- failed / cancelled <--cancel_job (operator; not counted)-- pending / claimed
+
+The store methods live in `queue.py`; this module holds the schema, the
+registry of job kinds with their completion functions, and the records.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import apsw
+
+from .errors import InvalidInputError, UnknownJobKindError
+from .jsonbound import encode_canonical
+
+if TYPE_CHECKING:
+    from .store import MemoryStore
+
+M003_JOBS = """
+CREATE TABLE jobs (
+    id INTEGER PRIMARY KEY,              -- internal key; list cursors page by it
+    uuid TEXT NOT NULL UNIQUE,           -- the public job ID; never changes, not even on retry
+    kind TEXT NOT NULL CHECK (length(kind) BETWEEN 1 AND 32),   -- a registered job kind, e.g. 'compaction'
+    session_id INTEGER NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    source_key TEXT NOT NULL CHECK (length(source_key) BETWEEN 1 AND 128),  -- idempotency key within (kind, Session)
+    source TEXT NOT NULL CHECK (length(source) <= 16384),   -- canonical JSON: the exact description of the work
+    state TEXT NOT NULL CHECK (state IN ('pending', 'claimed', 'done', 'failed', 'cancelled')),
+    attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),  -- failed attempts; reset only by retry_failed_job
+    due_at REAL NOT NULL,                -- retry deadline: a pending job is not claimed before it
+    lease_hash BLOB CHECK (lease_hash IS NULL OR length(lease_hash) = 32),  -- SHA-256 of the worker lease token
+    lease_holder TEXT CHECK (lease_holder IS NULL OR length(lease_holder) <= 200),  -- "pid@host", diagnostics only
+    lease_expires_at REAL,               -- a claim past this is rescued by the next claim as a counted failure
+    diagnostics TEXT NOT NULL DEFAULT '[]' CHECK (length(diagnostics) <= 8192),  -- canonical JSON list, newest last
+    result TEXT CHECK (result IS NULL OR length(result) <= 16384),  -- canonical JSON outcome of a done job
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    finished_at REAL,                    -- when the job became done, failed or cancelled
+    UNIQUE (kind, session_id, source_key),
+    CHECK ((state = 'claimed') = (lease_hash IS NOT NULL AND lease_holder IS NOT NULL AND lease_expires_at IS NOT NULL)),
+    CHECK ((state IN ('done', 'failed', 'cancelled')) = (finished_at IS NOT NULL)),
+    CHECK (state = 'done' OR result IS NULL)
+) STRICT;
+CREATE INDEX jobs_due ON jobs (due_at, id) WHERE state = 'pending';
+CREATE INDEX jobs_claim_expiry ON jobs (lease_expires_at) WHERE state = 'claimed';
+CREATE INDEX jobs_by_session ON jobs (session_id, kind, state);
+"""
+
+STATES = ("pending", "claimed", "done", "failed", "cancelled")
+TERMINAL_FAILED_STATES = ("failed", "cancelled")
+MAX_SOURCE_BYTES = 16384
+MAX_RESULT_BYTES = 16384
+MAX_DIAGNOSTIC_CHARS = 1000
+MAX_DIAGNOSTICS = 5
+MAX_DIAGNOSTICS_BYTES = 8192
+
+
+@dataclass(frozen=True)
+class JobDiagnostic:
+    """One bounded diagnostic of a job: when, after how many failed attempts, what happened, and a capped message.
+
+    `event` is one of "failure", "permanent", "expired", "released",
+    "cancelled", "reset".
+    """
+
+    at: float
+    attempts: int
+    event: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Job:
+    """A read-only snapshot of one job. `id` is the public job ID; `session_id` the public Session ID."""
+
+    id: str
+    kind: str
+    session_id: str
+    source_key: str
+    source: dict[str, Any]
+    state: str
+    attempts: int
+    due_at: float
+    lease_holder: str | None
+    lease_expires_at: float | None
+    diagnostics: tuple[JobDiagnostic, ...]
+    result: dict[str, Any] | None
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """A page of jobs, newest first. Pass `next_cursor` back to continue; it is None after the last page."""
+
+    jobs: list[Job]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """What `enqueue_job` did: the job, and whether it was created now (False: the same work was already queued)."""
+
+    job: Job
+    created: bool
+
+
+@dataclass(frozen=True)
+class CompletionContext:
+    """What a kind's completion function gets, inside the committing `BEGIN IMMEDIATE` transaction.
+
+    The worker lease and the Session's liveness have already been checked in
+    this transaction; the function re-checks anything else it depends on.
+    """
+
+    conn: apsw.Connection
+    store: MemoryStore
+    job: Job
+    job_rowid: int
+    session_rowid: int
+    now: float
+
+
+CompleteFn = Callable[[CompletionContext, Any], "Mapping[str, Any] | None"]
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """A registered job kind: its name and the function that applies a worker's result when the job completes.
+
+    `complete(ctx, result)` runs inside the completion transaction, writes the
+    kind's effect (e.g. a Summary event) and returns a small JSON mapping that
+    is recorded as the job's result; raising rolls everything back. With
+    `complete=None` the result itself (None or a JSON mapping) is recorded.
+    """
+
+    name: str
+    complete: CompleteFn | None = None
+
+
+_KINDS: dict[str, JobKind] = {}
+
+
+def register_job_kind(name: str, complete: CompleteFn | None = None, *, replace: bool = False) -> JobKind:
+    """Register a job kind (a lowercase identifier of 1-32 characters) for this process; return it.
+
+    Re-registering an existing name needs `replace=True`. Workers only claim
+    registered kinds, so register a kind before enqueueing or working it.
+    """
+    if not isinstance(name, str) or not name.isidentifier() or not name.islower() or not 1 <= len(name) <= 32:
+        raise InvalidInputError(f"a job kind is a lowercase identifier of 1-32 characters, got {name!r}")
+    if name in _KINDS and not replace and _KINDS[name].complete is not complete:
+        raise InvalidInputError(f"job kind {name!r} is already registered; pass replace=True to replace it")
+    kind = JobKind(name, complete)
+    _KINDS[name] = kind
+    return kind
+
+
+def job_kind(name: str) -> JobKind:
+    """The registered kind `name`; raise `UnknownJobKindError` if there is none."""
+    try:
+        return _KINDS[name]
+    except KeyError:
+        known = ", ".join(sorted(_KINDS)) or "none"
+        raise UnknownJobKindError(f"no job kind {name!r} is registered (known: {known})") from None
+
+
+def registered_kinds() -> tuple[str, ...]:
+    """Names of the job kinds registered in this process, sorted."""
+    return tuple(sorted(_KINDS))
+
+
+# -- encoding helpers shared by the queue ------------------------------------------
+
+
+def encode_json(value: object, *, max_bytes: int, what: str) -> str:
+    """Canonical JSON text of `value`, capped at `max_bytes`; raise a typed error otherwise."""
+    return encode_canonical(value, max_bytes=max_bytes, max_depth=32, what=what).decode("utf-8")
+
+
+def append_diagnostic(diagnostics_json: str, at: float, attempts: int, event: str, message: str) -> str:
+    """Return `diagnostics_json` with one more entry: the message capped to one printable line, the newest few
+    kept, the whole bounded in size."""
+    entries = json.loads(diagnostics_json)
+    line = "".join(c if c.isprintable() else " " for c in message[:MAX_DIAGNOSTIC_CHARS])
+    entries.append({"at": at, "attempts": attempts, "event": event, "message": line})
+    entries = entries[-MAX_DIAGNOSTICS:]
+    while True:
+        text = encode_json(entries, max_bytes=64 * 1024, what="job diagnostics")
+        if len(text) <= MAX_DIAGNOSTICS_BYTES or len(entries) == 1:
+            return text
+        entries = entries[1:]
+
+
+JOB_COLUMNS = (
+    "j.id, j.uuid, j.kind, s.uuid, j.source_key, j.source, j.state, j.attempts, j.due_at, j.lease_holder, "
+    "j.lease_expires_at, j.diagnostics, j.result, j.created_at, j.updated_at, j.finished_at"
+)
+JOB_FROM = "jobs j JOIN sessions s ON s.id = j.session_id"
+
+
+def job_from_row(row: tuple) -> Job:
+    """Build a `Job` from a row selected with `JOB_COLUMNS` (the first column, the internal id, is skipped)."""
+    (_, uuid, kind, session, key, source, state, attempts, due, holder, expires, diags, result, created, updated,
+     finished) = row
+    return Job(
+        uuid, kind, session, key, json.loads(source), state, attempts, due, holder, expires,
+        tuple(JobDiagnostic(d["at"], d["attempts"], d["event"], d["message"]) for d in json.loads(diags)),
+        None if result is None else json.loads(result), created, updated, finished,
+    )
+
+
+def job_size(row: tuple) -> int:
+    """A generous byte estimate of one job row, for byte-bounded pages."""
+    return 300 + len(row[5]) + len(row[11]) + len(row[12] or "")

@@ -1,0 +1,471 @@
+"""The work-queue half of `MemoryStore`: enqueue, claim, complete, fail, release, cancel, retry and list jobs.
+
+Every transition is one `BEGIN IMMEDIATE` transaction, and the worker lease
+(an opaque, expiring token of which only the SHA-256 is stored) is re-checked
+inside it: a stale worker's late write is refused with `WorkerLeaseLostError`.
+Claiming first rescues expired claims as counted failures, so no separate
+sweeper is needed. Retry deadlines come from `retry.RETRY_SCHEDULE`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import apsw
+
+from .connection import connect
+from .errors import InvalidInputError, JobNotFoundError, JobStateError, SessionLiveError, WorkerLeaseLostError
+from .jobs import (
+    JOB_COLUMNS,
+    JOB_FROM,
+    MAX_RESULT_BYTES,
+    MAX_SOURCE_BYTES,
+    STATES,
+    TERMINAL_FAILED_STATES,
+    CompletionContext,
+    Enqueued,
+    Job,
+    JobPage,
+    append_diagnostic,
+    encode_json,
+    job_from_row,
+    job_kind,
+    job_size,
+    registered_kinds,
+)
+from .leases import holder_label, new_token, token_digest
+from .retry import RETRY_SCHEDULE, retry_busy
+
+if TYPE_CHECKING:
+    from .store import MemoryStore
+
+RESCUE_BATCH = 100
+_LIVE_SESSION = (
+    "SELECT 1 FROM session_leases WHERE session_id = ? AND state = 'active' AND expires_at > ?"
+)
+
+
+def session_is_live(conn: apsw.Connection, session_rowid: int, now: float) -> bool:
+    """True while the Session has a live execution lease (state 'active', not expired)."""
+    return conn.execute(_LIVE_SESSION, (session_rowid, now)).fetchone() is not None
+
+
+def _failure_update(attempts: int, diagnostics: str, event: str, message: str, now: float, permanent: bool):
+    """The new (state, attempts, due_at, finished_at, diagnostics) of a job after one counted failure."""
+    failed = attempts + 1
+    terminal = permanent or RETRY_SCHEDULE.is_terminal(failed)
+    due = now if terminal else now + RETRY_SCHEDULE.delay(failed)
+    diags = append_diagnostic(diagnostics, now, failed, event, message)
+    return ("failed" if terminal else "pending", failed, due, now if terminal else None, diags)
+
+
+_RECORD_FAILURE = (
+    "UPDATE jobs SET state = ?, attempts = ?, due_at = ?, finished_at = ?, diagnostics = ?, lease_hash = NULL, "
+    "lease_holder = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?"
+)
+
+
+class JobClaim:
+    """A worker's authority over one claimed job; obtain one with `MemoryStore.claim_job`.
+
+    Call exactly one of `complete`, `fail` or `release`. Leaving a `with`
+    block without one releases the job best-effort (not counted) through a
+    zero-wait connection, retried a bounded number of times while busy.
+    """
+
+    def __init__(self, store: MemoryStore, rowid: int, session_rowid: int, job: Job, token: str, expires_at: float):
+        self._store = store
+        self._rowid = rowid
+        self._session_rowid = session_rowid
+        self.job = job
+        self._digest = token_digest(token)
+        self.expires_at = expires_at
+        self.ended = False
+
+    def __repr__(self) -> str:
+        return f"<JobClaim {self.job.kind} {self.job.id} expires_at={self.expires_at:.3f} ended={self.ended}>"
+
+    @property
+    def id(self) -> str:
+        """The public job ID."""
+        return self.job.id
+
+    @property
+    def store(self) -> MemoryStore:
+        """The store the job was claimed from, e.g. to read the job's source."""
+        return self._store
+
+    def complete(self, result: Any = None) -> Job:
+        """Apply `result` through the kind's completion function and mark the job done; see `MemoryStore.complete_job`."""
+        return self._store.complete_job(self, result)
+
+    def fail(self, message: str, *, permanent: bool = False) -> Job:
+        """Record a counted failure; see `MemoryStore.fail_job`."""
+        return self._store.fail_job(self, message, permanent=permanent)
+
+    def release(self, reason: str = "released by the worker") -> Job:
+        """Give the job back to pending without consuming an attempt; see `MemoryStore.release_job`."""
+        return self._store.release_job(self, reason)
+
+    def renew(self, ttl_s: float | None = None) -> float:
+        """Extend the worker lease by `ttl_s` (default `worker_lease_ttl_s`) from now; return the new expiry."""
+        return self._store.renew_job(self, ttl_s)
+
+    def close(self) -> None:
+        """Release best-effort if no outcome was recorded: zero-wait, bounded retries while busy, never raises."""
+        if self.ended:
+            return
+        self.ended = True
+        store = self._store
+        try:
+            conn = connect(store.path, busy_timeout_ms=0)
+        except Exception:
+            return
+        try:
+            retry_busy(lambda: self._release_on(conn, store.clock(), "worker stopped without an outcome"))
+        except Exception:
+            pass  # still busy or gone: the lease expires and the next claim rescues the job
+        finally:
+            conn.close()
+
+    def _release_on(self, conn: apsw.Connection, now: float, reason: str) -> None:
+        with conn:
+            row = conn.execute(
+                "SELECT attempts, diagnostics FROM jobs WHERE id = ? AND state = 'claimed' AND lease_hash = ? "
+                "AND lease_expires_at > ?",
+                (self._rowid, self._digest, now),
+            ).fetchone()
+            if row is not None:
+                conn.execute(
+                    "UPDATE jobs SET state = 'pending', lease_hash = NULL, lease_holder = NULL, "
+                    "lease_expires_at = NULL, diagnostics = ?, updated_at = ? WHERE id = ?",
+                    (append_diagnostic(row[1], now, row[0], "released", reason), now, self._rowid),
+                )
+
+    def __enter__(self) -> JobClaim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class JobQueueMixin:
+    """Work-queue methods of `MemoryStore`."""
+
+    # -- enqueueing and reading --------------------------------------------------------
+
+    def enqueue_job(
+        self: MemoryStore,
+        kind: str,
+        session_id: str,
+        source: Mapping[str, Any],
+        *,
+        source_key: str | None = None,
+        due_at: float | None = None,
+    ) -> Enqueued:
+        """Queue `kind` work on a Session, idempotently: the same (kind, Session, source key) is queued once.
+
+        `source` is a JSON mapping (at most 16 KiB canonical) that exactly
+        describes the work; `source_key` defaults to its canonical JSON and
+        must be 1-128 characters. Queueing work that exists, in any state,
+        returns that job unchanged with `created=False`.
+        """
+        job_kind(kind)
+        if not isinstance(source, Mapping):
+            raise InvalidInputError("a job source must be a JSON object (a mapping)")
+        source_json = encode_json(dict(source), max_bytes=MAX_SOURCE_BYTES, what="the job source")
+        key = source_json if source_key is None else source_key
+        if not isinstance(key, str) or not 1 <= len(key) <= 128:
+            raise InvalidInputError("a job source key must be a string of 1-128 characters; pass source_key=")
+        with self._write() as conn:
+            rowid = self._session_rowid(conn, session_id)
+            now = self.clock()
+            inserted = conn.execute(
+                "INSERT INTO jobs (uuid, kind, session_id, source_key, source, state, due_at, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?) ON CONFLICT (kind, session_id, source_key) DO NOTHING "
+                "RETURNING id",
+                (str(uuid.uuid4()), kind, rowid, key, source_json, now if due_at is None else due_at, now, now),
+            ).fetchall()
+            if inserted:
+                job_rowid = inserted[0][0]
+            else:
+                job_rowid = conn.execute(
+                    "SELECT id FROM jobs WHERE kind = ? AND session_id = ? AND source_key = ?", (kind, rowid, key)
+                ).fetchone()[0]
+            return Enqueued(self._job_by_rowid(conn, job_rowid), bool(inserted))
+
+    def get_job(self: MemoryStore, job_id: str) -> Job:
+        """A snapshot of one job by its public ID; raise `JobNotFoundError` if there is none."""
+        with self._read() as conn:
+            return job_from_row(self._job_row(conn, job_id))
+
+    def list_jobs(
+        self: MemoryStore,
+        *,
+        state: str | None = None,
+        kind: str | None = None,
+        session_id: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+        max_bytes: int | None = None,
+    ) -> JobPage:
+        """Page through jobs newest first, optionally of one state, kind and Session; bounded in items and bytes."""
+        if state is not None and state not in STATES:
+            raise InvalidInputError(f"job state must be one of {', '.join(STATES)}, got {state!r}")
+        where, params = [], []
+        if state is not None:
+            where.append("j.state = ?")
+            params.append(state)
+        if kind is not None:
+            where.append("j.kind = ?")
+            params.append(kind)
+        if session_id is not None:
+            where.append("s.uuid = ?")
+            params.append(session_id)
+        return self._job_page(where, params, cursor, limit, max_bytes)
+
+    def failed_jobs(
+        self: MemoryStore,
+        *,
+        kind: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+        max_bytes: int | None = None,
+    ) -> JobPage:
+        """Page through terminal jobs (failed, or cancelled by an operator) newest first, with bounded diagnostics."""
+        where, params = ["j.state IN ('failed', 'cancelled')"], []
+        if kind is not None:
+            where.append("j.kind = ?")
+            params.append(kind)
+        return self._job_page(where, params, cursor, limit, max_bytes)
+
+    def _job_page(self: MemoryStore, where: list[str], params: list, cursor, limit, max_bytes) -> JobPage:
+        limit, max_bytes = self._page_limits(limit, max_bytes)
+        if cursor is not None:
+            try:
+                where = [*where, "j.id < ?"]
+                params = [*params, int(cursor)]
+            except (TypeError, ValueError):
+                raise InvalidInputError(f"bad job cursor {cursor!r}; pass a next_cursor from a previous page") from None
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {JOB_COLUMNS} FROM {JOB_FROM} {clause} ORDER BY j.id DESC LIMIT ?", (*params, limit + 1)
+            ).fetchall()
+        jobs, total, last = [], 0, None
+        for row in rows[:limit]:
+            total += job_size(row)
+            if total > max_bytes and jobs:
+                break
+            jobs.append(job_from_row(row))
+            last = row
+        more = len(jobs) < len(rows)
+        return JobPage(jobs, str(last[0]) if more and last else None)
+
+    def _job_row(self: MemoryStore, conn: apsw.Connection, job_id: str) -> tuple:
+        row = conn.execute(f"SELECT {JOB_COLUMNS} FROM {JOB_FROM} WHERE j.uuid = ?", (job_id,)).fetchone()
+        if row is None:
+            raise JobNotFoundError(f"no job {job_id!r}; list them with `emelex memory jobs list`")
+        return row
+
+    def _job_by_rowid(self: MemoryStore, conn: apsw.Connection, rowid: int) -> Job:
+        return job_from_row(conn.execute(f"SELECT {JOB_COLUMNS} FROM {JOB_FROM} WHERE j.id = ?", (rowid,)).fetchone())
+
+    # -- claiming ------------------------------------------------------------------
+
+    def claim_job(self: MemoryStore, kinds: str | Iterable[str] | None = None, *, ttl_s: float | None = None) -> JobClaim | None:
+        """Claim the oldest due pending job of `kinds` (default: every registered kind); None when there is none.
+
+        One `BEGIN IMMEDIATE` transaction first rescues expired claims (each a
+        counted failure), then claims with one `UPDATE ... RETURNING`,
+        skipping jobs whose Session has a live execution lease. The worker
+        lease lasts `ttl_s` (default `worker_lease_ttl_s`).
+        """
+        names = registered_kinds() if kinds is None else (kinds,) if isinstance(kinds, str) else tuple(kinds)
+        for name in names:
+            job_kind(name)
+        if not names:
+            raise InvalidInputError("claim_job needs at least one job kind")
+        ttl = self._worker_ttl(ttl_s)
+        token = new_token()
+        marks = ", ".join("?" * len(names))
+        with self._write() as conn:
+            now = self.clock()
+            self._rescue(conn, now)
+            claimed = conn.execute(
+                "UPDATE jobs SET state = 'claimed', lease_hash = ?, lease_holder = ?, lease_expires_at = ?, "
+                "updated_at = ? WHERE id = (SELECT j.id FROM jobs j WHERE j.state = 'pending' AND j.due_at <= ? "
+                f"AND j.kind IN ({marks}) AND NOT EXISTS (SELECT 1 FROM session_leases l WHERE "
+                "l.session_id = j.session_id AND l.state = 'active' AND l.expires_at > ?) "
+                "ORDER BY j.due_at, j.id LIMIT 1) RETURNING id, session_id",
+                (token_digest(token), holder_label(), now + ttl, now, now, *names, now),
+            ).fetchall()
+            if not claimed:
+                return None
+            rowid, session_rowid = claimed[0]
+            job = self._job_by_rowid(conn, rowid)
+        return JobClaim(self, rowid, session_rowid, job, token, now + ttl)
+
+    def rescue_expired_jobs(self: MemoryStore) -> int:
+        """Turn up to 100 expired claims into counted failures (as every claim does first); return how many."""
+        with self._write() as conn:
+            return self._rescue(conn, self.clock())
+
+    def _rescue(self: MemoryStore, conn: apsw.Connection, now: float) -> int:
+        rows = conn.execute(
+            "SELECT id, attempts, diagnostics, lease_holder, lease_expires_at FROM jobs "
+            "WHERE state = 'claimed' AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?",
+            (now, RESCUE_BATCH),
+        ).fetchall()
+        for rowid, attempts, diags, holder, expired in rows:
+            message = f"worker lease of {holder} expired at {expired:.3f} without an outcome"
+            state, failed, due, finished, diags = _failure_update(attempts, diags, "expired", message, now, False)
+            conn.execute(_RECORD_FAILURE, (state, failed, due, finished, diags, now, rowid))
+        return len(rows)
+
+    def _worker_ttl(self: MemoryStore, ttl_s: float | None) -> float:
+        ttl = self.settings.worker_lease_ttl_s if ttl_s is None else ttl_s
+        if not 0 < ttl <= 86_400:
+            raise InvalidInputError(f"worker lease TTL must be between 0 and 86400 seconds, got {ttl}")
+        return ttl
+
+    # -- the worker's transitions --------------------------------------------------------
+
+    def _held(self: MemoryStore, conn: apsw.Connection, claim: JobClaim) -> tuple[tuple, float]:
+        """Inside a write transaction: verify `claim` still holds its job; return (attempts, diagnostics), now."""
+        if claim.ended:
+            raise WorkerLeaseLostError(f"the claim on job {claim.id} has already ended")
+        now = self.clock()
+        row = conn.execute(
+            "SELECT state, lease_hash, lease_expires_at, attempts, diagnostics FROM jobs WHERE id = ?", (claim._rowid,)
+        ).fetchone()
+        if row is None or row[0] != "claimed" or row[1] != claim._digest:
+            raise WorkerLeaseLostError(
+                f"this worker no longer holds job {claim.id} (cancelled, rescued or finished elsewhere); drop the result"
+            )
+        if row[2] <= now:
+            raise WorkerLeaseLostError(
+                f"the worker lease on job {claim.id} expired; the next claim counts it as a failure and retries it"
+            )
+        return row[3:], now
+
+    def complete_job(self: MemoryStore, claim: JobClaim, result: Any = None) -> Job:
+        """Complete a claimed job in one transaction: re-check the worker lease and that the Session is not live,
+        apply `result` through the kind's completion function, and mark the job done.
+
+        Raises `WorkerLeaseLostError` when the lease is no longer held,
+        `SessionLiveError` when the Session went live (release the job then),
+        or the completion function's error; in every case nothing is written.
+        """
+        kind = job_kind(claim.job.kind)
+        with self._write() as conn:
+            _, now = self._held(conn, claim)
+            if session_is_live(conn, claim._session_rowid, now):
+                raise SessionLiveError(
+                    f"Session {claim.job.session_id} of job {claim.id} became live; interactive use wins, release "
+                    "the job"
+                )
+            ctx = CompletionContext(conn, self, claim.job, claim._rowid, claim._session_rowid, now)
+            outcome = kind.complete(ctx, result) if kind.complete is not None else result
+            if outcome is not None and not isinstance(outcome, Mapping):
+                raise InvalidInputError(f"the result of a {kind.name} job must be None or a JSON object")
+            text = None if outcome is None else encode_json(dict(outcome), max_bytes=MAX_RESULT_BYTES, what="the job result")
+            conn.execute(
+                "UPDATE jobs SET state = 'done', result = ?, finished_at = ?, updated_at = ?, lease_hash = NULL, "
+                "lease_holder = NULL, lease_expires_at = NULL WHERE id = ?",
+                (text, now, now, claim._rowid),
+            )
+            job = self._job_by_rowid(conn, claim._rowid)
+        claim.ended = True
+        claim.job = job
+        return job
+
+    def fail_job(self: MemoryStore, claim: JobClaim, message: str, *, permanent: bool = False) -> Job:
+        """Record one counted failure of a claimed job with a bounded diagnostic `message`.
+
+        A retryable failure returns the job to pending with the next retry
+        deadline of `RETRY_SCHEDULE`; a permanent one, or the third failure,
+        leaves it terminally failed. Raises `WorkerLeaseLostError` (writing
+        nothing) when this worker no longer holds the job.
+        """
+        if not isinstance(message, str) or not message.strip():
+            raise InvalidInputError("a job failure needs a non-empty message")
+        with self._write() as conn:
+            (attempts, diags), now = self._held(conn, claim)
+            update = _failure_update(attempts, diags, "permanent" if permanent else "failure", message, now, permanent)
+            conn.execute(_RECORD_FAILURE, (*update, now, claim._rowid))
+            job = self._job_by_rowid(conn, claim._rowid)
+        claim.ended = True
+        claim.job = job
+        return job
+
+    def release_job(self: MemoryStore, claim: JobClaim, reason: str = "released by the worker") -> Job:
+        """Return a claimed job to pending without consuming an attempt (Session went live, worker shutting down).
+
+        Raises `WorkerLeaseLostError` (writing nothing) when this worker no
+        longer holds the job.
+        """
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidInputError("releasing a job needs a non-empty reason")
+        with self._write() as conn:
+            (attempts, diags), now = self._held(conn, claim)
+            conn.execute(
+                "UPDATE jobs SET state = 'pending', due_at = min(due_at, ?), diagnostics = ?, lease_hash = NULL, "
+                "lease_holder = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?",
+                (now, append_diagnostic(diags, now, attempts, "released", reason), now, claim._rowid),
+            )
+            job = self._job_by_rowid(conn, claim._rowid)
+        claim.ended = True
+        claim.job = job
+        return job
+
+    def renew_job(self: MemoryStore, claim: JobClaim, ttl_s: float | None = None) -> float:
+        """Extend a held worker lease by `ttl_s` (default `worker_lease_ttl_s`) from now; return the new expiry."""
+        ttl = self._worker_ttl(ttl_s)
+        with self._write() as conn:
+            _, now = self._held(conn, claim)
+            conn.execute("UPDATE jobs SET lease_expires_at = ?, updated_at = ? WHERE id = ?", (now + ttl, now, claim._rowid))
+        claim.expires_at = now + ttl
+        return claim.expires_at
+
+    # -- the operator's transitions ---------------------------------------------------------
+
+    def cancel_job(self: MemoryStore, job_id: str, *, reason: str = "cancelled by the operator") -> Job:
+        """Cancel a pending or claimed job: it becomes terminal ('cancelled') without consuming an attempt.
+
+        A worker holding it loses its authority (its late write is refused).
+        Raises `JobStateError` for a job that is already done, failed or
+        cancelled. `retry_failed_job` puts a cancelled job back in the queue.
+        """
+        with self._write() as conn:
+            row = self._job_row(conn, job_id)
+            if row[6] not in ("pending", "claimed"):
+                raise JobStateError(f"job {job_id} is {row[6]}; only pending or claimed jobs can be cancelled")
+            now = self.clock()
+            conn.execute(
+                "UPDATE jobs SET state = 'cancelled', finished_at = ?, diagnostics = ?, lease_hash = NULL, "
+                "lease_holder = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?",
+                (now, append_diagnostic(row[11], now, row[7], "cancelled", reason), now, row[0]),
+            )
+            return self._job_by_rowid(conn, row[0])
+
+    def retry_failed_job(self: MemoryStore, job_id: str) -> Job:
+        """Reset one terminal (failed or cancelled) job to pending, due now, with its failed-attempt count cleared.
+
+        Its ID, kind, Session and source provenance stay exactly as they
+        were; the diagnostics keep their history plus a "reset" entry. Raises
+        `JobStateError` for a job that is pending, claimed or done.
+        """
+        with self._write() as conn:
+            row = self._job_row(conn, job_id)
+            if row[6] not in TERMINAL_FAILED_STATES:
+                raise JobStateError(f"job {job_id} is {row[6]}; only failed or cancelled jobs can be retried")
+            now = self.clock()
+            conn.execute(
+                "UPDATE jobs SET state = 'pending', attempts = 0, due_at = ?, finished_at = NULL, diagnostics = ?, "
+                "updated_at = ? WHERE id = ?",
+                (now, append_diagnostic(row[11], now, row[7], "reset", f"reset to pending from {row[6]}"), now, row[0]),
+            )
+            return self._job_by_rowid(conn, row[0])

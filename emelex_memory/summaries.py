@@ -1,0 +1,253 @@
+"""Summary events: appending them with provenance, verifying them, and the summary-aware replay view.
+
+A Summary is an ordinary transcript row of kind "summary", appended at the end
+of the Session (next seq, its own turn) by a compaction job's completion. A
+`summaries` row records its provenance: the job, the source prefix it replaces
+(base Summary, event count, first/last event IDs, newest covered raw seq) and
+the digests of that source and of the Summary's own payload.
+
+Replay view of a Session whose newest Summary S covers raw seqs up to K:
+S first (after its provenance verifies), then every non-Summary event with
+seq > K, by seq. The raw prefix S replaced, and older Summaries, are never
+shown. Page cursors stay raw seqs: the page holding S continues from K, and
+skipped Summary rows still advance the cursor, so paging to the end reaches
+the Session's last seq and a lease can append afterwards. Sessions without a
+Summary pay one indexed lookup per page and read through `read_page` as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import apsw
+
+from .errors import SourceChangedError, SummaryProvenanceError
+from .jobs import CompletionContext
+from .jsonbound import encode_canonical
+from .source_digest import SourceFacts, digest_source, summary_digest
+from .transcript import SUMMARY_KIND, ReplayPage, read_page
+
+M003_SUMMARIES = """
+CREATE TABLE summaries (
+    event_id INTEGER PRIMARY KEY REFERENCES events (id) ON DELETE CASCADE,  -- the Summary event itself
+    session_id INTEGER NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    job_id INTEGER NOT NULL REFERENCES jobs (id),  -- the compaction job; it cannot be deleted while this row exists
+    base_event_id INTEGER,               -- the Summary this one compacted again; NULL for a Session's first
+    through_seq INTEGER NOT NULL CHECK (through_seq >= 1),  -- newest raw seq covered; replay shows later events
+    source_count INTEGER NOT NULL CHECK (source_count >= 1),  -- events in the source prefix (base Summary included)
+    first_event_id INTEGER NOT NULL,
+    last_event_id INTEGER NOT NULL,
+    source_digest BLOB NOT NULL CHECK (length(source_digest) = 32),    -- see source_digest.py
+    summary_digest BLOB NOT NULL CHECK (length(summary_digest) = 32),  -- over the Summary event's payload bytes
+    model_ref TEXT CHECK (model_ref IS NULL OR length(model_ref) <= 512),  -- model snapshot reference, when known
+    created_at REAL NOT NULL
+) STRICT;
+CREATE INDEX summaries_by_session ON summaries (session_id, event_id);
+"""
+
+SOURCE_FIELDS = ("base_summary_id", "count", "digest", "first_event_id", "last_event_id", "through_seq")
+_NEWEST = "SELECT event_id, through_seq FROM summaries WHERE session_id = ? ORDER BY event_id DESC LIMIT 1"
+_RECORD = (
+    "SELECT s.job_id, s.base_event_id, s.through_seq, s.source_count, s.first_event_id, s.last_event_id, "
+    "s.source_digest, s.summary_digest, s.model_ref, e.session_id, e.kind, e.payload, e.seq, j.uuid, j.kind, "
+    "j.state, j.result, j.session_id FROM summaries s JOIN events e ON e.id = s.event_id "
+    "JOIN jobs j ON j.id = s.job_id WHERE s.event_id = ?"
+)
+
+
+def newest_summary(conn: apsw.Connection, session_rowid: int) -> tuple[int, int] | None:
+    """(event ID, covered-through seq) of the Session's newest Summary, or None."""
+    return conn.execute(_NEWEST, (session_rowid,)).fetchone()
+
+
+def through_seq_of(conn: apsw.Connection, session_rowid: int, summary_event_id: int | None) -> int | None:
+    """The newest raw seq a Summary covers (0 for no Summary); None when there is no such Summary in the Session."""
+    if summary_event_id is None:
+        return 0
+    row = conn.execute(
+        "SELECT through_seq FROM summaries WHERE event_id = ? AND session_id = ?", (summary_event_id, session_rowid)
+    ).fetchone()
+    return None if row is None else row[0]
+
+
+def source_matches(facts: SourceFacts, source: Mapping[str, Any]) -> bool:
+    """True when recomputed source facts equal a recorded source description."""
+    return (facts.count, facts.first_event_id, facts.last_event_id, facts.digest) == (
+        source["count"], source["first_event_id"], source["last_event_id"], source["digest"]
+    )
+
+
+def provenance(job_id: str, source: Mapping[str, Any], model_ref: str | None) -> dict[str, Any]:
+    """The provenance a Summary event carries: job ID, exact source prefix and digest, model snapshot reference."""
+    return {"job": job_id, "model": model_ref, "source": {k: source[k] for k in SOURCE_FIELDS}}
+
+
+# -- appending (inside a compaction job's completion transaction) ---------------------------
+
+
+def append_summary(ctx: CompletionContext, text: str, model_ref: str | None) -> dict[str, Any]:
+    """Re-check the job's boundary and source bytes, then append the Summary event and its provenance record.
+
+    Raises `SourceChangedError` when another Summary was committed since the
+    job was planned or the source prefix no longer matches its digest; the
+    caller's transaction then rolls back and nothing is written.
+    """
+    conn, rowid, source = ctx.conn, ctx.session_rowid, ctx.job.source
+    newest = newest_summary(conn, rowid)
+    base = source["base_summary_id"]
+    if (newest[0] if newest else None) != base:
+        raise SourceChangedError(
+            f"compaction job {ctx.job.id} was planned on a Summary boundary that has changed; plan compaction again"
+        )
+    base_through = through_seq_of(conn, rowid, base)
+    facts = digest_source(conn, rowid, base, base_through or 0, source["through_seq"])
+    if not source_matches(facts, source):
+        raise SourceChangedError(
+            f"the source of compaction job {ctx.job.id} no longer matches its digest; plan compaction again"
+        )
+    settings = ctx.store.settings
+    payload = encode_canonical(
+        {"provenance": provenance(ctx.job.id, source, model_ref), "text": text},
+        max_bytes=settings.max_event_bytes, max_depth=8, what="the Summary",
+    )
+    last_seq, last_turn = conn.execute("SELECT last_seq, last_turn FROM sessions WHERE id = ?", (rowid,)).fetchone()
+    event_id = conn.execute(
+        "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, created_at) "
+        "VALUES (?, ?, ?, 0, ?, ?, ?, ?) RETURNING id",
+        (rowid, last_seq + 1, last_turn + 1, SUMMARY_KIND, payload.decode("utf-8"), len(payload), ctx.now),
+    ).fetchone()[0]
+    conn.execute(
+        "UPDATE sessions SET last_seq = ?, last_turn = ?, updated_at = ?, event_bytes = event_bytes + ? WHERE id = ?",
+        (last_seq + 1, last_turn + 1, ctx.now, len(payload), rowid),
+    )
+    conn.execute(
+        "INSERT INTO summaries (event_id, session_id, job_id, base_event_id, through_seq, source_count, "
+        "first_event_id, last_event_id, source_digest, summary_digest, model_ref, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (event_id, rowid, ctx.job_rowid, base, source["through_seq"], facts.count, facts.first_event_id,
+         facts.last_event_id, bytes.fromhex(facts.digest), summary_digest(payload), model_ref, ctx.now),
+    )
+    return {"summary_event_id": event_id, "summary_seq": last_seq + 1}
+
+
+# -- verification ------------------------------------------------------------------
+
+
+def verify_summary(conn: apsw.Connection, session_rowid: int, event_id: int) -> None:
+    """Verify one Summary's provenance; raise `SummaryProvenanceError` saying what does not verify.
+
+    Checks the Summary payload against its digest, the provenance in the
+    payload against the record, the producing job (done, same Session,
+    pointing at this event), the chain to the previous Summary, and the
+    source prefix's count, first/last IDs and digest recomputed from the
+    events themselves.
+    """
+
+    def bad(what: str) -> SummaryProvenanceError:
+        return SummaryProvenanceError(
+            f"Summary event {event_id} does not verify: {what}; the history may have been tampered with, "
+            "restore the database from a backup"
+        )
+
+    row = conn.execute(_RECORD, (event_id,)).fetchone()
+    if row is None:
+        raise bad("its provenance record or compaction job is missing")
+    (job_rowid, base, through, count, first, last, src_digest, sum_digest, model_ref, ev_session, ev_kind, payload,
+     _seq, job_uuid, job_kind, job_state, job_result, job_session) = row
+    if ev_session != session_rowid or job_session != session_rowid or ev_kind != SUMMARY_KIND:
+        raise bad("it does not belong to this Session")
+    if summary_digest(payload.encode("utf-8")) != sum_digest:
+        raise bad("its content differs from the digest recorded when it was written")
+    source = {"base_summary_id": base, "count": count, "digest": src_digest.hex(), "first_event_id": first,
+              "last_event_id": last, "through_seq": through}
+    try:
+        document = json.loads(payload)
+        recorded = document["provenance"]
+        text_ok = isinstance(document["text"], str)
+    except (ValueError, TypeError, KeyError):
+        raise bad("its payload is not a Summary document") from None
+    if recorded != provenance(job_uuid, source, model_ref) or not text_ok:
+        raise bad("its provenance differs from the recorded one")
+    if job_kind != "compaction" or job_state != "done" or json.loads(job_result or "{}").get("summary_event_id") != event_id:
+        raise bad(f"compaction job {job_uuid} did not produce it")
+    previous = conn.execute(
+        "SELECT event_id FROM summaries WHERE session_id = ? AND event_id < ? ORDER BY event_id DESC LIMIT 1",
+        (session_rowid, event_id),
+    ).fetchone()
+    if (previous[0] if previous else None) != base:
+        raise bad("the Summary it compacted again is not the previous Summary")
+    base_through = through_seq_of(conn, session_rowid, base)
+    if base_through is None or base_through >= through:
+        raise bad("its base Summary's record is missing or covers more than it does")
+    if not source_matches(digest_source(conn, session_rowid, base, base_through, through), source):
+        raise bad("the source events it replaced no longer match the recorded digest")
+
+
+# -- paging -----------------------------------------------------------------------
+
+
+@contextmanager
+def _snapshot(conn: apsw.Connection) -> Iterator[None]:
+    """A read transaction, so a multi-statement read sees one consistent database state."""
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN DEFERRED")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")
+
+
+def _summary_event_page(conn: apsw.Connection, session_rowid: int, event_id: int, max_bytes: int) -> ReplayPage:
+    seq = conn.execute("SELECT seq FROM events WHERE id = ?", (event_id,)).fetchone()[0]
+    return read_page(conn, session_rowid, seq - 1, 1, max_bytes)
+
+
+def read_view_page(conn: apsw.Connection, session_rowid: int, after_seq: int, limit: int, max_bytes: int) -> ReplayPage:
+    """One page of the Session's replay view after raw seq `after_seq`, bounded by `limit` items and `max_bytes`.
+
+    `max_bytes` must be at least the per-event cap. Raises
+    `SummaryProvenanceError` when the newest Summary, which this page would
+    show, does not verify.
+    """
+    if conn.execute(_NEWEST, (session_rowid,)).fetchone() is None:
+        return read_page(conn, session_rowid, after_seq, limit, max_bytes)
+    with _snapshot(conn):
+        event_id, through = newest_summary(conn, session_rowid)
+        head = []
+        if after_seq < through:
+            verify_summary(conn, session_rowid, event_id)
+            head = _summary_event_page(conn, session_rowid, event_id, max_bytes).events
+            limit, max_bytes, after_seq = limit - 1, max_bytes - head[0].size, through
+        page = read_page(conn, session_rowid, after_seq, limit, max_bytes)
+    return dataclasses.replace(page, events=head + [e for e in page.events if e.kind != SUMMARY_KIND])
+
+
+def read_source_page(
+    conn: apsw.Connection, session_rowid: int, source: Mapping[str, Any], after_seq: int, limit: int, max_bytes: int
+) -> ReplayPage:
+    """One page of a compaction job's source prefix in replay order (base Summary first), cursor as in replay.
+
+    Raises `SourceChangedError` when the job's base Summary no longer exists.
+    """
+    base, through = source["base_summary_id"], source["through_seq"]
+    with _snapshot(conn):
+        base_through = through_seq_of(conn, session_rowid, base)
+        if base_through is None:
+            raise SourceChangedError(f"the base Summary {base} of this compaction source is gone; plan compaction again")
+        head = []
+        if base is not None and after_seq < base_through:
+            head = _summary_event_page(conn, session_rowid, base, max_bytes).events
+            limit, max_bytes = limit - 1, max_bytes - head[0].size
+        start = max(after_seq, base_through)
+        page = read_page(conn, session_rowid, start, limit, max_bytes)
+    within = [e for e in page.events if e.seq <= through]
+    next_cursor = within[-1].seq if within else start
+    done = page.done or len(within) < len(page.events) or next_cursor >= through
+    events = head + [e for e in within if e.kind != SUMMARY_KIND]
+    return dataclasses.replace(page, events=events, next_cursor=next_cursor, done=done)

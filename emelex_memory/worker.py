@@ -1,0 +1,106 @@
+"""The library worker: claim one job, run a handler, record the outcome with the queue's rules.
+
+`emelex memory work` is a thin loop over `run_one_job`. A handler is any
+callable taking the `JobClaim` and returning the result its kind's completion
+function expects (a `SummaryDraft` for compaction). How its exceptions count:
+
+- returns normally: the job completes (Summary appended, ...);
+- `SessionLiveError` (from the handler or from completion): released to
+  pending, no attempt consumed: interactive execution wins;
+- `TransientJobError`: retried in-process (tenacity, bounded; the worker
+  lease is renewed before each retry), then counted as a retryable failure;
+- `PermanentJobError` (e.g. `SourceTooLargeError`) or `SourceChangedError`:
+  terminal at once;
+- any other `Exception`: a retryable failure with a bounded diagnostic;
+- `WorkerLeaseLostError`: nothing is recorded; the lease is gone;
+- `KeyboardInterrupt`/`SystemExit`: released best-effort (not counted), then re-raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import tenacity
+from tenacity.wait import wait_base
+
+from .errors import PermanentJobError, SessionLiveError, SourceChangedError, TransientJobError, WorkerLeaseLostError
+from .jobs import Job
+from .queue import JobClaim
+from .retry import bounded_retrying
+
+if TYPE_CHECKING:
+    from .store import MemoryStore
+
+JobHandler = Callable[[JobClaim], Any]
+TRANSIENT_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What one worker step did with a job.
+
+    `status`: "done", "retrying" (counted failure, pending until
+    `job.due_at`), "failed" (terminal), "released" (pending again, not
+    counted) or "lost" (the worker lease was gone; nothing recorded).
+    `job` is the job as this worker last saw it; `detail` is a one-line note.
+    """
+
+    job: Job
+    status: str
+    detail: str
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line diagnostic for an exception: its type and message."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def run_one_job(
+    store: MemoryStore,
+    handler: JobHandler,
+    *,
+    kinds: str | Iterable[str] | None = None,
+    ttl_s: float | None = None,
+    transient_attempts: int = TRANSIENT_ATTEMPTS,
+    transient_wait: wait_base | None = None,
+) -> JobOutcome | None:
+    """Claim the oldest due job of `kinds` (default: every registered kind), run `handler` on it, record the outcome.
+
+    Returns None when no job is due. `transient_attempts` bounds the
+    in-process tries of a handler raising `TransientJobError`, waiting
+    `transient_wait` between them (default: 1 s doubling, at most 10 s).
+    """
+    claim = store.claim_job(kinds, ttl_s=ttl_s)
+    if claim is None:
+        return None
+    with claim:
+        try:
+            result = bounded_retrying(
+                TransientJobError,
+                attempts=transient_attempts,
+                wait=transient_wait if transient_wait is not None else tenacity.wait_exponential(multiplier=1, max=10),
+                before_sleep=lambda _state: claim.renew(),
+            )(handler, claim)
+            return JobOutcome(claim.complete(result), "done", "completed")
+        except WorkerLeaseLostError as exc:
+            return JobOutcome(claim.job, "lost", describe(exc))
+        except SessionLiveError as exc:
+            return _settle(claim, lambda: claim.release(describe(exc)), describe(exc))
+        except (PermanentJobError, SourceChangedError) as exc:
+            return _settle(claim, lambda: claim.fail(describe(exc), permanent=True), describe(exc))
+        except Exception as exc:  # any handler failure is recorded, and the worker goes on
+            return _settle(claim, lambda: claim.fail(describe(exc)), describe(exc))
+
+
+def _settle(claim: JobClaim, record: Callable[[], Job], detail: str) -> JobOutcome:
+    try:
+        job = record()
+    except WorkerLeaseLostError as exc:
+        return JobOutcome(claim.job, "lost", describe(exc))
+    if job.state == "failed":
+        return JobOutcome(job, "failed", detail)
+    last = job.diagnostics[-1].event if job.diagnostics else ""
+    return JobOutcome(job, "released" if last == "released" else "retrying", detail)

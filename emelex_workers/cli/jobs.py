@@ -1,0 +1,127 @@
+"""`emelex memory jobs list|failed|retry|cancel` and `emelex memory compact SESSION`.
+
+These commands only inspect and steer the durable work queues; they never run
+inference. `emelex memory compact` plans and queues compaction, and a worker
+(`emelex memory work`, or the library's `run_one_job`) performs it later.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from typing import Annotated, Optional
+
+import typer
+
+from emelex_memory import CompactionPolicy, Job, MemoryStore, Settings
+
+jobs_app = typer.Typer(help="Inspect and steer the compaction and distillation work queues.", no_args_is_help=True)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
+JobArg = Annotated[str, typer.Argument(help="Job ID.")]
+LimitOpt = Annotated[int, typer.Option(help="Jobs per page.")]
+CursorOpt = Annotated[Optional[str], typer.Option(help="next_cursor printed by the previous page.")]
+
+
+def _settings(ctx: typer.Context) -> Settings:
+    return ctx.find_root().obj
+
+
+def _when(ts: float | None) -> str:
+    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def job_dict(job: Job) -> dict:
+    """A job as plain JSON-ready data."""
+    return asdict(job)
+
+
+def _line(job: Job) -> str:
+    due = f" due {_when(job.due_at)}" if job.state == "pending" else ""
+    held = f" by {job.lease_holder} until {_when(job.lease_expires_at)}" if job.state == "claimed" else ""
+    return f"{job.id}  {job.kind:<12} {job.state:<9} attempts {job.attempts}{due}{held}  Session {job.session_id}"
+
+
+def _print_page(jobs: list[Job], next_cursor: str | None, as_json: bool, *, diagnostics: bool, empty: str) -> None:
+    if as_json:
+        typer.echo(json.dumps({"jobs": [job_dict(j) for j in jobs], "next_cursor": next_cursor}))
+        return
+    for job in jobs:
+        typer.echo(_line(job))
+        for d in job.diagnostics if diagnostics else ():
+            typer.echo(f"    {_when(d.at)}  {d.event:<9} after {d.attempts} failed  {d.message}")
+    if not jobs:
+        typer.echo(empty)
+    if next_cursor:
+        typer.echo(f"more: --cursor {next_cursor}")
+
+
+@jobs_app.command("list")
+def jobs_list(
+    ctx: typer.Context,
+    state: Annotated[Optional[str], typer.Option(help="pending, claimed, done, failed or cancelled.")] = None,
+    kind: Annotated[Optional[str], typer.Option(help="Only jobs of this kind, e.g. compaction.")] = None,
+    session: Annotated[Optional[str], typer.Option(help="Only jobs of this Session.")] = None,
+    limit: LimitOpt = 50,
+    cursor: CursorOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List jobs, newest first."""
+    with MemoryStore.open(_settings(ctx)) as store:
+        page = store.list_jobs(state=state, kind=kind, session_id=session, cursor=cursor, limit=limit)
+    _print_page(page.jobs, page.next_cursor, as_json, diagnostics=False, empty="no jobs")
+
+
+@jobs_app.command("failed")
+def jobs_failed(
+    ctx: typer.Context,
+    kind: Annotated[Optional[str], typer.Option(help="Only jobs of this kind.")] = None,
+    limit: LimitOpt = 20,
+    cursor: CursorOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List terminal jobs (failed, or cancelled) with their diagnostics, newest first."""
+    with MemoryStore.open(_settings(ctx)) as store:
+        page = store.failed_jobs(kind=kind, cursor=cursor, limit=limit)
+    _print_page(page.jobs, page.next_cursor, as_json, diagnostics=True, empty="no failed jobs")
+
+
+@jobs_app.command("retry")
+def jobs_retry(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> None:
+    """Reset a failed or cancelled job to pending (same ID and source, failed attempts cleared)."""
+    with MemoryStore.open(_settings(ctx)) as store:
+        done = store.retry_failed_job(job)
+    typer.echo(json.dumps(job_dict(done)) if as_json else f"job {done.id} is pending again; a worker will run it")
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> None:
+    """Cancel a pending or claimed job without consuming an attempt; `jobs retry` brings it back."""
+    with MemoryStore.open(_settings(ctx)) as store:
+        done = store.cancel_job(job)
+    typer.echo(json.dumps(job_dict(done)) if as_json else f"job {done.id} cancelled")
+
+
+def compact(
+    ctx: typer.Context,
+    session: Annotated[str, typer.Argument(help="Session ID.")],
+    context_window: Annotated[int, typer.Option(help="The model's context window in tokens.", min=1)],
+    force: Annotated[bool, typer.Option("--force", help="Compact below the trigger (all but the kept turns).")] = False,
+    preserve_turns: Annotated[int, typer.Option(help="Newest turns always kept.", min=0)] = 4,
+    as_json: JsonFlag = False,
+) -> None:
+    """Plan compaction of a Session and queue it; print what was queued or why nothing was.
+
+    Tokens are estimated as one per 4 bytes of each event until a model's
+    tokenizer is bound. Nothing runs here: `emelex memory work` performs the
+    job once no one holds the Session.
+    """
+    policy = CompactionPolicy(preserve_turns=preserve_turns)
+    with MemoryStore.open(_settings(ctx)) as store:
+        queued = store.queue_compaction(session, context_window=context_window, policy=policy, force=force)
+    if as_json:
+        typer.echo(json.dumps({"plan": asdict(queued.plan), "job": queued.job and job_dict(queued.job),
+                               "created": queued.created, "reason": queued.reason}))
+    else:
+        typer.echo(queued.reason)

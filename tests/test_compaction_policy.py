@@ -1,0 +1,104 @@
+"""Property-based tests of `CompactionPolicy` (hypothesis): pure selection, and planning over real Sessions."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from emelex_memory import CompactionPolicy, Event, InvalidInputError, MemoryStore, NewEvent, Settings
+
+
+@st.composite
+def policies(draw) -> CompactionPolicy:
+    trigger = draw(st.floats(min_value=0.05, max_value=1.0))
+    target = trigger * draw(st.floats(min_value=0.01, max_value=1.0))
+    return CompactionPolicy(trigger_ratio=trigger, target_ratio=target, preserve_turns=draw(st.integers(0, 6)))
+
+
+def _tail(tokens: list[int], k: int) -> int:
+    return sum(tokens[k:])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    policy=policies(),
+    tokens=st.lists(st.integers(0, 500), max_size=30),
+    window=st.integers(1, 8000),
+    min_turns=st.integers(1, 2),
+    force=st.booleans(),
+)
+def test_selection_keeps_the_newest_turns_and_reaches_the_target_whenever_possible(
+    policy: CompactionPolicy, tokens: list[int], window: int, min_turns: int, force: bool
+) -> None:
+    k = policy.select(tokens, window, min_turns=min_turns, force=force)
+    most = len(tokens) - policy.preserve_turns
+    assert isinstance(k, int)
+    assert k == 0 or min_turns <= k <= most  # whole turns only, and the newest preserve_turns are always kept
+    triggered = sum(tokens) >= policy.trigger_ratio * window
+    if most < min_turns or not (force or triggered):
+        assert k == 0
+        return
+    if force:
+        assert k == most
+        return
+    target = policy.target_ratio * window
+    reachable = [j for j in range(min_turns, most + 1) if _tail(tokens, j) <= target]
+    if reachable:
+        assert _tail(tokens, k) <= target and k == reachable[0]  # reaches the target, compacting no more than needed
+    else:
+        assert k == most  # the best it can do
+
+
+def test_policy_defaults_and_validation() -> None:
+    p = CompactionPolicy()
+    assert (p.trigger_ratio, p.target_ratio, p.preserve_turns) == (0.8, 0.5, 4)
+    for bad in ({"trigger_ratio": 0}, {"trigger_ratio": 1.5}, {"target_ratio": 0.9}, {"preserve_turns": -1},
+                {"preserve_turns": 1.5}, {"target_ratio": True}):
+        with pytest.raises(InvalidInputError):
+            CompactionPolicy(**bad)
+    with pytest.raises(InvalidInputError):
+        p.select([1, 2, 3], 0)
+
+
+def _event_tokens(event: Event) -> int:
+    return event.payload["t"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    turns=st.lists(st.lists(st.integers(0, 300), min_size=1, max_size=4), min_size=1, max_size=10),
+    window=st.integers(200, 4000),
+    preserve=st.integers(0, 4),
+)
+def test_planning_a_real_session_never_splits_a_turn_and_keeps_the_newest_turns(
+    turns: list[list[int]], window: int, preserve: int
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "db").mkdir(mode=0o700)
+        (root / "ws").mkdir()
+        with MemoryStore.open_path(root / "db" / "p.sqlite3", Settings(home=root / "home")) as store:
+            session = store.create_session(root / "ws")
+            with store.acquire_lease(session.id, root / "ws") as lease:
+                lease.replay()
+                for turn in turns:
+                    lease.append_turn([NewEvent("user", {"t": t}) for t in turn])
+                lease.release()
+            policy = CompactionPolicy(preserve_turns=preserve)
+            plan = store.plan_compaction(session.id, context_window=window, count_tokens=_event_tokens, policy=policy)
+            events = store.replay(session.id).events
+    if plan.source is None:
+        assert plan.compact_turns == 0
+        return
+    boundary = plan.source["through_seq"]
+    inside = [e for e in events if e.seq <= boundary]
+    outside = [e for e in events if e.seq > boundary]
+    assert inside and inside[-1].turn != (outside[0].turn if outside else None)  # never splits a turn
+    assert len({e.turn for e in outside}) >= preserve  # the newest turns stay
+    assert plan.source["count"] == len(inside) == sum(len(t) for t in turns[: plan.compact_turns])
+    assert plan.source["tail_tokens"] == sum(e.payload["t"] for e in outside)
+    assert plan.source["source_tokens"] == sum(e.payload["t"] for e in inside)
