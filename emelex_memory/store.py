@@ -16,6 +16,7 @@ import apsw
 from .compaction import CompactionMixin
 from .errors import InvalidInputError, LeaseHeldError, SessionNotFoundError, WorkspaceReplacedError
 from .files import ensure_private_dir
+from .distillation import DistillationMixin
 from .knowledge import KnowledgeMixin
 from .leases import SessionLease, holder_label, new_token, token_digest
 from .opening import open_database, reinitialize_database
@@ -36,7 +37,7 @@ class SessionPage:
     next_cursor: str | None
 
 
-class MemoryStore(KnowledgeMixin, JobQueueMixin, CompactionMixin):
+class MemoryStore(KnowledgeMixin, DistillationMixin, JobQueueMixin, CompactionMixin):
     """One open Emelex database. Thread-safe; use it as a context manager or call `close()`."""
 
     def __init__(self, conn: apsw.Connection, path: Path, settings: Settings, clock: Clock = time.time) -> None:

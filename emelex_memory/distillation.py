@@ -1,0 +1,286 @@
+"""Distillation: the "distill" job kind that turns a Session's transcript into workspace Knowledge.
+
+A clean session exit queues distillation keyed by (Session, source digest),
+idempotently: the source is the Session's events after those earlier
+distillation jobs already cover, described by their seq range and
+`knowledge_model.source_digest`. A worker (which never claims a job while its
+Session is live) reads the bounded source events, calls the distiller, and
+validates what it proposes; completion then re-checks the worker lease, the
+Session's liveness, the source digest and the workspace identity, and applies
+at most 128 unique candidates in that one transaction: all or none.
+
+Automatic distillation never changes a pinned entry: candidates naming one
+are skipped (and counted), whether they would update or tombstone it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    InvalidCandidateError,
+    InvalidKnowledgeError,
+    PermanentJobError,
+    SourceChangedError,
+    SourceTooLargeError,
+    WorkspaceError,
+)
+from .jobs import CompletionContext, Enqueued, Job, register_job_kind
+from .knowledge import current_workspace
+from .knowledge_model import (
+    KnowledgeEntry,
+    KnowledgeSource,
+    source_digest,
+    validate_confidence,
+    validate_content,
+    validate_key,
+)
+from .sessions import WorkspaceIdentity
+from .transcript import Event, read_page
+from .worker import JobOutcome, run_one_job
+
+if TYPE_CHECKING:
+    from .leases import SessionLease
+    from .queue import JobClaim
+    from .store import MemoryStore
+
+DISTILL_KIND = "distill"
+MAX_CANDIDATES = 128  # unique candidates one job may apply
+MAX_RAW_CANDIDATES = 4 * MAX_CANDIDATES  # proposals read from a distiller, duplicates included
+KNOWLEDGE_CONTEXT_ITEMS = 200  # live entries shown to the distiller
+KNOWLEDGE_CONTEXT_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class KnowledgeCandidate:
+    """One change a distiller proposes: upsert `key` with `content`, or retire it with `tombstone=True` (no content)."""
+
+    key: str
+    content: str | None = None
+    confidence: float = 1.0
+    tombstone: bool = False
+
+
+@dataclass(frozen=True)
+class DistillationInput:
+    """What a distiller sees: the Session and its workspace path, the source provenance and events (oldest
+    first), and the workspace's live Knowledge (at most 200 entries by key)."""
+
+    session_id: str
+    workspace: str
+    source: KnowledgeSource
+    events: tuple[Event, ...]
+    knowledge: tuple[KnowledgeEntry, ...]
+
+
+Distiller = Callable[[DistillationInput], Iterable[KnowledgeCandidate]]
+TokenCounter = Callable[[Event], int]
+
+
+def validate_candidates(candidates: object) -> tuple[KnowledgeCandidate, ...]:
+    """Check a distiller's proposals before anything is written; return the unique ones in order.
+
+    Exact duplicates collapse to one. Two different proposals for one key,
+    more than 128 unique candidates, more than 512 proposals, anything that
+    is not a `KnowledgeCandidate`, or an invalid key, content or confidence
+    raise `InvalidCandidateError`.
+    """
+    if isinstance(candidates, (str, bytes)) or not isinstance(candidates, Iterable):
+        raise InvalidCandidateError("a distiller must return an iterable of KnowledgeCandidate")
+    raw = list(islice(candidates, MAX_RAW_CANDIDATES + 1))
+    if len(raw) > MAX_RAW_CANDIDATES:
+        raise InvalidCandidateError(f"a distiller proposed more than {MAX_RAW_CANDIDATES} candidates; nothing applied")
+    unique: dict[str, KnowledgeCandidate] = {}
+    for index, c in enumerate(raw):
+        if not isinstance(c, KnowledgeCandidate):
+            raise InvalidCandidateError(f"candidate {index} is a {type(c).__name__}, not a KnowledgeCandidate")
+        try:
+            validate_key(c.key)
+            validate_confidence(c.confidence)
+            if not isinstance(c.tombstone, bool):
+                raise InvalidKnowledgeError("tombstone must be True or False")
+            if c.tombstone and c.content is not None:
+                raise InvalidKnowledgeError("a tombstone candidate carries no content")
+            if not c.tombstone:
+                validate_content(c.content)
+        except InvalidKnowledgeError as exc:
+            raise InvalidCandidateError(f"candidate {index} ({c.key!r}): {exc}; nothing applied") from None
+        seen = unique.setdefault(c.key, c)
+        if seen != c:
+            raise InvalidCandidateError(f"candidates disagree about key {c.key!r}; nothing applied")
+    if len(unique) > MAX_CANDIDATES:
+        raise InvalidCandidateError(
+            f"a distiller proposed {len(unique)} unique candidates, over the limit of {MAX_CANDIDATES}; nothing applied"
+        )
+    return tuple(unique.values())
+
+
+def _source_of(job: Job) -> KnowledgeSource:
+    s = job.source
+    return KnowledgeSource(job.session_id, s["first_seq"], s["last_seq"], s["digest"])
+
+
+def _complete_distillation(ctx: CompletionContext, result: Any) -> dict[str, int]:
+    """Inside the completion transaction: re-check source and workspace, then apply every candidate or none."""
+    candidates = validate_candidates(result)
+    conn, store, source = ctx.conn, ctx.store, _source_of(ctx.job)
+    if source_digest(conn, ctx.session_rowid, source.session_id, source.first_seq, source.last_seq) != source.digest:
+        raise SourceChangedError(f"the source events of distillation job {ctx.job.id} changed; nothing applied")
+    path, dev, ino = conn.execute(
+        "SELECT workspace_path, workspace_dev, workspace_ino FROM sessions WHERE id = ?", (ctx.session_rowid,)
+    ).fetchone()
+    try:
+        current_workspace(WorkspaceIdentity(path, dev, ino))
+    except WorkspaceError as exc:
+        raise PermanentJobError(f"{exc}; resume the Session from its workspace, then retry the job") from None
+    scope = (dev, ino)
+    src = (ctx.session_rowid, source.session_id, source.first_seq, source.last_seq, source.digest)
+    counts = {"candidates": len(candidates), "applied": 0, "unchanged": 0, "skipped_pinned": 0, "skipped_missing": 0}
+    for c in candidates:
+        row = conn.execute(
+            "SELECT id, head_version, tombstoned_at, pinned FROM knowledge "
+            "WHERE workspace_dev = ? AND workspace_ino = ? AND key = ?",
+            (*scope, c.key),
+        ).fetchone()
+        if row is not None and row[3]:
+            counts["skipped_pinned"] += 1
+        elif c.tombstone and row is None:
+            counts["skipped_missing"] += 1
+        elif c.tombstone:
+            changed = row[2] is None
+            store._tombstone_version(conn, row, c.key, "distillation")
+            counts["applied" if changed else "unchanged"] += 1
+        else:
+            version = store._upsert_version(conn, scope, c.key, c.content, float(c.confidence), "distillation", src)
+            counts["applied" if row is None or version.version > row[1] else "unchanged"] += 1
+    return counts
+
+
+register_job_kind(DISTILL_KIND, _complete_distillation)
+
+
+def distillation_handler(
+    distill: Distiller, *, safe_context_tokens: int | None = None, count_tokens: TokenCounter | None = None
+) -> Callable[[JobClaim], tuple[KnowledgeCandidate, ...]]:
+    """A worker handler for "distill" jobs: read the bounded source, check it fits the model, call `distill`.
+
+    With `safe_context_tokens`, a source whose tokens (`count_tokens`,
+    default one per 4 bytes) exceed it raises `SourceTooLargeError`, a
+    permanent failure. The candidates are validated before completion.
+    """
+
+    def handle(claim: JobClaim) -> tuple[KnowledgeCandidate, ...]:
+        store = claim.store
+        source = _source_of(claim.job)
+        events = store.read_distillation_source(claim.job)
+        if safe_context_tokens is not None:
+            counter = count_tokens or (lambda e: (e.size + 3) // 4)
+            tokens = sum(map(counter, events))
+            if tokens > safe_context_tokens:
+                raise SourceTooLargeError(
+                    f"distillation source of job {claim.id} has {tokens} tokens, over the model's safe context "
+                    f"budget of {safe_context_tokens}; use a model with a larger context, then retry the job"
+                )
+        workspace = store.get_session(claim.job.session_id).workspace
+        try:
+            knowledge = store.recall(workspace, limit=KNOWLEDGE_CONTEXT_ITEMS, max_bytes=KNOWLEDGE_CONTEXT_BYTES).entries
+        except WorkspaceError as exc:
+            raise PermanentJobError(f"{exc}; resume the Session from its workspace, then retry the job") from None
+        data = DistillationInput(source.session_id, workspace.path, source, tuple(events), tuple(knowledge))
+        return validate_candidates(distill(data))
+
+    return handle
+
+
+class DistillationMixin:
+    """Distillation methods of `MemoryStore`."""
+
+    def queue_distillation(self: MemoryStore, session_id: str) -> Enqueued | None:
+        """Queue distillation of the Session's events not yet covered by a pending, running or done distill job.
+
+        Keyed by (Session, source digest): queueing the same source again
+        returns the existing job with `created=False`. Returns None for a
+        Session without events. Only queues; a worker runs it later.
+        """
+        with self._read() as conn:
+            rowid = self._session_rowid(conn, session_id)
+            last = conn.execute("SELECT last_seq FROM sessions WHERE id = ?", (rowid,)).fetchone()[0]
+            covered = conn.execute(
+                "SELECT id, json_extract(source, '$.last_seq') AS through FROM jobs WHERE kind = ? AND session_id = ? "
+                "AND state IN ('pending', 'claimed', 'done') ORDER BY through DESC, id DESC LIMIT 1",
+                (DISTILL_KIND, rowid),
+            ).fetchone()
+            if covered is not None and covered[1] >= last:
+                return Enqueued(self._job_by_rowid(conn, covered[0]), False)
+            first = 1 if covered is None else covered[1] + 1
+            if last < first:
+                return None
+            digest = source_digest(conn, rowid, session_id, first, last)
+        if digest is None:
+            raise SourceChangedError(f"Session {session_id} lacks events {first}..{last}; nothing was queued")
+        source = {"first_seq": first, "last_seq": last, "digest": digest}
+        return self.enqueue_job(DISTILL_KIND, session_id, source, source_key=digest)
+
+    def finish_session(self: MemoryStore, lease: SessionLease) -> Enqueued | None:
+        """Clean exit: queue distillation of the lease's Session, then durably release the lease.
+
+        Call this only for a Session whose history is consistent (no
+        interrupted turn); raises the lease's error if it was no longer held,
+        after queueing (distilling durable events is harmless).
+        """
+        enqueued = self.queue_distillation(lease.session_id)
+        lease.release()
+        return enqueued
+
+    def read_distillation_source(self: MemoryStore, job: Job) -> list[Event]:
+        """The source events of a distill job, oldest first, verified against its digest.
+
+        Raises `SourceTooLargeError` when the range holds more than
+        `knowledge_source_max_bytes` and `SourceChangedError` when the events
+        no longer match the digest.
+        """
+        source = _source_of(job)
+        cap = self.settings.knowledge_source_max_bytes
+        with self._read() as conn:
+            rowid = self._session_rowid(conn, job.session_id)
+            size = conn.execute(
+                "SELECT coalesce(sum(size), 0) FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
+                (rowid, source.first_seq, source.last_seq),
+            ).fetchone()[0]
+            if size > cap:
+                raise SourceTooLargeError(
+                    f"distillation source of job {job.id} holds {size} bytes, over knowledge_source_max_bytes "
+                    f"({cap}); raise it, then retry the job"
+                )
+            events: list[Event] = []
+            after = source.first_seq - 1
+            while after < source.last_seq:
+                page = read_page(conn, rowid, after, min(source.last_seq - after, self.settings.max_page_items),
+                                 self.settings.page_bytes)
+                events.extend(e for e in page.events if e.seq <= source.last_seq)
+                if not page.events:
+                    break
+                after = page.events[-1].seq
+            digest = source_digest(conn, rowid, source.session_id, source.first_seq, source.last_seq)
+        if digest != source.digest or len(events) != source.last_seq - source.first_seq + 1:
+            raise SourceChangedError(f"the source events of distillation job {job.id} changed; the job is obsolete")
+        return events
+
+    def work_distillation(
+        self: MemoryStore,
+        distill: Distiller,
+        *,
+        safe_context_tokens: int | None = None,
+        count_tokens: TokenCounter | None = None,
+        ttl_s: float | None = None,
+    ) -> JobOutcome | None:
+        """Claim and run one due distill job with `distill` and record the outcome; None when none is due.
+
+        See `distillation_handler` for the token budget and `worker.run_one_job`
+        for how failures count.
+        """
+        handler = distillation_handler(distill, safe_context_tokens=safe_context_tokens, count_tokens=count_tokens)
+        return run_one_job(self, handler, kinds=DISTILL_KIND, ttl_s=ttl_s)
