@@ -69,7 +69,9 @@ class CompactionPolicy:
         """True when `total_tokens` reach the trigger share of `context_window`."""
         return total_tokens >= self.trigger_ratio * context_window
 
-    def select(self, turn_tokens: Sequence[int], context_window: int, *, min_turns: int = 1, force: bool = False) -> int:
+    def select(
+        self, turn_tokens: Sequence[int], context_window: int, *, min_turns: int = 1, force: bool = False
+    ) -> int:
         """How many leading turns to compact (0: none), given each turn's tokens oldest first.
 
         Never more than all but the newest `preserve_turns`; never fewer than

@@ -167,7 +167,7 @@ class UnknownJobKindError(JobError, InvalidInputError):
 
 
 class JobStateError(JobError):
-    """The job is not in a state that allows this (e.g. retrying a job that has not failed): check `emelex memory jobs list`."""
+    """The job's state does not allow this (e.g. retrying a job that has not failed): see `emelex memory jobs list`."""
 
 
 class WorkerLeaseLostError(JobError):
@@ -183,11 +183,11 @@ class SourceChangedError(JobError):
 
 
 class PermanentJobError(JobError):
-    """Raised by a job handler for a failure retrying cannot fix: the job fails terminally at once; fix the cause, then `emelex memory jobs retry JOB`."""
+    """A handler failure that retrying cannot fix: terminal at once; fix the cause, then `emelex memory jobs retry`."""
 
 
 class SourceTooLargeError(PermanentJobError):
-    """The job's source is larger than the model's safe context budget: use a model with a larger context, then retry the job."""
+    """The job's source exceeds the model's safe context budget: use a model with a larger context, then retry it."""
 
 
 class TransientJobError(JobError):
@@ -195,4 +195,4 @@ class TransientJobError(JobError):
 
 
 class SummaryProvenanceError(StoreError):
-    """A Summary's provenance does not verify (tampered Summary, source or record): restore the database from a backup."""
+    """A Summary's provenance does not verify (tampered Summary, source or record): restore the database from backup."""

@@ -49,7 +49,8 @@ CREATE TABLE jobs (
     updated_at REAL NOT NULL,
     finished_at REAL,                    -- when the job became done, failed or cancelled
     UNIQUE (kind, session_id, source_key),
-    CHECK ((state = 'claimed') = (lease_hash IS NOT NULL AND lease_holder IS NOT NULL AND lease_expires_at IS NOT NULL)),
+    CHECK ((state = 'claimed') =
+           (lease_hash IS NOT NULL AND lease_holder IS NOT NULL AND lease_expires_at IS NOT NULL)),
     CHECK ((state IN ('done', 'failed', 'cancelled')) = (finished_at IS NOT NULL)),
     CHECK (state = 'done' OR result IS NULL)
 ) STRICT;

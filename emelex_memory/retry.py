@@ -84,7 +84,7 @@ def bounded_retrying(
     wait: wait_base,
     before_sleep: Callable[[tenacity.RetryCallState], None] | None = None,
 ) -> tenacity.Retrying:
-    """A tenacity `Retrying` for in-process retries of `retry_on` errors: at most `attempts` tries, re-raising the last."""
+    """A tenacity `Retrying` for in-process retries of `retry_on` errors: at most `attempts` tries, then re-raise."""
     if attempts < 1:
         raise InvalidInputError(f"attempts must be at least 1, got {attempts}")
     return tenacity.Retrying(

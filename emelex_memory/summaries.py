@@ -172,7 +172,8 @@ def verify_summary(conn: apsw.Connection, session_rowid: int, event_id: int) -> 
         raise bad("its payload is not a Summary document") from None
     if recorded != provenance(job_uuid, source, model_ref) or not text_ok:
         raise bad("its provenance differs from the recorded one")
-    if job_kind != "compaction" or job_state != "done" or json.loads(job_result or "{}").get("summary_event_id") != event_id:
+    produced = json.loads(job_result or "{}").get("summary_event_id")
+    if job_kind != "compaction" or job_state != "done" or produced != event_id:
         raise bad(f"compaction job {job_uuid} did not produce it")
     previous = conn.execute(
         "SELECT event_id FROM summaries WHERE session_id = ? AND event_id < ? ORDER BY event_id DESC LIMIT 1",
@@ -239,7 +240,9 @@ def read_source_page(
     with _snapshot(conn):
         base_through = through_seq_of(conn, session_rowid, base)
         if base_through is None:
-            raise SourceChangedError(f"the base Summary {base} of this compaction source is gone; plan compaction again")
+            raise SourceChangedError(
+                f"the base Summary {base} of this compaction source is gone; plan compaction again"
+            )
         head = []
         if base is not None and after_seq < base_through:
             head = _summary_event_page(conn, session_rowid, base, max_bytes).events

@@ -101,7 +101,8 @@ def sid(cstore: MemoryStore, workspace: Path) -> str:
 def test_planning_under_the_trigger_or_with_too_few_turns_queues_nothing(cstore: MemoryStore, sid: str) -> None:
     calm = cstore.queue_compaction(sid, context_window=10 * WINDOW, count_tokens=tokens)
     assert calm.job is None and "under the 80% trigger" in calm.reason
-    few = cstore.queue_compaction(sid, context_window=WINDOW, count_tokens=tokens, policy=CompactionPolicy(preserve_turns=10))
+    keep_all = CompactionPolicy(preserve_turns=10)
+    few = cstore.queue_compaction(sid, context_window=WINDOW, count_tokens=tokens, policy=keep_all)
     assert few.job is None and "newest 10 are always kept" in few.reason
     assert cstore.list_jobs().jobs == []
     with pytest.raises(InvalidInputError):
@@ -235,7 +236,9 @@ def test_completion_after_the_boundary_moved_commits_nothing(cstore: MemoryStore
     assert outcome.state == "failed"
 
 
-def test_completion_after_the_source_bytes_changed_commits_nothing(cstore: MemoryStore, sid: str, db_path: Path) -> None:
+def test_completion_after_the_source_bytes_changed_commits_nothing(
+    cstore: MemoryStore, sid: str, db_path: Path
+) -> None:
     cstore.queue_compaction(sid, context_window=WINDOW, count_tokens=tokens)
     claim = cstore.claim_job(COMPACTION_KIND)
     with cstore._write() as conn:

@@ -14,7 +14,6 @@ from emelex_memory import (
     JobNotFoundError,
     JobStateError,
     MemoryStore,
-    NewEvent,
     SessionLiveError,
     Settings,
     UnknownJobKindError,
@@ -103,7 +102,8 @@ def test_enqueue_is_idempotent_per_kind_session_and_source(cstore: MemoryStore, 
     other = cstore.enqueue_job("noop", session_id, {"digest": "abd", "count": 3})
     assert first.created and not again.created and other.created
     assert again.job == first.job and other.job.id != first.job.id
-    assert first.job.state == "pending" and first.job.attempts == 0 and first.job.source == {"count": 3, "digest": "abc"}
+    assert (first.job.state, first.job.attempts) == ("pending", 0)
+    assert first.job.source == {"count": 3, "digest": "abc"}
     keyed = cstore.enqueue_job("noop", session_id, {"whatever": 1}, source_key="abc-key")
     assert not cstore.enqueue_job("noop", session_id, {"whatever": 2}, source_key="abc-key").created
     assert keyed.job.source_key == "abc-key"
@@ -390,7 +390,7 @@ def test_failed_jobs_and_list_page_with_a_cursor(cstore: MemoryStore, session_id
         cstore.failed_jobs(limit=0)
 
 
-def test_deleting_a_session_deletes_its_jobs(cstore: MemoryStore, session_id: str, db_path: Path) -> None:
+def test_deleting_a_session_deletes_its_jobs(cstore: MemoryStore, session_id: str) -> None:
     _enqueue(cstore, session_id)
     with cstore._write() as conn:
         conn.execute("DELETE FROM sessions")

@@ -30,7 +30,9 @@ def _drain(db: str, home: str, start, results) -> None:
     results.put(ran)
 
 
-def test_two_worker_processes_racing_never_claim_the_same_job(db_path: Path, settings: Settings, workspace: Path) -> None:
+def test_two_worker_processes_racing_never_claim_the_same_job(
+    db_path: Path, settings: Settings, workspace: Path
+) -> None:
     n = 80
     with MemoryStore.open_path(db_path, settings) as store:
         session = store.create_session(workspace)
@@ -59,7 +61,9 @@ def _claim_and_hang(db: str, home: str, claimed) -> None:
     time.sleep(600)  # "running the model" until killed
 
 
-def test_a_worker_killed_mid_job_is_rescued_and_the_job_retried(db_path: Path, settings: Settings, workspace: Path) -> None:
+def test_a_worker_killed_mid_job_is_rescued_and_the_job_retried(
+    db_path: Path, settings: Settings, workspace: Path
+) -> None:
     with MemoryStore.open_path(db_path, settings) as store:
         session = store.create_session(workspace)
         job = store.enqueue_job("noop", session.id, {"work": "summarize"}).job

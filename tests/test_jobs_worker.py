@@ -17,8 +17,6 @@ from emelex_memory import (
     run_one_job,
 )
 
-from .conftest import table_rows
-
 register_job_kind("noop")
 NO_WAIT = tenacity.wait_none()
 
@@ -104,7 +102,9 @@ def test_permanent_errors_are_terminal_at_once(cstore: MemoryStore, job) -> None
     assert cstore.failed_jobs().jobs[0].diagnostics[-1].event == "permanent"
 
 
-def test_ordinary_exceptions_retry_on_schedule_until_the_third_is_terminal(cstore: MemoryStore, job, clock: Clock) -> None:
+def test_ordinary_exceptions_retry_on_schedule_until_the_third_is_terminal(
+    cstore: MemoryStore, job, clock: Clock
+) -> None:
     def broken(claim: JobClaim) -> None:
         raise RuntimeError("model file unreadable")
 
@@ -117,7 +117,7 @@ def test_ordinary_exceptions_retry_on_schedule_until_the_third_is_terminal(cstor
 
 
 def test_a_session_going_live_during_the_job_releases_it_uncounted(
-    cstore: MemoryStore, job, workspace: Path, db_path: Path
+    cstore: MemoryStore, job, workspace: Path
 ) -> None:
     leases = []
 
@@ -133,7 +133,7 @@ def test_a_session_going_live_during_the_job_releases_it_uncounted(
     leases[0].release()
 
 
-def test_a_job_cancelled_while_running_is_lost_and_stays_cancelled(cstore: MemoryStore, job, db_path: Path) -> None:
+def test_a_job_cancelled_while_running_is_lost_and_stays_cancelled(cstore: MemoryStore, job) -> None:
     def handler(claim: JobClaim) -> dict:
         cstore.cancel_job(claim.id)
         return {"ok": True}

@@ -1,0 +1,106 @@
+"""`JobClaim`: a worker's opaque, expiring authority over one claimed job.
+
+Only the holder of the current worker lease may complete, fail, release or
+renew the job; each of those transitions re-checks the lease inside its
+`BEGIN IMMEDIATE` transaction (see `queue.py`). A claim left without an
+outcome is released best-effort through a zero-wait connection, retried a
+bounded number of times while the database is busy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import apsw
+
+from .connection import connect
+from .jobs import Job, append_diagnostic
+from .leases import token_digest
+from .retry import retry_busy
+
+if TYPE_CHECKING:
+    from .store import MemoryStore
+
+
+class JobClaim:
+    """A worker's authority over one claimed job; obtain one with `MemoryStore.claim_job`.
+
+    Call exactly one of `complete`, `fail` or `release`. Leaving a `with`
+    block without one releases the job best-effort (not counted) through a
+    zero-wait connection, retried a bounded number of times while busy.
+    """
+
+    def __init__(self, store: MemoryStore, rowid: int, session_rowid: int, job: Job, token: str, expires_at: float):
+        self._store = store
+        self._rowid = rowid
+        self._session_rowid = session_rowid
+        self.job = job
+        self._digest = token_digest(token)
+        self.expires_at = expires_at
+        self.ended = False
+
+    def __repr__(self) -> str:
+        return f"<JobClaim {self.job.kind} {self.job.id} expires_at={self.expires_at:.3f} ended={self.ended}>"
+
+    @property
+    def id(self) -> str:
+        """The public job ID."""
+        return self.job.id
+
+    @property
+    def store(self) -> MemoryStore:
+        """The store the job was claimed from, e.g. to read the job's source."""
+        return self._store
+
+    def complete(self, result: Any = None) -> Job:
+        """Apply `result` through the kind's completion function, mark the job done; see `MemoryStore.complete_job`."""
+        return self._store.complete_job(self, result)
+
+    def fail(self, message: str, *, permanent: bool = False) -> Job:
+        """Record a counted failure; see `MemoryStore.fail_job`."""
+        return self._store.fail_job(self, message, permanent=permanent)
+
+    def release(self, reason: str = "released by the worker") -> Job:
+        """Give the job back to pending without consuming an attempt; see `MemoryStore.release_job`."""
+        return self._store.release_job(self, reason)
+
+    def renew(self, ttl_s: float | None = None) -> float:
+        """Extend the worker lease by `ttl_s` (default `worker_lease_ttl_s`) from now; return the new expiry."""
+        return self._store.renew_job(self, ttl_s)
+
+    def close(self) -> None:
+        """Release best-effort if no outcome was recorded: zero-wait, bounded retries while busy, never raises."""
+        if self.ended:
+            return
+        self.ended = True
+        store = self._store
+        try:
+            conn = connect(store.path, busy_timeout_ms=0)
+        except Exception:
+            return
+        try:
+            retry_busy(lambda: self._release_on(conn, store.clock(), "worker stopped without an outcome"))
+        except Exception:
+            pass  # still busy or gone: the lease expires and the next claim rescues the job
+        finally:
+            conn.close()
+
+    def _release_on(self, conn: apsw.Connection, now: float, reason: str) -> None:
+        with conn:
+            row = conn.execute(
+                "SELECT attempts, diagnostics FROM jobs WHERE id = ? AND state = 'claimed' AND lease_hash = ? "
+                "AND lease_expires_at > ?",
+                (self._rowid, self._digest, now),
+            ).fetchone()
+            if row is not None:
+                conn.execute(
+                    "UPDATE jobs SET state = 'pending', lease_hash = NULL, lease_holder = NULL, "
+                    "lease_expires_at = NULL, diagnostics = ?, updated_at = ? WHERE id = ?",
+                    (append_diagnostic(row[1], now, row[0], "released", reason), now, self._rowid),
+                )
+
+    def __enter__(self) -> JobClaim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
