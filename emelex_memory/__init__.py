@@ -6,11 +6,20 @@ or `MemoryStore.open_path(path)`.
 """
 
 from .errors import (
+    AssetError,
+    AssetLinkMismatchError,
+    AssetMediaCapError,
+    AssetMismatchError,
+    AssetMissingError,
+    AssetNotFoundError,
+    AssetTamperedError,
+    AssetTooLargeError,
     ConfirmationRequiredError,
     DatabaseDeletedError,
     DatabaseEmptiedError,
     EmelexError,
     InsecurePathError,
+    InvalidAssetError,
     InvalidCandidateError,
     InvalidEventError,
     InvalidInputError,
@@ -50,6 +59,10 @@ from .errors import (
     WorkspaceMissingError,
     WorkspaceReplacedError,
 )
+from .assets import MAX_ASSET_BYTES, MAX_REPLAY_MEDIA_BYTES, AssetRef
+from .assets_catalog import AssetInfo, AssetLink, AssetPage, AssetProblem, AssetTotals, AssetVerification
+from .assets_files import VerifiedAssetReader
+from .assets_gc import AssetCollection
 from .compaction import (
     COMPACTION_KIND,
     CompactionPlan,
@@ -81,6 +94,22 @@ from .worker import JobOutcome, run_one_job
 
 __all__ = [
     "AppendedTurn",
+    "AssetCollection",
+    "AssetError",
+    "AssetInfo",
+    "AssetLink",
+    "AssetLinkMismatchError",
+    "AssetMediaCapError",
+    "AssetMismatchError",
+    "AssetMissingError",
+    "AssetNotFoundError",
+    "AssetPage",
+    "AssetProblem",
+    "AssetRef",
+    "AssetTamperedError",
+    "AssetTooLargeError",
+    "AssetTotals",
+    "AssetVerification",
     "COMPACTION_KIND",
     "CompactionPlan",
     "CompactionPolicy",
@@ -93,6 +122,7 @@ __all__ = [
     "Enqueued",
     "Event",
     "InsecurePathError",
+    "InvalidAssetError",
     "InvalidCandidateError",
     "InvalidEventError",
     "InvalidInputError",
@@ -122,6 +152,8 @@ __all__ = [
     "LeaseExpiredError",
     "LeaseHeldError",
     "LeaseLostError",
+    "MAX_ASSET_BYTES",
+    "MAX_REPLAY_MEDIA_BYTES",
     "MemoryStore",
     "NewEvent",
     "NotAnEmelexDatabaseError",
@@ -148,6 +180,7 @@ __all__ = [
     "SummaryProvenanceError",
     "TransientJobError",
     "UnknownJobKindError",
+    "VerifiedAssetReader",
     "WorkerLeaseLostError",
     "WorkspaceError",
     "WorkspaceIdentity",

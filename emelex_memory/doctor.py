@@ -104,4 +104,8 @@ def diagnose(settings: Settings | None = None, *, database: Path | None = None) 
                 "SELECT count(*) FROM session_leases WHERE state = 'active' AND expires_at > ?", (store.clock(),)
             ).fetchone()[0]
         report.facts.update(sessions=sessions, events=events, live_leases=live_leases)
+        assets = store.asset_totals()
+        report.facts.update(assets=assets.files, asset_entries=assets.entries, asset_bytes=assets.bytes)
+        if os.path.lexists(store.asset_dir):
+            _check_path(report, "asset directory", store.asset_dir, True)
     return report

@@ -196,3 +196,42 @@ class TransientJobError(JobError):
 
 class SummaryProvenanceError(StoreError):
     """A Summary's provenance does not verify (tampered Summary, source or record): restore the database from backup."""
+
+
+# --- Assets ---------------------------------------------------------------------------
+
+
+class AssetError(EmelexError):
+    """An asset cannot be stored, linked or read as asked; read the message."""
+
+
+class InvalidAssetError(AssetError, InvalidInputError):
+    """An asset reference, media kind or data source is malformed: correct it as the message says."""
+
+
+class AssetTooLargeError(InvalidAssetError):
+    """The asset is larger than the 128 MiB cap: compress or split it; nothing was stored."""
+
+
+class AssetMediaCapError(InvalidAssetError):
+    """More media than one replay may carry (256 MiB): spread the assets over several events."""
+
+
+class AssetNotFoundError(AssetError):
+    """No catalogued asset matches the reference: store the bytes with `put_asset` and use the reference it returns."""
+
+
+class AssetMismatchError(AssetError):
+    """The reference's byte count disagrees with the catalog: use the exact reference `put_asset` returned."""
+
+
+class AssetMissingError(AssetError):
+    """A catalogued asset's file is gone: put the same bytes again with `put_asset`, or restore a backup."""
+
+
+class AssetTamperedError(AssetError):
+    """An asset file is a symlink, not ours, has the wrong mode, size or content: move it away, then put the original bytes again."""
+
+
+class AssetLinkMismatchError(StoreError):
+    """An event's recorded assets disagree with its links or the catalog: restore the database from a backup."""

@@ -33,6 +33,7 @@ from .errors import (
     WorkspaceMissingError,
     WorkspaceReplacedError,
 )
+from .assets_links import link_turn_assets, turn_assets
 from .sessions import WorkspaceIdentity
 from .transcript import AppendedTurn, Event, NewEvent, ReplayPage, encode_turn
 
@@ -137,15 +138,19 @@ class SessionLease:
 
         `expected_seq` is the raw cursor the caller last saw (default: this
         lease's cursor). Inside one `BEGIN IMMEDIATE` transaction the lease
-        token and expiry, the workspace identity and the cursor are re-checked;
-        any mismatch or invalid event raises a typed error and writes nothing.
+        token and expiry, the workspace identity and the cursor are re-checked,
+        and each event's `assets` are linked after checking them against the
+        catalog and their files; any mismatch, invalid event or bad asset
+        reference raises a typed error and writes nothing.
         """
         if not self._replayed:
             raise ReplayRequiredError(
                 f"lease on Session {self.session_id} has not replayed its history; replay to the end first"
             )
         expected = self._cursor if expected_seq is None else expected_seq
-        encoded = encode_turn(list(events), self._store.settings)
+        events = list(events)
+        encoded = encode_turn(events, self._store.settings)
+        linked = turn_assets(events)
         store = self._store
         with store._write() as conn:
             row = conn.execute(_AUTHORITY_SQL, (self._rowid,)).fetchone()
@@ -168,6 +173,8 @@ class SessionLease:
                     rows,
                 )
             )
+            if linked:
+                link_turn_assets(conn, store.asset_dir, self._rowid, last_seq + 1, linked, now)
             new_seq = last_seq + len(rows)
             conn.execute(
                 "UPDATE sessions SET last_seq = ?, last_turn = ?, updated_at = ?, event_bytes = event_bytes + ? "

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import apsw
 
+from .assets import M002_ASSETS
 from .errors import NotAnEmelexDatabaseError, SchemaTooNewError
 from .jobs import M003_JOBS
 from .knowledge_model import M004_KNOWLEDGE
@@ -78,6 +79,7 @@ CREATE TABLE events (
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("m001_core", M001_CORE),
+    Migration("m002_assets", M002_ASSETS),
     Migration("m003_jobs", M003_JOBS + M003_SUMMARIES),
     Migration("m004_knowledge", M004_KNOWLEDGE),
 )

@@ -14,6 +14,7 @@ from pathlib import Path
 import apsw
 
 from .compaction import CompactionMixin
+from .assets_store import AssetStoreMixin
 from .errors import InvalidInputError, LeaseHeldError, SessionNotFoundError, WorkspaceReplacedError
 from .files import ensure_private_dir
 from .distillation import DistillationMixin
@@ -37,7 +38,7 @@ class SessionPage:
     next_cursor: str | None
 
 
-class MemoryStore(KnowledgeMixin, DistillationMixin, JobQueueMixin, CompactionMixin):
+class MemoryStore(KnowledgeMixin, DistillationMixin, JobQueueMixin, CompactionMixin, AssetStoreMixin):
     """One open Emelex database. Thread-safe; use it as a context manager or call `close()`."""
 
     def __init__(self, conn: apsw.Connection, path: Path, settings: Settings, clock: Clock = time.time) -> None:

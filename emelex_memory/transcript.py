@@ -9,6 +9,8 @@ from typing import Any, NamedTuple
 
 import apsw
 
+from .assets import AssetRef
+from .assets_links import attach_assets
 from .errors import InvalidEventError, JsonTooLargeError, ReservedEventKindError
 from .jsonbound import encode_canonical
 from .settings import Settings
@@ -19,14 +21,20 @@ _KIND = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
 
 @dataclass(frozen=True)
 class NewEvent:
-    """An event to append: a kind (lowercase identifier, e.g. "user", "assistant", "tool_result") and a JSON payload."""
+    """An event to append: a kind (lowercase identifier, e.g. "user", "assistant", "tool_result"), a JSON payload
+    and the `AssetRef`s (from `put_asset`) it links, at most 64."""
 
     kind: str
     payload: Any = field(default=None)
+    assets: tuple[AssetRef, ...] = ()
 
 
 class Event(NamedTuple):
-    """One durable transcript event as replayed. `payload_json` is the stored canonical JSON text."""
+    """One durable transcript event as replayed. `payload_json` is the stored canonical JSON text.
+
+    `asset_refs` is None for an event without assets (so replaying those stays
+    a plain row copy); read `assets` instead, which is always a tuple.
+    """
 
     id: int
     seq: int
@@ -36,11 +44,17 @@ class Event(NamedTuple):
     payload_json: str
     size: int
     created_at: float
+    asset_refs: tuple[AssetRef, ...] | None = None
 
     @property
     def payload(self) -> Any:
         """The decoded payload."""
         return json.loads(self.payload_json)
+
+    @property
+    def assets(self) -> tuple[AssetRef, ...]:
+        """The event's assets in ordinal order, verified against their links by replay."""
+        return self.asset_refs or ()
 
 
 @dataclass(frozen=True)
@@ -102,13 +116,17 @@ def encode_turn(events: list[NewEvent] | tuple[NewEvent, ...], settings: Setting
 
 
 _REPLAY_SQL = (
-    "SELECT id, seq, turn, position, kind, payload, size, created_at FROM events "
+    "SELECT id, seq, turn, position, kind, payload, size, created_at, asset_refs FROM events "
     "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
 
 
 def read_page(conn: apsw.Connection, session_rowid: int, after_seq: int, limit: int, max_bytes: int) -> ReplayPage:
-    """Read up to `limit` events after `after_seq` whose sizes add up to at most `max_bytes`."""
+    """Read up to `limit` events after `after_seq` whose sizes add up to at most `max_bytes`.
+
+    Assets are verified against their links, and a page refers to at most
+    256 MiB of media (see `assets_links.attach_assets`).
+    """
     rows = conn.execute(_REPLAY_SQL, (session_rowid, after_seq, limit + 1)).fetchall()
     page = rows[:limit]
     if sum([row[6] for row in page]) > max_bytes:
@@ -118,6 +136,6 @@ def read_page(conn: apsw.Connection, session_rowid: int, after_seq: int, limit: 
             if total > max_bytes:
                 page = page[:n]
                 break
-    events = list(map(Event._make, page))
+    events = attach_assets(conn, session_rowid, list(map(Event._make, page)))
     done = len(events) == len(rows)
     return ReplayPage(events, events[-1].seq if events else after_seq, done)

@@ -11,6 +11,7 @@ import typer
 from emelex_memory import MemoryStore, Settings
 from emelex_memory.doctor import diagnose
 
+from .assets import assets_app
 from .jobs import compact, jobs_app
 from .knowledge import knowledge_app
 
@@ -18,6 +19,7 @@ memory_app = typer.Typer(help="Inspect and maintain the memory store.", no_args_
 sessions_app = typer.Typer(help="List and inspect Sessions.", no_args_is_help=True)
 memory_app.add_typer(sessions_app, name="sessions")
 memory_app.add_typer(knowledge_app, name="knowledge")
+memory_app.add_typer(assets_app, name="assets")
 memory_app.add_typer(jobs_app, name="jobs")
 memory_app.command("compact")(compact)
 

@@ -1,0 +1,264 @@
+"""Asset files: capped streaming writes into locked temporary files, and verified reads.
+
+A write streams its source into a fresh mode-0600 file in the asset folder's
+`tmp/` subfolder, created exclusively and without following symlinks, holding
+an exclusive `flock` on it for as long as it exists (collection skips locked
+files), hashing as it goes and stopping at the cap. Reads open the digest-named
+file without following symlinks and check type, owner, mode, size and SHA-256
+before handing out a byte.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import io
+import os
+import secrets
+import stat
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from .errors import AssetMissingError, AssetTamperedError, AssetTooLargeError, InvalidAssetError
+from .files import PRIVATE_FILE_MODE, describe_mode
+
+CHUNK_BYTES = 1024 * 1024
+TEMP_SUFFIX = ".part"
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+AssetSource = bytes | bytearray | memoryview | BinaryIO | Iterable[bytes]
+
+
+def temp_name() -> str:
+    """A fresh, unguessable temporary file name."""
+    return secrets.token_hex(16) + TEMP_SUFFIX
+
+
+def _chunks(data: AssetSource, cap: int) -> Iterator[memoryview]:
+    """Yield the source as byte chunks; stop reading a stream once more than `cap` bytes were seen."""
+    if isinstance(data, _BYTES_LIKE):
+        yield memoryview(data).cast("B")
+        return
+    if isinstance(data, str):
+        raise InvalidAssetError("asset data must be bytes, a binary file object or an iterable of bytes, not str")
+    read = getattr(data, "read", None)
+    if read is not None:
+        seen = 0
+        while seen <= cap:
+            chunk = read(CHUNK_BYTES)
+            if not isinstance(chunk, _BYTES_LIKE):
+                raise InvalidAssetError(f"the asset stream returned {type(chunk).__name__}; open it in binary mode")
+            if not chunk:
+                return
+            seen += len(chunk)
+            yield memoryview(chunk).cast("B")
+        return
+    try:
+        chunks = iter(data)
+    except TypeError:
+        raise InvalidAssetError(
+            f"asset data is a {type(data).__name__}; pass bytes, a binary file object or an iterable of bytes"
+        ) from None
+    for chunk in chunks:
+        if not isinstance(chunk, _BYTES_LIKE):
+            raise InvalidAssetError(f"an asset data chunk is a {type(chunk).__name__}, expected bytes")
+        yield memoryview(chunk).cast("B")
+
+
+class TempAsset:
+    """A fully written, fsynced and flock-held temporary file; `discard()` removes it and drops the lock."""
+
+    def __init__(self, path: Path, fd: int, digest: str, size: int) -> None:
+        self.path = path
+        self.fd = fd
+        self.digest = digest
+        self.size = size
+
+    def discard(self) -> None:
+        """Unlink the temporary file (if still there), then close it, which releases the flock."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(self.fd)
+
+
+def write_temp(tmp_dir: Path, data: AssetSource, cap: int) -> TempAsset:
+    """Stream `data` into a new locked temporary file in `tmp_dir`, hashing it and enforcing `cap`.
+
+    Raises `AssetTooLargeError` past the cap, `InvalidAssetError` for a bad
+    source, and `AssetTamperedError` if the name is taken (e.g. a planted
+    symlink); on any error the temporary file is gone.
+    """
+    path = tmp_dir / temp_name()
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    except FileExistsError:
+        raise AssetTamperedError(f"temporary asset file {path} already exists (planted?); remove it") from None
+    temp = TempAsset(path, fd, "", 0)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+        hasher = hashlib.sha256()
+        size = 0
+        for chunk in _chunks(data, cap):
+            size += len(chunk)
+            if size > cap:
+                raise AssetTooLargeError(f"the asset is larger than the {cap // (1024 * 1024)} MiB cap; nothing was stored")
+            hasher.update(chunk)
+            while chunk:
+                chunk = chunk[os.write(fd, chunk) :]
+        os.fsync(fd)
+    except BaseException:
+        temp.discard()
+        raise
+    temp.digest, temp.size = hasher.hexdigest(), size
+    return temp
+
+
+def signature(st: os.stat_result) -> tuple[int, ...]:
+    """What identifies one version of a file: device, inode, size, mtime and ctime."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _tampered(digest: str, path: Path, what: str) -> AssetTamperedError:
+    return AssetTamperedError(f"asset {digest} at {path} {what}; move it away, then put the original bytes again")
+
+
+def _check_stat(st: os.stat_result, digest: str, size: int, path: Path) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise _tampered(digest, path, "is a symlink")
+    if not stat.S_ISREG(st.st_mode):
+        raise _tampered(digest, path, "is not a regular file")
+    if st.st_uid != os.geteuid():
+        raise _tampered(digest, path, f"is owned by uid {st.st_uid}, not you (uid {os.geteuid()})")
+    if stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:
+        raise _tampered(digest, path, f"has mode {describe_mode(st)}, expected 0600")
+    if st.st_size != size:
+        raise _tampered(digest, path, f"holds {st.st_size} bytes, expected {size}")
+
+
+def stat_asset(path: Path, digest: str, size: int) -> os.stat_result:
+    """Cheap check of an asset file without reading it: type, owner, mode and size. Raises typed errors."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise AssetMissingError(
+            f"asset {digest} is catalogued but its file {path} is missing; put the same bytes again or restore a backup"
+        ) from None
+    _check_stat(st, digest, size, path)
+    return st
+
+
+def open_checked(path: Path, digest: str, size: int) -> io.FileIO:
+    """Open an asset file without following symlinks and check type, owner, mode and size (not yet the hash)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        stat_asset(path, digest, size)  # raises AssetMissingError
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _tampered(digest, path, "is a symlink") from None
+        raise
+    file = io.FileIO(fd, "rb", closefd=True)
+    try:
+        _check_stat(os.fstat(fd), digest, size, path)
+    except BaseException:
+        file.close()
+        raise
+    return file
+
+
+def _read_exactly(file: io.FileIO, size: int, digest: str, path: Path) -> Iterator[bytes]:
+    """Yield the file's `size` bytes in chunks; raise if it turns out shorter or longer."""
+    left = size
+    while left:
+        chunk = file.read(min(left, CHUNK_BYTES))
+        if not chunk:
+            raise _tampered(digest, path, f"ended {left} bytes early")
+        left -= len(chunk)
+        yield chunk
+    if file.read(1):
+        raise _tampered(digest, path, f"holds more than {size} bytes")
+
+
+def check_content(file: io.FileIO, digest: str, size: int, path: Path) -> None:
+    """Hash the open file from the start; raise `AssetTamperedError` unless it is exactly the expected bytes."""
+    file.seek(0)
+    hasher = hashlib.sha256()
+    for chunk in _read_exactly(file, size, digest, path):
+        hasher.update(chunk)
+    if hasher.hexdigest() != digest:
+        raise _tampered(digest, path, "does not hash to its name (corrupted or replaced content)")
+
+
+def verify_file(path: Path, digest: str, size: int) -> os.stat_result:
+    """Fully verify an asset file (type, owner, mode, size, SHA-256); return its stat. Raises typed errors."""
+    with open_checked(path, digest, size) as file:
+        check_content(file, digest, size, path)
+        return os.fstat(file.fileno())
+
+
+def read_verified(path: Path, digest: str, size: int) -> bytes:
+    """Read a whole asset file, returning its bytes only if every check and the SHA-256 pass."""
+    with open_checked(path, digest, size) as file:
+        data = b"".join(_read_exactly(file, size, digest, path))
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise _tampered(digest, path, "does not hash to its name (corrupted or replaced content)")
+    return data
+
+
+class VerifiedAssetReader(io.RawIOBase):
+    """A read-only binary stream over an asset verified when opened, and re-hashed as it is read.
+
+    If the file changes after it was opened, the read that reaches the end
+    raises `AssetTamperedError` instead of returning normally. Use it as a
+    context manager or call `close()`.
+    """
+
+    def __init__(self, file: io.FileIO, digest: str, size: int, path: Path) -> None:
+        """Wrap an already verified file positioned at its start; use `MemoryStore.open_asset` instead."""
+        super().__init__()
+        self._file = file
+        self._digest = digest
+        self._left = size
+        self._size = size
+        self._path = path
+        self._hasher = hashlib.sha256()
+
+    def readable(self) -> bool:
+        """Always True."""
+        return True
+
+    def readinto(self, buffer) -> int:
+        """Read up to `len(buffer)` bytes into `buffer`; return how many (0 at the verified end)."""
+        view = memoryview(buffer).cast("B")
+        if not self._left:
+            if self._hasher is not None:
+                finished, self._hasher = self._hasher, None
+                if self._file.read(1) or finished.hexdigest() != self._digest:
+                    raise _tampered(self._digest, self._path, "changed while it was being read")
+            return 0
+        n = self._file.readinto(view[: min(len(view), self._left)]) or 0
+        if n == 0:
+            raise _tampered(self._digest, self._path, f"ended {self._left} bytes early while being read")
+        self._hasher.update(view[:n])
+        self._left -= n
+        return n
+
+    def readall(self) -> bytes:
+        """Read to the end, verifying the content."""
+        parts = []
+        while chunk := self.read(CHUNK_BYTES):
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        """Close the underlying file."""
+        if not self.closed:
+            self._file.close()
+        super().close()

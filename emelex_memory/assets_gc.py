@@ -1,0 +1,218 @@
+"""Bounded asset collection, coordinated with publication through the SQLite write lock.
+
+Publication (`put_asset`) links the finished file under its digest name and
+catalogs it inside one `BEGIN IMMEDIATE` transaction; collection deletes
+unreferenced catalog entries and removes files that no entry names inside its
+own. The two are serialized by the database's write lock, so a publisher
+racing a collector either sees the file gone and links it anew, or catalogs it
+before the collector looks; a file that ends up referenced is never lost.
+Orphaned files (a crash between link and commit) and temporary files are kept
+for a grace period; temporary files still being written hold an `flock` and
+are skipped whatever their age.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import heapq
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import apsw
+
+from .assets import TEMP_MIN_AGE_S, temp_dir_of
+from .assets_files import TEMP_SUFFIX
+from .files import check_private_dir, fsync_dir
+
+MAX_STRAYS = 20
+_SCAN_KEY = "asset_scan_after"  # store_meta: the orphan scan resumes after this file name
+_HEX_NAME = re.compile(r"[0-9a-f]{64}\Z")
+
+
+@dataclass
+class AssetCollection:
+    """What one bounded `collect_assets` call did. Call again while `more` is True."""
+
+    removed_entries: int = 0  # catalog entries deleted
+    removed_files: int = 0  # asset files removed, orphans included
+    removed_orphans: int = 0  # of those, files no catalog entry named
+    removed_temp: int = 0  # abandoned temporary files removed
+    skipped_locked: int = 0  # old temporary files skipped because a writer still holds them
+    deferred_files: int = 0  # files left for a later call because a caller's transaction was open
+    freed_bytes: int = 0
+    strays: list[str] = field(default_factory=list)  # entries that are not ours to remove (symlinks, odd names)
+    more: bool = False  # a limit was reached
+
+    def _stray(self, path: Path) -> None:
+        if len(self.strays) < MAX_STRAYS:
+            self.strays.append(str(path))
+
+
+def _age(st: os.stat_result, now: float) -> float:
+    return now - max(st.st_mtime, st.st_ctime)  # ctime moves when a file is linked under its digest name
+
+
+def collect_entries(
+    conn: apsw.Connection,
+    folder: Path,
+    cutoff: float,
+    limit: int,
+    digests: list[str] | None,
+    report: AssetCollection,
+    *,
+    remove_files: bool,
+) -> None:
+    """Inside a write transaction: delete up to `limit` unreferenced entries untouched since `cutoff`.
+
+    Files whose last entry went are removed in the same transaction when
+    `remove_files`, otherwise counted as deferred (they become orphans that a
+    later call removes).
+    """
+    if digests is None:
+        rows = conn.execute(
+            "SELECT digest, media_kind FROM assets WHERE links = 0 AND touched_at <= ? ORDER BY touched_at LIMIT ?",
+            (cutoff, limit + 1),
+        ).fetchall()
+        report.more = report.more or len(rows) > limit
+        rows = rows[:limit]
+    else:
+        rows = [
+            r
+            for d in digests
+            for r in conn.execute(
+                "SELECT digest, media_kind FROM assets WHERE digest = ? AND links = 0 AND touched_at <= ?", (d, cutoff)
+            )
+        ]
+    emptied = []
+    for digest, media_kind in rows:
+        deleted = conn.execute(
+            "DELETE FROM assets WHERE digest = ? AND media_kind = ? AND links = 0 AND NOT EXISTS "
+            "(SELECT 1 FROM event_assets WHERE digest = ? AND media_kind = ?) RETURNING 1",
+            (digest, media_kind, digest, media_kind),
+        ).fetchall()
+        report.removed_entries += len(deleted)
+        if deleted and digest not in emptied:
+            emptied.append(digest)
+    removed = False
+    for digest in emptied:
+        if conn.execute("SELECT 1 FROM assets WHERE digest = ?", (digest,)).fetchone():
+            continue  # still catalogued under another media kind
+        if not remove_files:
+            report.deferred_files += 1
+        elif _remove_file(folder / digest, report):
+            removed = True
+    if removed:
+        fsync_dir(folder)
+
+
+def _remove_file(path: Path, report: AssetCollection, *, min_age: float | None = None, now: float = 0.0) -> bool:
+    """Remove a regular file we own (older than `min_age`, if given); report anything else as a stray."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        report._stray(path)
+        return False
+    if min_age is not None and _age(st, now) < min_age:
+        return False
+    os.unlink(path)
+    report.removed_files += 1
+    report.freed_bytes += st.st_size
+    return True
+
+
+def _orphan_candidates(conn: apsw.Connection, folder: Path, limit: int, report: AssetCollection) -> list[str]:
+    """The next `limit` digest-named files after the saved scan position, in name order; saves the new position."""
+    row = conn.execute("SELECT value FROM store_meta WHERE key = ?", (_SCAN_KEY,)).fetchone()
+    after = row[0] if row else ""
+    names = []
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if _HEX_NAME.match(entry.name):
+                if entry.name > after:
+                    names.append(entry.name)
+            elif entry.name != "tmp":
+                report._stray(folder / entry.name)
+    batch = heapq.nsmallest(limit + 1, names)
+    more = len(batch) > limit
+    report.more = report.more or more
+    batch = batch[:limit]
+    conn.execute(
+        "INSERT INTO store_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (_SCAN_KEY, batch[-1] if more else ""),
+    )
+    return batch
+
+
+def collect_orphans(
+    conn: apsw.Connection,
+    folder: Path,
+    now: float,
+    grace_s: float,
+    limit: int,
+    digests: list[str] | None,
+    report: AssetCollection,
+) -> None:
+    """Inside a write transaction: remove digest-named files that no entry catalogs and that are older than the grace."""
+    names = digests if digests is not None else _orphan_candidates(conn, folder, limit, report)
+    removed = False
+    for name in names:
+        if conn.execute("SELECT 1 FROM assets WHERE digest = ?", (name,)).fetchone():
+            continue
+        if _remove_file(folder / name, report, min_age=grace_s, now=now):
+            report.removed_orphans += 1
+            removed = True
+    if removed:
+        fsync_dir(folder)
+
+
+def collect_temps(folder: Path, now: float, limit: int, report: AssetCollection) -> None:
+    """Remove up to `limit` abandoned temporary files: older than one hour and not locked by a writer."""
+    tmp = temp_dir_of(folder)
+    if not os.path.lexists(tmp):
+        return
+    check_private_dir(tmp)
+    examined = 0
+    with os.scandir(tmp) as entries:
+        for entry in entries:
+            if examined == limit:
+                report.more = True
+                return
+            examined += 1
+            path = tmp / entry.name
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or not entry.name.endswith(TEMP_SUFFIX):
+                report._stray(path)
+            elif _age(st, now) >= TEMP_MIN_AGE_S:
+                _remove_unlocked(path, st, report)
+
+
+def _remove_unlocked(path: Path, st: os.stat_result, report: AssetCollection) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return  # gone, or replaced by something we do not open
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            report.skipped_locked += 1
+            return
+        held = os.fstat(fd)
+        try:
+            named = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if (held.st_dev, held.st_ino) == (st.st_dev, st.st_ino) == (named.st_dev, named.st_ino):
+            os.unlink(path)
+            report.removed_temp += 1
+            report.freed_bytes += held.st_size
+    finally:
+        os.close(fd)

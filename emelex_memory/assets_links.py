@@ -1,0 +1,185 @@
+"""Links between transcript events and assets: written by `append_turn`, verified by replay.
+
+An event with assets records them twice, in the same transaction: in its own
+`asset_refs` column (digest, size and media kind in ordinal order) and as
+`event_assets` rows (event, ordinal, digest, media kind) pointing at catalog
+entries. Replay checks both records and the catalog against each other for
+every event of a page, and bounds the media a page refers to.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from operator import itemgetter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import apsw
+
+from .assets import MAX_ASSETS_PER_EVENT, MAX_REPLAY_MEDIA_BYTES, AssetRef
+from .assets_files import stat_asset
+from .errors import (
+    AssetLinkMismatchError,
+    AssetMediaCapError,
+    AssetMismatchError,
+    AssetNotFoundError,
+    InvalidAssetError,
+    SessionNotFoundError,
+)
+
+if TYPE_CHECKING:
+    from .transcript import Event, NewEvent
+
+_REFS_FIELD = itemgetter(8)  # Event.asset_refs, raw JSON text (or None) as read by the replay SELECT
+
+
+def turn_assets(events: Sequence[NewEvent]) -> list[tuple[int, tuple[AssetRef, ...]]]:
+    """Validate the assets of a turn's events before any write; return (position, refs) for events that have some."""
+    linked = []
+    for index, event in enumerate(events):
+        refs = getattr(event, "assets", ())
+        if not refs:
+            continue
+        if not isinstance(refs, (tuple, list)) or not all(isinstance(r, AssetRef) for r in refs):
+            raise InvalidAssetError(f"event {index} of the turn: assets must be a tuple of AssetRef values")
+        if len(refs) > MAX_ASSETS_PER_EVENT:
+            raise InvalidAssetError(
+                f"event {index} of the turn has {len(refs)} assets; at most {MAX_ASSETS_PER_EVENT} per event"
+            )
+        media = sum(r.size for r in refs)
+        if media > MAX_REPLAY_MEDIA_BYTES:
+            raise AssetMediaCapError(
+                f"event {index} of the turn refers to {media} bytes of media, over the {MAX_REPLAY_MEDIA_BYTES} "
+                "byte replay cap; spread the assets over several events"
+            )
+        linked.append((index, tuple(refs)))
+    return linked
+
+
+def link_turn_assets(
+    conn: apsw.Connection,
+    folder: Path,
+    session_rowid: int,
+    first_seq: int,
+    linked: list[tuple[int, tuple[AssetRef, ...]]],
+    now: float,
+) -> None:
+    """Inside `append_turn`'s transaction: check every ref against the catalog and its file, then link it.
+
+    `first_seq` is the seq of the turn's first event. A ref without a catalog
+    entry raises `AssetNotFoundError`, one whose size disagrees raises
+    `AssetMismatchError`, and a missing or altered file raises the matching
+    asset error; the caller's transaction then rolls the whole turn back.
+    """
+    for position, refs in linked:
+        seq = first_seq + position
+        for ref in refs:
+            row = conn.execute(
+                "SELECT size FROM assets WHERE digest = ? AND media_kind = ?", (ref.digest, ref.media_kind)
+            ).fetchone()
+            if row is None:
+                raise AssetNotFoundError(
+                    f"asset {ref.digest} ({ref.media_kind}) is not catalogued; store it with put_asset and link the "
+                    "reference it returns; nothing was written"
+                )
+            if row[0] != ref.size:
+                raise AssetMismatchError(
+                    f"asset {ref.digest} ({ref.media_kind}) has {row[0]} bytes but the reference says {ref.size}; "
+                    "use the reference put_asset returned; nothing was written"
+                )
+            stat_asset(folder / ref.digest, ref.digest, ref.size)
+        conn.execute(
+            "UPDATE events SET asset_refs = ? WHERE session_id = ? AND seq = ?",
+            (_encode(refs), session_rowid, seq),
+        )
+        conn.executemany(
+            "INSERT INTO event_assets (session_id, seq, ordinal, digest, media_kind) VALUES (?, ?, ?, ?, ?)",
+            [(session_rowid, seq, i, r.digest, r.media_kind) for i, r in enumerate(refs)],
+        )
+        conn.executemany(
+            "UPDATE assets SET touched_at = max(touched_at, ?) WHERE digest = ? AND media_kind = ?",
+            [(now, r.digest, r.media_kind) for r in refs],
+        )
+
+
+def _encode(refs: tuple[AssetRef, ...]) -> str:
+    return json.dumps([[r.digest, r.size, r.media_kind] for r in refs], separators=(",", ":"))
+
+
+_ANY_LINK_SQL = "SELECT 1 FROM event_assets WHERE session_id = ? AND seq BETWEEN ? AND ? LIMIT 1"
+_LINKS_SQL = (
+    "SELECT l.seq, l.ordinal, l.digest, l.media_kind, a.size FROM event_assets l "
+    "LEFT JOIN assets a ON a.digest = l.digest AND a.media_kind = l.media_kind "
+    "WHERE l.session_id = ? AND l.seq BETWEEN ? AND ? ORDER BY l.seq, l.ordinal"
+)
+
+
+def attach_assets(conn: apsw.Connection, session_rowid: int, events: list[Event]) -> list[Event]:
+    """Verify and attach the assets of a replay page's events; return the events, possibly fewer.
+
+    Each event's recorded refs must match its links exactly (count, ordinals,
+    digests, media kinds) and the catalog (entry present, same size), and an
+    event without refs must have no links; otherwise `AssetLinkMismatchError`.
+    The page ends before the event that would take its media over 256 MiB
+    (`append_turn` keeps every event within that cap, so a page always
+    progresses; an event over it is reported as a mismatch).
+    """
+    if not events:
+        return events
+    span = (session_rowid, events[0].seq, events[-1].seq)
+    if not any(map(_REFS_FIELD, events)) and not conn.execute(_ANY_LINK_SQL, span).fetchone():
+        return events  # the common case costs one index probe
+    links = conn.execute(_LINKS_SQL, span).fetchall()
+    by_seq: dict[int, list[tuple]] = {}
+    for link in links:
+        by_seq.setdefault(link[0], []).append(link)
+    out: list[Event] = []
+    media = 0
+    for event in events:
+        found = by_seq.get(event.seq, [])
+        if event.asset_refs is None:
+            if found:
+                raise _mismatch(event, f"has {len(found)} asset links but records no assets")
+            out.append(event)
+            continue
+        refs = _decode(event)
+        try:
+            _check_links(event, refs, found)
+        except AssetLinkMismatchError:
+            if not conn.execute("SELECT 1 FROM events WHERE id = ?", (event.id,)).fetchone():
+                raise SessionNotFoundError("the Session was deleted while it was being replayed") from None
+            raise
+        size = sum(r.size for r in refs)
+        if media + size > MAX_REPLAY_MEDIA_BYTES:
+            if not out:
+                raise _mismatch(event, f"refers to {size} bytes of media, over the {MAX_REPLAY_MEDIA_BYTES} byte cap")
+            break
+        media += size
+        out.append(event._replace(asset_refs=refs))
+    return out
+
+
+def _mismatch(event: Event, what: str) -> AssetLinkMismatchError:
+    return AssetLinkMismatchError(
+        f"transcript event seq {event.seq} {what}; the database was altered, restore it from a backup"
+    )
+
+
+def _decode(event: Event) -> tuple[AssetRef, ...]:
+    try:
+        raw: Any = json.loads(event.asset_refs)  # type: ignore[arg-type]
+        return tuple(AssetRef(d, s, k) for d, s, k in raw)
+    except (ValueError, TypeError, InvalidAssetError):
+        raise _mismatch(event, "has malformed recorded assets") from None
+
+
+def _check_links(event: Event, refs: tuple[AssetRef, ...], found: list[tuple]) -> None:
+    if len(found) != len(refs):
+        raise _mismatch(event, f"records {len(refs)} assets but has {len(found)} links")
+    for ordinal, (ref, link) in enumerate(zip(refs, found)):
+        _, linked_ordinal, digest, media_kind, size = link
+        if linked_ordinal != ordinal or digest != ref.digest or media_kind != ref.media_kind:
+            raise _mismatch(event, f"asset {ordinal} ({ref.digest} {ref.media_kind}) disagrees with its link")
+        if size != ref.size:
+            raise _mismatch(event, f"asset {ordinal} ({ref.digest}) is not catalogued with {ref.size} bytes")

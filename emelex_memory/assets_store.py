@@ -1,0 +1,288 @@
+"""`AssetStoreMixin`: the asset methods of `MemoryStore` (put, read, list, verify, collect)."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import apsw
+
+from .assets import (
+    DEFAULT_GRACE_S,
+    MAX_ASSET_BYTES,
+    AssetRef,
+    asset_dir_for,
+    check_digest,
+    check_media_kind,
+    temp_dir_of,
+)
+from .assets_catalog import (
+    AssetInfo,
+    AssetLink,
+    AssetPage,
+    AssetTotals,
+    AssetVerification,
+    entries_for,
+    links_of,
+    page_entries,
+    totals,
+    verify_page,
+)
+from .assets_files import (
+    AssetSource,
+    TempAsset,
+    VerifiedAssetReader,
+    check_content,
+    open_checked,
+    read_verified,
+    signature,
+    verify_file,
+    write_temp,
+)
+from .assets_gc import AssetCollection, collect_entries, collect_orphans, collect_temps
+from .errors import (
+    AssetMismatchError,
+    AssetMissingError,
+    AssetNotFoundError,
+    InvalidAssetError,
+    InvalidInputError,
+)
+from .files import check_private_dir, ensure_private_dir, fsync_dir
+from .settings import Settings
+
+DEFAULT_VERIFY_BYTES = 1024 * 1024 * 1024  # bytes re-hashed by one `verify_assets` page
+
+
+class AssetStoreMixin:
+    """Content-addressed media; mixed into `MemoryStore`. See `assets.py` for the layout."""
+
+    path: Path
+    settings: Settings
+    clock: Callable[[], float]
+    _write: Callable[[], AbstractContextManager[apsw.Connection]]
+    _read: Callable[[], AbstractContextManager[apsw.Connection]]
+    _page_limits: Callable[..., tuple[int, int]]
+
+    @property
+    def asset_dir(self) -> Path:
+        """This database's asset folder: `<home>/memory/assets`, or `<database-name>.assets` beside an explicit path."""
+        return asset_dir_for(self.path, self.settings)
+
+    def _asset_folder(self, *, create: bool) -> Path | None:
+        """The checked asset folder (created 0700 with its `tmp/` when `create`); None if it was never created."""
+        folder = self.asset_dir
+        if create:
+            ensure_private_dir(folder)
+            ensure_private_dir(temp_dir_of(folder))
+        elif not os.path.lexists(folder):
+            return None
+        check_private_dir(folder)
+        return folder
+
+    # -- writing --------------------------------------------------------------
+
+    def put_asset(self, data: AssetSource, media_kind: str) -> AssetRef:
+        """Store bytes once under their SHA-256 and catalog them with `media_kind`; return the `AssetRef`.
+
+        `data` is bytes, a binary file object (read in 1 MiB chunks) or an
+        iterable of bytes chunks. It streams through a 128 MiB cap into a
+        locked mode-0600 temporary file that is fsynced, then, holding the
+        database write lock, hard-linked under its digest name (never
+        overwriting) with the folder fsynced, and catalogued. When the digest
+        file already exists its content is verified before it is catalogued;
+        a file with other content raises `AssetTamperedError`. Putting the
+        same bytes again stores nothing new and refreshes the entry's grace
+        period. Any error leaves no file and no catalog entry behind.
+        """
+        check_media_kind(media_kind)
+        folder = self._asset_folder(create=True)
+        assert folder is not None
+        temp = write_temp(temp_dir_of(folder), data, MAX_ASSET_BYTES)
+        try:
+            ref = AssetRef(temp.digest, temp.size, media_kind)
+            final = folder / ref.digest
+            seen = self._existing(final, ref)  # hash an existing file before taking the write lock
+            with self._write() as conn:
+                self._publish(temp, final, ref, seen)
+                now = self.clock()
+                conn.execute(
+                    "INSERT INTO assets (digest, media_kind, size, created_at, touched_at) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT (digest, media_kind) DO UPDATE SET touched_at = max(touched_at, excluded.touched_at)",
+                    (ref.digest, ref.media_kind, ref.size, now, now),
+                )
+        finally:
+            temp.discard()
+        return ref
+
+    @staticmethod
+    def _existing(final: Path, ref: AssetRef) -> tuple[int, ...] | None:
+        try:
+            return signature(verify_file(final, ref.digest, ref.size))
+        except AssetMissingError:
+            return None
+
+    @staticmethod
+    def _publish(temp: TempAsset, final: Path, ref: AssetRef, seen: tuple[int, ...] | None) -> None:
+        """Under the write lock: link the temporary file to its digest name, or re-check the file already there."""
+        for _ in range(2):
+            try:
+                os.link(temp.path, final, follow_symlinks=False)
+            except FileExistsError:
+                try:
+                    current = os.lstat(final)
+                except FileNotFoundError:
+                    continue  # removed by hand between the two calls: link again
+                if signature(current) != seen:
+                    verify_file(final, ref.digest, ref.size)
+                return
+            fsync_dir(final.parent)
+            return
+        raise AssetMissingError(f"asset file {final} keeps disappearing while being published; check what removes it")
+
+    # -- reading --------------------------------------------------------------
+
+    def _catalogued(self, ref: AssetRef) -> Path:
+        """Check `ref` against the catalog; return the path of its file."""
+        if not isinstance(ref, AssetRef):
+            raise InvalidAssetError(f"expected an AssetRef, got {type(ref).__name__}")
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT size FROM assets WHERE digest = ? AND media_kind = ?", (ref.digest, ref.media_kind)
+            ).fetchone()
+        if row is None:
+            raise AssetNotFoundError(f"asset {ref.digest} ({ref.media_kind}) is not catalogued; store it with put_asset")
+        if row[0] != ref.size:
+            raise AssetMismatchError(
+                f"asset {ref.digest} ({ref.media_kind}) has {row[0]} bytes in the catalog but the reference says "
+                f"{ref.size}; use the reference put_asset returned"
+            )
+        folder = self._asset_folder(create=False)
+        if folder is None:
+            raise AssetMissingError(f"asset folder {self.asset_dir} is missing; restore it from a backup")
+        return folder / ref.digest
+
+    def read_asset(self, ref: AssetRef) -> bytes:
+        """Return an asset's bytes after checking its catalog entry, file type, owner, mode, size and SHA-256.
+
+        Raises `AssetNotFoundError`/`AssetMismatchError` for a ref the catalog
+        does not hold, `AssetMissingError` for a missing file and
+        `AssetTamperedError` (naming the asset) for any other mismatch.
+        """
+        path = self._catalogued(ref)
+        return read_verified(path, ref.digest, ref.size)
+
+    def open_asset(self, ref: AssetRef) -> VerifiedAssetReader:
+        """Open an asset as a binary stream, fully verified like `read_asset` before it is returned.
+
+        The stream re-hashes what it reads; if the file changed after opening,
+        the read that reaches the end raises `AssetTamperedError`.
+        """
+        path = self._catalogued(ref)
+        file = open_checked(path, ref.digest, ref.size)
+        try:
+            check_content(file, ref.digest, ref.size, path)
+            file.seek(0)
+        except BaseException:
+            file.close()
+            raise
+        return VerifiedAssetReader(file, ref.digest, ref.size, path)
+
+    def asset_entries(self, digest: str) -> list[AssetInfo]:
+        """Every catalog entry of `digest` (one per media kind it was stored as); empty when none."""
+        with self._read() as conn:
+            return entries_for(conn, digest)
+
+    def asset_links(self, digest: str, *, limit: int = 20) -> list[AssetLink]:
+        """The first `limit` (1-1000) events that link `digest`, in Session and seq order."""
+        if type(limit) is not int or not 1 <= limit <= 1000:
+            raise InvalidInputError(f"limit must be between 1 and 1000, got {limit!r}")
+        with self._read() as conn:
+            return links_of(conn, digest, limit)
+
+    def list_assets(
+        self, *, cursor: str | None = None, limit: int | None = None, max_bytes: int | None = None
+    ) -> AssetPage:
+        """Page through catalog entries in (digest, media kind) order, bounded in items and bytes."""
+        limit, max_bytes = self._page_limits(limit, max_bytes)
+        with self._read() as conn:
+            return page_entries(conn, cursor, limit, max_bytes)
+
+    def asset_totals(self) -> AssetTotals:
+        """Catalog entries, distinct files and their bytes."""
+        with self._read() as conn:
+            return totals(conn)
+
+    def verify_assets(
+        self, *, cursor: str | None = None, limit: int | None = None, max_hash_bytes: int | None = None
+    ) -> AssetVerification:
+        """Re-hash one bounded page of catalogued files and report every problem found; never raises for them.
+
+        A page covers at most `limit` entries and stops before `max_hash_bytes`
+        (default 1 GiB) of hashing, always checking at least one file. Pass
+        `next_cursor` back until it is None to check everything.
+        """
+        limit, _ = self._page_limits(limit, None)
+        budget = DEFAULT_VERIFY_BYTES if max_hash_bytes is None else max_hash_bytes
+        if type(budget) is not int or budget < 1:
+            raise InvalidInputError(f"max_hash_bytes must be a positive integer, got {max_hash_bytes!r}")
+        folder = self.asset_dir
+        if os.path.lexists(folder):
+            check_private_dir(folder)
+        with self._read() as conn:
+            return verify_page(conn, folder, cursor, limit, budget)
+
+    # -- collection -------------------------------------------------------------
+
+    def collect_assets(
+        self, *, limit: int = 1000, grace_s: float = DEFAULT_GRACE_S, digests: Iterable[str] | None = None
+    ) -> AssetCollection:
+        """Collect unreferenced assets, bounded; return what was done (call again while `.more`).
+
+        Deletes up to `limit` catalog entries that no event links and that were
+        not put or linked within `grace_s` seconds, removing a file once no
+        entry names it; removes up to `limit` digest-named files that no entry
+        names and that are older than `grace_s` (crash orphans); and removes
+        abandoned temporary files older than one hour that no writer holds
+        locked. `digests` restricts the call to those digests (e.g. the ones a
+        deleted Session linked) and skips temporary files.
+
+        Safe to call from another process at any time. Called outside a
+        transaction, each step is its own write transaction. Called inside a
+        caller's `_write()` transaction, it only deletes catalog entries, as
+        part of that transaction (they come back if it rolls back), and leaves
+        their files to a later call made outside a transaction (counted in
+        `deferred_files`).
+        """
+        if type(limit) is not int or not 1 <= limit <= self.settings.max_page_items:
+            raise InvalidInputError(f"limit must be between 1 and {self.settings.max_page_items}, got {limit!r}")
+        if not isinstance(grace_s, (int, float)) or not math.isfinite(grace_s) or grace_s < 0:
+            raise InvalidInputError(f"grace_s must be a finite number of seconds >= 0, got {grace_s!r}")
+        targets = None if digests is None else list(dict.fromkeys(_checked_digests(digests)))
+        if targets is not None and len(targets) > limit:
+            raise InvalidInputError(f"at most limit={limit} digests per call, got {len(targets)}")
+        report = AssetCollection()
+        folder = self._asset_folder(create=False)
+        now = self.clock()
+        with self._read() as conn:  # holds the store's lock across the steps
+            nested = conn.in_transaction
+            with self._write() as conn:
+                collect_entries(
+                    conn, self.asset_dir, now - grace_s, limit, targets, report, remove_files=not nested
+                )
+            if nested or folder is None:
+                return report
+            with self._write() as conn:
+                collect_orphans(conn, folder, now, grace_s, limit, targets, report)
+        if targets is None:
+            collect_temps(folder, now, limit, report)
+        return report
+
+
+def _checked_digests(digests: Iterable[str]) -> Iterator[str]:
+    if isinstance(digests, str):
+        raise InvalidInputError("digests must be an iterable of digest strings, not one string")
+    for digest in digests:
+        yield check_digest(digest)

@@ -1,0 +1,136 @@
+"""`emelex memory assets ...`: list, show and verify content-addressed media."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Optional
+
+import typer
+
+from emelex_memory import AssetInfo, AssetNotFoundError, EmelexError, MemoryStore, Settings
+
+assets_app = typer.Typer(help="List, show and verify stored media assets.", no_args_is_help=True)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
+
+
+def _settings(ctx: typer.Context) -> Settings:
+    return ctx.find_root().obj
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def _entry_dict(info: AssetInfo) -> dict:
+    return {
+        "digest": info.ref.digest,
+        "media_kind": info.ref.media_kind,
+        "size": info.ref.size,
+        "links": info.links,
+        "created_at": info.created_at,
+        "touched_at": info.touched_at,
+    }
+
+
+@assets_app.command("list")
+def assets_list(
+    ctx: typer.Context,
+    limit: Annotated[int, typer.Option(help="Entries per page.")] = 100,
+    cursor: Annotated[Optional[str], typer.Option(help="next_cursor printed by the previous page.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List catalogued assets in digest order: digest, media kind, bytes and how many events link each."""
+    with MemoryStore.open(_settings(ctx)) as store:
+        page = store.list_assets(cursor=cursor, limit=limit)
+    if as_json:
+        typer.echo(json.dumps({"assets": [_entry_dict(a) for a in page.assets], "next_cursor": page.next_cursor}))
+        return
+    for a in page.assets:
+        typer.echo(f"{a.ref.digest}  {a.ref.media_kind:<24} {a.ref.size:>12} bytes  {a.links:>5} links")
+    if not page.assets:
+        typer.echo("no assets")
+    if page.next_cursor:
+        typer.echo(f"more: --cursor {page.next_cursor}")
+
+
+@assets_app.command("show")
+def assets_show(
+    ctx: typer.Context,
+    digest: Annotated[str, typer.Argument(help="The asset's SHA-256 (64 lowercase hex characters).")],
+    links: Annotated[int, typer.Option(help="Linking events to show.")] = 20,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show one asset: its catalog entries, its file, whether the file verifies, and the events linking it."""
+    with MemoryStore.open(_settings(ctx)) as store:
+        entries = store.asset_entries(digest)
+        if not entries:
+            raise AssetNotFoundError(f"no asset {digest} is catalogued; list them with `emelex memory assets list`")
+        linked = store.asset_links(digest, limit=links)
+        path = store.asset_dir / digest
+        try:
+            store.open_asset(entries[0].ref).close()
+            verdict = "ok"
+        except EmelexError as exc:
+            verdict = str(exc)
+    if as_json:
+        typer.echo(json.dumps({
+            "digest": digest,
+            "file": str(path),
+            "verified": verdict == "ok",
+            "problem": None if verdict == "ok" else verdict,
+            "entries": [_entry_dict(e) for e in entries],
+            "links": [{"session": x.session_id, "seq": x.seq, "ordinal": x.ordinal, "media_kind": x.media_kind}
+                      for x in linked],
+        }))
+    else:
+        typer.echo(f"Asset {digest}")
+        typer.echo(f"  file:     {path}")
+        typer.echo(f"  size:     {entries[0].ref.size} bytes")
+        typer.echo(f"  verified: {verdict}")
+        for e in entries:
+            typer.echo(f"  entry:    {e.ref.media_kind}  {e.links} links  created {_when(e.created_at)}  "
+                       f"last used {_when(e.touched_at)}")
+        for x in linked:
+            typer.echo(f"  linked:   Session {x.session_id} event #{x.seq} (asset {x.ordinal}, {x.media_kind})")
+    if verdict != "ok":
+        raise typer.Exit(1)
+
+
+@assets_app.command("verify")
+def assets_verify(
+    ctx: typer.Context,
+    page_size: Annotated[int, typer.Option("--page-size", help="Entries re-hashed per bounded page.")] = 500,
+    max_assets: Annotated[
+        Optional[int], typer.Option("--max-assets", help="Stop after checking this many entries (default: all).")
+    ] = None,
+    cursor: Annotated[Optional[str], typer.Option(help="Continue after this entry (printed when stopped early).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Re-hash every catalogued asset file, page by page, and report what is wrong; exit 1 if anything is."""
+    checked = hashed = 0
+    problems = []
+    with MemoryStore.open(_settings(ctx)) as store:
+        while True:
+            page = store.verify_assets(cursor=cursor, limit=page_size)
+            checked, hashed = checked + page.checked, hashed + page.hashed_bytes
+            problems.extend(page.problems)
+            cursor = page.next_cursor
+            if cursor is None or (max_assets is not None and checked >= max_assets):
+                break
+    if as_json:
+        typer.echo(json.dumps({
+            "checked": checked,
+            "hashed_bytes": hashed,
+            "complete": cursor is None,
+            "next_cursor": cursor,
+            "problems": [{"digest": p.digest, "media_kinds": list(p.media_kinds), "detail": p.detail} for p in problems],
+        }))
+    else:
+        for p in problems:
+            typer.echo(f"[FAIL] {p.digest} ({', '.join(p.media_kinds)}): {p.detail}")
+        typer.echo(f"checked {checked} entries, {hashed} bytes hashed: "
+                   f"{len(problems)} problem(s){'' if cursor is None else f'; stopped early, more after {cursor}'}")
+    if problems:
+        raise typer.Exit(1)
