@@ -36,7 +36,7 @@ def check_digest(digest: object) -> str:
 
 
 def check_media_kind(media_kind: object) -> str:
-    """Return `media_kind` if it is a lowercase `type/subtype` such as `image/png`; raise `InvalidAssetError` otherwise."""
+    """Return `media_kind` if it is a lowercase `type/subtype` like `image/png`; raise `InvalidAssetError` otherwise."""
     if not isinstance(media_kind, str) or not _MEDIA_KIND.match(media_kind):
         raise InvalidAssetError(
             f"media kind {media_kind!r} is not a lowercase type/subtype without parameters, like image/png"
@@ -77,10 +77,11 @@ def temp_dir_of(folder: Path) -> Path:
 
 M002_ASSETS = """
 CREATE TABLE assets (
-    digest TEXT NOT NULL CHECK (length(digest) = 64 AND digest NOT GLOB '*[^0-9a-f]*'),  -- lowercase SHA-256 hex; the file name
+    -- lowercase SHA-256 hex of the bytes, and the name of their file
+    digest TEXT NOT NULL CHECK (length(digest) = 64 AND digest NOT GLOB '*[^0-9a-f]*'),
     media_kind TEXT NOT NULL CHECK (length(media_kind) BETWEEN 3 AND 127),              -- e.g. image/png
     size INTEGER NOT NULL CHECK (size BETWEEN 0 AND 134217728),   -- bytes; the same for every kind of one digest
-    links INTEGER NOT NULL DEFAULT 0 CHECK (links >= 0),          -- event_assets rows naming this entry (triggers below)
+    links INTEGER NOT NULL DEFAULT 0 CHECK (links >= 0),          -- event_assets rows naming it (kept by triggers)
     created_at REAL NOT NULL,
     touched_at REAL NOT NULL,            -- last put or link; unreferenced entries are collectable a grace period later
     PRIMARY KEY (digest, media_kind)

@@ -107,7 +107,9 @@ def write_temp(tmp_dir: Path, data: AssetSource, cap: int) -> TempAsset:
         for chunk in _chunks(data, cap):
             size += len(chunk)
             if size > cap:
-                raise AssetTooLargeError(f"the asset is larger than the {cap // (1024 * 1024)} MiB cap; nothing was stored")
+                raise AssetTooLargeError(
+                    f"the asset is larger than the {cap // (1024 * 1024)} MiB cap; nothing was stored"
+                )
             hasher.update(chunk)
             while chunk:
                 chunk = chunk[os.write(fd, chunk) :]

@@ -157,7 +157,7 @@ def collect_orphans(
     digests: list[str] | None,
     report: AssetCollection,
 ) -> None:
-    """Inside a write transaction: remove digest-named files that no entry catalogs and that are older than the grace."""
+    """Inside a write transaction: remove digest-named files no entry catalogs that are older than the grace."""
     names = digests if digests is not None else _orphan_candidates(conn, folder, limit, report)
     removed = False
     for name in names:

@@ -38,7 +38,7 @@ def turn_assets(events: Sequence[NewEvent]) -> list[tuple[int, tuple[AssetRef, .
     """Validate the assets of a turn's events before any write; return (position, refs) for events that have some."""
     linked = []
     for index, event in enumerate(events):
-        refs = getattr(event, "assets", ())
+        refs = event.assets
         if not refs:
             continue
         if not isinstance(refs, (tuple, list)) or not all(isinstance(r, AssetRef) for r in refs):

@@ -71,13 +71,10 @@ class AssetStoreMixin:
         """This database's asset folder: `<home>/memory/assets`, or `<database-name>.assets` beside an explicit path."""
         return asset_dir_for(self.path, self.settings)
 
-    def _asset_folder(self, *, create: bool) -> Path | None:
-        """The checked asset folder (created 0700 with its `tmp/` when `create`); None if it was never created."""
+    def _asset_folder(self) -> Path | None:
+        """The checked asset folder, or None if it was never created."""
         folder = self.asset_dir
-        if create:
-            ensure_private_dir(folder)
-            ensure_private_dir(temp_dir_of(folder))
-        elif not os.path.lexists(folder):
+        if not os.path.lexists(folder):
             return None
         check_private_dir(folder)
         return folder
@@ -95,11 +92,14 @@ class AssetStoreMixin:
         file already exists its content is verified before it is catalogued;
         a file with other content raises `AssetTamperedError`. Putting the
         same bytes again stores nothing new and refreshes the entry's grace
-        period. Any error leaves no file and no catalog entry behind.
+        period. Any error removes the temporary file and leaves no catalog
+        entry (a file linked just before a failed commit is an orphan that
+        the next put adopts or collection removes after the grace period).
         """
         check_media_kind(media_kind)
-        folder = self._asset_folder(create=True)
-        assert folder is not None
+        folder = self.asset_dir
+        ensure_private_dir(folder)
+        ensure_private_dir(temp_dir_of(folder))
         temp = write_temp(temp_dir_of(folder), data, MAX_ASSET_BYTES)
         try:
             ref = AssetRef(temp.digest, temp.size, media_kind)
@@ -153,13 +153,15 @@ class AssetStoreMixin:
                 "SELECT size FROM assets WHERE digest = ? AND media_kind = ?", (ref.digest, ref.media_kind)
             ).fetchone()
         if row is None:
-            raise AssetNotFoundError(f"asset {ref.digest} ({ref.media_kind}) is not catalogued; store it with put_asset")
+            raise AssetNotFoundError(
+                f"asset {ref.digest} ({ref.media_kind}) is not catalogued; store it with put_asset"
+            )
         if row[0] != ref.size:
             raise AssetMismatchError(
                 f"asset {ref.digest} ({ref.media_kind}) has {row[0]} bytes in the catalog but the reference says "
                 f"{ref.size}; use the reference put_asset returned"
             )
-        folder = self._asset_folder(create=False)
+        folder = self._asset_folder()
         if folder is None:
             raise AssetMissingError(f"asset folder {self.asset_dir} is missing; restore it from a backup")
         return folder / ref.digest
@@ -264,7 +266,7 @@ class AssetStoreMixin:
         if targets is not None and len(targets) > limit:
             raise InvalidInputError(f"at most limit={limit} digests per call, got {len(targets)}")
         report = AssetCollection()
-        folder = self._asset_folder(create=False)
+        folder = self._asset_folder()
         now = self.clock()
         with self._read() as conn:  # holds the store's lock across the steps
             nested = conn.in_transaction

@@ -105,7 +105,7 @@ def assets_verify(
     max_assets: Annotated[
         Optional[int], typer.Option("--max-assets", help="Stop after checking this many entries (default: all).")
     ] = None,
-    cursor: Annotated[Optional[str], typer.Option(help="Continue after this entry (printed when stopped early).")] = None,
+    cursor: Annotated[Optional[str], typer.Option(help="Continue after this entry (printed if stopped early).")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Re-hash every catalogued asset file, page by page, and report what is wrong; exit 1 if anything is."""
@@ -125,7 +125,9 @@ def assets_verify(
             "hashed_bytes": hashed,
             "complete": cursor is None,
             "next_cursor": cursor,
-            "problems": [{"digest": p.digest, "media_kinds": list(p.media_kinds), "detail": p.detail} for p in problems],
+            "problems": [
+                {"digest": p.digest, "media_kinds": list(p.media_kinds), "detail": p.detail} for p in problems
+            ],
         }))
     else:
         for p in problems:
