@@ -23,7 +23,7 @@ from emelex_memory import MemoryStore, Settings
 
 MiB = 1024 * 1024
 ASSET_MIB = 64
-ROUNDS = 7
+ROUNDS = 11
 TARGET = 0.8
 
 
