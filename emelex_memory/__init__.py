@@ -72,6 +72,8 @@ from .compaction import (
     compaction_handler,
     estimate_tokens,
 )
+from .deletion import SessionDeletion
+from .distillation import DISTILL_KIND, DistillationInput, KnowledgeCandidate, distillation_handler, validate_candidates
 from .jobs import (
     CompletionContext,
     Enqueued,
@@ -85,6 +87,7 @@ from .jobs import (
 from .knowledge_model import KnowledgeEntry, KnowledgeHistoryPage, KnowledgePage, KnowledgeSource, KnowledgeVersion
 from .leases import SessionLease
 from .queue import JobClaim
+from .retention import MaintenanceReport
 from .retry import RETRY_SCHEDULE, RetrySchedule
 from .sessions import Session, WorkspaceIdentity
 from .settings import Settings
@@ -116,8 +119,10 @@ __all__ = [
     "CompactionQueued",
     "CompletionContext",
     "ConfirmationRequiredError",
+    "DISTILL_KIND",
     "DatabaseDeletedError",
     "DatabaseEmptiedError",
+    "DistillationInput",
     "EmelexError",
     "Enqueued",
     "Event",
@@ -140,6 +145,7 @@ __all__ = [
     "JsonTooDeepError",
     "JsonTooLargeError",
     "JsonUnencodableError",
+    "KnowledgeCandidate",
     "KnowledgeEntry",
     "KnowledgeError",
     "KnowledgeHistoryPage",
@@ -154,6 +160,7 @@ __all__ = [
     "LeaseLostError",
     "MAX_ASSET_BYTES",
     "MAX_REPLAY_MEDIA_BYTES",
+    "MaintenanceReport",
     "MemoryStore",
     "NewEvent",
     "NotAnEmelexDatabaseError",
@@ -166,6 +173,7 @@ __all__ = [
     "SchemaTooNewError",
     "Session",
     "SessionBusyError",
+    "SessionDeletion",
     "SessionLease",
     "SessionLiveError",
     "SessionNotFoundError",
@@ -187,8 +195,10 @@ __all__ = [
     "WorkspaceMissingError",
     "WorkspaceReplacedError",
     "compaction_handler",
+    "distillation_handler",
     "estimate_tokens",
     "register_job_kind",
     "registered_kinds",
     "run_one_job",
+    "validate_candidates",
 ]

@@ -44,7 +44,7 @@ from .worker import JobOutcome, run_one_job
 
 if TYPE_CHECKING:
     from .leases import SessionLease
-    from .queue import JobClaim
+    from .job_claim import JobClaim
     from .store import MemoryStore
 
 DISTILL_KIND = "distill"
@@ -186,10 +186,10 @@ def distillation_handler(
                 )
         workspace = store.get_session(claim.job.session_id).workspace
         try:
-            knowledge = store.recall(workspace, limit=KNOWLEDGE_CONTEXT_ITEMS, max_bytes=KNOWLEDGE_CONTEXT_BYTES).entries
+            page = store.recall(workspace, limit=KNOWLEDGE_CONTEXT_ITEMS, max_bytes=KNOWLEDGE_CONTEXT_BYTES)
         except WorkspaceError as exc:
             raise PermanentJobError(f"{exc}; resume the Session from its workspace, then retry the job") from None
-        data = DistillationInput(source.session_id, workspace.path, source, tuple(events), tuple(knowledge))
+        data = DistillationInput(source.session_id, workspace.path, source, tuple(events), tuple(page.entries))
         return validate_candidates(distill(data))
 
     return handle

@@ -51,6 +51,7 @@ Scope = tuple[int, int]  # (device, inode) of a workspace directory
 SourceColumns = tuple  # (session rowid, uuid, first seq, last seq, digest), all None without provenance
 NO_SOURCE: SourceColumns = (None, None, None, None, None)
 ROW_OVERHEAD = 256  # generous per-row byte estimate on top of key and content
+MIN_PAGE_BYTES = MAX_KEY_BYTES + MAX_CONTENT_BYTES + ROW_OVERHEAD  # a page must fit one largest entry
 _ENTRY_COLUMNS = f"k.id, k.key, k.pinned, k.created_at, k.updated_at, {VERSION_COLUMNS}"
 _ENTRY_JOIN = "FROM knowledge k JOIN knowledge_versions v ON v.knowledge_id = k.id AND v.version = k.head_version"
 
@@ -168,7 +169,7 @@ class KnowledgeMixin:
         Tombstoned entries are excluded unless `include_tombstones`.
         `max_bytes` must fit at least one largest entry.
         """
-        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MAX_KEY_BYTES + MAX_CONTENT_BYTES + ROW_OVERHEAD)
+        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MIN_PAGE_BYTES)
         ident = current_workspace(workspace)
         where, params = "", ()
         if cursor is not None:
@@ -214,7 +215,7 @@ class KnowledgeMixin:
         Versions older than the retention limits may have been pruned by
         `maintain`, so the first version returned can be later than 1.
         """
-        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MAX_KEY_BYTES + MAX_CONTENT_BYTES + ROW_OVERHEAD)
+        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MIN_PAGE_BYTES)
         if isinstance(after_version, bool) or not isinstance(after_version, int) or after_version < 0:
             raise InvalidInputError(f"after_version must be a non-negative integer, got {after_version!r}")
         key = validate_key(key)
@@ -247,7 +248,9 @@ class KnowledgeMixin:
             self._check_source_size(conn, rowid, probe)
             digest = source_digest(conn, rowid, session_id, first_seq, last_seq)
         if digest is None:
-            raise InvalidKnowledgeError(f"Session {session_id} has no events {first_seq}..{last_seq}; cite events it has")
+            raise InvalidKnowledgeError(
+                f"Session {session_id} has no events {first_seq}..{last_seq}; cite events it has"
+            )
         return KnowledgeSource(session_id, first_seq, last_seq, digest)
 
     # -- internals shared with distillation and maintain ------------------------------------------
@@ -266,7 +269,8 @@ class KnowledgeMixin:
         return row
 
     def _entry_by_id(self: MemoryStore, conn: apsw.Connection, entry_id: int) -> KnowledgeEntry:
-        return entry_from_row(conn.execute(f"SELECT {_ENTRY_COLUMNS} {_ENTRY_JOIN} WHERE k.id = ?", (entry_id,)).fetchone())
+        row = conn.execute(f"SELECT {_ENTRY_COLUMNS} {_ENTRY_JOIN} WHERE k.id = ?", (entry_id,)).fetchone()
+        return entry_from_row(row)
 
     def _source_columns(
         self: MemoryStore, conn: apsw.Connection, source: KnowledgeSource | None, scope: Scope
@@ -344,7 +348,9 @@ class KnowledgeMixin:
         self._insert_version(conn, entry_id, version, content, size, confidence, origin, src, now)
         return self._version(conn, entry_id, key, version)
 
-    def _tombstone_version(self: MemoryStore, conn: apsw.Connection, row: tuple, key: str, origin: str) -> KnowledgeVersion:
+    def _tombstone_version(
+        self: MemoryStore, conn: apsw.Connection, row: tuple, key: str, origin: str
+    ) -> KnowledgeVersion:
         """Inside a transaction: tombstone the entry `row` (from `_entry_row`), keeping its confidence and source."""
         entry_id, head, tombstoned_at, _pinned = row
         if tombstoned_at is not None:

@@ -13,15 +13,17 @@ from pathlib import Path
 
 import apsw
 
-from .compaction import CompactionMixin
 from .assets_store import AssetStoreMixin
+from .compaction import CompactionMixin
+from .deletion import DeletionMixin
+from .distillation import DistillationMixin
 from .errors import InvalidInputError, LeaseHeldError, SessionNotFoundError, WorkspaceReplacedError
 from .files import ensure_private_dir
-from .distillation import DistillationMixin
 from .knowledge import KnowledgeMixin
 from .leases import SessionLease, holder_label, new_token, token_digest
 from .opening import open_database, reinitialize_database
 from .queue import JobQueueMixin
+from .retention import MaintenanceMixin
 from .sessions import SESSION_COLUMNS, Session, WorkspaceIdentity, session_from_row
 from .settings import Settings
 from .summaries import read_view_page
@@ -38,7 +40,7 @@ class SessionPage:
     next_cursor: str | None
 
 
-class MemoryStore(KnowledgeMixin, DistillationMixin, JobQueueMixin, CompactionMixin, AssetStoreMixin):
+class MemoryStore(KnowledgeMixin, DeletionMixin, DistillationMixin, MaintenanceMixin, JobQueueMixin, CompactionMixin, AssetStoreMixin):
     """One open Emelex database. Thread-safe; use it as a context manager or call `close()`."""
 
     def __init__(self, conn: apsw.Connection, path: Path, settings: Settings, clock: Clock = time.time) -> None:

@@ -32,7 +32,8 @@ def test_remember_list_show_history(workspace: Path, home: Path) -> None:
         with store.acquire_lease(session.id, workspace) as lease:
             lease.replay()
             lease.append_turn([NewEvent("user", {"text": "use make test"})])
-        store.remember(workspace, "tests", "run make test", confidence=0.8, source=store.knowledge_source(session.id, 1, 1))
+        source = store.knowledge_source(session.id, 1, 1)
+        store.remember(workspace, "tests", "run make test", confidence=0.8, source=source)
     assert k("remember", "style", "black, 110 columns", "-w", str(workspace)).exit_code == 0
     assert k("remember", "style", "ruff format", "-w", str(workspace), "--confidence", "0.6").exit_code == 0
     listed = k("list", "-w", str(workspace))
@@ -80,7 +81,8 @@ def test_list_pages_with_a_cursor(workspace: Path) -> None:
     for i in range(5):
         k("remember", f"k{i}", f"v{i}", "-w", str(workspace))
     first = json.loads(k("list", "-w", str(workspace), "--limit", "3", "--json").output)
-    second = json.loads(k("list", "-w", str(workspace), "--limit", "3", "--cursor", first["next_cursor"], "--json").output)
+    more = ["--cursor", first["next_cursor"], "--json"]
+    second = json.loads(k("list", "-w", str(workspace), "--limit", "3", *more).output)
     assert [e["key"] for e in first["entries"] + second["entries"]] == [f"k{i}" for i in range(5)]
     assert second["next_cursor"] is None
 

@@ -56,8 +56,13 @@ def version_dict(v: KnowledgeVersion) -> dict:
 
 def entry_dict(e: KnowledgeEntry) -> dict:
     """An entry as plain JSON-ready data."""
-    return {"key": e.key, "pinned": e.pinned, "created_at": e.created_at, "updated_at": e.updated_at,
-            "head": version_dict(e.head)}
+    return {
+        "key": e.key,
+        "pinned": e.pinned,
+        "created_at": e.created_at,
+        "updated_at": e.updated_at,
+        "head": version_dict(e.head),
+    }
 
 
 def _source_line(v: KnowledgeVersion) -> str:
@@ -98,7 +103,9 @@ def knowledge_list(
 
 
 @knowledge_app.command("show")
-def knowledge_show(ctx: typer.Context, key: KeyArg, workspace: WorkspaceOpt = Path("."), as_json: JsonFlag = False) -> None:
+def knowledge_show(
+    ctx: typer.Context, key: KeyArg, workspace: WorkspaceOpt = Path("."), as_json: JsonFlag = False
+) -> None:
     """Show one entry, forgotten or not, with its provenance."""
     with MemoryStore.open(_settings(ctx)) as store:
         e = store.get_knowledge(workspace, key)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from typing import Annotated, Optional
@@ -14,11 +15,13 @@ from emelex_memory.doctor import diagnose
 from .assets import assets_app
 from .jobs import compact, jobs_app
 from .knowledge import knowledge_app
+from .maintain import maintain
 
 memory_app = typer.Typer(help="Inspect and maintain the memory store.", no_args_is_help=True)
 sessions_app = typer.Typer(help="List and inspect Sessions.", no_args_is_help=True)
 memory_app.add_typer(sessions_app, name="sessions")
 memory_app.add_typer(knowledge_app, name="knowledge")
+memory_app.command("maintain")(maintain)
 memory_app.add_typer(assets_app, name="assets")
 memory_app.add_typer(jobs_app, name="jobs")
 memory_app.command("compact")(compact)
@@ -97,6 +100,31 @@ def sessions_show(
         typer.echo(f"  #{e['seq']:<5} turn {e['turn']:<4} {e['kind']:<12} {text[:200]}")
     if not page.done:
         typer.echo(f"  more: --after {page.next_cursor}")
+
+
+@sessions_app.command("delete")
+def sessions_delete(
+    ctx: typer.Context,
+    session: Annotated[str, typer.Argument(help="Session ID.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Delete without asking.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Delete a Session with its transcript, jobs and the assets only it used; Knowledge keeps its audit fields.
+
+    Not forensic erasure: freed pages and WAL bytes remain until `emelex memory maintain --vacuum`.
+    """
+    with MemoryStore.open(_settings(ctx)) as store:
+        if not yes:
+            s = store.get_session(session)
+            typer.confirm(f"Delete Session {s.id} ({s.last_seq} events, {s.title or 'untitled'})?", abort=True)
+        d = store.delete_session(session)
+    if as_json:
+        typer.echo(json.dumps(dataclasses.asdict(d)))
+        return
+    typer.echo(
+        f"deleted Session {d.session_id}: {d.events} events, {d.jobs} jobs, {d.asset_entries} assets "
+        f"({d.asset_bytes} bytes freed); {d.knowledge_versions_detached} Knowledge versions keep its ID for audit"
+    )
 
 
 @memory_app.command("doctor")

@@ -1,0 +1,118 @@
+"""`MemoryStore.delete_session`: remove one Session, its transcript, jobs and the assets only it referenced.
+
+Deletion is one `BEGIN IMMEDIATE` transaction: the Session row goes, and with
+it (by cascading foreign keys) its lease record, events, asset links, jobs
+and Summaries. Knowledge that cited the Session keeps its provenance (source
+Session UUID, sequence range, digest) for audit; only the nullable foreign
+key is cleared. Catalog entries of assets that no other event links are
+deleted in the same transaction and their files removed right after it.
+
+This is not forensic erasure: SQLite keeps deleted content in free pages and
+in the WAL until a checkpoint and `VACUUM` (see `maintain`) overwrite them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import apsw
+
+from .errors import SessionBusyError
+
+if TYPE_CHECKING:
+    from .store import MemoryStore
+
+
+@dataclass(frozen=True)
+class SessionDeletion:
+    """What `delete_session` removed: counts of events and jobs, Knowledge versions whose source link was
+    cleared (their audit fields remain), asset catalog entries and files removed, and the bytes freed."""
+
+    session_id: str
+    events: int
+    jobs: int
+    knowledge_versions_detached: int
+    asset_entries: int
+    asset_files: int
+    asset_bytes: int
+
+
+def check_not_busy(conn: apsw.Connection, rowid: int, session_id: str, now: float) -> None:
+    """Inside a transaction: raise `SessionBusyError` while the Session has a live lease or a live worker claim."""
+    held = conn.execute(
+        "SELECT holder, expires_at FROM session_leases WHERE session_id = ? AND state = 'active' AND expires_at > ?",
+        (rowid, now),
+    ).fetchone()
+    if held:
+        raise SessionBusyError(
+            f"Session {session_id} is leased by {held[0]} for another {held[1] - now:.0f}s; "
+            "wait for it to finish or expire, nothing was deleted"
+        )
+    job = conn.execute(
+        "SELECT uuid, lease_holder FROM jobs WHERE session_id = ? AND state = 'claimed' AND lease_expires_at > ?",
+        (rowid, now),
+    ).fetchone()
+    if job:
+        raise SessionBusyError(
+            f"worker {job[1]} is running job {job[0]} on Session {session_id}; wait for it or cancel it with "
+            f"`emelex memory jobs cancel {job[0]}`, nothing was deleted"
+        )
+
+
+class DeletionMixin:
+    """`MemoryStore.delete_session`."""
+
+    def delete_session(self: MemoryStore, session_id: str) -> SessionDeletion:
+        """Delete a Session transactionally, and the assets that become unreferenced; return what was removed.
+
+        Refuses with `SessionBusyError` (deleting nothing) while the Session
+        has a live lease or a worker holds a live claim on one of its jobs;
+        raises `SessionNotFoundError` for an unknown ID. Knowledge citing the
+        Session keeps the source Session UUID, sequence range and digest.
+        Assets touched after the Session's last update (e.g. just put by a
+        writer about to link them) are left to `maintain`'s collection.
+        """
+        with self._write() as conn:
+            rowid = self._session_rowid(conn, session_id)
+            deletion, digests, grace = self._delete_session_in(conn, rowid, session_id, self.clock())
+        files, freed = self._collect_session_files(digests, grace)
+        return SessionDeletion(
+            session_id, deletion.events, deletion.jobs, deletion.knowledge_versions_detached,
+            deletion.asset_entries, files, freed,
+        )
+
+    def _delete_session_in(
+        self: MemoryStore, conn: apsw.Connection, rowid: int, session_id: str, now: float
+    ) -> tuple[SessionDeletion, list[str], float]:
+        """Inside a write transaction: delete the Session and the catalog entries only it referenced.
+
+        Returns the counts, the digests whose files a caller removes after
+        commit, and the grace period that protects assets touched since.
+        """
+        check_not_busy(conn, rowid, session_id, now)
+        updated = conn.execute("SELECT updated_at FROM sessions WHERE id = ?", (rowid,)).fetchone()[0]
+        count = lambda sql: conn.execute(sql, (rowid,)).fetchone()[0]  # noqa: E731
+        events = count("SELECT count(*) FROM events WHERE session_id = ?")
+        jobs = count("SELECT count(*) FROM jobs WHERE session_id = ?")
+        detached = count("SELECT count(*) FROM knowledge_versions WHERE source_session_id = ?")
+        linked = conn.execute("SELECT DISTINCT digest FROM event_assets WHERE session_id = ?", (rowid,))
+        digests = [d for (d,) in linked]
+        conn.execute("DELETE FROM sessions WHERE id = ?", (rowid,))
+        grace = max(0.0, now - updated)
+        entries = 0
+        for chunk in _chunks(digests, self.settings.max_page_items):
+            entries += self.collect_assets(digests=chunk, grace_s=grace, limit=len(chunk)).removed_entries
+        return SessionDeletion(session_id, events, jobs, detached, entries, 0, 0), digests, grace
+
+    def _collect_session_files(self: MemoryStore, digests: list[str], grace: float) -> tuple[int, int]:
+        """After commit: remove the files of `digests` that no catalog entry names any more."""
+        files = freed = 0
+        for chunk in _chunks(digests, self.settings.max_page_items):
+            report = self.collect_assets(digests=chunk, grace_s=grace, limit=len(chunk))
+            files, freed = files + report.removed_files, freed + report.freed_bytes
+        return files, freed
+
+
+def _chunks(items: list[str], size: int) -> list[list[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]

@@ -1,0 +1,172 @@
+"""`MemoryStore.maintain`: bounded housekeeping of leases, retention, versions, assets and the database file.
+
+One run, each step capped at `maintain_batch` changes (run again while the
+report says `more`):
+
+1. stale Session leases ('active' past their expiry) become 'failed' ("expired");
+2. expired worker claims are rescued through the queue (each a counted failure);
+3. Sessions idle longer than `session_retention_days` are deleted like
+   `delete_session` (never one with a live lease or live worker claim);
+4. unpinned Knowledge unchanged for `knowledge_retention_days` is tombstoned;
+5. tombstoned entries older than `knowledge_grace_days` are deleted;
+6. versions beyond the newest `knowledge_keep_versions` of an unpinned entry,
+   superseded more than `knowledge_grace_days` ago, are pruned;
+7. unreferenced assets are collected (the asset grace period applies);
+8. `PRAGMA optimize`, optional `VACUUM`, then `wal_checkpoint(TRUNCATE)`.
+
+Pinned Knowledge is never tombstoned, pruned or deleted; a live lease is
+never touched; Knowledge is only deleted after passing through a tombstone
+and the grace period. `dry_run` runs steps 1-7 inside one transaction that is
+rolled back (so counts are exact and nothing changes) and skips step 8.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .queue import RESCUE_BATCH
+
+if TYPE_CHECKING:
+    from .store import MemoryStore
+
+DAY_S = 86_400.0
+
+
+@dataclass
+class MaintenanceReport:
+    """What one `maintain` run did (or, with `dry_run`, would do). `more` means a cap was reached: run again."""
+
+    dry_run: bool
+    leases_failed: int = 0
+    jobs_rescued: int = 0
+    sessions_deleted: int = 0
+    knowledge_tombstoned: int = 0
+    knowledge_purged: int = 0
+    versions_pruned: int = 0
+    asset_entries_removed: int = 0
+    asset_files_removed: int = 0
+    asset_bytes_freed: int = 0
+    optimized: bool = False
+    wal_truncated: bool = False
+    vacuumed: bool = False
+    more: bool = False
+
+
+class _DryRun(Exception):
+    """Raised at the end of a dry run to roll its transaction back."""
+
+
+class MaintenanceMixin:
+    """`MemoryStore.maintain`."""
+
+    def maintain(self: MemoryStore, *, vacuum: bool = False, dry_run: bool = False) -> MaintenanceReport:
+        """Run bounded maintenance (see the module docstring) and return a report of what was done.
+
+        With `dry_run=True` nothing changes: the row changes are made in a
+        transaction that is rolled back, and the file-level steps (asset file
+        removal, optimize, VACUUM, WAL truncation) are skipped. `vacuum=True`
+        additionally rewrites the database file, dropping free pages.
+        """
+        report = MaintenanceReport(dry_run=dry_run)
+        if dry_run:
+            try:
+                with self._write():
+                    self._maintain_rows(report)
+                    raise _DryRun
+            except _DryRun:
+                pass
+            return report
+        digests, grace = self._maintain_rows(report)
+        files, freed = self._collect_session_files(digests, grace)
+        report.asset_files_removed += files
+        report.asset_bytes_freed += freed
+        self._maintain_file(report, vacuum)
+        return report
+
+    def _maintain_rows(self: MemoryStore, report: MaintenanceReport) -> tuple[list[str], float]:
+        """Steps 1-7; returns the asset digests of deleted Sessions whose files are removed after commit."""
+        batch, s = self.settings.maintain_batch, self.settings
+        now = self.clock()
+        with self._write() as conn:
+            report.leases_failed = len(conn.execute(
+                "UPDATE session_leases SET state = 'failed', failure = 'expired', ended_at = ? WHERE session_id IN "
+                "(SELECT session_id FROM session_leases WHERE state = 'active' AND expires_at <= ? "
+                "ORDER BY expires_at LIMIT ?) RETURNING 1",
+                (now, now, batch),
+            ).fetchall())
+        report.more |= report.leases_failed == batch
+        while report.jobs_rescued < batch:
+            rescued = self.rescue_expired_jobs()
+            report.jobs_rescued += rescued
+            if rescued < RESCUE_BATCH:
+                break
+        else:
+            report.more = True
+        digests, grace = self._retain_sessions(report, now) if s.session_retention_days > 0 else ([], 0.0)
+        with self._write() as conn:
+            if s.knowledge_retention_days > 0:
+                rows = conn.execute(
+                    "SELECT id, head_version, tombstoned_at, pinned, key FROM knowledge WHERE pinned = 0 "
+                    "AND tombstoned_at IS NULL AND updated_at < ? ORDER BY updated_at, id LIMIT ?",
+                    (now - s.knowledge_retention_days * DAY_S, batch),
+                ).fetchall()
+                for row in rows:
+                    self._tombstone_version(conn, row[:4], row[4], "retention")
+                report.knowledge_tombstoned = len(rows)
+                report.more |= len(rows) == batch
+            grace_cutoff = now - s.knowledge_grace_days * DAY_S
+            report.knowledge_purged = len(conn.execute(
+                "DELETE FROM knowledge WHERE id IN (SELECT id FROM knowledge WHERE tombstoned_at < ? AND pinned = 0 "
+                "ORDER BY tombstoned_at LIMIT ?) RETURNING 1",
+                (grace_cutoff, batch),
+            ).fetchall())
+            report.versions_pruned = len(conn.execute(
+                "DELETE FROM knowledge_versions WHERE id IN (SELECT v.id FROM knowledge_versions v "
+                "JOIN knowledge k ON k.id = v.knowledge_id "
+                "JOIN knowledge_versions n ON n.knowledge_id = v.knowledge_id AND n.version = v.version + 1 "
+                "WHERE k.pinned = 0 AND v.version <= k.head_version - ? AND n.created_at < ? ORDER BY v.id LIMIT ?) "
+                "RETURNING 1",
+                (s.knowledge_keep_versions, grace_cutoff, batch),
+            ).fetchall())
+        report.more |= batch in (report.knowledge_purged, report.versions_pruned)
+        collected = self.collect_assets(limit=min(batch, s.max_page_items))
+        report.asset_entries_removed += collected.removed_entries
+        report.asset_files_removed += collected.removed_files
+        report.asset_bytes_freed += collected.freed_bytes
+        report.more |= collected.more
+        return digests, grace
+
+    def _retain_sessions(self: MemoryStore, report: MaintenanceReport, now: float) -> tuple[list[str], float]:
+        """Step 3: delete idle, not busy Sessions; return their asset digests and the grace protecting others."""
+        s = self.settings
+        digests: list[str] = []
+        grace = now
+        with self._write() as conn:
+            rows = conn.execute(
+                "SELECT s.id, s.uuid FROM sessions s WHERE s.updated_at < ? "
+                "AND NOT EXISTS (SELECT 1 FROM session_leases l WHERE l.session_id = s.id AND l.state = 'active' "
+                "AND l.expires_at > ?) "
+                "AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.session_id = s.id AND j.state = 'claimed' "
+                "AND j.lease_expires_at > ?) ORDER BY s.updated_at, s.id LIMIT ?",
+                (now - s.session_retention_days * DAY_S, now, now, s.maintain_batch),
+            ).fetchall()
+            for rowid, session_id in rows:
+                deletion, found, session_grace = self._delete_session_in(conn, rowid, session_id, now)
+                digests.extend(found)
+                grace = min(grace, session_grace)
+                report.asset_entries_removed += deletion.asset_entries
+        report.sessions_deleted = len(rows)
+        report.more |= len(rows) == s.maintain_batch
+        return list(dict.fromkeys(digests)), grace
+
+    def _maintain_file(self: MemoryStore, report: MaintenanceReport, vacuum: bool) -> None:
+        """Step 8, outside any transaction: optimize, optionally VACUUM, then truncate the WAL."""
+        with self._read() as conn:
+            conn.execute("PRAGMA optimize").fetchall()
+            report.optimized = True
+            if vacuum:
+                conn.execute("VACUUM").fetchall()
+                report.vacuumed = True
+            busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
+            report.wal_truncated = busy == 0

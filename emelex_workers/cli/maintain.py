@@ -1,0 +1,51 @@
+"""`emelex memory maintain`: bounded housekeeping, retention and WAL/VACUUM maintenance."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Annotated
+
+import typer
+
+from emelex_memory import MemoryStore
+
+_LINES = (
+    ("leases_failed", "stale Session leases marked failed"),
+    ("jobs_rescued", "expired worker claims rescued"),
+    ("sessions_deleted", "idle Sessions deleted"),
+    ("knowledge_tombstoned", "Knowledge entries tombstoned by retention"),
+    ("knowledge_purged", "tombstoned Knowledge entries deleted after the grace period"),
+    ("versions_pruned", "old Knowledge versions pruned"),
+    ("asset_entries_removed", "unreferenced asset entries removed"),
+    ("asset_files_removed", "asset files removed"),
+    ("asset_bytes_freed", "asset bytes freed"),
+)
+
+
+def maintain(
+    ctx: typer.Context,
+    vacuum: Annotated[bool, typer.Option("--vacuum", help="Also rewrite the database, dropping free pages.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Report what would be done; change nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for machines.")] = False,
+) -> None:
+    """Fail stale leases, apply retention, prune versions, collect assets, optimize and truncate the WAL.
+
+    Every step is capped (`maintain_batch`); run again while it says more remains. Never touches live
+    leases or pinned Knowledge. Retention periods are settings (see docs/knowledge.md).
+    """
+    with MemoryStore.open(ctx.find_root().obj) as store:
+        report = store.maintain(vacuum=vacuum, dry_run=dry_run)
+    if as_json:
+        typer.echo(json.dumps(dataclasses.asdict(report)))
+        return
+    if dry_run:
+        typer.echo("dry run: nothing was changed; a real run would do this:")
+    for field, label in _LINES:
+        typer.echo(f"{getattr(report, field):>8}  {label}")
+    if not dry_run:
+        done = [name for name, flag in (("optimized", report.optimized), ("vacuumed", report.vacuumed)) if flag]
+        wal = "WAL truncated" if report.wal_truncated else "WAL not truncated (readers busy; run again later)"
+        typer.echo(f"database: {', '.join(done)}; {wal}")
+    if report.more:
+        typer.echo("more remains: run `emelex memory maintain` again")

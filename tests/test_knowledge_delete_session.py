@@ -1,0 +1,169 @@
+"""`delete_session`: transactional, refuses busy Sessions, keeps Knowledge audit fields, drops unreferenced assets."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from emelex_memory import (
+    MemoryStore,
+    NewEvent,
+    SessionBusyError,
+    SessionNotFoundError,
+)
+
+from .conftest import table_rows
+
+
+class Clock:
+    """An injected clock starting at the real time (asset files age by their real timestamps)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def dstore(db_path, settings, clock):
+    s = MemoryStore.open_path(db_path, settings, clock=clock)
+    yield s
+    s.close()
+
+
+def seed(store: MemoryStore, workspace: Path, *turns: list[NewEvent]) -> str:
+    session = store.create_session(workspace)
+    with store.acquire_lease(session.id, workspace) as lease:
+        lease.replay()
+        for events in turns:
+            lease.append_turn(events)
+        lease.release()
+    return session.id
+
+
+def say(text: str, *assets) -> list[NewEvent]:
+    return [NewEvent("user", {"text": text}, assets=tuple(assets))]
+
+
+def test_deleting_a_source_session_keeps_the_knowledge_audit_fields(dstore, workspace):
+    sid = seed(dstore, workspace, say("we use tabs"), say("really"))
+    source = dstore.knowledge_source(sid, 1, 2)
+    dstore.remember(workspace, "indent", "tabs", confidence=0.7, source=source)
+    dstore.remember(workspace, "other", "unrelated")
+    deletion = dstore.delete_session(sid)
+    assert (deletion.events, deletion.knowledge_versions_detached) == (2, 1)
+    with pytest.raises(SessionNotFoundError):
+        dstore.get_session(sid)
+    head = dstore.get_knowledge(workspace, "indent").head
+    assert head.content == "tabs" and head.confidence == 0.7
+    assert (head.source.session_id, head.source.first_seq, head.source.last_seq, head.source.digest) == (
+        sid, 1, 2, source.digest,
+    )
+    assert head.source.session_deleted
+    tomb = dstore.forget(workspace, "indent")  # the tombstone carries the audit fields on
+    assert tomb.source == head.source
+
+
+def test_a_live_lease_or_worker_claim_refuses_deletion(dstore, workspace, db_path, clock):
+    sid = seed(dstore, workspace, say("hi"))
+    lease = dstore.acquire_lease(sid, workspace, ttl_s=60)
+    before = table_rows(db_path)
+    with pytest.raises(SessionBusyError, match="leased"):
+        dstore.delete_session(sid)
+    assert table_rows(db_path) == before
+    lease.release()
+    dstore.enqueue_job("compaction", sid, {"test": 1})
+    claim = dstore.claim_job("compaction", ttl_s=60)
+    before = table_rows(db_path)
+    with pytest.raises(SessionBusyError, match="jobs cancel"):
+        dstore.delete_session(sid)
+    assert table_rows(db_path) == before
+    clock.now += 61  # the worker's lease expired: it no longer holds authority
+    assert dstore.delete_session(sid).jobs == 1
+    claim.ended = True
+
+
+def test_an_expired_session_lease_does_not_block_deletion(dstore, workspace, clock):
+    sid = seed(dstore, workspace, say("hi"))
+    dstore.acquire_lease(sid, workspace, ttl_s=5)
+    clock.now += 6
+    assert dstore.delete_session(sid).events == 1
+
+
+def test_assets_only_the_deleted_session_referenced_are_removed(dstore, workspace, clock):
+    shared = dstore.put_asset(b"shared bytes", "image/png")
+    own = dstore.put_asset(b"only in the deleted Session" * 100, "image/png")
+    keeper = seed(dstore, workspace, say("keep", shared))
+    clock.now += 10
+    doomed = seed(dstore, workspace, say("a", shared, own), say("b", own))
+    clock.now += 10
+    deletion = dstore.delete_session(doomed)
+    assert (deletion.asset_entries, deletion.asset_files, deletion.asset_bytes) == (1, 1, own.size)
+    assert not os.path.exists(dstore.asset_dir / own.digest)
+    assert dstore.read_asset(shared) == b"shared bytes"
+    assert [e.assets for e in dstore.replay(keeper).events] == [(shared,)]
+
+
+def test_unknown_sessions_are_refused(dstore, db_path):
+    before = table_rows(db_path)
+    with pytest.raises(SessionNotFoundError):
+        dstore.delete_session("no-such-session")
+    assert table_rows(db_path) == before
+
+
+def test_deletion_is_one_transaction(dstore, workspace, db_path, monkeypatch):
+    sid = seed(dstore, workspace, say("x", dstore.put_asset(b"blob", "image/png")))
+    before = table_rows(db_path)
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("injected failure after the DELETE")
+
+    monkeypatch.setattr(MemoryStore, "collect_assets", boom)
+    with pytest.raises(RuntimeError):
+        dstore.delete_session(sid)
+    assert table_rows(db_path) == before
+
+
+# -- CLI ---------------------------------------------------------------------------------------
+
+
+def test_cli_sessions_delete(monkeypatch, home, workspace):
+    from typer.testing import CliRunner
+
+    from emelex_memory import Settings
+    from emelex_workers.cli import app
+
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    runner = CliRunner()
+    with MemoryStore.open(Settings()) as store:
+        sid = seed(store, workspace, say("hello"))
+    db = home / "memory" / "emelex.sqlite3"
+    before = table_rows(db)
+    declined = runner.invoke(app, ["memory", "sessions", "delete", sid], input="n\n")
+    assert declined.exit_code == 1 and table_rows(db) == before
+    done = runner.invoke(app, ["memory", "sessions", "delete", sid], input="y\n")
+    assert done.exit_code == 0 and f"deleted Session {sid}: 1 events" in done.output
+    again = runner.invoke(app, ["memory", "sessions", "delete", sid, "--yes"])
+    assert again.exit_code == 1 and again.output.startswith("error: no Session")
+
+
+def test_a_compacted_session_with_a_summary_can_be_deleted(dstore, workspace):
+    from emelex_memory import CompactionPolicy, compaction_handler, run_one_job
+
+    sid = seed(dstore, workspace, *[say(f"turn {i}") for i in range(6)])
+    queued = dstore.queue_compaction(sid, context_window=10, policy=CompactionPolicy(preserve_turns=1), force=True)
+    assert queued.created
+    outcome = run_one_job(dstore, compaction_handler(lambda events, job: "a summary"), kinds="compaction")
+    assert outcome.status == "done"
+    assert any(e.kind == "summary" for e in dstore.replay(sid).events)
+    deletion = dstore.delete_session(sid)
+    assert deletion.jobs == 1 and deletion.events == 7
