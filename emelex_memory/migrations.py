@@ -18,6 +18,7 @@ from .assets import M002_ASSETS
 from .errors import NotAnEmelexDatabaseError, SchemaTooNewError
 from .jobs import M003_JOBS
 from .knowledge_model import M004_KNOWLEDGE
+from .model_refs import M005_MODEL_REFS
 from .summaries import M003_SUMMARIES
 
 APPLICATION_ID = 0x454D4C58  # "EMLX"
@@ -82,6 +83,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("m002_assets", M002_ASSETS),
     Migration("m003_jobs", M003_JOBS + M003_SUMMARIES),
     Migration("m004_knowledge", M004_KNOWLEDGE),
+    Migration("m005_model_refs", M005_MODEL_REFS),
 )
 
 

@@ -67,6 +67,28 @@ class Settings(BaseSettings):
         default=1000, ge=1, le=100_000, description="Most changes of each kind one maintain run makes."
     )
 
+    # Plugins, models and the worker (`emelex memory work`).
+    plugins_autoload: bool = Field(
+        default=True, description="Load third-party plugins from the 'emelex' entry-point group; built-ins always load."
+    )
+    plugins_trace: bool = Field(default=False, description="Trace every plugin hook call to stderr.")
+    default_model: str = Field(
+        default="smollm2-135m-instruct", min_length=1, max_length=64, description="Installed model the worker uses."
+    )
+    summarizer: str = Field(default="llamacpp", min_length=1, max_length=64, description="Summarizer the worker uses.")
+    distiller: str = Field(default="llamacpp", min_length=1, max_length=64, description="Distiller the worker uses.")
+    model_lock_timeout_s: float = Field(
+        default=60.0, gt=0, le=3600, description="Longest wait for the Home-wide snapshot-mutation lock."
+    )
+    model_max_context_tokens: int = Field(
+        default=8192, ge=256, le=1_048_576, description="Largest context window a model binding allocates."
+    )
+    model_threads: int = Field(default=2, ge=1, le=256, description="CPU threads a model binding uses.")
+    work_max_jobs: int = Field(default=100, ge=1, le=1_000_000, description="Jobs one worker run takes at most.")
+    work_max_seconds: float = Field(
+        default=3600.0, gt=0, le=86_400, description="Seconds after which a worker run claims no further job."
+    )
+
     @model_validator(mode="after")
     def _caps_fit(self) -> Settings:
         if self.max_event_bytes > self.page_bytes:

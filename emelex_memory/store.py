@@ -21,6 +21,7 @@ from .errors import InvalidInputError, LeaseHeldError, SessionNotFoundError, Wor
 from .files import ensure_private_dir
 from .knowledge import KnowledgeMixin
 from .leases import SessionLease, holder_label, new_token, token_digest
+from .model_refs import ModelRefMixin
 from .opening import open_database, reinitialize_database
 from .queue import JobQueueMixin
 from .retention import MaintenanceMixin
@@ -40,7 +41,7 @@ class SessionPage:
     next_cursor: str | None
 
 
-class MemoryStore(KnowledgeMixin, DeletionMixin, DistillationMixin, MaintenanceMixin, JobQueueMixin, CompactionMixin, AssetStoreMixin):
+class MemoryStore(ModelRefMixin, KnowledgeMixin, DeletionMixin, DistillationMixin, MaintenanceMixin, JobQueueMixin, CompactionMixin, AssetStoreMixin):
     """One open Emelex database. Thread-safe; use it as a context manager or call `close()`."""
 
     def __init__(self, conn: apsw.Connection, path: Path, settings: Settings, clock: Clock = time.time) -> None:

@@ -10,6 +10,8 @@ from typer.core import TyperGroup
 from emelex_memory import EmelexError, Settings
 
 from .memory import memory_app
+from .models import models_app
+from .plugins import plugins_app
 
 
 class _OneLineErrors(TyperGroup):
@@ -40,6 +42,8 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(memory_app, name="memory")
+app.add_typer(models_app, name="models")
+app.add_typer(plugins_app, name="plugins")
 
 
 @app.callback()

@@ -1,0 +1,171 @@
+"""Session -> model snapshot references: binding a model to a Session, and the guard that keeps referenced
+snapshots installed.
+
+`MemoryStore.bind_session_model` takes the Home-wide snapshot-mutation lock,
+revalidates the `InstalledModel` (manifest, then the owned stamp or the linked
+target's identity, inventory and full hash), derives its reference and exact
+snapshot ID from disk, and records them for the Session in one `BEGIN
+IMMEDIATE` transaction committed before the lock is released. Removal takes
+the same lock and asks `MemorySnapshotReferenceGuard`, so no process can
+remove a snapshot between another's check and commit. A reference lasts as
+long as its Session: deleting the Session (or retention doing so) releases it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .errors import InvalidInputError, ModelInUseError
+from .models import InstalledModel, revalidate, snapshot_mutation_lock
+from .settings import Settings
+
+if TYPE_CHECKING:
+    from .store import MemoryStore
+
+M005_MODEL_REFS = """
+CREATE TABLE session_model_refs (
+    session_id INTEGER NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+    snapshot_id TEXT NOT NULL CHECK (length(snapshot_id) = 71 AND substr(snapshot_id, 1, 7) = 'sha256:'),
+        -- exact installed snapshot: SHA-256 of its canonical manifest
+    reference TEXT NOT NULL CHECK (length(reference) BETWEEN 73 AND 200),  -- stable "<name>@sha256:<content>"
+    first_bound_at REAL NOT NULL,
+    last_bound_at REAL NOT NULL CHECK (last_bound_at >= first_bound_at),
+    PRIMARY KEY (session_id, snapshot_id)
+) STRICT;
+CREATE INDEX session_model_refs_by_snapshot ON session_model_refs (snapshot_id, session_id);
+"""
+
+REFERENCE_EXAMPLES = 3  # Session IDs named in a refusal
+
+
+@dataclass(frozen=True)
+class SessionModelRef:
+    """A Session's reference to a model snapshot: the stable reference, the exact snapshot ID, first/last bind."""
+
+    session_id: str
+    reference: str
+    snapshot_id: str
+    first_bound_at: float
+    last_bound_at: float
+
+
+@dataclass(frozen=True)
+class BoundModel:
+    """What binding returns: the model as revalidated from disk and the reference recorded for the Session."""
+
+    model: InstalledModel
+    ref: SessionModelRef
+
+
+class ModelRefMixin:
+    """Model-binding methods of `MemoryStore`."""
+
+    def bind_session_model(
+        self: MemoryStore, session_id: str, model: InstalledModel, *, lock_timeout_s: float | None = None
+    ) -> BoundModel:
+        """Validate `model` and record that the Session uses it, holding the snapshot lock through the commit.
+
+        Accepts only an `InstalledModel` (never a path or name) of this
+        store's Home, bound to that Home's standard database (where the
+        removal guard looks). Raises `ModelNotInstalledError` /
+        `ModelTamperedError` from validation and `SessionNotFoundError`; in
+        every error case nothing is written.
+        """
+        if type(model) is not InstalledModel:
+            raise InvalidInputError(
+                f"model binding accepts an InstalledModel from ModelManager, not a {type(model).__name__}"
+            )
+        home = self.settings.home_dir
+        if model.home != home or self.path != self.settings.database_path:
+            raise InvalidInputError(
+                f"models installed under {model.home} bind only to the standard database of that Home "
+                f"({model.home}/memory/emelex.sqlite3), not {self.path}; open the store with MemoryStore.open"
+            )
+        timeout = self.settings.model_lock_timeout_s if lock_timeout_s is None else lock_timeout_s
+        with snapshot_mutation_lock(home, timeout_s=timeout):
+            current = revalidate(model)
+            with self._write() as conn:
+                rowid = self._session_rowid(conn, session_id)
+                now = self.clock()
+                first, last = conn.execute(
+                    "INSERT INTO session_model_refs (session_id, snapshot_id, reference, first_bound_at, "
+                    "last_bound_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, snapshot_id) DO UPDATE SET "
+                    "last_bound_at = max(last_bound_at, excluded.last_bound_at) "
+                    "RETURNING first_bound_at, last_bound_at",
+                    (rowid, current.snapshot_id, current.reference, now, now),
+                ).fetchone()
+        return BoundModel(current, SessionModelRef(session_id, current.reference, current.snapshot_id, first, last))
+
+    def session_model_refs(self: MemoryStore, session_id: str, *, limit: int | None = None) -> list[SessionModelRef]:
+        """The model snapshots a Session has been bound to, oldest first; at most `limit` (default page_items)."""
+        limit, _ = self._page_limits(limit, None)
+        with self._read() as conn:
+            rowid = self._session_rowid(conn, session_id)
+            rows = conn.execute(
+                "SELECT reference, snapshot_id, first_bound_at, last_bound_at FROM session_model_refs "
+                "WHERE session_id = ? ORDER BY first_bound_at, snapshot_id LIMIT ?",
+                (rowid, limit),
+            ).fetchall()
+        return [SessionModelRef(session_id, *row) for row in rows]
+
+    def snapshot_references(self: MemoryStore, snapshot_id: str, *, limit: int = REFERENCE_EXAMPLES) -> tuple[int, list[str]]:
+        """(how many retained Sessions reference `snapshot_id`, up to `limit` of their IDs)."""
+        with self._read() as conn:
+            count = conn.execute(
+                "SELECT count(*) FROM session_model_refs WHERE snapshot_id = ?", (snapshot_id,)
+            ).fetchone()[0]
+            ids = [r[0] for r in conn.execute(
+                "SELECT s.uuid FROM session_model_refs r JOIN sessions s ON s.id = r.session_id "
+                "WHERE r.snapshot_id = ? ORDER BY r.session_id LIMIT ?",
+                (snapshot_id, limit),
+            )]
+        return count, ids
+
+
+class MemorySnapshotReferenceGuard:
+    """The default removal guard: refuses to remove a snapshot that a retained Session of Home's standard
+    database references.
+
+    Lazy: the database is opened on the first check, not at construction,
+    and never created: a Home that has no store yet (no database and no
+    store sidecar) has no references. A store whose database was deleted
+    fails closed (`DatabaseDeletedError`). Call `close()` when done.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        """Guard the standard database of `settings.home_dir`; nothing is opened yet."""
+        self.settings = settings
+        self._store: MemoryStore | None = None
+
+    def check_removable(self, model: InstalledModel) -> None:
+        """Raise `ModelInUseError` when a retained Session references `model`'s snapshot; call under the lock."""
+        store = self._open()
+        if store is None:
+            return
+        count, ids = store.snapshot_references(model.snapshot_id)
+        if count:
+            more = f" and {count - len(ids)} more" if count > len(ids) else ""
+            raise ModelInUseError(
+                f"model {model.name!r} is referenced by {count} retained Session(s) ({', '.join(ids)}{more}); "
+                "delete them with `emelex memory sessions delete SESSION` first, or keep the model"
+            )
+
+    def _open(self) -> MemoryStore | None:
+        if self._store is None:
+            from .opening import sidecar_path  # both import migrations, which imports this module
+            from .store import MemoryStore
+
+            database = self.settings.database_path
+            if not os.path.lexists(database) and not os.path.lexists(sidecar_path(database)):
+                return None
+
+            self._store = MemoryStore.open(self.settings)
+        return self._store
+
+    def close(self) -> None:
+        """Close the database if a check opened it."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None

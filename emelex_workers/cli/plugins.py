@@ -1,0 +1,46 @@
+"""`emelex plugins list`: what plugins are loaded, from which distribution, and what they provide."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from emelex_memory import Settings
+
+from ..plugins import distillers, get_plugin_manager, hook_order, summarizers
+
+plugins_app = typer.Typer(help="Inspect the plugins Emelex loads.", no_args_is_help=True)
+
+
+@plugins_app.command("list")
+def plugins_list(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for machines.")] = False,
+) -> None:
+    """List loaded plugins with their distribution, hooks, summarizers and distillers."""
+    settings: Settings = ctx.find_root().obj
+    pm = get_plugin_manager(settings)
+    sums, dists = summarizers(pm), distillers(pm)
+    rows = []
+    for name, info in sorted(pm.plugin_info.items()):
+        plugin = pm.get_plugin(name)
+        hooks = sorted(c.name for c in pm.get_hookcallers(plugin) or [])
+        rows.append({
+            "name": name, "distribution": info.distribution, "version": info.version, "module": info.module,
+            "builtin": info.builtin, "hooks": hooks,
+            "summarizers": sorted(k for k, r in sums.items() if r.plugin == name),
+            "distillers": sorted(k for k, r in dists.items() if r.plugin == name),
+            "binds_models": any(i.plugin_name == name for i in hook_order(pm, "model_binding")),
+        })
+    if as_json:
+        typer.echo(json.dumps({"autoload": settings.plugins_autoload, "plugins": rows}))
+        return
+    for r in rows:
+        origin = f"{r['distribution']} {r['version']}".strip() + (" (built-in, autoload off)" if r["builtin"] else "")
+        typer.echo(f"{r['name']}  from {origin}  [{r['module']}]")
+        typer.echo(f"    hooks: {', '.join(r['hooks']) or '-'}")
+        typer.echo(f"    summarizers: {', '.join(r['summarizers']) or '-'}   distillers: {', '.join(r['distillers']) or '-'}")
+    if not rows:
+        typer.echo("no plugins loaded")

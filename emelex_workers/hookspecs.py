@@ -1,0 +1,51 @@
+"""Hook specifications of the "emelex" plugin project (pluggy).
+
+Plugins implement these with `@hookimpl` and are found through the `emelex`
+entry-point group; the built-in llama.cpp plugin registers on the same hooks.
+Every hook is keyword-called: an implementation may accept any subset of the
+arguments, by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pluggy
+
+from emelex_memory import InstalledModel, Settings
+
+from .plugin_api import Distiller, ModelBinding, Summarizer
+
+PROJECT_NAME = "emelex"
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def register_summarizers(register: Callable[[Summarizer], None]) -> None:
+    """Add summarizers: call `register(Summarizer(name, summarize))` once for each. Return nothing.
+
+    Summarizer names are unique across all plugins; registering a name twice
+    is a `PluginHookError` naming both plugins. The worker uses the one named
+    by the `summarizer` setting.
+    """
+
+
+@hookspec
+def register_distillers(register: Callable[[Distiller], None]) -> None:
+    """Add distillers: call `register(Distiller(name, distill))` once for each. Return nothing.
+
+    Names are unique across plugins, as for summarizers. The worker uses the
+    one named by the `distiller` setting.
+    """
+
+
+@hookspec(firstresult=True)
+def model_binding(model: InstalledModel, settings: Settings) -> ModelBinding | None:
+    """Return a `ModelBinding` that runs `model`, or None to pass. The first non-None result wins.
+
+    Called once per worker run, after Emelex validated the snapshot. Return
+    quickly: load the weights lazily, on the binding's first use. The
+    built-in llama.cpp plugin answers for any GGUF file; mark an
+    implementation `@hookimpl(tryfirst=True)` to answer before it.
+    """

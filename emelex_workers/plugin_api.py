@@ -1,0 +1,93 @@
+"""The types plugins exchange with the worker: model bindings, summarizers, distillers and their requests.
+
+A third-party plugin imports these and `hookimpl` from `emelex_workers.hookspecs`;
+see docs/plugins.md for a complete example.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from emelex_memory import DistillationInput, Event, InstalledModel, Job, KnowledgeCandidate
+
+__all__ = ["DistillRequest", "Distiller", "ModelBinding", "Summarizer", "SummaryRequest", "event_text"]
+
+
+class ModelBinding(Protocol):
+    """A model ready to run for one worker run. Load weights lazily, on the first call that needs them.
+
+    `model` is the validated `InstalledModel`; `context_window` is the
+    allocated context in tokens (prompt plus completion); `count_tokens(text)`
+    counts with the model's own tokenizer (the counter compaction budgets
+    use); `chat(messages, max_tokens=..., json_schema=...)` returns the
+    assistant text for OpenAI-style `{"role", "content"}` messages, constrained
+    to `json_schema` when given; `close()` frees the model and is idempotent.
+    """
+
+    model: InstalledModel
+
+    @property
+    def context_window(self) -> int:
+        """Allocated context size in tokens."""
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of `text` under the model's tokenizer."""
+
+    def chat(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None) -> str:
+        """One completion of at most `max_tokens` tokens; the assistant message text."""
+
+    def close(self) -> None:
+        """Free the model; idempotent."""
+
+
+@dataclass(frozen=True)
+class SummaryRequest:
+    """What a summarizer gets: the compaction job, its source events in replay order (a previous Summary
+    first, when there is one), the most tokens the Summary may have, and the bound model."""
+
+    job: Job
+    events: tuple[Event, ...]
+    budget_tokens: int
+    model: ModelBinding
+
+
+@dataclass(frozen=True)
+class DistillRequest:
+    """What a distiller gets: the distillation input (Session, workspace, provenance, source events, live
+    Knowledge), the most candidates one job may apply, and the bound model."""
+
+    data: DistillationInput
+    max_candidates: int
+    model: ModelBinding
+
+
+@dataclass(frozen=True)
+class Summarizer:
+    """A named summarizer: `summarize(request)` returns the Summary text, at most `request.budget_tokens` tokens.
+
+    Raise `TransientJobError` for a passing failure, `PermanentJobError` (or
+    `SourceTooLargeError`) for one retrying cannot fix; any other exception
+    is a retryable job failure with a bounded diagnostic naming the plugin.
+    """
+
+    name: str
+    summarize: Callable[[SummaryRequest], str]
+
+
+@dataclass(frozen=True)
+class Distiller:
+    """A named distiller: `distill(request)` returns `KnowledgeCandidate`s (at most `request.max_candidates`
+    unique ones); they are validated before anything is applied. Exceptions count as for `Summarizer`."""
+
+    name: str
+    distill: Callable[[DistillRequest], Iterable[KnowledgeCandidate]]
+
+
+def event_text(event: Event) -> str:
+    """The text a model sees for one transcript event: its payload's "text" when that is a string, else the
+    payload's stored canonical JSON; prefixed with the event kind, e.g. "user: hello"."""
+    payload = event.payload
+    body = payload["text"] if isinstance(payload, dict) and isinstance(payload.get("text"), str) else None
+    return f"{event.kind}: {event.payload_json if body is None else body}"
