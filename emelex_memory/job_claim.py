@@ -15,7 +15,6 @@ import apsw
 
 from .connection import connect
 from .jobs import Job, append_diagnostic
-from .leases import token_digest
 from .retry import retry_busy
 
 if TYPE_CHECKING:
@@ -30,12 +29,13 @@ class JobClaim:
     zero-wait connection, retried a bounded number of times while busy.
     """
 
-    def __init__(self, store: MemoryStore, rowid: int, session_rowid: int, job: Job, token: str, expires_at: float):
+    def __init__(self, store: MemoryStore, rowid: int, session_rowid: int, job: Job, digest: bytes, expires_at: float):
+        """Wrap a claim `MemoryStore.claim_job` just made; `digest` is the SHA-256 of the worker lease token."""
         self._store = store
         self._rowid = rowid
         self._session_rowid = session_rowid
         self.job = job
-        self._digest = token_digest(token)
+        self._digest = digest
         self.expires_at = expires_at
         self.ended = False
 
@@ -94,9 +94,9 @@ class JobClaim:
             ).fetchone()
             if row is not None:
                 conn.execute(
-                    "UPDATE jobs SET state = 'pending', lease_hash = NULL, lease_holder = NULL, "
+                    "UPDATE jobs SET state = 'pending', due_at = ?, lease_hash = NULL, lease_holder = NULL, "
                     "lease_expires_at = NULL, diagnostics = ?, updated_at = ? WHERE id = ?",
-                    (append_diagnostic(row[1], now, row[0], "released", reason), now, self._rowid),
+                    (now, append_diagnostic(row[1], now, row[0], "released", reason), now, self._rowid),
                 )
 
     def __enter__(self) -> JobClaim:

@@ -39,7 +39,7 @@ CREATE TABLE jobs (
     source TEXT NOT NULL CHECK (length(source) <= 16384),   -- canonical JSON: the exact description of the work
     state TEXT NOT NULL CHECK (state IN ('pending', 'claimed', 'done', 'failed', 'cancelled')),
     attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),  -- failed attempts; reset only by retry_failed_job
-    due_at REAL NOT NULL,                -- retry deadline: a pending job is not claimed before it
+    due_at REAL NOT NULL,                -- next attention: pending, the retry deadline; claimed, the lease expiry
     lease_hash BLOB CHECK (lease_hash IS NULL OR length(lease_hash) = 32),  -- SHA-256 of the worker lease token
     lease_holder TEXT CHECK (lease_holder IS NULL OR length(lease_holder) <= 200),  -- "pid@host", diagnostics only
     lease_expires_at REAL,               -- a claim past this is rescued by the next claim as a counted failure
@@ -51,12 +51,12 @@ CREATE TABLE jobs (
     UNIQUE (kind, session_id, source_key),
     CHECK ((state = 'claimed') =
            (lease_hash IS NOT NULL AND lease_holder IS NOT NULL AND lease_expires_at IS NOT NULL)),
+    CHECK (state != 'claimed' OR due_at = lease_expires_at),  -- one index orders retry deadlines and lease expiries
     CHECK ((state IN ('done', 'failed', 'cancelled')) = (finished_at IS NOT NULL)),
     CHECK (state = 'done' OR result IS NULL)
 ) STRICT;
-CREATE INDEX jobs_due ON jobs (due_at, id) WHERE state = 'pending';
-CREATE INDEX jobs_claim_expiry ON jobs (lease_expires_at) WHERE state = 'claimed';
-CREATE INDEX jobs_by_session ON jobs (session_id, kind, state);
+CREATE INDEX jobs_active ON jobs (state, due_at, id) WHERE state IN ('pending', 'claimed');
+CREATE INDEX jobs_by_session ON jobs (session_id, kind);  -- no state: transitions leave it untouched
 """
 
 STATES = ("pending", "claimed", "done", "failed", "cancelled")
@@ -211,15 +211,21 @@ JOB_COLUMNS = (
     "j.lease_expires_at, j.diagnostics, j.result, j.created_at, j.updated_at, j.finished_at"
 )
 JOB_FROM = "jobs j JOIN sessions s ON s.id = j.session_id"
+JOB_RETURNING = (  # JOB_COLUMNS for an UPDATE ... RETURNING on jobs
+    "id, uuid, kind, (SELECT uuid FROM sessions WHERE sessions.id = jobs.session_id), source_key, source, state, "
+    "attempts, due_at, lease_holder, lease_expires_at, diagnostics, result, created_at, updated_at, finished_at"
+)
 
 
 def job_from_row(row: tuple) -> Job:
-    """Build a `Job` from a row selected with `JOB_COLUMNS` (the first column, the internal id, is skipped)."""
+    """Build a `Job` from a row of `JOB_COLUMNS` or `JOB_RETURNING` (the first column, the internal id, is skipped)."""
     (_, uuid, kind, session, key, source, state, attempts, due, holder, expires, diags, result, created, updated,
      finished) = row
+    diagnostics = () if diags == "[]" else tuple(
+        JobDiagnostic(d["at"], d["attempts"], d["event"], d["message"]) for d in json.loads(diags)
+    )
     return Job(
-        uuid, kind, session, key, json.loads(source), state, attempts, due, holder, expires,
-        tuple(JobDiagnostic(d["at"], d["attempts"], d["event"], d["message"]) for d in json.loads(diags)),
+        uuid, kind, session, key, json.loads(source), state, attempts, due, holder, expires, diagnostics,
         None if result is None else json.loads(result), created, updated, finished,
     )
 

@@ -19,6 +19,7 @@ from .errors import InvalidInputError, JobNotFoundError, JobStateError, SessionL
 from .jobs import (
     JOB_COLUMNS,
     JOB_FROM,
+    JOB_RETURNING,
     MAX_RESULT_BYTES,
     MAX_SOURCE_BYTES,
     STATES,
@@ -42,14 +43,10 @@ if TYPE_CHECKING:
     from .store import MemoryStore
 
 RESCUE_BATCH = 100
-_LIVE_SESSION = (
-    "SELECT 1 FROM session_leases WHERE session_id = ? AND state = 'active' AND expires_at > ?"
+_ACTIVE = "state IN ('pending', 'claimed')"  # repeats the partial index's WHERE so SQLite uses jobs_active
+_LIVE_SESSION_OF_JOB = (
+    "SELECT 1 FROM session_leases l WHERE l.session_id = jobs.session_id AND l.state = 'active' AND l.expires_at > ?"
 )
-
-
-def session_is_live(conn: apsw.Connection, session_rowid: int, now: float) -> bool:
-    """True while the Session has a live execution lease (state 'active', not expired)."""
-    return conn.execute(_LIVE_SESSION, (session_rowid, now)).fetchone() is not None
 
 
 def _failure_update(attempts: int, diagnostics: str, event: str, message: str, now: float, permanent: bool):
@@ -207,24 +204,24 @@ class JobQueueMixin:
         if not names:
             raise InvalidInputError("claim_job needs at least one job kind")
         ttl = self._worker_ttl(ttl_s)
-        token = new_token()
+        digest = token_digest(new_token())  # the token itself is never needed again: the claim object is the authority
         marks = ", ".join("?" * len(names))
         with self._write() as conn:
             now = self.clock()
             self._rescue(conn, now)
             claimed = conn.execute(
                 "UPDATE jobs SET state = 'claimed', lease_hash = ?, lease_holder = ?, lease_expires_at = ?, "
-                "updated_at = ? WHERE id = (SELECT j.id FROM jobs j WHERE j.state = 'pending' AND j.due_at <= ? "
-                f"AND j.kind IN ({marks}) AND NOT EXISTS (SELECT 1 FROM session_leases l WHERE "
+                f"due_at = ?, updated_at = ? WHERE id = (SELECT j.id FROM jobs j WHERE {_ACTIVE} "
+                f"AND j.state = 'pending' AND j.due_at <= ? AND j.kind IN ({marks}) AND NOT EXISTS (SELECT 1 "
+                "FROM session_leases l WHERE "
                 "l.session_id = j.session_id AND l.state = 'active' AND l.expires_at > ?) "
-                "ORDER BY j.due_at, j.id LIMIT 1) RETURNING id, session_id",
-                (token_digest(token), holder_label(), now + ttl, now, now, *names, now),
+                f"ORDER BY j.due_at, j.id LIMIT 1) RETURNING {JOB_RETURNING}, session_id",
+                (digest, holder_label(), now + ttl, now + ttl, now, now, *names, now),
             ).fetchall()
-            if not claimed:
-                return None
-            rowid, session_rowid = claimed[0]
-            job = self._job_by_rowid(conn, rowid)
-        return JobClaim(self, rowid, session_rowid, job, token, now + ttl)
+        if not claimed:
+            return None
+        row = claimed[0]
+        return JobClaim(self, row[0], row[-1], job_from_row(row[:-1]), digest, now + ttl)
 
     def rescue_expired_jobs(self: MemoryStore) -> int:
         """Turn up to 100 expired claims into counted failures (as every claim does first); return how many."""
@@ -234,7 +231,7 @@ class JobQueueMixin:
     def _rescue(self: MemoryStore, conn: apsw.Connection, now: float) -> int:
         rows = conn.execute(
             "SELECT id, attempts, diagnostics, lease_holder, lease_expires_at FROM jobs "
-            "WHERE state = 'claimed' AND lease_expires_at <= ? ORDER BY lease_expires_at LIMIT ?",
+            f"WHERE {_ACTIVE} AND state = 'claimed' AND due_at <= ? ORDER BY due_at LIMIT ?",
             (now, RESCUE_BATCH),
         ).fetchall()
         for rowid, attempts, diags, holder, expired in rows:
@@ -253,9 +250,12 @@ class JobQueueMixin:
 
     def _held(self: MemoryStore, conn: apsw.Connection, claim: JobClaim) -> tuple[tuple, float]:
         """Inside a write transaction: verify `claim` still holds its job; return (attempts, diagnostics), now."""
+        now = self.clock()
+        return self._check_held(conn, claim, now), now
+
+    def _check_held(self: MemoryStore, conn: apsw.Connection, claim: JobClaim, now: float) -> tuple:
         if claim.ended:
             raise WorkerLeaseLostError(f"the claim on job {claim.id} has already ended")
-        now = self.clock()
         row = conn.execute(
             "SELECT state, lease_hash, lease_expires_at, attempts, diagnostics FROM jobs WHERE id = ?", (claim._rowid,)
         ).fetchone()
@@ -268,7 +268,7 @@ class JobQueueMixin:
             raise WorkerLeaseLostError(
                 f"the worker lease on job {claim.id} expired; the next claim counts it as a failure and retries it"
             )
-        return row[3:], now
+        return row[3:]
 
     def complete_job(self: MemoryStore, claim: JobClaim, result: Any = None) -> Job:
         """Complete a claimed job in one transaction: re-check the worker lease and that the Session is not live,
@@ -280,25 +280,33 @@ class JobQueueMixin:
         """
         kind = job_kind(claim.job.kind)
         with self._write() as conn:
-            _, now = self._held(conn, claim)
-            if session_is_live(conn, claim._session_rowid, now):
+            now = self.clock()
+            # One statement re-checks the worker lease and the Session's liveness and marks the job done; the
+            # kind's effect follows in the same transaction, so any failure below rolls all of it back.
+            row = None if claim.ended else conn.execute(
+                "UPDATE jobs SET state = 'done', finished_at = ?, updated_at = ?, lease_hash = NULL, "
+                "lease_holder = NULL, lease_expires_at = NULL WHERE id = ? AND state = 'claimed' AND lease_hash = ? "
+                f"AND lease_expires_at > ? AND NOT EXISTS ({_LIVE_SESSION_OF_JOB}) RETURNING {JOB_RETURNING}",
+                (now, now, claim._rowid, claim._digest, now, now),
+            ).fetchone()
+            if row is None:
+                self._check_held(conn, claim, now)
                 raise SessionLiveError(
                     f"Session {claim.job.session_id} of job {claim.id} became live; interactive use wins, release "
                     "the job"
                 )
-            ctx = CompletionContext(conn, self, claim.job, claim._rowid, claim._session_rowid, now)
-            outcome = kind.complete(ctx, result) if kind.complete is not None else result
+            outcome = result
+            if kind.complete is not None:
+                ctx = CompletionContext(conn, self, claim.job, claim._rowid, claim._session_rowid, now)
+                outcome = kind.complete(ctx, result)
             if outcome is not None and not isinstance(outcome, Mapping):
                 raise InvalidInputError(f"the result of a {kind.name} job must be None or a JSON object")
-            text = None
             if outcome is not None:
                 text = encode_json(dict(outcome), max_bytes=MAX_RESULT_BYTES, what="the job result")
-            conn.execute(
-                "UPDATE jobs SET state = 'done', result = ?, finished_at = ?, updated_at = ?, lease_hash = NULL, "
-                "lease_holder = NULL, lease_expires_at = NULL WHERE id = ?",
-                (text, now, now, claim._rowid),
-            )
-            job = self._job_by_rowid(conn, claim._rowid)
+                row = conn.execute(
+                    f"UPDATE jobs SET result = ? WHERE id = ? RETURNING {JOB_RETURNING}", (text, claim._rowid)
+                ).fetchone()
+            job = job_from_row(row)
         claim.ended = True
         claim.job = job
         return job
@@ -316,8 +324,8 @@ class JobQueueMixin:
         with self._write() as conn:
             (attempts, diags), now = self._held(conn, claim)
             update = _failure_update(attempts, diags, "permanent" if permanent else "failure", message, now, permanent)
-            conn.execute(_RECORD_FAILURE, (*update, now, claim._rowid))
-            job = self._job_by_rowid(conn, claim._rowid)
+            job = job_from_row(conn.execute(f"{_RECORD_FAILURE} RETURNING {JOB_RETURNING}", (*update, now, claim._rowid))
+                               .fetchone())
         claim.ended = True
         claim.job = job
         return job
@@ -332,12 +340,11 @@ class JobQueueMixin:
             raise InvalidInputError("releasing a job needs a non-empty reason")
         with self._write() as conn:
             (attempts, diags), now = self._held(conn, claim)
-            conn.execute(
-                "UPDATE jobs SET state = 'pending', due_at = min(due_at, ?), diagnostics = ?, lease_hash = NULL, "
-                "lease_holder = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?",
+            job = job_from_row(conn.execute(
+                "UPDATE jobs SET state = 'pending', due_at = ?, diagnostics = ?, lease_hash = NULL, "
+                f"lease_holder = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ? RETURNING {JOB_RETURNING}",
                 (now, append_diagnostic(diags, now, attempts, "released", reason), now, claim._rowid),
-            )
-            job = self._job_by_rowid(conn, claim._rowid)
+            ).fetchone())
         claim.ended = True
         claim.job = job
         return job
@@ -348,7 +355,8 @@ class JobQueueMixin:
         with self._write() as conn:
             _, now = self._held(conn, claim)
             conn.execute(
-                "UPDATE jobs SET lease_expires_at = ?, updated_at = ? WHERE id = ?", (now + ttl, now, claim._rowid)
+                "UPDATE jobs SET lease_expires_at = ?, due_at = ?, updated_at = ? WHERE id = ?",
+                (now + ttl, now + ttl, now, claim._rowid),
             )
         claim.expires_at = now + ttl
         return claim.expires_at
@@ -367,12 +375,11 @@ class JobQueueMixin:
             if row[6] not in ("pending", "claimed"):
                 raise JobStateError(f"job {job_id} is {row[6]}; only pending or claimed jobs can be cancelled")
             now = self.clock()
-            conn.execute(
+            return job_from_row(conn.execute(
                 "UPDATE jobs SET state = 'cancelled', finished_at = ?, diagnostics = ?, lease_hash = NULL, "
-                "lease_holder = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?",
+                f"lease_holder = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ? RETURNING {JOB_RETURNING}",
                 (now, append_diagnostic(row[11], now, row[7], "cancelled", reason), now, row[0]),
-            )
-            return self._job_by_rowid(conn, row[0])
+            ).fetchone())
 
     def retry_failed_job(self: MemoryStore, job_id: str) -> Job:
         """Reset one terminal (failed or cancelled) job to pending, due now, with its failed-attempt count cleared.
@@ -386,9 +393,9 @@ class JobQueueMixin:
             if row[6] not in TERMINAL_FAILED_STATES:
                 raise JobStateError(f"job {job_id} is {row[6]}; only failed or cancelled jobs can be retried")
             now = self.clock()
-            conn.execute(
+            diags = append_diagnostic(row[11], now, row[7], "reset", f"reset to pending from {row[6]}")
+            return job_from_row(conn.execute(
                 "UPDATE jobs SET state = 'pending', attempts = 0, due_at = ?, finished_at = NULL, diagnostics = ?, "
-                "updated_at = ? WHERE id = ?",
-                (now, append_diagnostic(row[11], now, row[7], "reset", f"reset to pending from {row[6]}"), now, row[0]),
-            )
-            return self._job_by_rowid(conn, row[0])
+                f"updated_at = ? WHERE id = ? RETURNING {JOB_RETURNING}",
+                (now, diags, now, row[0]),
+            ).fetchone())

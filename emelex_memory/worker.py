@@ -78,12 +78,7 @@ def run_one_job(
         return None
     with claim:
         try:
-            result = bounded_retrying(
-                TransientJobError,
-                attempts=transient_attempts,
-                wait=transient_wait if transient_wait is not None else tenacity.wait_exponential(multiplier=1, max=10),
-                before_sleep=lambda _state: claim.renew(),
-            )(handler, claim)
+            result = _run_handler(handler, claim, transient_attempts, transient_wait)
             return JobOutcome(claim.complete(result), "done", "completed")
         except WorkerLeaseLostError as exc:
             return JobOutcome(claim.job, "lost", describe(exc))
@@ -93,6 +88,28 @@ def run_one_job(
             return _settle(claim, lambda: claim.fail(describe(exc), permanent=True), describe(exc))
         except Exception as exc:  # any handler failure is recorded, and the worker goes on
             return _settle(claim, lambda: claim.fail(describe(exc)), describe(exc))
+
+
+def _run_handler(handler: JobHandler, claim: JobClaim, attempts: int, wait: wait_base | None) -> Any:
+    """Run `handler` once; after a `TransientJobError`, let tenacity retry it (renewing the lease before each wait)."""
+    try:
+        return handler(claim)
+    except TransientJobError as exc:
+        if attempts <= 1:
+            raise
+        failed: list[BaseException] = [exc]
+
+    def attempt(claim: JobClaim) -> Any:
+        if failed:
+            raise failed.pop()  # tenacity counts the try that already failed as its first attempt
+        return handler(claim)
+
+    return bounded_retrying(
+        TransientJobError,
+        attempts=attempts,
+        wait=wait if wait is not None else tenacity.wait_exponential(multiplier=1, max=10),
+        before_sleep=lambda _state: claim.renew(),
+    )(attempt, claim)
 
 
 def _settle(claim: JobClaim, record: Callable[[], Job], detail: str) -> JobOutcome:
