@@ -217,3 +217,41 @@ def test_cli_maintain(monkeypatch, home, workspace, tmp_path):
     assert table_rows(db) == before
     text = runner.invoke(app, ["memory", "maintain", "--vacuum"])
     assert text.exit_code == 0 and "vacuumed" in text.output and "dry run" not in text.output
+
+
+def test_maintain_leaves_a_lease_held_by_another_process_alone(db_path, home, workspace, clock):
+    import subprocess
+    import sys
+
+    clock.now = time.time() - 40 * DAY_S
+    store = open_store(db_path, home, clock, session_retention_days=30)
+    sid = seed(store, workspace, "old but resumed elsewhere")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import sys\n"
+            "from emelex_memory import MemoryStore, NewEvent, Settings\n"
+            f"store = MemoryStore.open_path({str(db_path)!r}, Settings(home={str(home)!r}))\n"
+            f"lease = store.acquire_lease({sid!r}, {str(workspace)!r}, ttl_s=600)\n"
+            "lease.replay()\n"
+            "print('held', flush=True)\n"
+            "sys.stdin.readline()\n"
+            "lease.append_turn([NewEvent('user', {'text': 'after maintain'})])\n"
+            "lease.release()\n"
+            "print('appended', flush=True)\n"
+        )],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        clock.now = time.time()
+        report = store.maintain()
+        assert (report.sessions_deleted, report.leases_failed) == (0, 0)
+        out, _ = holder.communicate("go\n", timeout=60)
+        assert out.strip() == "appended" and holder.returncode == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    assert store.get_session(sid).last_seq == 2
+    clock.now += 31 * DAY_S  # idle again and no longer leased: now it goes
+    assert store.maintain().sessions_deleted == 1
+    store.close()
