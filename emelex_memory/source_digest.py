@@ -12,10 +12,13 @@ digest is
 
     frame(e) = u64(e.id) || u64(e.seq) || u64(e.turn) || u64(e.position)
                || u64(len(kind)) || kind || u64(len(payload)) || payload
+               || u64(len(assets)) || assets
 
 where `u64` is an unsigned 64-bit big-endian integer, `kind` is the event
-kind in UTF-8 and `payload` the stored canonical JSON bytes (see
-`jsonbound.py`). Length prefixes make the framing unambiguous, the trailing
+kind in UTF-8, `payload` the stored canonical JSON bytes (see
+`jsonbound.py`) and `assets` the event's stored asset references (the JSON
+text of `[[sha256, size, media kind], ...]`, see `assets_links.py`), empty for
+an event without assets. Length prefixes make the framing unambiguous, the trailing
 count binds the number of events, and the domain string keeps these digests
 apart from every other SHA-256 in Emelex.
 
@@ -37,7 +40,7 @@ SOURCE_DOMAIN = b"emelex/compaction-source/v1\x00"
 SUMMARY_DOMAIN = b"emelex/summary/v1\x00"
 _U64 = struct.Struct(">Q").pack
 
-_SOURCE_ROW = "SELECT id, seq, turn, position, kind, payload FROM events"
+_SOURCE_ROW = "SELECT id, seq, turn, position, kind, payload, asset_refs FROM events"
 _BASE_SQL = f"{_SOURCE_ROW} WHERE id = ? AND session_id = ? AND kind = '{SUMMARY_KIND}'"
 _RANGE_SQL = (
     f"{_SOURCE_ROW} WHERE session_id = ? AND seq > ? AND seq <= ? AND kind != '{SUMMARY_KIND}' ORDER BY seq"
@@ -54,11 +57,16 @@ class SourceFacts:
     digest: str
 
 
-def event_frame(event_id: int, seq: int, turn: int, position: int, kind: str, payload: str) -> bytes:
+def event_frame(
+    event_id: int, seq: int, turn: int, position: int, kind: str, payload: str, asset_refs: str | None
+) -> bytes:
     """The framed canonical bytes of one event, as hashed into a source digest."""
     k = kind.encode("utf-8")
     p = payload.encode("utf-8")
-    return b"".join((_U64(event_id), _U64(seq), _U64(turn), _U64(position), _U64(len(k)), k, _U64(len(p)), p))
+    a = (asset_refs or "").encode("utf-8")
+    return b"".join(
+        (_U64(event_id), _U64(seq), _U64(turn), _U64(position), _U64(len(k)), k, _U64(len(p)), p, _U64(len(a)), a)
+    )
 
 
 def digest_source(

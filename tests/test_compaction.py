@@ -337,3 +337,27 @@ def test_deleting_a_compacted_session_removes_its_summaries_and_jobs(cstore: Mem
         conn.execute("DELETE FROM sessions")
         left = [conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("events", "summaries", "jobs")]
     assert left == [0, 0, 0]
+
+
+def test_the_source_digest_covers_the_asset_references_of_compacted_events(
+    cstore: MemoryStore, workspace: Path
+) -> None:
+    session = cstore.create_session(workspace)
+    picture = cstore.put_asset(b"\x89PNG not really an image", "image/png")
+    with cstore.acquire_lease(session.id, workspace) as lease:
+        lease.replay()
+        lease.append_turn([NewEvent("user", {"text": "look at this"}, assets=(picture,))])
+        lease.release()
+    add_turns(cstore, session.id, workspace, 9)
+    cstore.queue_compaction(session.id, context_window=WINDOW, count_tokens=tokens)
+    job = cstore.list_jobs().jobs[0]
+    first = cstore.compaction_source(job.id).events[0]
+    assert first.assets == (picture,)  # the summarizer sees the media of the prefix
+    compact_result = run_one_job(cstore, compaction_handler(summarize)).job.result
+    assert view(cstore, session.id)[0][0].id == compact_result["summary_event_id"]
+    with cstore._write() as conn:  # same bytes, other claimed size: only the asset reference text changes
+        conn.execute("UPDATE events SET asset_refs = replace(asset_refs, ?, ?) WHERE seq = 1",
+                     (f",{picture.size},", f",{picture.size + 1},"))
+        assert conn.changes() == 1
+    with pytest.raises(SummaryProvenanceError, match="no longer match"):
+        cstore.replay(session.id)
