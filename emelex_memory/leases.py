@@ -18,11 +18,13 @@ import os
 import secrets
 import socket
 import time
-from stat import S_ISDIR
 from collections.abc import Iterator, Sequence
+from stat import S_ISDIR
 from typing import TYPE_CHECKING
 
+import apsw
 
+from .assets_links import link_turn_assets, turn_assets
 from .connection import connect
 from .errors import (
     InvalidInputError,
@@ -33,7 +35,6 @@ from .errors import (
     WorkspaceMissingError,
     WorkspaceReplacedError,
 )
-from .assets_links import link_turn_assets, turn_assets
 from .sessions import WorkspaceIdentity
 from .transcript import AppendedTurn, Event, NewEvent, ReplayPage, encode_turn
 
@@ -42,12 +43,10 @@ if TYPE_CHECKING:
 
 MAX_FAILURE_CHARS = 2000
 
-# One row with everything an append re-checks: cursor, workspace identity and the lease.
-_AUTHORITY_SQL = (
-    "SELECT s.last_seq, s.last_turn, s.workspace_path, s.workspace_dev, s.workspace_ino, "
-    "l.token_hash, l.state, l.expires_at FROM sessions s JOIN session_leases l ON l.session_id = s.id "
-    "WHERE s.id = ?"
-)
+# What an append re-checks: the cursor and workspace identity, then the lease (two primary-key
+# lookups are cheaper than a join here).
+_SESSION_SQL = "SELECT last_seq, last_turn, workspace_path, workspace_dev, workspace_ino FROM sessions WHERE id = ?"
+_LEASE_SQL = "SELECT token_hash, state, expires_at FROM session_leases WHERE session_id = ?"
 
 
 def token_digest(token: str) -> bytes:
@@ -153,8 +152,8 @@ class SessionLease:
         linked = turn_assets(events)
         store = self._store
         with store._write() as conn:
-            row = conn.execute(_AUTHORITY_SQL, (self._rowid,)).fetchone()
-            now = self._check_authority(row)
+            row = conn.execute(_SESSION_SQL, (self._rowid,)).fetchone()
+            now = self._check_authority(conn, row)
             last_seq, last_turn = row[0], row[1]
             if last_seq != expected:
                 raise StaleCursorError(
@@ -184,12 +183,13 @@ class SessionLease:
         self._cursor = new_seq
         return AppendedTurn(turn, last_seq + 1, new_seq, ids)
 
-    def _check_authority(self, row: tuple | None) -> float:
-        """Inside a write transaction: verify lease token, expiry and workspace from an `_AUTHORITY_SQL` row."""
+    def _check_authority(self, conn: apsw.Connection, row: tuple | None) -> float:
+        """Inside a write transaction: verify the lease token and expiry, and the workspace of a `_SESSION_SQL` row."""
         now = self._store.clock()
-        if row is None or row[5] != self._digest or row[6] != "active":
+        lease = conn.execute(_LEASE_SQL, (self._rowid,)).fetchone()
+        if row is None or lease is None or lease[0] != self._digest or lease[1] != "active":
             raise LeaseLostError(f"this lease on Session {self.session_id} is no longer held; acquire a new one")
-        if row[7] <= now:
+        if lease[2] <= now:
             raise LeaseExpiredError(f"the lease on Session {self.session_id} expired; acquire a new one and replay")
         try:
             st = os.stat(self.workspace.path)
@@ -209,8 +209,7 @@ class SessionLease:
         """Extend a live lease by `ttl_s` (default: the configured TTL) from now; return the new expiry."""
         ttl = self._store._lease_ttl(ttl_s)
         with self._store._write() as conn:
-            row = conn.execute(_AUTHORITY_SQL, (self._rowid,)).fetchone()
-            now = self._check_authority(row)
+            now = self._check_authority(conn, conn.execute(_SESSION_SQL, (self._rowid,)).fetchone())
             conn.execute(
                 "UPDATE session_leases SET expires_at = ? WHERE session_id = ?", (now + ttl, self._rowid)
             )

@@ -76,8 +76,7 @@ class AppendedTurn:
     event_ids: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class EncodedEvent:
+class EncodedEvent(NamedTuple):
     """A validated event ready to insert."""
 
     kind: str
