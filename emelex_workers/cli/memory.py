@@ -16,6 +16,7 @@ from .assets import assets_app
 from .jobs import compact, jobs_app
 from .knowledge import knowledge_app
 from .maintain import maintain
+from .work import work
 
 memory_app = typer.Typer(help="Inspect and maintain the memory store.", no_args_is_help=True)
 sessions_app = typer.Typer(help="List and inspect Sessions.", no_args_is_help=True)
@@ -25,6 +26,7 @@ memory_app.command("maintain")(maintain)
 memory_app.add_typer(assets_app, name="assets")
 memory_app.add_typer(jobs_app, name="jobs")
 memory_app.command("compact")(compact)
+memory_app.command("work")(work)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
 

@@ -17,19 +17,26 @@ from emelex_workers.plugin_api import DistillRequest, ModelBinding, SummaryReque
 
 MAX_SUMMARY_TOKENS = 384  # a Summary never needs more; generating less keeps small CPUs quick
 MAX_FACTS = 5
-MAX_KEY_CHARS = 48
-MAX_FACT_CHARS = 200
-DISTILL_MAX_TOKENS = 600  # room for MAX_FACTS facts at their longest, so output is never cut off
+MAX_KEY_CHARS = 32
+MAX_FACT_CHARS = 160
+DISTILL_MAX_TOKENS = 500  # room for MAX_FACTS facts at their longest, so output is never cut off
 MESSAGE_OVERHEAD = 16  # chat-template tokens per message, a generous allowance
 
-SUMMARY_SYSTEM = (
-    "You summarize conversations between a user and an assistant. Keep facts, decisions, names, commands and "
-    "open questions. Write plain sentences with no preamble."
+# One worked example each: a 135M-parameter model follows an example far better than an instruction.
+EXAMPLE_CONVERSATION = (
+    "user: Where do the logs go?\nassistant: Logs are written to /var/log/app.log.\n"
+    "user: What port does the server use?\nassistant: The server listens on port 8080."
 )
-DISTILL_SYSTEM = (
-    "You extract durable facts about a software project from a conversation: conventions, decisions, commands, "
-    "locations. Answer with JSON only."
+EXAMPLE_SUMMARY = (
+    "The user asked where logs go and which port the server uses. The assistant said logs are written to "
+    "/var/log/app.log and the server listens on port 8080."
 )
+EXAMPLE_FACTS = (
+    '{"facts": [{"key": "log file", "content": "Logs are written to /var/log/app.log.", "confidence": 0.9}, '
+    '{"key": "server port", "content": "The server listens on port 8080.", "confidence": 0.9}]}'
+)
+SUMMARY_SYSTEM = "You summarize conversations between a user and an assistant in a few plain sentences."
+DISTILL_SYSTEM = "You list the durable facts stated in a conversation as JSON, skipping facts already known."
 
 
 def _fit(model: ModelBinding, messages: list[dict[str, str]], completion: int, what: str) -> int:
@@ -58,9 +65,10 @@ def summarize(request: SummaryRequest) -> str:
     budget = max(1, min(request.budget_tokens, MAX_SUMMARY_TOKENS))
     words = max(10, math.floor(budget * 0.6))
     messages = [
-        {"role": "system", "content": SUMMARY_SYSTEM},
-        {"role": "user", "content": f"Conversation:\n{_transcript(request.events)}\n\n"
-                                    f"Summarize the conversation above in at most {words} words."},
+        {"role": "system", "content": f"{SUMMARY_SYSTEM} Use at most {words} words."},
+        {"role": "user", "content": f"Conversation:\n{EXAMPLE_CONVERSATION}\n\nSummary:"},
+        {"role": "assistant", "content": EXAMPLE_SUMMARY},
+        {"role": "user", "content": f"Conversation:\n{_transcript(request.events)}\n\nSummary:"},
     ]
     text = model.chat(messages, max_tokens=_fit(model, messages, budget, "summary")).strip()
     if not text:
@@ -104,11 +112,10 @@ def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
     known = "\n".join(f"- {e.key}: {e.content}" for e in data.knowledge[:50]) or "(none)"
     limit = max(1, min(MAX_FACTS, request.max_candidates))
     messages = [
-        {"role": "system", "content": DISTILL_SYSTEM},
-        {"role": "user", "content": f"Conversation:\n{_transcript(data.events)}\n\nAlready known:\n{known}\n\n"
-                                    f"List up to {limit} new facts worth remembering in later sessions as "
-                                    '{"facts": [{"key": "short topic", "content": "one sentence", '
-                                    '"confidence": 0.9}]}.'},
+        {"role": "system", "content": f"{DISTILL_SYSTEM} Already known:\n{known}"},
+        {"role": "user", "content": f"Conversation:\n{EXAMPLE_CONVERSATION}\n\nFacts as JSON:"},
+        {"role": "assistant", "content": EXAMPLE_FACTS},
+        {"role": "user", "content": f"Conversation:\n{_transcript(data.events)}\n\nFacts as JSON:"},
     ]
     raw = model.chat(messages, max_tokens=_fit(model, messages, DISTILL_MAX_TOKENS, "distillation"),
                      json_schema=fact_schema(limit))

@@ -1,0 +1,364 @@
+"""The worker behind `emelex memory work`: a thin loop over the library's `run_one_job` that runs plugins.
+
+One run: rescue expired claims; if anything is pending, resolve the installed
+model, the summarizer and the distiller (configuration errors stop here,
+before any claim); then claim due jobs one at a time (Sessions with a live
+lease are skipped by the claim itself), bind the model to the job's Session
+(snapshot lock held through that commit), run the plugin, and record the
+outcome with the queue's retry rules. It stops when the queue has no due job,
+after `max_jobs` jobs, once `max_seconds` have passed, or on a stop request
+(SIGINT/SIGTERM through `GracefulStop`): the job in hand is released to
+pending without consuming an attempt, or finishes if it was already
+committing. The model is bound through the plugins once per run and loaded
+lazily, on the first job that needs it. Several workers may run at once.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from emelex_memory import (
+    COMPACTION_KIND,
+    DISTILL_KIND,
+    EmelexError,
+    InstalledModel,
+    InvalidInputError,
+    JobClaim,
+    JobOutcome,
+    MemoryStore,
+    PluginHookError,
+    Settings,
+    WorkerLeaseLostError,
+    compaction_handler,
+    distillation_handler,
+    run_one_job,
+)
+from emelex_memory.distillation import MAX_CANDIDATES
+from emelex_memory.worker import describe
+
+from .models import ModelManager
+from .plugin_api import DistillRequest, ModelBinding, SummaryRequest, event_text
+from .plugins import EmelexPluginManager, Registered, bind_model, choose, distillers, get_plugin_manager, summarizers
+
+KINDS = (COMPACTION_KIND, DISTILL_KIND)
+EVENT_OVERHEAD_TOKENS = 4  # chat-template tokens around each event line, a generous allowance
+PROMPT_RESERVE_TOKENS = 256  # instructions and template around the source
+DISTILL_RESERVE_TOKENS = 1024  # instructions, known Knowledge and the constrained answer
+MAX_REPORTED_JOBS = 1000
+
+
+class WorkerStopped(BaseException):  # noqa: N818 - like KeyboardInterrupt, it is not an error
+    """Raised inside a running job when a stop was requested: the job is released, then the run ends."""
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+class GracefulStop:
+    """A stop request (SIGINT/SIGTERM, or `request`). Outside a job it only marks the run to end before the next
+    claim; inside `interruptible()` it raises `WorkerStopped`, so the job in hand is released."""
+
+    def __init__(self) -> None:
+        """No stop requested yet."""
+        self.requested: str | None = None
+        self._interruptible = False
+
+    def request(self, name: str = "stop") -> None:
+        """Ask the run to stop; raise `WorkerStopped` when called inside `interruptible()` on its thread."""
+        self.requested = self.requested or name
+        if self._interruptible:
+            self._interruptible = False  # a second request while releasing must not interrupt the release
+            raise WorkerStopped(name)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.request(signal.Signals(signum).name)
+
+    @contextmanager
+    def installed(self) -> Iterator[GracefulStop]:
+        """Handle SIGINT and SIGTERM with `request` while inside the block (main thread only), then restore."""
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield self
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """Within the block a stop request raises `WorkerStopped`; one already made raises at once."""
+        if self.requested:
+            raise WorkerStopped(self.requested)
+        self._interruptible = True
+        try:
+            yield
+        finally:
+            self._interruptible = False
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """One job this run touched: its ID, kind, Session, what happened, a one-line detail and seconds spent."""
+
+    id: str
+    kind: str
+    session_id: str
+    status: str
+    detail: str
+    seconds: float
+
+
+@dataclass
+class WorkReport:
+    """What one worker run did. `stopped` is "empty", "max-jobs", "max-seconds" or "signal:<NAME>"."""
+
+    rescued: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
+        ("done", "retrying", "failed", "released", "lost"), 0))
+    jobs: list[JobReport] = field(default_factory=list)
+    stopped: str = "empty"
+    seconds: float = 0.0
+
+    @property
+    def claimed(self) -> int:
+        """Jobs claimed in this run."""
+        return sum(self.counts.values())
+
+    @property
+    def idle(self) -> bool:
+        """True when the run neither claimed nor rescued anything."""
+        return self.claimed == 0 and self.rescued == 0
+
+    def add(self, job: JobReport) -> None:
+        """Count one job (keeping the details of the first 1000)."""
+        self.counts[job.status] = self.counts.get(job.status, 0) + 1
+        if len(self.jobs) < MAX_REPORTED_JOBS:
+            self.jobs.append(job)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data."""
+        return {"claimed": self.claimed, "rescued": self.rescued, **self.counts, "stopped": self.stopped,
+                "seconds": round(self.seconds, 3), "jobs": [j.__dict__ for j in self.jobs]}
+
+    def summary_line(self) -> str:
+        """One line for people and cron mail."""
+        parts = ", ".join(f"{n} {k}" for k, n in self.counts.items() if n)
+        rescued = f"; rescued {self.rescued} expired claim(s)" if self.rescued else ""
+        return f"emelex work: {self.claimed} job(s) in {self.seconds:.1f}s ({parts or 'none'}){rescued}; stopped: {self.stopped}"
+
+
+@contextmanager
+def _renewing(claim: JobClaim, every_s: float) -> Iterator[None]:
+    """Renew the worker lease every `every_s` seconds on a helper thread while the block runs."""
+    done = threading.Event()
+
+    def renew() -> None:
+        while not done.wait(every_s):
+            try:
+                claim.renew()
+            except (EmelexError, OSError):
+                return  # lost or finished: the main thread finds out when it records the outcome
+            except Exception:
+                return
+
+    thread = threading.Thread(target=renew, name=f"renew-{claim.id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+class Worker:
+    """Runs due jobs of `kinds` (default: compaction and distillation) from `store` through plugins.
+
+    `pm` defaults to `get_plugin_manager(settings)` and `model` to the
+    installed `default_model`, both resolved only when there is work.
+    `on_job(report)` is called after each job (progress display).
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        settings: Settings,
+        *,
+        kinds: tuple[str, ...] = KINDS,
+        pm: EmelexPluginManager | None = None,
+        model: InstalledModel | None = None,
+        stop: GracefulStop | None = None,
+        on_job: Callable[[JobReport], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Prepare a run; nothing is loaded yet."""
+        unknown = [k for k in kinds if k not in KINDS]
+        if unknown or not kinds:
+            raise InvalidInputError(f"the worker runs {', '.join(KINDS)} jobs, not {', '.join(unknown) or 'none'}")
+        self.store, self.settings, self.kinds = store, settings, tuple(kinds)
+        self.stop = stop or GracefulStop()
+        self._pm, self._model, self._on_job, self._clock = pm, model, on_job, clock
+        self._binding: ModelBinding | None = None
+        self._summarizer: Registered | None = None
+        self._distiller: Registered | None = None
+
+    # -- set-up, only when there is work -------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Resolve the plugins, the model, the summarizer and the distiller this run needs (no model load)."""
+        if self._pm is None:
+            self._pm = get_plugin_manager(self.settings)
+        if self._model is None:
+            with ModelManager(self.settings) as manager:
+                self._model = manager.default()
+        if COMPACTION_KIND in self.kinds and self._summarizer is None:
+            self._summarizer = choose(summarizers(self._pm), self.settings.summarizer, "summarizer")
+        if DISTILL_KIND in self.kinds and self._distiller is None:
+            self._distiller = choose(distillers(self._pm), self.settings.distiller, "distiller")
+
+    def _bound(self, claim: JobClaim) -> tuple[InstalledModel, ModelBinding]:
+        self.prepare()
+        bound = self.store.bind_session_model(claim.job.session_id, self._model)
+        if self._binding is None:
+            _, self._binding = bind_model(self._pm, bound.model, self.settings)
+        return bound.model, self._binding
+
+    def close(self) -> None:
+        """Free the model binding, if one was made."""
+        if self._binding is not None:
+            try:
+                self._binding.close()
+            finally:
+                self._binding = None
+
+    # -- one job ---------------------------------------------------------------------------------------
+
+    def _handle(self, claim: JobClaim) -> Any:
+        try:
+            with _renewing(claim, self.settings.worker_lease_ttl_s / 3), self.stop.interruptible():
+                return self._dispatch(claim)
+        except WorkerStopped as stopped:
+            try:
+                claim.release(f"worker stopped by {stopped.signal_name}; no attempt consumed")
+            except WorkerLeaseLostError:
+                pass
+            raise
+
+    def _dispatch(self, claim: JobClaim) -> Any:
+        model, binding = self._bound(claim)
+
+        def count(event) -> int:
+            return binding.count_tokens(event_text(event)) + EVENT_OVERHEAD_TOKENS
+
+        if claim.job.kind == COMPACTION_KIND:
+            budget = int(claim.job.source["summary_budget_tokens"])
+            name, summarize = self._summarizer.component.name, self._summarizer.component.summarize
+
+            def run(events, job) -> str:
+                text = _plugin_call(self._summarizer, lambda: summarize(SummaryRequest(job, tuple(events), budget, binding)))
+                if not isinstance(text, str) or not text.strip():
+                    raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} returned no text")
+                if binding.count_tokens(text) > budget:
+                    raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} exceeded the "
+                                          f"Summary budget of {budget} tokens")
+                return text
+
+            safe = binding.context_window - budget - PROMPT_RESERVE_TOKENS
+            return compaction_handler(run, model_ref=model.reference, safe_context_tokens=safe, count_tokens=count)(claim)
+        distill = self._distiller.component.distill
+
+        def run_distill(data):
+            return list(_plugin_call(self._distiller, lambda: distill(DistillRequest(data, MAX_CANDIDATES, binding))))
+
+        safe = binding.context_window - DISTILL_RESERVE_TOKENS
+        return distillation_handler(run_distill, safe_context_tokens=safe, count_tokens=count)(claim)
+
+    # -- the run -------------------------------------------------------------------------------------------
+
+    def run(self, *, max_jobs: int | None = None, max_seconds: float | None = None) -> WorkReport:
+        """Work until the queue has no due job, `max_jobs` (default `work_max_jobs`) were claimed, `max_seconds`
+        (default `work_max_seconds`) passed, or a stop was requested; return what happened."""
+        max_jobs = self.settings.work_max_jobs if max_jobs is None else max_jobs
+        max_seconds = self.settings.work_max_seconds if max_seconds is None else max_seconds
+        start, report = self._clock(), WorkReport()
+        report.rescued = self.store.rescue_expired_jobs()
+        if self._has_pending():
+            self.prepare()
+            while True:
+                report.stopped = self._limit_reached(report, start, max_jobs, max_seconds)
+                if report.stopped:
+                    break
+                if not self._step(report):
+                    report.stopped = report.stopped or "empty"
+                    break
+        report.stopped = report.stopped or "empty"
+        report.seconds = self._clock() - start
+        return report
+
+    def _has_pending(self) -> bool:
+        return any(self.store.list_jobs(state="pending", kind=k, limit=1, max_bytes=64 * 1024).jobs for k in self.kinds)
+
+    def _limit_reached(self, report: WorkReport, start: float, max_jobs: int, max_seconds: float) -> str:
+        if self.stop.requested:
+            return f"signal:{self.stop.requested}"
+        if report.claimed >= max_jobs:
+            return "max-jobs"
+        if self._clock() - start >= max_seconds:
+            return "max-seconds"
+        return ""
+
+    def _step(self, report: WorkReport) -> bool:
+        began, current = self._clock(), {}
+
+        def handler(claim: JobClaim) -> Any:
+            current["job"] = claim.job
+            return self._handle(claim)
+
+        try:
+            outcome: JobOutcome | None = run_one_job(self.store, handler, kinds=self.kinds)
+        except WorkerStopped as stopped:
+            job = current["job"]
+            report.stopped = f"signal:{stopped.signal_name}"
+            self._record(report, JobReport(job.id, job.kind, job.session_id, "released",
+                                           f"stopped by {stopped.signal_name}", self._clock() - began))
+            return False
+        if outcome is None:
+            return False
+        job = outcome.job
+        self._record(report, JobReport(job.id, job.kind, job.session_id, outcome.status, outcome.detail,
+                                       self._clock() - began))
+        return True
+
+    def _record(self, report: WorkReport, job: JobReport) -> None:
+        report.add(job)
+        if self._on_job is not None:
+            self._on_job(job)
+
+
+def _plugin_call(registered: Registered, call: Callable[[], Any]) -> Any:
+    """Run a plugin's summarizer or distiller; keep `EmelexError`s (they carry retry rules), name the plugin in
+    anything else."""
+    try:
+        return call()
+    except EmelexError:
+        raise
+    except Exception as exc:
+        kind = type(registered.component).__name__.lower()
+        raise PluginHookError(
+            f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed: {describe(exc)}"
+        ) from None
+
+
+def work(store: MemoryStore, settings: Settings, **options: Any) -> WorkReport:
+    """Convenience: one `Worker(store, settings, **options).run()`, closing the model binding afterwards."""
+    run_options = {k: options.pop(k) for k in ("max_jobs", "max_seconds") if k in options}
+    worker = Worker(store, settings, **options)
+    try:
+        return worker.run(**run_options)
+    finally:
+        worker.close()
