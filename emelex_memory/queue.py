@@ -9,6 +9,8 @@ sweeper is needed. Retry deadlines come from `retry.RETRY_SCHEDULE`.
 
 from __future__ import annotations
 
+import hashlib
+import math
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -81,17 +83,21 @@ class JobQueueMixin:
         """Queue `kind` work on a Session, idempotently: the same (kind, Session, source key) is queued once.
 
         `source` is a JSON mapping (at most 16 KiB canonical) that exactly
-        describes the work; `source_key` defaults to its canonical JSON and
-        must be 1-128 characters. Queueing work that exists, in any state,
-        returns that job unchanged with `created=False`.
+        describes the work; `source_key` (1-128 characters) defaults to the
+        SHA-256 hex of its canonical JSON. `due_at` (default now) delays the
+        first claim. Queueing work that exists, in any state, returns that job
+        unchanged with `created=False`.
         """
         job_kind(kind)
         if not isinstance(source, Mapping):
             raise InvalidInputError("a job source must be a JSON object (a mapping)")
         source_json = encode_json(dict(source), max_bytes=MAX_SOURCE_BYTES, what="the job source")
-        key = source_json if source_key is None else source_key
+        key = hashlib.sha256(source_json.encode("utf-8")).hexdigest() if source_key is None else source_key
         if not isinstance(key, str) or not 1 <= len(key) <= 128:
-            raise InvalidInputError("a job source key must be a string of 1-128 characters; pass source_key=")
+            raise InvalidInputError("a job source key must be a string of 1-128 characters")
+        if due_at is not None and (isinstance(due_at, bool) or not isinstance(due_at, (int, float))
+                                   or not math.isfinite(due_at)):
+            raise InvalidInputError(f"due_at must be a finite timestamp, got {due_at!r}")
         with self._write() as conn:
             rowid = self._session_rowid(conn, session_id)
             now = self.clock()

@@ -52,8 +52,8 @@ CREATE INDEX summaries_by_session ON summaries (session_id, event_id);
 SOURCE_FIELDS = ("base_summary_id", "count", "digest", "first_event_id", "last_event_id", "through_seq")
 _NEWEST = "SELECT event_id, through_seq FROM summaries WHERE session_id = ? ORDER BY event_id DESC LIMIT 1"
 _RECORD = (
-    "SELECT s.job_id, s.base_event_id, s.through_seq, s.source_count, s.first_event_id, s.last_event_id, "
-    "s.source_digest, s.summary_digest, s.model_ref, e.session_id, e.kind, e.payload, e.seq, j.uuid, j.kind, "
+    "SELECT s.base_event_id, s.through_seq, s.source_count, s.first_event_id, s.last_event_id, "
+    "s.source_digest, s.summary_digest, s.model_ref, e.session_id, e.kind, e.payload, j.uuid, j.kind, "
     "j.state, j.result, j.session_id FROM summaries s JOIN events e ON e.id = s.event_id "
     "JOIN jobs j ON j.id = s.job_id WHERE s.event_id = ?"
 )
@@ -156,8 +156,8 @@ def verify_summary(conn: apsw.Connection, session_rowid: int, event_id: int) -> 
     row = conn.execute(_RECORD, (event_id,)).fetchone()
     if row is None:
         raise bad("its provenance record or compaction job is missing")
-    (job_rowid, base, through, count, first, last, src_digest, sum_digest, model_ref, ev_session, ev_kind, payload,
-     _seq, job_uuid, job_kind, job_state, job_result, job_session) = row
+    (base, through, count, first, last, src_digest, sum_digest, model_ref, ev_session, ev_kind, payload, job_uuid,
+     job_kind, job_state, job_result, job_session) = row
     if ev_session != session_rowid or job_session != session_rowid or ev_kind != SUMMARY_KIND:
         raise bad("it does not belong to this Session")
     if summary_digest(payload.encode("utf-8")) != sum_digest:

@@ -81,6 +81,7 @@ def run_one_job(
             result = _run_handler(handler, claim, transient_attempts, transient_wait)
             return JobOutcome(claim.complete(result), "done", "completed")
         except WorkerLeaseLostError as exc:
+            claim.ended = True  # nothing left to release
             return JobOutcome(claim.job, "lost", describe(exc))
         except SessionLiveError as exc:
             return _settle(claim, lambda: claim.release(describe(exc)), describe(exc))
@@ -116,6 +117,7 @@ def _settle(claim: JobClaim, record: Callable[[], Job], detail: str) -> JobOutco
     try:
         job = record()
     except WorkerLeaseLostError as exc:
+        claim.ended = True
         return JobOutcome(claim.job, "lost", describe(exc))
     if job.state == "failed":
         return JobOutcome(job, "failed", detail)

@@ -122,6 +122,8 @@ def test_bad_enqueue_input_is_refused_and_changes_nothing(cstore: MemoryStore, s
         cstore.enqueue_job("noop", session_id, {"x": 1}, source_key="")
     with pytest.raises(InvalidInputError):
         cstore.enqueue_job("noop", session_id, {"x": float("nan")})
+    with pytest.raises(InvalidInputError):
+        cstore.enqueue_job("noop", session_id, {"x": 1}, due_at=float("inf"))
     with pytest.raises(Exception, match="no Session"):
         cstore.enqueue_job("noop", "no-such-session", {"x": 1})
     assert table_rows(db_path) == before
