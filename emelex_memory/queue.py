@@ -330,8 +330,8 @@ class JobQueueMixin:
         with self._write() as conn:
             (attempts, diags), now = self._held(conn, claim)
             update = _failure_update(attempts, diags, "permanent" if permanent else "failure", message, now, permanent)
-            job = job_from_row(conn.execute(f"{_RECORD_FAILURE} RETURNING {JOB_RETURNING}", (*update, now, claim._rowid))
-                               .fetchone())
+            row = conn.execute(f"{_RECORD_FAILURE} RETURNING {JOB_RETURNING}", (*update, now, claim._rowid)).fetchone()
+            job = job_from_row(row)
         claim.ended = True
         claim.job = job
         return job
