@@ -30,78 +30,85 @@ def encode_canonical(value: object, *, max_bytes: int, max_depth: int, what: str
     NaN/Infinity and `JsonUnencodableError` for anything else JSON cannot hold.
     `what` names the value in messages (e.g. "event 2 of the turn").
     """
+    return encode_canonical_text(value, max_bytes=max_bytes, max_depth=max_depth, what=what)[0].encode("utf-8")
+
+
+def encode_canonical_text(value: object, *, max_bytes: int, max_depth: int, what: str = "value") -> tuple[str, int]:
+    """Like `encode_canonical`, but return the canonical JSON as text together with its exact UTF-8 byte length."""
     parts: list[str] = []
     append = parts.append
-    size = 0
+    room = max_bytes  # bytes still allowed; checked whenever it shrinks by a leaf or a container
 
-    def grow(n: int) -> None:
-        nonlocal size
-        size += n
-        if size > max_bytes:
-            raise JsonTooLargeError(f"{what} is larger than its cap of {max_bytes} bytes")
+    def too_large() -> JsonTooLargeError:
+        return JsonTooLargeError(f"{what} is larger than its cap of {max_bytes} bytes")
 
     def text(s: str) -> None:
+        nonlocal room
         encoded = encode_basestring(s)
         if encoded.isascii():
-            grow(len(encoded))
+            room -= len(encoded)
         else:
             try:
-                grow(len(encoded.encode("utf-8")))
+                room -= len(encoded.encode("utf-8"))
             except UnicodeEncodeError:
                 raise JsonUnencodableError(f"{what} contains text that is not valid UTF-8 (a lone surrogate)") from None
+        if room < 0:
+            raise too_large()
         append(encoded)
 
     def emit(v: object, depth: int) -> None:
+        nonlocal room
         if isinstance(v, str):
             text(v)
-        elif v is None or v is True or v is False:
+            return
+        if v is None or v is True or v is False:
             token = "null" if v is None else "true" if v else "false"
-            grow(len(token))
-            append(token)
         elif isinstance(v, int):
             token = int.__repr__(v)
-            grow(len(token))
-            append(token)
         elif isinstance(v, float):
             if v != v or v in (_INF, -_INF):
                 raise JsonNonFiniteError(f"{what} contains {v!r}; JSON has no NaN or Infinity")
             token = float.__repr__(v)
-            grow(len(token))
-            append(token)
         elif isinstance(v, dict):
             if depth >= max_depth:
                 raise JsonTooDeepError(f"{what} nests deeper than {max_depth} levels")
             for key in v:
                 if not isinstance(key, str):
                     raise JsonUnencodableError(f"{what} has a non-string object key {key!r}")
-            grow(1 + 2 * len(v) if v else 2)  # braces, colons and commas
+            room -= 2 * len(v) + 1 if v else 2  # braces, colons and commas
+            if room < 0:
+                raise too_large()
             append("{")
-            first = True
-            for key in sorted(v):
-                if not first:
+            for i, (key, item) in enumerate(sorted(v.items())):
+                if i:
                     append(",")
-                first = False
                 text(key)
                 append(":")
-                emit(v[key], depth + 1)
+                if isinstance(item, str):
+                    text(item)
+                else:
+                    emit(item, depth + 1)
             append("}")
+            return
         elif isinstance(v, (list, tuple)):
             if depth >= max_depth:
                 raise JsonTooDeepError(f"{what} nests deeper than {max_depth} levels")
-            grow(1 + len(v) if v else 2)  # brackets and commas
+            room -= len(v) + 1 if v else 2  # brackets and commas
+            if room < 0:
+                raise too_large()
             append("[")
-            first = True
-            for item in v:
-                if not first:
+            for i, item in enumerate(v):
+                if i:
                     append(",")
-                first = False
                 emit(item, depth + 1)
             append("]")
+            return
         else:
             raise JsonUnencodableError(f"{what} contains a {type(v).__name__}, which is not a JSON value")
+        room -= len(token)
+        if room < 0:
+            raise too_large()
+        append(token)
 
     emit(value, 0)
-    data = "".join(parts).encode("utf-8")
-    if len(data) > max_bytes:
-        raise JsonTooLargeError(f"{what} is larger than its cap of {max_bytes} bytes")
-    return data
+    return "".join(parts), max_bytes - room

@@ -12,7 +12,7 @@ import apsw
 from .assets import AssetRef
 from .assets_links import attach_assets
 from .errors import InvalidEventError, JsonTooLargeError, ReservedEventKindError
-from .jsonbound import encode_canonical
+from .jsonbound import encode_canonical_text
 from .settings import Settings
 
 SUMMARY_KIND = "summary"
@@ -92,6 +92,7 @@ def encode_turn(events: list[NewEvent] | tuple[NewEvent, ...], settings: Setting
         raise InvalidEventError(f"a turn holds at most {settings.max_events_per_turn} events, got {len(events)}")
     encoded = []
     remaining = settings.max_turn_bytes
+    depth = settings.max_json_depth
     for index, event in enumerate(events):
         if not isinstance(event, NewEvent):
             raise InvalidEventError(f"event {index} of the turn is a {type(event).__name__}, expected NewEvent")
@@ -104,13 +105,13 @@ def encode_turn(events: list[NewEvent] | tuple[NewEvent, ...], settings: Setting
         cap = min(settings.max_event_bytes, remaining)
         what = f"event {index} of the turn"
         try:
-            data = encode_canonical(event.payload, max_bytes=cap, max_depth=settings.max_json_depth, what=what)
+            text, size = encode_canonical_text(event.payload, max_bytes=cap, max_depth=depth, what=what)
         except JsonTooLargeError:
             if cap < settings.max_event_bytes:
                 raise JsonTooLargeError(f"the turn is larger than its cap of {settings.max_turn_bytes} bytes") from None
             raise
-        remaining -= len(data)
-        encoded.append(EncodedEvent(event.kind, data.decode("utf-8"), len(data)))
+        remaining -= size
+        encoded.append(EncodedEvent(event.kind, text, size))
     return encoded
 
 
