@@ -164,14 +164,14 @@ class SessionLease:
             rows = [
                 (self._rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, now) for i, e in enumerate(encoded)
             ]
-            ids = tuple(
-                r[0]
-                for r in conn.executemany(
-                    "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                    rows,
-                )
+            conn.executemany(
+                "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
             )
+            # Rowids of an INTEGER PRIMARY KEY are max + 1, so under our write lock the turn's IDs are consecutive.
+            last_id = conn.last_insert_rowid()
+            ids = tuple(range(last_id - len(rows) + 1, last_id + 1))
             if linked:
                 link_turn_assets(conn, store.asset_dir, self._rowid, last_seq + 1, linked, now)
             new_seq = last_seq + len(rows)

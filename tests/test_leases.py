@@ -172,6 +172,7 @@ def test_turns_get_consecutive_ids_positions_and_seqs(store: MemoryStore, worksp
     events = store.replay(session.id).events
     assert [(e.turn, e.position, e.seq) for e in events] == [(1, 0, 1), (1, 1, 2), (2, 0, 3), (2, 1, 4), (2, 2, 5)]
     assert [e.payload for e in events] == [{"text": "a"}, {"text": "A"}, "x", [1, 2], None]
+    assert a.event_ids + b.event_ids == tuple(e.id for e in events)
     s = store.get_session(session.id)
     assert (s.last_seq, s.last_turn) == (5, 2)
 
