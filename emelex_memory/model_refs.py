@@ -110,7 +110,9 @@ class ModelRefMixin:
             ).fetchall()
         return [SessionModelRef(session_id, *row) for row in rows]
 
-    def snapshot_references(self: MemoryStore, snapshot_id: str, *, limit: int = REFERENCE_EXAMPLES) -> tuple[int, list[str]]:
+    def snapshot_references(
+        self: MemoryStore, snapshot_id: str, *, limit: int = REFERENCE_EXAMPLES
+    ) -> tuple[int, list[str]]:
         """(how many retained Sessions reference `snapshot_id`, up to `limit` of their IDs)."""
         with self._read() as conn:
             count = conn.execute(

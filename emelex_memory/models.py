@@ -130,7 +130,8 @@ def check_model_name(name: object) -> str:
     """Return `name` if it is a valid model name (1-64 of a-z, 0-9, '.', '_', '-', starting alphanumeric)."""
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise InvalidInputError(
-            f"a model name is 1-64 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit; got {name!r}"
+            "a model name is 1-64 characters of a-z, 0-9, '.', '_' or '-', starting with a letter or digit; "
+            f"got {name!r}"
         )
     return name
 
@@ -174,7 +175,9 @@ def open_regular(path: Path, *, what: str) -> int:
         raise ModelTamperedError(f"{what} {path} is missing; remove and reinstall the model") from None
     except OSError as exc:
         if os.path.islink(path):
-            raise ModelTamperedError(f"{what} {path} is a symlink; Emelex never follows them: reinstall the model") from None
+            raise ModelTamperedError(
+                f"{what} {path} is a symlink; Emelex never follows them: reinstall the model"
+            ) from None
         raise ModelTamperedError(f"{what} {path} cannot be opened ({exc.strerror}); reinstall the model") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
@@ -193,8 +196,9 @@ def hash_fd(fd: int) -> tuple[int, str]:
 
 
 def content_digest(files: Sequence[ModelFile]) -> str:
-    """Domain-separated SHA-256 of a snapshot's inventory (names, sizes, file SHA-256s): names its bytes."""
-    inventory = [{"name": f.name, "sha256": f.sha256, "size": f.size} for f in files]
+    """Domain-separated SHA-256 over the snapshot's file sizes and SHA-256s, in order: names its bytes, whatever
+    the files are called (an owned copy is always `model.gguf`; a linked file keeps its name)."""
+    inventory = [{"sha256": f.sha256, "size": f.size} for f in files]
     return hashlib.sha256(_CONTENT_DOMAIN + _canonical(inventory)).hexdigest()
 
 
@@ -359,13 +363,17 @@ def _check_stamp(model: InstalledModel) -> None:
         )
     recorded = stamp.get("files")
     if not isinstance(recorded, list) or len(recorded) != len(model.files):
-        raise ModelTamperedError(f"the stamp of model {model.name!r} is malformed; run `emelex models verify {model.name}`")
+        raise ModelTamperedError(
+            f"the stamp of model {model.name!r} is malformed; run `emelex models verify {model.name}`"
+        )
     for f, expected in zip(model.files, recorded):
         path = model.directory / f.name
         try:
             st = os.lstat(path)
         except FileNotFoundError:
-            raise ModelTamperedError(f"model file {path} is missing; remove and reinstall model {model.name!r}") from None
+            raise ModelTamperedError(
+                f"model file {path} is missing; remove and reinstall model {model.name!r}"
+            ) from None
         if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:
             raise ModelTamperedError(f"model file {path} is not a private regular file; reinstall model {model.name!r}")
         if st.st_size != f.size or _identity(f.name, st) != expected:

@@ -42,6 +42,7 @@ from emelex_memory.models import (
     is_gguf,
     manifest_bytes,
     models_dir,
+    open_regular,
     read_installed,
     revalidate,
     snapshot_mutation_lock,
@@ -120,7 +121,7 @@ class ModelManager:
         return self.get(self.settings.default_model)
 
     def list(self) -> list[InstalledModel]:
-        """Every installed model, by name (at most 1000). A model whose manifest is damaged raises `ModelTamperedError`."""
+        """Every installed model by name (at most 1000); a damaged manifest raises `ModelTamperedError`."""
         return [read_installed(self.home, name) for name in installed_names(self.home)]
 
     # -- installing ---------------------------------------------------------------------------------
@@ -181,7 +182,9 @@ class ModelManager:
             raise InvalidModelError(f"cannot read model file {source}: {exc.strerror}") from None
         if not stat.S_ISREG(os.fstat(fd).st_mode) or not is_gguf(fd):
             os.close(fd)
-            raise InvalidModelError(f"{source} is not a GGUF model file (it must be a regular file starting with 'GGUF')")
+            raise InvalidModelError(
+                f"{source} is not a GGUF model file (it must be a regular file starting with 'GGUF')"
+            )
         return fd
 
     @staticmethod
@@ -241,16 +244,18 @@ class ModelManager:
                 return revalidate(model)
             (f,) = model.files
             path = model.directory / f.name
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = open_regular(path, what="model file")
             try:
                 st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:
-                    raise ModelTamperedError(f"model file {path} is not a private regular file; reinstall {name!r}")
+                if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:
+                    raise ModelTamperedError(f"model file {path} is not a private file of yours; reinstall {name!r}")
                 size, digest = hash_fd(fd)
             finally:
                 os.close(fd)
             if (size, digest) != (f.size, f.sha256):
-                raise ModelTamperedError(f"model file {path} no longer matches its manifest; remove and reinstall {name!r}")
+                raise ModelTamperedError(
+                    f"model file {path} no longer matches its manifest; remove and reinstall {name!r}"
+                )
             temp = model.directory / f".{STAMP_NAME}.{uuid.uuid4().hex}"
             _write_private(temp, stamp_bytes(model.snapshot_id, [(f.name, os.lstat(path))]))
             os.rename(temp, model.directory / STAMP_NAME)

@@ -55,9 +55,10 @@ class SummaryRequest:
 
 @dataclass(frozen=True)
 class DistillRequest:
-    """What a distiller gets: the distillation input (Session, workspace, provenance, source events, live
-    Knowledge), the most candidates one job may apply, and the bound model."""
+    """What a distiller gets: the distill job, the distillation input (Session, workspace, provenance, source
+    events, live Knowledge), the most candidates one job may apply, and the bound model."""
 
+    job: Job
     data: DistillationInput
     max_candidates: int
     model: ModelBinding

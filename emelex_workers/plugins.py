@@ -230,7 +230,8 @@ def bind_model(pm: EmelexPluginManager, model: InstalledModel, settings: Setting
             continue
         if not is_model_binding(binding):
             raise PluginHookError(
-                f"plugin {impl.plugin_name!r} answered model_binding with a {type(binding).__name__}, not a ModelBinding"
+                f"plugin {impl.plugin_name!r} answered model_binding with a {type(binding).__name__}, "
+                "not a ModelBinding"
             )
         return impl.plugin_name, binding
     raise UnknownPluginComponentError(

@@ -150,7 +150,8 @@ class WorkReport:
         """One line for people and cron mail."""
         parts = ", ".join(f"{n} {k}" for k, n in self.counts.items() if n)
         rescued = f"; rescued {self.rescued} expired claim(s)" if self.rescued else ""
-        return f"emelex work: {self.claimed} job(s) in {self.seconds:.1f}s ({parts or 'none'}){rescued}; stopped: {self.stopped}"
+        return (f"emelex work: {self.claimed} job(s) in {self.seconds:.1f}s ({parts or 'none'}){rescued}; "
+                f"stopped: {self.stopped}")
 
 
 @contextmanager
@@ -260,7 +261,8 @@ class Worker:
             name, summarize = self._summarizer.component.name, self._summarizer.component.summarize
 
             def run(events, job) -> str:
-                text = _plugin_call(self._summarizer, lambda: summarize(SummaryRequest(job, tuple(events), budget, binding)))
+                request = SummaryRequest(job, tuple(events), budget, binding)
+                text = _plugin_call(self._summarizer, lambda: summarize(request))
                 if not isinstance(text, str) or not text.strip():
                     raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} returned no text")
                 if binding.count_tokens(text) > budget:
@@ -269,11 +271,13 @@ class Worker:
                 return text
 
             safe = binding.context_window - budget - PROMPT_RESERVE_TOKENS
-            return compaction_handler(run, model_ref=model.reference, safe_context_tokens=safe, count_tokens=count)(claim)
+            handler = compaction_handler(run, model_ref=model.reference, safe_context_tokens=safe, count_tokens=count)
+            return handler(claim)
         distill = self._distiller.component.distill
 
         def run_distill(data):
-            return list(_plugin_call(self._distiller, lambda: distill(DistillRequest(data, MAX_CANDIDATES, binding))))
+            request = DistillRequest(claim.job, data, MAX_CANDIDATES, binding)
+            return list(_plugin_call(self._distiller, lambda: distill(request)))
 
         safe = binding.context_window - DISTILL_RESERVE_TOKENS
         return distillation_handler(run_distill, safe_context_tokens=safe, count_tokens=count)(claim)

@@ -41,6 +41,7 @@ def plugins_list(
         origin = f"{r['distribution']} {r['version']}".strip() + (" (built-in, autoload off)" if r["builtin"] else "")
         typer.echo(f"{r['name']}  from {origin}  [{r['module']}]")
         typer.echo(f"    hooks: {', '.join(r['hooks']) or '-'}")
-        typer.echo(f"    summarizers: {', '.join(r['summarizers']) or '-'}   distillers: {', '.join(r['distillers']) or '-'}")
+        typer.echo(f"    summarizers: {', '.join(r['summarizers']) or '-'}")
+        typer.echo(f"    distillers: {', '.join(r['distillers']) or '-'}")
     if not rows:
         typer.echo("no plugins loaded")

@@ -22,6 +22,11 @@ from emelex_memory import COMPACTION_KIND, DISTILL_KIND, InvalidInputError, Memo
 from ..work import GracefulStop, JobReport, Worker
 
 EXIT_JOB_FAILED = 3
+KindOpt = Annotated[Optional[str], typer.Option(help=f"Only jobs of this kind: {COMPACTION_KIND} or {DISTILL_KIND}.")]
+MaxJobsOpt = Annotated[Optional[int], typer.Option(min=1, help="Claim at most this many jobs (default work_max_jobs).")]
+MaxSecondsOpt = Annotated[
+    Optional[float], typer.Option(min=0.001, help="Claim no job after this many seconds (default: work_max_seconds).")
+]
 
 
 def _progress(job: JobReport) -> None:
@@ -31,9 +36,9 @@ def _progress(job: JobReport) -> None:
 
 def work(
     ctx: typer.Context,
-    kind: Annotated[Optional[str], typer.Option(help=f"Only jobs of this kind: {COMPACTION_KIND} or {DISTILL_KIND}.")] = None,
-    max_jobs: Annotated[Optional[int], typer.Option(min=1, help="Claim at most this many jobs (default: work_max_jobs).")] = None,
-    max_seconds: Annotated[Optional[float], typer.Option(min=0.001, help="Claim no job after this many seconds (default: work_max_seconds).")] = None,
+    kind: KindOpt = None,
+    max_jobs: MaxJobsOpt = None,
+    max_seconds: MaxSecondsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON, even when idle.")] = False,
 ) -> None:
     """Run due compaction and distillation jobs on the local model; skip Sessions in use.

