@@ -279,3 +279,29 @@ def test_the_builtin_binding_does_not_import_llama_cpp(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["llamacpp", "LlamaBinding", "False"]
+
+
+def test_the_documented_third_party_plugin_works(tmp_path: Path, monkeypatch, home: Path, workspace: Path) -> None:
+    """The example in docs/plugins.md, installed as written, summarizes a real compaction job."""
+    from emelex_memory import MemoryStore, NewEvent
+    from emelex_workers.work import work
+
+    text = DOCS.read_text()
+    source = re.search(r"`emelex_firstline.py`.*?```python\n(.*?)```", text, re.S).group(1)
+    assert 'firstline = "emelex_firstline"' in text
+    activate(monkeypatch, make_distribution(tmp_path / "site", "emelex-firstline", "0.1.0",
+                                            {"emelex_firstline": source}, {"firstline": "emelex_firstline"}))
+    activate(monkeypatch, fake_plugin_distribution(tmp_path / "site2"))
+    settings = Settings(home=home, default_model="fake", summarizer="firstline", distiller="fake")
+    ModelManager(settings).install(fake_model_file(tmp_path / "files"), name="fake")
+    with MemoryStore.open(settings) as store:
+        session = store.create_session(workspace)
+        with store.acquire_lease(session.id, workspace) as lease:
+            list(lease.replay_all())
+            for i in range(6):
+                lease.append_turn([NewEvent("user", {"text": f"q{i}"}), NewEvent("assistant", {"text": f"a{i}"})])
+            lease.release()
+        store.queue_compaction(session.id, context_window=4096, force=True)
+        assert work(store, settings).counts["done"] == 1
+        summary = store.replay(session.id).events[0]
+    assert summary.payload["text"] == "Earlier the user asked: user: q0 / user: q1"

@@ -43,8 +43,9 @@ def work(
 ) -> None:
     """Run due compaction and distillation jobs on the local model; skip Sessions in use.
 
-    Stops when no job is due, at --max-jobs or --max-seconds, or on SIGINT/SIGTERM (the job in hand is
-    released without consuming an attempt). Safe to run several at once and from cron, launchd or systemd.
+    Stops when no job is due, at --max-jobs/--max-seconds, or on SIGINT/SIGTERM (releasing the job in hand).
+
+    Quiet when idle; several may run at once, from cron, launchd or systemd.
     """
     settings: Settings = ctx.find_root().obj
     if kind is not None and kind not in (COMPACTION_KIND, DISTILL_KIND):
