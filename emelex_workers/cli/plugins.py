@@ -38,7 +38,8 @@ def plugins_list(
         typer.echo(json.dumps({"autoload": settings.plugins_autoload, "plugins": rows}))
         return
     for r in rows:
-        origin = f"{r['distribution']} {r['version']}".strip() + (" (built-in, autoload off)" if r["builtin"] else "")
+        origin = f"{r['distribution']} {r['version']}".strip()
+        origin += " (built-in, registered directly)" if r["builtin"] else ""
         typer.echo(f"{r['name']}  from {origin}  [{r['module']}]")
         typer.echo(f"    hooks: {', '.join(r['hooks']) or '-'}")
         typer.echo(f"    summarizers: {', '.join(r['summarizers']) or '-'}")
