@@ -98,7 +98,7 @@ from .jobs import (
 )
 from .knowledge_model import KnowledgeEntry, KnowledgeHistoryPage, KnowledgePage, KnowledgeSource, KnowledgeVersion
 from .leases import SessionLease
-from .model_refs import BoundModel, MemorySnapshotReferenceGuard, SessionModelRef
+from .model_refs import BoundModel, MemorySnapshotReferenceGuard, SessionModelRef, SessionModelRefPage
 from .models import InstalledModel, LinkedTarget, ModelFile, SnapshotReferenceGuard
 from .queue import JobClaim
 from .retention import MaintenanceReport
@@ -206,6 +206,7 @@ __all__ = [
     "SessionLease",
     "SessionLiveError",
     "SessionModelRef",
+    "SessionModelRefPage",
     "SessionNotFoundError",
     "SessionPage",
     "Settings",

@@ -38,6 +38,7 @@ CREATE INDEX session_model_refs_by_snapshot ON session_model_refs (snapshot_id, 
 """
 
 REFERENCE_EXAMPLES = 3  # Session IDs named in a refusal
+REF_ROW_BYTES = 160  # generous per-row estimate on top of the reference, for byte-bounded pages
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,14 @@ class SessionModelRef:
     snapshot_id: str
     first_bound_at: float
     last_bound_at: float
+
+
+@dataclass(frozen=True)
+class SessionModelRefPage:
+    """A page of a Session's model references by snapshot ID; `next_cursor` is None after the last page."""
+
+    refs: list[SessionModelRef]
+    next_cursor: str | None
 
 
 @dataclass(frozen=True)
@@ -98,17 +107,35 @@ class ModelRefMixin:
                 ).fetchone()
         return BoundModel(current, SessionModelRef(session_id, current.reference, current.snapshot_id, first, last))
 
-    def session_model_refs(self: MemoryStore, session_id: str, *, limit: int | None = None) -> list[SessionModelRef]:
-        """The model snapshots a Session has been bound to, oldest first; at most `limit` (default page_items)."""
-        limit, _ = self._page_limits(limit, None)
+    def session_model_refs(
+        self: MemoryStore,
+        session_id: str,
+        *,
+        cursor: str | None = None,
+        limit: int | None = None,
+        max_bytes: int | None = None,
+    ) -> SessionModelRefPage:
+        """Page through the model snapshots a Session was bound to, by snapshot ID, bounded in items and bytes.
+
+        Pass `next_cursor` back to continue; it is None after the last page.
+        """
+        limit, max_bytes = self._page_limits(limit, max_bytes)
+        if cursor is not None and (not isinstance(cursor, str) or not cursor.startswith("sha256:")):
+            raise InvalidInputError(f"bad model reference cursor {cursor!r}; pass a next_cursor from a previous page")
         with self._read() as conn:
             rowid = self._session_rowid(conn, session_id)
             rows = conn.execute(
                 "SELECT reference, snapshot_id, first_bound_at, last_bound_at FROM session_model_refs "
-                "WHERE session_id = ? ORDER BY first_bound_at, snapshot_id LIMIT ?",
-                (rowid, limit),
+                "WHERE session_id = ? AND snapshot_id > ? ORDER BY snapshot_id LIMIT ?",
+                (rowid, cursor or "", limit + 1),
             ).fetchall()
-        return [SessionModelRef(session_id, *row) for row in rows]
+        refs, total = [], 0
+        for row in rows[:limit]:
+            total += REF_ROW_BYTES + len(row[0])
+            if total > max_bytes and refs:
+                break
+            refs.append(SessionModelRef(session_id, *row))
+        return SessionModelRefPage(refs, refs[-1].snapshot_id if len(refs) < len(rows) else None)
 
     def snapshot_references(
         self: MemoryStore, snapshot_id: str, *, limit: int = REFERENCE_EXAMPLES

@@ -150,7 +150,15 @@ def test_binding_records_the_session_reference(manager: ModelManager, source: Pa
     assert (bound.ref.reference, bound.ref.snapshot_id) == (model.reference, model.snapshot_id)
     again = std_store.bind_session_model(session.id, model)
     assert again.ref.first_bound_at == bound.ref.first_bound_at
-    assert std_store.session_model_refs(session.id) == [again.ref]
+    assert std_store.session_model_refs(session.id).refs == [again.ref]
+    other = manager.install(source, name="other", link=True)
+    std_store.bind_session_model(session.id, other)
+    first = std_store.session_model_refs(session.id, limit=1)
+    second = std_store.session_model_refs(session.id, cursor=first.next_cursor, limit=1)
+    assert second.next_cursor is None
+    assert sorted(r.snapshot_id for r in first.refs + second.refs) == sorted([model.snapshot_id, other.snapshot_id])
+    with pytest.raises(InvalidInputError, match="bad model reference cursor"):
+        std_store.session_model_refs(session.id, cursor="nonsense")
 
 
 def test_binding_accepts_only_an_installed_model(manager: ModelManager, source: Path, std_store: MemoryStore,

@@ -89,7 +89,7 @@ def test_worker_commits_a_verified_summary_and_knowledge_with_provenance(env: Se
         source = entries["fact-2"].head.source
         assert (source.session_id, source.first_seq, source.last_seq) == (sid, 1, 16)
         assert entries["fact-2"].head.origin == "distillation" and entries["fact-2"].confidence == 0.75
-        assert [r.snapshot_id for r in store.session_model_refs(sid)] == [model.snapshot_id]
+        assert [r.snapshot_id for r in store.session_model_refs(sid).refs] == [model.snapshot_id]
         assert {j.state for j in jobs(store).values()} == {"done"}
 
 

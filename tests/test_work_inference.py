@@ -65,4 +65,4 @@ def test_default_model_writes_a_verified_summary_and_knowledge_with_provenance(h
             source = entry.head.source
             assert entry.head.origin == "distillation" and 0 <= entry.confidence <= 1 and entry.content.strip()
             assert (source.session_id, source.first_seq, source.last_seq) == (closed_id, 1, 6)
-        assert {r.snapshot_id for r in store.session_model_refs(long_id)} == {model.snapshot_id}
+        assert {r.snapshot_id for r in store.session_model_refs(long_id).refs} == {model.snapshot_id}
