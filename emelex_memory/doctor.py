@@ -6,6 +6,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import apsw
+
+from .assets import asset_dir_for
 from .connection import PRAGMAS, read_pragmas
 from .errors import EmelexError
 from .files import check_private_dir, check_private_file, describe_mode
@@ -48,23 +51,92 @@ def _mode(path: Path) -> str:
         return "missing"
 
 
-def _check_path(report: DoctorReport, name: str, path: Path, directory: bool) -> None:
+_PROBLEMS = (EmelexError, apsw.Error, OSError)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, apsw.Error):
+        return f"SQLite reports: {exc}; restore the database from a backup if it is damaged"
+    if isinstance(exc, OSError) and not isinstance(exc, EmelexError):
+        return f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")
+    return str(exc)
+
+
+def _check_path(report: DoctorReport, name: str, path: Path, directory: bool, *, required: bool = True) -> None:
+    if not os.path.lexists(path):
+        if required:
+            report.add(name, False, f"{path} is missing")
+        return
     try:
         if directory:
             check_private_dir(path)
         else:
             check_private_file(path, what=name)
         report.add(name, True, f"{path} (mode {_mode(path)})")
-    except EmelexError as exc:
-        report.add(name, False, str(exc))
+    except _PROBLEMS as exc:
+        report.add(name, False, _describe(exc))
+
+
+def _check_files(report: DoctorReport, settings: Settings, db: Path, standard: bool) -> None:
+    if standard:
+        _check_path(report, "home directory", settings.home_dir, True)
+    _check_path(report, "database directory", db.parent, True)
+    _check_path(report, "database file", db, False)
+    _check_path(report, "lock sidecar", sidecar_path(db), False)
+    for suffix in ("-wal", "-shm"):
+        _check_path(report, f"database {suffix[1:]} file", Path(f"{db}{suffix}"), False, required=False)
+    _check_path(report, "asset directory", asset_dir_for(db, settings), True, required=False)
+
+
+def _check_pragmas(report: DoctorReport, store: MemoryStore) -> None:
+    with store._read() as conn:
+        live = read_pragmas(conn)
+    report.facts["pragmas"] = live
+    wrong = [f"{n}={live[n]!r} (want {want!r})" for n, _, want in PRAGMAS if live[n] != want]
+    report.add("pragmas", not wrong, "; ".join(wrong) or ", ".join(f"{k}={v}" for k, v in live.items()))
+
+
+def _check_schema(report: DoctorReport, store: MemoryStore) -> None:
+    with store._read() as conn:
+        version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+        app_id = conn.execute("PRAGMA application_id").fetchall()[0][0]
+    report.facts["schema_version"] = version
+    report.add(
+        "schema",
+        version == len(MIGRATIONS) and app_id == APPLICATION_ID,
+        f"version {version} of {len(MIGRATIONS)}, application_id {app_id:#x}",
+    )
+
+
+def _check_integrity(report: DoctorReport, store: MemoryStore) -> None:
+    with store._read() as conn:
+        problems = [r[0] for r in conn.execute("PRAGMA integrity_check(20)")]
+    ok = problems == ["ok"]
+    report.add("integrity", ok, "ok" if ok else "; ".join(problems) + "; restore the database from a backup")
+
+
+def _count_contents(report: DoctorReport, store: MemoryStore) -> None:
+    with store._read() as conn:
+        sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
+        events = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+        live_leases = conn.execute(
+            "SELECT count(*) FROM session_leases WHERE state = 'active' AND expires_at > ?", (store.clock(),)
+        ).fetchone()[0]
+    assets = store.asset_totals()
+    report.facts.update(
+        sessions=sessions, events=events, live_leases=live_leases,
+        assets=assets.files, asset_entries=assets.entries, asset_bytes=assets.bytes,
+    )
 
 
 def diagnose(settings: Settings | None = None, *, database: Path | None = None) -> DoctorReport:
-    """Check Home, file modes, pragmas, schema version and integrity of the standard (or given) database.
+    """Check Home, file modes, pragmas, schema version, integrity and contents of the standard (or given) database.
 
     Opening follows the normal rules, so a fresh Home gets its store created
-    and a deleted database is reported, not recreated. Never raises for
-    problems it finds; they become failed checks.
+    and a deleted database is reported, not recreated. Never raises for the
+    problems it finds (unsafe files, a damaged or foreign database, ...):
+    each becomes a failed check, and the file checks run even when the
+    database cannot be opened.
     """
     settings = settings or Settings()
     report = DoctorReport()
@@ -73,39 +145,21 @@ def diagnose(settings: Settings | None = None, *, database: Path | None = None) 
     report.facts["database"] = str(db)
     try:
         store = MemoryStore.open_path(db, settings) if database else MemoryStore.open(settings)
-    except EmelexError as exc:
-        report.add("open", False, str(exc))
+    except _PROBLEMS as exc:
+        report.add("open", False, _describe(exc))
+        _check_files(report, settings, db, database is None)
         return report
     with store:
         report.add("open", True, f"opened {db}")
-        if database is None:
-            _check_path(report, "home directory", settings.home_dir, True)
-        _check_path(report, "database directory", db.parent, True)
-        _check_path(report, "database file", db, False)
-        _check_path(report, "lock sidecar", sidecar_path(db), False)
-        with store._read() as conn:
-            live = read_pragmas(conn)
-            report.facts["pragmas"] = live
-            wrong = [f"{n}={live[n]!r} (want {want!r})" for n, _, want in PRAGMAS if live[n] != want]
-            report.add("pragmas", not wrong, "; ".join(wrong) or ", ".join(f"{k}={v}" for k, v in live.items()))
-            version = conn.execute("PRAGMA user_version").fetchall()[0][0]
-            app_id = conn.execute("PRAGMA application_id").fetchall()[0][0]
-            report.facts["schema_version"] = version
-            report.add(
-                "schema",
-                version == len(MIGRATIONS) and app_id == APPLICATION_ID,
-                f"version {version} of {len(MIGRATIONS)}, application_id {app_id:#x}",
-            )
-            problems = [r[0] for r in conn.execute("PRAGMA integrity_check(20)")]
-            report.add("integrity", problems == ["ok"], "; ".join(problems))
-            sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
-            events = conn.execute("SELECT count(*) FROM events").fetchone()[0]
-            live_leases = conn.execute(
-                "SELECT count(*) FROM session_leases WHERE state = 'active' AND expires_at > ?", (store.clock(),)
-            ).fetchone()[0]
-        report.facts.update(sessions=sessions, events=events, live_leases=live_leases)
-        assets = store.asset_totals()
-        report.facts.update(assets=assets.files, asset_entries=assets.entries, asset_bytes=assets.bytes)
-        if os.path.lexists(store.asset_dir):
-            _check_path(report, "asset directory", store.asset_dir, True)
+        _check_files(report, settings, db, database is None)
+        for name, check in (
+            ("pragmas", _check_pragmas),
+            ("schema", _check_schema),
+            ("integrity", _check_integrity),
+            ("contents", _count_contents),
+        ):
+            try:
+                check(report, store)
+            except _PROBLEMS as exc:
+                report.add(name, False, _describe(exc))
     return report

@@ -43,6 +43,10 @@ class StoreExistsError(StoreError):
     """Re-initialisation refused because a database is present: move it away first if you really want a new one."""
 
 
+class SettingsFileError(StoreError):
+    """`<Emelex Home>/config.toml` cannot be read: fix the file as the message says, or remove it."""
+
+
 class ConfirmationRequiredError(StoreError):
     """A destructive action needs explicit confirmation: repeat it with the confirmation flag."""
 

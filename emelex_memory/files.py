@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -25,7 +26,7 @@ def check_private_dir(path: Path) -> os.stat_result:
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        raise InsecurePathError(f"directory {path} does not exist") from None
+        raise InsecurePathError(f"directory {path} does not exist; create it (mode 0700) or use another path") from None
     if stat.S_ISLNK(st.st_mode):
         raise InsecurePathError(f"{path} is a symlink; Emelex only uses real directories: replace it with a directory")
     if not stat.S_ISDIR(st.st_mode):
@@ -86,7 +87,12 @@ def create_private_file(path: Path) -> None:
 
 def open_private_file(path: Path, flags: int) -> int:
     """Open (creating 0600 if absent) a private file without following symlinks; verify it; return the fd."""
-    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InsecurePathError(f"{path} is a symlink; Emelex never follows them: remove it") from None
+        raise
     try:
         st = os.fstat(fd)
         if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):

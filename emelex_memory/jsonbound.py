@@ -44,6 +44,8 @@ def encode_canonical_text(value: object, *, max_bytes: int, max_depth: int, what
 
     def text(s: str) -> None:
         nonlocal room
+        if len(s) + 2 > room:  # the escaped form is never shorter: refuse before copying a huge string
+            raise too_large()
         encoded = encode_basestring(s)
         if encoded.isascii():
             room -= len(encoded)
@@ -64,7 +66,10 @@ def encode_canonical_text(value: object, *, max_bytes: int, max_depth: int, what
         if v is None or v is True or v is False:
             token = "null" if v is None else "true" if v else "false"
         elif isinstance(v, int):
-            token = int.__repr__(v)
+            try:
+                token = int.__repr__(v)
+            except ValueError:  # more digits than Python will convert (sys.get_int_max_str_digits)
+                raise JsonTooLargeError(f"{what} contains an integer too large to encode; store it as a string") from None
         elif isinstance(v, float):
             if v != v or v in (_INF, -_INF):
                 raise JsonNonFiniteError(f"{what} contains {v!r}; JSON has no NaN or Infinity")

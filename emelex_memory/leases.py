@@ -196,7 +196,7 @@ class SessionLease:
         except OSError:
             raise WorkspaceMissingError(
                 f"workspace {self.workspace.path} of Session {self.session_id} is gone or was renamed; "
-                "acquire a new lease with its current path"
+                "release this lease, then acquire a new one with the directory's current path"
             ) from None
         if row[2] != self.workspace.path or (st.st_dev, st.st_ino) != (row[3], row[4]) or not S_ISDIR(st.st_mode):
             raise WorkspaceReplacedError(
@@ -242,10 +242,13 @@ class SessionLease:
     # -- best-effort release on drop ----------------------------------------------
 
     def close(self) -> None:
-        """Release best-effort through a zero-wait connection; never blocks, never raises."""
+        """Release best-effort through a zero-wait connection; never blocks, never raises.
+
+        When the database is busy the lease stays active until it expires (or
+        an explicit `release()` succeeds).
+        """
         if self._ended:
             return
-        self._ended = True
         try:
             conn = connect(self._store.path, busy_timeout_ms=0)
         except Exception:
@@ -255,8 +258,9 @@ class SessionLease:
                 conn.execute(
                     "UPDATE session_leases SET state = 'released', ended_at = ? "
                     "WHERE session_id = ? AND token_hash = ? AND state = 'active'",
-                    (time.time(), self._rowid, self._digest),
+                    (self._store.clock(), self._rowid, self._digest),
                 )
+            self._ended = True
         except Exception:
             pass  # busy or gone: expiry recovers authority
         finally:

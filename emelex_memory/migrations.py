@@ -37,6 +37,9 @@ CREATE TABLE store_meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 ) STRICT;
+INSERT INTO store_meta (key, value) VALUES
+    ('store_id', lower(hex(randomblob(16)))),              -- identifies this store; never changes
+    ('created_at', CAST(unixepoch('subsec') AS TEXT));
 
 CREATE TABLE sessions (
     id INTEGER PRIMARY KEY,              -- internal key; list cursor is (created_at, id)
@@ -65,7 +68,7 @@ CREATE TABLE session_leases (
 ) STRICT;
 
 CREATE TABLE events (
-    id INTEGER PRIMARY KEY,              -- global, monotonic event ID
+    id INTEGER PRIMARY KEY,              -- global event ID
     session_id INTEGER NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
     seq INTEGER NOT NULL CHECK (seq >= 1),            -- consecutive per Session
     turn INTEGER NOT NULL CHECK (turn >= 1),          -- turn ID, consecutive per Session

@@ -1,10 +1,12 @@
 """First open, reopen and explicit re-initialisation of a database file.
 
 Serialized by a process mutex plus an exclusive `flock` on a private sidecar,
-`.<database-name>.lock`, beside the database. The sidecar doubles as the
-record that a store existed here: once a database has been created, a reopen
-that finds it missing (or emptied) fails closed instead of recreating it. The
-sidecar's name starts with a dot so `rm emelex.sqlite3*` does not take it too.
+`.<database-name>.lock`, beside the database. Three things record that a
+store existed, so that a reopen which finds its database missing (or emptied)
+fails closed instead of recreating it: the sidecar (its name starts with a dot
+so `rm emelex.sqlite3*` does not take it too), an optional marker file
+elsewhere (the standard store keeps `<Home>/.memory-store`, which survives
+`rm -rf <Home>/memory`), and the store's asset folder.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import fcntl
 import os
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,6 +65,17 @@ def _mark(fd: int) -> None:
     os.fsync(fd)
 
 
+def _record_marker(marker: Path, database: Path) -> None:
+    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, _MARKER + f"{database}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(marker.parent)
+
+
 def _check_side_files(database: Path) -> list[Path]:
     found = []
     for suffix in _SIDE_FILES:
@@ -85,26 +97,38 @@ def _probe(database: Path, busy_timeout_ms: int) -> int:
         probe.close()
 
 
-def open_database(database: Path, *, busy_timeout_ms: int) -> apsw.Connection:
+def deleted_error(database: Path) -> DatabaseDeletedError:
+    """The error for a store whose database is gone."""
+    return DatabaseDeletedError(
+        f"database {database} was deleted and nothing was recreated; restore it from a backup, "
+        "or start over with `emelex memory reinit --yes`"
+    )
+
+
+def open_database(
+    database: Path, *, busy_timeout_ms: int, marker: Path | None = None, evidence: tuple[Path, ...] = ()
+) -> apsw.Connection:
     """Open (creating on first use) and migrate the database at `database`; return a hardened connection.
 
     The parent directory must be private (see `files.check_private_dir`);
-    the file and its WAL side files must be ours with mode 0600. A store that
-    existed here but lost its database raises `DatabaseDeletedError` and
-    creates nothing.
+    the file and its WAL side files must be ours with mode 0600. `marker` is
+    an extra private file recorded when the store is created; it and the
+    paths in `evidence` (the asset folder) prove that a store existed. A
+    store that existed here but lost its database raises
+    `DatabaseDeletedError` and creates nothing.
     """
     check_private_dir(database.parent)
     check_private_file(database, what="database")  # refuse before the lock sidecar is created
+    if marker is not None:
+        check_private_file(marker, what="store marker")
     with open_lock(database) as fd:
-        existed = _marked(fd)
+        marked = _marked(fd)
+        existed = marked or any(os.path.lexists(p) for p in (*evidence, *([marker] if marker else [])))
         st = check_private_file(database, what="database")
         side_files = _check_side_files(database)
         if st is None:
             if existed:
-                raise DatabaseDeletedError(
-                    f"database {database} was deleted and nothing was recreated; restore it from a backup, "
-                    "or start over with `emelex memory reinit --yes`"
-                )
+                raise deleted_error(database)
             if side_files:
                 raise InsecurePathError(
                     f"{side_files[0]} is left over from a database that is gone; move it away before creating one"
@@ -118,13 +142,9 @@ def open_database(database: Path, *, busy_timeout_ms: int) -> apsw.Connection:
         conn = connect(database, busy_timeout_ms=busy_timeout_ms)
         try:
             migrate(conn)
-            if version == 0:
-                with conn:
-                    conn.executemany(
-                        "INSERT INTO store_meta (key, value) VALUES (?, ?)",
-                        [("store_id", str(uuid.uuid4())), ("created_at", repr(time.time()))],
-                    )
-            if not existed:
+            if marker is not None and not os.path.lexists(marker):
+                _record_marker(marker, database)
+            if not marked:
                 _mark(fd)
         except BaseException:
             conn.close()
@@ -132,13 +152,16 @@ def open_database(database: Path, *, busy_timeout_ms: int) -> apsw.Connection:
         return conn
 
 
-def reinitialize_database(database: Path, *, confirm: bool) -> list[Path]:
+def reinitialize_database(
+    database: Path, *, confirm: bool, marker: Path | None = None, asset_dir: Path | None = None
+) -> list[Path]:
     """Forget that a store existed at `database` so the next open creates a new one.
 
     Requires `confirm=True`. Refuses with `StoreExistsError` while the
     database file is present (nothing is ever overwritten). Leftover WAL/SHM
-    files of the lost database are moved aside, never deleted, since a fresh
-    database must not replay them; returns their new paths.
+    files of the lost database and its asset folder are moved aside, never
+    deleted: a fresh database must not replay the old WAL, and its collector
+    must not treat the old store's media as orphans. Returns the new paths.
     """
     if not confirm:
         raise ConfirmationRequiredError("re-initialising needs explicit confirmation: pass --yes")
@@ -150,10 +173,16 @@ def reinitialize_database(database: Path, *, confirm: bool) -> list[Path]:
             )
         moved = []
         stamp = time.strftime("%Y%m%dT%H%M%S")
-        for side in _check_side_files(database):
-            target = side.with_name(f"{side.name}.orphaned-{stamp}")
-            os.rename(side, target)
+        leftovers = _check_side_files(database)
+        if asset_dir is not None and os.path.lexists(asset_dir):
+            leftovers.append(asset_dir)
+        for leftover in leftovers:
+            target = leftover.with_name(f"{leftover.name}.orphaned-{stamp}")
+            os.rename(leftover, target)
             moved.append(target)
+        if marker is not None and os.path.lexists(marker):
+            os.unlink(marker)
+            fsync_dir(marker.parent)
         os.ftruncate(fd, 0)
         os.fsync(fd)
         fsync_dir(database.parent)

@@ -9,6 +9,7 @@ nothing deeper in the code reads the environment.
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from .errors import SettingsFileError
 
 MiB = 1024 * 1024
 
@@ -106,8 +109,13 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Sources in precedence order: arguments, `EMELEX_*` variables, then `<home>/config.toml`."""
         toml_file = _home_from(init_settings()) / "config.toml"
-        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
+        try:
+            toml = TomlConfigSettingsSource(settings_cls, toml_file=toml_file)
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsFileError(f"{toml_file} is not valid TOML ({exc}); fix or remove it") from None
+        return (init_settings, env_settings, toml)
 
     @property
     def home_dir(self) -> Path:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import apsw
 
+from .assets import asset_dir_for
 from .assets_store import AssetStoreMixin
 from .compaction import CompactionMixin
 from .deletion import DeletionMixin
@@ -22,7 +23,7 @@ from .files import ensure_private_dir
 from .knowledge import KnowledgeMixin
 from .leases import SessionLease, holder_label, new_token, token_digest
 from .model_refs import ModelRefMixin
-from .opening import open_database, reinitialize_database
+from .opening import deleted_error, open_database, reinitialize_database
 from .queue import JobQueueMixin
 from .retention import MaintenanceMixin
 from .sessions import SESSION_COLUMNS, Session, WorkspaceIdentity, session_from_row
@@ -31,6 +32,8 @@ from .summaries import read_view_page
 from .transcript import ReplayPage
 
 Clock = Callable[[], float]
+STORE_MARKER = ".memory-store"  # in Emelex Home: records that the standard store was created
+MAX_SESSION_ROW_BYTES = 8192  # bound of one Session's row in a page estimate (title <= 512 chars, path <= 4096 bytes)
 
 
 @dataclass(frozen=True)
@@ -65,35 +68,55 @@ class MemoryStore(ModelRefMixin, KnowledgeMixin, DeletionMixin, DistillationMixi
         """
         settings = settings or Settings()
         ensure_private_dir(settings.home_dir)
+        marker = settings.home_dir / STORE_MARKER
+        if os.path.lexists(marker) and not os.path.lexists(settings.memory_dir):
+            raise deleted_error(settings.database_path)  # checked before memory/ is created again
         ensure_private_dir(settings.memory_dir)
-        return cls._open(settings.database_path, settings, clock)
+        conn = open_database(
+            settings.database_path,
+            busy_timeout_ms=settings.busy_timeout_ms,
+            marker=marker,
+            evidence=(asset_dir_for(settings.database_path, settings),),
+        )
+        return cls(conn, settings.database_path, settings, clock)
 
     @classmethod
     def open_path(
         cls, path: str | os.PathLike[str], settings: Settings | None = None, *, clock: Clock = time.time
     ) -> MemoryStore:
         """Open the database file at `path` (its directory must exist and be private), creating it on first use."""
-        return cls._open(Path(os.path.abspath(path)), settings or Settings(), clock)
-
-    @classmethod
-    def _open(cls, path: Path, settings: Settings, clock: Clock) -> MemoryStore:
-        conn = open_database(path, busy_timeout_ms=settings.busy_timeout_ms)
+        settings = settings or Settings()
+        path = Path(os.path.abspath(path))
+        conn = open_database(
+            path, busy_timeout_ms=settings.busy_timeout_ms, evidence=(asset_dir_for(path, settings),)
+        )
         return cls(conn, path, settings, clock)
 
     @staticmethod
     def reinitialize(settings: Settings | None = None, *, confirm: bool = False) -> list[Path]:
         """Allow the standard database to be created anew after it was deleted; see `reinitialize_path`."""
         settings = settings or Settings()
-        return reinitialize_database(settings.database_path, confirm=confirm)
+        ensure_private_dir(settings.home_dir)
+        ensure_private_dir(settings.memory_dir)
+        return reinitialize_database(
+            settings.database_path,
+            confirm=confirm,
+            marker=settings.home_dir / STORE_MARKER,
+            asset_dir=asset_dir_for(settings.database_path, settings),
+        )
 
     @staticmethod
-    def reinitialize_path(path: str | os.PathLike[str], *, confirm: bool = False) -> list[Path]:
+    def reinitialize_path(
+        path: str | os.PathLike[str], settings: Settings | None = None, *, confirm: bool = False
+    ) -> list[Path]:
         """Explicitly forget a deleted database at `path` so the next open creates a new one.
 
         Needs `confirm=True`; refuses while the database file exists; moves
-        leftover WAL/SHM files aside and returns where they went.
+        leftover WAL/SHM files and the old asset folder aside (never deleting
+        them) and returns where they went.
         """
-        return reinitialize_database(Path(os.path.abspath(path)), confirm=confirm)
+        path = Path(os.path.abspath(path))
+        return reinitialize_database(path, confirm=confirm, asset_dir=asset_dir_for(path, settings or Settings()))
 
     def close(self) -> None:
         """Close the connection. Leases taken through this store stay durable until released or expired."""
@@ -171,7 +194,7 @@ class MemoryStore(ModelRefMixin, KnowledgeMixin, DeletionMixin, DistillationMixi
         self, *, cursor: str | None = None, limit: int | None = None, max_bytes: int | None = None
     ) -> SessionPage:
         """Page through Sessions newest first with a stable `(created_at, id)` cursor, bounded in items and bytes."""
-        limit, max_bytes = self._page_limits(limit, max_bytes)
+        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MAX_SESSION_ROW_BYTES)
         where, params = "", ()
         if cursor is not None:
             try:
@@ -186,7 +209,7 @@ class MemoryStore(ModelRefMixin, KnowledgeMixin, DeletionMixin, DistillationMixi
             ).fetchall()
         sessions, total, last = [], 0, None
         for row in rows[:limit]:
-            total += 200 + len(row[2] or "") + len(row[3])  # generous per-row estimate
+            total += 200 + len((row[2] or "").encode()) + len(row[3].encode())  # generous per-row estimate
             if total > max_bytes:
                 break
             sessions.append(session_from_row(row[1:]))
@@ -203,8 +226,9 @@ class MemoryStore(ModelRefMixin, KnowledgeMixin, DeletionMixin, DistillationMixi
 
         Validates the workspace identity first (a renamed directory is
         accepted and the stored path updated). Raises `LeaseHeldError` while
-        another holder's lease is live; an expired lease is replaced and
-        recorded as failed. The new lease must replay before appending.
+        another holder's lease is live; an expired lease is replaced (its
+        holder's later writes are refused with `LeaseLostError`). The new
+        lease must replay before appending.
         """
         ttl = self._lease_ttl(ttl_s)
         found = WorkspaceIdentity.inspect(workspace)

@@ -59,6 +59,8 @@ BAD_TURNS = [
     ([NewEvent("user", {1: "int key"})], JsonUnencodableError, "non-string object key"),
     ([NewEvent("user", {"b": b"bytes"})], JsonUnencodableError, "bytes"),
     ([NewEvent("user", {1.5})], JsonUnencodableError, "set"),
+    ([NewEvent("user", 10**5000)], JsonTooLargeError, "integer too large"),
+    ([NewEvent("user", {"big": "x" * 50_000_000})], JsonTooLargeError, "event 0"),
     ([NewEvent("summary", "forged")], ReservedEventKindError, "reserved"),
     ([NewEvent("User", "x")], InvalidEventError, "lowercase"),
     ([NewEvent("", "x")], InvalidEventError, "kind"),

@@ -98,3 +98,44 @@ def test_config_toml_in_home_is_read(home: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("EMELEX_SESSION_LEASE_TTL_S", "7")
     assert Settings().session_lease_ttl_s == 7
     assert Settings(session_lease_ttl_s=3).session_lease_ttl_s == 3
+
+
+def test_malformed_config_toml_is_one_line(home: Path) -> None:
+    home.mkdir(mode=0o700)
+    (home / "config.toml").write_text("busy_timeout_ms = = 3\n")
+    result = runner.invoke(app, ["memory", "doctor"])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: ") and "config.toml is not valid TOML" in result.output
+    assert result.output.strip().count("\n") == 0
+
+
+def test_doctor_reports_a_deleted_database(home: Path) -> None:
+    runner.invoke(app, ["memory", "doctor"])
+    db = home / "memory" / "emelex.sqlite3"
+    os.remove(db)
+    result = runner.invoke(app, ["memory", "doctor"])
+    assert result.exit_code == 1
+    assert "was deleted and nothing was recreated" in result.output and "is missing" in result.output
+    assert not db.exists()
+
+
+def test_doctor_reports_a_corrupt_database(home: Path, workspace: Path) -> None:
+    _seed(workspace)
+    db = home / "memory" / "emelex.sqlite3"
+    data = bytearray(db.read_bytes())
+    page = 4096
+    for offset in range(page, len(data), page):  # scribble over the header of every page after the first
+        data[offset:offset + 12] = b"\x07" * 12
+    db.write_bytes(bytes(data))
+    result = runner.invoke(app, ["memory", "doctor"])
+    assert result.exit_code == 1
+    assert "FAIL" in result.output and "Traceback" not in result.output
+
+
+def test_doctor_reports_a_symlinked_sidecar(home: Path, tmp_path: Path) -> None:
+    runner.invoke(app, ["memory", "doctor"])
+    side = home / "memory" / ".emelex.sqlite3.lock"
+    os.remove(side)
+    os.symlink(tmp_path / "elsewhere", side)
+    result = runner.invoke(app, ["memory", "doctor"])
+    assert result.exit_code == 1 and "symlink" in result.output

@@ -167,3 +167,28 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_turn(
         with MemoryStore.open_path(db_path, settings) as store:  # the dead holder's lease must be expired away
             with store._write() as conn:
                 conn.execute("UPDATE session_leases SET expires_at = 0")
+
+
+def _append_after_expiry(db: str, home: str, session_id: str, workspace: str, results) -> None:
+    store = MemoryStore.open_path(db, Settings(home=home))
+    lease = store.acquire_lease(session_id, workspace, ttl_s=0.2)
+    lease.replay()
+    time.sleep(0.3)
+    try:
+        lease.append_turn([NewEvent("user", "too late")])
+        results.put("appended")
+    except Exception as exc:
+        results.put(type(exc).__name__)
+
+
+def test_an_expired_lease_is_refused_in_another_process(db_path: Path, settings: Settings, workspace: Path) -> None:
+    with MemoryStore.open_path(db_path, settings) as store:
+        session = store.create_session(workspace)
+    before = table_rows(db_path)["events"]
+    results = CTX.Queue()
+    proc = CTX.Process(target=_append_after_expiry, args=(str(db_path), str(settings.home), session.id,
+                                                        str(workspace), results))
+    proc.start()
+    assert results.get(timeout=60) == "LeaseExpiredError"
+    proc.join(60)
+    assert table_rows(db_path)["events"] == before

@@ -300,3 +300,30 @@ def test_replay_pages_are_bounded_by_bytes(db_path: Path, tmp_path: Path, worksp
             if page.done:
                 break
         assert sizes == [2, 2, 2, 2, 2]
+
+
+def test_session_pages_respect_their_byte_bound(store: MemoryStore, workspace: Path) -> None:
+    for i in range(6):
+        store.create_session(workspace, title="t" * 500)
+    with pytest.raises(InvalidInputError):
+        store.list_sessions(max_bytes=100)  # could not hold one Session
+    seen, cursor = 0, None
+    while True:
+        page = store.list_sessions(cursor=cursor, max_bytes=8192)
+        assert 1 <= len(page.sessions) <= 8192 // 700
+        seen += len(page.sessions)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == 6
+
+
+def test_a_busy_drop_leaves_explicit_release_possible(cstore: MemoryStore, workspace: Path) -> None:
+    session, lease = _ready(cstore, workspace)
+    blocker = apsw.Connection(str(cstore.path))
+    blocker.execute("BEGIN IMMEDIATE")
+    lease.close()
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    lease.release()  # still held in the database, so the durable release works
+    cstore.acquire_lease(session.id, workspace)

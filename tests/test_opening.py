@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import shutil
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import apsw
@@ -18,9 +22,10 @@ from emelex_memory import (
     NotAnEmelexDatabaseError,
     SchemaTooNewError,
     Settings,
+    StoreError,
     StoreExistsError,
 )
-from emelex_memory.connection import PRAGMAS, read_pragmas
+from emelex_memory.connection import PRAGMAS, connect, read_pragmas
 from emelex_memory.migrations import APPLICATION_ID, MIGRATIONS, Migration, applied, migrate, pending
 from emelex_memory.opening import sidecar_path
 
@@ -240,3 +245,125 @@ def test_failed_migration_rolls_back_completely(tmp_path: Path) -> None:
     assert applied(conn) == [m.name for m in MIGRATIONS]
     assert conn.execute("SELECT count(*) FROM sqlite_schema WHERE name = 'ok_part'").fetchall()[0][0] == 0
     assert conn.execute("PRAGMA user_version").fetchall()[0][0] == len(MIGRATIONS)
+
+
+def test_removed_memory_directory_is_reported_not_recreated(settings: Settings, workspace: Path) -> None:
+    with MemoryStore.open(settings) as store:
+        store.create_session(workspace)
+    shutil.rmtree(settings.memory_dir)
+    with pytest.raises(DatabaseDeletedError):
+        MemoryStore.open(settings)
+    assert not settings.memory_dir.exists()
+
+
+def test_database_deleted_with_its_sidecar_is_still_refused(settings: Settings) -> None:
+    MemoryStore.open(settings).close()
+    os.remove(settings.database_path)
+    os.remove(sidecar_path(settings.database_path))
+    with pytest.raises(DatabaseDeletedError):
+        MemoryStore.open(settings)
+    assert not settings.database_path.exists()
+
+
+def test_explicit_database_with_assets_left_is_refused(db_path: Path, settings: Settings) -> None:
+    with MemoryStore.open_path(db_path, settings) as store:
+        store.put_asset(b"picture", "image/png")
+    os.remove(db_path)
+    os.remove(sidecar_path(db_path))
+    with pytest.raises(DatabaseDeletedError):
+        MemoryStore.open_path(db_path, settings)
+    assert not db_path.exists()
+
+
+def test_reinitialize_moves_the_old_asset_folder_aside(settings: Settings) -> None:
+    with MemoryStore.open(settings) as store:
+        ref = store.put_asset(b"old media", "image/png")
+        folder = store.asset_dir
+    os.remove(settings.database_path)
+    moved = MemoryStore.reinitialize(settings, confirm=True)
+    assert not folder.exists()
+    (aside,) = [p for p in moved if p.name.startswith(folder.name)]
+    assert (aside / ref.digest).read_bytes() == b"old media"
+    with MemoryStore.open(settings) as store:
+        assert store.list_sessions().sessions == []
+
+
+def _first_open(db: str, home: str, results) -> None:
+    with MemoryStore.open_path(db, Settings(home=home)) as store, store._read() as conn:
+        results.put(conn.execute("SELECT value FROM store_meta WHERE key = 'store_id'").fetchone()[0])
+
+
+def test_concurrent_first_opens_create_one_store(db_path: Path, settings: Settings) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_first_open, args=(str(db_path), str(settings.home), results)) for _ in range(5)]
+    for p in procs:
+        p.start()
+    ids = {results.get(timeout=60) for _ in procs}
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert len(ids) == 1
+    with MemoryStore.open_path(db_path, settings) as store, store._read() as conn:
+        assert applied(conn) == [m.name for m in MIGRATIONS]
+
+
+def test_symlinked_or_loose_sidecar_is_refused(tmp_path: Path, db_path: Path, settings: Settings) -> None:
+    MemoryStore.open_path(db_path, settings).close()
+    side = sidecar_path(db_path)
+    os.chmod(side, 0o644)
+    with pytest.raises(InsecurePathError, match="chmod 600"):
+        MemoryStore.open_path(db_path, settings)
+    os.remove(side)
+    os.symlink(tmp_path / "elsewhere", side)
+    with pytest.raises(InsecurePathError, match="symlink"):
+        MemoryStore.open_path(db_path, settings)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_loose_wal_file_is_refused(db_path: Path, settings: Settings) -> None:
+    store = MemoryStore.open_path(db_path, settings)  # keeps the WAL in place while open
+    wal = Path(f"{db_path}-wal")
+    os.chmod(wal, 0o644)
+    with pytest.raises(InsecurePathError, match="side file"):
+        MemoryStore.open_path(db_path, settings)
+    store.close()
+
+
+def test_connections_refuse_double_quoted_strings(store: MemoryStore) -> None:
+    with store._read() as conn:
+        with pytest.raises(apsw.SQLError, match="no such column"):
+            conn.execute('SELECT "not a string literal"').fetchall()
+
+
+def test_busy_waits_are_bounded(db_path: Path, tmp_path: Path, workspace: Path) -> None:
+    patient = MemoryStore.open_path(db_path, Settings(home=tmp_path / "h", busy_timeout_ms=30_000))
+    hasty = MemoryStore.open_path(db_path, Settings(home=tmp_path / "h", busy_timeout_ms=50))
+    holder = subprocess.Popen(  # another process holds the write lock for a moment
+        [sys.executable, "-c", "import apsw, sys, time; c = apsw.Connection(sys.argv[1]); c.execute('BEGIN IMMEDIATE');"
+         " print('held', flush=True); time.sleep(0.5); c.execute('ROLLBACK')", str(db_path)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(apsw.BusyError):  # gives up after its bound instead of waiting forever
+        hasty.create_session(workspace)
+    patient.create_session(workspace)  # waits out the writer
+    assert holder.wait(60) == 0
+    assert len(patient.list_sessions().sessions) == 1
+    patient.close()
+    hasty.close()
+
+
+def test_connection_factory_refuses_symlinks(tmp_path: Path, db_path: Path, settings: Settings) -> None:
+    MemoryStore.open_path(db_path, settings).close()
+    link = db_path.with_name("link.sqlite3")
+    os.symlink(db_path, link)
+    with pytest.raises(StoreError, match="cannot open"):
+        connect(link, busy_timeout_ms=0)
+
+
+def test_files_of_another_user_are_refused(db_path: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    MemoryStore.open_path(db_path, settings).close()
+    monkeypatch.setattr(os, "geteuid", lambda: os.lstat(db_path).st_uid + 4242)
+    with pytest.raises(InsecurePathError, match="not you"):
+        MemoryStore.open_path(db_path, settings)
