@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from functools import partial
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import apsw
@@ -121,21 +123,27 @@ _REPLAY_SQL = (
 )
 
 
+# Builds an Event straight from a replay row in C; `Event._make` would add a Python call and a length check per row.
+_event_from_row = partial(tuple.__new__, Event)
+_SIZE = itemgetter(6)  # Event.size
+
+
 def read_page(conn: apsw.Connection, session_rowid: int, after_seq: int, limit: int, max_bytes: int) -> ReplayPage:
     """Read up to `limit` events after `after_seq` whose sizes add up to at most `max_bytes`.
 
     Assets are verified against their links, and a page refers to at most
     256 MiB of media (see `assets_links.attach_assets`).
     """
-    rows = conn.execute(_REPLAY_SQL, (session_rowid, after_seq, limit + 1)).fetchall()
-    page = rows[:limit]
-    if sum([row[6] for row in page]) > max_bytes:
+    events = list(map(_event_from_row, conn.execute(_REPLAY_SQL, (session_rowid, after_seq, limit + 1))))
+    read = len(events)
+    del events[limit:]
+    if sum(map(_SIZE, events)) > max_bytes:
         total = 0
-        for n, row in enumerate(page):
-            total += row[6]
+        for n, event in enumerate(events):
+            total += event.size
             if total > max_bytes:
-                page = page[:n]
+                del events[n:]
                 break
-    events = attach_assets(conn, session_rowid, list(map(Event._make, page)))
-    done = len(events) == len(rows)
+    events = attach_assets(conn, session_rowid, events)
+    done = len(events) == read
     return ReplayPage(events, events[-1].seq if events else after_seq, done)
