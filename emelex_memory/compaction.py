@@ -1,25 +1,28 @@
-"""Compaction: the policy, planning and queueing of compaction jobs, and the "compaction" job kind.
+"""Compaction: planning and queueing of compaction jobs, and the "compaction" job kind.
 
 Planning (what chat's `/compact` calls) only plans and queues; it never runs
 inference. It reads the Session's replay view (the newest Summary, then the
 uncovered tail), groups it into atomic turns, counts tokens with a counter the
-caller supplies, and lets `CompactionPolicy` choose how many leading turns to
-replace. The job records the exact source prefix (see `source_digest.py`). A
-worker later summarizes that prefix and completes the job with a
-`SummaryDraft`; completion re-checks everything and appends the Summary.
+caller supplies, and lets `CompactionPolicy` (see `compaction_policy.py`)
+choose how many leading turns to replace, one turn in memory at a time. The
+job records the exact source prefix (see `source_digest.py`). A worker later
+summarizes that prefix and completes the job with a `SummaryDraft`;
+completion re-checks everything and appends the Summary.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .compaction_policy import CompactionPolicy, TurnSelection
 from .errors import InvalidInputError, SourceChangedError, SourceTooLargeError
+from .job_sources import check_fields
 from .jobs import CompletionContext, Job, register_job_kind
 from .source_digest import digest_source
-from .summaries import append_summary, newest_summary, read_source_page, through_seq_of
+from .summaries import append_summary, newest_summary, read_source_page
 from .transcript import SUMMARY_KIND, Event, ReplayPage
 
 if TYPE_CHECKING:
@@ -28,7 +31,6 @@ if TYPE_CHECKING:
 
 COMPACTION_KIND = "compaction"
 MAX_MODEL_REF_CHARS = 512
-MIN_SUMMARY_SHARE = 0.1  # a Summary may always use this share of the window, even when the tail leaves less
 
 TokenCounter = Callable[[Event], int]
 
@@ -36,63 +38,6 @@ TokenCounter = Callable[[Event], int]
 def estimate_tokens(event: Event) -> int:
     """A tokenizer-free estimate: one token per 4 bytes of the event's canonical JSON, rounded up."""
     return (event.size + 3) // 4
-
-
-@dataclass(frozen=True)
-class CompactionPolicy:
-    """When and how much to compact, in shares of the model's context window.
-
-    Compaction triggers once the replay view uses `trigger_ratio` of the
-    window and replaces the fewest leading turns that bring the uncompacted
-    tail to at most `target_ratio` of it, always keeping the newest
-    `preserve_turns` atomic turns. When the target cannot be reached it
-    replaces everything but those turns.
-    """
-
-    trigger_ratio: float = 0.8
-    target_ratio: float = 0.5
-    preserve_turns: int = 4
-
-    def __post_init__(self) -> None:
-        for name in ("trigger_ratio", "target_ratio"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-                raise InvalidInputError(f"{name} must be a number in (0, 1], got {value!r}")
-        if self.target_ratio > self.trigger_ratio:
-            raise InvalidInputError(
-                f"target_ratio ({self.target_ratio}) must not exceed trigger_ratio ({self.trigger_ratio})"
-            )
-        if isinstance(self.preserve_turns, bool) or not isinstance(self.preserve_turns, int) or self.preserve_turns < 0:
-            raise InvalidInputError(f"preserve_turns must be a non-negative integer, got {self.preserve_turns!r}")
-
-    def triggered(self, total_tokens: int, context_window: int) -> bool:
-        """True when `total_tokens` reach the trigger share of `context_window`."""
-        return total_tokens >= self.trigger_ratio * context_window
-
-    def select(
-        self, turn_tokens: Sequence[int], context_window: int, *, min_turns: int = 1, force: bool = False
-    ) -> int:
-        """How many leading turns to compact (0: none), given each turn's tokens oldest first.
-
-        Never more than all but the newest `preserve_turns`; never fewer than
-        `min_turns` unless 0. Without `force`, 0 below the trigger. With
-        `force`, everything but the preserved turns.
-        """
-        if context_window < 1:
-            raise InvalidInputError(f"context_window must be at least 1 token, got {context_window}")
-        most = len(turn_tokens) - self.preserve_turns
-        total = sum(turn_tokens)
-        if most < max(min_turns, 1) or not (force or self.triggered(total, context_window)):
-            return 0
-        if force:
-            return most
-        target = self.target_ratio * context_window
-        tail = total
-        for k in range(1, most + 1):
-            tail -= turn_tokens[k - 1]
-            if k >= min_turns and tail <= target:
-                return k
-        return most
 
 
 @dataclass(frozen=True)
@@ -130,7 +75,25 @@ class SummaryDraft:
     model_ref: str | None = None
 
 
+COMPACTION_SOURCE_FIELDS = {
+    "base_summary_id": "id?", "count": "id", "digest": "digest", "first_event_id": "id", "last_event_id": "id",
+    "through_seq": "id", "turns": "id", "preserve_turns": "count", "source_tokens": "count", "tail_tokens": "count",
+    "context_window": "id", "target_tokens": "count", "summary_budget_tokens": "count",
+}
+
+
+def validate_compaction_source(source: Mapping[str, Any]) -> None:
+    """Raise `InvalidJobSourceError` unless `source` has exactly the shape `plan_compaction` records.
+
+    The source-shape check of the "compaction" kind: `enqueue_job` runs it
+    before writing, workers and source readers before using a source.
+    Whether the source still matches the Session is checked at completion.
+    """
+    check_fields(source, COMPACTION_KIND, COMPACTION_SOURCE_FIELDS, "queue compaction with queue_compaction")
+
+
 def _complete_compaction(ctx: CompletionContext, result: Any) -> dict[str, Any]:
+    validate_compaction_source(ctx.job.source)
     if not isinstance(result, SummaryDraft):
         raise InvalidInputError(f"a compaction job completes with a SummaryDraft, got {type(result).__name__}")
     if not isinstance(result.text, str) or not result.text.strip():
@@ -201,62 +164,70 @@ class CompactionMixin:
         Summary does not verify.
         """
         policy = policy or CompactionPolicy()
-        if isinstance(context_window, bool) or not isinstance(context_window, int) or context_window < 1:
-            raise InvalidInputError(f"context_window must be a positive number of tokens, got {context_window!r}")
+        selection = TurnSelection(policy, context_window, force=force)
         with self._read() as conn:
             rowid = self._session_rowid(conn, session_id)
-        turns = self._view_turns(rowid, count_tokens)
-        total = sum(t.tokens for t in turns)
-        min_turns = 2 if turns and turns[0].summary else 1
-        k = policy.select([t.tokens for t in turns], context_window, min_turns=min_turns, force=force)
+        for turn in self._view_turns(rowid, count_tokens):
+            selection.add(turn.tokens, turn, turn.count)
+        first: _Turn | None = selection.first
+        min_turns = 2 if first is not None and first.summary else 1
+        k = selection.finish(min_turns)
+        total, turns = selection.total_tokens, selection.turns
 
         def plan(source: dict[str, Any] | None, reason: str) -> CompactionPlan:
-            return CompactionPlan(session_id, context_window, total, len(turns), k, source, reason)
+            return CompactionPlan(session_id, context_window, total, turns, k, source, reason)
 
         if k == 0:
-            if len(turns) - policy.preserve_turns < min_turns:
-                return plan(None, f"{len(turns)} turns in view; the newest {policy.preserve_turns} are always kept")
+            if turns - policy.preserve_turns < min_turns:
+                return plan(None, f"{turns} turns in view; the newest {policy.preserve_turns} are always kept")
             share = math.floor(100 * total / context_window)
             return plan(None, f"history uses {total} of {context_window} tokens ({share}%), under the "
                               f"{policy.trigger_ratio:.0%} trigger")
-        base = turns[0].first_id if turns[0].summary else None
-        last = turns[k - 1]
-        tail = total - sum(t.tokens for t in turns[:k])
-        target = math.floor(policy.target_ratio * context_window)
+        base = first.first_id if first.summary else None
+        last: _Turn = selection.boundary
+        tail = selection.tail_tokens
         with self._read() as conn:
             newest = newest_summary(conn, rowid)
             if (newest[0] if newest else None) != base:
                 raise SourceChangedError(f"Session {session_id} was compacted while planning; plan again")
-            facts = digest_source(conn, rowid, base, through_seq_of(conn, rowid, base) or 0, last.last_seq)
+            facts = digest_source(conn, rowid, base, newest[1] if newest else 0, last.last_seq)
         source = {
             "base_summary_id": base, "count": facts.count, "digest": facts.digest,
             "first_event_id": facts.first_event_id, "last_event_id": facts.last_event_id,
-            "through_seq": last.last_seq, "turns": k, "source_tokens": total - tail, "tail_tokens": tail,
-            "context_window": context_window, "target_tokens": target,
-            "summary_budget_tokens": max(target - tail, math.floor(MIN_SUMMARY_SHARE * context_window)),
+            "through_seq": last.last_seq, "turns": k, "preserve_turns": policy.preserve_turns,
+            "source_tokens": total - tail, "tail_tokens": tail, "context_window": context_window,
+            "target_tokens": policy.target_tokens(context_window),
+            "summary_budget_tokens": policy.summary_budget(tail, context_window),
         }
-        expected = (sum(t.count for t in turns[:k]), turns[0].first_id, last.last_id)
-        if (facts.count, facts.first_event_id, facts.last_event_id) != expected:
+        if (facts.count, facts.first_event_id, facts.last_event_id) != (
+            selection.compacted_events, first.first_id, last.last_id
+        ):
             raise SourceChangedError(f"the history of Session {session_id} changed while planning; plan again")
-        return plan(source, f"compact {k} of {len(turns)} turns ({facts.count} events, {total - tail} tokens); "
+        return plan(source, f"compact {k} of {turns} turns ({facts.count} events, {total - tail} tokens); "
                             f"{tail} tokens stay uncompacted")
 
-    def _view_turns(self: MemoryStore, rowid: int, count_tokens: TokenCounter) -> list[_Turn]:
-        turns: list[_Turn] = []
+    def _view_turns(self: MemoryStore, rowid: int, count_tokens: TokenCounter) -> Iterator[_Turn]:
+        """The Session's replay view as atomic turns with their tokens, oldest first, one turn in memory at a time."""
+        turn: _Turn | None = None
         after = 0
         while True:
             page = self._replay_rowid(rowid, after, None, None)
             for event in page.events:
-                if not turns or turns[-1].turn != event.turn or event.kind == SUMMARY_KIND:
-                    turns.append(_Turn(event))
+                if turn is None or turn.turn != event.turn or event.kind == SUMMARY_KIND:
+                    if turn is not None:
+                        yield turn
+                    turn = _Turn(event)
                 tokens = count_tokens(event)
                 if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
                     raise InvalidInputError(f"the token counter returned {tokens!r}; it must return an int >= 0")
-                t = turns[-1]
-                t.count, t.tokens, t.last_id, t.last_seq = t.count + 1, t.tokens + tokens, event.id, event.seq
+                turn.count, turn.tokens, turn.last_id, turn.last_seq = (
+                    turn.count + 1, turn.tokens + tokens, event.id, event.seq
+                )
             after = page.next_cursor
             if page.done:
-                return turns
+                if turn is not None:
+                    yield turn
+                return
 
     def queue_compaction(
         self: MemoryStore,
@@ -299,13 +270,18 @@ class CompactionMixin:
     def compaction_source(
         self: MemoryStore, job_id: str, after_seq: int = 0, *, limit: int | None = None, max_bytes: int | None = None
     ) -> ReplayPage:
-        """One page of a compaction job's source prefix in replay order (base Summary first), bounded like replay."""
+        """One page of a compaction job's source prefix in replay order (base Summary first), bounded like replay.
+
+        Raises `InvalidJobSourceError` when the job's source is malformed and
+        `SourceChangedError` when its base Summary is gone.
+        """
         limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=self.settings.max_event_bytes)
         if not isinstance(after_seq, int) or after_seq < 0:
             raise InvalidInputError(f"after_seq must be a non-negative integer, got {after_seq!r}")
         job = self.get_job(job_id)
         if job.kind != COMPACTION_KIND:
             raise InvalidInputError(f"job {job_id} is a {job.kind} job, not a compaction job")
+        validate_compaction_source(job.source)
         with self._read() as conn:
             rowid = self._session_rowid(conn, job.session_id)
             return read_source_page(conn, rowid, job.source, after_seq, limit, max_bytes)
@@ -313,9 +289,11 @@ class CompactionMixin:
     def read_compaction_source(self: MemoryStore, job: Job, *, max_total_bytes: int | None = None) -> list[Event]:
         """Every event of a compaction job's source prefix, at most `max_total_bytes` (default `page_bytes`) in all.
 
-        Raises `SourceTooLargeError` (a permanent job failure) past the cap and
-        `SourceChangedError` when the source no longer matches the job.
+        Raises `SourceTooLargeError` (a permanent job failure) past the cap,
+        `SourceChangedError` when the source no longer matches the job and
+        `InvalidJobSourceError` when the source is malformed.
         """
+        validate_compaction_source(job.source)
         cap = self.settings.page_bytes if max_total_bytes is None else max_total_bytes
         events: list[Event] = []
         total, after = 0, 0

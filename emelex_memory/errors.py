@@ -290,3 +290,10 @@ class PluginHookError(PluginError):
 
 class UnknownPluginComponentError(PluginError):
     """No loaded plugin provides the summarizer, distiller or model binding asked for: install one or fix the setting."""
+
+
+# --- Job sources and compaction boundaries -----------------------------------------------
+
+
+class InvalidJobSourceError(PermanentJobError, InvalidInputError):
+    """A job source is malformed or would replace turns it may not: queue it via queue_compaction/queue_distillation."""

@@ -19,7 +19,7 @@ from .errors import NotAnEmelexDatabaseError, SchemaTooNewError
 from .jobs import M003_JOBS
 from .knowledge_model import M004_KNOWLEDGE
 from .model_refs import M005_MODEL_REFS
-from .summaries import M003_SUMMARIES
+from .summaries import M003_SUMMARIES, M006_SUMMARY_EVENTS
 
 APPLICATION_ID = 0x454D4C58  # "EMLX"
 
@@ -87,6 +87,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("m003_jobs", M003_JOBS + M003_SUMMARIES),
     Migration("m004_knowledge", M004_KNOWLEDGE),
     Migration("m005_model_refs", M005_MODEL_REFS),
+    Migration("m006_summary_events", M006_SUMMARY_EVENTS),
 )
 
 

@@ -39,6 +39,7 @@ CREATE INDEX session_model_refs_by_snapshot ON session_model_refs (snapshot_id, 
 
 REFERENCE_EXAMPLES = 3  # Session IDs named in a refusal
 REF_ROW_BYTES = 160  # generous per-row estimate on top of the reference, for byte-bounded pages
+MIN_REF_PAGE_BYTES = REF_ROW_BYTES + 200  # a page's byte bound must fit the largest row (a 200-character reference)
 
 
 @dataclass(frozen=True)
@@ -117,9 +118,11 @@ class ModelRefMixin:
     ) -> SessionModelRefPage:
         """Page through the model snapshots a Session was bound to, by snapshot ID, bounded in items and bytes.
 
-        Pass `next_cursor` back to continue; it is None after the last page.
+        `max_bytes` must be at least `MIN_REF_PAGE_BYTES` (360), so every page
+        holds at least one reference. Pass `next_cursor` back to continue; it
+        is None after the last page.
         """
-        limit, max_bytes = self._page_limits(limit, max_bytes)
+        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MIN_REF_PAGE_BYTES)
         if cursor is not None and (not isinstance(cursor, str) or not cursor.startswith("sha256:")):
             raise InvalidInputError(f"bad model reference cursor {cursor!r}; pass a next_cursor from a previous page")
         with self._read() as conn:
@@ -132,7 +135,7 @@ class ModelRefMixin:
         refs, total = [], 0
         for row in rows[:limit]:
             total += REF_ROW_BYTES + len(row[0])
-            if total > max_bytes and refs:
+            if total > max_bytes:
                 break
             refs.append(SessionModelRef(session_id, *row))
         return SessionModelRefPage(refs, refs[-1].snapshot_id if len(refs) < len(rows) else None)

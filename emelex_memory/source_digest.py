@@ -24,21 +24,28 @@ apart from every other SHA-256 in Emelex.
 
 Summary digest: SHA-256( b"emelex/summary/v1\\x00" || u64(len(p)) || p ), with
 `p` the Summary event's canonical JSON payload bytes.
+
+A Summary may cover at most `MAX_COVERED_BYTES` (64 MiB) of frames: completion
+refuses a larger source, so verifying a Summary (on the replay page that shows
+it) re-hashes at most that much, streaming one row at a time.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import struct
 from dataclasses import dataclass
 
 import apsw
 
+from .errors import SourceTooLargeError
 from .transcript import SUMMARY_KIND
 
 SOURCE_DOMAIN = b"emelex/compaction-source/v1\x00"
 SUMMARY_DOMAIN = b"emelex/summary/v1\x00"
 _U64 = struct.Struct(">Q").pack
+MAX_COVERED_BYTES = 64 * 1024 * 1024  # framed bytes one Summary's source prefix may hold
 
 _SOURCE_ROW = "SELECT id, seq, turn, position, kind, payload, asset_refs FROM events"
 _BASE_SQL = f"{_SOURCE_ROW} WHERE id = ? AND session_id = ? AND kind = '{SUMMARY_KIND}'"
@@ -70,18 +77,31 @@ def event_frame(
 
 
 def digest_source(
-    conn: apsw.Connection, session_rowid: int, base_event_id: int | None, base_through_seq: int, through_seq: int
+    conn: apsw.Connection,
+    session_rowid: int,
+    base_event_id: int | None,
+    base_through_seq: int,
+    through_seq: int,
+    *,
+    max_bytes: int | None = None,
 ) -> SourceFacts:
-    """Stream the source prefix from the database and return its facts; reads rows one at a time."""
+    """Stream the source prefix from the database and return its facts; reads rows one at a time.
+
+    With `max_bytes`, stops and raises `SourceTooLargeError` as soon as the
+    framed bytes read (the frames hashed) exceed it.
+    """
     h = hashlib.sha256(SOURCE_DOMAIN)
-    count, first, last = 0, None, None
-    if base_event_id is not None:
-        base = conn.execute(_BASE_SQL, (base_event_id, session_rowid)).fetchone()
-        if base is not None:
-            h.update(event_frame(*base))
-            count, first, last = 1, base[0], base[0]
-    for row in conn.execute(_RANGE_SQL, (session_rowid, base_through_seq, through_seq)):
-        h.update(event_frame(*row))
+    count, first, last, size = 0, None, None, 0
+    base = () if base_event_id is None else conn.execute(_BASE_SQL, (base_event_id, session_rowid)).fetchall()
+    for row in itertools.chain(base, conn.execute(_RANGE_SQL, (session_rowid, base_through_seq, through_seq))):
+        frame = event_frame(*row)
+        size += len(frame)
+        if max_bytes is not None and size > max_bytes:
+            raise SourceTooLargeError(
+                f"the source prefix holds more than {max_bytes} bytes, over what one Summary may cover; "
+                "compact fewer turns at a time"
+            )
+        h.update(frame)
         count += 1
         first = row[0] if first is None else first
         last = row[0]

@@ -9,10 +9,15 @@ the digests of that source and of the Summary's own payload.
 Replay view of a Session whose newest Summary S covers raw seqs up to K:
 S first (after its provenance verifies), then every non-Summary event with
 seq > K, by seq. The raw prefix S replaced, and older Summaries, are never
-shown. Page cursors stay raw seqs: the page holding S continues from K, and
-skipped Summary rows still advance the cursor, so paging to the end reaches
-the Session's last seq and a lease can append afterwards. Sessions without a
-Summary pay one indexed lookup per page and read through `read_page` as before.
+shown. Every page first checks that the Session's newest Summary event and its
+newest provenance record are the same Summary, and the page that shows S (or
+any page meeting a Summary event) checks that every Summary event has its
+record: a Summary without provenance raises `SummaryProvenanceError`, it is
+never skipped and replay never falls back to an older Summary. Page cursors
+stay raw seqs: the page holding S continues from K, and skipped Summary rows
+still advance the cursor, so paging to the end reaches the Session's last seq
+and a lease can append afterwards. Sessions without a Summary pay one indexed
+probe per page and read through `read_page` as before.
 """
 
 from __future__ import annotations
@@ -25,10 +30,10 @@ from typing import Any
 
 import apsw
 
-from .errors import SourceChangedError, SummaryProvenanceError
+from .errors import InvalidJobSourceError, SourceChangedError, SourceTooLargeError, SummaryProvenanceError
 from .jobs import CompletionContext
 from .jsonbound import encode_canonical
-from .source_digest import SourceFacts, digest_source, summary_digest
+from .source_digest import MAX_COVERED_BYTES, SourceFacts, digest_source, summary_digest
 from .transcript import SUMMARY_KIND, ReplayPage, read_page
 
 M003_SUMMARIES = """
@@ -49,8 +54,24 @@ CREATE TABLE summaries (
 CREATE INDEX summaries_by_session ON summaries (session_id, event_id);
 """
 
+M006_SUMMARY_EVENTS = """
+-- A Session's Summary events by seq: replay finds the newest one (or learns there is none) with one probe, so a
+-- Summary event whose provenance record is missing cannot be skipped unnoticed.
+CREATE INDEX events_summaries ON events (session_id, seq) WHERE kind = 'summary';
+"""
+
 SOURCE_FIELDS = ("base_summary_id", "count", "digest", "first_event_id", "last_event_id", "through_seq")
-_NEWEST = "SELECT event_id, through_seq FROM summaries WHERE session_id = ? ORDER BY event_id DESC LIMIT 1"
+_BOUNDARY = (  # the newest Summary event, and the newest provenance record with its covered seq: the same Summary
+    "SELECT (SELECT id FROM events WHERE session_id = ?1 AND kind = 'summary' ORDER BY seq DESC LIMIT 1), "
+    "r.event_id, r.through_seq FROM (SELECT 1) LEFT JOIN (SELECT event_id, through_seq FROM summaries "
+    "WHERE session_id = ?1 ORDER BY event_id DESC LIMIT 1) r"
+)
+_UNRECORDED = (  # a Summary event without its record, or a record whose event is not a Summary of the Session
+    "SELECT e.id FROM events e WHERE e.session_id = ?1 AND e.kind = 'summary' AND NOT EXISTS "
+    "(SELECT 1 FROM summaries s WHERE s.event_id = e.id AND s.session_id = ?1) "
+    "UNION ALL SELECT s.event_id FROM summaries s JOIN events e ON e.id = s.event_id WHERE s.session_id = ?1 "
+    "AND (e.kind != 'summary' OR e.session_id != ?1) LIMIT 1"
+)
 _RECORD = (
     "SELECT s.base_event_id, s.through_seq, s.source_count, s.first_event_id, s.last_event_id, "
     "s.source_digest, s.summary_digest, s.model_ref, e.session_id, e.kind, e.payload, j.uuid, j.kind, "
@@ -59,9 +80,34 @@ _RECORD = (
 )
 
 
+def _unverified(event_id: int, what: str) -> SummaryProvenanceError:
+    return SummaryProvenanceError(
+        f"Summary event {event_id} does not verify: {what}; the history may have been tampered with, "
+        "restore the database from a backup"
+    )
+
+
 def newest_summary(conn: apsw.Connection, session_rowid: int) -> tuple[int, int] | None:
-    """(event ID, covered-through seq) of the Session's newest Summary, or None."""
-    return conn.execute(_NEWEST, (session_rowid,)).fetchone()
+    """(event ID, covered-through seq) of the Session's newest Summary, or None when it has none.
+
+    Raises `SummaryProvenanceError` when the newest Summary event and the
+    newest provenance record are not the same Summary (a record was deleted,
+    or an event of kind "summary" has none).
+    """
+    event_id, recorded, through = conn.execute(_BOUNDARY, (session_rowid,)).fetchone()
+    if event_id != recorded:
+        if event_id is None or (recorded is not None and recorded > event_id):
+            raise _unverified(recorded, "its provenance record has no Summary event")
+        raise _unverified(event_id, "its provenance record is missing")
+    return None if event_id is None else (event_id, through)
+
+
+def check_recorded(conn: apsw.Connection, session_rowid: int) -> None:
+    """Raise `SummaryProvenanceError` unless every Summary event of the Session has its provenance record and
+    every record belongs to a Summary event of the Session; reads one row per Summary at most."""
+    row = conn.execute(_UNRECORDED, (session_rowid,)).fetchone()
+    if row is not None:
+        raise _unverified(row[0], "it has no provenance record, or its record belongs to another event")
 
 
 def through_seq_of(conn: apsw.Connection, session_rowid: int, summary_event_id: int | None) -> int | None:
@@ -90,11 +136,15 @@ def provenance(job_id: str, source: Mapping[str, Any], model_ref: str | None) ->
 
 
 def append_summary(ctx: CompletionContext, text: str, model_ref: str | None) -> dict[str, Any]:
-    """Re-check the job's boundary and source bytes, then append the Summary event and its provenance record.
+    """Re-check the job's boundary, turns and source bytes, then append the Summary event and its provenance record.
 
-    Raises `SourceChangedError` when another Summary was committed since the
-    job was planned or the source prefix no longer matches its digest; the
-    caller's transaction then rolls back and nothing is written.
+    `ctx.job.source` must have a valid compaction source shape (see
+    `compaction.validate_compaction_source`). Raises `SourceChangedError`
+    when another Summary was committed since the job was planned or the
+    source prefix no longer matches its digest, `InvalidJobSourceError` when
+    the source does not end on a turn boundary or covers turns the plan had to
+    preserve, and `SourceTooLargeError` past `MAX_COVERED_BYTES`; the caller's
+    transaction then rolls back and nothing is written.
     """
     conn, rowid, source = ctx.conn, ctx.session_rowid, ctx.job.source
     newest = newest_summary(conn, rowid)
@@ -103,12 +153,13 @@ def append_summary(ctx: CompletionContext, text: str, model_ref: str | None) -> 
         raise SourceChangedError(
             f"compaction job {ctx.job.id} was planned on a Summary boundary that has changed; plan compaction again"
         )
-    base_through = through_seq_of(conn, rowid, base)
-    facts = digest_source(conn, rowid, base, base_through or 0, source["through_seq"])
+    base_through = newest[1] if newest else 0
+    facts = digest_source(conn, rowid, base, base_through, source["through_seq"], max_bytes=MAX_COVERED_BYTES)
     if not source_matches(facts, source):
         raise SourceChangedError(
             f"the source of compaction job {ctx.job.id} no longer matches its digest; plan compaction again"
         )
+    check_replaceable(conn, rowid, ctx.job.id, source, base_through)
     settings = ctx.store.settings
     payload = encode_canonical(
         {"provenance": provenance(ctx.job.id, source, model_ref), "text": text},
@@ -134,6 +185,38 @@ def append_summary(ctx: CompletionContext, text: str, model_ref: str | None) -> 
     return {"summary_event_id": event_id, "summary_seq": last_seq + 1}
 
 
+def check_replaceable(
+    conn: apsw.Connection, session_rowid: int, job_id: str, source: Mapping[str, Any], base_through: int
+) -> None:
+    """Raise `InvalidJobSourceError` unless the source ends on the last event of a turn after the base Summary's
+    range, holds at least one raw event, and leaves at least `preserve_turns` raw turns uncovered."""
+    through = source["through_seq"]
+
+    def refuse(why: str) -> InvalidJobSourceError:
+        return InvalidJobSourceError(
+            f"compaction job {job_id} {why}; nothing was written: queue compaction with queue_compaction"
+        )
+
+    if through <= base_through or source["count"] <= (0 if source["base_summary_id"] is None else 1):
+        raise refuse("covers no event after its base Summary")
+    end = conn.execute(
+        "SELECT e.id, e.turn, n.turn FROM events e LEFT JOIN events n ON n.session_id = e.session_id "
+        "AND n.seq = e.seq + 1 WHERE e.session_id = ? AND e.seq = ?",
+        (session_rowid, through),
+    ).fetchone()
+    if end is None or end[0] != source["last_event_id"]:
+        raise refuse(f"ends at seq {through}, which is not the last event of its source")
+    if end[1] == end[2]:
+        raise refuse(f"ends at seq {through}, in the middle of turn {end[1]}")
+    kept = conn.execute(
+        "SELECT count(*) FROM (SELECT DISTINCT turn FROM events WHERE session_id = ? AND seq > ? "
+        f"AND kind != '{SUMMARY_KIND}' LIMIT ?)",
+        (session_rowid, through, source["preserve_turns"]),
+    ).fetchone()[0]
+    if kept < source["preserve_turns"]:
+        raise refuse(f"leaves {kept} turns uncompacted, fewer than the {source['preserve_turns']} its plan preserves")
+
+
 # -- verification ------------------------------------------------------------------
 
 
@@ -144,14 +227,11 @@ def verify_summary(conn: apsw.Connection, session_rowid: int, event_id: int) -> 
     payload against the record, the producing job (done, same Session,
     pointing at this event), the chain to the previous Summary, and the
     source prefix's count, first/last IDs and digest recomputed from the
-    events themselves.
+    events themselves, reading at most `MAX_COVERED_BYTES` of them.
     """
 
     def bad(what: str) -> SummaryProvenanceError:
-        return SummaryProvenanceError(
-            f"Summary event {event_id} does not verify: {what}; the history may have been tampered with, "
-            "restore the database from a backup"
-        )
+        return _unverified(event_id, what)
 
     row = conn.execute(_RECORD, (event_id,)).fetchone()
     if row is None:
@@ -184,7 +264,11 @@ def verify_summary(conn: apsw.Connection, session_rowid: int, event_id: int) -> 
     base_through = through_seq_of(conn, session_rowid, base)
     if base_through is None or base_through >= through:
         raise bad("its base Summary's record is missing or covers more than it does")
-    if not source_matches(digest_source(conn, session_rowid, base, base_through, through), source):
+    try:
+        facts = digest_source(conn, session_rowid, base, base_through, through, max_bytes=MAX_COVERED_BYTES)
+    except SourceTooLargeError:
+        raise bad(f"its source holds more than the {MAX_COVERED_BYTES} bytes a Summary may cover") from None
+    if not source_matches(facts, source):
         raise bad("the source events it replaced no longer match the recorded digest")
 
 
@@ -213,20 +297,26 @@ def read_view_page(conn: apsw.Connection, session_rowid: int, after_seq: int, li
     """One page of the Session's replay view after raw seq `after_seq`, bounded by `limit` items and `max_bytes`.
 
     `max_bytes` must be at least the per-event cap. Raises
-    `SummaryProvenanceError` when the newest Summary, which this page would
-    show, does not verify.
+    `SummaryProvenanceError` when the newest Summary event and record
+    disagree, when the page would show the newest Summary and it does not
+    verify, or when a Summary event it meets has no provenance record.
     """
-    if conn.execute(_NEWEST, (session_rowid,)).fetchone() is None:
-        return read_page(conn, session_rowid, after_seq, limit, max_bytes)
     with _snapshot(conn):
-        event_id, through = newest_summary(conn, session_rowid)
+        newest = newest_summary(conn, session_rowid)
+        if newest is None:
+            return read_page(conn, session_rowid, after_seq, limit, max_bytes)
+        event_id, through = newest
         head = []
         if after_seq < through:
+            check_recorded(conn, session_rowid)
             verify_summary(conn, session_rowid, event_id)
             head = _summary_event_page(conn, session_rowid, event_id, max_bytes).events
             limit, max_bytes, after_seq = limit - 1, max_bytes - head[0].size, through
         page = read_page(conn, session_rowid, after_seq, limit, max_bytes)
-    return dataclasses.replace(page, events=head + [e for e in page.events if e.kind != SUMMARY_KIND])
+        tail = [e for e in page.events if e.kind != SUMMARY_KIND]
+        if not head and len(tail) != len(page.events):
+            check_recorded(conn, session_rowid)
+    return dataclasses.replace(page, events=head + tail)
 
 
 def read_source_page(

@@ -2,7 +2,10 @@
 
 `emelex memory work` is a thin loop over `run_one_job`. A handler is any
 callable taking the `JobClaim` and returning the result its kind's completion
-function expects (a `SummaryDraft` for compaction). How its exceptions count:
+function expects (a `SummaryDraft` for compaction). While it runs, a helper
+thread renews the worker lease every third of its TTL (`renewing`), so a
+handler may take longer than the TTL; a worker that dies stops renewing, and
+its claim is rescued once the lease expires. How the handler's exceptions count:
 
 - returns normally: the job completes (Summary appended, ...);
 - `SessionLiveError` (from the handler or from completion): released to
@@ -18,7 +21,9 @@ function expects (a `SummaryDraft` for compaction). How its exceptions count:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -69,16 +74,20 @@ def run_one_job(
 ) -> JobOutcome | None:
     """Claim the oldest due job of `kinds` (default: every registered kind), run `handler` on it, record the outcome.
 
-    Returns None when no job is due. `transient_attempts` bounds the
-    in-process tries of a handler raising `TransientJobError`, waiting
-    `transient_wait` between them (default: 1 s doubling, at most 10 s).
+    Returns None when no job is due. The worker lease lasts `ttl_s` (default
+    `worker_lease_ttl_s`) and is renewed every third of it while the handler
+    runs. `transient_attempts` bounds the in-process tries of a handler
+    raising `TransientJobError`, waiting `transient_wait` between them
+    (default: 1 s doubling, at most 10 s).
     """
-    claim = store.claim_job(kinds, ttl_s=ttl_s)
+    ttl = store.settings.worker_lease_ttl_s if ttl_s is None else ttl_s
+    claim = store.claim_job(kinds, ttl_s=ttl)
     if claim is None:
         return None
     with claim:
         try:
-            result = _run_handler(handler, claim, transient_attempts, transient_wait)
+            with renewing(claim, ttl):
+                result = _run_handler(handler, claim, transient_attempts, transient_wait, ttl)
             return JobOutcome(claim.complete(result), "done", "completed")
         except WorkerLeaseLostError as exc:
             claim.ended = True  # nothing left to release
@@ -91,7 +100,35 @@ def run_one_job(
             return _settle(claim, lambda: claim.fail(describe(exc)), describe(exc))
 
 
-def _run_handler(handler: JobHandler, claim: JobClaim, attempts: int, wait: wait_base | None) -> Any:
+@contextmanager
+def renewing(claim: JobClaim, ttl_s: float) -> Iterator[None]:
+    """Renew `claim`'s worker lease by `ttl_s` every `ttl_s / 3` seconds on a helper thread while the block runs.
+
+    The thread is stopped and joined when the block ends, however it ends.
+    It gives up once the lease is lost (the outcome then reports it) and
+    tries again on the next tick after any other error (e.g. a busy database).
+    """
+    done = threading.Event()
+
+    def renew() -> None:
+        while not done.wait(ttl_s / 3):
+            try:
+                claim.renew(ttl_s)
+            except WorkerLeaseLostError:
+                return
+            except Exception:  # e.g. busy: the next tick tries again, well before the lease expires
+                continue
+
+    thread = threading.Thread(target=renew, name=f"renew-{claim.id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def _run_handler(handler: JobHandler, claim: JobClaim, attempts: int, wait: wait_base | None, ttl: float) -> Any:
     """Run `handler` once; after a `TransientJobError`, let tenacity retry it (renewing the lease before each wait)."""
     try:
         return handler(claim)
@@ -109,7 +146,7 @@ def _run_handler(handler: JobHandler, claim: JobClaim, attempts: int, wait: wait
         TransientJobError,
         attempts=attempts,
         wait=wait if wait is not None else tenacity.wait_exponential(multiplier=1, max=10),
-        before_sleep=lambda _state: claim.renew(),
+        before_sleep=lambda _state: claim.renew(ttl),
     )(attempt, claim)
 
 

@@ -29,6 +29,7 @@ from emelex_memory.source_digest import digest_source
 from .conftest import table_rows
 
 WINDOW = 2000  # with 100 tokens per event, a turn of two events is 200 tokens: 8 turns trigger, 5 are the target
+COVERED = 12  # events compacted from 10 turns: 6 turns, leaving 800 tokens = the target 1000 - the Summary reserve 200
 
 
 def tokens(event: Event) -> int:
@@ -114,16 +115,18 @@ def test_planning_under_the_trigger_or_with_too_few_turns_queues_nothing(cstore:
 def test_the_plan_records_the_exact_source_prefix_on_turn_boundaries(cstore: MemoryStore, sid: str) -> None:
     plan = cstore.plan_compaction(sid, context_window=WINDOW, count_tokens=tokens)
     src = plan.source
-    assert (plan.turns, plan.compact_turns, plan.history_tokens) == (10, 5, 2000)
-    assert (src["count"], src["through_seq"], src["source_tokens"], src["tail_tokens"]) == (10, 10, 1000, 1000)
+    assert (plan.turns, plan.compact_turns, plan.history_tokens) == (10, 6, 2000)
+    assert (src["count"], src["through_seq"], src["source_tokens"], src["tail_tokens"]) == (12, 12, 1200, 800)
+    assert (src["target_tokens"], src["summary_budget_tokens"], src["preserve_turns"]) == (1000, 200, 4)
     events, _ = view(cstore, sid)
-    assert (src["first_event_id"], src["last_event_id"]) == (events[0].id, events[9].id)
-    assert events[9].turn != events[10].turn  # the boundary falls between turns
+    assert (src["first_event_id"], src["last_event_id"]) == (events[0].id, events[11].id)
+    assert events[11].turn != events[12].turn  # the boundary falls between turns
     with cstore._read() as conn:
-        facts = digest_source(conn, cstore._session_rowid(conn, sid), None, 0, 10)
+        facts = digest_source(conn, cstore._session_rowid(conn, sid), None, 0, 12)
     assert facts.digest == src["digest"] and len(src["digest"]) == 64
-    forced = cstore.plan_compaction(sid, context_window=100 * WINDOW, count_tokens=tokens, force=True)
-    assert forced.compact_turns == 6 and forced.source["through_seq"] == 12  # all but the newest four
+    keep6 = CompactionPolicy(preserve_turns=6)
+    forced = cstore.plan_compaction(sid, context_window=100 * WINDOW, count_tokens=tokens, force=True, policy=keep6)
+    assert forced.compact_turns == 4 and forced.source["through_seq"] == 8  # all but the newest six
 
 
 def test_queueing_only_plans_and_queues_even_while_the_session_is_live(
@@ -151,18 +154,18 @@ def test_replay_after_compaction_shows_the_summary_then_the_tail_never_the_prefi
     raw, _ = view(cstore, sid)
     result = compact(cstore, sid)
     events, cursor = view(cstore, sid, limit)
-    assert [e.kind for e in events] == ["summary"] + [e.kind for e in raw[10:]]
-    assert [e.id for e in events[1:]] == [e.id for e in raw[10:]]
-    assert not {e.id for e in raw[:10]} & {e.id for e in events}
+    assert [e.kind for e in events] == ["summary"] + [e.kind for e in raw[COVERED:]]
+    assert [e.id for e in events[1:]] == [e.id for e in raw[COVERED:]]
+    assert not {e.id for e in raw[:COVERED]} & {e.id for e in events}
     summary = events[0]
     assert summary.id == result["summary_event_id"] and summary.seq == 21 == cursor
     doc = summary.payload
-    assert doc["text"] == "summary of " + ",".join(str(e.id) for e in raw[:10])
+    assert doc["text"] == "summary of " + ",".join(str(e.id) for e in raw[:COVERED])
     assert doc["provenance"]["model"] == "smollm2@sha256:abc"
     assert doc["provenance"]["source"]["digest"] == cstore.list_jobs().jobs[0].source["digest"]
     assert doc["provenance"]["job"] == cstore.list_jobs().jobs[0].id
-    tail = cstore.replay(sid, 10, limit=limit or 500)  # past the covered prefix: the tail only
-    assert tail.events and tail.events[0].seq == 11 and all(e.kind != "summary" for e in tail.events)
+    tail = cstore.replay(sid, COVERED, limit=limit or 500)  # past the covered prefix: the tail only
+    assert tail.events and tail.events[0].seq == COVERED + 1 and all(e.kind != "summary" for e in tail.events)
 
 
 def test_a_lease_replays_the_summary_view_and_can_append_after_it(
@@ -171,7 +174,7 @@ def test_a_lease_replays_the_summary_view_and_can_append_after_it(
     compact(cstore, sid)
     with cstore.acquire_lease(sid, workspace) as lease:
         replayed = list(lease.replay_all())
-        assert replayed[0].kind == "summary" and len(replayed) == 11
+        assert replayed[0].kind == "summary" and len(replayed) == 1 + 20 - COVERED
         assert lease.cursor == cstore.get_session(sid).last_seq == 21
         appended = lease.append_turn([NewEvent("user", {"text": "after the summary"})])
         assert appended.first_seq == 22
@@ -222,7 +225,8 @@ def test_repeated_compaction_compacts_a_summary_together_with_later_turns(
 
 def test_completion_after_the_boundary_moved_commits_nothing(cstore: MemoryStore, sid: str, db_path: Path) -> None:
     smaller = cstore.plan_compaction(sid, context_window=WINDOW, count_tokens=tokens)
-    larger = cstore.plan_compaction(sid, context_window=100 * WINDOW, count_tokens=tokens, force=True)
+    larger = cstore.plan_compaction(sid, context_window=100 * WINDOW, count_tokens=tokens, force=True,
+                                    policy=CompactionPolicy(preserve_turns=2))
     cstore.enqueue_job(COMPACTION_KIND, sid, larger.source, source_key=larger.source["digest"])
     cstore.enqueue_job(COMPACTION_KIND, sid, smaller.source, source_key=smaller.source["digest"])
     racer = cstore.claim_job(COMPACTION_KIND)

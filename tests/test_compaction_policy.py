@@ -45,10 +45,17 @@ def test_selection_keeps_the_newest_turns_and_reaches_the_target_whenever_possib
     if force:
         assert k == most
         return
-    target = policy.target_ratio * window
-    reachable = [j for j in range(min_turns, most + 1) if _tail(tokens, j) <= target]
+    target = policy.target_tokens(window)
+    assert target <= policy.target_ratio * window < target + 1
+    reserve = policy.summary_reserve(window)
+    assert reserve >= 1
+    # possible: some allowed choice leaves a tail that, with the Summary's reserve, fits the target
+    reachable = [j for j in range(min_turns, most + 1) if _tail(tokens, j) + reserve <= target]
+    budget = policy.summary_budget(_tail(tokens, k), window)
+    assert budget >= reserve
     if reachable:
-        assert _tail(tokens, k) <= target and k == reachable[0]  # reaches the target, compacting no more than needed
+        assert k == reachable[0]  # compacting no more than needed
+        assert _tail(tokens, k) + budget <= target  # the view after compaction, Summary included, fits the target
     else:
         assert k == most  # the best it can do
 
@@ -62,6 +69,10 @@ def test_policy_defaults_and_validation() -> None:
             CompactionPolicy(**bad)
     with pytest.raises(InvalidInputError):
         p.select([1, 2, 3], 0)
+    # the Summary budget counts against the target: window 1000, ten 100-token turns compact 6, not 5
+    assert p.select([100] * 10, 1000) == 6
+    assert (p.target_tokens(1000), p.summary_reserve(1000), p.summary_budget(400, 1000)) == (500, 100, 100)
+    assert p.summary_reserve(100) == 10 and CompactionPolicy(0.1, 0.1).summary_reserve(100) == 5
 
 
 def _event_tokens(event: Event) -> int:
@@ -100,5 +111,13 @@ def test_planning_a_real_session_never_splits_a_turn_and_keeps_the_newest_turns(
     assert inside and inside[-1].turn != (outside[0].turn if outside else None)  # never splits a turn
     assert len({e.turn for e in outside}) >= preserve  # the newest turns stay
     assert plan.source["count"] == len(inside) == sum(len(t) for t in turns[: plan.compact_turns])
-    assert plan.source["tail_tokens"] == sum(e.payload["t"] for e in outside)
+    tail = plan.source["tail_tokens"]
+    assert tail == sum(e.payload["t"] for e in outside)
     assert plan.source["source_tokens"] == sum(e.payload["t"] for e in inside)
+    assert plan.source["preserve_turns"] == preserve
+    target = policy.target_tokens(window)
+    assert plan.source["target_tokens"] == target
+    reserve = policy.summary_reserve(window)
+    possible = any(sum(sum(t) for t in turns[j:]) + reserve <= target for j in range(1, len(turns) - preserve + 1))
+    if possible:  # the view after compaction, Summary budget included, fits the target
+        assert tail + plan.source["summary_budget_tokens"] <= target
