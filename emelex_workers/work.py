@@ -16,7 +16,6 @@ lazily, on the first job that needs it. Several workers may run at once.
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -154,29 +153,6 @@ class WorkReport:
                 f"stopped: {self.stopped}")
 
 
-@contextmanager
-def _renewing(claim: JobClaim, every_s: float) -> Iterator[None]:
-    """Renew the worker lease every `every_s` seconds on a helper thread while the block runs."""
-    done = threading.Event()
-
-    def renew() -> None:
-        while not done.wait(every_s):
-            try:
-                claim.renew()
-            except (EmelexError, OSError):
-                return  # lost or finished: the main thread finds out when it records the outcome
-            except Exception:
-                return
-
-    thread = threading.Thread(target=renew, name=f"renew-{claim.id}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-
-
 class Worker:
     """Runs due jobs of `kinds` (default: compaction and distillation) from `store` through plugins.
 
@@ -241,7 +217,7 @@ class Worker:
 
     def _handle(self, claim: JobClaim) -> Any:
         try:
-            with _renewing(claim, self.store.settings.worker_lease_ttl_s / 3), self.stop.interruptible():
+            with self.stop.interruptible():  # run_one_job renews the worker lease meanwhile
                 return self._dispatch(claim)
         except WorkerStopped as stopped:
             try:

@@ -13,9 +13,12 @@ from emelex_memory import (
     NewEvent,
     SessionBusyError,
     SessionNotFoundError,
+    register_job_kind,
 )
 
 from .conftest import table_rows
+
+register_job_kind("noop")  # a test-only kind: a claim on the Session, not compaction
 
 
 class Clock:
@@ -81,8 +84,8 @@ def test_a_live_lease_or_worker_claim_refuses_deletion(dstore, workspace, db_pat
         dstore.delete_session(sid)
     assert table_rows(db_path) == before
     lease.release()
-    dstore.enqueue_job("compaction", sid, {"test": 1})
-    claim = dstore.claim_job("compaction", ttl_s=60)
+    dstore.enqueue_job("noop", sid, {"test": 1})
+    claim = dstore.claim_job("noop", ttl_s=60)
     before = table_rows(db_path)
     with pytest.raises(SessionBusyError, match="jobs cancel"):
         dstore.delete_session(sid)

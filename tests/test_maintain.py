@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import KnowledgeNotFoundError, MemoryStore, NewEvent, Settings
+from emelex_memory import KnowledgeNotFoundError, MemoryStore, NewEvent, Settings, register_job_kind
 from emelex_memory.retention import DAY_S
 from emelex_workers.cli import app
 
 from .conftest import file_state, table_rows
+
+register_job_kind("noop")  # a test-only kind: these tests need claims on jobs, not compaction
 
 
 class Clock:
@@ -110,10 +112,10 @@ def test_stale_lease_transitions_are_capped(db_path, home, tmp_path, clock):
 def test_expired_worker_claims_are_rescued_and_live_ones_kept(db_path, home, workspace, clock):
     store = open_store(db_path, home, clock)
     sid = seed(store, workspace, "x")
-    store.enqueue_job("compaction", sid, {"n": 1})
-    store.enqueue_job("compaction", sid, {"n": 2})
-    short = store.claim_job("compaction", ttl_s=10)
-    long = store.claim_job("compaction", ttl_s=1000)
+    store.enqueue_job("noop", sid, {"n": 1})
+    store.enqueue_job("noop", sid, {"n": 2})
+    short = store.claim_job("noop", ttl_s=10)
+    long = store.claim_job("noop", ttl_s=1000)
     clock.now += 11
     report = store.maintain()
     assert report.jobs_rescued == 1
@@ -159,8 +161,8 @@ def _busy_state(store: MemoryStore, workspace: Path, tmp_path: Path, clock: Cloc
     w = tmp_path / "stale-lease"
     w.mkdir()
     stale = store.create_session(w)
-    store.enqueue_job("compaction", stale.id, {"n": 1})
-    store.claim_job("compaction", ttl_s=5).ended = True
+    store.enqueue_job("noop", stale.id, {"n": 1})
+    store.claim_job("noop", ttl_s=5).ended = True
     clock.now += 40 * DAY_S
     expired = store.acquire_lease(stale.id, w, ttl_s=5)
     clock.now += 6
