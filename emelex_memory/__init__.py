@@ -35,6 +35,7 @@ from .errors import (
     JsonTooLargeError,
     JsonUnencodableError,
     KnowledgeError,
+    KnowledgeForgottenError,
     KnowledgeNotFoundError,
     KnowledgePinnedError,
     LeaseError,
@@ -88,6 +89,7 @@ from .compaction import (
 )
 from .deletion import SessionDeletion
 from .distillation import DISTILL_KIND, DistillationInput, KnowledgeCandidate, distillation_handler, validate_candidates
+from .distillation_split import DistillationSplit
 from .jobs import (
     CompletionContext,
     Enqueued,
@@ -141,6 +143,7 @@ __all__ = [
     "DatabaseEmptiedError",
     "DefaultModelUnavailableError",
     "DistillationInput",
+    "DistillationSplit",
     "EmelexError",
     "Enqueued",
     "Event",
@@ -169,6 +172,7 @@ __all__ = [
     "KnowledgeCandidate",
     "KnowledgeEntry",
     "KnowledgeError",
+    "KnowledgeForgottenError",
     "KnowledgeHistoryPage",
     "KnowledgeNotFoundError",
     "KnowledgePage",

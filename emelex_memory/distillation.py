@@ -11,6 +11,10 @@ at most 128 unique candidates in that one transaction: all or none.
 
 Automatic distillation never changes a pinned entry: candidates naming one
 are skipped (and counted), whether they would update or tombstone it.
+
+A source too large for one model call is not a failure: the handler splits
+the job into smaller distill jobs covering the same events (see
+`distillation_split.py`), so every part of a long Session is distilled.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from .errors import (
     SourceTooLargeError,
     WorkspaceError,
 )
+from .distillation_split import DistillationSplit, byte_budget, byte_ranges, complete_split, token_ranges
 from .jobs import CompletionContext, Enqueued, Job, register_job_kind
 from .knowledge import current_workspace
 from .knowledge_model import (
@@ -52,6 +57,7 @@ MAX_CANDIDATES = 128  # unique candidates one job may apply
 MAX_RAW_CANDIDATES = 4 * MAX_CANDIDATES  # proposals read from a distiller, duplicates included
 KNOWLEDGE_CONTEXT_ITEMS = 200  # live entries shown to the distiller
 KNOWLEDGE_CONTEXT_BYTES = 1024 * 1024
+DISTILL_RESERVE_TOKENS = 1024  # of a model's window: instructions, known Knowledge and the constrained answer
 
 
 @dataclass(frozen=True)
@@ -123,8 +129,11 @@ def _source_of(job: Job) -> KnowledgeSource:
     return KnowledgeSource(job.session_id, s["first_seq"], s["last_seq"], s["digest"])
 
 
-def _complete_distillation(ctx: CompletionContext, result: Any) -> dict[str, int]:
-    """Inside the completion transaction: re-check source and workspace, then apply every candidate or none."""
+def _complete_distillation(ctx: CompletionContext, result: Any) -> dict[str, Any]:
+    """Inside the completion transaction: queue the parts of a `DistillationSplit`, or re-check source and workspace,
+    then apply every candidate or none."""
+    if isinstance(result, DistillationSplit):
+        return complete_split(ctx, result, DISTILL_KIND)
     candidates = validate_candidates(result)
     conn, store, source = ctx.conn, ctx.store, _source_of(ctx.job)
     if source_digest(conn, ctx.session_rowid, source.session_id, source.first_seq, source.last_seq) != source.digest:
@@ -164,25 +173,38 @@ register_job_kind(DISTILL_KIND, _complete_distillation)
 
 def distillation_handler(
     distill: Distiller, *, safe_context_tokens: int | None = None, count_tokens: TokenCounter | None = None
-) -> Callable[[JobClaim], tuple[KnowledgeCandidate, ...]]:
+) -> Callable[[JobClaim], tuple[KnowledgeCandidate, ...] | DistillationSplit]:
     """A worker handler for "distill" jobs: read the bounded source, check it fits the model, call `distill`.
 
-    With `safe_context_tokens`, a source whose tokens (`count_tokens`,
-    default one per 4 bytes) exceed it raises `SourceTooLargeError`, a
-    permanent failure. The candidates are validated before completion.
+    A source of several events over `knowledge_source_max_bytes`, or (with
+    `safe_context_tokens`) over 8 bytes per budget token or whose tokens
+    (`count_tokens`, default one per 4 bytes) exceed the budget, is not read
+    whole or not distilled: the handler returns a `DistillationSplit` and
+    completing the job queues distill jobs for its parts. A single event over
+    the budget raises `SourceTooLargeError`, a permanent failure. The
+    candidates are validated before completion.
     """
 
-    def handle(claim: JobClaim) -> tuple[KnowledgeCandidate, ...]:
+    def handle(claim: JobClaim) -> tuple[KnowledgeCandidate, ...] | DistillationSplit:
         store = claim.store
         source = _source_of(claim.job)
+        if source.last_seq > source.first_seq:
+            split = store._split_by_bytes(claim.job, byte_budget(store.settings.knowledge_source_max_bytes,
+                                                                   safe_context_tokens))
+            if split is not None:
+                return split
         events = store.read_distillation_source(claim.job)
         if safe_context_tokens is not None:
             counter = count_tokens or (lambda e: (e.size + 3) // 4)
-            tokens = sum(map(counter, events))
+            counts = [counter(e) for e in events]
+            tokens = sum(counts)
+            if tokens > safe_context_tokens and len(events) > 1:
+                return DistillationSplit(tuple(token_ranges(events, counts, safe_context_tokens)))
             if tokens > safe_context_tokens:
                 raise SourceTooLargeError(
-                    f"distillation source of job {claim.id} has {tokens} tokens, over the model's safe context "
-                    f"budget of {safe_context_tokens}; use a model with a larger context, then retry the job"
+                    f"distillation source of job {claim.id} (event {source.first_seq} alone) has {tokens} tokens, "
+                    f"over the model's safe context budget of {safe_context_tokens}; use a model with a larger "
+                    "context, then retry the job"
                 )
         workspace = store.get_session(claim.job.session_id).workspace
         try:
@@ -234,6 +256,21 @@ class DistillationMixin:
         enqueued = self.queue_distillation(lease.session_id)
         lease.release()
         return enqueued
+
+    def _split_by_bytes(self: MemoryStore, job: Job, budget: int) -> DistillationSplit | None:
+        """A split of a distill job whose source holds more than `budget` bytes (None when it fits), cut from the
+        event sizes alone."""
+        source = _source_of(job)
+        with self._read() as conn:
+            rowid = self._session_rowid(conn, job.session_id)
+            size = conn.execute(
+                "SELECT coalesce(sum(size), 0) FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
+                (rowid, source.first_seq, source.last_seq),
+            ).fetchone()[0]
+            if size <= budget:
+                return None
+            ranges = byte_ranges(conn, rowid, source.first_seq, source.last_seq, budget)
+        return DistillationSplit(tuple(ranges)) if len(ranges) > 1 else None
 
     def read_distillation_source(self: MemoryStore, job: Job) -> list[Event]:
         """The source events of a distill job, oldest first, verified against its digest.

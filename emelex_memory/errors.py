@@ -143,12 +143,12 @@ class KnowledgePinnedError(KnowledgeError):
     """The Knowledge entry is pinned: unpin it (`emelex memory knowledge unpin KEY`) before forgetting it."""
 
 
+class KnowledgeForgottenError(KnowledgeError):
+    """The Knowledge entry is forgotten (a tombstone): `emelex memory knowledge remember` it again, then pin it."""
+
+
 class InvalidKnowledgeError(InvalidInputError):
     """A Knowledge key, content, confidence or provenance is invalid: correct it as the message says."""
-
-
-class InvalidCandidateError(InvalidKnowledgeError):
-    """A distiller returned an invalid candidate batch: fix the distiller; nothing was applied."""
 
 
 class SessionBusyError(LeaseError):
@@ -192,6 +192,10 @@ class PermanentJobError(JobError):
 
 class SourceTooLargeError(PermanentJobError):
     """The job's source exceeds the model's safe context budget: use a model with a larger context, then retry it."""
+
+
+class InvalidCandidateError(InvalidKnowledgeError, PermanentJobError):
+    """A distiller returned an invalid batch (terminal: a greedy model repeats it): fix the distiller, retry the job."""
 
 
 class TransientJobError(JobError):

@@ -17,6 +17,7 @@ import apsw
 from .errors import (
     InvalidInputError,
     InvalidKnowledgeError,
+    KnowledgeForgottenError,
     KnowledgeNotFoundError,
     KnowledgePinnedError,
     SessionNotFoundError,
@@ -135,7 +136,11 @@ class KnowledgeMixin:
             return self._tombstone_version(conn, row, key, "user")
 
     def pin(self: MemoryStore, workspace: WorkspaceLike, key: str) -> KnowledgeEntry:
-        """Pin `key`: automatic distillation and retention will neither change, tombstone nor delete it."""
+        """Pin `key`: automatic distillation and retention will neither change, tombstone nor delete it.
+
+        Raises `KnowledgeNotFoundError` when the key is unknown here and
+        `KnowledgeForgottenError` when the entry is a tombstone (remember it again first).
+        """
         return self._set_pin(workspace, key, True)
 
     def unpin(self: MemoryStore, workspace: WorkspaceLike, key: str) -> KnowledgeEntry:
@@ -149,7 +154,7 @@ class KnowledgeMixin:
             current_workspace(ident)
             row = self._entry_row(conn, (ident.device, ident.inode), key)
             if row[2] is not None and pinned:
-                raise KnowledgeNotFoundError(f"Knowledge {key!r} is forgotten; remember it again before pinning it")
+                raise KnowledgeForgottenError(f"Knowledge {key!r} is forgotten; remember it again before pinning it")
             conn.execute("UPDATE knowledge SET pinned = ? WHERE id = ?", (int(pinned), row[0]))
             return self._entry_by_id(conn, row[0])
 

@@ -21,7 +21,6 @@ from .errors import InvalidInputError, InvalidKnowledgeError
 
 MAX_KEY_BYTES = 256
 MAX_CONTENT_BYTES = 64 * 1024
-ORIGINS = ("user", "distillation", "retention")
 SOURCE_DIGEST_DOMAIN = b"emelex/knowledge-source/v1\n"
 _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 

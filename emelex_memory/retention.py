@@ -17,7 +17,9 @@ report says `more`):
 Pinned Knowledge is never tombstoned, pruned or deleted; a live lease is
 never touched; Knowledge is only deleted after passing through a tombstone
 and the grace period. `dry_run` runs steps 1-7 inside one transaction that is
-rolled back (so counts are exact and nothing changes) and skips step 8.
+rolled back (so the row counts are exact and nothing changes) and skips step 8
+and every file removal: it does not predict asset files removed or bytes freed
+(reported as None).
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ DAY_S = 86_400.0
 
 @dataclass
 class MaintenanceReport:
-    """What one `maintain` run did (or, with `dry_run`, would do). `more` means a cap was reached: run again."""
+    """What one `maintain` run did (or, with `dry_run`, would do). `more` means a cap was reached: run again.
+
+    A dry run removes no files and does not predict file removal: its
+    `asset_files_removed` and `asset_bytes_freed` are None.
+    """
 
     dry_run: bool
     leases_failed: int = 0
@@ -45,8 +51,8 @@ class MaintenanceReport:
     knowledge_purged: int = 0
     versions_pruned: int = 0
     asset_entries_removed: int = 0
-    asset_files_removed: int = 0
-    asset_bytes_freed: int = 0
+    asset_files_removed: int | None = 0
+    asset_bytes_freed: int | None = 0
     optimized: bool = False
     wal_truncated: bool = False
     vacuumed: bool = False
@@ -65,7 +71,8 @@ class MaintenanceMixin:
 
         With `dry_run=True` nothing changes: the row changes are made in a
         transaction that is rolled back, and the file-level steps (asset file
-        removal, optimize, VACUUM, WAL truncation) are skipped. `vacuum=True`
+        removal, optimize, VACUUM, WAL truncation) are skipped; the file counts
+        are then None (not predicted). `vacuum=True`
         additionally rewrites the database file, dropping free pages.
         """
         report = MaintenanceReport(dry_run=dry_run)
@@ -76,6 +83,7 @@ class MaintenanceMixin:
                     raise _DryRun
             except _DryRun:
                 pass
+            report.asset_files_removed = report.asset_bytes_freed = None  # files are not touched, nor predicted
             return report
         digests, grace = self._maintain_rows(report)
         files, freed = self._collect_session_files(digests, grace)

@@ -207,9 +207,9 @@ def test_more_than_128_unique_candidates_apply_nothing(store, workspace, db_path
     store.queue_distillation(sid)
     before = knowledge_rows(db_path)
     outcome = store.work_distillation(returning(upserts(MAX_CANDIDATES + 1)))
-    assert outcome.status == "retrying" and "over the limit of 128" in outcome.job.diagnostics[-1].message
+    assert outcome.status == "failed" and "over the limit of 128" in outcome.job.diagnostics[-1].message
     assert knowledge_rows(db_path) == before
-    store.clock.now += 31
+    store.retry_failed_job(outcome.job.id)  # a greedy distiller would repeat the batch: fixed, then retried
     outcome = store.work_distillation(returning(upserts(MAX_CANDIDATES)))
     assert outcome.status == "done" and outcome.job.result["applied"] == MAX_CANDIDATES
 
@@ -224,7 +224,7 @@ def test_exact_duplicates_collapse_and_conflicting_ones_are_refused(store, works
     before = knowledge_rows(db_path)
     conflicting = [KnowledgeCandidate("k", "one"), KnowledgeCandidate("k", "two")]
     outcome = store.work_distillation(returning(conflicting))
-    assert outcome.status == "retrying" and "disagree" in outcome.job.diagnostics[-1].message
+    assert outcome.status == "failed" and "disagree" in outcome.job.diagnostics[-1].message
     assert knowledge_rows(db_path) == before
 
 
@@ -248,7 +248,7 @@ def test_invalid_candidates_are_refused_before_anything_is_written(store, worksp
     store.queue_distillation(sid)
     before = knowledge_rows(db_path)
     outcome = store.work_distillation(returning(bad))
-    assert outcome.status == "retrying" and knowledge_rows(db_path) == before
+    assert outcome.status == "failed" and outcome.job.attempts == 1 and knowledge_rows(db_path) == before
 
 
 # -- the Session, the source and the workspace -------------------------------------------------------
@@ -290,13 +290,18 @@ def test_a_changed_source_fails_the_job_permanently(store, workspace, db_path):
     assert outcome.status == "failed" and "changed" in outcome.detail
 
 
-def test_a_source_over_the_byte_cap_or_token_budget_fails_permanently(store, workspace):
+def test_a_single_event_over_the_byte_cap_or_token_budget_fails_permanently(store, workspace):
     sid = finished_session(store, workspace, "x" * 600)
-    store.queue_distillation(sid)
-    outcome = store.work_distillation(returning([]), safe_context_tokens=10)
-    assert outcome.status == "failed" and "safe context" in outcome.detail
+    parent = store.queue_distillation(sid).job
+    split = store.work_distillation(returning([]), safe_context_tokens=10)
+    assert split.status == "done" and split.job.id == parent.id and split.job.result["split_into"] == 2
+    big = store.work_distillation(returning([]), safe_context_tokens=10)  # the 600-byte user event alone
+    assert big.status == "failed" and "event 1 alone" in big.detail and "safe context" in big.detail
+    assert (big.job.source["first_seq"], big.job.source["last_seq"]) == (1, 1)
+    small = store.work_distillation(returning([]), safe_context_tokens=10)  # the assistant's "ok" fits
+    assert small.status == "done" and small.job.source["first_seq"] == 2
     store.settings.knowledge_source_max_bytes = 100
-    store.retry_failed_job(outcome.job.id)
+    store.retry_failed_job(big.job.id)
     outcome = store.work_distillation(returning([]))
     assert outcome.status == "failed" and "knowledge_source_max_bytes" in outcome.detail
 

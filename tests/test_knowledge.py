@@ -13,6 +13,8 @@ import pytest
 from emelex_memory import (
     InvalidInputError,
     InvalidKnowledgeError,
+    KnowledgeError,
+    KnowledgeForgottenError,
     KnowledgeNotFoundError,
     KnowledgePinnedError,
     KnowledgeSource,
@@ -167,8 +169,10 @@ def test_a_forgotten_entry_cannot_be_pinned(kstore, workspace, db_path):
     kstore.remember(workspace, "k", "v")
     kstore.forget(workspace, "k")
     before = table_rows(db_path)
-    with pytest.raises(KnowledgeNotFoundError, match="forgotten"):
+    with pytest.raises(KnowledgeForgottenError, match="forgotten; remember it again") as raised:
         kstore.pin(workspace, "k")
+    assert not isinstance(raised.value, KnowledgeNotFoundError)  # the entry exists: the remedy is to remember it
+    assert "remember" in KnowledgeForgottenError.__doc__ and isinstance(raised.value, KnowledgeError)
     assert table_rows(db_path) == before
 
 

@@ -87,8 +87,25 @@ def test_list_pages_with_a_cursor(workspace: Path) -> None:
     assert second["next_cursor"] is None
 
 
-def test_bad_input_prints_one_line(workspace: Path) -> None:
-    result = k("remember", "k", "v", "-w", str(workspace), "--confidence", "2")
-    assert result.exit_code == 1 and result.output.count("\n") == 1 and "between 0 and 1" in result.output
-    result = k("list", "-w", str(workspace / "missing"))
-    assert result.exit_code == 1 and "does not exist" in result.output
+def test_bad_input_prints_one_line_and_changes_nothing(workspace: Path, home: Path) -> None:
+    w = ["-w", str(workspace)]
+    assert k("remember", "kept", "v", *w).exit_code == 0
+    assert k("remember", "gone", "v", *w).exit_code == 0 and k("forget", "gone", *w).exit_code == 0
+    db = home / "memory" / "emelex.sqlite3"
+    before = table_rows(db)
+    for args, message in [
+        (["remember", "k", "v", *w, "--confidence", "2"], "between 0 and 1"),
+        (["remember", " padded", "v", *w], "surrounding whitespace"),
+        (["remember", "k", "   ", *w], "non-blank"),
+        (["remember", "k", "v", "-w", str(workspace / "missing")], "does not exist"),
+        (["list", "-w", str(workspace / "missing")], "does not exist"),
+        (["pin", "nosuch", *w], "no Knowledge 'nosuch'"),
+        (["pin", "gone", *w], "forgotten; remember it again"),
+        (["forget", "nosuch", *w], "no Knowledge 'nosuch'"),
+        (["unpin", "nosuch", *w], "no Knowledge 'nosuch'"),
+        (["history", "kept", *w, "--limit", "0"], "limit"),
+    ]:
+        result = k(*args)
+        assert result.exit_code == 1 and result.output.count("\n") == 1, (args, result.output)
+        assert result.output.startswith("error: ") and message in result.output, (args, result.output)
+        assert table_rows(db) == before, args

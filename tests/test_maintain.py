@@ -7,6 +7,7 @@ import os
 import time
 from pathlib import Path
 
+import apsw
 import pytest
 from typer.testing import CliRunner
 
@@ -177,6 +178,7 @@ def test_dry_run_changes_nothing_and_predicts_the_real_run(db_path, home, worksp
     before_rows, before_files = table_rows(db_path), file_state(store.asset_dir)
     dry = store.maintain(dry_run=True, vacuum=True)
     assert table_rows(db_path) == before_rows and file_state(store.asset_dir) == before_files
+    assert dry.asset_files_removed is None and dry.asset_bytes_freed is None  # file removal is not predicted
     assert dry.dry_run and not (dry.optimized or dry.vacuumed or dry.wal_truncated)
     assert (dry.leases_failed, dry.jobs_rescued, dry.sessions_deleted) == (1, 1, 2)
     assert (dry.knowledge_tombstoned, dry.knowledge_purged, dry.versions_pruned) == (1, 1, 3)
@@ -210,13 +212,28 @@ def test_cli_maintain(monkeypatch, home, workspace, tmp_path):
     with MemoryStore.open(Settings()) as store:
         for i in range(3):
             store.remember(workspace, "k", f"v{i}")
+        orphan = store.put_asset(b"never linked, past its grace period", "image/png")
+        assets = store.asset_dir
     db = home / "memory" / "emelex.sqlite3"
-    before = table_rows(db)
+    conn = apsw.Connection(str(db))
+    conn.execute("UPDATE assets SET touched_at = touched_at - ?", (2 * DAY_S,))
+    conn.close()
+    old = time.time() - 2 * DAY_S
+    os.utime(assets / orphan.digest, (old, old))
+    before, before_files = table_rows(db), file_state(assets)
     dry = runner.invoke(app, ["memory", "maintain", "--dry-run", "--json"])
     assert dry.exit_code == 0, dry.output
     data = json.loads(dry.output)
     assert data["dry_run"] and data["versions_pruned"] == 0  # superseded too recently: the grace period applies
-    assert table_rows(db) == before
+    assert data["asset_entries_removed"] == 1 and data["asset_files_removed"] is None  # files: not predicted
+    assert data["asset_bytes_freed"] is None
+    assert table_rows(db) == before and file_state(assets) == before_files
+    text = runner.invoke(app, ["memory", "maintain", "--dry-run"])
+    assert text.exit_code == 0 and "file removal is not predicted" in text.output
+    assert "asset files removed: not predicted by a dry run" in text.output
+    assert table_rows(db) == before and file_state(assets) == before_files
+    real = runner.invoke(app, ["memory", "maintain", "--vacuum", "--json"])
+    assert json.loads(real.output)["asset_files_removed"] == 1 and orphan.digest not in file_state(assets)
     text = runner.invoke(app, ["memory", "maintain", "--vacuum"])
     assert text.exit_code == 0 and "vacuumed" in text.output and "dry run" not in text.output
 

@@ -26,7 +26,9 @@ _LINES = (
 def maintain(
     ctx: typer.Context,
     vacuum: Annotated[bool, typer.Option("--vacuum", help="Also rewrite the database, dropping free pages.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Report what would be done; change nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Report what would be done (file removal is not predicted); change nothing."
+    )] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON for machines.")] = False,
 ) -> None:
     """Fail stale leases, apply retention, prune versions, collect assets, optimize and truncate the WAL.
@@ -40,9 +42,13 @@ def maintain(
         typer.echo(json.dumps(dataclasses.asdict(report)))
         return
     if dry_run:
-        typer.echo("dry run: nothing was changed; a real run would do this:")
+        typer.echo("dry run: nothing was changed; a real run would do this (file removal is not predicted):")
     for field, label in _LINES:
-        typer.echo(f"{getattr(report, field):>8}  {label}")
+        value = getattr(report, field)
+        if value is None:
+            typer.echo(f"{'-':>8}  {label}: not predicted by a dry run")
+        else:
+            typer.echo(f"{value:>8}  {label}")
     if not dry_run:
         done = [name for name, flag in (("optimized", report.optimized), ("vacuumed", report.vacuumed)) if flag]
         wal = "WAL truncated" if report.wal_truncated else "WAL not truncated (readers busy; run again later)"
