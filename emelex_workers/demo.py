@@ -72,7 +72,7 @@ def main(argv: list[str]) -> None:
     _run(settings, "models", "install", "--default")
     _run(settings, "plugins", "list")
     _run(settings, "memory", "sessions", "list")
-    _run(settings, "memory", "compact", long_id, "--context-window", str(DEMO_CONTEXT_TOKENS), "--force")
+    _run(settings, "memory", "compact", long_id, "--force")  # planned with the default model, as the worker binds it
     _run(settings, "memory", "jobs", "list")
     _run(settings, "memory", "work")
     _run(settings, "memory", "sessions", "show", long_id)

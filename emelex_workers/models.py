@@ -16,6 +16,7 @@ import shutil
 import stat
 import time
 import uuid
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from emelex_memory import (
     InstalledModel,
     InvalidModelError,
     MemorySnapshotReferenceGuard,
+    ModelError,
     ModelExistsError,
     ModelFile,
     Settings,
@@ -80,6 +82,22 @@ def name_from_path(path: Path) -> str:
     return check_model_name(name[:64].rstrip("._-") or "model")
 
 
+@dataclass(frozen=True)
+class DamagedModel:
+    """An installed model directory that cannot be read as a model: its name and the one-line problem."""
+
+    name: str
+    problem: str
+
+
+@dataclass(frozen=True)
+class ModelInventory:
+    """Every installed model by name: the readable ones and the damaged ones (see `ModelManager.inventory`)."""
+
+    models: list[InstalledModel]
+    damaged: list[DamagedModel]
+
+
 class ModelManager:
     """Installs, lists, verifies and removes models under the Emelex Home of `settings`.
 
@@ -123,6 +141,17 @@ class ModelManager:
         """Every installed model by name (at most 1000); a damaged manifest raises `ModelTamperedError`."""
         return [read_installed(self.home, name) for name in installed_names(self.home)]
 
+    def inventory(self) -> ModelInventory:
+        """Every installed model by name (at most 1000), a damaged one listed apart with its problem instead of
+        failing the whole listing."""
+        models, damaged = [], []
+        for name in installed_names(self.home):
+            try:
+                models.append(read_installed(self.home, name))
+            except ModelError as exc:
+                damaged.append(DamagedModel(name, str(exc)))
+        return ModelInventory(models, damaged)
+
     # -- installing ---------------------------------------------------------------------------------
 
     def install(self, path: str | os.PathLike[str], *, name: str | None = None, link: bool = False) -> InstalledModel:
@@ -133,18 +162,24 @@ class ModelManager:
         file stays where it is; its canonical path, device, inode, size, mtime
         and SHA-256 are recorded and re-checked at every bind. Raises
         `InvalidModelError` for a missing or non-GGUF file and
-        `ModelExistsError` when the name is taken; nothing is left behind then.
+        `ModelExistsError` when the name is taken; nothing is created or left
+        behind then (Home and its models directory are created only once the
+        source is known to be a GGUF file).
         """
         source = Path(os.path.abspath(path))
         name = check_model_name(name) if name is not None else name_from_path(source)
         root = models_dir(self.home)
-        ensure_private_dir(self.home)
-        ensure_private_dir(root)
         if os.path.lexists(root / name):
             raise ModelExistsError(f"a model named {name!r} is already installed; choose another --name or remove it")
         fd = self._open_source(source)
-        temp = root / f".tmp-{uuid.uuid4().hex}"
-        os.mkdir(temp, PRIVATE_DIR_MODE)
+        try:
+            ensure_private_dir(self.home)
+            ensure_private_dir(root)
+            temp = root / f".tmp-{uuid.uuid4().hex}"
+            os.mkdir(temp, PRIVATE_DIR_MODE)
+        except BaseException:
+            os.close(fd)
+            raise
         try:
             try:
                 files, target = self._link(source, fd) if link else self._copy(source, fd, temp)
@@ -234,7 +269,9 @@ class ModelManager:
 
     def verify(self, name: str) -> InstalledModel:
         """Fully re-hash model `name` against its manifest; for an owned snapshot whose bytes match, write a fresh
-        stamp (e.g. after restoring Home from a backup changed file times). Raises `ModelTamperedError` on mismatch."""
+        stamp (e.g. after restoring Home from a backup changed file times). Raises `ModelTamperedError` on mismatch and
+        `ModelNotInstalledError` (creating nothing) when there is no such model."""
+        read_installed(self.home, name)
         with self._lock():
             model = read_installed(self.home, name)
             if model.kind == "linked":
@@ -247,8 +284,11 @@ class ModelManager:
         """Remove model `name`, holding the snapshot-mutation lock, after the guard found no retained reference.
 
         Raises `ModelInUseError` (removing nothing) while a retained Session
-        references the snapshot. A linked target itself is never touched.
+        references the snapshot, and `ModelNotInstalledError` (creating
+        nothing, not even the lock file) when there is no such model. A linked
+        target itself is never touched.
         """
+        read_installed(self.home, name)
         with self._lock():
             model = read_installed(self.home, name)
             self.guard.check_removable(model)

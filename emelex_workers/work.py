@@ -10,7 +10,11 @@ after `max_jobs` jobs, once `max_seconds` have passed, or on a stop request
 (SIGINT/SIGTERM through `GracefulStop`): the job in hand is released to
 pending without consuming an attempt, or finishes if it was already
 committing. The model is bound through the plugins once per run and loaded
-lazily, on the first job that needs it. Several workers may run at once.
+lazily, on the first job that needs it. A model or plugin problem met while
+binding or loading it (`ModelError`, `PluginError`: a tampered or removed
+model, a lock timeout, a failed binding or load) is not the job's fault: the
+job is released without consuming an attempt and the run stops by raising
+that error. Several workers may run at once.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from emelex_memory import (
     JobClaim,
     JobOutcome,
     MemoryStore,
+    ModelError,
+    PluginError,
     PluginHookError,
     Settings,
     WorkerLeaseLostError,
@@ -38,17 +44,16 @@ from emelex_memory import (
     distillation_handler,
     run_one_job,
 )
-from emelex_memory.distillation import MAX_CANDIDATES
+from emelex_memory.distillation import DISTILL_RESERVE_TOKENS, MAX_CANDIDATES
 from emelex_memory.worker import describe
 
 from .models import ModelManager
-from .plugin_api import DistillRequest, ModelBinding, SummaryRequest, event_text
+from .plugin_api import DistillRequest, ModelBinding, SummaryRequest
 from .plugins import EmelexPluginManager, Registered, bind_model, choose, distillers, get_plugin_manager, summarizers
+from .planning import context_window, count_text, event_counter
 
 KINDS = (COMPACTION_KIND, DISTILL_KIND)
-EVENT_OVERHEAD_TOKENS = 4  # chat-template tokens around each event line, a generous allowance
 PROMPT_RESERVE_TOKENS = 256  # instructions and template around the source
-DISTILL_RESERVE_TOKENS = 1024  # instructions, known Knowledge and the constrained answer
 MAX_REPORTED_JOBS = 1000
 
 
@@ -56,8 +61,19 @@ class WorkerStopped(BaseException):  # noqa: N818 - like KeyboardInterrupt, it i
     """Raised inside a running job when a stop was requested: the job is released, then the run ends."""
 
     def __init__(self, signal_name: str) -> None:
+        """A stop requested by `signal_name` (e.g. "SIGTERM", or "stop" for `GracefulStop.request()`)."""
         super().__init__(signal_name)
         self.signal_name = signal_name
+
+
+class ModelUnavailable(BaseException):  # noqa: N818 - a control-flow signal carrying the real error
+    """Raised inside a running job when binding or loading the model failed with `error` (a `ModelError` or
+    `PluginError`): the job is released without consuming an attempt, then the run stops by raising `error`."""
+
+    def __init__(self, error: EmelexError) -> None:
+        """Carry `error`, the model or plugin problem that stops the run."""
+        super().__init__(str(error))
+        self.error = error
 
 
 class GracefulStop:
@@ -181,6 +197,8 @@ class Worker:
         self.stop = stop or GracefulStop()
         self._pm, self._model, self._on_job, self._clock = pm, model, on_job, clock
         self._binding: ModelBinding | None = None
+        self._binding_plugin = ""
+        self._window = 0
         self._summarizer: Registered | None = None
         self._distiller: Registered | None = None
 
@@ -198,12 +216,16 @@ class Worker:
         if DISTILL_KIND in self.kinds and self._distiller is None:
             self._distiller = choose(distillers(self._pm), self.settings.distiller, "distiller")
 
-    def _bound(self, claim: JobClaim) -> tuple[InstalledModel, ModelBinding]:
+    def _bound(self, claim: JobClaim) -> InstalledModel:
+        """Bind the model to the job's Session, then (once per run) through the plugins, and load it."""
         self.prepare()
         bound = self.store.bind_session_model(claim.job.session_id, self._model)
         if self._binding is None:
-            _, self._binding = bind_model(self._pm, bound.model, self.settings)
-        return bound.model, self._binding
+            self._binding_plugin, self._binding = bind_model(self._pm, bound.model, self.settings)
+            self._window = 0
+        if not self._window:
+            self._window = context_window(self._binding, self._binding_plugin, self.settings)
+        return bound.model
 
     def close(self) -> None:
         """Free the model binding, if one was made."""
@@ -218,19 +240,21 @@ class Worker:
     def _handle(self, claim: JobClaim) -> Any:
         try:
             with self.stop.interruptible():  # run_one_job renews the worker lease meanwhile
-                return self._dispatch(claim)
+                try:
+                    model = self._bound(claim)
+                except (ModelError, PluginError) as exc:
+                    raise ModelUnavailable(exc) from None
+                return self._dispatch(claim, model)
         except WorkerStopped as stopped:
-            try:
-                claim.release(f"worker stopped by {stopped.signal_name}; no attempt consumed")
-            except WorkerLeaseLostError:
-                pass
+            _release(claim, f"worker stopped by {stopped.signal_name}; no attempt consumed")
+            raise
+        except ModelUnavailable as unavailable:
+            _release(claim, f"model unavailable, no attempt consumed: {describe(unavailable.error)}")
             raise
 
-    def _dispatch(self, claim: JobClaim) -> Any:
-        model, binding = self._bound(claim)
-
-        def count(event) -> int:
-            return binding.count_tokens(event_text(event)) + EVENT_OVERHEAD_TOKENS
+    def _dispatch(self, claim: JobClaim, model: InstalledModel) -> Any:
+        binding, plugin = self._binding, self._binding_plugin
+        count = event_counter(binding, plugin)
 
         if claim.job.kind == COMPACTION_KIND:
             budget = int(claim.job.source["summary_budget_tokens"])
@@ -241,12 +265,12 @@ class Worker:
                 text = _plugin_call(self._summarizer, lambda: summarize(request))
                 if not isinstance(text, str) or not text.strip():
                     raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} returned no text")
-                if binding.count_tokens(text) > budget:
+                if count_text(binding, plugin, text) > budget:
                     raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} exceeded the "
                                           f"Summary budget of {budget} tokens")
                 return text
 
-            safe = binding.context_window - budget - PROMPT_RESERVE_TOKENS
+            safe = self._window - budget - PROMPT_RESERVE_TOKENS
             handler = compaction_handler(run, model_ref=model.reference, safe_context_tokens=safe, count_tokens=count)
             return handler(claim)
         distill = self._distiller.component.distill
@@ -255,14 +279,19 @@ class Worker:
             request = DistillRequest(claim.job, data, MAX_CANDIDATES, binding)
             return list(_plugin_call(self._distiller, lambda: distill(request)))
 
-        safe = binding.context_window - DISTILL_RESERVE_TOKENS
+        safe = self._window - DISTILL_RESERVE_TOKENS
         return distillation_handler(run_distill, safe_context_tokens=safe, count_tokens=count)(claim)
 
     # -- the run -------------------------------------------------------------------------------------------
 
     def run(self, *, max_jobs: int | None = None, max_seconds: float | None = None) -> WorkReport:
         """Work until the queue has no due job, `max_jobs` (default `work_max_jobs`) were claimed, `max_seconds`
-        (default `work_max_seconds`) passed, or a stop was requested; return what happened."""
+        (default `work_max_seconds`) passed, or a stop was requested; return what happened.
+
+        Raises the `ModelError` or `PluginError` that stopped the run: before
+        any claim (no model installed, unknown summarizer, broken plugin), or
+        while binding or loading the model for a job, which is then released
+        without consuming an attempt."""
         max_jobs = self.settings.work_max_jobs if max_jobs is None else max_jobs
         max_seconds = self.settings.work_max_seconds if max_seconds is None else max_seconds
         start, report = self._clock(), WorkReport()
@@ -307,6 +336,12 @@ class Worker:
             self._record(report, JobReport(job.id, job.kind, job.session_id, "released",
                                            f"stopped by {stopped.signal_name}", self._clock() - began))
             return False
+        except ModelUnavailable as unavailable:
+            job = current["job"]
+            report.stopped = "error"
+            self._record(report, JobReport(job.id, job.kind, job.session_id, "released",
+                                           describe(unavailable.error), self._clock() - began))
+            raise unavailable.error from None
         if outcome is None:
             return False
         job = outcome.job
@@ -318,6 +353,14 @@ class Worker:
         report.add(job)
         if self._on_job is not None:
             self._on_job(job)
+
+
+def _release(claim: JobClaim, reason: str) -> None:
+    """Give the job back to pending without consuming an attempt (nothing to do if the lease is already gone)."""
+    try:
+        claim.release(reason)
+    except WorkerLeaseLostError:
+        pass
 
 
 def _plugin_call(registered: Registered, call: Callable[[], Any]) -> Any:

@@ -2,7 +2,11 @@
 
 These commands only inspect and steer the durable work queues; they never run
 inference. `emelex memory compact` plans and queues compaction, and a worker
-(`emelex memory work`, or the library's `run_one_job`) performs it later.
+(`emelex memory work`, or the library's `run_one_job`) performs it later. It
+plans for the installed default model, bound through the plugins exactly as
+the worker binds it (its context window, capped by `model_max_context_tokens`,
+and its tokenizer); `--context-window N` plans for another window instead, with
+the tokenizer-free estimate of one token per 4 bytes and no model at all.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from typing import Annotated, Optional
 import typer
 
 from emelex_memory import CompactionPolicy, Job, MemoryStore, Settings
+
+from ..planning import default_model_budget
 
 jobs_app = typer.Typer(help="Inspect and steer the compaction and distillation work queues.", no_args_is_help=True)
 
@@ -106,22 +112,41 @@ def jobs_cancel(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> N
 def compact(
     ctx: typer.Context,
     session: Annotated[str, typer.Argument(help="Session ID.")],
-    context_window: Annotated[int, typer.Option(help="The model's context window in tokens.", min=1)],
+    context_window: Annotated[Optional[int], typer.Option(
+        help="Plan for this window (tokens), estimating 4 bytes per token, instead of the default model's.", min=1,
+    )] = None,
+    trigger_ratio: Annotated[float, typer.Option(help="Compact once the view uses this share of the window.")] = (
+        CompactionPolicy.trigger_ratio),
+    target_ratio: Annotated[float, typer.Option(help="Shrink the uncompacted tail to this share of the window.")] = (
+        CompactionPolicy.target_ratio),
+    preserve_turns: Annotated[int, typer.Option(help="Newest turns always kept.", min=0)] = (
+        CompactionPolicy.preserve_turns),
     force: Annotated[bool, typer.Option("--force", help="Compact below the trigger (all but the kept turns).")] = False,
-    preserve_turns: Annotated[int, typer.Option(help="Newest turns always kept.", min=0)] = 4,
     as_json: JsonFlag = False,
 ) -> None:
     """Plan compaction of a Session and queue it; print what was queued or why nothing was.
 
-    Tokens are estimated as one per 4 bytes of each event until a model's
-    tokenizer is bound. Nothing runs here: `emelex memory work` performs the
-    job once no one holds the Session.
+    Plans for the installed default model (loaded for its tokenizer and
+    context window; no inference) unless --context-window is given. Nothing
+    runs here: `emelex memory work` performs the job once no one holds the
+    Session.
     """
-    policy = CompactionPolicy(preserve_turns=preserve_turns)
-    with MemoryStore.open(_settings(ctx)) as store:
-        queued = store.queue_compaction(session, context_window=context_window, policy=policy, force=force)
+    policy = CompactionPolicy(trigger_ratio=trigger_ratio, target_ratio=target_ratio, preserve_turns=preserve_turns)
+    settings = _settings(ctx)
+    model = None
+    with MemoryStore.open(settings) as store:
+        if context_window is not None:
+            queued = store.queue_compaction(session, context_window=context_window, policy=policy, force=force)
+        else:
+            store.get_session(session)  # an unknown Session fails before the model is loaded
+            with default_model_budget(settings) as budget:
+                model = budget.model.reference
+                queued = store.queue_compaction(session, context_window=budget.context_window,
+                                                count_tokens=budget.count_tokens, policy=policy, force=force)
     if as_json:
         typer.echo(json.dumps({"plan": asdict(queued.plan), "job": queued.job and job_dict(queued.job),
-                               "created": queued.created, "reason": queued.reason}))
+                               "created": queued.created, "reason": queued.reason, "model": model}))
     else:
-        typer.echo(queued.reason)
+        planned = f"{model}, {queued.plan.context_window}-token window" if model else (
+            f"{queued.plan.context_window}-token window, estimated tokens")
+        typer.echo(f"{queued.reason} [planned for {planned}]")

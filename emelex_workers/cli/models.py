@@ -65,16 +65,19 @@ def install(
 
 @models_app.command("list")
 def list_models(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """List installed models; * marks the default_model setting."""
+    """List installed models; * marks the default_model setting, ! a damaged model (with its problem)."""
     with _manager(ctx) as manager:
-        models = manager.list()
+        inventory = manager.inventory()
         default = manager.settings.default_model
     if as_json:
-        typer.echo(json.dumps({"default_model": default, "models": [model_dict(m) for m in models]}))
+        typer.echo(json.dumps({"default_model": default, "models": [model_dict(m) for m in inventory.models],
+                               "damaged": [asdict(d) for d in inventory.damaged]}))
         return
-    for m in models:
+    for m in inventory.models:
         typer.echo(_line(m, default))
-    if not models:
+    for d in inventory.damaged:
+        typer.echo(f"! {d.name:<28} damaged: {d.problem}")
+    if not inventory.models and not inventory.damaged:
         typer.echo("no models installed; run `emelex models install --default`")
 
 

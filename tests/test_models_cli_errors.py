@@ -1,0 +1,82 @@
+"""`emelex models` error paths create nothing (not even Home on a fresh machine), and `models list` still lists the
+good models when one is damaged."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from emelex_memory import Settings
+from emelex_workers.cli import app
+from emelex_workers.models import ModelManager
+
+from .plugin_support import fake_model_file
+
+
+def tree(root: Path) -> dict[str, tuple[int, int, int]]:
+    """Every path under `root` (root included) -> (mode, size, mtime_ns), without following symlinks."""
+    if not os.path.lexists(root):
+        return {}
+    out = {}
+    for directory, dirs, files in os.walk(root):
+        for name in [".", *dirs, *files]:
+            st = os.lstat(os.path.join(directory, name))
+            out[os.path.relpath(os.path.join(directory, name), root)] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return out
+
+
+def models(*args: str):
+    return CliRunner().invoke(app, ["models", *args])
+
+
+BAD = [
+    (["install", "/etc/passwd"], "error: /etc/passwd is not a GGUF model file"),
+    (["install", "/no/such/file.gguf"], "error: cannot read model file /no/such/file.gguf"),
+    (["install", "/etc/passwd", "--name", "Bad Name"], "error: a model name is 1-64 characters"),
+    (["install", "/etc/passwd", "--link"], "error: /etc/passwd is not a GGUF model file"),
+    (["remove", "nosuch"], "error: no model 'nosuch' is installed"),
+    (["verify", "nosuch"], "error: no model 'nosuch' is installed"),
+    (["remove", "../etc"], "error: a model name is 1-64 characters"),
+]
+
+
+@pytest.mark.parametrize("args, message", BAD)
+def test_error_paths_on_a_fresh_home_create_nothing(home: Path, monkeypatch, args, message) -> None:
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    result = models(*args)
+    assert result.exit_code == 1 and result.output.startswith(message) and result.output.count("\n") == 1
+    assert not os.path.lexists(home)
+
+
+@pytest.mark.parametrize("args, message", [*BAD, (["install", "{fake}", "--name", "good"], "error: a model named")])
+def test_error_paths_on_a_home_with_models_change_nothing(home: Path, tmp_path: Path, monkeypatch, args, message):
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    fake = fake_model_file(tmp_path / "files")
+    with ModelManager(Settings()) as manager:
+        manager.install(fake, name="good")
+    before = tree(home)
+    result = models(*[a.replace("{fake}", str(fake)) for a in args])
+    assert result.exit_code == 1 and result.output.startswith(message)
+    assert tree(home) == before
+
+
+def test_list_shows_the_good_models_and_flags_a_damaged_one(home: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    with ModelManager(Settings()) as manager:
+        for name in ("alpha", "broken", "gamma"):
+            manager.install(fake_model_file(tmp_path / name), name=name)
+    manifest = home / "models" / "broken" / "manifest.json"
+    manifest.write_bytes(b"{not json")
+    result = models("list")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [line.split()[0] for line in lines[:2]] == ["alpha", "gamma"]
+    assert lines[2].startswith("! broken") and "damaged: model manifest" in lines[2] and "reinstall" in lines[2]
+    data = json.loads(models("list", "--json").output)
+    assert [m["name"] for m in data["models"]] == ["alpha", "gamma"]
+    assert [d["name"] for d in data["damaged"]] == ["broken"]
+    assert "not a valid JSON object" in data["damaged"][0]["problem"]
