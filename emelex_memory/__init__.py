@@ -75,7 +75,15 @@ from .errors import (
     WorkspaceReplacedError,
 )
 from .assets import MAX_ASSET_BYTES, MAX_REPLAY_MEDIA_BYTES, AssetRef
-from .assets_catalog import AssetInfo, AssetLink, AssetPage, AssetProblem, AssetTotals, AssetVerification
+from .assets_catalog import (
+    AssetInfo,
+    AssetLink,
+    AssetLinkPage,
+    AssetPage,
+    AssetProblem,
+    AssetTotals,
+    AssetVerification,
+)
 from .assets_files import VerifiedAssetReader
 from .assets_gc import AssetCollection
 from .compaction import (
@@ -120,6 +128,7 @@ __all__ = [
     "AssetInfo",
     "AssetLink",
     "AssetLinkMismatchError",
+    "AssetLinkPage",
     "AssetMediaCapError",
     "AssetMismatchError",
     "AssetMissingError",

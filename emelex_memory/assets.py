@@ -2,9 +2,9 @@
 
 Bytes are stored once, in a file named by their lowercase SHA-256 hex digest,
 in the asset folder of the database: `<home>/memory/assets/` for the standard
-database, or a sibling `<database-name>.assets/` for a database opened with
-`MemoryStore.open_path`, so independent catalogs never collect each other's
-files. Files being written live in the folder's `tmp/` subfolder. The catalog
+database (however it is opened), or a sibling `<database-name>.assets/` for any
+other database, so independent catalogs never collect each other's files.
+Files being written live in the folder's `tmp/` subfolder. The catalog
 (table `assets`) holds one entry per (digest, media kind); events link entries
 through `event_assets` in the transaction that appends them.
 """
@@ -23,6 +23,7 @@ MAX_REPLAY_MEDIA_BYTES = 256 * MiB  # media referenced by one replay page (and s
 MAX_ASSETS_PER_EVENT = 64
 TEMP_MIN_AGE_S = 3600.0  # collection never removes a temporary file younger than this
 DEFAULT_GRACE_S = 3600.0  # unreferenced entries and orphaned files are kept this long
+STANDARD_DATABASE_NAME = "emelex.sqlite3"  # the file name of `Settings.database_path`
 
 _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 _MEDIA_KIND = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,62}/[a-z0-9][a-z0-9!#$&^_.+-]{0,62}\Z")
@@ -63,10 +64,17 @@ class AssetRef:
         check_media_kind(self.media_kind)
 
 
-def asset_dir_for(database: Path, settings: Settings) -> Path:
-    """The asset folder of `database`: `memory/assets` for the standard database, else `<name>.assets` beside it."""
-    if database == settings.database_path:
-        return settings.memory_dir / "assets"
+def asset_dir_for(database: Path, settings: Settings | None = None) -> Path:
+    """The asset folder of `database`, decided by its path alone so that every way of opening it agrees.
+
+    A database named `emelex.sqlite3` in a folder named `memory` (the standard
+    `<home>/memory/emelex.sqlite3`, whether opened with `MemoryStore.open` or
+    `open_path`) uses `memory/assets`; any other uses `<name>.assets` beside it.
+    `settings` is not consulted; it is accepted for callers written before the
+    folder stopped depending on how the database was opened.
+    """
+    if database.name == STANDARD_DATABASE_NAME and database.parent.name == "memory":
+        return database.parent / "assets"
     return database.with_name(f"{database.name}.assets")
 
 

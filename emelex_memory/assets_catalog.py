@@ -12,6 +12,11 @@ from .assets_files import verify_file
 from .errors import AssetError, InvalidInputError
 
 _ENTRY_COLUMNS = "digest, size, media_kind, links, created_at, touched_at"
+_ENTRY_BYTES = 160  # generous size estimate of an entry, plus its media kind
+_LINK_BYTES = 120  # of a link, plus its Session ID and media kind
+_MAX_MEDIA_KIND = 127  # as the assets table's CHECK allows
+MAX_ENTRY_BYTES = _ENTRY_BYTES + _MAX_MEDIA_KIND  # the largest entry: every page of entries has room for one
+MAX_LINK_BYTES = _LINK_BYTES + 36 + _MAX_MEDIA_KIND  # the largest link (Session IDs are 36-character UUIDs)
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,14 @@ class AssetLink:
     seq: int
     ordinal: int
     media_kind: str
+
+
+@dataclass(frozen=True)
+class AssetLinkPage:
+    """A page of the events linking one asset; pass `next_cursor` back, None after the last page."""
+
+    links: list[AssetLink]
+    next_cursor: str | None
 
 
 @dataclass(frozen=True)
@@ -85,43 +98,66 @@ def parse_cursor(cursor: str | None) -> tuple[str, str]:
         raise InvalidInputError(f"bad asset cursor {cursor!r}; pass a next_cursor from a previous page") from None
 
 
-def entries_for(conn: apsw.Connection, digest: str) -> list[AssetInfo]:
-    """Every catalog entry of one digest (one per media kind)."""
-    check_digest(digest)
-    rows = conn.execute(
-        f"SELECT {_ENTRY_COLUMNS} FROM assets WHERE digest = ? ORDER BY media_kind", (digest,)
-    ).fetchall()
-    return [_info(r) for r in rows]
+def page_entries(
+    conn: apsw.Connection, cursor: str | None, limit: int, max_bytes: int, digest: str | None = None
+) -> AssetPage:
+    """Up to `limit` entries after `cursor` (of `digest` only, if given) whose estimated size fits `max_bytes`.
 
-
-def page_entries(conn: apsw.Connection, cursor: str | None, limit: int, max_bytes: int) -> AssetPage:
-    """Up to `limit` entries after `cursor` whose estimated size fits `max_bytes`."""
+    A page holds at least one entry (callers validate `max_bytes` against
+    `MAX_ENTRY_BYTES`, so it always fits) and carries a cursor whenever more
+    entries follow.
+    """
     after = parse_cursor(cursor)
+    where = "(digest, media_kind) > (?, ?)"
+    params: tuple = after
+    if digest is not None:
+        check_digest(digest)
+        if cursor is not None and after[0] != digest:
+            raise InvalidInputError(f"cursor {cursor!r} belongs to another asset; pass a next_cursor of {digest}")
+        where, params = "digest = ? AND media_kind > ?", (digest, after[1])
     rows = conn.execute(
-        f"SELECT {_ENTRY_COLUMNS} FROM assets WHERE (digest, media_kind) > (?, ?) ORDER BY digest, media_kind LIMIT ?",
-        (*after, limit + 1),
+        f"SELECT {_ENTRY_COLUMNS} FROM assets WHERE {where} ORDER BY digest, media_kind LIMIT ?", (*params, limit + 1)
     ).fetchall()
     out: list[AssetInfo] = []
     total = 0
     for row in rows[:limit]:
-        total += 160 + len(row[2])  # generous per-entry estimate
-        if total > max_bytes:
+        total += _ENTRY_BYTES + len(row[2])
+        if out and total > max_bytes:
             break
         out.append(_info(row))
-    more = len(out) < len(rows)
-    last = out[-1].ref if out and more else None
+    last = out[-1].ref if len(out) < len(rows) else None
     return AssetPage(out, f"{last.digest}:{last.media_kind}" if last else None)
 
 
-def links_of(conn: apsw.Connection, digest: str, limit: int) -> list[AssetLink]:
-    """The first `limit` events linking `digest`, in Session and seq order."""
+def links_of(conn: apsw.Connection, digest: str, cursor: str | None, limit: int, max_bytes: int) -> AssetLinkPage:
+    """Up to `limit` events linking `digest` after `cursor`, in Session and seq order, fitting `max_bytes`.
+
+    Like `page_entries`, a page holds at least one link (callers validate
+    `max_bytes` against `MAX_LINK_BYTES`) and carries a cursor whenever more follow.
+    """
     check_digest(digest)
+    try:
+        after = (0, 0, -1) if cursor is None else tuple(int(part) for part in cursor.split(":"))
+        if len(after) != 3:
+            raise ValueError(cursor)
+    except (AttributeError, ValueError):
+        raise InvalidInputError(f"bad asset link cursor {cursor!r}; pass a next_cursor from a previous page") from None
     rows = conn.execute(
-        "SELECT s.uuid, l.seq, l.ordinal, l.media_kind FROM event_assets l JOIN sessions s ON s.id = l.session_id "
-        "WHERE l.digest = ? ORDER BY l.session_id, l.seq, l.ordinal LIMIT ?",
-        (digest, limit),
+        "SELECT s.uuid, l.seq, l.ordinal, l.media_kind, l.session_id FROM event_assets l "
+        "JOIN sessions s ON s.id = l.session_id "
+        "WHERE l.digest = ? AND (l.session_id, l.seq, l.ordinal) > (?, ?, ?) "
+        "ORDER BY l.session_id, l.seq, l.ordinal LIMIT ?",
+        (digest, *after, limit + 1),
     ).fetchall()
-    return [AssetLink(*r) for r in rows]
+    out: list[AssetLink] = []
+    total = 0
+    for row in rows[:limit]:
+        total += _LINK_BYTES + len(row[0]) + len(row[3])
+        if out and total > max_bytes:
+            break
+        out.append(AssetLink(*row[:4]))
+    last = rows[len(out) - 1] if len(out) < len(rows) else None
+    return AssetLinkPage(out, f"{last[4]}:{last[1]}:{last[2]}" if last else None)
 
 
 def totals(conn: apsw.Connection) -> AssetTotals:

@@ -18,6 +18,7 @@ import os
 import secrets
 import stat
 from collections.abc import Iterable, Iterator
+from os import geteuid  # imported by name so tests can pretend to be another user
 from pathlib import Path
 from typing import BinaryIO
 
@@ -36,10 +37,28 @@ def temp_name() -> str:
     return secrets.token_hex(16) + TEMP_SUFFIX
 
 
+def _byte_views(chunk: bytes | bytearray | memoryview) -> Iterator[memoryview]:
+    """Yield a bytes-like value as flat byte views; a strided 1-D memoryview is copied in slices of at most 1 MiB."""
+    try:
+        view = memoryview(chunk)
+    except ValueError:
+        raise InvalidAssetError("the asset data is a released memoryview; pass a live buffer") from None
+    if view.c_contiguous:
+        yield view.cast("B")
+    elif view.ndim == 1:
+        step = max(1, CHUNK_BYTES // view.itemsize)
+        for start in range(0, len(view), step):
+            yield memoryview(view[start : start + step].tobytes())
+    else:
+        raise InvalidAssetError(
+            f"the asset data is a non-contiguous {view.ndim}-dimensional memoryview; pass view.tobytes() instead"
+        )
+
+
 def _chunks(data: AssetSource, cap: int) -> Iterator[memoryview]:
     """Yield the source as byte chunks; stop reading a stream once more than `cap` bytes were seen."""
     if isinstance(data, _BYTES_LIKE):
-        yield memoryview(data).cast("B")
+        yield from _byte_views(data)
         return
     if isinstance(data, str):
         raise InvalidAssetError("asset data must be bytes, a binary file object or an iterable of bytes, not str")
@@ -52,8 +71,9 @@ def _chunks(data: AssetSource, cap: int) -> Iterator[memoryview]:
                 raise InvalidAssetError(f"the asset stream returned {type(chunk).__name__}; open it in binary mode")
             if not chunk:
                 return
-            seen += len(chunk)
-            yield memoryview(chunk).cast("B")
+            for view in _byte_views(chunk):
+                seen += len(view)
+                yield view
         return
     try:
         chunks = iter(data)
@@ -64,7 +84,7 @@ def _chunks(data: AssetSource, cap: int) -> Iterator[memoryview]:
     for chunk in chunks:
         if not isinstance(chunk, _BYTES_LIKE):
             raise InvalidAssetError(f"an asset data chunk is a {type(chunk).__name__}, expected bytes")
-        yield memoryview(chunk).cast("B")
+        yield from _byte_views(chunk)
 
 
 class TempAsset:
@@ -126,8 +146,11 @@ def signature(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _tampered(digest: str, path: Path, what: str) -> AssetTamperedError:
-    return AssetTamperedError(f"asset {digest} at {path} {what}; move it away, then put the original bytes again")
+_MOVE_AWAY = "move it away, then put the original bytes again"
+
+
+def _tampered(digest: str, path: Path, what: str, remedy: str = _MOVE_AWAY) -> AssetTamperedError:
+    return AssetTamperedError(f"asset {digest} at {path} {what}; {remedy}")
 
 
 def _check_stat(st: os.stat_result, digest: str, size: int, path: Path) -> None:
@@ -135,10 +158,13 @@ def _check_stat(st: os.stat_result, digest: str, size: int, path: Path) -> None:
         raise _tampered(digest, path, "is a symlink")
     if not stat.S_ISREG(st.st_mode):
         raise _tampered(digest, path, "is not a regular file")
-    if st.st_uid != os.geteuid():
-        raise _tampered(digest, path, f"is owned by uid {st.st_uid}, not you (uid {os.geteuid()})")
+    if st.st_uid != geteuid():
+        raise _tampered(
+            digest, path, f"is owned by uid {st.st_uid}, not you (uid {geteuid()})",
+            f"run `chown {geteuid()} {path}` (reads still verify its content), or {_MOVE_AWAY}",
+        )
     if stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:
-        raise _tampered(digest, path, f"has mode {describe_mode(st)}, expected 0600")
+        raise _tampered(digest, path, f"has mode {describe_mode(st)}, expected 0600", f"run `chmod 600 {path}`")
     if st.st_size != size:
         raise _tampered(digest, path, f"holds {st.st_size} bytes, expected {size}")
 

@@ -18,7 +18,9 @@ import heapq
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from os import geteuid  # imported by name so tests can pretend to be another user
 from pathlib import Path
 
 import apsw
@@ -29,6 +31,7 @@ from .files import check_private_dir, fsync_dir
 
 MAX_STRAYS = 20
 _SCAN_KEY = "asset_scan_after"  # store_meta: the orphan scan resumes after this file name
+TEMP_SCAN_KEY = "asset_temp_scan_after"  # store_meta: the temporary-file scan resumes after this file name
 _HEX_NAME = re.compile(r"[0-9a-f]{64}\Z")
 
 
@@ -47,7 +50,7 @@ class AssetCollection:
     more: bool = False  # a limit was reached
 
     def _stray(self, path: Path) -> None:
-        if len(self.strays) < MAX_STRAYS:
+        if len(self.strays) < MAX_STRAYS and str(path) not in self.strays:
             self.strays.append(str(path))
 
 
@@ -114,7 +117,7 @@ def _remove_file(path: Path, report: AssetCollection, *, min_age: float | None =
         st = os.lstat(path)
     except FileNotFoundError:
         return False
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != geteuid():
         report._stray(path)
         return False
     if min_age is not None and _age(st, now) < min_age:
@@ -125,27 +128,42 @@ def _remove_file(path: Path, report: AssetCollection, *, min_age: float | None =
     return True
 
 
-def _orphan_candidates(conn: apsw.Connection, folder: Path, limit: int, report: AssetCollection) -> list[str]:
-    """The next `limit` digest-named files after the saved scan position, in name order; saves the new position."""
-    row = conn.execute("SELECT value FROM store_meta WHERE key = ?", (_SCAN_KEY,)).fetchone()
+def _next_batch(
+    conn: apsw.Connection, key: str, names: Iterator[str], limit: int, report: AssetCollection
+) -> tuple[list[str], str | None]:
+    """The next `limit` of `names` after the scan position saved under `key`, in name order, and the new position.
+
+    Holds at most `limit + 1` names whatever the folder's size. The new
+    position is None when it is unchanged; it wraps to the start once a batch
+    reaches the last name, so repeated calls visit every file (and
+    `report.more` says whether this pass has more).
+    """
+    row = conn.execute("SELECT value FROM store_meta WHERE key = ?", (key,)).fetchone()
     after = row[0] if row else ""
-    names = []
-    with os.scandir(folder) as entries:
-        for entry in entries:
-            if _HEX_NAME.match(entry.name):
-                if entry.name > after:
-                    names.append(entry.name)
-            elif entry.name != "tmp":
-                report._stray(folder / entry.name)
-    batch = heapq.nsmallest(limit + 1, names)
+    batch = heapq.nsmallest(limit + 1, (name for name in names if name > after))
     more = len(batch) > limit
     report.more = report.more or more
     batch = batch[:limit]
+    position = batch[-1] if more else ""
+    return batch, None if position == after else position
+
+
+def save_scan_position(conn: apsw.Connection, key: str, position: str) -> None:
+    """Inside a write transaction: record where the scan under `key` resumes."""
     conn.execute(
         "INSERT INTO store_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        (_SCAN_KEY, batch[-1] if more else ""),
+        (key, position),
     )
-    return batch
+
+
+def _digest_names(folder: Path, report: AssetCollection) -> Iterator[str]:
+    """Stream the digest-named entries of an asset folder, reporting unexpected names as strays."""
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if _HEX_NAME.match(entry.name):
+                yield entry.name
+            elif entry.name != "tmp":
+                report._stray(folder / entry.name)
 
 
 def collect_orphans(
@@ -158,7 +176,11 @@ def collect_orphans(
     report: AssetCollection,
 ) -> None:
     """Inside a write transaction: remove digest-named files no entry catalogs that are older than the grace."""
-    names = digests if digests is not None else _orphan_candidates(conn, folder, limit, report)
+    names = digests
+    if names is None:
+        names, position = _next_batch(conn, _SCAN_KEY, _digest_names(folder, report), limit, report)
+        if position is not None:
+            save_scan_position(conn, _SCAN_KEY, position)
     removed = False
     for name in names:
         if conn.execute("SELECT 1 FROM assets WHERE digest = ?", (name,)).fetchone():
@@ -170,28 +192,41 @@ def collect_orphans(
         fsync_dir(folder)
 
 
-def collect_temps(folder: Path, now: float, limit: int, report: AssetCollection) -> None:
-    """Remove up to `limit` abandoned temporary files: older than one hour and not locked by a writer."""
-    tmp = temp_dir_of(folder)
-    if not os.path.lexists(tmp):
-        return
-    check_private_dir(tmp)
-    examined = 0
+def _temp_names(tmp: Path, report: AssetCollection) -> Iterator[str]:
+    """Stream the temporary-file names of a `tmp/` folder, reporting other names as strays."""
     with os.scandir(tmp) as entries:
         for entry in entries:
-            if examined == limit:
-                report.more = True
-                return
-            examined += 1
-            path = tmp / entry.name
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                continue
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or not entry.name.endswith(TEMP_SUFFIX):
-                report._stray(path)
-            elif _age(st, now) >= TEMP_MIN_AGE_S:
-                _remove_unlocked(path, st, report)
+            if entry.name.endswith(TEMP_SUFFIX):
+                yield entry.name
+            else:
+                report._stray(tmp / entry.name)
+
+
+def collect_temps(conn: apsw.Connection, folder: Path, now: float, limit: int, report: AssetCollection) -> str | None:
+    """Examine the next `limit` temporary files after the saved scan position; return the new position to save.
+
+    Removes those older than one hour that no writer holds locked. Young and
+    locked files are passed over and the position moves on, so later calls
+    reach the files behind them. Needs no write transaction (the flock
+    decides); the caller saves the returned position (None: unchanged) with
+    `save_scan_position(conn, TEMP_SCAN_KEY, position)`.
+    """
+    tmp = temp_dir_of(folder)
+    if not os.path.lexists(tmp):
+        return None
+    check_private_dir(tmp)
+    batch, position = _next_batch(conn, TEMP_SCAN_KEY, _temp_names(tmp, report), limit, report)
+    for name in batch:
+        path = tmp / name
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != geteuid():
+            report._stray(path)
+        elif _age(st, now) >= TEMP_MIN_AGE_S:
+            _remove_unlocked(path, st, report)
+    return position
 
 
 def _remove_unlocked(path: Path, st: os.stat_result, report: AssetCollection) -> None:

@@ -20,12 +20,12 @@ from .assets import (
     temp_dir_of,
 )
 from .assets_catalog import (
-    AssetInfo,
-    AssetLink,
+    MAX_ENTRY_BYTES,
+    MAX_LINK_BYTES,
+    AssetLinkPage,
     AssetPage,
     AssetTotals,
     AssetVerification,
-    entries_for,
     links_of,
     page_entries,
     totals,
@@ -42,7 +42,14 @@ from .assets_files import (
     verify_file,
     write_temp,
 )
-from .assets_gc import AssetCollection, collect_entries, collect_orphans, collect_temps
+from .assets_gc import (
+    TEMP_SCAN_KEY,
+    AssetCollection,
+    collect_entries,
+    collect_orphans,
+    collect_temps,
+    save_scan_position,
+)
 from .errors import (
     AssetMismatchError,
     AssetMissingError,
@@ -68,8 +75,8 @@ class AssetStoreMixin:
 
     @property
     def asset_dir(self) -> Path:
-        """This database's asset folder: `<home>/memory/assets`, or `<database-name>.assets` beside an explicit path."""
-        return asset_dir_for(self.path, self.settings)
+        """This database's asset folder: `memory/assets` for the standard database, else `<name>.assets` beside it."""
+        return asset_dir_for(self.path)
 
     def _asset_folder(self) -> Path | None:
         """The checked asset folder, or None if it was never created."""
@@ -192,23 +199,40 @@ class AssetStoreMixin:
             raise
         return VerifiedAssetReader(file, ref.digest, ref.size, path)
 
-    def asset_entries(self, digest: str) -> list[AssetInfo]:
-        """Every catalog entry of `digest` (one per media kind it was stored as); empty when none."""
-        with self._read() as conn:
-            return entries_for(conn, digest)
+    def asset_entries(
+        self, digest: str, *, cursor: str | None = None, limit: int | None = None, max_bytes: int | None = None
+    ) -> AssetPage:
+        """Page through the catalog entries of `digest` (one per media kind it was stored as), in media kind order.
 
-    def asset_links(self, digest: str, *, limit: int = 20) -> list[AssetLink]:
-        """The first `limit` (1-1000) events that link `digest`, in Session and seq order."""
-        if type(limit) is not int or not 1 <= limit <= 1000:
-            raise InvalidInputError(f"limit must be between 1 and 1000, got {limit!r}")
+        Bounded like `list_assets`; the page is empty when the digest is not
+        catalogued. A cursor must come from a page of the same digest.
+        """
+        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MAX_ENTRY_BYTES)
         with self._read() as conn:
-            return links_of(conn, digest, limit)
+            return page_entries(conn, cursor, limit, max_bytes, digest)
+
+    def asset_links(
+        self, digest: str, *, cursor: str | None = None, limit: int | None = None, max_bytes: int | None = None
+    ) -> AssetLinkPage:
+        """Page through the events that link `digest`, in Session and seq order, bounded in items and bytes.
+
+        `max_bytes` must leave room for the largest link (`MAX_LINK_BYTES`);
+        pass `next_cursor` back until it is None.
+        """
+        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MAX_LINK_BYTES)
+        with self._read() as conn:
+            return links_of(conn, digest, cursor, limit, max_bytes)
 
     def list_assets(
         self, *, cursor: str | None = None, limit: int | None = None, max_bytes: int | None = None
     ) -> AssetPage:
-        """Page through catalog entries in (digest, media kind) order, bounded in items and bytes."""
-        limit, max_bytes = self._page_limits(limit, max_bytes)
+        """Page through catalog entries in (digest, media kind) order, bounded in items and bytes.
+
+        `max_bytes` must leave room for the largest entry (`MAX_ENTRY_BYTES`,
+        else `InvalidInputError`), so every page holds at least one entry and
+        has a `next_cursor` whenever more entries follow.
+        """
+        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MAX_ENTRY_BYTES)
         with self._read() as conn:
             return page_entries(conn, cursor, limit, max_bytes)
 
@@ -246,10 +270,12 @@ class AssetStoreMixin:
         Deletes up to `limit` catalog entries that no event links and that were
         not put or linked within `grace_s` seconds, removing a file once no
         entry names it; removes up to `limit` digest-named files that no entry
-        names and that are older than `grace_s` (crash orphans); and removes
-        abandoned temporary files older than one hour that no writer holds
-        locked. `digests` restricts the call to those digests (e.g. the ones a
-        deleted Session linked) and skips temporary files.
+        names and that are older than `grace_s` (crash orphans); and examines
+        up to `limit` temporary files, removing those older than one hour that
+        no writer holds locked. Files and temporary files are scanned from a
+        saved position, so successive calls reach every one. `digests`
+        restricts the call to those digests (e.g. the ones a deleted Session
+        linked) and skips temporary files.
 
         Safe to call from another process at any time. Called outside a
         transaction, each step is its own write transaction. Called inside a
@@ -278,8 +304,11 @@ class AssetStoreMixin:
                 return report
             with self._write() as conn:
                 collect_orphans(conn, folder, now, grace_s, limit, targets, report)
-        if targets is None:
-            collect_temps(folder, now, limit, report)
+            if targets is None:
+                position = collect_temps(conn, folder, now, limit, report)
+                if position is not None:
+                    with self._write() as conn:
+                        save_scan_position(conn, TEMP_SCAN_KEY, position)
         return report
 
 

@@ -210,7 +210,7 @@ class SummaryProvenanceError(StoreError):
 
 
 class AssetError(EmelexError):
-    """An asset cannot be stored, linked or read as asked; read the message."""
+    """An asset cannot be stored, linked or read as asked: apply the remedy the message ends with."""
 
 
 class InvalidAssetError(AssetError, InvalidInputError):
@@ -238,10 +238,10 @@ class AssetMissingError(AssetError):
 
 
 class AssetTamperedError(AssetError):
-    """An asset file is a symlink, not ours, has the wrong mode, size or content: move it away, then put the original bytes again."""
+    """An asset file is unsafe or altered: chmod or chown it, or move it away and put the bytes again, as it says."""
 
 
-class AssetLinkMismatchError(StoreError):
+class AssetLinkMismatchError(AssetError):
     """An event's recorded assets disagree with its links or the catalog: restore the database from a backup."""
 
 

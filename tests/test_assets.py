@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import hashlib
 import io
 import os
@@ -12,6 +13,8 @@ import pytest
 
 from emelex_memory import (
     MAX_ASSET_BYTES,
+    AssetError,
+    AssetLinkMismatchError,
     AssetMismatchError,
     AssetMissingError,
     AssetNotFoundError,
@@ -23,8 +26,10 @@ from emelex_memory import (
     InvalidInputError,
     MemoryStore,
     Settings,
+    StoreError,
 )
 from emelex_memory import assets_files
+from emelex_memory.assets_catalog import MAX_ENTRY_BYTES
 
 from .conftest import file_state, table_rows
 
@@ -55,7 +60,7 @@ def test_bytes_round_trip_into_a_private_sibling_folder(store: MemoryStore, db_p
     for folder in (store.asset_dir, store.asset_dir / "tmp"):
         assert stat.S_IMODE(os.lstat(folder).st_mode) == 0o700
     assert os.listdir(store.asset_dir / "tmp") == []
-    assert store.asset_entries(ref.digest)[0].ref == ref
+    assert store.asset_entries(ref.digest).assets[0].ref == ref
 
 
 def test_standard_database_keeps_assets_in_memory_assets(settings: Settings, tmp_path: Path) -> None:
@@ -130,10 +135,11 @@ def test_same_content_is_stored_once(db_path: Path, settings: Settings) -> None:
     now[0] = 2000.0
     second = store.put_asset([b"same ", b"bytes"], "text/plain")
     assert first == second
-    [entry] = store.asset_entries(first.digest)
+    [entry] = store.asset_entries(first.digest).assets
     assert (entry.created_at, entry.touched_at) == (1000.0, 2000.0)
     as_markdown = store.put_asset(b"same bytes", "text/markdown")
-    assert [e.ref.media_kind for e in store.asset_entries(first.digest)] == ["text/markdown", "text/plain"]
+    kinds = [e.ref.media_kind for e in store.asset_entries(first.digest).assets]
+    assert kinds == ["text/markdown", "text/plain"]
     assert store.read_asset(as_markdown) == b"same bytes"
     assert sorted(os.listdir(store.asset_dir)) == sorted([first.digest, "tmp"])
     assert os.lstat(store.asset_dir / first.digest).st_nlink == 1
@@ -223,41 +229,72 @@ def test_a_symlinked_temp_folder_is_refused(store: MemoryStore, db_path: Path, t
     assert os.listdir(elsewhere) == [] and table_rows(db_path) == rows
 
 
-def _chown_away(path: Path) -> None:
+def _chown_away(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("changing a file's owner needs root (the pretend_other_user case runs as anyone)")
     os.chown(path, 65534, 65534, follow_symlinks=False)
 
 
-def _chmod_open(path: Path) -> None:
+def _pretend_other_user(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file keeps its owner while the checks believe we are someone else."""
+    me = os.geteuid()
+    monkeypatch.setattr(assets_files, "geteuid", lambda: me + 1)
+
+
+def _chmod_open(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     os.chmod(path, 0o644)
 
 
-def _grow(path: Path) -> None:
+def _grow(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with open(path, "ab") as f:
         f.write(b"!")
 
 
-def _flip(path: Path) -> None:
+def _flip(path: Path, monkeypatch: pytest.MonkeyPatch | None = None) -> None:
     data = bytearray(path.read_bytes())
     data[3] ^= 0xFF
     with open(path, "r+b") as f:
         f.write(data)
 
 
+MOVE_AWAY = "move it away, then put the original bytes again"
+
+
 @pytest.mark.parametrize(
-    ("damage", "finding"),
-    [(_chown_away, "owned by uid 65534"), (_chmod_open, "mode 0644"), (_grow, "holds 33 bytes"),
-     (_flip, "does not hash")],
+    ("damage", "finding", "remedy"),
+    [(_chown_away, "owned by uid 65534", "chown"),
+     (_pretend_other_user, f"owned by uid {os.geteuid()}, not you \\(uid {os.geteuid() + 1}\\)", "chown"),
+     (_chmod_open, "mode 0644", "run `chmod 600 "), (_grow, "holds 33 bytes", MOVE_AWAY),
+     (_flip, "does not hash", MOVE_AWAY)],
 )
-def test_a_damaged_file_is_refused_on_read(store: MemoryStore, damage, finding: str) -> None:
-    if damage is _chown_away and os.geteuid() != 0:
-        pytest.skip("changing a file's owner needs root")
+def test_a_damaged_file_is_refused_on_read(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch, damage, finding: str, remedy: str
+) -> None:
     ref = store.put_asset(b"32 bytes of perfectly good data!", "text/plain")
-    damage(store.asset_dir / ref.digest)
+    damage(store.asset_dir / ref.digest, monkeypatch)
     for read in (store.read_asset, store.open_asset):
         with pytest.raises(AssetTamperedError, match=finding) as err:
             read(ref)
-        assert ref.digest in str(err.value)
+        assert ref.digest in str(err.value) and remedy in str(err.value)
     assert [p.detail for p in store.verify_assets().problems] == [str(err.value)]
+
+
+def test_a_mode_problem_is_remedied_by_the_chmod_it_names(store: MemoryStore) -> None:
+    ref = store.put_asset(b"readable by others", "text/plain")
+    path = store.asset_dir / ref.digest
+    os.chmod(path, 0o644)
+    with pytest.raises(AssetTamperedError, match="chmod 600") as err:
+        store.read_asset(ref)
+    assert "move it away" not in str(err.value)
+    os.chmod(path, 0o600)  # exactly what the message says
+    assert store.read_asset(ref) == b"readable by others"
+
+
+def test_asset_errors_share_one_base() -> None:
+    assert issubclass(AssetLinkMismatchError, AssetError)
+    assert not issubclass(AssetLinkMismatchError, StoreError)
+    for cls in (AssetError, AssetLinkMismatchError, AssetTamperedError):
+        assert cls.__doc__ and ":" in cls.__doc__ and "read the message" not in cls.__doc__
 
 
 def test_a_missing_file_or_unknown_ref_is_refused(store: MemoryStore) -> None:
@@ -343,3 +380,78 @@ def test_verification_pages_are_bounded_and_report_every_problem(store: MemorySt
     assert checked == 6
     assert [(p.digest, "missing" in p.detail or "hash" in p.detail) for p in problems] == [
         (refs[1].digest, True), (refs[4].digest, True)]
+
+
+def test_a_page_too_small_for_the_largest_entry_is_refused(store: MemoryStore, db_path: Path) -> None:
+    longest = "a" * 63 + "/" + "b" * 63  # the longest media kind the catalog accepts
+    refs = sorted((store.put_asset(f"entry {i}".encode(), longest) for i in range(3)), key=lambda r: r.digest)
+    for too_small in (1, 100, MAX_ENTRY_BYTES - 1):
+        with pytest.raises(InvalidInputError, match=f"max_bytes must be between {MAX_ENTRY_BYTES} and"):
+            store.list_assets(max_bytes=too_small)
+        with pytest.raises(InvalidInputError):
+            store.asset_entries(refs[0].digest, max_bytes=too_small)
+    seen, cursor = [], None
+    for _ in range(10):
+        page = store.list_assets(cursor=cursor, max_bytes=MAX_ENTRY_BYTES)
+        assert len(page.assets) == 1  # the largest entry fits exactly, and never more than one
+        seen += [a.ref for a in page.assets]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == refs
+
+
+def test_the_entries_of_one_digest_page_with_a_cursor(store: MemoryStore) -> None:
+    kinds = [f"text/kind{i}" for i in range(5)]
+    for kind in kinds:
+        ref = store.put_asset(b"one file, many kinds", kind)
+    other = store.put_asset(b"another file", "text/plain")
+    seen, cursor = [], None
+    for _ in range(10):
+        page = store.asset_entries(ref.digest, cursor=cursor, limit=2)
+        assert 1 <= len(page.assets) <= 2
+        seen += [a.ref.media_kind for a in page.assets]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == kinds
+    assert store.asset_entries("c" * 64).assets == [] and store.asset_entries("c" * 64).next_cursor is None
+    wrong = store.asset_entries(other.digest).assets[0].ref
+    with pytest.raises(InvalidInputError, match="belongs to another asset"):
+        store.asset_entries(ref.digest, cursor=f"{wrong.digest}:{wrong.media_kind}")
+
+
+def test_a_strided_memoryview_is_stored_as_its_bytes(store: MemoryStore) -> None:
+    data = os.urandom(3 * MiB + 5)
+    ref = store.put_asset(memoryview(data)[::3], "application/octet-stream")  # copied in bounded slices
+    assert ref == AssetRef(_sha(data[::3]), len(data[::3]), "application/octet-stream")
+    assert store.read_asset(ref) == data[::3]
+    words = array.array("i", range(1000))
+    ref = store.put_asset([b"head", memoryview(words)[::2]], "application/octet-stream")
+    assert store.read_asset(ref) == b"head" + array.array("i", range(0, 1000, 2)).tobytes()
+
+
+def test_a_strided_multidimensional_memoryview_is_refused(store: MemoryStore, db_path: Path) -> None:
+    testbuffer = pytest.importorskip("_testbuffer")
+    store.put_asset(b"x", "text/plain")
+    rows, files = table_rows(db_path), _tree(store.asset_dir)
+    grid = memoryview(testbuffer.ndarray(list(range(12)), shape=[3, 4], format="B"))[::2]
+    assert grid.ndim == 2 and not grid.c_contiguous
+    with pytest.raises(InvalidAssetError, match="non-contiguous 2-dimensional memoryview; pass view.tobytes"):
+        store.put_asset(grid, "application/octet-stream")
+    assert table_rows(db_path) == rows and _tree(store.asset_dir) == files
+    assert store.read_asset(store.put_asset(grid.tobytes(), "application/octet-stream")) == grid.tobytes()
+
+
+def test_the_standard_database_maps_to_memory_assets_however_it_is_opened(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EMELEX_HOME", str(tmp_path / "another-home"))  # default Settings() name another Home
+    with MemoryStore.open(settings) as store:
+        ref = store.put_asset(b"one catalog, one folder", "text/plain")
+    with MemoryStore.open_path(settings.database_path) as by_path:
+        assert by_path.asset_dir == settings.memory_dir / "assets"
+        assert by_path.read_asset(ref) == b"one catalog, one folder"
+        again = by_path.put_asset(b"one catalog, one folder", "text/plain")
+    assert again == ref and sorted(os.listdir(settings.memory_dir / "assets")) == sorted([ref.digest, "tmp"])
+    assert not any(name.endswith(".assets") for name in os.listdir(settings.memory_dir))

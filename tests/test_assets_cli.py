@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from emelex_memory import AssetRef, MemoryStore, NewEvent, Settings
 from emelex_workers.cli import app
+from emelex_workers.cli import assets as assets_cli
 
 runner = CliRunner()
 
@@ -67,6 +68,7 @@ def test_verify_reports_what_is_wrong_and_fails(workspace: Path, home: Path) -> 
     assert f"[FAIL] {refs[1].digest} (audio/wav)" in bad.output and "mode 0644" in bad.output
     data = json.loads(runner.invoke(app, ["memory", "assets", "verify", "--json"]).output)
     assert data["complete"] and [p["digest"] for p in data["problems"]] == [refs[1].digest]
+    assert data["problem_count"] == 1
     shown = runner.invoke(app, ["memory", "assets", "show", refs[1].digest])
     assert shown.exit_code == 1 and "mode 0644" in shown.output
 
@@ -80,3 +82,42 @@ def test_doctor_counts_assets(workspace: Path, home: Path) -> None:
     os.chmod(home / "memory" / "assets", 0o777)
     result = runner.invoke(app, ["memory", "doctor"])
     assert result.exit_code == 1 and "[FAIL] asset directory" in result.output
+
+
+def test_verify_json_lists_a_bounded_number_of_problems_and_counts_them_all(
+    workspace: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, refs = _seed(workspace)
+    for ref in refs:
+        os.chmod(home / "memory" / "assets" / ref.digest, 0o644)
+    monkeypatch.setattr(assets_cli, "MAX_JSON_PROBLEMS", 1)
+    result = runner.invoke(app, ["memory", "assets", "verify", "--json", "--page-size", "1"])
+    assert result.exit_code == 1
+    data = json.loads(result.output)
+    assert data["problem_count"] == 2 and len(data["problems"]) == 1 and data["complete"]
+    text = runner.invoke(app, ["memory", "assets", "verify", "--page-size", "1"])  # text streams every problem
+    assert text.output.count("[FAIL]") == 2 and "2 problem(s)" in text.output
+
+
+def test_sessions_show_lists_each_events_assets(workspace: Path) -> None:
+    session_id, refs = _seed(workspace)
+    shown = runner.invoke(app, ["memory", "sessions", "show", session_id])
+    assert shown.exit_code == 0, shown.output
+    assert f"asset {refs[0].digest[:12]}  40 bytes  image/png" in shown.output
+    assert refs[1].digest[:12] not in shown.output  # stored, but no event links it
+    data = json.loads(runner.invoke(app, ["memory", "sessions", "show", session_id, "--json"]).output)
+    assert [e["assets"] for e in data["events"]] == [
+        [{"digest": refs[0].digest, "size": 40, "media_kind": "image/png"}]]
+
+
+def test_show_says_when_more_links_exist(workspace: Path) -> None:
+    session_id, refs = _seed(workspace)
+    with MemoryStore.open(Settings()) as store:
+        with store.acquire_lease(session_id, workspace) as lease:
+            list(lease.replay_all())
+            lease.append_turn([NewEvent("user", "again", assets=(refs[0],))])
+    result = runner.invoke(app, ["memory", "assets", "show", refs[0].digest, "--links", "1"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("linked:   Session") == 1 and "more than 1 events" in result.output
+    data = json.loads(runner.invoke(app, ["memory", "assets", "show", refs[0].digest, "--json"]).output)
+    assert len(data["links"]) == 2 and not data["more_links"] and not data["more_entries"]

@@ -57,8 +57,13 @@ def test_assets_are_linked_and_replayed_in_order(store: MemoryStore, lease: Sess
     assert events[1].asset_refs is None
     assert {e.ref: e.links for e in store.list_assets().assets} == {png: 2, wav: 2}
     links = store.asset_links(png.digest)
-    assert [(x.session_id, x.seq, x.ordinal) for x in links] == [(lease.session_id, turn.first_seq, 0),
-                                                                 (lease.session_id, turn.first_seq, 2)]
+    assert links.next_cursor is None
+    assert [(x.session_id, x.seq, x.ordinal) for x in links.links] == [(lease.session_id, turn.first_seq, 0),
+                                                                       (lease.session_id, turn.first_seq, 2)]
+    first = store.asset_links(png.digest, limit=1)
+    assert first.links == links.links[:1] and first.next_cursor
+    second = store.asset_links(png.digest, cursor=first.next_cursor, limit=1)
+    assert second.links == links.links[1:] and second.next_cursor is None
     page = store.replay(lease.session_id, 0, limit=1)
     assert page.events[0].assets == (png, wav, png) and not page.done
 
@@ -176,12 +181,12 @@ def test_replay_verifies_links_against_the_events_and_catalog(
 def test_deleting_a_session_unlinks_its_assets(store: MemoryStore, lease: SessionLease, db_path: Path) -> None:
     ref = store.put_asset(b"shared", "text/plain")
     lease.append_turn([NewEvent("user", "a", assets=(ref, ref))])
-    assert store.asset_entries(ref.digest)[0].links == 2
+    assert store.asset_entries(ref.digest).assets[0].links == 2
     assert store.collect_assets(grace_s=0).removed_entries == 0  # referenced: never collected
     lease.release()
     conn = _raw(db_path)
     with conn:
         conn.execute("DELETE FROM sessions")
     conn.close()
-    assert store.asset_entries(ref.digest)[0].links == 0
+    assert store.asset_entries(ref.digest).assets[0].links == 0
     assert store.collect_assets(grace_s=0).removed_files == 1

@@ -13,6 +13,8 @@ from emelex_memory import AssetInfo, AssetNotFoundError, EmelexError, MemoryStor
 assets_app = typer.Typer(help="List, show and verify stored media assets.", no_args_is_help=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
+SHOWN_ENTRIES = 100  # media kinds of one digest that `show` prints
+MAX_JSON_PROBLEMS = 1000  # problems `verify --json` lists; it counts them all
 
 
 def _settings(ctx: typer.Context) -> Settings:
@@ -64,7 +66,8 @@ def assets_show(
 ) -> None:
     """Show one asset: its catalog entries, its file, whether the file verifies, and the events linking it."""
     with MemoryStore.open(_settings(ctx)) as store:
-        entries = store.asset_entries(digest)
+        page = store.asset_entries(digest, limit=SHOWN_ENTRIES)
+        entries = page.assets
         if not entries:
             raise AssetNotFoundError(f"no asset {digest} is catalogued; list them with `emelex memory assets list`")
         linked = store.asset_links(digest, limit=links)
@@ -81,8 +84,10 @@ def assets_show(
             "verified": verdict == "ok",
             "problem": None if verdict == "ok" else verdict,
             "entries": [_entry_dict(e) for e in entries],
+            "more_entries": page.next_cursor is not None,
             "links": [{"session": x.session_id, "seq": x.seq, "ordinal": x.ordinal, "media_kind": x.media_kind}
-                      for x in linked],
+                      for x in linked.links],
+            "more_links": linked.next_cursor is not None,
         }))
     else:
         typer.echo(f"Asset {digest}")
@@ -92,8 +97,12 @@ def assets_show(
         for e in entries:
             typer.echo(f"  entry:    {e.ref.media_kind}  {e.links} links  created {_when(e.created_at)}  "
                        f"last used {_when(e.touched_at)}")
-        for x in linked:
+        if page.next_cursor:
+            typer.echo(f"  entry:    ... more than {len(entries)} media kinds; see `emelex memory assets list`")
+        for x in linked.links:
             typer.echo(f"  linked:   Session {x.session_id} event #{x.seq} (asset {x.ordinal}, {x.media_kind})")
+        if linked.next_cursor:
+            typer.echo(f"  linked:   ... more than {len(linked.links)} events; show more with --links N")
     if verdict != "ok":
         raise typer.Exit(1)
 
@@ -108,14 +117,22 @@ def assets_verify(
     cursor: Annotated[Optional[str], typer.Option(help="Continue after this entry (printed if stopped early).")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Re-hash every catalogued asset file, page by page, and report what is wrong; exit 1 if anything is."""
-    checked = hashed = 0
-    problems = []
+    """Re-hash every catalogued asset file, page by page, and report what is wrong; exit 1 if anything is.
+
+    Text output prints each problem as its page is checked; `--json` lists
+    the first 1000 problems and counts them all.
+    """
+    checked = hashed = found = 0
+    listed: list[dict] = []
     with MemoryStore.open(_settings(ctx)) as store:
         while True:
             page = store.verify_assets(cursor=cursor, limit=page_size)
-            checked, hashed = checked + page.checked, hashed + page.hashed_bytes
-            problems.extend(page.problems)
+            checked, hashed, found = checked + page.checked, hashed + page.hashed_bytes, found + len(page.problems)
+            for p in page.problems:
+                if not as_json:
+                    typer.echo(f"[FAIL] {p.digest} ({', '.join(p.media_kinds)}): {p.detail}")
+                elif len(listed) < MAX_JSON_PROBLEMS:
+                    listed.append({"digest": p.digest, "media_kinds": list(p.media_kinds), "detail": p.detail})
             cursor = page.next_cursor
             if cursor is None or (max_assets is not None and checked >= max_assets):
                 break
@@ -125,14 +142,11 @@ def assets_verify(
             "hashed_bytes": hashed,
             "complete": cursor is None,
             "next_cursor": cursor,
-            "problems": [
-                {"digest": p.digest, "media_kinds": list(p.media_kinds), "detail": p.detail} for p in problems
-            ],
+            "problem_count": found,
+            "problems": listed,
         }))
     else:
-        for p in problems:
-            typer.echo(f"[FAIL] {p.digest} ({', '.join(p.media_kinds)}): {p.detail}")
         typer.echo(f"checked {checked} entries, {hashed} bytes hashed: "
-                   f"{len(problems)} problem(s){'' if cursor is None else f'; stopped early, more after {cursor}'}")
-    if problems:
+                   f"{found} problem(s){'' if cursor is None else f'; stopped early, more after {cursor}'}")
+    if found:
         raise typer.Exit(1)

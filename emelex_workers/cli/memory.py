@@ -86,7 +86,8 @@ def sessions_show(
         s = store.get_session(session)
         page = store.replay(session, after, limit=limit)
     events = [
-        {"seq": e.seq, "turn": e.turn, "kind": e.kind, "payload": e.payload, "created_at": e.created_at}
+        {"seq": e.seq, "turn": e.turn, "kind": e.kind, "payload": e.payload, "created_at": e.created_at,
+         "assets": [{"digest": a.digest, "size": a.size, "media_kind": a.media_kind} for a in e.assets]}
         for e in page.events
     ]
     if as_json:
@@ -100,6 +101,8 @@ def sessions_show(
     for e in events:
         text = json.dumps(e["payload"], ensure_ascii=False)
         typer.echo(f"  #{e['seq']:<5} turn {e['turn']:<4} {e['kind']:<12} {text[:200]}")
+        for a in e["assets"]:
+            typer.echo(f"         asset {a['digest'][:12]}  {a['size']} bytes  {a['media_kind']}")
     if not page.done:
         typer.echo(f"  more: --after {page.next_cursor}")
 
