@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import apsw
 
 from .connection import connect
-from .jobs import Job, append_diagnostic
+from .jobs import Job, append_diagnostic, claimed_job, done_job
 from .retry import retry_busy
 
 if TYPE_CHECKING:
@@ -29,23 +29,51 @@ class JobClaim:
     zero-wait connection, retried a bounded number of times while busy.
     """
 
-    def __init__(self, store: MemoryStore, rowid: int, session_rowid: int, job: Job, digest: bytes, expires_at: float):
-        """Wrap a claim `MemoryStore.claim_job` just made; `digest` is the SHA-256 of the worker lease token."""
+    def __init__(self, store: MemoryStore, row: tuple, holder: str, claimed_at: float, digest: bytes, expires_at: float):
+        """Wrap a claim `MemoryStore.claim_job` just made: its `CLAIM_RETURNING` row, the lease holder label, when it
+        was made, the SHA-256 of the worker lease token and the lease expiry."""
         self._store = store
-        self._rowid = rowid
-        self._session_rowid = session_rowid
-        self.job = job
+        self._rowid = row[0]
+        self._session_rowid = row[1]
+        self._id = row[2]
+        self._kind = row[3]
+        self._claimed = (row, holder, claimed_at, expires_at)
+        self._job: Job | None = None
         self._digest = digest
         self.expires_at = expires_at
         self.ended = False
 
     def __repr__(self) -> str:
-        return f"<JobClaim {self.job.kind} {self.job.id} expires_at={self.expires_at:.3f} ended={self.ended}>"
+        return f"<JobClaim {self.kind} {self.id} expires_at={self.expires_at:.3f} ended={self.ended}>"
 
     @property
     def id(self) -> str:
         """The public job ID."""
-        return self.job.id
+        return self._id
+
+    @property
+    def kind(self) -> str:
+        """The job's kind."""
+        return self._kind
+
+    @property
+    def job(self) -> Job:
+        """The job as this worker last saw it: as claimed until an outcome is recorded, then as that left it.
+
+        Built on first use, so a handler that never looks pays nothing for decoding it.
+        """
+        if self._job is None:
+            self._job = claimed_job(*self._claimed)
+        return self._job
+
+    @job.setter
+    def job(self, job: Job) -> None:
+        self._job = job
+
+    def _done(self, result: dict[str, Any] | None, now: float) -> Job:
+        """The job as completing it at `now` with `result` leaves it (see `jobs.done_job`)."""
+        row, _, _, _ = self._claimed
+        return done_job(row, self.expires_at, result, now)
 
     @property
     def store(self) -> MemoryStore:

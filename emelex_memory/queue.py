@@ -9,8 +9,12 @@ sweeper is needed. Retry deadlines come from `retry.RETRY_SCHEDULE`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import math
+import os
+import secrets
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -19,6 +23,7 @@ import apsw
 
 from .errors import InvalidInputError, JobNotFoundError, JobStateError, SessionLiveError, WorkerLeaseLostError
 from .jobs import (
+    CLAIM_RETURNING,
     JOB_COLUMNS,
     JOB_FROM,
     JOB_RETURNING,
@@ -38,7 +43,7 @@ from .jobs import (
     registered_kinds,
 )
 from .job_claim import JobClaim
-from .leases import holder_label, new_token, token_digest
+from .leases import holder_label
 from .retry import RETRY_SCHEDULE
 
 if TYPE_CHECKING:
@@ -46,6 +51,7 @@ if TYPE_CHECKING:
 
 RESCUE_BATCH = 100
 _ACTIVE = "state IN ('pending', 'claimed')"  # repeats the partial index's WHERE so SQLite uses jobs_active
+_EXPIRED_CLAIMS = f"FROM jobs WHERE {_ACTIVE} AND state = 'claimed' AND due_at <= ?"  # worker lease expired by ?
 _LIVE_SESSION_OF_JOB = (
     "SELECT 1 FROM session_leases l WHERE l.session_id = jobs.session_id AND l.state = 'active' AND l.expires_at > ?"
 )
@@ -58,6 +64,36 @@ def _failure_update(attempts: int, diagnostics: str, event: str, message: str, n
     due = now if terminal else now + RETRY_SCHEDULE.delay(failed)
     diags = append_diagnostic(diagnostics, now, failed, event, message)
     return ("failed" if terminal else "pending", failed, due, now if terminal else None, diags)
+
+
+_COMPLETE = (  # re-checks the worker lease and that the Session is not live; changes one row only if it completed
+    "UPDATE jobs SET state = 'done', finished_at = ?, updated_at = ?, lease_hash = NULL, lease_holder = NULL, "
+    "lease_expires_at = NULL WHERE id = ? AND state = 'claimed' AND lease_hash = ? AND lease_expires_at > ? "
+    f"AND NOT EXISTS ({_LIVE_SESSION_OF_JOB})"
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _claim_sql(kind_count: int, guarded: bool) -> str:
+    """The claim: one `UPDATE ... RETURNING` of the oldest due pending job of the kinds whose Session is not live.
+
+    A `guarded` claim claims nothing while an expired claim waits to be rescued; see `claim_job`.
+    """
+    marks = ", ".join("?" * kind_count)
+    guard = f"AND NOT EXISTS (SELECT 1 {_EXPIRED_CLAIMS}) " if guarded else ""
+    return (
+        "UPDATE jobs SET state = 'claimed', lease_hash = ?, lease_holder = ?, lease_expires_at = ?, due_at = ?, "
+        f"updated_at = ? WHERE id = (SELECT j.id FROM jobs j WHERE {_ACTIVE} AND j.state = 'pending' "
+        f"AND j.due_at <= ? AND j.kind IN ({marks}) AND NOT EXISTS (SELECT 1 FROM session_leases l "
+        "WHERE l.session_id = j.session_id AND l.state = 'active' AND l.expires_at > ?) "
+        f"ORDER BY j.due_at, j.id LIMIT 1) {guard}RETURNING {CLAIM_RETURNING}"
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _holder_label(pid: int) -> str:
+    """`pid@host` of this process, looked up once per process (a fork gets a new pid, so a new label)."""
+    return holder_label()
 
 
 _RECORD_FAILURE = (
@@ -210,24 +246,23 @@ class JobQueueMixin:
         if not names:
             raise InvalidInputError("claim_job needs at least one job kind")
         ttl = self._worker_ttl(ttl_s)
-        digest = token_digest(new_token())  # the token itself is never needed again: the claim object is the authority
-        marks = ", ".join("?" * len(names))
+        # The SHA-256 of a fresh 256-bit lease token; the token itself is never needed again: the claim object holds
+        # the digest and is the authority.
+        digest = hashlib.sha256(secrets.token_bytes(32)).digest()
+        holder = _holder_label(os.getpid())
         with self._write() as conn:
             now = self.clock()
-            self._rescue(conn, now)
-            claimed = conn.execute(
-                "UPDATE jobs SET state = 'claimed', lease_hash = ?, lease_holder = ?, lease_expires_at = ?, "
-                f"due_at = ?, updated_at = ? WHERE id = (SELECT j.id FROM jobs j WHERE {_ACTIVE} "
-                f"AND j.state = 'pending' AND j.due_at <= ? AND j.kind IN ({marks}) AND NOT EXISTS (SELECT 1 "
-                "FROM session_leases l WHERE "
-                "l.session_id = j.session_id AND l.state = 'active' AND l.expires_at > ?) "
-                f"ORDER BY j.due_at, j.id LIMIT 1) RETURNING {JOB_RETURNING}, session_id",
-                (digest, holder_label(), now + ttl, now + ttl, now, now, *names, now),
-            ).fetchall()
-        if not claimed:
+            expires = now + ttl
+            params = (digest, holder, expires, expires, now, now, *names, now)
+            # Rescue first, in one statement with the claim in the common case: the guarded claim claims nothing
+            # while an expired claim exists. When it claims nothing, rescue expired claims and, if there were any,
+            # claim again; either way the claim sees no expired claim, exactly as if the rescue had run before it.
+            row = conn.execute(_claim_sql(len(names), True), (*params, now)).fetchone()
+            if row is None and self._rescue(conn, now):
+                row = conn.execute(_claim_sql(len(names), False), params).fetchone()
+        if row is None:
             return None
-        row = claimed[0]
-        return JobClaim(self, row[0], row[-1], job_from_row(row[:-1]), digest, now + ttl)
+        return JobClaim(self, row, holder, now, digest, expires)
 
     def rescue_expired_jobs(self: MemoryStore) -> int:
         """Turn up to 100 expired claims into counted failures (as every claim does first); return how many."""
@@ -236,10 +271,10 @@ class JobQueueMixin:
 
     def _rescue(self: MemoryStore, conn: apsw.Connection, now: float) -> int:
         rows = conn.execute(
-            "SELECT id, attempts, diagnostics, lease_holder, lease_expires_at FROM jobs "
-            f"WHERE {_ACTIVE} AND state = 'claimed' AND due_at <= ? ORDER BY due_at LIMIT ?",
-            (now, RESCUE_BATCH),
-        ).fetchall()
+            f"SELECT id, attempts, diagnostics, lease_holder, lease_expires_at {_EXPIRED_CLAIMS} "
+            f"ORDER BY due_at LIMIT {RESCUE_BATCH}",
+            (now,),
+        ).fetchall()  # a literal LIMIT: a bound one makes this probe, which usually finds nothing, 4x slower
         for rowid, attempts, diags, holder, expired in rows:
             message = f"worker lease of {holder} expired at {expired:.3f} without an outcome"
             state, failed, due, finished, diags = _failure_update(attempts, diags, "expired", message, now, False)
@@ -284,18 +319,16 @@ class JobQueueMixin:
         `SessionLiveError` when the Session went live (release the job then),
         or the completion function's error; in every case nothing is written.
         """
-        kind = job_kind(claim.job.kind)
+        kind = job_kind(claim.kind)
         with self._write() as conn:
             now = self.clock()
             # One statement re-checks the worker lease and the Session's liveness and marks the job done; the
             # kind's effect follows in the same transaction, so any failure below rolls all of it back.
-            row = None if claim.ended else conn.execute(
-                "UPDATE jobs SET state = 'done', finished_at = ?, updated_at = ?, lease_hash = NULL, "
-                "lease_holder = NULL, lease_expires_at = NULL WHERE id = ? AND state = 'claimed' AND lease_hash = ? "
-                f"AND lease_expires_at > ? AND NOT EXISTS ({_LIVE_SESSION_OF_JOB}) RETURNING {JOB_RETURNING}",
-                (now, now, claim._rowid, claim._digest, now, now),
-            ).fetchone()
-            if row is None:
+            completed = False
+            if not claim.ended:
+                conn.execute(_COMPLETE, (now, now, claim._rowid, claim._digest, now, now))
+                completed = conn.changes() == 1
+            if not completed:
                 self._check_held(conn, claim, now)
                 raise SessionLiveError(
                     f"Session {claim.job.session_id} of job {claim.id} became live; interactive use wins, release "
@@ -309,10 +342,9 @@ class JobQueueMixin:
                 raise InvalidInputError(f"the result of a {kind.name} job must be None or a JSON object")
             if outcome is not None:
                 text = encode_json(dict(outcome), max_bytes=MAX_RESULT_BYTES, what="the job result")
-                row = conn.execute(
-                    f"UPDATE jobs SET result = ? WHERE id = ? RETURNING {JOB_RETURNING}", (text, claim._rowid)
-                ).fetchone()
-            job = job_from_row(row)
+                conn.execute("UPDATE jobs SET result = ? WHERE id = ?", (text, claim._rowid))
+                outcome = json.loads(text)
+            job = claim._done(outcome, now)
         claim.ended = True
         claim.job = job
         return job

@@ -44,6 +44,32 @@ class SessionPage:
     next_cursor: str | None
 
 
+class _WriteTransaction:
+    """`with store._write() as conn:` holds the store's lock around one `BEGIN IMMEDIATE` transaction on its
+    connection. A plain class, not a generator context manager: it halves the fixed Python cost of a transaction,
+    which the work queue pays twice per job."""
+
+    __slots__ = ("_lock", "_conn")
+
+    def __init__(self, lock: threading.RLock, conn: apsw.Connection) -> None:
+        self._lock = lock
+        self._conn = conn
+
+    def __enter__(self) -> apsw.Connection:
+        self._lock.acquire()
+        try:
+            return self._conn.__enter__()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> bool:
+        try:
+            return self._conn.__exit__(*exc)
+        finally:
+            self._lock.release()
+
+
 class MemoryStore(ModelRefMixin, KnowledgeMixin, DeletionMixin, DistillationMixin, MaintenanceMixin, JobQueueMixin, CompactionMixin, AssetStoreMixin):
     """One open Emelex database. Thread-safe; use it as a context manager or call `close()`."""
 
@@ -131,11 +157,9 @@ class MemoryStore(ModelRefMixin, KnowledgeMixin, DeletionMixin, DistillationMixi
 
     # -- internals shared with the feature modules ---------------------------------
 
-    @contextmanager
-    def _write(self) -> Iterator[apsw.Connection]:
+    def _write(self) -> _WriteTransaction:
         """One `BEGIN IMMEDIATE` transaction: commits on success, rolls back completely on any error."""
-        with self._lock, self._conn:
-            yield self._conn
+        return _WriteTransaction(self._lock, self._conn)
 
     @contextmanager
     def _read(self) -> Iterator[apsw.Connection]:

@@ -2,10 +2,11 @@
 
 `emelex memory work` is a thin loop over `run_one_job`. A handler is any
 callable taking the `JobClaim` and returning the result its kind's completion
-function expects (a `SummaryDraft` for compaction). While it runs, a helper
-thread renews the worker lease every third of its TTL (`renewing`), so a
-handler may take longer than the TTL; a worker that dies stops renewing, and
-its claim is rescued once the lease expires. How the handler's exceptions count:
+function expects (a `SummaryDraft` for compaction). While it runs, the shared
+renewer thread renews the worker lease every third of its TTL (`renewing`, see
+`renewal.py`), so a handler may take longer than the TTL; a worker that dies
+stops renewing, and its claim is rescued once the lease expires. How the
+handler's exceptions count:
 
 - returns normally: the job completes (Summary appended, ...);
 - `SessionLiveError` (from the handler or from completion): released to
@@ -21,9 +22,7 @@ its claim is rescued once the lease expires. How the handler's exceptions count:
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +32,7 @@ from tenacity.wait import wait_base
 from .errors import PermanentJobError, SessionLiveError, SourceChangedError, TransientJobError, WorkerLeaseLostError
 from .jobs import Job
 from .queue import JobClaim
+from .renewal import renewing
 from .retry import bounded_retrying
 
 if TYPE_CHECKING:
@@ -98,34 +98,6 @@ def run_one_job(
             return _settle(claim, lambda: claim.fail(describe(exc), permanent=True), describe(exc))
         except Exception as exc:  # any handler failure is recorded, and the worker goes on
             return _settle(claim, lambda: claim.fail(describe(exc)), describe(exc))
-
-
-@contextmanager
-def renewing(claim: JobClaim, ttl_s: float) -> Iterator[None]:
-    """Renew `claim`'s worker lease by `ttl_s` every `ttl_s / 3` seconds on a helper thread while the block runs.
-
-    The thread is stopped and joined when the block ends, however it ends.
-    It gives up once the lease is lost (the outcome then reports it) and
-    tries again on the next tick after any other error (e.g. a busy database).
-    """
-    done = threading.Event()
-
-    def renew() -> None:
-        while not done.wait(ttl_s / 3):
-            try:
-                claim.renew(ttl_s)
-            except WorkerLeaseLostError:
-                return
-            except Exception:  # e.g. busy: the next tick tries again, well before the lease expires
-                continue
-
-    thread = threading.Thread(target=renew, name=f"renew-{claim.id}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
 
 
 def _run_handler(handler: JobHandler, claim: JobClaim, attempts: int, wait: wait_base | None, ttl: float) -> Any:
