@@ -104,7 +104,7 @@ def _complete_compaction(ctx: CompletionContext, result: Any) -> dict[str, Any]:
     return append_summary(ctx, result.text, ref)
 
 
-register_job_kind(COMPACTION_KIND, _complete_compaction)
+register_job_kind(COMPACTION_KIND, _complete_compaction, validate=validate_compaction_source)
 
 
 def compaction_handler(

@@ -19,13 +19,14 @@ the job into smaller distill jobs covering the same events (see
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
     InvalidCandidateError,
+    InvalidJobSourceError,
     InvalidKnowledgeError,
     PermanentJobError,
     SourceChangedError,
@@ -33,6 +34,7 @@ from .errors import (
     WorkspaceError,
 )
 from .distillation_split import DistillationSplit, byte_budget, byte_ranges, complete_split, token_ranges
+from .job_sources import check_fields
 from .jobs import CompletionContext, Enqueued, Job, register_job_kind
 from .knowledge import current_workspace
 from .knowledge_model import (
@@ -124,7 +126,21 @@ def validate_candidates(candidates: object) -> tuple[KnowledgeCandidate, ...]:
     return tuple(unique.values())
 
 
+DISTILL_SOURCE_FIELDS = {"first_seq": "id", "last_seq": "id", "digest": "digest"}
+
+
+def validate_distill_source(source: Mapping[str, Any]) -> None:
+    """Raise `InvalidJobSourceError` unless `source` has the shape `queue_distillation` records: seqs
+    `first_seq <= last_seq` (both >= 1) and a 64-hex `digest`. The "distill" kind's source validator."""
+    remedy = "queue distillation with queue_distillation"
+    check_fields(source, DISTILL_KIND, DISTILL_SOURCE_FIELDS, remedy)
+    if source["first_seq"] > source["last_seq"]:
+        raise InvalidJobSourceError(f"a distill job source needs first_seq <= last_seq, got {source['first_seq']} > "
+                                    f"{source['last_seq']}; {remedy}")
+
+
 def _source_of(job: Job) -> KnowledgeSource:
+    validate_distill_source(job.source)
     s = job.source
     return KnowledgeSource(job.session_id, s["first_seq"], s["last_seq"], s["digest"])
 
@@ -168,7 +184,7 @@ def _complete_distillation(ctx: CompletionContext, result: Any) -> dict[str, Any
     return counts
 
 
-register_job_kind(DISTILL_KIND, _complete_distillation)
+register_job_kind(DISTILL_KIND, _complete_distillation, validate=validate_distill_source)
 
 
 def distillation_handler(

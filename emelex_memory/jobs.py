@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
-from .errors import InvalidInputError, UnknownJobKindError
+from .errors import InvalidInputError, InvalidJobSourceError, UnknownJobKindError
 from .jsonbound import encode_canonical
 
 if TYPE_CHECKING:
@@ -69,6 +69,7 @@ MAX_RESULT_BYTES = 16384
 MAX_DIAGNOSTIC_CHARS = 1000
 MAX_DIAGNOSTICS = 5
 MAX_DIAGNOSTICS_BYTES = 8192
+MAX_JOB_ROW_BYTES = 300 + MAX_SOURCE_BYTES + MAX_DIAGNOSTICS_BYTES + MAX_RESULT_BYTES  # `job_size` of the largest job
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ class CompletionContext:
 
 
 CompleteFn = Callable[[CompletionContext, Any], "Mapping[str, Any] | None"]
+ValidateFn = Callable[["Mapping[str, Any]"], None]
 
 
 @dataclass(frozen=True)
@@ -149,26 +151,53 @@ class JobKind:
     kind's effect (e.g. a Summary event) and returns a small JSON mapping that
     is recorded as the job's result; raising rolls everything back. With
     `complete=None` the result itself (None or a JSON mapping) is recorded.
+
+    `validate(source)`, when given, checks a source's shape and raises
+    `InvalidJobSourceError` (or another `InvalidInputError`) for a bad one:
+    `enqueue_job` runs it before writing anything, and `run_one_job` before
+    the handler (a bad stored source fails the job permanently at once).
     """
 
     name: str
     complete: CompleteFn | None = None
+    validate: ValidateFn | None = None
+
+    def check_source(self, source: Mapping[str, Any]) -> None:
+        """Run the kind's source validator, if any; whatever it raises is reported as `InvalidJobSourceError`."""
+        if self.validate is None:
+            return
+        try:
+            self.validate(source)
+        except InvalidJobSourceError:
+            raise
+        except InvalidInputError as exc:
+            raise InvalidJobSourceError(str(exc)) from None
+        except Exception as exc:
+            text = " ".join(str(exc).split())
+            raise InvalidJobSourceError(
+                f"a {self.name} job source does not validate ({type(exc).__name__}: {text:.200}); fix the source"
+            ) from None
 
 
 _KINDS: dict[str, JobKind] = {}
 
 
-def register_job_kind(name: str, complete: CompleteFn | None = None, *, replace: bool = False) -> JobKind:
+def register_job_kind(
+    name: str, complete: CompleteFn | None = None, *, validate: ValidateFn | None = None, replace: bool = False
+) -> JobKind:
     """Register a job kind (a lowercase identifier of 1-32 characters) for this process; return it.
 
-    Re-registering an existing name needs `replace=True`. Workers only claim
-    registered kinds, so register a kind before enqueueing or working it.
+    `complete` and the optional source validator `validate` are described
+    at `JobKind`. Re-registering an existing name with other functions needs
+    `replace=True`. Workers only claim registered kinds, so register a kind
+    before enqueueing or working it.
     """
     if not isinstance(name, str) or not name.isidentifier() or not name.islower() or not 1 <= len(name) <= 32:
         raise InvalidInputError(f"a job kind is a lowercase identifier of 1-32 characters, got {name!r}")
-    if name in _KINDS and not replace and _KINDS[name].complete is not complete:
+    known = _KINDS.get(name)
+    if known is not None and not replace and (known.complete is not complete or known.validate is not validate):
         raise InvalidInputError(f"job kind {name!r} is already registered; pass replace=True to replace it")
-    kind = JobKind(name, complete)
+    kind = JobKind(name, complete, validate)
     _KINDS[name] = kind
     return kind
 

@@ -27,6 +27,7 @@ from .jobs import (
     JOB_COLUMNS,
     JOB_FROM,
     JOB_RETURNING,
+    MAX_JOB_ROW_BYTES,
     MAX_RESULT_BYTES,
     MAX_SOURCE_BYTES,
     STATES,
@@ -122,12 +123,15 @@ class JobQueueMixin:
         describes the work; `source_key` (1-128 characters) defaults to the
         SHA-256 hex of its canonical JSON. `due_at` (default now) delays the
         first claim. Queueing work that exists, in any state, returns that job
-        unchanged with `created=False`.
+        unchanged with `created=False`. A kind registered with a source
+        validator checks the source (as it will be stored) first; a bad one
+        raises `InvalidJobSourceError` and nothing is written.
         """
-        job_kind(kind)
+        registered = job_kind(kind)
         if not isinstance(source, Mapping):
             raise InvalidInputError("a job source must be a JSON object (a mapping)")
         source_json = encode_json(dict(source), max_bytes=MAX_SOURCE_BYTES, what="the job source")
+        registered.check_source(json.loads(source_json))
         key = hashlib.sha256(source_json.encode("utf-8")).hexdigest() if source_key is None else source_key
         if not isinstance(key, str) or not 1 <= len(key) <= 128:
             raise InvalidInputError("a job source key must be a string of 1-128 characters")
@@ -166,7 +170,11 @@ class JobQueueMixin:
         limit: int | None = None,
         max_bytes: int | None = None,
     ) -> JobPage:
-        """Page through jobs newest first, optionally of one state, kind and Session; bounded in items and bytes."""
+        """Page through jobs newest first, optionally of one state, kind and Session; bounded in items and bytes.
+
+        `max_bytes` must be at least `MAX_JOB_ROW_BYTES` (41,260: the largest
+        job), so every page holds at least one job and never exceeds it.
+        """
         if state is not None and state not in STATES:
             raise InvalidInputError(f"job state must be one of {', '.join(STATES)}, got {state!r}")
         where, params = [], []
@@ -189,7 +197,10 @@ class JobQueueMixin:
         limit: int | None = None,
         max_bytes: int | None = None,
     ) -> JobPage:
-        """Page through terminal jobs (failed, or cancelled by an operator) newest first, with bounded diagnostics."""
+        """Page through terminal jobs (failed, or cancelled by an operator) newest first, with bounded diagnostics.
+
+        Bounded in items and bytes like `list_jobs`.
+        """
         where, params = ["j.state IN ('failed', 'cancelled')"], []
         if kind is not None:
             where.append("j.kind = ?")
@@ -197,7 +208,7 @@ class JobQueueMixin:
         return self._job_page(where, params, cursor, limit, max_bytes)
 
     def _job_page(self: MemoryStore, where: list[str], params: list, cursor, limit, max_bytes) -> JobPage:
-        limit, max_bytes = self._page_limits(limit, max_bytes)
+        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MAX_JOB_ROW_BYTES)
         if cursor is not None:
             try:
                 where = [*where, "j.id < ?"]
@@ -212,7 +223,7 @@ class JobQueueMixin:
         jobs, total, last = [], 0, None
         for row in rows[:limit]:
             total += job_size(row)
-            if total > max_bytes and jobs:
+            if total > max_bytes:  # never on the first row: max_bytes is at least the largest row
                 break
             jobs.append(job_from_row(row))
             last = row

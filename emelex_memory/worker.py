@@ -13,8 +13,9 @@ handler's exceptions count:
   pending, no attempt consumed: interactive execution wins;
 - `TransientJobError`: retried in-process (tenacity, bounded; the worker
   lease is renewed before each retry), then counted as a retryable failure;
-- `PermanentJobError` (e.g. `SourceTooLargeError`) or `SourceChangedError`:
-  terminal at once;
+- `PermanentJobError` (e.g. `SourceTooLargeError`, or `InvalidJobSourceError`
+  for a source its kind's validator rejects, checked before the handler runs)
+  or `SourceChangedError`: terminal at once;
 - any other `Exception`: a retryable failure with a bounded diagnostic;
 - `WorkerLeaseLostError`: nothing is recorded; the lease is gone;
 - `KeyboardInterrupt`/`SystemExit`: released best-effort (not counted), then re-raised.
@@ -30,7 +31,7 @@ import tenacity
 from tenacity.wait import wait_base
 
 from .errors import PermanentJobError, SessionLiveError, SourceChangedError, TransientJobError, WorkerLeaseLostError
-from .jobs import Job
+from .jobs import Job, job_kind
 from .queue import JobClaim
 from .renewal import renewing
 from .retry import bounded_retrying
@@ -74,7 +75,9 @@ def run_one_job(
 ) -> JobOutcome | None:
     """Claim the oldest due job of `kinds` (default: every registered kind), run `handler` on it, record the outcome.
 
-    Returns None when no job is due. The worker lease lasts `ttl_s` (default
+    Returns None when no job is due. A job whose kind has a source validator
+    and whose source fails it is failed permanently before the handler runs
+    (`InvalidJobSourceError`). The worker lease lasts `ttl_s` (default
     `worker_lease_ttl_s`) and is renewed every third of it while the handler
     runs. `transient_attempts` bounds the in-process tries of a handler
     raising `TransientJobError`, waiting `transient_wait` between them
@@ -86,6 +89,9 @@ def run_one_job(
         return None
     with claim:
         try:
+            kind = job_kind(claim.kind)
+            if kind.validate is not None:  # a malformed stored source is a permanent failure, never a KeyError later
+                kind.check_source(claim.job.source)
             with renewing(claim, ttl):
                 result = _run_handler(handler, claim, transient_attempts, transient_wait, ttl)
             return JobOutcome(claim.complete(result), "done", "completed")

@@ -20,7 +20,7 @@ from emelex_memory import (
     WorkerLeaseLostError,
     register_job_kind,
 )
-from emelex_memory.jobs import MAX_DIAGNOSTIC_CHARS, MAX_DIAGNOSTICS, MAX_DIAGNOSTICS_BYTES
+from emelex_memory.jobs import MAX_DIAGNOSTIC_CHARS, MAX_DIAGNOSTICS, MAX_DIAGNOSTICS_BYTES, MAX_JOB_ROW_BYTES
 from emelex_memory.retry import bounded_retrying, retry_busy
 
 from .conftest import table_rows
@@ -382,8 +382,10 @@ def test_failed_jobs_and_list_page_with_a_cursor(cstore: MemoryStore, session_id
     assert [j.state for j in cstore.list_jobs(state="pending").jobs] == ["pending"]
     assert len(cstore.list_jobs(session_id=session_id, limit=10).jobs) == 6
     assert cstore.list_jobs(kind="compaction").jobs == []
-    one = cstore.failed_jobs(max_bytes=1)  # a page always makes progress with one job
-    assert len(one.jobs) == 1 and one.next_cursor is not None
+    with pytest.raises(InvalidInputError, match=f"max_bytes must be between {MAX_JOB_ROW_BYTES}"):
+        cstore.failed_jobs(max_bytes=MAX_JOB_ROW_BYTES - 1)  # a page must fit the largest job: never one above it
+    one = cstore.failed_jobs(max_bytes=MAX_JOB_ROW_BYTES)
+    assert len(one.jobs) == 5 and one.next_cursor is None  # small jobs: the bound holds several
     with pytest.raises(InvalidInputError):
         cstore.list_jobs(state="weird")
     with pytest.raises(InvalidInputError):

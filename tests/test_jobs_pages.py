@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from emelex_memory import InvalidInputError, MemoryStore, register_job_kind
+from emelex_memory.jobs import MAX_JOB_ROW_BYTES
 from emelex_memory.model_refs import MIN_REF_PAGE_BYTES, REF_ROW_BYTES
 
 from .conftest import table_rows
@@ -37,3 +39,25 @@ def test_model_reference_pages_refuse_a_byte_bound_below_one_row_and_never_excee
         if cursor is None:
             break
     assert seen == [s for s, _ in refs] and pages > 1
+
+
+def test_job_pages_refuse_a_byte_bound_below_the_largest_job_and_never_exceed_theirs(
+    store: MemoryStore, workspace: Path, db_path: Path
+) -> None:
+    sid = store.create_session(workspace).id
+    ids = [store.enqueue_job("noop", sid, {"n": i, "pad": "x" * 15_000}).job.id for i in range(5)]
+    before = table_rows(db_path)
+    for listing in (store.list_jobs, store.failed_jobs):
+        with pytest.raises(InvalidInputError, match=f"max_bytes must be between {MAX_JOB_ROW_BYTES}"):
+            listing(max_bytes=MAX_JOB_ROW_BYTES - 1)
+    assert table_rows(db_path) == before
+    seen, cursor, pages = [], None, 0
+    while True:
+        page = store.list_jobs(cursor=cursor, max_bytes=MAX_JOB_ROW_BYTES)
+        assert 1 <= len(page.jobs) and sum(300 + len(json.dumps(j.source)) for j in page.jobs) <= MAX_JOB_ROW_BYTES
+        seen += [j.id for j in page.jobs]
+        pages += 1
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == ids[::-1] and pages == 3  # two jobs of about 15 KiB per page

@@ -1,4 +1,4 @@
-"""The library worker renews the worker lease while a handler runs, on a helper thread that always stops."""
+"""The library worker renews the worker lease while a handler runs, and stops renewing once it ends."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from emelex_memory import JobClaim, MemoryStore, Settings, register_job_kind, run_one_job
-from emelex_memory.worker import renewing
+from emelex_memory.renewal import renewing
 
 register_job_kind("noop")
 TTL = 0.5  # real seconds: renewed every third of it
 
 
 def renewal_threads() -> list[threading.Thread]:
+    """Threads renewing some claim right now (the shared renewer is named after the claims it renews)."""
     return [t for t in threading.enumerate() if t.name.startswith("renew-")]
 
 
@@ -51,7 +52,7 @@ def test_a_handler_slower_than_its_lease_completes_without_being_rescued(
     assert renewal_threads() == []
 
 
-def test_the_renewal_thread_stops_however_the_handler_ends(store: MemoryStore, job) -> None:
+def test_renewal_stops_however_the_handler_ends(store: MemoryStore, job) -> None:
     def interrupted(claim: JobClaim) -> None:
         assert len(renewal_threads()) == 1
         raise KeyboardInterrupt
@@ -69,6 +70,6 @@ def test_renewal_gives_up_once_the_lease_is_lost(store: MemoryStore, job) -> Non
         deadline = time.monotonic() + 10
         while renewal_threads() and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert renewal_threads() == []  # the thread ended on WorkerLeaseLostError, before the block did
+        assert renewal_threads() == []  # renewal ended on WorkerLeaseLostError, before the block did
     assert store.get_job(claim.id).state == "cancelled"
     claim.ended = True
