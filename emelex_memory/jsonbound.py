@@ -20,6 +20,20 @@ from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from .errors import JsonNonFiniteError, JsonTooDeepError, JsonTooLargeError, JsonUnencodableError
 
 _INF = float("inf")
+_NEG_INF = -_INF
+
+
+class _Refused(Exception):
+    """Raised inside the encoder; `encode_canonical_text` turns it into the typed error naming the value."""
+
+    def __init__(self, error: type[Exception], detail: str) -> None:
+        super().__init__(detail)
+        self.error = error
+        self.detail = detail
+
+
+def _too_large() -> _Refused:
+    return _Refused(JsonTooLargeError, "is larger than its cap of {cap} bytes")
 
 
 def encode_canonical(value: object, *, max_bytes: int, max_depth: int, what: str = "value") -> bytes:
@@ -36,84 +50,100 @@ def encode_canonical(value: object, *, max_bytes: int, max_depth: int, what: str
 def encode_canonical_text(value: object, *, max_bytes: int, max_depth: int, what: str = "value") -> tuple[str, int]:
     """Like `encode_canonical`, but return the canonical JSON as text together with its exact UTF-8 byte length."""
     parts: list[str] = []
-    append = parts.append
-    room = max_bytes  # bytes still allowed; checked whenever it shrinks by a leaf or a container
+    budget = [max_bytes]  # bytes still allowed; a one-item list so the recursion can update it cheaply
+    try:
+        _emit(value, 0, max_depth, parts.append, budget)
+    except _Refused as refused:
+        raise refused.error(f"{what} {refused.detail.format(cap=max_bytes)}") from None
+    return "".join(parts), max_bytes - budget[0]
 
-    def too_large() -> JsonTooLargeError:
-        return JsonTooLargeError(f"{what} is larger than its cap of {max_bytes} bytes")
 
-    def text(s: str) -> None:
-        nonlocal room
-        if len(s) + 2 > room:  # the escaped form is never shorter: refuse before copying a huge string
-            raise too_large()
-        encoded = encode_basestring(s)
-        if encoded.isascii():
-            room -= len(encoded)
-        else:
-            try:
-                room -= len(encoded.encode("utf-8"))
-            except UnicodeEncodeError:
-                raise JsonUnencodableError(f"{what} contains text that is not valid UTF-8 (a lone surrogate)") from None
-        if room < 0:
-            raise too_large()
-        append(encoded)
+def _text(s: str, append, budget: list[int]) -> None:
+    if len(s) + 2 > budget[0]:  # the escaped form is never shorter: refuse before copying a huge string
+        raise _too_large()
+    encoded = encode_basestring(s)
+    if encoded.isascii():
+        budget[0] -= len(encoded)
+    else:
+        try:
+            budget[0] -= len(encoded.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise _Refused(JsonUnencodableError, "contains text that is not valid UTF-8 (a lone surrogate)") from None
+    if budget[0] < 0:
+        raise _too_large()
+    append(encoded)
 
-    def emit(v: object, depth: int) -> None:
-        nonlocal room
-        if isinstance(v, str):
-            text(v)
-            return
-        if v is None or v is True or v is False:
-            token = "null" if v is None else "true" if v else "false"
-        elif isinstance(v, int):
-            try:
-                token = int.__repr__(v)
-            except ValueError:  # more digits than Python will convert (sys.get_int_max_str_digits)
-                raise JsonTooLargeError(f"{what} contains an integer too large to encode; store it as a string") from None
-        elif isinstance(v, float):
-            if v != v or v in (_INF, -_INF):
-                raise JsonNonFiniteError(f"{what} contains {v!r}; JSON has no NaN or Infinity")
-            token = float.__repr__(v)
-        elif isinstance(v, dict):
-            if depth >= max_depth:
-                raise JsonTooDeepError(f"{what} nests deeper than {max_depth} levels")
-            for key in v:
-                if not isinstance(key, str):
-                    raise JsonUnencodableError(f"{what} has a non-string object key {key!r}")
-            room -= 2 * len(v) + 1 if v else 2  # braces, colons and commas
-            if room < 0:
-                raise too_large()
-            append("{")
-            for i, (key, item) in enumerate(sorted(v.items())):
-                if i:
-                    append(",")
-                text(key)
-                append(":")
-                if isinstance(item, str):
-                    text(item)
-                else:
-                    emit(item, depth + 1)
-            append("}")
-            return
-        elif isinstance(v, (list, tuple)):
-            if depth >= max_depth:
-                raise JsonTooDeepError(f"{what} nests deeper than {max_depth} levels")
-            room -= len(v) + 1 if v else 2  # brackets and commas
-            if room < 0:
-                raise too_large()
-            append("[")
-            for i, item in enumerate(v):
-                if i:
-                    append(",")
-                emit(item, depth + 1)
-            append("]")
-            return
-        else:
-            raise JsonUnencodableError(f"{what} contains a {type(v).__name__}, which is not a JSON value")
-        room -= len(token)
-        if room < 0:
-            raise too_large()
-        append(token)
 
-    emit(value, 0)
-    return "".join(parts), max_bytes - room
+def _emit(v: object, depth: int, max_depth: int, append, budget: list[int]) -> None:
+    """Write `v` through `append`, charging every byte to `budget[0]`; exact types first, subclasses after."""
+    t = type(v)
+    if t is str:
+        _text(v, append, budget)  # type: ignore[arg-type]
+        return
+    if t is dict or (t is not list and t is not tuple and isinstance(v, dict)):
+        if depth >= max_depth:
+            raise _Refused(JsonTooDeepError, f"nests deeper than {max_depth} levels")
+        for key in v:  # type: ignore[union-attr]
+            if type(key) is not str and not isinstance(key, str):
+                raise _Refused(JsonUnencodableError, f"has a non-string object key {key!r}")
+        n = len(v)  # type: ignore[arg-type]
+        budget[0] -= 2 * n + 1 if n else 2  # braces, colons and commas
+        if budget[0] < 0:
+            raise _too_large()
+        append("{")
+        first = True
+        for key in sorted(v):  # type: ignore[type-var]
+            if first:
+                first = False
+            else:
+                append(",")
+            _text(key, append, budget)
+            append(":")
+            item = v[key]  # type: ignore[index]
+            if type(item) is str:
+                _text(item, append, budget)
+            else:
+                _emit(item, depth + 1, max_depth, append, budget)
+        append("}")
+        return
+    if t is list or t is tuple or isinstance(v, (list, tuple)):
+        if depth >= max_depth:
+            raise _Refused(JsonTooDeepError, f"nests deeper than {max_depth} levels")
+        n = len(v)  # type: ignore[arg-type]
+        budget[0] -= n + 1 if n else 2  # brackets and commas
+        if budget[0] < 0:
+            raise _too_large()
+        append("[")
+        first = True
+        for item in v:  # type: ignore[union-attr]
+            if first:
+                first = False
+            else:
+                append(",")
+            _emit(item, depth + 1, max_depth, append, budget)
+        append("]")
+        return
+    if v is None:
+        token = "null"
+    elif v is True:
+        token = "true"
+    elif v is False:
+        token = "false"
+    elif isinstance(v, int):
+        try:
+            token = int.__repr__(v)
+        except ValueError:  # more digits than Python will convert (sys.get_int_max_str_digits)
+            raise _Refused(JsonTooLargeError, "contains an integer too large to encode; store it as a string") from None
+    elif isinstance(v, float):
+        if v != v or v == _INF or v == _NEG_INF:
+            raise _Refused(JsonNonFiniteError, f"contains {v!r}; JSON has no NaN or Infinity")
+        token = float.__repr__(v)
+    elif isinstance(v, str):
+        _text(v, append, budget)
+        return
+    else:
+        raise _Refused(JsonUnencodableError, f"contains a {type(v).__name__}, which is not a JSON value")
+    budget[0] -= len(token)
+    if budget[0] < 0:
+        raise _too_large()
+    append(token)

@@ -86,6 +86,21 @@ class EncodedEvent(NamedTuple):
     size: int
 
 
+_new_encoded = partial(tuple.__new__, EncodedEvent)
+_CHECKED_KINDS: set[str] = set()  # ordinary kinds already validated, so each turn skips the regex
+
+
+def _check_kind(kind: object, index: int) -> None:
+    if not isinstance(kind, str) or not _KIND.match(kind):
+        raise InvalidEventError(
+            f"event {index} of the turn has kind {kind!r}; kinds are lowercase identifiers of 1-32 chars"
+        )
+    if kind == SUMMARY_KIND:
+        raise ReservedEventKindError("summary events are reserved for the compaction worker; use another kind")
+    if len(_CHECKED_KINDS) < 1024:
+        _CHECKED_KINDS.add(kind)
+
+
 def encode_turn(events: list[NewEvent] | tuple[NewEvent, ...], settings: Settings) -> list[EncodedEvent]:
     """Validate and canonically encode one turn's events, enforcing every cap; raise a typed error otherwise."""
     if not events:
@@ -93,27 +108,26 @@ def encode_turn(events: list[NewEvent] | tuple[NewEvent, ...], settings: Setting
     if len(events) > settings.max_events_per_turn:
         raise InvalidEventError(f"a turn holds at most {settings.max_events_per_turn} events, got {len(events)}")
     encoded = []
-    remaining = settings.max_turn_bytes
+    remaining = turn_cap = settings.max_turn_bytes
+    event_cap = settings.max_event_bytes
     depth = settings.max_json_depth
     for index, event in enumerate(events):
-        if not isinstance(event, NewEvent):
+        if type(event) is not NewEvent and not isinstance(event, NewEvent):
             raise InvalidEventError(f"event {index} of the turn is a {type(event).__name__}, expected NewEvent")
-        if not isinstance(event.kind, str) or not _KIND.match(event.kind):
-            raise InvalidEventError(
-                f"event {index} of the turn has kind {event.kind!r}; kinds are lowercase identifiers of 1-32 chars"
-            )
-        if event.kind == SUMMARY_KIND:
-            raise ReservedEventKindError("summary events are reserved for the compaction worker; use another kind")
-        cap = min(settings.max_event_bytes, remaining)
-        what = f"event {index} of the turn"
+        kind = event.kind
+        if kind not in _CHECKED_KINDS:
+            _check_kind(kind, index)
+        cap = event_cap if event_cap <= remaining else remaining
         try:
-            text, size = encode_canonical_text(event.payload, max_bytes=cap, max_depth=depth, what=what)
+            text, size = encode_canonical_text(
+                event.payload, max_bytes=cap, max_depth=depth, what=f"event {index} of the turn"
+            )
         except JsonTooLargeError:
-            if cap < settings.max_event_bytes:
-                raise JsonTooLargeError(f"the turn is larger than its cap of {settings.max_turn_bytes} bytes") from None
+            if cap < event_cap:
+                raise JsonTooLargeError(f"the turn is larger than its cap of {turn_cap} bytes") from None
             raise
         remaining -= size
-        encoded.append(EncodedEvent(event.kind, text, size))
+        encoded.append(_new_encoded((kind, text, size)))
     return encoded
 
 
