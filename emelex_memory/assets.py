@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InvalidAssetError
-from .settings import MiB, Settings
+from .settings import MiB
 
 MAX_ASSET_BYTES = 128 * MiB  # the write cap of one asset
 MAX_REPLAY_MEDIA_BYTES = 256 * MiB  # media referenced by one replay page (and so by one event)
@@ -64,14 +64,12 @@ class AssetRef:
         check_media_kind(self.media_kind)
 
 
-def asset_dir_for(database: Path, settings: Settings | None = None) -> Path:
+def asset_dir_for(database: Path) -> Path:
     """The asset folder of `database`, decided by its path alone so that every way of opening it agrees.
 
     A database named `emelex.sqlite3` in a folder named `memory` (the standard
     `<home>/memory/emelex.sqlite3`, whether opened with `MemoryStore.open` or
     `open_path`) uses `memory/assets`; any other uses `<name>.assets` beside it.
-    `settings` is not consulted; it is accepted for callers written before the
-    folder stopped depending on how the database was opened.
     """
     if database.name == STANDARD_DATABASE_NAME and database.parent.name == "memory":
         return database.parent / "assets"

@@ -85,7 +85,7 @@ def _check_files(report: DoctorReport, settings: Settings, db: Path, standard: b
     _check_path(report, "lock sidecar", sidecar_path(db), False)
     for suffix in ("-wal", "-shm"):
         _check_path(report, f"database {suffix[1:]} file", Path(f"{db}{suffix}"), False, required=False)
-    _check_path(report, "asset directory", asset_dir_for(db, settings), True, required=False)
+    _check_path(report, "asset directory", asset_dir_for(db), True, required=False)
 
 
 def _check_pragmas(report: DoctorReport, store: MemoryStore) -> None:

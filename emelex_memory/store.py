@@ -102,7 +102,7 @@ class MemoryStore(ModelRefMixin, KnowledgeMixin, DeletionMixin, DistillationMixi
             settings.database_path,
             busy_timeout_ms=settings.busy_timeout_ms,
             marker=marker,
-            evidence=(asset_dir_for(settings.database_path, settings),),
+            evidence=(asset_dir_for(settings.database_path),),
         )
         return cls(conn, settings.database_path, settings, clock)
 
@@ -114,7 +114,7 @@ class MemoryStore(ModelRefMixin, KnowledgeMixin, DeletionMixin, DistillationMixi
         settings = settings or Settings()
         path = Path(os.path.abspath(path))
         conn = open_database(
-            path, busy_timeout_ms=settings.busy_timeout_ms, evidence=(asset_dir_for(path, settings),)
+            path, busy_timeout_ms=settings.busy_timeout_ms, evidence=(asset_dir_for(path),)
         )
         return cls(conn, path, settings, clock)
 
@@ -128,13 +128,11 @@ class MemoryStore(ModelRefMixin, KnowledgeMixin, DeletionMixin, DistillationMixi
             settings.database_path,
             confirm=confirm,
             marker=settings.home_dir / STORE_MARKER,
-            asset_dir=asset_dir_for(settings.database_path, settings),
+            asset_dir=asset_dir_for(settings.database_path),
         )
 
     @staticmethod
-    def reinitialize_path(
-        path: str | os.PathLike[str], settings: Settings | None = None, *, confirm: bool = False
-    ) -> list[Path]:
+    def reinitialize_path(path: str | os.PathLike[str], *, confirm: bool = False) -> list[Path]:
         """Explicitly forget a deleted database at `path` so the next open creates a new one.
 
         Needs `confirm=True`; refuses while the database file exists; moves
@@ -142,7 +140,7 @@ class MemoryStore(ModelRefMixin, KnowledgeMixin, DeletionMixin, DistillationMixi
         them) and returns where they went.
         """
         path = Path(os.path.abspath(path))
-        return reinitialize_database(path, confirm=confirm, asset_dir=asset_dir_for(path, settings or Settings()))
+        return reinitialize_database(path, confirm=confirm, asset_dir=asset_dir_for(path))
 
     def close(self) -> None:
         """Close the connection. Leases taken through this store stay durable until released or expired."""
