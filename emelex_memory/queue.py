@@ -14,7 +14,6 @@ import hashlib
 import json
 import math
 import os
-import secrets
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -42,6 +41,7 @@ from .jobs import (
     job_kind,
     job_size,
     registered_kinds,
+    stored_json,
 )
 from .job_claim import JobClaim
 from .leases import holder_label
@@ -91,10 +91,15 @@ def _claim_sql(kind_count: int, guarded: bool) -> str:
     )
 
 
-@functools.lru_cache(maxsize=1)
-def _holder_label(pid: int) -> str:
-    """`pid@host` of this process, looked up once per process (a fork gets a new pid, so a new label)."""
-    return holder_label()
+_holder = holder_label()  # `pid@host` of this process, looked up once instead of per claim
+
+
+def _relabel() -> None:
+    global _holder
+    _holder = holder_label()
+
+
+os.register_at_fork(after_in_child=_relabel)  # a forked child claims under its own pid
 
 
 _RECORD_FAILURE = (
@@ -257,10 +262,10 @@ class JobQueueMixin:
         if not names:
             raise InvalidInputError("claim_job needs at least one job kind")
         ttl = self._worker_ttl(ttl_s)
-        # The SHA-256 of a fresh 256-bit lease token; the token itself is never needed again: the claim object holds
-        # the digest and is the authority.
-        digest = hashlib.sha256(secrets.token_bytes(32)).digest()
-        holder = _holder_label(os.getpid())
+        # The SHA-256 of a fresh 256-bit lease token from the OS CSPRNG; the token itself is never needed again: the
+        # claim object holds the digest and is the authority.
+        digest = hashlib.sha256(os.urandom(32)).digest()
+        holder = _holder
         with self._write() as conn:
             now = self.clock()
             expires = now + ttl
@@ -354,7 +359,7 @@ class JobQueueMixin:
             if outcome is not None:
                 text = encode_json(dict(outcome), max_bytes=MAX_RESULT_BYTES, what="the job result")
                 conn.execute("UPDATE jobs SET result = ? WHERE id = ?", (text, claim._rowid))
-                outcome = json.loads(text)
+                outcome = stored_json(text)
             job = claim._done(outcome, now)
         claim.ended = True
         claim.job = job

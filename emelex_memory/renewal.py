@@ -27,10 +27,11 @@ IDLE_NAME = "emelex-lease-renewer"
 
 
 class _Renewer:
-    """The registry of claims to renew and the one thread that renews them; all state is guarded by `_cond`."""
+    """The registry of claims to renew and the one thread that renews them; all state is guarded by `_lock`."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._due: dict[JobClaim, tuple[float, float]] = {}  # claim -> (next renewal, monotonic seconds; TTL)
         self._wake_at = math.inf  # when the thread wakes next; a claim due earlier must notify it
         self._idle_s = math.inf  # with nothing to renew, the thread still wakes this often (the last TTL / 3), so
@@ -39,27 +40,28 @@ class _Renewer:
         self._thread: threading.Thread | None = None
 
     def add(self, claim: JobClaim, ttl_s: float) -> None:
-        due = time.monotonic() + ttl_s / 3
-        with self._cond:
+        with self._lock:  # `due` read under the lock is never before a `_wake_at` the thread computed earlier
+            due = time.monotonic() + ttl_s / 3
             self._due[claim] = (due, ttl_s)
             self._idle_s = ttl_s / 3
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=IDLE_NAME, daemon=True)
                 self._thread.start()
+                self._wake_at = due  # the new thread's first look is due no later than this
             elif due < self._wake_at:
                 self._cond.notify()
-            self._rename()
+            self._thread.name = f"renew-{claim.id}" if len(self._due) == 1 else self._name()
 
     def remove(self, claim: JobClaim) -> None:
-        with self._cond:
-            self._due.pop(claim, None)
+        with self._lock:
+            self._due.pop(claim, None)  # gone already if the renewer found the lease lost
             while self._busy is claim:  # a renewal of it is under way: let it end, so none happens after the block
                 self._cond.wait()
-            self._rename()
+            if self._thread is not None:  # None in a forked child that never renewed anything
+                self._thread.name = self._name() if self._due else IDLE_NAME
 
-    def _rename(self) -> None:
-        if self._thread is not None:
-            self._thread.name = f"renew-{','.join(c.id for c in self._due)}" if self._due else IDLE_NAME
+    def _name(self) -> str:
+        return f"renew-{','.join(c.id for c in self._due)}" if self._due else IDLE_NAME
 
     def _run(self) -> None:
         with self._cond:
@@ -90,7 +92,7 @@ class _Renewer:
         if claim in self._due:
             if lost:
                 del self._due[claim]
-                self._rename()
+                self._thread.name = self._name()
             else:
                 self._due[claim] = (time.monotonic() + ttl_s / 3, ttl_s)
 

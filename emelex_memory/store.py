@@ -46,8 +46,9 @@ class SessionPage:
 
 class _WriteTransaction:
     """`with store._write() as conn:` holds the store's lock around one `BEGIN IMMEDIATE` transaction on its
-    connection. A plain class, not a generator context manager: it halves the fixed Python cost of a transaction,
-    which the work queue pays twice per job."""
+    connection (a savepoint when nested). One stateless instance per store serves every transaction, nested or
+    from any thread: a plain class rather than a generator context manager halves the fixed Python cost of a
+    transaction, which the work queue pays twice per job."""
 
     __slots__ = ("_lock", "_conn")
 
@@ -80,6 +81,7 @@ class MemoryStore(ModelRefMixin, KnowledgeMixin, DeletionMixin, DistillationMixi
         self.settings = settings
         self.clock = clock
         self._lock = threading.RLock()
+        self._transaction = _WriteTransaction(self._lock, conn)
 
     # -- opening --------------------------------------------------------------
 
@@ -157,7 +159,7 @@ class MemoryStore(ModelRefMixin, KnowledgeMixin, DeletionMixin, DistillationMixi
 
     def _write(self) -> _WriteTransaction:
         """One `BEGIN IMMEDIATE` transaction: commits on success, rolls back completely on any error."""
-        return _WriteTransaction(self._lock, self._conn)
+        return self._transaction
 
     @contextmanager
     def _read(self) -> Iterator[apsw.Connection]:

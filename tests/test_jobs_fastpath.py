@@ -4,6 +4,7 @@ the sub-millisecond busy handler."""
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import threading
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from emelex_memory import MemoryStore, Settings, register_job_kind, run_one_job
+from emelex_memory import Job, MemoryStore, Settings, register_job_kind, run_one_job
 from emelex_memory.connection import BusyWait, connect
 from emelex_memory.queue import _COMPLETE, RESCUE_BATCH, _claim_sql
 from emelex_memory.renewal import IDLE_NAME, renewing
@@ -205,3 +206,13 @@ def test_the_busy_handler_counts_its_bound_from_the_first_busy_call() -> None:
         calls += 1
     assert time.monotonic() - started >= 0.03 and calls > 5  # short first sleeps, then it gives up
     assert wait(0)  # a new lock attempt starts a new bound
+
+
+def test_jobs_built_from_rows_are_the_same_as_constructed_ones(cstore: MemoryStore, session_id: str) -> None:
+    job = cstore.enqueue_job("noop", session_id, {"n": 1, "nested": {"a": [1, 2.5, None]}}).job
+    values = [getattr(job, f.name) for f in dataclasses.fields(Job)]
+    built = Job(*values)
+    assert job == built and repr(job) == repr(built) and dataclasses.asdict(job) == dataclasses.asdict(built)
+    assert type(job) is Job and vars(job) == vars(built)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.state = "done"  # type: ignore[misc]
