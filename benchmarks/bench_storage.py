@@ -1,11 +1,13 @@
 """append_turn and replay against raw apsw baselines measured in the same run; prints ratios.
 
 append_turn (one 4-event turn per transaction, with its capped canonical
-encoding and its lease, workspace and cursor re-checks) is compared with a raw
-apsw insert of the same four rows (payloads encoded with the C `json.dumps`)
-at the same pragmas and one commit per turn, alternating turn by turn. Replay of a 100,000-event Session is
-compared with a raw SELECT of the same rows. Rounds alternate between the two
-sides so machine noise hits both; the median ratio is printed.
+encoding and its lease, workspace and cursor re-checks) is compared with a
+raw apsw insert of the same four rows (payloads encoded with the C
+`json.dumps`) at the same pragmas and one commit per turn, alternating turn
+by turn. Replay of a 100,000-event Session (pages of Event objects, assets
+and Summary provenance checked) is compared with a raw SELECT of the same
+rows and columns, iterated without keeping them. Rounds alternate between
+the two sides so machine noise hits both; the median ratio is printed.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def bench_replay(root: Path) -> float:
     def raw_read() -> int:
         n = 0
         for _ in raw.execute(
-            "SELECT id, seq, turn, position, kind, payload, size, created_at FROM events "
+            "SELECT id, seq, turn, position, kind, payload, size, created_at, asset_refs FROM events "
             "WHERE session_id = ? ORDER BY seq", (rowid,)
         ):
             n += 1
