@@ -40,6 +40,7 @@ from .knowledge import current_workspace
 from .knowledge_model import (
     KnowledgeEntry,
     KnowledgeSource,
+    source_bytes,
     source_digest,
     validate_confidence,
     validate_content,
@@ -279,10 +280,7 @@ class DistillationMixin:
         source = _source_of(job)
         with self._read() as conn:
             rowid = self._session_rowid(conn, job.session_id)
-            size = conn.execute(
-                "SELECT coalesce(sum(size), 0) FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
-                (rowid, source.first_seq, source.last_seq),
-            ).fetchone()[0]
+            size = source_bytes(conn, rowid, source.first_seq, source.last_seq)
             if size <= budget:
                 return None
             ranges = byte_ranges(conn, rowid, source.first_seq, source.last_seq, budget)
@@ -299,10 +297,7 @@ class DistillationMixin:
         cap = self.settings.knowledge_source_max_bytes
         with self._read() as conn:
             rowid = self._session_rowid(conn, job.session_id)
-            size = conn.execute(
-                "SELECT coalesce(sum(size), 0) FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
-                (rowid, source.first_seq, source.last_seq),
-            ).fetchone()[0]
+            size = source_bytes(conn, rowid, source.first_seq, source.last_seq)
             if size > cap:
                 raise SourceTooLargeError(
                     f"distillation source of job {job.id} holds {size} bytes, over knowledge_source_max_bytes "

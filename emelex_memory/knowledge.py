@@ -35,6 +35,7 @@ from .knowledge_model import (
     KnowledgeVersion,
     decode_cursor,
     encode_cursor,
+    source_bytes,
     source_digest,
     validate_confidence,
     validate_content,
@@ -305,10 +306,7 @@ class KnowledgeMixin:
         return (rowid, source.session_id, source.first_seq, source.last_seq, source.digest)
 
     def _check_source_size(self: MemoryStore, conn: apsw.Connection, rowid: int, source: KnowledgeSource) -> None:
-        size = conn.execute(
-            "SELECT coalesce(sum(size), 0) FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
-            (rowid, source.first_seq, source.last_seq),
-        ).fetchone()[0]
+        size = source_bytes(conn, rowid, source.first_seq, source.last_seq)
         if size > self.settings.knowledge_source_max_bytes:
             raise InvalidKnowledgeError(
                 f"events {source.first_seq}..{source.last_seq} of Session {source.session_id} hold {size} bytes, "

@@ -238,6 +238,14 @@ def source_digest(conn: apsw.Connection, session_rowid: int, session_id: str, fi
     return h.hexdigest() if expected == last + 1 else None
 
 
+def source_bytes(conn: apsw.Connection, session_rowid: int, first: int, last: int) -> int:
+    """The summed stored sizes of a Session's events `first..last` (0 when none), read from sizes alone."""
+    return conn.execute(
+        "SELECT coalesce(sum(size), 0) FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
+        (session_rowid, first, last),
+    ).fetchone()[0]
+
+
 # -- rows and cursors -------------------------------------------------------------------
 
 VERSION_COLUMNS = (

@@ -10,6 +10,8 @@ import typer
 
 from emelex_memory import AssetInfo, AssetNotFoundError, EmelexError, MemoryStore, Settings
 
+from .pages import echo_page
+
 assets_app = typer.Typer(help="List, show and verify stored media assets.", no_args_is_help=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
@@ -46,15 +48,10 @@ def assets_list(
     """List catalogued assets in digest order: digest, media kind, bytes and how many events link each."""
     with MemoryStore.open(_settings(ctx)) as store:
         page = store.list_assets(cursor=cursor, limit=limit)
-    if as_json:
-        typer.echo(json.dumps({"assets": [_entry_dict(a) for a in page.assets], "next_cursor": page.next_cursor}))
-        return
-    for a in page.assets:
-        typer.echo(f"{a.ref.digest}  {a.ref.media_kind:<24} {a.ref.size:>12} bytes  {a.links:>5} links")
-    if not page.assets:
-        typer.echo("no assets")
-    if page.next_cursor:
-        typer.echo(f"more: --cursor {page.next_cursor}")
+    echo_page(
+        "assets", page.assets, page.next_cursor, as_json, as_dict=_entry_dict, empty="no assets",
+        line=lambda a: f"{a.ref.digest}  {a.ref.media_kind:<24} {a.ref.size:>12} bytes  {a.links:>5} links",
+    )
 
 
 @assets_app.command("show")

@@ -21,6 +21,7 @@ import typer
 from emelex_memory import CompactionPolicy, Job, MemoryStore, Settings
 
 from ..planning import default_model_budget
+from .pages import echo_page
 
 jobs_app = typer.Typer(help="Inspect and steer the compaction and distillation work queues.", no_args_is_help=True)
 
@@ -49,18 +50,9 @@ def _line(job: Job) -> str:
     return f"{job.id}  {job.kind:<12} {job.state:<9} attempts {job.attempts}{due}{held}  Session {job.session_id}"
 
 
-def _print_page(jobs: list[Job], next_cursor: str | None, as_json: bool, *, diagnostics: bool, empty: str) -> None:
-    if as_json:
-        typer.echo(json.dumps({"jobs": [job_dict(j) for j in jobs], "next_cursor": next_cursor}))
-        return
-    for job in jobs:
-        typer.echo(_line(job))
-        for d in job.diagnostics if diagnostics else ():
-            typer.echo(f"    {_when(d.at)}  {d.event:<9} after {d.attempts} failed  {d.message}")
-    if not jobs:
-        typer.echo(empty)
-    if next_cursor:
-        typer.echo(f"more: --cursor {next_cursor}")
+def _line_with_diagnostics(job: Job) -> str:
+    diagnostics = [f"    {_when(d.at)}  {d.event:<9} after {d.attempts} failed  {d.message}" for d in job.diagnostics]
+    return "\n".join([_line(job), *diagnostics])
 
 
 @jobs_app.command("list")
@@ -76,7 +68,7 @@ def jobs_list(
     """List jobs, newest first."""
     with MemoryStore.open(_settings(ctx)) as store:
         page = store.list_jobs(state=state, kind=kind, session_id=session, cursor=cursor, limit=limit)
-    _print_page(page.jobs, page.next_cursor, as_json, diagnostics=False, empty="no jobs")
+    echo_page("jobs", page.jobs, page.next_cursor, as_json, as_dict=job_dict, line=_line, empty="no jobs")
 
 
 @jobs_app.command("failed")
@@ -90,7 +82,10 @@ def jobs_failed(
     """List terminal jobs (failed, or cancelled) with their diagnostics, newest first."""
     with MemoryStore.open(_settings(ctx)) as store:
         page = store.failed_jobs(kind=kind, cursor=cursor, limit=limit)
-    _print_page(page.jobs, page.next_cursor, as_json, diagnostics=True, empty="no failed jobs")
+    echo_page(
+        "jobs", page.jobs, page.next_cursor, as_json,
+        as_dict=job_dict, line=_line_with_diagnostics, empty="no failed jobs",
+    )
 
 
 @jobs_app.command("retry")

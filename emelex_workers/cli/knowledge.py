@@ -16,6 +16,8 @@ import typer
 
 from emelex_memory import KnowledgeEntry, KnowledgeVersion, MemoryStore, Settings
 
+from .pages import echo_page
+
 knowledge_app = typer.Typer(help="Inspect and curate the current workspace's Knowledge.", no_args_is_help=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
@@ -91,15 +93,10 @@ def knowledge_list(
     """List the workspace's Knowledge by key."""
     with MemoryStore.open(_settings(ctx)) as store:
         page = store.recall(workspace, cursor=cursor, limit=limit, include_tombstones=include_forgotten)
-    if as_json:
-        typer.echo(json.dumps({"entries": [entry_dict(e) for e in page.entries], "next_cursor": page.next_cursor}))
-        return
-    for e in page.entries:
-        typer.echo(_entry_line(e))
-    if not page.entries:
-        typer.echo("no Knowledge in this workspace")
-    if page.next_cursor:
-        typer.echo(f"more: --cursor {page.next_cursor}")
+    echo_page(
+        "entries", page.entries, page.next_cursor, as_json,
+        as_dict=entry_dict, line=_entry_line, empty="no Knowledge in this workspace",
+    )
 
 
 @knowledge_app.command("show")

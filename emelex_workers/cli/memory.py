@@ -16,6 +16,7 @@ from .assets import assets_app
 from .jobs import compact, jobs_app
 from .knowledge import knowledge_app
 from .maintain import maintain
+from .pages import echo_page
 from .work import work
 
 memory_app = typer.Typer(help="Inspect and maintain the memory store.", no_args_is_help=True)
@@ -62,15 +63,10 @@ def sessions_list(
     """List Sessions, newest first."""
     with MemoryStore.open(_settings(ctx)) as store:
         page = store.list_sessions(cursor=cursor, limit=limit)
-    if as_json:
-        typer.echo(json.dumps({"sessions": [_session_dict(s) for s in page.sessions], "next_cursor": page.next_cursor}))
-        return
-    for s in page.sessions:
-        typer.echo(f"{s.id}  {_when(s.updated_at)}  {s.last_turn:>5} turns  {s.title or '-'}  [{s.workspace.path}]")
-    if not page.sessions:
-        typer.echo("no Sessions")
-    if page.next_cursor:
-        typer.echo(f"more: --cursor {page.next_cursor}")
+    echo_page(
+        "sessions", page.sessions, page.next_cursor, as_json, as_dict=_session_dict, empty="no Sessions",
+        line=lambda s: f"{s.id}  {_when(s.updated_at)}  {s.last_turn:>5} turns  {s.title or '-'}  [{s.workspace.path}]",
+    )
 
 
 @sessions_app.command("show")
