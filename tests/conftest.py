@@ -40,6 +40,30 @@ def store(db_path: Path, settings: Settings):
     s.close()
 
 
+class Clock:
+    """A settable clock injected into a store: it moves only when a test sets or advances `now`."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """The clock `cstore` reads; a test module overrides this fixture for another start."""
+    return Clock()
+
+
+@pytest.fixture
+def cstore(db_path: Path, settings: Settings, clock: Clock):
+    """An open store at `db_path` whose time is `clock`."""
+    s = MemoryStore.open_path(db_path, settings, clock=clock)
+    yield s
+    s.close()
+
+
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     """A workspace directory."""

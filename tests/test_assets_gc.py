@@ -23,32 +23,21 @@ from emelex_memory import (
 )
 from emelex_memory import assets_gc
 
-from .conftest import table_rows
+from .conftest import Clock, table_rows
 
 CTX = multiprocessing.get_context("spawn")
 HOUR = 3600.0
 
 
-class Clock:
-    """An adjustable clock starting at the real time, so file ages line up with it."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    """Starting at the real time, so file ages line up with it."""
+    return Clock(time.time())
 
 
 @pytest.fixture
-def gc_store(db_path: Path, settings: Settings, clock: Clock):
-    s = MemoryStore.open_path(db_path, settings, clock=clock)
-    yield s
-    s.close()
+def gc_store(cstore: MemoryStore) -> MemoryStore:
+    return cstore
 
 
 def _names(folder: Path) -> set[str]:

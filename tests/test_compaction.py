@@ -16,7 +16,6 @@ from emelex_memory import (
     NewEvent,
     ReservedEventKindError,
     SessionLiveError,
-    Settings,
     SourceChangedError,
     SummaryDraft,
     SummaryProvenanceError,
@@ -26,7 +25,7 @@ from emelex_memory import (
 )
 from emelex_memory.source_digest import digest_source
 
-from .conftest import table_rows
+from .conftest import Clock, table_rows
 
 WINDOW = 2000  # with 100 tokens per event, a turn of two events is 200 tokens: 8 turns trigger, 5 are the target
 COVERED = 12  # events compacted from 10 turns: 6 turns, leaving 800 tokens = the target 1000 - the Summary reserve 200
@@ -36,26 +35,9 @@ def tokens(event: Event) -> int:
     return 100
 
 
-class Clock:
-    """A settable clock injected into the store."""
-
-    def __init__(self, now: float = 3_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def cstore(db_path: Path, settings: Settings, clock: Clock):
-    s = MemoryStore.open_path(db_path, settings, clock=clock)
-    yield s
-    s.close()
+    return Clock(3_000_000.0)
 
 
 def add_turns(store: MemoryStore, session_id: str, workspace: Path, n: int, label: str = "t") -> None:

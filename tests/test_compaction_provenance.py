@@ -20,9 +20,9 @@ from emelex_memory import summaries
 from emelex_memory.source_digest import digest_source
 
 from .conftest import table_rows
-from .test_compaction import COVERED, WINDOW, add_turns, clock, compact, cstore, sid, summarize, tokens, view
+from .test_compaction import COVERED, WINDOW, add_turns, clock, compact, sid, summarize, tokens, view
 
-__all__ = ["clock", "cstore", "sid"]  # fixtures used here
+__all__ = ["clock", "sid"]  # fixtures used here
 
 
 def assert_replay_refused(store: MemoryStore, session_id: str, workspace: Path) -> None:

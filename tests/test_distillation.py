@@ -22,24 +22,9 @@ from emelex_memory.knowledge import KnowledgeMixin
 from .conftest import table_rows
 
 
-class Clock:
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def store(db_path, settings, clock):
-    s = MemoryStore.open_path(db_path, settings, clock=clock)
-    yield s
-    s.close()
+def store(cstore):
+    return cstore
 
 
 def knowledge_rows(db: Path) -> dict:

@@ -23,31 +23,9 @@ from emelex_memory import (
 from emelex_memory.jobs import MAX_DIAGNOSTIC_CHARS, MAX_DIAGNOSTICS, MAX_DIAGNOSTICS_BYTES, MAX_JOB_ROW_BYTES
 from emelex_memory.retry import bounded_retrying, retry_busy
 
-from .conftest import table_rows
+from .conftest import Clock, table_rows
 
 register_job_kind("noop")
-
-
-class Clock:
-    """A settable clock injected into the store."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def cstore(db_path: Path, settings: Settings, clock: Clock):
-    s = MemoryStore.open_path(db_path, settings, clock=clock)
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -11,36 +11,20 @@ from emelex_memory import (
     JobClaim,
     MemoryStore,
     PermanentJobError,
-    Settings,
     TransientJobError,
     register_job_kind,
     run_one_job,
 )
 
+from .conftest import Clock
+
 register_job_kind("noop")
 NO_WAIT = tenacity.wait_none()
 
 
-class Clock:
-    """A settable clock injected into the store."""
-
-    def __init__(self, now: float = 2_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def cstore(db_path: Path, settings: Settings, clock: Clock):
-    s = MemoryStore.open_path(db_path, settings, clock=clock)
-    yield s
-    s.close()
+    return Clock(2_000_000.0)
 
 
 @pytest.fixture

@@ -30,26 +30,9 @@ from emelex_memory.knowledge_model import MAX_CONTENT_BYTES
 from .conftest import table_rows
 
 
-class Clock:
-    """An injected clock that only moves when told."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def kstore(db_path, settings, clock):
-    s = MemoryStore.open_path(db_path, settings, clock=clock)
-    yield s
-    s.close()
+def kstore(cstore):
+    return cstore
 
 
 @pytest.fixture

@@ -16,31 +16,20 @@ from emelex_memory import (
     register_job_kind,
 )
 
-from .conftest import table_rows
+from .conftest import Clock, table_rows
 
 register_job_kind("noop")  # a test-only kind: a claim on the Session, not compaction
 
 
-class Clock:
-    """An injected clock starting at the real time (asset files age by their real timestamps)."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    """Starting at the real time (asset files age by their real timestamps)."""
+    return Clock(time.time())
 
 
 @pytest.fixture
-def dstore(db_path, settings, clock):
-    s = MemoryStore.open_path(db_path, settings, clock=clock)
-    yield s
-    s.close()
+def dstore(cstore):
+    return cstore
 
 
 def seed(store: MemoryStore, workspace: Path, *turns: list[NewEvent]) -> str:

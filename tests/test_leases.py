@@ -25,29 +25,7 @@ from emelex_memory import (
     WorkspaceReplacedError,
 )
 
-from .conftest import table_rows
-
-
-class Clock:
-    """A settable clock injected into the store."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def cstore(db_path: Path, settings: Settings, clock: Clock):
-    s = MemoryStore.open_path(db_path, settings, clock=clock)
-    yield s
-    s.close()
+from .conftest import Clock, table_rows
 
 
 def _turn(text: str = "hi") -> list[NewEvent]:

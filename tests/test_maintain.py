@@ -15,24 +15,15 @@ from emelex_memory import KnowledgeNotFoundError, MemoryStore, NewEvent, Setting
 from emelex_memory.retention import DAY_S
 from emelex_workers.cli import app
 
-from .conftest import file_state, table_rows
+from .conftest import Clock, file_state, table_rows
 
 register_job_kind("noop")  # a test-only kind: these tests need claims on jobs, not compaction
 
 
-class Clock:
-    """An injected clock starting at the real time (asset files age by their real timestamps)."""
-
-    def __init__(self) -> None:
-        self.now = time.time()
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    """Starting at the real time (asset files age by their real timestamps)."""
+    return Clock(time.time())
 
 
 def open_store(db_path: Path, home: Path, clock: Clock, **overrides) -> MemoryStore:
