@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import apsw
 
 from .connection import connect
-from .jobs import Job, append_diagnostic, claimed_job, done_job
+from .jobs import Job, append_diagnostic, claimed_job
 from .retry import retry_busy
 
 if TYPE_CHECKING:
@@ -29,15 +29,22 @@ class JobClaim:
     zero-wait connection, retried a bounded number of times while busy.
     """
 
-    def __init__(self, store: MemoryStore, row: tuple, holder: str, claimed_at: float, digest: bytes, expires_at: float):
+    __slots__ = (
+        "_store", "_row", "_holder", "_claimed_at", "_claimed_until", "_rowid", "_session_rowid", "_id", "_kind",
+        "_job", "_digest", "expires_at", "ended",
+    )
+
+    def __init__(
+        self, store: MemoryStore, row: tuple, holder: str, claimed_at: float, digest: bytes, expires_at: float
+    ) -> None:
         """Wrap a claim `MemoryStore.claim_job` just made: its `CLAIM_RETURNING` row, the lease holder label, when it
         was made, the SHA-256 of the worker lease token and the lease expiry."""
         self._store = store
-        self._rowid = row[0]
-        self._session_rowid = row[1]
-        self._id = row[2]
-        self._kind = row[3]
-        self._claimed = (row, holder, claimed_at, expires_at)
+        self._row = row
+        self._holder = holder
+        self._claimed_at = claimed_at
+        self._claimed_until = expires_at
+        self._rowid, self._session_rowid, self._id, self._kind = row[:4]
         self._job: Job | None = None
         self._digest = digest
         self.expires_at = expires_at
@@ -63,17 +70,12 @@ class JobClaim:
         Built on first use, so a handler that never looks pays nothing for decoding it.
         """
         if self._job is None:
-            self._job = claimed_job(*self._claimed)
+            self._job = claimed_job(self._row, self._holder, self._claimed_at, self._claimed_until)
         return self._job
 
     @job.setter
     def job(self, job: Job) -> None:
         self._job = job
-
-    def _done(self, result: dict[str, Any] | None, now: float) -> Job:
-        """The job as completing it at `now` with `result` leaves it (see `jobs.done_job`)."""
-        row, _, _, _ = self._claimed
-        return done_job(row, self.expires_at, result, now)
 
     @property
     def store(self) -> MemoryStore:

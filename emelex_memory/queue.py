@@ -36,6 +36,7 @@ from .jobs import (
     Job,
     JobPage,
     append_diagnostic,
+    done_job,
     encode_json,
     job_from_row,
     job_kind,
@@ -335,7 +336,7 @@ class JobQueueMixin:
         `SessionLiveError` when the Session went live (release the job then),
         or the completion function's error; in every case nothing is written.
         """
-        kind = job_kind(claim.kind)
+        kind = job_kind(claim._kind)
         with self._write() as conn:
             now = self.clock()
             # One statement re-checks the worker lease and the Session's liveness and marks the job done; the
@@ -354,15 +355,16 @@ class JobQueueMixin:
             if kind.complete is not None:
                 ctx = CompletionContext(conn, self, claim.job, claim._rowid, claim._session_rowid, now)
                 outcome = kind.complete(ctx, result)
-            if outcome is not None and not isinstance(outcome, Mapping):
-                raise InvalidInputError(f"the result of a {kind.name} job must be None or a JSON object")
+            text = None
             if outcome is not None:
+                if not isinstance(outcome, Mapping):
+                    raise InvalidInputError(f"the result of a {kind.name} job must be None or a JSON object")
                 text = encode_json(dict(outcome), max_bytes=MAX_RESULT_BYTES, what="the job result")
                 conn.execute("UPDATE jobs SET result = ? WHERE id = ?", (text, claim._rowid))
-                outcome = stored_json(text)
-            job = claim._done(outcome, now)
+        # Built after the commit, so the write lock is held no longer than the writing needs.
+        job = done_job(claim._row, claim.expires_at, None if text is None else stored_json(text), now)
         claim.ended = True
-        claim.job = job
+        claim._job = job
         return job
 
     def fail_job(self: MemoryStore, claim: JobClaim, message: str, *, permanent: bool = False) -> Job:

@@ -1,13 +1,14 @@
 """Worker lease renewal while a handler runs: one shared daemon thread per process renews every registered claim.
 
-`renewing(claim, ttl_s)` registers a claim for the length of a `with` block;
-the renewer renews its worker lease by `ttl_s` every `ttl_s / 3` seconds until
-the block ends or the lease is lost. One long-lived thread serves every claim,
-so a job costs two dictionary updates instead of starting and joining a thread
-of its own (about 0.1 ms here, as long as a whole committed transaction), and
-the thread only wakes when a renewal is due. While it renews jobs the thread
-is named after them (`renew-<job ID>`), otherwise `emelex-lease-renewer`, so a
-thread listing shows what it is doing.
+`renewing(claim, ttl_s)` registers a claim for the length of a `with` block
+(`RENEWER.add` / `RENEWER.remove` do the same without the block); the renewer
+renews its worker lease by `ttl_s` every `ttl_s / 3` seconds until the block
+ends or the lease is lost. One long-lived thread serves every claim, so a job
+costs two dictionary updates instead of starting and joining a thread of its
+own (about 0.1 ms here, as long as a whole committed transaction), and the
+thread only wakes when a renewal is due. Its name says what it renews right
+now (`renew-<job ID>`, or `emelex-lease-renewer` while it renews nothing), so
+a thread listing shows what it is doing.
 """
 
 from __future__ import annotations
@@ -26,10 +27,31 @@ if TYPE_CHECKING:
 IDLE_NAME = "emelex-lease-renewer"
 
 
-class _Renewer:
-    """The registry of claims to renew and the one thread that renews them; all state is guarded by `_lock`."""
+class _RenewerThread(threading.Thread):
+    """The renewer's thread. Its name is read from the registry, so registering a claim never renames it."""
+
+    def __init__(self, renewer: Renewer) -> None:
+        super().__init__(target=renewer._run, name=IDLE_NAME, daemon=True)
+        self._renewer = renewer
+
+    @property  # type: ignore[override]
+    def name(self) -> str:
+        """`renew-<job ID>[,<job ID>...]` of the claims registered now, or `emelex-lease-renewer`."""
+        claims = list(self._renewer._due)  # one atomic copy: the registry may change meanwhile
+        return f"renew-{','.join(claim.id for claim in claims)}" if claims else IDLE_NAME
+
+
+class Renewer:
+    """The registry of claims to renew and the one thread that renews them; all state is guarded by `_lock`.
+
+    There is one per process, `RENEWER`; a forked child starts it afresh.
+    """
 
     def __init__(self) -> None:
+        """An empty registry; the thread starts with the first claim."""
+        self._reset()
+
+    def _reset(self) -> None:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._due: dict[JobClaim, tuple[float, float]] = {}  # claim -> (next renewal, monotonic seconds; TTL)
@@ -37,31 +59,27 @@ class _Renewer:
         self._idle_s = math.inf  # with nothing to renew, the thread still wakes this often (the last TTL / 3), so
         # that a claim registered later, with the same TTL, is never due before its wake-up and needs no notify
         self._busy: JobClaim | None = None  # the claim being renewed right now, outside the lock
-        self._thread: threading.Thread | None = None
+        self._thread: _RenewerThread | None = None
 
     def add(self, claim: JobClaim, ttl_s: float) -> None:
+        """Renew `claim` by `ttl_s` every `ttl_s / 3` seconds from now until `remove(claim)`."""
         with self._lock:  # `due` read under the lock is never before a `_wake_at` the thread computed earlier
             due = time.monotonic() + ttl_s / 3
             self._due[claim] = (due, ttl_s)
             self._idle_s = ttl_s / 3
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=IDLE_NAME, daemon=True)
+                self._thread = _RenewerThread(self)
                 self._thread.start()
                 self._wake_at = due  # the new thread's first look is due no later than this
             elif due < self._wake_at:
                 self._cond.notify()
-            self._thread.name = f"renew-{claim.id}" if len(self._due) == 1 else self._name()
 
     def remove(self, claim: JobClaim) -> None:
+        """Stop renewing `claim`; a renewal of it under way is waited for, so none happens after this returns."""
         with self._lock:
             self._due.pop(claim, None)  # gone already if the renewer found the lease lost
-            while self._busy is claim:  # a renewal of it is under way: let it end, so none happens after the block
+            while self._busy is claim:
                 self._cond.wait()
-            if self._thread is not None:  # None in a forked child that never renewed anything
-                self._thread.name = self._name() if self._due else IDLE_NAME
-
-    def _name(self) -> str:
-        return f"renew-{','.join(c.id for c in self._due)}" if self._due else IDLE_NAME
 
     def _run(self) -> None:
         with self._cond:
@@ -92,20 +110,12 @@ class _Renewer:
         if claim in self._due:
             if lost:
                 del self._due[claim]
-                self._thread.name = self._name()
             else:
                 self._due[claim] = (time.monotonic() + ttl_s / 3, ttl_s)
 
 
-_renewer = _Renewer()
-
-
-def _after_fork() -> None:
-    global _renewer
-    _renewer = _Renewer()  # the child has no renewer thread and renews none of its parent's claims
-
-
-os.register_at_fork(after_in_child=_after_fork)
+RENEWER = Renewer()
+os.register_at_fork(after_in_child=RENEWER._reset)  # the child has no renewer thread and none of the parent's claims
 
 
 class Renewal:
@@ -119,10 +129,10 @@ class Renewal:
         self._ttl_s = ttl_s
 
     def __enter__(self) -> None:
-        _renewer.add(self._claim, self._ttl_s)
+        RENEWER.add(self._claim, self._ttl_s)
 
     def __exit__(self, *exc: object) -> None:
-        _renewer.remove(self._claim)
+        RENEWER.remove(self._claim)
 
 
 def renewing(claim: JobClaim, ttl_s: float) -> Renewal:

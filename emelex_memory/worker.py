@@ -3,10 +3,10 @@
 `emelex memory work` is a thin loop over `run_one_job`. A handler is any
 callable taking the `JobClaim` and returning the result its kind's completion
 function expects (a `SummaryDraft` for compaction). While it runs, the shared
-renewer thread renews the worker lease every third of its TTL (`renewing`, see
-`renewal.py`), so a handler may take longer than the TTL; a worker that dies
-stops renewing, and its claim is rescued once the lease expires. How the
-handler's exceptions count:
+renewer thread renews the worker lease every third of its TTL (`renewal.py`),
+so a handler may take longer than the TTL; a worker that dies stops renewing,
+and its claim is rescued once the lease expires. How the handler's exceptions
+count:
 
 - returns normally: the job completes (Summary appended, ...);
 - `SessionLiveError` (from the handler or from completion): released to
@@ -31,9 +31,9 @@ import tenacity
 from tenacity.wait import wait_base
 
 from .errors import PermanentJobError, SessionLiveError, SourceChangedError, TransientJobError, WorkerLeaseLostError
-from .jobs import Job, job_kind
+from .jobs import Job, frozen, job_kind
 from .queue import JobClaim
-from .renewal import renewing
+from .renewal import RENEWER
 from .retry import bounded_retrying
 
 if TYPE_CHECKING:
@@ -92,9 +92,13 @@ def run_one_job(
             kind = job_kind(claim.kind)
             if kind.validate is not None:  # a malformed stored source is a permanent failure, never a KeyError later
                 kind.check_source(claim.job.source)
-            with renewing(claim, ttl):
+            RENEWER.add(claim, ttl)  # `with renewing(claim, ttl)`, without the context manager object
+            try:
                 result = _run_handler(handler, claim, transient_attempts, transient_wait, ttl)
-            return JobOutcome(claim.complete(result), "done", "completed")
+            finally:
+                RENEWER.remove(claim)
+            job = store.complete_job(claim, result)
+            return frozen(JobOutcome, {"job": job, "status": "done", "detail": "completed"})  # JobOutcome(job, ...)
         except WorkerLeaseLostError as exc:
             claim.ended = True  # nothing left to release
             return JobOutcome(claim.job, "lost", describe(exc))

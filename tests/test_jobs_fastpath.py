@@ -13,7 +13,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from emelex_memory import Job, MemoryStore, Settings, register_job_kind, run_one_job
+from emelex_memory import Job, JobOutcome, MemoryStore, Settings, register_job_kind, run_one_job
 from emelex_memory.connection import BusyWait, connect
 from emelex_memory.queue import _COMPLETE, RESCUE_BATCH, _claim_sql
 from emelex_memory.renewal import IDLE_NAME, renewing
@@ -71,6 +71,7 @@ def test_a_job_completed_by_the_worker_equals_what_the_database_holds(
     cstore.enqueue_job("noop", session_id, {"n": 2})
     outcome = run_one_job(cstore, lambda claim: None, kinds="noop")
     assert outcome.status == "done" and outcome.job == cstore.get_job(outcome.job.id)
+    assert outcome == JobOutcome(outcome.job, "done", "completed") and type(outcome) is JobOutcome
     assert outcome.job.result is None and outcome.job.lease_holder is None and outcome.job.finished_at == clock.now
 
 
