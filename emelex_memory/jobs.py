@@ -289,13 +289,15 @@ def _job(
     due_at: float, lease_holder: str | None, lease_expires_at: float | None, diagnostics: tuple[JobDiagnostic, ...],
     result: dict[str, Any] | None, created_at: float, updated_at: float, finished_at: float | None,
 ) -> Job:
-    """`Job(...)` of these fields, through `frozen`."""
-    return frozen(Job, {
+    """`Job(...)` of these fields, built as `frozen` builds it."""
+    job = _new_object(Job)
+    _set_attribute(job, "__dict__", {
         "id": job_id, "kind": kind, "session_id": session_id, "source_key": source_key, "source": source,
         "state": state, "attempts": attempts, "due_at": due_at, "lease_holder": lease_holder,
         "lease_expires_at": lease_expires_at, "diagnostics": diagnostics, "result": result, "created_at": created_at,
         "updated_at": updated_at, "finished_at": finished_at,
     })
+    return job
 
 
 def job_from_row(row: tuple) -> Job:

@@ -31,8 +31,8 @@ class _RenewerThread(threading.Thread):
     """The renewer's thread. Its name is read from the registry, so registering a claim never renames it."""
 
     def __init__(self, renewer: Renewer) -> None:
+        self._renewer = renewer  # first: `name` reads it
         super().__init__(target=renewer._run, name=IDLE_NAME, daemon=True)
-        self._renewer = renewer
 
     @property  # type: ignore[override]
     def name(self) -> str:

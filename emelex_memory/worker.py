@@ -89,7 +89,7 @@ def run_one_job(
         return None
     with claim:
         try:
-            kind = job_kind(claim.kind)
+            kind = job_kind(claim._kind)
             if kind.validate is not None:  # a malformed stored source is a permanent failure, never a KeyError later
                 kind.check_source(claim.job.source)
             RENEWER.add(claim, ttl)  # `with renewing(claim, ttl)`, without the context manager object
