@@ -17,7 +17,6 @@ import hashlib
 import os
 import secrets
 import socket
-import time
 from collections.abc import Iterator, Sequence
 from stat import S_ISDIR
 from typing import TYPE_CHECKING

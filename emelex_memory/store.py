@@ -71,7 +71,16 @@ class _WriteTransaction:
             self._lock.release()
 
 
-class MemoryStore(ModelRefMixin, KnowledgeMixin, DeletionMixin, DistillationMixin, MaintenanceMixin, JobQueueMixin, CompactionMixin, AssetStoreMixin):
+class MemoryStore(
+    ModelRefMixin,
+    KnowledgeMixin,
+    DeletionMixin,
+    DistillationMixin,
+    MaintenanceMixin,
+    JobQueueMixin,
+    CompactionMixin,
+    AssetStoreMixin,
+):
     """One open Emelex database. Thread-safe; use it as a context manager or call `close()`."""
 
     def __init__(self, conn: apsw.Connection, path: Path, settings: Settings, clock: Clock = time.time) -> None:

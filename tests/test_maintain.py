@@ -53,7 +53,7 @@ def test_maintain_under_a_live_lease_keeps_it_and_pinned_knowledge_prunes_versio
     old_asset = store.put_asset(b"only in the idle Session", "image/png")
     orphan = store.put_asset(b"never linked", "image/png")
     live = seed(store, workspace, "still working", live_asset)
-    idle = seed(store, workspace, "long ago", old_asset)
+    seed(store, workspace, "long ago", old_asset)
     for i in range(5):
         store.remember(workspace, "pinned", f"p{i}")
         store.remember(workspace, "loose", f"l{i}")
