@@ -18,32 +18,10 @@ from emelex_memory.connection import BusyWait, connect
 from emelex_memory.queue import _COMPLETE, RESCUE_BATCH, _claim_sql
 from emelex_memory.renewal import IDLE_NAME, renewing
 
-from .conftest import table_rows
+from .conftest import Clock, table_rows
 
 register_job_kind("noop")
 register_job_kind("noted", lambda ctx, result: {"noted": result})
-
-
-class Clock:
-    """A settable clock injected into the store."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def cstore(db_path: Path, settings: Settings, clock: Clock):
-    s = MemoryStore.open_path(db_path, settings, clock=clock)
-    yield s
-    s.close()
 
 
 @pytest.fixture
