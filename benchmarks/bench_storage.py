@@ -38,14 +38,20 @@ def _turn(i: int) -> list[NewEvent]:
     ]
 
 
-def bench_append(root: Path) -> float:
-    settings = Settings(home=root / "home")
-    workspace = root / "ws"
+def _leased_store(root: Path, name: str, settings: Settings):
+    """A store at `root/name.sqlite3` with one Session and a replayed lease on it."""
+    workspace = root / f"ws-{name}"
     workspace.mkdir()
-    store = MemoryStore.open_path(root / "ours.sqlite3", settings)
+    store = MemoryStore.open_path(root / f"{name}.sqlite3", settings)
     session = store.create_session(workspace)
     lease = store.acquire_lease(session.id, workspace, ttl_s=86_400)
     lease.replay()
+    return store, session, lease, workspace
+
+
+def bench_append(root: Path) -> float:
+    settings = Settings(home=root / "home")
+    store, session, lease, workspace = _leased_store(root, "ours", settings)
 
     raw_store = MemoryStore.open_path(root / "raw.sqlite3", settings)
     raw_session = raw_store.create_session(workspace)
@@ -90,12 +96,7 @@ def bench_append(root: Path) -> float:
 
 def bench_replay(root: Path) -> float:
     settings = Settings(home=root / "home")
-    workspace = root / "ws-replay"
-    workspace.mkdir()
-    store = MemoryStore.open_path(root / "replay.sqlite3", settings)
-    session = store.create_session(workspace)
-    lease = store.acquire_lease(session.id, workspace, ttl_s=86_400)
-    lease.replay()
+    store, session, lease, _ = _leased_store(root, "replay", settings)
     with store._write() as conn:  # bulk load: 25,000 4-event turns in one transaction
         rowid = store._session_rowid(conn, session.id)
         rows = []
