@@ -77,6 +77,11 @@ def connect(path: Path, *, busy_timeout_ms: int) -> apsw.Connection:
         conn.config(apsw.SQLITE_DBCONFIG_DQS_DML, 0)
         conn.config(apsw.SQLITE_DBCONFIG_DQS_DDL, 0)
         conn.config(apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0)
+        # Query planner stability: plans never depend on bound values. Without it, every statement on a table with a
+        # partial index (events, jobs, assets) is re-prepared on each execution, because SQLite re-checks whether the
+        # newly bound values make the partial index usable; our queries name partial-index conditions as literals.
+        if conn.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, 1) != 1:
+            raise StoreError(f"database {path}: SQLite refused the query planner stability guarantee (ENABLE_QPSG)")
         for name, value, expected in PRAGMAS:
             conn.execute(f"PRAGMA {name}={value}").fetchall()
             got = conn.execute(f"PRAGMA {name}").fetchall()[0][0]

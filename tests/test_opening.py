@@ -41,7 +41,11 @@ def test_standard_open_creates_private_home_and_database(settings: Settings) -> 
         assert store.path == settings.home_dir / "memory" / "emelex.sqlite3"
         with store._read() as conn:
             live = read_pragmas(conn)
+            settings_off = [conn.config(op, -1) for op in (apsw.SQLITE_DBCONFIG_DQS_DML, apsw.SQLITE_DBCONFIG_DQS_DDL,
+                                                           apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA)]
+            qpsg = conn.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, -1)
     assert live == {name: want for name, _, want in PRAGMAS}
+    assert settings_off == [0, 0, 0] and qpsg == 1
     assert _mode(settings.home_dir) == 0o700
     assert _mode(settings.memory_dir) == 0o700
     assert _mode(settings.database_path) == 0o600
