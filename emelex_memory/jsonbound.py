@@ -10,12 +10,16 @@ non-string object keys and values other than dict, list, tuple, str, int,
 float, bool and None.
 
 Encoding stops as soon as the byte cap or the depth cap is exceeded, so an
-oversized value is never fully materialised.
+oversized value is never fully materialised. Two encoders produce the same
+bytes: a plain value (exact built-in types only) whose size bound, computed by
+a walk that stops at the cap, fits the cap is encoded in one call of the C
+encoder behind Python's `json` module; anything else, and every refusal, goes
+through the streaming encoder here, which names what is wrong.
 """
 
 from __future__ import annotations
 
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 
 from .errors import JsonNonFiniteError, JsonTooDeepError, JsonTooLargeError, JsonUnencodableError
 
@@ -30,6 +34,67 @@ class _Refused(Exception):
         super().__init__(detail)
         self.error = error
         self.detail = detail
+
+
+def _refuse_default(value: object) -> object:
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+def _c_encoder():
+    """The C encoder set up for the canonical form, or None where this Python has none or another signature."""
+    try:  # (markers, default, encoder, indent, key_separator, item_separator, sort_keys, skipkeys, allow_nan)
+        return c_make_encoder(None, _refuse_default, encode_basestring, None, ":", ",", True, False, False)
+    except TypeError:
+        return None
+
+
+_C_ENCODE = _c_encoder() if c_make_encoder is not None else None
+_INT_BOUND = 1 << 63  # integers below this in magnitude print in at most 20 characters
+
+
+def _room(v: object, depth: int, max_depth: int, room: int) -> int:
+    """`room` minus an upper bound of `v`'s canonical UTF-8 size, or a negative number when `v` may not fit.
+
+    Negative also when `v` holds anything but exact built-in JSON types, a
+    non-finite float, a large integer or nests past `max_depth`: the streaming
+    encoder then decides (and names the problem). A string of n characters
+    encodes to at most 6n + 2 bytes (`\\u00XX` escapes, quotes). The walk stops
+    once the bound passes the cap, so shared or cyclic structures cost at
+    most as much as the cap allows.
+    """
+    t = type(v)
+    if t is str:
+        return room - 6 * len(v) - 2  # type: ignore[arg-type]
+    if t is dict:
+        if depth >= max_depth:
+            return -1
+        room -= 2 * len(v) + 2  # type: ignore[arg-type]
+        for key, item in v.items():  # type: ignore[union-attr]
+            if type(key) is not str:
+                return -1
+            if type(item) is str:
+                room -= 6 * (len(key) + len(item)) + 4
+            else:
+                room = _room(item, depth + 1, max_depth, room - 6 * len(key) - 2)
+            if room < 0:
+                return -1
+        return room
+    if t is list or t is tuple:
+        if depth >= max_depth:
+            return -1
+        room -= len(v) + 2  # type: ignore[arg-type]
+        for item in v:  # type: ignore[union-attr]
+            room = room - 6 * len(item) - 2 if type(item) is str else _room(item, depth + 1, max_depth, room)
+            if room < 0:
+                return -1
+        return room
+    if t is int:
+        return room - 20 if -_INT_BOUND < v < _INT_BOUND else -1  # type: ignore[operator]
+    if t is float:
+        return room - 24 if v - v == 0.0 else -1  # type: ignore[operator]  # NaN and infinities fail this
+    if v is None or t is bool:
+        return room - 5
+    return -1
 
 
 def _too_large() -> _Refused:
@@ -49,6 +114,19 @@ def encode_canonical(value: object, *, max_bytes: int, max_depth: int, what: str
 
 def encode_canonical_text(value: object, *, max_bytes: int, max_depth: int, what: str = "value") -> tuple[str, int]:
     """Like `encode_canonical`, but return the canonical JSON as text together with its exact UTF-8 byte length."""
+    if _C_ENCODE is not None and _room(value, 0, max_depth, max_bytes) >= 0:
+        text = "".join(_C_ENCODE(value, 0))
+        if text.isascii():
+            return text, len(text)
+        try:
+            return text, len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: the streaming encoder refuses it and says where
+    return encode_streaming(value, max_bytes=max_bytes, max_depth=max_depth, what=what)
+
+
+def encode_streaming(value: object, *, max_bytes: int, max_depth: int, what: str = "value") -> tuple[str, int]:
+    """`encode_canonical_text` through the streaming encoder alone (same result, typed errors, slower)."""
     parts: list[str] = []
     budget = [max_bytes]  # bytes still allowed; a one-item list so the recursion can update it cheaply
     try:

@@ -20,7 +20,8 @@ from emelex_memory import (
     ReservedEventKindError,
     Settings,
 )
-from emelex_memory.jsonbound import encode_canonical
+from emelex_memory import jsonbound
+from emelex_memory.jsonbound import encode_canonical, encode_canonical_text, encode_streaming
 
 from .conftest import table_rows
 
@@ -121,3 +122,36 @@ def test_byte_cap_is_exact(value) -> None:
     assert len(encode_canonical(value, max_bytes=exact, max_depth=50)) == exact
     with pytest.raises(JsonTooLargeError):
         encode_canonical(value, max_bytes=exact - 1, max_depth=50)
+
+
+wide_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text() | st.binary(max_size=3)
+    | st.tuples(st.integers()) | st.dictionaries(st.integers(), st.none(), min_size=1, max_size=2),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(wide_values, st.integers(min_value=2, max_value=400), st.integers(min_value=0, max_value=6))
+def test_the_one_call_encoder_and_the_streaming_encoder_agree(value, cap, depth) -> None:
+    def outcome(encode):
+        try:
+            return encode(value, max_bytes=cap, max_depth=depth, what="v")
+        except Exception as exc:  # the typed error and its message must match too
+            return type(exc), str(exc)
+
+    assert jsonbound._C_ENCODE is not None  # this Python has the C encoder, so both paths really ran
+    assert outcome(encode_canonical_text) == outcome(encode_streaming)
+
+
+def test_shared_structure_that_would_expand_past_the_cap_is_refused() -> None:
+    value: object = "x" * 100
+    for _ in range(40):  # 2**40 copies of the string if fully expanded
+        value = [value, value]
+    with pytest.raises(JsonTooLargeError):
+        encode_canonical(value, max_bytes=1_000_000, max_depth=50)
+    cycle: list = []
+    cycle.append(cycle)
+    with pytest.raises(JsonTooDeepError):
+        encode_canonical(cycle, max_bytes=1_000_000, max_depth=50)
