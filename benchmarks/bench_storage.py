@@ -59,10 +59,10 @@ def bench_append(root: Path) -> float:
     raw = connect(root / "raw.sqlite3", busy_timeout_ms=5000)
     rowid = raw.execute("SELECT id FROM sessions WHERE uuid = ?", (raw_session.id,)).fetchone()[0]
     sql = (
-        "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
     )
-    seq = 0
+    seq = byte_end = 0
     raw_total = ours_total = 0.0
     ratios = []
     for _ in range(ROUNDS):
@@ -73,7 +73,8 @@ def bench_append(root: Path) -> float:
             rows = []
             for k, e in enumerate(events):
                 payload = json.dumps(e.payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-                rows.append((rowid, seq + k + 1, seq // 4 + 1, k, e.kind, payload, len(payload), time.time()))
+                byte_end += len(payload)
+                rows.append((rowid, seq + k + 1, seq // 4 + 1, k, e.kind, payload, len(payload), byte_end, time.time()))
             with raw:
                 raw.executemany(sql, rows)
             seq += len(rows)
@@ -99,22 +100,21 @@ def bench_replay(root: Path) -> float:
     store, session, lease, _ = _leased_store(root, "replay", settings)
     with store._write() as conn:  # bulk load: 25,000 4-event turns in one transaction
         rowid = store._session_rowid(conn, session.id)
-        rows = []
+        rows, byte_end = [], 0
         for t in range(REPLAY_EVENTS // 4):
             for k, e in enumerate(encode_turn(_turn(t), settings)):
-                rows.append((rowid, t * 4 + k + 1, t + 1, k, e.kind, e.payload, e.size, 0.0))
+                byte_end += e.size
+                rows.append((rowid, t * 4 + k + 1, t + 1, k, e.kind, e.payload, e.size, byte_end, 0.0))
         conn.executemany(
-            "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
-        conn.execute("UPDATE sessions SET last_seq = ?, last_turn = ? WHERE id = ?",
-                     (REPLAY_EVENTS, REPLAY_EVENTS // 4, rowid))
+            "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     lease.release()
     raw = connect(root / "replay.sqlite3", busy_timeout_ms=5000)
 
     def raw_read() -> int:
         n = 0
         for _ in raw.execute(
-            "SELECT id, seq, turn, position, kind, payload, size, created_at, asset_refs FROM events "
+            "SELECT id, seq, turn, position, kind, payload, size, byte_end, created_at, asset_refs FROM events "
             "WHERE session_id = ? ORDER BY seq", (rowid,)
         ):
             n += 1

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,9 +29,6 @@ from .errors import (
 
 if TYPE_CHECKING:
     from .transcript import Event, NewEvent
-
-_REFS_FIELD = itemgetter(8)  # Event.asset_refs, raw JSON text (or None) as read by the replay SELECT
-
 
 def turn_assets(events: Sequence[NewEvent]) -> list[tuple[int, tuple[AssetRef, ...]]]:
     """Validate the assets of a turn's events before any write; return (position, refs) for events that have some."""
@@ -107,7 +103,10 @@ def _encode(refs: tuple[AssetRef, ...]) -> str:
     return json.dumps([[r.digest, r.size, r.media_kind] for r in refs], separators=(",", ":"))
 
 
-_ANY_LINK_SQL = "SELECT 1 FROM event_assets WHERE session_id = ? AND seq BETWEEN ? AND ? LIMIT 1"
+_ANY_ASSETS_SQL = (  # does any event in a seq span record assets (partial index events_with_assets) or have links?
+    "SELECT EXISTS (SELECT 1 FROM events WHERE session_id = ?1 AND seq BETWEEN ?2 AND ?3 AND asset_refs IS NOT NULL) "
+    "OR EXISTS (SELECT 1 FROM event_assets WHERE session_id = ?1 AND seq BETWEEN ?2 AND ?3)"
+)
 _LINKS_SQL = (
     "SELECT l.seq, l.ordinal, l.digest, l.media_kind, a.size FROM event_assets l "
     "LEFT JOIN assets a ON a.digest = l.digest AND a.media_kind = l.media_kind "
@@ -128,8 +127,8 @@ def attach_assets(conn: apsw.Connection, session_rowid: int, events: list[Event]
     if not events:
         return events
     span = (session_rowid, events[0].seq, events[-1].seq)
-    if not any(map(_REFS_FIELD, events)) and not conn.execute(_ANY_LINK_SQL, span).fetchone():
-        return events  # the common case costs one index probe
+    if not conn.execute(_ANY_ASSETS_SQL, span).fetchone()[0]:
+        return events  # the common case costs one statement of two index probes
     links = conn.execute(_LINKS_SQL, span).fetchall()
     by_seq: dict[int, list[tuple]] = {}
     for link in links:

@@ -211,7 +211,7 @@ class CompactionMixin:
         turn: _Turn | None = None
         after = 0
         while True:
-            page = self._replay_rowid(rowid, after, None, None)
+            page = self._replay_page(rowid, after, None, None)
             for event in page.events:
                 if turn is None or turn.turn != event.turn or event.kind == SUMMARY_KIND:
                     if turn is not None:

@@ -91,7 +91,7 @@ class DeletionMixin:
         commit, and the grace period that protects assets touched since.
         """
         check_not_busy(conn, rowid, session_id, now)
-        updated = conn.execute("SELECT updated_at FROM sessions WHERE id = ?", (rowid,)).fetchone()[0]
+        updated = conn.execute("SELECT updated_at FROM session_heads WHERE id = ?", (rowid,)).fetchone()[0]
         count = lambda sql: conn.execute(sql, (rowid,)).fetchone()[0]  # noqa: E731
         events = count("SELECT count(*) FROM events WHERE session_id = ?")
         jobs = count("SELECT count(*) FROM jobs WHERE session_id = ?")

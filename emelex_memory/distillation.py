@@ -246,7 +246,7 @@ class DistillationMixin:
         """
         with self._read() as conn:
             rowid = self._session_rowid(conn, session_id)
-            last = conn.execute("SELECT last_seq FROM sessions WHERE id = ?", (rowid,)).fetchone()[0]
+            last = conn.execute("SELECT last_seq FROM session_heads WHERE id = ?", (rowid,)).fetchone()[0]
             covered = conn.execute(
                 "SELECT id, json_extract(source, '$.last_seq') AS through FROM jobs WHERE kind = ? AND session_id = ? "
                 "AND state IN ('pending', 'claimed', 'done') ORDER BY through DESC, id DESC LIMIT 1",

@@ -285,7 +285,7 @@ class KnowledgeMixin:
         if source is None:
             return NO_SOURCE
         row = conn.execute(
-            "SELECT id, workspace_dev, workspace_ino, last_seq FROM sessions WHERE uuid = ?", (source.session_id,)
+            "SELECT id, workspace_dev, workspace_ino, last_seq FROM session_heads WHERE uuid = ?", (source.session_id,)
         ).fetchone()
         if row is None:
             raise SessionNotFoundError(f"provenance names Session {source.session_id!r}, which does not exist")

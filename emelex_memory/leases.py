@@ -21,8 +21,6 @@ from collections.abc import Iterator, Sequence
 from stat import S_ISDIR
 from typing import TYPE_CHECKING
 
-import apsw
-
 from .assets_links import link_turn_assets, turn_assets
 from .connection import connect
 from .errors import (
@@ -42,10 +40,18 @@ if TYPE_CHECKING:
 
 MAX_FAILURE_CHARS = 2000
 
-# What an append re-checks: the cursor and workspace identity, then the lease (two primary-key
-# lookups are cheaper than a join here).
-_SESSION_SQL = "SELECT last_seq, last_turn, workspace_path, workspace_dev, workspace_ino FROM sessions WHERE id = ?"
-_LEASE_SQL = "SELECT token_hash, state, expires_at FROM session_leases WHERE session_id = ?"
+# What an append re-checks, in one statement: the workspace identity, the lease, and the head (newest seq, turn and
+# byte_end, all None for an empty Session) read from the Session's newest event.
+_AUTHORITY_SQL = (
+    "SELECT s.workspace_path, s.workspace_dev, s.workspace_ino, l.token_hash, l.state, l.expires_at, "
+    "e.seq, e.turn, e.byte_end FROM sessions s JOIN session_leases l ON l.session_id = s.id "
+    "LEFT JOIN events e ON e.id = (SELECT id FROM events WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) "
+    "WHERE s.id = ?1"
+)
+_INSERT_SQL = (
+    "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, created_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 def token_digest(token: str) -> bytes:
@@ -113,7 +119,7 @@ class SessionLease:
         `append_turn` requires. Limits are validated like `MemoryStore.replay`.
         """
         start = self._cursor if after_seq is None else after_seq
-        page = self._store._replay_rowid(self._rowid, start, limit, max_bytes)
+        page = self._store._replay_page(self._rowid, start, limit, max_bytes)
         if start <= self._cursor:  # contiguous with what this holder has seen
             self._cursor = max(self._cursor, page.next_cursor)
             self._replayed = self._replayed or page.done
@@ -150,45 +156,39 @@ class SessionLease:
         encoded = encode_turn(events, self._store.settings)
         linked = turn_assets(events)
         store = self._store
+        rowid = self._rowid
         with store._write() as conn:
-            row = conn.execute(_SESSION_SQL, (self._rowid,)).fetchone()
-            now = self._check_authority(conn, row)
-            last_seq, last_turn = row[0], row[1]
+            row = conn.execute(_AUTHORITY_SQL, (rowid,)).fetchone()
+            now = self._check_authority(row)
+            last_seq = row[6] or 0
             if last_seq != expected:
                 raise StaleCursorError(
                     f"Session {self.session_id} is at seq {last_seq} but the caller last saw {expected}; "
                     "replay from your cursor and retry"
                 )
-            turn = last_turn + 1
-            rows = [
-                (self._rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, now) for i, e in enumerate(encoded)
-            ]
-            conn.executemany(
-                "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
+            turn = (row[7] or 0) + 1
+            byte_end = row[8] or 0
+            rows = []
+            for i, e in enumerate(encoded):
+                byte_end += e.size
+                rows.append((rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, now))
+            conn.executemany(_INSERT_SQL, rows)
             # Rowids of an INTEGER PRIMARY KEY are max + 1, so under our write lock the turn's IDs are consecutive.
             last_id = conn.last_insert_rowid()
             ids = tuple(range(last_id - len(rows) + 1, last_id + 1))
             if linked:
-                link_turn_assets(conn, store.asset_dir, self._rowid, last_seq + 1, linked, now)
-            new_seq = last_seq + len(rows)
-            conn.execute(
-                "UPDATE sessions SET last_seq = ?, last_turn = ?, updated_at = ?, event_bytes = event_bytes + ? "
-                "WHERE id = ?",
-                (new_seq, turn, now, sum(e.size for e in encoded), self._rowid),
-            )
+                link_turn_assets(conn, store.asset_dir, rowid, last_seq + 1, linked, now)
+        new_seq = last_seq + len(rows)
         self._cursor = new_seq
         return AppendedTurn(turn, last_seq + 1, new_seq, ids)
 
-    def _check_authority(self, conn: apsw.Connection, row: tuple | None) -> float:
-        """Inside a write transaction: verify the lease token and expiry, and the workspace of a `_SESSION_SQL` row."""
+    def _check_authority(self, row: tuple | None) -> float:
+        """Inside a write transaction: verify the lease token and expiry, and the workspace, of an `_AUTHORITY_SQL`
+        row (None when the Session or its lease row is gone); return the store's time."""
         now = self._store.clock()
-        lease = conn.execute(_LEASE_SQL, (self._rowid,)).fetchone()
-        if row is None or lease is None or lease[0] != self._digest or lease[1] != "active":
+        if row is None or row[3] != self._digest or row[4] != "active":
             raise LeaseLostError(f"this lease on Session {self.session_id} is no longer held; acquire a new one")
-        if lease[2] <= now:
+        if row[5] <= now:
             raise LeaseExpiredError(f"the lease on Session {self.session_id} expired; acquire a new one and replay")
         try:
             st = os.stat(self.workspace.path)
@@ -197,7 +197,7 @@ class SessionLease:
                 f"workspace {self.workspace.path} of Session {self.session_id} is gone or was renamed; "
                 "release this lease, then acquire a new one with the directory's current path"
             ) from None
-        if row[2] != self.workspace.path or (st.st_dev, st.st_ino) != (row[3], row[4]) or not S_ISDIR(st.st_mode):
+        if row[0] != self.workspace.path or (st.st_dev, st.st_ino) != (row[1], row[2]) or not S_ISDIR(st.st_mode):
             raise WorkspaceReplacedError(
                 f"workspace {self.workspace.path} of Session {self.session_id} was replaced by another directory; "
                 "nothing was written"
@@ -208,7 +208,7 @@ class SessionLease:
         """Extend a live lease by `ttl_s` (default: the configured TTL) from now; return the new expiry."""
         ttl = self._store._lease_ttl(ttl_s)
         with self._store._write() as conn:
-            now = self._check_authority(conn, conn.execute(_SESSION_SQL, (self._rowid,)).fetchone())
+            now = self._check_authority(conn.execute(_AUTHORITY_SQL, (self._rowid,)).fetchone())
             conn.execute(
                 "UPDATE session_leases SET expires_at = ? WHERE session_id = ?", (now + ttl, self._rowid)
             )

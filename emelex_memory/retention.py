@@ -152,7 +152,7 @@ class MaintenanceMixin:
         grace = now
         with self._write() as conn:
             rows = conn.execute(
-                "SELECT s.id, s.uuid FROM sessions s WHERE s.updated_at < ? "
+                "SELECT s.id, s.uuid FROM session_heads s WHERE s.updated_at < ? "
                 "AND NOT EXISTS (SELECT 1 FROM session_leases l WHERE l.session_id = s.id AND l.state = 'active' "
                 "AND l.expires_at > ?) "
                 "AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.session_id = s.id AND j.state = 'claimed' "

@@ -46,7 +46,10 @@ class Session:
     """A read-only snapshot of one Session row.
 
     `id` is the public Session ID (a UUID string). `last_seq` is the raw
-    sequence cursor at the time of the snapshot: the seq of the newest event.
+    sequence cursor at the time of the snapshot: the seq of the newest event;
+    `last_turn` and `event_bytes` (canonical JSON bytes of all its events) come
+    from that event too, and `updated_at` is the later of the Session row's
+    last change and that event's commit time.
     """
 
     id: str
@@ -76,6 +79,7 @@ class Session:
         return Path(found.path)
 
 
+# Columns of the `session_heads` view (m007), which adds the head read from each Session's newest event.
 SESSION_COLUMNS = (
     "uuid, title, workspace_path, workspace_dev, workspace_ino, created_at, updated_at, last_seq, last_turn, "
     "event_bytes"

@@ -6,8 +6,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +70,24 @@ class _WriteTransaction:
             self._lock.release()
 
 
+class _ReadAccess:
+    """`with store._read() as conn:` holds the store's lock around reads on its connection; like
+    `_WriteTransaction`, one stateless instance per store, a plain class for a small fixed cost per page read."""
+
+    __slots__ = ("_lock", "_conn")
+
+    def __init__(self, lock: threading.RLock, conn: apsw.Connection) -> None:
+        self._lock = lock
+        self._conn = conn
+
+    def __enter__(self) -> apsw.Connection:
+        self._lock.acquire()
+        return self._conn
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
 class MemoryStore(
     ModelRefMixin,
     KnowledgeMixin,
@@ -91,6 +108,7 @@ class MemoryStore(
         self.clock = clock
         self._lock = threading.RLock()
         self._transaction = _WriteTransaction(self._lock, conn)
+        self._reader = _ReadAccess(self._lock, conn)
 
     # -- opening --------------------------------------------------------------
 
@@ -170,11 +188,9 @@ class MemoryStore(
         """One `BEGIN IMMEDIATE` transaction: commits on success, rolls back completely on any error."""
         return self._transaction
 
-    @contextmanager
-    def _read(self) -> Iterator[apsw.Connection]:
-        """The connection, for reads, held against concurrent use by other threads."""
-        with self._lock:
-            yield self._conn
+    def _read(self) -> _ReadAccess:
+        """`with store._read() as conn:` holds the connection, for reads, against concurrent use by other threads."""
+        return self._reader
 
     def _lease_ttl(self, ttl_s: float | None) -> float:
         ttl = self.settings.session_lease_ttl_s if ttl_s is None else ttl_s
@@ -218,7 +234,7 @@ class MemoryStore(
     def get_session(self, session_id: str) -> Session:
         """Return a snapshot of one Session; raise `SessionNotFoundError` if there is none."""
         with self._read() as conn:
-            row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE uuid = ?", (session_id,)).fetchone()
+            row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM session_heads WHERE uuid = ?", (session_id,)).fetchone()
         if row is None:
             raise SessionNotFoundError(f"no Session {session_id!r}; list them with `emelex memory sessions list`")
         return session_from_row(row)
@@ -237,7 +253,7 @@ class MemoryStore(
                 raise InvalidInputError(f"bad Session cursor {cursor!r}; pass a next_cursor from a previous page") from None
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT id, {SESSION_COLUMNS} FROM sessions {where} ORDER BY created_at DESC, id DESC LIMIT ?",
+                f"SELECT id, {SESSION_COLUMNS} FROM session_heads {where} ORDER BY created_at DESC, id DESC LIMIT ?",
                 (*params, limit + 1),
             ).fetchall()
         sessions, total, last = [], 0, None
@@ -308,13 +324,15 @@ class MemoryStore(
         `max_bytes` must be at least the per-event cap so every page can make
         progress. Read-only: this does not satisfy a lease's replay duty.
         """
-        with self._read() as conn:
-            rowid = self._session_rowid(conn, session_id)
-        return self._replay_rowid(rowid, after_seq, limit, max_bytes)
+        return self._replay_page(session_id, after_seq, limit, max_bytes)
 
-    def _replay_rowid(self, rowid: int, after_seq: int, limit: int | None, max_bytes: int | None) -> ReplayPage:
+    def _replay_page(
+        self, session: int | str, after_seq: int, limit: int | None, max_bytes: int | None
+    ) -> ReplayPage:
+        """`replay` of a Session given by its rowid (a lease's) or its public ID."""
         limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=self.settings.max_event_bytes)
         if not isinstance(after_seq, int) or after_seq < 0:
             raise InvalidInputError(f"after_seq must be a non-negative integer, got {after_seq!r}")
         with self._read() as conn:
+            rowid = session if type(session) is int else self._session_rowid(conn, session)  # type: ignore[arg-type]
             return read_view_page(conn, rowid, after_seq, limit, max_bytes)

@@ -34,7 +34,7 @@ from .errors import InvalidJobSourceError, SourceChangedError, SourceTooLargeErr
 from .jobs import CompletionContext
 from .jsonbound import encode_canonical
 from .source_digest import MAX_COVERED_BYTES, SourceFacts, digest_source, summary_digest
-from .transcript import SUMMARY_KIND, ReplayPage, read_page
+from .transcript import SUMMARY_KIND, ReplayPage, read_page, session_head
 
 M003_SUMMARIES = """
 CREATE TABLE summaries (
@@ -165,16 +165,13 @@ def append_summary(ctx: CompletionContext, text: str, model_ref: str | None) -> 
         {"provenance": provenance(ctx.job.id, source, model_ref), "text": text},
         max_bytes=settings.max_event_bytes, max_depth=8, what="the Summary",
     )
-    last_seq, last_turn = conn.execute("SELECT last_seq, last_turn FROM sessions WHERE id = ?", (rowid,)).fetchone()
+    last_seq, last_turn, byte_end = session_head(conn, rowid)
     event_id = conn.execute(
-        "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, created_at) "
-        "VALUES (?, ?, ?, 0, ?, ?, ?, ?) RETURNING id",
-        (rowid, last_seq + 1, last_turn + 1, SUMMARY_KIND, payload.decode("utf-8"), len(payload), ctx.now),
+        "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, created_at) "
+        "VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?) RETURNING id",
+        (rowid, last_seq + 1, last_turn + 1, SUMMARY_KIND, payload.decode("utf-8"), len(payload),
+         byte_end + len(payload), ctx.now),
     ).fetchone()[0]
-    conn.execute(
-        "UPDATE sessions SET last_seq = ?, last_turn = ?, updated_at = ?, event_bytes = event_bytes + ? WHERE id = ?",
-        (last_seq + 1, last_turn + 1, ctx.now, len(payload), rowid),
-    )
     conn.execute(
         "INSERT INTO summaries (event_id, session_id, job_id, base_event_id, through_seq, source_count, "
         "first_event_id, last_event_id, source_digest, summary_digest, model_ref, created_at) "
@@ -301,21 +298,26 @@ def read_view_page(conn: apsw.Connection, session_rowid: int, after_seq: int, li
     disagree, when the page would show the newest Summary and it does not
     verify, or when a Summary event it meets has no provenance record.
     """
-    with _snapshot(conn):
-        newest = newest_summary(conn, session_rowid)
-        if newest is None:
-            return read_page(conn, session_rowid, after_seq, limit, max_bytes)
-        event_id, through = newest
-        head = []
-        if after_seq < through:
-            check_recorded(conn, session_rowid)
-            verify_summary(conn, session_rowid, event_id)
-            head = _summary_event_page(conn, session_rowid, event_id, max_bytes).events
-            limit, max_bytes, after_seq = limit - 1, max_bytes - head[0].size, through
-        page = read_page(conn, session_rowid, after_seq, limit, max_bytes)
-        tail = [e for e in page.events if e.kind != SUMMARY_KIND]
-        if not head and len(tail) != len(page.events):
-            check_recorded(conn, session_rowid)
+    if not conn.in_transaction:  # one consistent snapshot for all the page's statements (`_snapshot`, inlined)
+        conn.execute("BEGIN DEFERRED")
+        try:
+            return read_view_page(conn, session_rowid, after_seq, limit, max_bytes)
+        finally:
+            conn.execute("COMMIT")
+    newest = newest_summary(conn, session_rowid)
+    if newest is None:
+        return read_page(conn, session_rowid, after_seq, limit, max_bytes)
+    event_id, through = newest
+    head = []
+    if after_seq < through:
+        check_recorded(conn, session_rowid)
+        verify_summary(conn, session_rowid, event_id)
+        head = _summary_event_page(conn, session_rowid, event_id, max_bytes).events
+        limit, max_bytes, after_seq = limit - 1, max_bytes - head[0].size, through
+    page = read_page(conn, session_rowid, after_seq, limit, max_bytes)
+    tail = [e for e in page.events if e.kind != SUMMARY_KIND]
+    if not head and len(tail) != len(page.events):
+        check_recorded(conn, session_rowid)
     return dataclasses.replace(page, events=head + tail)
 
 

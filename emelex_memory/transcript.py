@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from collections import namedtuple
 from functools import partial
-from operator import itemgetter
 from typing import Any, NamedTuple
 
 import apsw
@@ -31,12 +31,25 @@ class NewEvent:
     assets: tuple[AssetRef, ...] = ()
 
 
-class Event(NamedTuple):
-    """One durable transcript event as replayed. `payload_json` is the stored canonical JSON text.
+_EventFields = namedtuple(
+    "_EventFields", "id seq turn position kind payload_json size byte_end created_at asset_refs"
+)
 
-    `asset_refs` is None for an event without assets (so replaying those stays
-    a plain row copy); read `assets` instead, which is always a tuple.
+
+class Event(tuple):
+    """One durable transcript event as replayed: a tuple of the fields in `_fields`, read by name.
+
+    `payload_json` is the stored canonical JSON text and `size` its UTF-8
+    bytes; `byte_end` is the Session's transcript bytes through this event
+    (the running total of `size`). `asset_refs` is None for an event without
+    assets (so replaying those stays a plain row copy); read `assets` instead,
+    which is always a tuple. Build one from a tuple of all ten fields,
+    `Event(values)`; replay builds them straight from its rows in C, which is
+    why this is a plain tuple subclass rather than a `NamedTuple`.
     """
+
+    __slots__ = ()
+    _fields = _EventFields._fields
 
     id: int
     seq: int
@@ -45,8 +58,20 @@ class Event(NamedTuple):
     kind: str
     payload_json: str
     size: int
+    byte_end: int
     created_at: float
-    asset_refs: tuple[AssetRef, ...] | None = None
+    asset_refs: tuple[AssetRef, ...] | None
+
+    def __repr__(self) -> str:
+        return "Event(" + ", ".join(f"{name}={value!r}" for name, value in zip(self._fields, self)) + ")"
+
+    def _replace(self, **changes: Any) -> Event:
+        """A copy with the named fields changed, as `NamedTuple._replace` does."""
+        return Event(_EventFields._make(self)._replace(**changes))
+
+    def _asdict(self) -> dict[str, Any]:
+        """The fields by name."""
+        return dict(zip(self._fields, self))
 
     @property
     def payload(self) -> Any:
@@ -57,6 +82,11 @@ class Event(NamedTuple):
     def assets(self) -> tuple[AssetRef, ...]:
         """The event's assets in ordinal order, verified against their links by replay."""
         return self.asset_refs or ()
+
+
+for _name in _EventFields._fields:  # the C field accessors of the equivalent namedtuple work on any tuple
+    setattr(Event, _name, getattr(_EventFields, _name))
+del _name
 
 
 @dataclass(frozen=True)
@@ -132,14 +162,15 @@ def encode_turn(events: list[NewEvent] | tuple[NewEvent, ...], settings: Setting
 
 
 _REPLAY_SQL = (
-    "SELECT id, seq, turn, position, kind, payload, size, created_at, asset_refs FROM events "
+    "SELECT id, seq, turn, position, kind, payload, size, byte_end, created_at, asset_refs FROM events "
     "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
+_HEAD_SQL = "SELECT seq, turn, byte_end FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1"
 
 
-# Builds an Event straight from a replay row in C; `Event._make` would add a Python call and a length check per row.
-_event_from_row = partial(tuple.__new__, Event)
-_SIZE = itemgetter(6)  # Event.size
+def session_head(conn: apsw.Connection, session_rowid: int) -> tuple[int, int, int]:
+    """(newest seq, newest turn, transcript bytes) of a Session, read from its newest event; zeros when it has none."""
+    return conn.execute(_HEAD_SQL, (session_rowid,)).fetchone() or (0, 0, 0)
 
 
 def read_page(conn: apsw.Connection, session_rowid: int, after_seq: int, limit: int, max_bytes: int) -> ReplayPage:
@@ -148,10 +179,11 @@ def read_page(conn: apsw.Connection, session_rowid: int, after_seq: int, limit: 
     Assets are verified against their links, and a page refers to at most
     256 MiB of media (see `assets_links.attach_assets`).
     """
-    events = list(map(_event_from_row, conn.execute(_REPLAY_SQL, (session_rowid, after_seq, limit + 1))))
+    events = list(map(Event, conn.execute(_REPLAY_SQL, (session_rowid, after_seq, limit + 1))))
     read = len(events)
     del events[limit:]
-    if sum(map(_SIZE, events)) > max_bytes:
+    # byte_end is a running total, so this is the page's byte count without summing it row by row.
+    if events and events[-1].byte_end - events[0].byte_end + events[0].size > max_bytes:
         total = 0
         for n, event in enumerate(events):
             total += event.size

@@ -148,6 +148,7 @@ def test_replay_refuses_an_event_over_the_cap_written_behind_its_back(
 
 _TAMPERING = {
     "link deleted": "DELETE FROM event_assets WHERE ordinal = 1",
+    "every link of the page deleted": "DELETE FROM event_assets",
     "link points at another kind": "UPDATE event_assets SET media_kind = 'text/html' WHERE ordinal = 0",
     "link ordinals swapped": "UPDATE event_assets SET ordinal = 5 - ordinal WHERE seq = 1",
     "stray link on an asset-free event": "INSERT INTO event_assets SELECT session_id, 2, 0, digest, media_kind "

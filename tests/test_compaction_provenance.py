@@ -18,6 +18,7 @@ from emelex_memory import (
 )
 from emelex_memory import summaries
 from emelex_memory.source_digest import digest_source
+from emelex_memory.transcript import session_head
 
 from .conftest import table_rows
 from .test_compaction import COVERED, WINDOW, add_turns, clock, compact, sid, summarize, tokens, view
@@ -82,12 +83,12 @@ def test_a_summary_event_written_without_compaction_is_refused(
 ) -> None:
     with cstore._write() as conn:
         rowid = cstore._session_rowid(conn, sid)
+        assert session_head(conn, rowid)[:2] == (20, 10)
         conn.execute(
-            "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, created_at) "
-            "VALUES (?, 21, 11, 0, 'summary', '{\"text\":\"forged\"}', 17, 0)",
-            (rowid,),
+            "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, created_at) "
+            "VALUES (?, 21, 11, 0, 'summary', '{\"text\":\"forged\"}', 17, ?, 0)",
+            (rowid, session_head(conn, rowid)[2] + 17),
         )
-        conn.execute("UPDATE sessions SET last_seq = 21, last_turn = 11 WHERE id = ?", (rowid,))
     for after in (0, 20):
         with pytest.raises(SummaryProvenanceError, match="provenance record is missing"):
             cstore.replay(sid, after)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+from itertools import accumulate
 from pathlib import Path
 
 import apsw
@@ -151,8 +152,10 @@ def test_turns_get_consecutive_ids_positions_and_seqs(store: MemoryStore, worksp
     assert [(e.turn, e.position, e.seq) for e in events] == [(1, 0, 1), (1, 1, 2), (2, 0, 3), (2, 1, 4), (2, 2, 5)]
     assert [e.payload for e in events] == [{"text": "a"}, {"text": "A"}, "x", [1, 2], None]
     assert a.event_ids + b.event_ids == tuple(e.id for e in events)
+    assert [e.byte_end for e in events] == list(accumulate(e.size for e in events))
     s = store.get_session(session.id)
-    assert (s.last_seq, s.last_turn) == (5, 2)
+    assert (s.last_seq, s.last_turn, s.event_bytes) == (5, 2, events[-1].byte_end)
+    assert s.updated_at == events[-1].created_at  # the newest event's commit time
 
 
 def test_stale_cursor_is_refused_and_nothing_changes(store: MemoryStore, workspace: Path) -> None:

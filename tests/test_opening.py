@@ -241,6 +241,28 @@ def test_migrations_apply_in_order_from_every_old_version(tmp_path: Path) -> Non
         conn.close()
 
 
+def test_m007_moves_the_session_head_onto_the_events_and_keeps_it(tmp_path: Path) -> None:
+    db = tmp_path / "v6.sqlite3"
+    conn = apsw.Connection(str(db))
+    migrate(conn, MIGRATIONS[:6])
+    with conn:
+        for sid in (1, 2, 3):
+            conn.execute("INSERT INTO sessions (id, uuid, workspace_path, workspace_dev, workspace_ino, created_at, "
+                         "updated_at, last_seq, last_turn, event_bytes) VALUES (?, ?, '/w', 1, 2, 10, ?, ?, ?, ?)",
+                         (sid, f"s{sid}", 20 + sid, 3 * (sid - 1), sid - 1, 0))
+        events = [(1, 1, 1, 0, 5, 30.0), (1, 2, 1, 1, 7, 31.0), (2, 3, 2, 0, 1, 15.0)]  # session 3 has none
+        events += [(2, 1, 1, 0, 4, 13.0), (2, 2, 1, 1, 9, 14.0)]
+        for session, seq, turn, pos, size, at in events:
+            conn.execute("INSERT INTO events (session_id, seq, turn, position, kind, payload, size, created_at) "
+                         "VALUES (?, ?, ?, ?, 'user', 'null', ?, ?)", (session, seq, turn, pos, size, at))
+    migrate(conn)
+    ends = conn.execute("SELECT session_id, seq, byte_end FROM events ORDER BY session_id, seq").fetchall()
+    assert ends == [(1, 1, 5), (1, 2, 12), (2, 1, 4), (2, 2, 13), (2, 3, 14)]
+    heads = conn.execute("SELECT uuid, last_seq, last_turn, event_bytes, updated_at FROM session_heads ORDER BY id")
+    assert heads.fetchall() == [("s1", 2, 1, 12, 31.0), ("s2", 3, 2, 14, 22.0), ("s3", 0, 0, 0, 23.0)]
+    conn.close()
+
+
 def test_failed_migration_rolls_back_completely(tmp_path: Path) -> None:
     conn = apsw.Connection(str(tmp_path / "m.sqlite3"))
     broken = MIGRATIONS + (Migration("m998_broken", "CREATE TABLE ok_part (x INTEGER) STRICT; SELECT no_such_function()"),)
