@@ -114,15 +114,28 @@ def encode_canonical(value: object, *, max_bytes: int, max_depth: int, what: str
 
 def encode_canonical_text(value: object, *, max_bytes: int, max_depth: int, what: str = "value") -> tuple[str, int]:
     """Like `encode_canonical`, but return the canonical JSON as text together with its exact UTF-8 byte length."""
-    if _C_ENCODE is not None and _room(value, 0, max_depth, max_bytes) >= 0:
-        text = "".join(_C_ENCODE(value, 0))
-        if text.isascii():
-            return text, len(text)
-        try:
-            return text, len(text.encode("utf-8"))
-        except UnicodeEncodeError:
-            pass  # a lone surrogate: the streaming encoder refuses it and says where
-    return encode_streaming(value, max_bytes=max_bytes, max_depth=max_depth, what=what)
+    return encode_bounded(value, max_bytes, max_depth) or encode_streaming(
+        value, max_bytes=max_bytes, max_depth=max_depth, what=what
+    )
+
+
+def encode_bounded(value: object, max_bytes: int, max_depth: int) -> tuple[str, int] | None:
+    """(canonical text, UTF-8 bytes) in one C encoder call when `value` provably fits the caps, else None.
+
+    None means "ask `encode_streaming`": the value may be too large or too
+    deep, holds something other than exact built-in JSON types, a non-finite
+    float or a lone surrogate, or this Python has no C encoder. Never raises
+    for any input.
+    """
+    if _C_ENCODE is None or _room(value, 0, max_depth, max_bytes) < 0:
+        return None
+    text = "".join(_C_ENCODE(value, 0))
+    if text.isascii():
+        return text, len(text)
+    try:
+        return text, len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None  # a lone surrogate: the streaming encoder refuses it and says where
 
 
 def encode_streaming(value: object, *, max_bytes: int, max_depth: int, what: str = "value") -> tuple[str, int]:

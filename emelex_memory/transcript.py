@@ -14,7 +14,7 @@ import apsw
 from .assets import AssetRef
 from .assets_links import attach_assets
 from .errors import InvalidEventError, JsonTooLargeError, ReservedEventKindError
-from .jsonbound import encode_canonical_text
+from .jsonbound import encode_bounded, encode_streaming
 from .settings import Settings
 
 SUMMARY_KIND = "summary"
@@ -98,8 +98,7 @@ class ReplayPage:
     done: bool
 
 
-@dataclass(frozen=True)
-class AppendedTurn:
+class AppendedTurn(NamedTuple):
     """What `append_turn` committed: the turn ID, the seq range and the event IDs."""
 
     turn: int
@@ -148,14 +147,17 @@ def encode_turn(events: list[NewEvent] | tuple[NewEvent, ...], settings: Setting
         if kind not in _CHECKED_KINDS:
             _check_kind(kind, index)
         cap = event_cap if event_cap <= remaining else remaining
-        try:
-            text, size = encode_canonical_text(
-                event.payload, max_bytes=cap, max_depth=depth, what=f"event {index} of the turn"
-            )
-        except JsonTooLargeError:
-            if cap < event_cap:
-                raise JsonTooLargeError(f"the turn is larger than its cap of {turn_cap} bytes") from None
-            raise
+        encoded_payload = encode_bounded(event.payload, cap, depth)
+        if encoded_payload is None:  # the streaming encoder decides, and names the event in any refusal
+            try:
+                encoded_payload = encode_streaming(
+                    event.payload, max_bytes=cap, max_depth=depth, what=f"event {index} of the turn"
+                )
+            except JsonTooLargeError:
+                if cap < event_cap:
+                    raise JsonTooLargeError(f"the turn is larger than its cap of {turn_cap} bytes") from None
+                raise
+        text, size = encoded_payload
         remaining -= size
         encoded.append(_new_encoded((kind, text, size)))
     return encoded
