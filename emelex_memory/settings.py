@@ -43,7 +43,10 @@ class Settings(BaseSettings):
 
     max_event_bytes: int = Field(default=1 * MiB, ge=256, description="Canonical JSON bytes per event.")
     max_turn_bytes: int = Field(default=4 * MiB, ge=256, description="Canonical JSON bytes per turn.")
-    max_json_depth: int = Field(default=64, ge=1, le=1000, description="Nesting depth of an event payload.")
+    max_json_depth: int = Field(
+        default=64, ge=1, le=200, description="Nesting depth of an event payload (the encoders recurse; 200 keeps "
+        "them far below Python's recursion limit)."
+    )
     max_events_per_turn: int = Field(default=256, ge=1, description="Events in one append_turn.")
 
     page_items: int = Field(default=500, ge=1, description="Default items per collection page.")

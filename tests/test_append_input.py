@@ -155,3 +155,13 @@ def test_shared_structure_that_would_expand_past_the_cap_is_refused() -> None:
     cycle.append(cycle)
     with pytest.raises(JsonTooDeepError):
         encode_canonical(cycle, max_bytes=1_000_000, max_depth=50)
+
+
+def test_the_deepest_allowed_nesting_encodes_and_deeper_settings_are_refused(tmp_path: Path) -> None:
+    value = _nest(200)
+    assert encode_canonical(value, max_bytes=10_000, max_depth=200) == ("[" * 200 + "1" + "]" * 200).encode()
+    assert encode_streaming(value, max_bytes=10_000, max_depth=200)[1] == 401
+    with pytest.raises(JsonTooDeepError):
+        encode_canonical(_nest(201), max_bytes=10_000, max_depth=200)
+    with pytest.raises(ValueError, match="max_json_depth"):
+        Settings(home=tmp_path / "h", max_json_depth=201)
