@@ -43,36 +43,10 @@ class SessionPage:
     next_cursor: str | None
 
 
-class _WriteTransaction:
-    """`with store._write() as conn:` holds the store's lock around one `BEGIN IMMEDIATE` transaction on its
-    connection (a savepoint when nested). One stateless instance per store serves every transaction, nested or
-    from any thread: a plain class rather than a generator context manager halves the fixed Python cost of a
-    transaction, which the work queue pays twice per job."""
-
-    __slots__ = ("_lock", "_conn")
-
-    def __init__(self, lock: threading.RLock, conn: apsw.Connection) -> None:
-        self._lock = lock
-        self._conn = conn
-
-    def __enter__(self) -> apsw.Connection:
-        self._lock.acquire()
-        try:
-            return self._conn.__enter__()
-        except BaseException:
-            self._lock.release()
-            raise
-
-    def __exit__(self, *exc: object) -> bool:
-        try:
-            return self._conn.__exit__(*exc)
-        finally:
-            self._lock.release()
-
-
 class _ReadAccess:
-    """`with store._read() as conn:` holds the store's lock around reads on its connection; like
-    `_WriteTransaction`, one stateless instance per store, a plain class for a small fixed cost per page read."""
+    """`with store._read() as conn:` holds the store's lock around reads on its connection. One stateless
+    instance per store serves every use, from any thread: a plain class rather than a generator context
+    manager halves the fixed Python cost, which every replay page and queue transaction pays."""
 
     __slots__ = ("_lock", "_conn")
 
@@ -84,8 +58,30 @@ class _ReadAccess:
         self._lock.acquire()
         return self._conn
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: object) -> bool | None:
         self._lock.release()
+        return None
+
+
+class _WriteTransaction(_ReadAccess):
+    """`with store._write() as conn:` holds the store's lock around one `BEGIN IMMEDIATE` transaction on its
+    connection (a savepoint when nested); like `_ReadAccess`, one instance serves every transaction."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> apsw.Connection:
+        self._lock.acquire()
+        try:
+            return self._conn.__enter__()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> bool | None:
+        try:
+            return self._conn.__exit__(*exc)
+        finally:
+            self._lock.release()
 
 
 class MemoryStore(
