@@ -22,6 +22,17 @@ PRAGMAS: tuple[tuple[str, str, object], ...] = (
     ("trusted_schema", "OFF", 0),
 )
 
+# Connection settings (sqlite3_db_config) -> the value to set: double-quoted string literals off in DML and DDL,
+# schema-defined functions untrusted, and the query planner stability guarantee on. Without QPSG, every statement on
+# a table with a partial index (events, jobs, assets) is re-prepared on each execution, because SQLite re-checks
+# whether the newly bound values make the partial index usable; our queries name partial-index conditions as literals.
+DBCONFIG: tuple[tuple[str, int, int], ...] = (
+    ("dqs_dml", apsw.SQLITE_DBCONFIG_DQS_DML, 0),
+    ("dqs_ddl", apsw.SQLITE_DBCONFIG_DQS_DDL, 0),
+    ("trusted_schema", apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0),
+    ("qpsg", apsw.SQLITE_DBCONFIG_ENABLE_QPSG, 1),
+)
+
 
 # Sleeps between attempts to get a lock another connection holds, growing to a cap; see `BusyWait`.
 BUSY_WAITS_S = (0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002)
@@ -74,14 +85,9 @@ def connect(path: Path, *, busy_timeout_ms: int) -> apsw.Connection:
             conn.set_busy_handler(BusyWait(busy_timeout_ms))
         else:
             conn.set_busy_timeout(0)
-        conn.config(apsw.SQLITE_DBCONFIG_DQS_DML, 0)
-        conn.config(apsw.SQLITE_DBCONFIG_DQS_DDL, 0)
-        conn.config(apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0)
-        # Query planner stability: plans never depend on bound values. Without it, every statement on a table with a
-        # partial index (events, jobs, assets) is re-prepared on each execution, because SQLite re-checks whether the
-        # newly bound values make the partial index usable; our queries name partial-index conditions as literals.
-        if conn.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, 1) != 1:
-            raise StoreError(f"database {path}: SQLite refused the query planner stability guarantee (ENABLE_QPSG)")
+        for name, op, value in DBCONFIG:
+            if conn.config(op, value) != value:
+                raise StoreError(f"database {path}: SQLite refused connection setting {name}={value}")
         for name, value, expected in PRAGMAS:
             conn.execute(f"PRAGMA {name}={value}").fetchall()
             got = conn.execute(f"PRAGMA {name}").fetchall()[0][0]
@@ -100,3 +106,8 @@ def connect(path: Path, *, busy_timeout_ms: int) -> apsw.Connection:
 def read_pragmas(conn: apsw.Connection) -> dict[str, object]:
     """Return the live value of every pragma Emelex sets, for `doctor`."""
     return {name: conn.execute(f"PRAGMA {name}").fetchall()[0][0] for name, _, _ in PRAGMAS}
+
+
+def read_dbconfig(conn: apsw.Connection) -> dict[str, int]:
+    """Return the live value of every connection setting in `DBCONFIG`, for `doctor`."""
+    return {name: conn.config(op, -1) for name, op, _ in DBCONFIG}

@@ -9,7 +9,7 @@ from pathlib import Path
 import apsw
 
 from .assets import asset_dir_for
-from .connection import PRAGMAS, read_pragmas
+from .connection import DBCONFIG, PRAGMAS, read_dbconfig, read_pragmas
 from .errors import EmelexError
 from .files import check_private_dir, check_private_file, describe_mode
 from .migrations import APPLICATION_ID, MIGRATIONS
@@ -94,6 +94,11 @@ def _check_pragmas(report: DoctorReport, store: MemoryStore) -> None:
     report.facts["pragmas"] = live
     wrong = [f"{n}={live[n]!r} (want {want!r})" for n, _, want in PRAGMAS if live[n] != want]
     report.add("pragmas", not wrong, "; ".join(wrong) or ", ".join(f"{k}={v}" for k, v in live.items()))
+    with store._read() as conn:
+        config = read_dbconfig(conn)
+    report.facts["connection_settings"] = config
+    wrong = [f"{n}={config[n]} (want {want})" for n, _, want in DBCONFIG if config[n] != want]
+    report.add("connection settings", not wrong, "; ".join(wrong) or ", ".join(f"{k}={v}" for k, v in config.items()))
 
 
 def _check_schema(report: DoctorReport, store: MemoryStore) -> None:
@@ -130,7 +135,8 @@ def _count_contents(report: DoctorReport, store: MemoryStore) -> None:
 
 
 def diagnose(settings: Settings | None = None, *, database: Path | None = None) -> DoctorReport:
-    """Check Home, file modes, pragmas, schema version, integrity and contents of the standard (or given) database.
+    """Check Home, file modes, pragmas, connection settings, schema version, integrity and contents of the standard
+    (or given) database.
 
     Opening follows the normal rules, so a fresh Home gets its store created
     and a deleted database is reported, not recreated. Never raises for the

@@ -25,7 +25,7 @@ from emelex_memory import (
     StoreError,
     StoreExistsError,
 )
-from emelex_memory.connection import PRAGMAS, connect, read_pragmas
+from emelex_memory.connection import PRAGMAS, connect, read_dbconfig, read_pragmas
 from emelex_memory.migrations import APPLICATION_ID, MIGRATIONS, Migration, applied, migrate, pending
 from emelex_memory.opening import sidecar_path
 
@@ -41,11 +41,10 @@ def test_standard_open_creates_private_home_and_database(settings: Settings) -> 
         assert store.path == settings.home_dir / "memory" / "emelex.sqlite3"
         with store._read() as conn:
             live = read_pragmas(conn)
-            settings_off = [conn.config(op, -1) for op in (apsw.SQLITE_DBCONFIG_DQS_DML, apsw.SQLITE_DBCONFIG_DQS_DDL,
-                                                           apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA)]
+            config = read_dbconfig(conn)
             qpsg = conn.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, -1)
     assert live == {name: want for name, _, want in PRAGMAS}
-    assert settings_off == [0, 0, 0] and qpsg == 1
+    assert config == {"dqs_dml": 0, "dqs_ddl": 0, "trusted_schema": 0, "qpsg": 1} and qpsg == 1
     assert _mode(settings.home_dir) == 0o700
     assert _mode(settings.memory_dir) == 0o700
     assert _mode(settings.database_path) == 0o600

@@ -130,7 +130,7 @@ def sessions_delete(
 
 @memory_app.command("doctor")
 def doctor(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """Check Home, file modes, pragmas, schema and integrity; exit 1 when anything is wrong."""
+    """Check Home, file modes, pragmas, connection settings, schema and integrity; exit 1 when anything is wrong."""
     report = diagnose(_settings(ctx))
     if as_json:
         checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks]
