@@ -120,6 +120,27 @@ def _check_integrity(report: DoctorReport, store: MemoryStore) -> None:
     report.add("integrity", ok, "ok" if ok else "; ".join(problems) + "; restore the database from a backup")
 
 
+# Events whose seq is not their rank in the Session or whose byte_end is not the running total of sizes.
+_BROKEN_TRANSCRIPT = (
+    "SELECT s.uuid, e.seq FROM (SELECT session_id, seq, byte_end, row_number() OVER w AS n, sum(size) OVER w AS total "
+    "FROM events WINDOW w AS (PARTITION BY session_id ORDER BY seq)) e JOIN sessions s ON s.id = e.session_id "
+    "WHERE e.seq != e.n OR e.byte_end != e.total LIMIT 5"
+)
+
+
+def _check_transcripts(report: DoctorReport, store: MemoryStore) -> None:
+    """Every Session's seqs run 1, 2, 3, ... and each event's byte_end is the running total its head relies on."""
+    with store._read() as conn:
+        broken = conn.execute(_BROKEN_TRANSCRIPT).fetchall()
+    detail = "; ".join(f"Session {sid} at seq {seq}" for sid, seq in broken)
+    report.add(
+        "transcripts",
+        not broken,
+        "seqs are consecutive and byte totals add up" if not broken else
+        f"{detail}: a gap in the seqs or a byte_end that is not the running total; restore the database from a backup",
+    )
+
+
 def _count_contents(report: DoctorReport, store: MemoryStore) -> None:
     with store._read() as conn:
         sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
@@ -162,6 +183,7 @@ def diagnose(settings: Settings | None = None, *, database: Path | None = None) 
             ("pragmas", _check_pragmas),
             ("schema", _check_schema),
             ("integrity", _check_integrity),
+            ("transcripts", _check_transcripts),
             ("contents", _count_contents),
         ):
             try:

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_memory.connection import connect
 from emelex_workers.cli import app
 
 runner = CliRunner()
@@ -117,6 +118,20 @@ def test_doctor_reports_a_deleted_database(home: Path) -> None:
     assert result.exit_code == 1
     assert "was deleted and nothing was recreated" in result.output and "is missing" in result.output
     assert not db.exists()
+
+
+@pytest.mark.parametrize("tampering", ["UPDATE events SET byte_end = byte_end - 1 WHERE seq = 2",
+                                       "UPDATE events SET seq = 3 WHERE seq = 2"])
+def test_doctor_reports_a_transcript_whose_head_would_be_wrong(home: Path, workspace: Path, tampering: str) -> None:
+    session_id = _seed(workspace)
+    assert runner.invoke(app, ["memory", "doctor"]).exit_code == 0
+    conn = connect(home / "memory" / "emelex.sqlite3", busy_timeout_ms=1000)
+    with conn:
+        conn.execute(tampering)
+    conn.close()
+    result = runner.invoke(app, ["memory", "doctor"])
+    assert result.exit_code == 1
+    assert f"Session {session_id} at seq" in result.output and "restore the database" in result.output
 
 
 def test_doctor_reports_a_corrupt_database(home: Path, workspace: Path) -> None:
