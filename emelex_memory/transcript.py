@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from collections import namedtuple
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NamedTuple
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import pickle
 import shutil
 from itertools import accumulate
 from pathlib import Path
@@ -153,6 +154,10 @@ def test_turns_get_consecutive_ids_positions_and_seqs(store: MemoryStore, worksp
     assert [e.payload for e in events] == [{"text": "a"}, {"text": "A"}, "x", [1, 2], None]
     assert a.event_ids + b.event_ids == tuple(e.id for e in events)
     assert [e.byte_end for e in events] == list(accumulate(e.size for e in events))
+    first = events[0]
+    assert first._asdict()["seq"] == first.seq == first[1] and len(first) == len(first._fields) == 10
+    assert first._replace(kind="note").kind == "note" and type(first._replace(kind="note")) is type(first)
+    assert repr(first).startswith(f"Event(id={first.id}, seq=1, turn=1,") and pickle.loads(pickle.dumps(first)) == first
     s = store.get_session(session.id)
     assert (s.last_seq, s.last_turn, s.event_bytes) == (5, 2, events[-1].byte_end)
     assert s.updated_at == events[-1].created_at  # the newest event's commit time
