@@ -19,6 +19,7 @@ from emelex_memory import (
     DatabaseEmptiedError,
     InsecurePathError,
     MemoryStore,
+    NewEvent,
     NotAnEmelexDatabaseError,
     SchemaTooNewError,
     Settings,
@@ -260,6 +261,30 @@ def test_m007_moves_the_session_head_onto_the_events_and_keeps_it(tmp_path: Path
     heads = conn.execute("SELECT uuid, last_seq, last_turn, event_bytes, updated_at FROM session_heads ORDER BY id")
     assert heads.fetchall() == [("s1", 2, 1, 12, 31.0), ("s2", 3, 2, 14, 22.0), ("s3", 0, 0, 0, 23.0)]
     conn.close()
+
+
+def test_a_version_6_store_opens_migrated_and_its_sessions_go_on(tmp_path: Path, workspace: Path) -> None:
+    db = tmp_path / "db" / "v6.sqlite3"
+    db.parent.mkdir(mode=0o700)
+    conn = apsw.Connection(str(db))
+    migrate(conn, MIGRATIONS[:6])
+    st = os.stat(workspace)
+    with conn:
+        conn.execute("INSERT INTO sessions (id, uuid, workspace_path, workspace_dev, workspace_ino, created_at, "
+                     "updated_at, last_seq, last_turn, event_bytes) VALUES (1, 's1', ?, ?, ?, 10, 11, 2, 1, 12)",
+                     (str(workspace.resolve()), st.st_dev, st.st_ino))
+        for seq, size in ((1, 4), (2, 8)):
+            conn.execute("INSERT INTO events (session_id, seq, turn, position, kind, payload, size, created_at) "
+                         "VALUES (1, ?, 1, ?, 'user', ?, ?, 11)", (seq, seq - 1, '"' + "x" * (size - 2) + '"', size))
+    conn.close()
+    os.chmod(db, 0o600)
+    with MemoryStore.open_path(db, Settings(home=tmp_path / "h")) as store:
+        with store.acquire_lease("s1", workspace) as lease:
+            assert [e.byte_end for e in lease.replay_all()] == [4, 12]
+            appended = lease.append_turn([NewEvent("user", "next")])
+        session = store.get_session("s1")
+    assert (appended.turn, appended.first_seq) == (2, 3)
+    assert (session.last_seq, session.last_turn, session.event_bytes) == (3, 2, 18)
 
 
 def test_failed_migration_rolls_back_completely(tmp_path: Path) -> None:
