@@ -9,7 +9,7 @@ import apsw
 
 from .assets import AssetRef, check_digest, check_media_kind
 from .assets_files import verify_file
-from .errors import AssetError, InvalidInputError
+from .errors import AssetError, AssetMismatchError, AssetNotFoundError, InvalidInputError
 
 _ENTRY_COLUMNS = "digest, size, media_kind, links, created_at, touched_at"
 _ENTRY_BYTES = 160  # generous size estimate of an entry, plus its media kind
@@ -81,6 +81,23 @@ class AssetTotals:
     entries: int
     files: int
     bytes: int
+
+
+def check_catalogued(conn: apsw.Connection, ref: AssetRef, consequence: str = "") -> None:
+    """Raise `AssetNotFoundError` when `ref` has no catalog entry and `AssetMismatchError` when the entry's size
+    is not the reference's; `consequence` (e.g. "; nothing was written") ends either message."""
+    row = conn.execute("SELECT size FROM assets WHERE digest = ? AND media_kind = ?", (ref.digest, ref.media_kind))
+    row = row.fetchone()
+    if row is None:
+        raise AssetNotFoundError(
+            f"asset {ref.digest} ({ref.media_kind}) is not catalogued; store it with put_asset and use the reference "
+            f"it returns{consequence}"
+        )
+    if row[0] != ref.size:
+        raise AssetMismatchError(
+            f"asset {ref.digest} ({ref.media_kind}) has {row[0]} bytes in the catalog but the reference says "
+            f"{ref.size}; use the reference put_asset returned{consequence}"
+        )
 
 
 def _info(row: tuple) -> AssetInfo:

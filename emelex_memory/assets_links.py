@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING, Any
 import apsw
 
 from .assets import MAX_ASSETS_PER_EVENT, MAX_REPLAY_MEDIA_BYTES, AssetRef
+from .assets_catalog import check_catalogued
 from .assets_files import stat_asset
 from .errors import (
     AssetLinkMismatchError,
     AssetMediaCapError,
-    AssetMismatchError,
-    AssetNotFoundError,
     InvalidAssetError,
     SessionNotFoundError,
 )
@@ -71,19 +70,7 @@ def link_turn_assets(
     for position, refs in linked:
         seq = first_seq + position
         for ref in refs:
-            row = conn.execute(
-                "SELECT size FROM assets WHERE digest = ? AND media_kind = ?", (ref.digest, ref.media_kind)
-            ).fetchone()
-            if row is None:
-                raise AssetNotFoundError(
-                    f"asset {ref.digest} ({ref.media_kind}) is not catalogued; store it with put_asset and link the "
-                    "reference it returns; nothing was written"
-                )
-            if row[0] != ref.size:
-                raise AssetMismatchError(
-                    f"asset {ref.digest} ({ref.media_kind}) has {row[0]} bytes but the reference says {ref.size}; "
-                    "use the reference put_asset returned; nothing was written"
-                )
+            check_catalogued(conn, ref, "; nothing was written")
             stat_asset(folder / ref.digest, ref.digest, ref.size)
         conn.execute(
             "UPDATE events SET asset_refs = ? WHERE session_id = ? AND seq = ?",

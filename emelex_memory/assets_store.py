@@ -26,6 +26,7 @@ from .assets_catalog import (
     AssetPage,
     AssetTotals,
     AssetVerification,
+    check_catalogued,
     links_of,
     page_entries,
     totals,
@@ -51,9 +52,7 @@ from .assets_gc import (
     save_scan_position,
 )
 from .errors import (
-    AssetMismatchError,
     AssetMissingError,
-    AssetNotFoundError,
     InvalidAssetError,
     InvalidInputError,
 )
@@ -156,18 +155,7 @@ class AssetStoreMixin:
         if not isinstance(ref, AssetRef):
             raise InvalidAssetError(f"expected an AssetRef, got {type(ref).__name__}")
         with self._read() as conn:
-            row = conn.execute(
-                "SELECT size FROM assets WHERE digest = ? AND media_kind = ?", (ref.digest, ref.media_kind)
-            ).fetchone()
-        if row is None:
-            raise AssetNotFoundError(
-                f"asset {ref.digest} ({ref.media_kind}) is not catalogued; store it with put_asset"
-            )
-        if row[0] != ref.size:
-            raise AssetMismatchError(
-                f"asset {ref.digest} ({ref.media_kind}) has {row[0]} bytes in the catalog but the reference says "
-                f"{ref.size}; use the reference put_asset returned"
-            )
+            check_catalogued(conn, ref)
         folder = self._asset_folder()
         if folder is None:
             raise AssetMissingError(f"asset folder {self.asset_dir} is missing; restore it from a backup")
