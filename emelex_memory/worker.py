@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import tenacity
@@ -103,11 +104,11 @@ def run_one_job(
             claim.ended = True  # nothing left to release
             return JobOutcome(claim.job, "lost", describe(exc))
         except SessionLiveError as exc:
-            return _settle(claim, lambda: claim.release(describe(exc)), describe(exc))
+            return _settle(claim, claim.release, describe(exc))
         except (PermanentJobError, SourceChangedError) as exc:
-            return _settle(claim, lambda: claim.fail(describe(exc), permanent=True), describe(exc))
+            return _settle(claim, partial(claim.fail, permanent=True), describe(exc))
         except Exception as exc:  # any handler failure is recorded, and the worker goes on
-            return _settle(claim, lambda: claim.fail(describe(exc)), describe(exc))
+            return _settle(claim, claim.fail, describe(exc))
 
 
 def _run_handler(handler: JobHandler, claim: JobClaim, attempts: int, wait: wait_base | None, ttl: float) -> Any:
@@ -132,9 +133,10 @@ def _run_handler(handler: JobHandler, claim: JobClaim, attempts: int, wait: wait
     )(attempt, claim)
 
 
-def _settle(claim: JobClaim, record: Callable[[], Job], detail: str) -> JobOutcome:
+def _settle(claim: JobClaim, record: Callable[[str], Job], detail: str) -> JobOutcome:
+    """Record `detail` through `record` (the claim's release or fail); a lost lease is reported, not raised."""
     try:
-        job = record()
+        job = record(detail)
     except WorkerLeaseLostError as exc:
         claim.ended = True
         return JobOutcome(claim.job, "lost", describe(exc))
