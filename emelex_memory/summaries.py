@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import apsw
@@ -272,15 +271,16 @@ def verify_summary(conn: apsw.Connection, session_rowid: int, event_id: int) -> 
 # -- paging -----------------------------------------------------------------------
 
 
-@contextmanager
-def _snapshot(conn: apsw.Connection) -> Iterator[None]:
-    """A read transaction, so a multi-statement read sees one consistent database state."""
+def _in_snapshot(conn: apsw.Connection, read: Callable[..., ReplayPage], *args: Any) -> ReplayPage:
+    """`read(conn, *args)` inside one read transaction (or the caller's), so its statements see one database state.
+
+    A plain function rather than a context manager: replay pays this once per page.
+    """
     if conn.in_transaction:
-        yield
-        return
+        return read(conn, *args)
     conn.execute("BEGIN DEFERRED")
     try:
-        yield
+        return read(conn, *args)
     finally:
         conn.execute("COMMIT")
 
@@ -298,12 +298,10 @@ def read_view_page(conn: apsw.Connection, session_rowid: int, after_seq: int, li
     disagree, when the page would show the newest Summary and it does not
     verify, or when a Summary event it meets has no provenance record.
     """
-    if not conn.in_transaction:  # one consistent snapshot for all the page's statements (`_snapshot`, inlined)
-        conn.execute("BEGIN DEFERRED")
-        try:
-            return read_view_page(conn, session_rowid, after_seq, limit, max_bytes)
-        finally:
-            conn.execute("COMMIT")
+    return _in_snapshot(conn, _view_page, session_rowid, after_seq, limit, max_bytes)
+
+
+def _view_page(conn: apsw.Connection, session_rowid: int, after_seq: int, limit: int, max_bytes: int) -> ReplayPage:
     newest = newest_summary(conn, session_rowid)
     if newest is None:
         return read_page(conn, session_rowid, after_seq, limit, max_bytes)
@@ -328,19 +326,22 @@ def read_source_page(
 
     Raises `SourceChangedError` when the job's base Summary no longer exists.
     """
+    return _in_snapshot(conn, _source_page, session_rowid, source, after_seq, limit, max_bytes)
+
+
+def _source_page(
+    conn: apsw.Connection, session_rowid: int, source: Mapping[str, Any], after_seq: int, limit: int, max_bytes: int
+) -> ReplayPage:
     base, through = source["base_summary_id"], source["through_seq"]
-    with _snapshot(conn):
-        base_through = through_seq_of(conn, session_rowid, base)
-        if base_through is None:
-            raise SourceChangedError(
-                f"the base Summary {base} of this compaction source is gone; plan compaction again"
-            )
-        head = []
-        if base is not None and after_seq < base_through:
-            head = _summary_event_page(conn, session_rowid, base, max_bytes).events
-            limit, max_bytes = limit - 1, max_bytes - head[0].size
-        start = max(after_seq, base_through)
-        page = read_page(conn, session_rowid, start, limit, max_bytes)
+    base_through = through_seq_of(conn, session_rowid, base)
+    if base_through is None:
+        raise SourceChangedError(f"the base Summary {base} of this compaction source is gone; plan compaction again")
+    head = []
+    if base is not None and after_seq < base_through:
+        head = _summary_event_page(conn, session_rowid, base, max_bytes).events
+        limit, max_bytes = limit - 1, max_bytes - head[0].size
+    start = max(after_seq, base_through)
+    page = read_page(conn, session_rowid, start, limit, max_bytes)
     within = [e for e in page.events if e.seq <= through]
     next_cursor = within[-1].seq if within else start
     done = page.done or len(within) < len(page.events) or next_cursor >= through
