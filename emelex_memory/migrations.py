@@ -89,14 +89,12 @@ ALTER TABLE events ADD COLUMN byte_end INTEGER NOT NULL DEFAULT 0 CHECK (byte_en
 UPDATE events SET byte_end = w.total
     FROM (SELECT id, sum(size) OVER (PARTITION BY session_id ORDER BY seq) AS total FROM events) AS w
     WHERE events.id = w.id;
-UPDATE sessions SET updated_at = max(updated_at, coalesce(
-    (SELECT created_at FROM events WHERE session_id = sessions.id ORDER BY seq DESC LIMIT 1), updated_at));
 ALTER TABLE sessions DROP COLUMN last_seq;
 ALTER TABLE sessions DROP COLUMN last_turn;
 ALTER TABLE sessions DROP COLUMN event_bytes;
 -- The events that record assets, so a replay page learns with one probe that none of its events has any.
 CREATE INDEX events_with_assets ON events (session_id, seq) WHERE asset_refs IS NOT NULL;
--- sessions.updated_at now changes with the Session's own row (creation, rename); the view adds the newest event.
+-- Appends no longer touch sessions.updated_at; the view's updated_at is the later of it and the newest event.
 CREATE VIEW session_heads AS
 SELECT s.id AS id, s.uuid AS uuid, s.title AS title, s.workspace_path AS workspace_path,
        s.workspace_dev AS workspace_dev, s.workspace_ino AS workspace_ino, s.created_at AS created_at,
