@@ -157,7 +157,7 @@ class SessionLease:
         linked = turn_assets(events)
         store = self._store
         rowid = self._rowid
-        with store._lock, store._conn as conn:  # what `store._write()` does, without its two Python-level calls
+        with store._write() as conn:
             row = conn.execute(_AUTHORITY_SQL, (rowid,)).fetchone()
             now = self._check_authority(row)
             last_seq = row[6] or 0

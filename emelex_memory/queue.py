@@ -267,7 +267,7 @@ class JobQueueMixin:
         # claim object holds the digest and is the authority.
         digest = hashlib.sha256(os.urandom(32)).digest()
         holder = _holder
-        with self._lock, self._conn as conn:  # `self._write()` without its two Python-level calls (a hot path)
+        with self._write() as conn:
             now = self.clock()
             expires = now + ttl
             params = (digest, holder, expires, expires, now, now, *names, now)
@@ -337,7 +337,7 @@ class JobQueueMixin:
         or the completion function's error; in every case nothing is written.
         """
         kind = job_kind(claim._kind)
-        with self._lock, self._conn as conn:  # `self._write()` without its two Python-level calls (a hot path)
+        with self._write() as conn:
             now = self.clock()
             # One statement re-checks the worker lease and the Session's liveness and marks the job done; the
             # kind's effect follows in the same transaction, so any failure below rolls all of it back.
