@@ -91,11 +91,10 @@ def _check_files(report: DoctorReport, settings: Settings, db: Path, standard: b
 def _check_pragmas(report: DoctorReport, store: MemoryStore) -> None:
     with store._read() as conn:
         live = read_pragmas(conn)
+        config = read_dbconfig(conn)
     report.facts["pragmas"] = live
     wrong = [f"{n}={live[n]!r} (want {want!r})" for n, _, want in PRAGMAS if live[n] != want]
     report.add("pragmas", not wrong, "; ".join(wrong) or ", ".join(f"{k}={v}" for k, v in live.items()))
-    with store._read() as conn:
-        config = read_dbconfig(conn)
     report.facts["connection_settings"] = config
     wrong = [f"{n}={config[n]} (want {want})" for n, _, want in DBCONFIG if config[n] != want]
     report.add("connection settings", not wrong, "; ".join(wrong) or ", ".join(f"{k}={v}" for k, v in config.items()))
