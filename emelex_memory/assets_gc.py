@@ -1,14 +1,32 @@
 """Bounded asset collection, coordinated with publication through the SQLite write lock.
 
 Publication (`put_asset`) links the finished file under its digest name and
-catalogs it inside one `BEGIN IMMEDIATE` transaction; collection deletes
-unreferenced catalog entries and removes files that no entry names inside its
-own. The two are serialized by the database's write lock, so a publisher
-racing a collector either sees the file gone and links it anew, or catalogs it
-before the collector looks; a file that ends up referenced is never lost.
-Orphaned files (a crash between link and commit) and temporary files are kept
-for a grace period; temporary files still being written hold an `flock` and
-are skipped whatever their age.
+catalogs it inside one `BEGIN IMMEDIATE` transaction. Collection runs the
+other way round, in two transactions, so that no crash or failure can leave a
+catalog entry without its file:
+
+1. `collect_entries` deletes unreferenced catalog entries and returns the
+   digests no entry names any more; that transaction commits. Nothing is
+   unlinked yet: if the commit fails or the process dies, the entries either
+   stay (with their files) or are gone (leaving orphan files).
+2. Only after that commit, `remove_unnamed_files` runs in a second write
+   transaction: for each digest it re-checks that no entry names it and only
+   then unlinks the file, and fsyncs the folder before committing.
+
+Why a publisher racing a collector never ends with an entry and no file: a
+file is unlinked only while the collector holds the database write lock and
+after it saw no entry naming the digest. A publisher catalogs only while it
+holds the same lock, and only after linking (or finding) the file. So either
+the publisher committed first, and the collector sees the entry and keeps the
+file, or it takes the lock after the unlink, finds no file and links its own.
+
+A crash at any point leaves at worst orphan files (no entry names them): after
+step 1's commit and before an unlink, or after an unlink whose directory fsync
+never happened (the name may come back after a power loss). Orphans, like the
+file a crashed `put_asset` linked before its commit, are kept for a grace
+period and then removed by `collect_orphans`, which re-checks the catalog under
+the write lock the same way. Temporary files still being written hold an
+`flock` and are skipped whatever their age.
 """
 
 from __future__ import annotations
@@ -60,19 +78,18 @@ def _age(st: os.stat_result, now: float) -> float:
 
 def collect_entries(
     conn: apsw.Connection,
-    folder: Path,
     cutoff: float,
     limit: int,
     digests: list[str] | None,
     report: AssetCollection,
-    *,
-    remove_files: bool,
-) -> None:
+) -> list[str]:
     """Inside a write transaction: delete up to `limit` unreferenced entries untouched since `cutoff`.
 
-    Files whose last entry went are removed in the same transaction when
-    `remove_files`, otherwise counted as deferred (they become orphans that a
-    later call removes).
+    Returns the digests that no entry names any more. Their files are left
+    alone: once this transaction has committed, the caller removes them with
+    `remove_unnamed_files` (if it never commits, they stay with their
+    entries; if it commits and the caller dies first, they are orphans that a
+    later collection removes).
     """
     if digests is None:
         rows = conn.execute(
@@ -99,16 +116,34 @@ def collect_entries(
         report.removed_entries += len(deleted)
         if deleted and digest not in emptied:
             emptied.append(digest)
-    removed = False
-    for digest in emptied:
-        if conn.execute("SELECT 1 FROM assets WHERE digest = ?", (digest,)).fetchone():
-            continue  # still catalogued under another media kind
-        if not remove_files:
-            report.deferred_files += 1
-        elif _remove_file(folder / digest, report):
-            removed = True
+    return [d for d in emptied if not conn.execute("SELECT 1 FROM assets WHERE digest = ?", (d,)).fetchone()]
+
+
+def remove_unnamed_files(
+    conn: apsw.Connection,
+    folder: Path,
+    names: list[str],
+    report: AssetCollection,
+    *,
+    min_age: float | None = None,
+    now: float = 0.0,
+) -> int:
+    """Inside a write transaction: remove the files among `names` that no catalog entry names; return how many.
+
+    Each name is re-checked against the catalog first, under the write lock a
+    publisher needs to catalog it, so a digest catalogued again meanwhile
+    keeps its file. With `min_age`, files younger than that (by `now`) stay.
+    The folder is fsynced after any removal.
+    """
+    removed = 0
+    for name in names:
+        if conn.execute("SELECT 1 FROM assets WHERE digest = ?", (name,)).fetchone():
+            continue
+        if _remove_file(folder / name, report, min_age=min_age, now=now):
+            removed += 1
     if removed:
         fsync_dir(folder)
+    return removed
 
 
 def _remove_file(path: Path, report: AssetCollection, *, min_age: float | None = None, now: float = 0.0) -> bool:
@@ -181,15 +216,7 @@ def collect_orphans(
         names, position = _next_batch(conn, _SCAN_KEY, _digest_names(folder, report), limit, report)
         if position is not None:
             save_scan_position(conn, _SCAN_KEY, position)
-    removed = False
-    for name in names:
-        if conn.execute("SELECT 1 FROM assets WHERE digest = ?", (name,)).fetchone():
-            continue
-        if _remove_file(folder / name, report, min_age=grace_s, now=now):
-            report.removed_orphans += 1
-            removed = True
-    if removed:
-        fsync_dir(folder)
+    report.removed_orphans += remove_unnamed_files(conn, folder, names, report, min_age=grace_s, now=now)
 
 
 def _temp_names(tmp: Path, report: AssetCollection) -> Iterator[str]:

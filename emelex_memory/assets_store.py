@@ -49,6 +49,7 @@ from .assets_gc import (
     collect_entries,
     collect_orphans,
     collect_temps,
+    remove_unnamed_files,
     save_scan_position,
 )
 from .errors import (
@@ -266,11 +267,14 @@ class AssetStoreMixin:
         linked) and skips temporary files.
 
         Safe to call from another process at any time. Called outside a
-        transaction, each step is its own write transaction. Called inside a
-        caller's `_write()` transaction, it only deletes catalog entries, as
-        part of that transaction (they come back if it rolls back), and leaves
-        their files to a later call made outside a transaction (counted in
-        `deferred_files`).
+        transaction, catalog entries are deleted in one write transaction and
+        only once it has committed are their files removed, in another, after
+        re-checking that no entry names them (see `assets_gc`): a crash or a
+        failed commit leaves at worst orphan files, never an entry without its
+        file. Called inside a caller's `_write()` transaction, it only deletes
+        catalog entries, as part of that transaction (they come back if it
+        rolls back), and leaves their files to a later call made outside a
+        transaction (counted in `deferred_files`).
         """
         if type(limit) is not int or not 1 <= limit <= self.settings.max_page_items:
             raise InvalidInputError(f"limit must be between 1 and {self.settings.max_page_items}, got {limit!r}")
@@ -285,18 +289,33 @@ class AssetStoreMixin:
         with self._read() as conn:  # holds the store's lock across the steps
             nested = conn.in_transaction
             with self._write() as conn:
-                collect_entries(
-                    conn, self.asset_dir, now - grace_s, limit, targets, report, remove_files=not nested
-                )
-            if nested or folder is None:
+                emptied = collect_entries(conn, now - grace_s, limit, targets, report)
+            if nested:
+                report.deferred_files += len(emptied)
                 return report
-            with self._write() as conn:
+            if folder is None:
+                return report
+            with self._write() as conn:  # the deletion has committed: the files are orphans now
+                remove_unnamed_files(conn, folder, emptied, report)
                 collect_orphans(conn, folder, now, grace_s, limit, targets, report)
             if targets is None:
                 position = collect_temps(conn, folder, now, limit, report)
                 if position is not None:
                     with self._write() as conn:
                         save_scan_position(conn, TEMP_SCAN_KEY, position)
+        return report
+
+    def _remove_unnamed_files(self, digests: list[str]) -> AssetCollection:
+        """After the commit that deleted the last catalog entries of `digests`: remove their files, bounded per
+        transaction, re-checking under the write lock that no entry names them again (see `assets_gc`)."""
+        report = AssetCollection()
+        folder = self._asset_folder()
+        if folder is None:
+            return report
+        step = self.settings.max_page_items
+        for i in range(0, len(digests), step):
+            with self._write() as conn:
+                remove_unnamed_files(conn, folder, digests[i : i + step], report)
         return report
 
 

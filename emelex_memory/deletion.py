@@ -5,7 +5,10 @@ it (by cascading foreign keys) its lease record, events, asset links, jobs
 and Summaries. Knowledge that cited the Session keeps its provenance (source
 Session UUID, sequence range, digest) for audit; only the nullable foreign
 key is cleared. Catalog entries of assets that no other event links are
-deleted in the same transaction and their files removed right after it.
+deleted in the same transaction; their files are removed only after it has
+committed, each after re-checking that no entry names it again (see
+`assets_gc`), so a crash in between leaves orphan files for a later
+collection, never a catalog entry without its file.
 
 This is not forensic erasure: SQLite keeps deleted content in free pages and
 in the WAL until a checkpoint and `VACUUM` (see `maintain`) overwrite them.
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import apsw
 
+from .assets_gc import AssetCollection, collect_entries
 from .errors import SessionBusyError
 
 if TYPE_CHECKING:
@@ -75,20 +79,20 @@ class DeletionMixin:
         """
         with self._write() as conn:
             rowid = self._session_rowid(conn, session_id)
-            deletion, digests, grace = self._delete_session_in(conn, rowid, session_id, self.clock())
-        files, freed = self._collect_session_files(digests, grace)
+            deletion, emptied = self._delete_session_in(conn, rowid, session_id, self.clock())
+        removed = self._remove_unnamed_files(emptied)
         return SessionDeletion(
             session_id, deletion.events, deletion.jobs, deletion.knowledge_versions_detached,
-            deletion.asset_entries, files, freed,
+            deletion.asset_entries, removed.removed_files, removed.freed_bytes,
         )
 
     def _delete_session_in(
         self: MemoryStore, conn: apsw.Connection, rowid: int, session_id: str, now: float
-    ) -> tuple[SessionDeletion, list[str], float]:
+    ) -> tuple[SessionDeletion, list[str]]:
         """Inside a write transaction: delete the Session and the catalog entries only it referenced.
 
-        Returns the counts, the digests whose files a caller removes after
-        commit, and the grace period that protects assets touched since.
+        Returns the counts and the digests no entry names any more, whose
+        files the caller removes once this transaction has committed.
         """
         check_not_busy(conn, rowid, session_id, now)
         updated = conn.execute("SELECT updated_at FROM session_heads WHERE id = ?", (rowid,)).fetchone()[0]
@@ -99,20 +103,7 @@ class DeletionMixin:
         linked = conn.execute("SELECT DISTINCT digest FROM event_assets WHERE session_id = ?", (rowid,))
         digests = [d for (d,) in linked]
         conn.execute("DELETE FROM sessions WHERE id = ?", (rowid,))
-        grace = max(0.0, now - updated)
-        entries = 0
-        for chunk in _chunks(digests, self.settings.max_page_items):
-            entries += self.collect_assets(digests=chunk, grace_s=grace, limit=len(chunk)).removed_entries
-        return SessionDeletion(session_id, events, jobs, detached, entries, 0, 0), digests, grace
-
-    def _collect_session_files(self: MemoryStore, digests: list[str], grace: float) -> tuple[int, int]:
-        """After commit: remove the files of `digests` that no catalog entry names any more."""
-        files = freed = 0
-        for chunk in _chunks(digests, self.settings.max_page_items):
-            report = self.collect_assets(digests=chunk, grace_s=grace, limit=len(chunk))
-            files, freed = files + report.removed_files, freed + report.freed_bytes
-        return files, freed
-
-
-def _chunks(items: list[str], size: int) -> list[list[str]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
+        cutoff = min(now, updated)  # assets touched since the Session's last update are left to `maintain`
+        collected = AssetCollection()
+        emptied = collect_entries(conn, cutoff, len(digests), digests, collected)
+        return SessionDeletion(session_id, events, jobs, detached, collected.removed_entries, 0, 0), emptied

@@ -85,15 +85,15 @@ class MaintenanceMixin:
                 pass
             report.asset_files_removed = report.asset_bytes_freed = None  # files are not touched, nor predicted
             return report
-        digests, grace = self._maintain_rows(report)
-        files, freed = self._collect_session_files(digests, grace)
-        report.asset_files_removed += files
-        report.asset_bytes_freed += freed
+        digests = self._maintain_rows(report)
+        removed = self._remove_unnamed_files(digests)  # the deleted Sessions' assets, once their deletion committed
+        report.asset_files_removed += removed.removed_files
+        report.asset_bytes_freed += removed.freed_bytes
         self._maintain_file(report, vacuum)
         return report
 
-    def _maintain_rows(self: MemoryStore, report: MaintenanceReport) -> tuple[list[str], float]:
-        """Steps 1-7; returns the asset digests of deleted Sessions whose files are removed after commit."""
+    def _maintain_rows(self: MemoryStore, report: MaintenanceReport) -> list[str]:
+        """Steps 1-7; returns the digests of deleted Sessions' assets whose files are removed after commit."""
         batch, s = self.settings.maintain_batch, self.settings
         now = self.clock()
         with self._write() as conn:
@@ -111,7 +111,7 @@ class MaintenanceMixin:
                 break
         else:
             report.more = True
-        digests, grace = self._retain_sessions(report, now) if s.session_retention_days > 0 else ([], 0.0)
+        digests = self._retain_sessions(report, now) if s.session_retention_days > 0 else []
         with self._write() as conn:
             if s.knowledge_retention_days > 0:
                 rows = conn.execute(
@@ -143,13 +143,12 @@ class MaintenanceMixin:
         report.asset_files_removed += collected.removed_files
         report.asset_bytes_freed += collected.freed_bytes
         report.more |= collected.more
-        return digests, grace
+        return digests
 
-    def _retain_sessions(self: MemoryStore, report: MaintenanceReport, now: float) -> tuple[list[str], float]:
-        """Step 3: delete idle, not busy Sessions; return their asset digests and the grace protecting others."""
+    def _retain_sessions(self: MemoryStore, report: MaintenanceReport, now: float) -> list[str]:
+        """Step 3: delete idle, not busy Sessions; return the digests of the files to remove once that commits."""
         s = self.settings
         digests: list[str] = []
-        grace = now
         with self._write() as conn:
             rows = conn.execute(
                 "SELECT s.id, s.uuid FROM session_heads s WHERE s.updated_at < ? "
@@ -160,13 +159,12 @@ class MaintenanceMixin:
                 (now - s.session_retention_days * DAY_S, now, now, s.maintain_batch),
             ).fetchall()
             for rowid, session_id in rows:
-                deletion, found, session_grace = self._delete_session_in(conn, rowid, session_id, now)
-                digests.extend(found)
-                grace = min(grace, session_grace)
+                deletion, emptied = self._delete_session_in(conn, rowid, session_id, now)
+                digests.extend(emptied)
                 report.asset_entries_removed += deletion.asset_entries
         report.sessions_deleted = len(rows)
         report.more |= len(rows) == s.maintain_batch
-        return list(dict.fromkeys(digests)), grace
+        return list(dict.fromkeys(digests))
 
     def _maintain_file(self: MemoryStore, report: MaintenanceReport, vacuum: bool) -> None:
         """Step 8, outside any transaction: optimize, optionally VACUUM, then truncate the WAL."""

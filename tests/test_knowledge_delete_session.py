@@ -15,6 +15,7 @@ from emelex_memory import (
     SessionNotFoundError,
     register_job_kind,
 )
+from emelex_memory import deletion as deletion_module
 
 from .conftest import Clock, table_rows
 
@@ -119,7 +120,7 @@ def test_deletion_is_one_transaction(dstore, workspace, db_path, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("injected failure after the DELETE")
 
-    monkeypatch.setattr(MemoryStore, "collect_assets", boom)
+    monkeypatch.setattr(deletion_module, "collect_entries", boom)  # runs after the Session's DELETE
     with pytest.raises(RuntimeError):
         dstore.delete_session(sid)
     assert table_rows(db_path) == before
