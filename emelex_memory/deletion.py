@@ -4,8 +4,9 @@ Deletion is one `BEGIN IMMEDIATE` transaction: the Session row goes, and with
 it (by cascading foreign keys) its lease record, events, asset links, jobs
 and Summaries. Knowledge that cited the Session keeps its provenance (source
 Session UUID, sequence range, digest) for audit; only the nullable foreign
-key is cleared. Catalog entries of assets that no other event links are
-deleted in the same transaction; their files are removed only after it has
+key is cleared. Catalog entries of assets that no other event links, and
+that nobody put or linked within the asset grace period, are deleted in the
+same transaction; their files are removed only after it has
 committed, each after re-checking that no entry names it again (see
 `assets_gc`), so a crash in between leaves orphan files for a later
 collection, never a catalog entry without its file.
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import apsw
 
+from .assets import DEFAULT_GRACE_S
 from .assets_gc import AssetCollection, collect_entries
 from .errors import SessionBusyError
 
@@ -74,8 +76,9 @@ class DeletionMixin:
         has a live lease or a worker holds a live claim on one of its jobs;
         raises `SessionNotFoundError` for an unknown ID. Knowledge citing the
         Session keeps the source Session UUID, sequence range and digest.
-        Assets touched after the Session's last update (e.g. just put by a
-        writer about to link them) are left to `maintain`'s collection.
+        Assets put or linked within the asset grace period (one hour) or
+        after the Session's last update (e.g. just put by a writer about to
+        link them) are left to `maintain`'s collection.
         """
         with self._write() as conn:
             rowid = self._session_rowid(conn, session_id)
@@ -103,7 +106,9 @@ class DeletionMixin:
         linked = conn.execute("SELECT DISTINCT digest FROM event_assets WHERE session_id = ?", (rowid,))
         digests = [d for (d,) in linked]
         conn.execute("DELETE FROM sessions WHERE id = ?", (rowid,))
-        cutoff = min(now, updated)  # assets touched since the Session's last update are left to `maintain`
+        # An asset put or linked within the asset grace period, or since the Session's last update, may be about
+        # to be linked by another writer: it is left to `maintain`'s collection.
+        cutoff = min(now - DEFAULT_GRACE_S, updated)
         collected = AssetCollection()
         emptied = collect_entries(conn, cutoff, len(digests), digests, collected)
         return SessionDeletion(session_id, events, jobs, detached, collected.removed_entries, 0, 0), emptied

@@ -98,12 +98,31 @@ def test_assets_only_the_deleted_session_referenced_are_removed(dstore, workspac
     keeper = seed(dstore, workspace, say("keep", shared))
     clock.now += 10
     doomed = seed(dstore, workspace, say("a", shared, own), say("b", own))
-    clock.now += 10
+    clock.now += 3601  # past the asset grace period
     deletion = dstore.delete_session(doomed)
     assert (deletion.asset_entries, deletion.asset_files, deletion.asset_bytes) == (1, 1, own.size)
     assert not os.path.exists(dstore.asset_dir / own.digest)
     assert dstore.read_asset(shared) == b"shared bytes"
     assert [e.assets for e in dstore.replay(keeper).events] == [(shared,)]
+
+
+def test_deletion_keeps_an_asset_another_writer_put_within_the_grace_period(dstore, workspace, clock, db_path):
+    linked = dstore.put_asset(b"once linked by the doomed Session", "image/png")
+    doomed = seed(dstore, workspace, say("look", linked))
+    clock.now += 100
+    again = dstore.put_asset(b"once linked by the doomed Session", "image/png")  # another writer, about to link it
+    clock.now += 100
+    with dstore.acquire_lease(doomed, workspace) as lease:  # the Session is updated after that put
+        lease.replay()
+        lease.append_turn(say("later"))
+        lease.release()
+    clock.now += 100
+    deletion = dstore.delete_session(doomed)
+    assert (deletion.asset_entries, deletion.asset_files) == (0, 0)
+    assert [row[0] for row in table_rows(db_path)["assets"]] == [again.digest]
+    assert dstore.read_asset(again) == b"once linked by the doomed Session"
+    other = seed(dstore, workspace, say("mine now", again))
+    assert [e.assets for e in dstore.replay(other).events] == [(again,)]
 
 
 def test_unknown_sessions_are_refused(dstore, db_path):
