@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import (
     InvalidCandidateError,
+    InvalidInputError,
     InvalidJobSourceError,
     InvalidKnowledgeError,
     PermanentJobError,
@@ -264,15 +265,22 @@ class DistillationMixin:
         return self.enqueue_job(DISTILL_KIND, session_id, source, source_key=digest)
 
     def finish_session(self: MemoryStore, lease: SessionLease) -> Enqueued | None:
-        """Clean exit: queue distillation of the lease's Session, then durably release the lease.
+        """Clean exit: queue distillation of the lease's Session and durably release the lease, in one transaction.
 
-        Call this only for a Session whose history is consistent (no
-        interrupted turn); raises the lease's error if it was no longer held,
-        after queueing (distilling durable events is harmless).
+        Both happen or neither: an error part-way (a failed commit included)
+        queues nothing and leaves the lease held, and the lease object stays
+        usable, so finishing again is safe. Raises `LeaseLostError`, queueing
+        nothing, when the lease was no longer held (call `queue_distillation`
+        to distill the Session anyway). Call this only for a Session whose
+        history is consistent (no interrupted turn), on the store that
+        acquired the lease.
         """
-        enqueued = self.queue_distillation(lease.session_id)
-        lease.release()
-        return enqueued
+        if lease._store is not self:
+            raise InvalidInputError(
+                f"the lease on Session {lease.session_id} belongs to another MemoryStore; call finish_session on "
+                "the store that acquired it"
+            )
+        return lease._end_with("released", None, lambda conn: self.queue_distillation(lease.session_id))
 
     def _split_by_bytes(self: MemoryStore, job: Job, budget: int) -> DistillationSplit | None:
         """A split of a distill job whose source holds more than `budget` bytes (None when it fits), cut from the

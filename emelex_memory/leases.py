@@ -17,9 +17,11 @@ import hashlib
 import os
 import secrets
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from stat import S_ISDIR
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
+
+import apsw
 
 from .assets_links import link_turn_assets, turn_assets
 from .connection import connect
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from .store import MemoryStore
 
 MAX_FAILURE_CHARS = 2000
+T = TypeVar("T")
 
 # What an append re-checks, in one statement: the workspace identity, the lease, and the head (newest seq, turn and
 # byte_end, all None for an empty Session) read from the Session's newest event.
@@ -226,17 +229,29 @@ class SessionLease:
         self._end("failed", reason[:MAX_FAILURE_CHARS])
 
     def _end(self, state: str, failure: str | None) -> None:
+        self._end_with(state, failure, None)
+
+    def _end_with(self, state: str, failure: str | None, work: Callable[[apsw.Connection], T] | None) -> T | None:
+        """End the lease in one write transaction with `work(conn)` (run first): both commit or neither.
+
+        Returns what `work` returned. The lease counts as ended only once the
+        transaction committed, or once it is known not to be held
+        (`LeaseLostError`, and then `work` is rolled back too).
+        """
         if self._ended:
             raise LeaseLostError(f"this lease on Session {self.session_id} has already ended")
         with self._store._write() as conn:
+            result = None if work is None else work(conn)
             changed = conn.execute(
                 "UPDATE session_leases SET state = ?, ended_at = ?, failure = ? "
                 "WHERE session_id = ? AND token_hash = ? AND state = 'active' RETURNING 1",
                 (state, self._store.clock(), failure, self._rowid, self._digest),
             ).fetchall()
+            if not changed:
+                self._ended = True
+                raise LeaseLostError(f"this lease on Session {self.session_id} was no longer held")
         self._ended = True
-        if not changed:
-            raise LeaseLostError(f"this lease on Session {self.session_id} was no longer held")
+        return result
 
     # -- best-effort release on drop ----------------------------------------------
 
