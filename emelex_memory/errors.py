@@ -155,6 +155,14 @@ class SessionBusyError(LeaseError):
     """The Session is in use (a live Session lease or worker job): wait for it to finish, then retry."""
 
 
+class MaintenanceError(StoreError):
+    """A `maintain` step failed; the steps before it committed (`.report`): fix the cause, run maintain again."""
+
+    def __init__(self, message: str, report: object = None) -> None:
+        super().__init__(message)
+        self.report = report  # the MaintenanceReport so far: `steps_completed` and their counts
+
+
 # --- Work queues, compaction and Summaries ------------------------------------------
 
 

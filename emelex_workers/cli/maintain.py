@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from emelex_memory import MemoryStore
+from emelex_memory import MaintenanceError, MaintenanceReport, MemoryStore
 
 _LINES = (
     ("leases_failed", "stale Session leases marked failed"),
@@ -33,14 +33,30 @@ def maintain(
 ) -> None:
     """Fail stale leases, apply retention, prune versions, collect assets, optimize and truncate the WAL.
 
-    Every step is capped (`maintain_batch`); run again while it says more remains. Never touches live
-    leases or pinned Knowledge. Retention periods are settings (see docs/knowledge.md).
+    Every step is capped (`maintain_batch`) and commits on its own; run again while it says more remains,
+    or after a step failed (the steps completed before it are listed). Never touches live leases or pinned
+    Knowledge. Retention periods are settings (see docs/knowledge.md).
     """
+    failure = None
     with MemoryStore.open(ctx.find_root().obj) as store:
-        report = store.maintain(vacuum=vacuum, dry_run=dry_run)
+        try:
+            report = store.maintain(vacuum=vacuum, dry_run=dry_run)
+        except MaintenanceError as exc:
+            failure, report = exc, exc.report
+    if failure is not None:
+        typer.echo(f"error: {failure}", err=True)
     if as_json:
         typer.echo(json.dumps(dataclasses.asdict(report)))
-        return
+    elif failure is not None:
+        typer.echo(f"completed: {', '.join(report.steps_completed) or 'no step'}")
+    else:
+        _print(report, dry_run)
+    if failure is not None:
+        raise typer.Exit(1)
+
+
+def _print(report: MaintenanceReport, dry_run: bool) -> None:
+    """The report of a completed run (or dry run), one count per line."""
     if dry_run:
         typer.echo("dry run: nothing was changed; a real run would do this (file removal is not predicted):")
     for field, label in _LINES:
