@@ -41,7 +41,10 @@ def check_private_dir(path: Path) -> os.stat_result:
 
 
 def ensure_private_dir(path: Path) -> os.stat_result:
-    """Create `path` (mode 0700, parents as needed) if missing, then verify it with `check_private_dir`."""
+    """Create `path` (mode 0700, parents as needed) if missing, then verify it with `check_private_dir`.
+
+    Each directory it creates is made durable: its parent is fsynced after the `mkdir`.
+    """
     if not os.path.lexists(path):
         parent = path.parent
         if not os.path.lexists(parent):
@@ -50,7 +53,9 @@ def ensure_private_dir(path: Path) -> os.stat_result:
             os.mkdir(path, PRIVATE_DIR_MODE)
             os.chmod(path, PRIVATE_DIR_MODE, follow_symlinks=False)
         except FileExistsError:
-            pass
+            pass  # another process made it, and makes it durable
+        else:
+            fsync_dir(parent)
     return check_private_dir(path)
 
 
@@ -86,14 +91,24 @@ def create_private_file(path: Path) -> None:
 
 
 def open_private_file(path: Path, flags: int) -> int:
-    """Open (creating 0600 if absent) a private file without following symlinks; verify it; return the fd."""
+    """Open (creating 0600 if absent) a private file without following symlinks; verify it; return the fd.
+
+    A file it creates is made durable: its directory is fsynced after the creation.
+    """
+    created = True
     try:
-        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+        except FileExistsError:  # a symlink too: the open below refuses it
+            created = False
+            fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise InsecurePathError(f"{path} is a symlink; Emelex never follows them: remove it") from None
         raise
     try:
+        if created:
+            fsync_dir(path.parent)
         st = os.fstat(fd)
         if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):
             raise InsecurePathError(f"{path} is not a regular file owned by you: remove it")
