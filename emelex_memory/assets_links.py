@@ -23,6 +23,7 @@ from .errors import (
     AssetLinkMismatchError,
     AssetMediaCapError,
     InvalidAssetError,
+    ReplayMediaCapError,
     SessionNotFoundError,
 )
 
@@ -101,21 +102,22 @@ _LINKS_SQL = (
 )
 
 
-def attach_assets(conn: apsw.Connection, session_rowid: int, events: list[Event]) -> list[Event]:
-    """Verify and attach the assets of a replay page's events; return the events, possibly fewer.
+def attach_assets(conn: apsw.Connection, session_rowid: int, events: list[Event]) -> tuple[list[Event], int]:
+    """Verify and attach the assets of a replay page's events; return the events, possibly fewer, and their media.
 
     Each event's recorded refs must match its links exactly (count, ordinals,
     digests, media kinds) and the catalog (entry present, same size), and an
     event without refs must have no links; otherwise `AssetLinkMismatchError`.
     The page ends before the event that would take its media over 256 MiB
-    (`append_turn` keeps every event within that cap, so a page always
-    progresses; an event over it is reported as a mismatch).
+    (`append_turn` keeps every event, and the whole replay view, within that
+    cap, so a page always progresses; an event over it is reported as a
+    mismatch).
     """
     if not events:
-        return events
+        return events, 0
     span = (session_rowid, events[0].seq, events[-1].seq)
     if not conn.execute(_ANY_ASSETS_SQL, span).fetchone()[0]:
-        return events  # the common case costs one statement of two index probes
+        return events, 0  # the common case costs one statement of two index probes
     links = conn.execute(_LINKS_SQL, span).fetchall()
     by_seq: dict[int, list[tuple]] = {}
     for link in links:
@@ -143,7 +145,41 @@ def attach_assets(conn: apsw.Connection, session_rowid: int, events: list[Event]
             break
         media += size
         out.append(event._replace(asset_refs=refs))
-    return out
+    return out, media
+
+
+_VIEW_START_SQL = (  # the media total through the raw seq the Session's newest Summary covers: where its view begins
+    "SELECT e.media_end FROM summaries r JOIN events e ON e.session_id = r.session_id AND e.seq = r.through_seq "
+    "WHERE r.session_id = ? ORDER BY r.event_id DESC LIMIT 1"
+)
+
+
+def check_view_media(conn: apsw.Connection, session_rowid: int, media_end: int, session_id: str) -> None:
+    """Inside `append_turn`'s transaction: raise `AssetMediaCapError` unless the Session's replay view, once its
+    running media total reaches `media_end`, refers to at most 256 MiB.
+
+    The view is the newest Summary (which refers to no assets) and the
+    events after the raw seq it covers, so its media is `media_end` less the
+    total through that seq (nothing, for a Session without a Summary).
+    """
+    row = conn.execute(_VIEW_START_SQL, (session_rowid,)).fetchone()
+    view = media_end - (row[0] if row else 0)
+    if view > MAX_REPLAY_MEDIA_BYTES:
+        raise AssetMediaCapError(
+            f"this turn would take the replay of Session {session_id} to {view} bytes of media, over the "
+            f"{MAX_REPLAY_MEDIA_BYTES} byte replay cap; nothing was written: link fewer or smaller assets, or "
+            "compact the Session first"
+        )
+
+
+def check_replay_media(total: int, session_id: str) -> None:
+    """Raise `ReplayMediaCapError` when a replay of the Session has handed out `total` bytes of media, over the cap."""
+    if total > MAX_REPLAY_MEDIA_BYTES:
+        raise ReplayMediaCapError(
+            f"the replay of Session {session_id} refers to {total} bytes of media, over the {MAX_REPLAY_MEDIA_BYTES} "
+            "byte replay cap that appends enforce; the database was altered or written by an older Emelex: compact "
+            "the Session or restore it from a backup"
+        )
 
 
 def _mismatch(event: Event, what: str) -> AssetLinkMismatchError:

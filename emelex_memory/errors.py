@@ -253,6 +253,10 @@ class AssetLinkMismatchError(AssetError):
     """An event's recorded assets disagree with its links or the catalog: restore the database from a backup."""
 
 
+class ReplayMediaCapError(AssetError):
+    """A Session's replay refers to more than 256 MiB of media, which appends never allow: compact it or restore it."""
+
+
 # --- Models, plugins and the worker ------------------------------------------------------
 
 

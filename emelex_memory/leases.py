@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import apsw
 
-from .assets_links import link_turn_assets, turn_assets
+from .assets_links import check_replay_media, check_view_media, link_turn_assets, turn_assets
 from .connection import connect
 from .errors import (
     InvalidInputError,
@@ -35,7 +35,7 @@ from .errors import (
     WorkspaceReplacedError,
 )
 from .sessions import WorkspaceIdentity
-from .transcript import AppendedTurn, Event, NewEvent, ReplayPage, encode_turn
+from .transcript import AppendedTurn, Event, NewEvent, ReplayPage, encode_turn, media_of
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -43,17 +43,17 @@ if TYPE_CHECKING:
 MAX_FAILURE_CHARS = 2000
 T = TypeVar("T")
 
-# What an append re-checks, in one statement: the workspace identity, the lease, and the head (newest seq, turn and
-# byte_end, all None for an empty Session) read from the Session's newest event.
+# What an append re-checks, in one statement: the workspace identity, the lease, and the head (newest seq, turn,
+# byte_end and media_end, all None for an empty Session) read from the Session's newest event.
 _AUTHORITY_SQL = (
     "SELECT s.workspace_path, s.workspace_dev, s.workspace_ino, l.token_hash, l.state, l.expires_at, "
-    "e.seq, e.turn, e.byte_end FROM sessions s JOIN session_leases l ON l.session_id = s.id "
+    "e.seq, e.turn, e.byte_end, e.media_end FROM sessions s JOIN session_leases l ON l.session_id = s.id "
     "LEFT JOIN events e ON e.id = (SELECT id FROM events WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) "
     "WHERE s.id = ?1"
 )
 _INSERT_SQL = (
-    "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, created_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, media_end, created_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -94,6 +94,7 @@ class SessionLease:
         self._cursor = 0
         self._replayed = False
         self._ended = False
+        self._media = 0  # bytes of media in the replay view this holder has read (from the start) or appended
 
     def __repr__(self) -> str:
         return f"<SessionLease session={self.session_id} expires_at={self.expires_at:.3f} ended={self._ended}>"
@@ -120,16 +121,28 @@ class SessionLease:
 
         Reaching the end (`page.done`) marks the lease as replayed, which
         `append_turn` requires. Limits are validated like `MemoryStore.replay`.
+        The media of the whole replay, counted across the pages read from the
+        start, is capped at 256 MiB: a page that takes it over raises
+        `ReplayMediaCapError` and does not advance the cursor.
         """
         start = self._cursor if after_seq is None else after_seq
         page = self._store._replay_page(self._rowid, start, limit, max_bytes)
         if start <= self._cursor:  # contiguous with what this holder has seen
+            seen = self._cursor
+            media = page.media_bytes if start == seen else media_of(e for e in page.events if e.seq > seen)
+            if media:
+                check_replay_media(self._media + media, self.session_id)
+                self._media += media
             self._cursor = max(self._cursor, page.next_cursor)
             self._replayed = self._replayed or page.done
         return page
 
     def replay_all(self) -> Iterator[Event]:
-        """Yield every event from the start, page by page, leaving the lease replayed."""
+        """Yield every event from the start, page by page, leaving the lease replayed.
+
+        Raises `ReplayMediaCapError` when the events refer to more than
+        256 MiB of media in all.
+        """
         after = 0
         while True:
             page = self.replay(after)
@@ -148,7 +161,9 @@ class SessionLease:
         token and expiry, the workspace identity and the cursor are re-checked,
         and each event's `assets` are linked after checking them against the
         catalog and their files; any mismatch, invalid event or bad asset
-        reference raises a typed error and writes nothing.
+        reference raises a typed error and writes nothing; so does a turn
+        that would take the media of the Session's replay view (its newest
+        Summary and the events after it) over 256 MiB (`AssetMediaCapError`).
         """
         if not self._replayed:
             raise ReplayRequiredError(
@@ -158,6 +173,7 @@ class SessionLease:
         events = list(events)
         encoded = encode_turn(events, self._store.settings)
         linked = turn_assets(events)
+        media = {position: sum(ref.size for ref in refs) for position, refs in linked}
         store = self._store
         rowid = self._rowid
         with store._write() as conn:
@@ -171,10 +187,14 @@ class SessionLease:
                 )
             turn = (row[7] or 0) + 1
             byte_end = row[8] or 0
+            media_end = row[9] or 0
+            if media:
+                check_view_media(conn, rowid, media_end + sum(media.values()), self.session_id)
             rows = []
             for i, e in enumerate(encoded):
                 byte_end += e.size
-                rows.append((rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, now))
+                media_end += media.get(i, 0)
+                rows.append((rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now))
             conn.executemany(_INSERT_SQL, rows)
             # Rowids of an INTEGER PRIMARY KEY are max + 1, so under our write lock the turn's IDs are consecutive.
             last_id = conn.last_insert_rowid()
@@ -183,6 +203,7 @@ class SessionLease:
                 link_turn_assets(conn, store.asset_dir, rowid, last_seq + 1, linked, now)
         new_seq = last_seq + len(rows)
         self._cursor = new_seq
+        self._media += sum(media.values())
         return AppendedTurn(turn, last_seq + 1, new_seq, ids)
 
     def _check_authority(self, row: tuple | None) -> float:

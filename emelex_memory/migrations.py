@@ -103,6 +103,17 @@ SELECT s.id AS id, s.uuid AS uuid, s.title AS title, s.workspace_path AS workspa
 FROM sessions s LEFT JOIN events e ON e.id = (SELECT id FROM events WHERE session_id = s.id ORDER BY seq DESC LIMIT 1);
 """
 
+M008_EVENT_MEDIA_ENDS = """
+-- Each event records the media bytes its Session's events refer to through itself (the running total of the sizes
+-- in asset_refs), so an append checks the replay view's aggregate media cap from its newest event and the event its
+-- newest Summary covers up to, without summing the transcript.
+ALTER TABLE events ADD COLUMN media_end INTEGER NOT NULL DEFAULT 0 CHECK (media_end >= 0);
+UPDATE events SET media_end = w.total
+    FROM (SELECT e.id, sum(coalesce((SELECT sum(json_extract(r.value, '$[1]')) FROM json_each(e.asset_refs) r), 0))
+          OVER (PARTITION BY e.session_id ORDER BY e.seq) AS total FROM events e) AS w
+    WHERE events.id = w.id AND w.total > 0;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("m001_core", M001_CORE),
     Migration("m002_assets", M002_ASSETS),
@@ -111,6 +122,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("m005_model_refs", M005_MODEL_REFS),
     Migration("m006_summary_events", M006_SUMMARY_EVENTS),
     Migration("m007_event_byte_ends", M007_EVENT_BYTE_ENDS),
+    Migration("m008_event_media_ends", M008_EVENT_MEDIA_ENDS),
 )
 
 

@@ -33,7 +33,7 @@ from .errors import InvalidJobSourceError, SourceChangedError, SourceTooLargeErr
 from .jobs import CompletionContext
 from .jsonbound import encode_canonical
 from .source_digest import MAX_COVERED_BYTES, SourceFacts, digest_source, summary_digest
-from .transcript import SUMMARY_KIND, ReplayPage, read_page, session_head
+from .transcript import SUMMARY_KIND, Event, ReplayPage, media_of, read_page, session_head
 
 M003_SUMMARIES = """
 CREATE TABLE summaries (
@@ -164,12 +164,12 @@ def append_summary(ctx: CompletionContext, text: str, model_ref: str | None) -> 
         {"provenance": provenance(ctx.job.id, source, model_ref), "text": text},
         max_bytes=settings.max_event_bytes, max_depth=8, what="the Summary",
     )
-    last_seq, last_turn, byte_end = session_head(conn, rowid)
+    last_seq, last_turn, byte_end, media_end = session_head(conn, rowid)
     event_id = conn.execute(
-        "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, created_at) "
-        "VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?) RETURNING id",
+        "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, media_end, created_at) "
+        "VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?) RETURNING id",
         (rowid, last_seq + 1, last_turn + 1, SUMMARY_KIND, payload.decode("utf-8"), len(payload),
-         byte_end + len(payload), ctx.now),
+         byte_end + len(payload), media_end, ctx.now),
     ).fetchone()[0]
     conn.execute(
         "INSERT INTO summaries (event_id, session_id, job_id, base_event_id, through_seq, source_count, "
@@ -316,7 +316,13 @@ def _view_page(conn: apsw.Connection, session_rowid: int, after_seq: int, limit:
     tail = [e for e in page.events if e.kind != SUMMARY_KIND]
     if not head and len(tail) != len(page.events):
         check_recorded(conn, session_rowid)
-    return dataclasses.replace(page, events=head + tail)
+    return _with_events(page, head + tail)
+
+
+def _with_events(page: ReplayPage, events: list[Event]) -> ReplayPage:
+    """`page` holding `events` instead (a subset of its own, plus a Summary), with their media counted."""
+    media = media_of(events) if page.media_bytes or (events and events[0].asset_refs) else 0
+    return dataclasses.replace(page, events=events, media_bytes=media)
 
 
 def read_source_page(
@@ -346,4 +352,4 @@ def _source_page(
     next_cursor = within[-1].seq if within else start
     done = page.done or len(within) < len(page.events) or next_cursor >= through
     events = head + [e for e in within if e.kind != SUMMARY_KIND]
-    return dataclasses.replace(page, events=events, next_cursor=next_cursor, done=done)
+    return dataclasses.replace(_with_events(page, events), next_cursor=next_cursor, done=done)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections import namedtuple
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NamedTuple
@@ -91,11 +92,20 @@ del _name
 
 @dataclass(frozen=True)
 class ReplayPage:
-    """A page of events. `next_cursor` is the seq to pass as `after_seq` next; `done` means nothing followed."""
+    """A page of events. `next_cursor` is the seq to pass as `after_seq` next; `done` means nothing followed.
+
+    `media_bytes` is the total size of the assets the page's events refer to.
+    """
 
     events: list[Event]
     next_cursor: int
     done: bool
+    media_bytes: int = 0
+
+
+def media_of(events: Iterable[Event]) -> int:
+    """The total size of the assets `events` refer to."""
+    return sum(ref.size for event in events if event.asset_refs for ref in event.asset_refs)
 
 
 class AppendedTurn(NamedTuple):
@@ -167,19 +177,21 @@ _REPLAY_SQL = (
     "SELECT id, seq, turn, position, kind, payload, size, byte_end, created_at, asset_refs FROM events "
     "WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
-_HEAD_SQL = "SELECT seq, turn, byte_end FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1"
+_HEAD_SQL = "SELECT seq, turn, byte_end, media_end FROM events WHERE session_id = ? ORDER BY seq DESC LIMIT 1"
 
 
-def session_head(conn: apsw.Connection, session_rowid: int) -> tuple[int, int, int]:
-    """(newest seq, newest turn, transcript bytes) of a Session, read from its newest event; zeros when it has none."""
-    return conn.execute(_HEAD_SQL, (session_rowid,)).fetchone() or (0, 0, 0)
+def session_head(conn: apsw.Connection, session_rowid: int) -> tuple[int, int, int, int]:
+    """(newest seq, newest turn, transcript bytes, media bytes) of a Session, read from its newest event; zeros when
+    it has none."""
+    return conn.execute(_HEAD_SQL, (session_rowid,)).fetchone() or (0, 0, 0, 0)
 
 
 def read_page(conn: apsw.Connection, session_rowid: int, after_seq: int, limit: int, max_bytes: int) -> ReplayPage:
     """Read up to `limit` events after `after_seq` whose sizes add up to at most `max_bytes`.
 
     Assets are verified against their links, and a page refers to at most
-    256 MiB of media (see `assets_links.attach_assets`).
+    256 MiB of media (see `assets_links.attach_assets`), counted in
+    `media_bytes`.
     """
     events = list(map(Event, conn.execute(_REPLAY_SQL, (session_rowid, after_seq, limit + 1))))
     read = len(events)
@@ -192,6 +204,6 @@ def read_page(conn: apsw.Connection, session_rowid: int, after_seq: int, limit: 
             if total > max_bytes:
                 del events[n:]
                 break
-    events = attach_assets(conn, session_rowid, events)
+    events, media = attach_assets(conn, session_rowid, events)
     done = len(events) == read
-    return ReplayPage(events, events[-1].seq if events else after_seq, done)
+    return ReplayPage(events, events[-1].seq if events else after_seq, done, media)

@@ -112,20 +112,19 @@ def test_event_asset_count_and_per_event_media_are_capped(
     assert table_rows(db_path) == rows
 
 
-def test_replay_pages_stop_at_the_aggregate_media_cap(store: MemoryStore, lease: SessionLease) -> None:
+def test_appends_keep_the_whole_replay_within_the_aggregate_media_cap(
+    store: MemoryStore, lease: SessionLease, db_path: Path
+) -> None:
     big = store.put_asset((bytes(MiB) for _ in range(100)), "video/mp4")
     small = store.put_asset(b"note", "text/plain")
     lease.append_turn([NewEvent("user", "two videos", assets=(big, big)), NewEvent("user", "text", assets=(small,))])
-    lease.append_turn([NewEvent("user", "one more", assets=(big,))])
-    pages, after = [], 0
-    while True:
-        page = store.replay(lease.session_id, after)
-        assert sum(r.size for e in page.events for r in e.assets) <= MAX_REPLAY_MEDIA_BYTES
-        pages.append([e.seq for e in page.events])
-        after = page.next_cursor
-        if page.done:
-            break
-    assert pages == [[1, 2], [3]]
+    rows = table_rows(db_path)
+    with pytest.raises(AssetMediaCapError, match="over the 268435456 byte replay cap"):
+        lease.append_turn([NewEvent("user", "one more", assets=(big,))])  # 300 MiB in one replay: refused
+    assert table_rows(db_path) == rows
+    events = list(lease.replay_all())
+    assert [e.seq for e in events] == [1, 2]
+    assert sum(r.size for e in events for r in e.assets) <= MAX_REPLAY_MEDIA_BYTES
 
 
 def test_replay_refuses_an_event_over_the_cap_written_behind_its_back(
