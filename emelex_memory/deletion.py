@@ -78,7 +78,10 @@ class DeletionMixin:
         Session keeps the source Session UUID, sequence range and digest.
         Assets put or linked within the asset grace period (one hour) or
         after the Session's last update (e.g. just put by a writer about to
-        link them) are left to `maintain`'s collection.
+        link them) are left to `maintain`'s collection. Files are removed
+        after the deletion committed: if that fails (an I/O error is raised),
+        the Session is deleted and the files stay as orphans that a later
+        collection removes.
         """
         with self._write() as conn:
             rowid = self._session_rowid(conn, session_id)
