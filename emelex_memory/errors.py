@@ -51,6 +51,25 @@ class ConfirmationRequiredError(StoreError):
     """A destructive action needs explicit confirmation: repeat it with the confirmation flag."""
 
 
+class FileSystemError(StoreError):
+    """A file or directory Emelex uses cannot be read or written: apply the remedy the message names."""
+
+
+class StoreIOError(FileSystemError):
+    """The operating system reported an I/O error on a file Emelex uses: check the disk (`dmesg`), then run
+    `emelex memory doctor`."""
+
+
+class DiskFullError(FileSystemError):
+    """The disk (or your quota) holding a file Emelex writes is full: free space there, or set EMELEX_HOME to a
+    directory on another disk."""
+
+
+class ReadOnlyLocationError(FileSystemError):
+    """A file Emelex must write is on a read-only file system (or open read-only): set EMELEX_HOME to a writable
+    directory."""
+
+
 # --- Sessions and workspaces ------------------------------------------------
 
 
