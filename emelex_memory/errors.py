@@ -2,7 +2,24 @@
 
 Every error carries a one-line message that says what went wrong and what to
 do about it; the CLI prints that line and exits non-zero. Each class docstring
-states the remedy. Raising any of these means nothing was written.
+states the remedy.
+
+What "writes nothing" means. Every write is one SQLite transaction, and an
+error raised before its COMMIT rolls it back: the database is exactly as it
+was. Outside the database, a call may leave behind only what is harmless and
+collected later: a removed temporary file, or an asset file published just
+before the failure, which the next put of the same bytes adopts and asset
+collection removes after its grace period. An operation documented as a
+sequence of transactions (`maintain`, `collect_assets`, ...) keeps the steps
+that committed before its error.
+
+Where it cannot be promised. When the COMMIT itself fails in its I/O (a
+failed fsync of the WAL, a full disk, an I/O error), SQLite cannot say whether
+the transaction is durable: its frames may already be in the -wal file. The
+connection that failed no longer sees them and its next committed write
+overwrites them, but if the process dies first, the next open recovers them.
+That one case raises `CommitOutcomeUnknownError` instead, whose message says
+how the caller finds out (replay, put again, re-read the job) before retrying.
 """
 
 from __future__ import annotations
@@ -68,6 +85,13 @@ class DiskFullError(FileSystemError):
 class ReadOnlyLocationError(FileSystemError):
     """A file Emelex must write is on a read-only file system (or open read-only): set EMELEX_HOME to a writable
     directory."""
+
+
+class CommitOutcomeUnknownError(StoreError):
+    """The I/O of a commit failed, so the write may or may not be durable: re-read (replay) before retrying, as
+    the message says; a retry that re-checks what it reads is then safe."""
+
+    detail = ""  # SQLite's report of the failure, for a caller that restates the error
 
 
 # --- Sessions and workspaces ------------------------------------------------

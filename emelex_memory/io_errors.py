@@ -2,7 +2,9 @@
 
 SQLite reports them as I/O-class apsw exceptions (`IO_ERRORS`); `sqlite_error` turns one into the matching
 `FileSystemError` subclass. The connection wrappers in `store.py` apply it, so a failed read or write never
-reaches a caller as a bare apsw error.
+reaches a caller as a bare apsw error. A failure of the COMMIT itself is different: the transaction may already
+be durable (in WAL mode its frames can be in the -wal file, which the next open after a crash recovers), so it
+becomes a `CommitOutcomeUnknownError` (`commit_unknown`) that says how to find out.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import apsw
 
 from .errors import (
+    CommitOutcomeUnknownError,
     DiskFullError,
     FileSystemError,
     ReadOnlyLocationError,
@@ -61,3 +64,12 @@ def sqlite_error(exc: apsw.Error, path: os.PathLike[str] | str, doing: str, conn
         )
     return StoreIOError(f"I/O error {doing} database {path} ({detail}); {DOCTOR}")
 
+
+def commit_unknown(detail: str, path: os.PathLike[str] | str, what: str, advice: str) -> CommitOutcomeUnknownError:
+    """The error for a COMMIT of `what` ("a write", "a turn to Session ...") to the database at `path` that failed
+    in its I/O (`detail`: SQLite's report, kept as the error's `detail`), ending with `advice` on how to find out."""
+    error = CommitOutcomeUnknownError(
+        f"the commit of {what} to database {path} failed ({detail}); it may or may not be durable: {advice}"
+    )
+    error.detail = detail
+    return error

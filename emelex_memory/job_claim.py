@@ -24,14 +24,16 @@ if TYPE_CHECKING:
 class JobClaim:
     """A worker's authority over one claimed job; obtain one with `MemoryStore.claim_job`.
 
-    Call exactly one of `complete`, `fail` or `release`. Leaving a `with`
+    Call exactly one of `complete`, `fail` or `release` (after a
+    `CommitOutcomeUnknownError` from `complete`, call one again: it first
+    re-reads the job; see `outcome_unknown`). Leaving a `with`
     block without one releases the job best-effort (not counted) through a
     zero-wait connection, retried a bounded number of times while busy.
     """
 
     __slots__ = (
         "_store", "_row", "_holder", "_claimed_at", "_claimed_until", "_rowid", "_session_rowid", "_id", "_kind",
-        "_job", "_digest", "expires_at", "ended",
+        "_job", "_digest", "expires_at", "ended", "_unsure_at",
     )
 
     def __init__(
@@ -49,6 +51,7 @@ class JobClaim:
         self._digest = digest
         self.expires_at = expires_at
         self.ended = False
+        self._unsure_at: float | None = None  # the time of a completion whose commit outcome is unknown
 
     def __repr__(self) -> str:
         return f"<JobClaim {self.kind} {self.id} expires_at={self.expires_at:.3f} ended={self.ended}>"
@@ -76,6 +79,12 @@ class JobClaim:
     @job.setter
     def job(self, job: Job) -> None:
         self._job = job
+
+    @property
+    def outcome_unknown(self) -> bool:
+        """True after `complete` raised `CommitOutcomeUnknownError` and before the outcome was settled: the next
+        `complete`, `fail` or `release` first re-reads the job and returns it if that completion is durable."""
+        return self._unsure_at is not None
 
     @property
     def store(self) -> MemoryStore:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from .assets_links import link_turn_assets, turn_assets
 from .connection import connect
 from .errors import (
+    CommitOutcomeUnknownError,
     InvalidInputError,
     LeaseExpiredError,
     LeaseLostError,
@@ -32,6 +33,7 @@ from .errors import (
     WorkspaceMissingError,
     WorkspaceReplacedError,
 )
+from .io_errors import commit_unknown
 from .sessions import WorkspaceIdentity
 from .transcript import AppendedTurn, Event, NewEvent, ReplayPage, encode_turn
 
@@ -146,6 +148,12 @@ class SessionLease:
         and each event's `assets` are linked after checking them against the
         catalog and their files; any mismatch, invalid event or bad asset
         reference raises a typed error and writes nothing.
+
+        Only when the COMMIT itself fails in its I/O is the outcome unknown:
+        `CommitOutcomeUnknownError`, after which the lease must replay again
+        before its next append (its cursor stays where it was). Replay to the
+        end, then retry with `expected_seq` set to that cursor: the turn was
+        committed exactly when the retry raises `StaleCursorError`.
         """
         if not self._replayed:
             raise ReplayRequiredError(
@@ -157,27 +165,35 @@ class SessionLease:
         linked = turn_assets(events)
         store = self._store
         rowid = self._rowid
-        with store._write() as conn:
-            row = conn.execute(_AUTHORITY_SQL, (rowid,)).fetchone()
-            now = self._check_authority(row)
-            last_seq = row[6] or 0
-            if last_seq != expected:
-                raise StaleCursorError(
-                    f"Session {self.session_id} is at seq {last_seq} but the caller last saw {expected}; "
-                    "replay from your cursor and retry"
-                )
-            turn = (row[7] or 0) + 1
-            byte_end = row[8] or 0
-            rows = []
-            for i, e in enumerate(encoded):
-                byte_end += e.size
-                rows.append((rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, now))
-            conn.executemany(_INSERT_SQL, rows)
-            # Rowids of an INTEGER PRIMARY KEY are max + 1, so under our write lock the turn's IDs are consecutive.
-            last_id = conn.last_insert_rowid()
-            ids = tuple(range(last_id - len(rows) + 1, last_id + 1))
-            if linked:
-                link_turn_assets(conn, store.asset_dir, rowid, last_seq + 1, linked, now)
+        try:
+            with store._write() as conn:
+                row = conn.execute(_AUTHORITY_SQL, (rowid,)).fetchone()
+                now = self._check_authority(row)
+                last_seq = row[6] or 0
+                if last_seq != expected:
+                    raise StaleCursorError(
+                        f"Session {self.session_id} is at seq {last_seq} but the caller last saw {expected}; "
+                        "replay from your cursor and retry"
+                    )
+                turn = (row[7] or 0) + 1
+                byte_end = row[8] or 0
+                rows = []
+                for i, e in enumerate(encoded):
+                    byte_end += e.size
+                    rows.append((rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, now))
+                conn.executemany(_INSERT_SQL, rows)
+                # Rowids of an INTEGER PRIMARY KEY are max + 1, so under our write lock the turn's IDs are consecutive.
+                last_id = conn.last_insert_rowid()
+                ids = tuple(range(last_id - len(rows) + 1, last_id + 1))
+                if linked:
+                    link_turn_assets(conn, store.asset_dir, rowid, last_seq + 1, linked, now)
+        except CommitOutcomeUnknownError as exc:
+            self._replayed = False  # the cursor check makes the retry safe once the holder has looked again
+            raise commit_unknown(
+                exc.detail, store.path, f"a turn to Session {self.session_id}",
+                f"replay this lease to the end, then append the turn again with expected_seq={expected} (a "
+                "StaleCursorError then means it was committed)",
+            ) from exc.__cause__
         new_seq = last_seq + len(rows)
         self._cursor = new_seq
         return AppendedTurn(turn, last_seq + 1, new_seq, ids)

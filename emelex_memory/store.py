@@ -19,7 +19,7 @@ from .deletion import DeletionMixin
 from .distillation import DistillationMixin
 from .errors import EmelexError, InvalidInputError, LeaseHeldError, SessionNotFoundError, WorkspaceReplacedError
 from .files import ensure_private_dir
-from .io_errors import IO_ERRORS, sqlite_error
+from .io_errors import IO_ERRORS, commit_unknown, detail_of, sqlite_error
 from .knowledge import KnowledgeMixin
 from .leases import SessionLease, holder_label, new_token, token_digest
 from .model_refs import ModelRefMixin
@@ -73,7 +73,8 @@ class _WriteTransaction(_ReadAccess):
 
     An error in the block rolls back; if SQLite already rolled back itself (it does after some I/O errors),
     the rollback's own complaint never replaces the error that caused it. An I/O-class error is raised as its
-    typed error.
+    typed error, and nothing was written; only when the outermost COMMIT itself fails is the outcome unknown
+    (`CommitOutcomeUnknownError`, see `_failed_commit`).
     """
 
     __slots__ = ("_depth",)
@@ -128,11 +129,21 @@ class _WriteTransaction(_ReadAccess):
                 pass  # the connection reports the failure on its next use
 
     def _failed_commit(self, failure: apsw.Error) -> EmelexError | None:
-        """The error to raise for `failure` of a block's COMMIT (or savepoint release); None: raise it unchanged."""
+        """The error to raise for `failure` of a block's COMMIT (or savepoint release); None: raise it unchanged.
+
+        An I/O-class failure of the outermost COMMIT has an unknown outcome (`CommitOutcomeUnknownError`): in WAL
+        mode a failed fsync leaves the transaction's frames in the -wal file beyond what the wal-index records, so
+        this connection no longer sees them and its next write overwrites them, but the next open after a crash
+        recovers them. Any other failure left the transaction rolled back.
+        """
         self._abandon()
         if not isinstance(failure, IO_ERRORS):
             return None  # busy, constraint: SQLite refused the commit and the transaction was rolled back
-        return sqlite_error(failure, self._path, "writing", self._conn)
+        if self._depth:  # a savepoint's release: the outermost block has not committed yet
+            return sqlite_error(failure, self._path, "writing", self._conn)
+        return commit_unknown(
+            detail_of(failure, self._conn), self._path, "a write", "re-read what it wrote before retrying it"
+        )
 
 
 class MemoryStore(
@@ -232,7 +243,8 @@ class MemoryStore(
     # -- internals shared with the feature modules ---------------------------------
 
     def _write(self) -> _WriteTransaction:
-        """One `BEGIN IMMEDIATE` transaction: commits on success, rolls back completely on any error."""
+        """One `BEGIN IMMEDIATE` transaction: commits on success, rolls back completely on any error raised before
+        the commit; a failed commit raises `CommitOutcomeUnknownError`."""
         return self._transaction
 
     def _read(self) -> _ReadAccess:
