@@ -5,10 +5,13 @@ Session's durable history before its first append, and every append re-checks,
 inside its `BEGIN IMMEDIATE` transaction, the lease token and expiry, the
 workspace identity and the raw sequence cursor the holder last saw.
 
-Leaving a `with` block or dropping the object releases the lease best-effort
-through a zero-wait connection: when the database is busy it returns at once
-and lets expiry recover authority. `release()` and `fail()` are the durable,
-explicit transitions.
+`release()` and `fail()` are the durable, explicit transitions. Leaving a
+`with` block releases durably too, through the store's own connection and its
+bounded busy wait, so an interrupted holder (`KeyboardInterrupt` in the block)
+does not leave the Session locked for a whole TTL. Only a lease dropped without
+either (garbage collection) is released best-effort through a zero-wait
+connection: when the database is busy that returns at once and lets expiry
+recover authority.
 """
 
 from __future__ import annotations
@@ -232,11 +235,17 @@ class SessionLease:
         return self.expires_at
 
     def release(self) -> None:
-        """Durably release the lease (waiting out a busy database). Raises `LeaseLostError` if it was not held."""
+        """Durably release the lease (waiting out a busy database for at most the busy timeout).
+
+        Raises `LeaseLostError` if it was not held (released, failed or
+        replaced) and `LeaseExpiredError` if it expired: an expired lease is
+        no longer held either, and its row is left for `maintain`'s stale-lease
+        sweep; either way the Session is free to lease again.
+        """
         self._end("released", None)
 
     def fail(self, reason: str) -> None:
-        """Durably end the lease as failed, recording a bounded `reason` for diagnostics."""
+        """Durably end the lease as failed, recording a bounded `reason` for diagnostics; raises like `release`."""
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidInputError("a lease failure needs a non-empty reason")
         self._end("failed", reason[:MAX_FAILURE_CHARS])
@@ -245,19 +254,29 @@ class SessionLease:
         if self._ended:
             raise LeaseLostError(f"this lease on Session {self.session_id} has already ended")
         with self._store._write() as conn:
-            changed = conn.execute(
-                "UPDATE session_leases SET state = ?, ended_at = ?, failure = ? "
-                "WHERE session_id = ? AND token_hash = ? AND state = 'active' RETURNING 1",
-                (state, self._store.clock(), failure, self._rowid, self._digest),
-            ).fetchall()
+            now = self._store.clock()
+            row = conn.execute(
+                "SELECT expires_at FROM session_leases WHERE session_id = ? AND token_hash = ? AND state = 'active'",
+                (self._rowid, self._digest),
+            ).fetchone()
+            if row is not None and row[0] > now:
+                conn.execute(
+                    "UPDATE session_leases SET state = ?, ended_at = ?, failure = ? WHERE session_id = ?",
+                    (state, now, failure, self._rowid),
+                )
         self._ended = True
-        if not changed:
+        if row is None:
             raise LeaseLostError(f"this lease on Session {self.session_id} was no longer held")
+        if row[0] <= now:
+            raise LeaseExpiredError(
+                f"the lease on Session {self.session_id} expired before it was released; nothing to do: the "
+                "Session can be leased again"
+            )
 
-    # -- best-effort release on drop ----------------------------------------------
+    # -- leaving a block, and best-effort release on drop ------------------------------
 
     def close(self) -> None:
-        """Release best-effort through a zero-wait connection; never blocks, never raises.
+        """Release best-effort through a zero-wait connection; never blocks, never raises (what dropping does).
 
         When the database is busy the lease stays active until it expires (or
         an explicit `release()` succeeds).
@@ -284,8 +303,18 @@ class SessionLease:
     def __enter__(self) -> SessionLease:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        """Release durably unless the lease already ended; a lease lost or expired meanwhile is no error here, and
+        while an exception propagates, a failed release never replaces it (expiry recovers authority then)."""
+        if self._ended:
+            return
+        try:
+            self.release()
+        except (LeaseLostError, LeaseExpiredError):
+            pass  # no longer held: there is nothing left to release
+        except Exception:
+            if exc_type is None:
+                raise
 
     def __del__(self) -> None:
         try:

@@ -21,7 +21,8 @@ count:
   the job is re-read first; a completion that is durable after all is
   "done", otherwise the failed attempt is counted like any other failure;
 - `WorkerLeaseLostError`: nothing is recorded; the lease is gone;
-- `KeyboardInterrupt`/`SystemExit`: released best-effort (not counted), then re-raised.
+- `KeyboardInterrupt`/`SystemExit`: released durably (not counted) as the
+  claim's `with` block ends, then re-raised.
 """
 
 from __future__ import annotations
