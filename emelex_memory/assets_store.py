@@ -58,7 +58,7 @@ from .errors import (
     InvalidInputError,
 )
 from .files import check_private_dir, ensure_private_dir, fsync_dir
-from .io_errors import commit_unknown
+from .io_errors import commit_unknown, file_error, translating
 from .settings import Settings
 
 DEFAULT_VERIFY_BYTES = 1024 * 1024 * 1024  # bytes re-hashed by one `verify_assets` page
@@ -152,9 +152,13 @@ class AssetStoreMixin:
                     current = os.lstat(final)
                 except FileNotFoundError:
                     continue  # removed by hand between the two calls: link again
+                except OSError as exc:
+                    raise file_error(exc, final, "inspecting the asset file") from exc
                 if signature(current) != seen:
                     verify_file(final, ref.digest, ref.size)
                 return
+            except OSError as exc:
+                raise file_error(exc, final, "publishing the asset file") from exc
             fsync_dir(final.parent)
             return
         raise AssetMissingError(f"asset file {final} keeps disappearing while being published; check what removes it")
@@ -261,6 +265,7 @@ class AssetStoreMixin:
 
     # -- collection -------------------------------------------------------------
 
+    @translating("collecting assets", lambda self, **_: self.asset_dir)
     def collect_assets(
         self, *, limit: int = 1000, grace_s: float = DEFAULT_GRACE_S, digests: Iterable[str] | None = None
     ) -> AssetCollection:

@@ -87,6 +87,15 @@ class ReadOnlyLocationError(FileSystemError):
     directory."""
 
 
+class FileAccessDeniedError(FileSystemError):
+    """The operating system denied access to a file or directory Emelex uses: make it yours and writable by you
+    (chown/chmod), or set EMELEX_HOME to a directory you own."""
+
+
+class PathTooLongError(FileSystemError):
+    """A path Emelex uses is longer than the file system allows: use a shorter EMELEX_HOME, database path or name."""
+
+
 class CommitOutcomeUnknownError(StoreError):
     """The I/O of a commit failed, so the write may or may not be durable: re-read (replay) before retrying, as
     the message says; a retry that re-checks what it reads is then safe."""

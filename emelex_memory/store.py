@@ -90,7 +90,7 @@ class _WriteTransaction(_ReadAccess):
         except BaseException as exc:
             self._lock.release()
             if isinstance(exc, IO_ERRORS):
-                raise sqlite_error(exc, self._path, "beginning a write to", self._conn) from exc
+                raise sqlite_error(exc, self._path, "beginning a write", self._conn) from exc
             raise
         self._depth += 1
         return conn
