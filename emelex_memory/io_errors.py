@@ -104,11 +104,11 @@ def detail_of(exc: apsw.Error, conn: apsw.Connection | None) -> str:
     code = apsw.mapping_extended_result_codes.get(getattr(exc, "extendedresult", None) or -1)
     parts = [f"{code}: {exc}" if code else str(exc)]
     try:
-        errno = conn.system_errno if conn is not None else 0
+        os_errno = conn.system_errno if conn is not None else 0
     except apsw.Error:  # the connection is closed
-        errno = 0
-    if errno:
-        parts.append(os.strerror(errno))
+        os_errno = 0
+    if os_errno:
+        parts.append(os.strerror(os_errno))
     return "; ".join(parts)
 
 
