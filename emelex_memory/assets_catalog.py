@@ -9,7 +9,7 @@ import apsw
 
 from .assets import AssetRef, check_digest, check_media_kind
 from .assets_files import verify_file
-from .errors import AssetError, AssetMismatchError, AssetNotFoundError, InvalidInputError
+from .errors import AssetError, AssetMismatchError, AssetNotFoundError, FileSystemError, InvalidInputError
 
 _ENTRY_COLUMNS = "digest, size, media_kind, links, created_at, touched_at"
 _ENTRY_BYTES = 160  # generous size estimate of an entry, plus its media kind
@@ -231,7 +231,7 @@ def _check_group(conn: apsw.Connection, folder: Path, digest: str, size: int, gr
         return f"catalog entries disagree on the size ({sorted({r[2] for r in group})})"
     try:
         verify_file(folder / digest, digest, size)
-    except (AssetError, OSError) as exc:
+    except (AssetError, FileSystemError) as exc:
         still = conn.execute("SELECT 1 FROM assets WHERE digest = ?", (digest,)).fetchone()
         return str(exc) if still else None
     return None

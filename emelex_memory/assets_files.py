@@ -24,6 +24,7 @@ from typing import BinaryIO
 
 from .errors import AssetMissingError, AssetTamperedError, AssetTooLargeError, InvalidAssetError
 from .files import PRIVATE_FILE_MODE, describe_mode
+from .io_errors import file_error
 
 CHUNK_BYTES = 1024 * 1024
 TEMP_SUFFIX = ".part"
@@ -66,7 +67,10 @@ def _chunks(data: AssetSource, cap: int) -> Iterator[memoryview]:
     if read is not None:
         seen = 0
         while seen <= cap:
-            chunk = read(CHUNK_BYTES)
+            try:
+                chunk = read(CHUNK_BYTES)
+            except OSError as exc:
+                raise file_error(exc, getattr(data, "name", "the asset stream"), "reading the asset data") from exc
             if not isinstance(chunk, _BYTES_LIKE):
                 raise InvalidAssetError(f"the asset stream returned {type(chunk).__name__}; open it in binary mode")
             if not chunk:
@@ -102,6 +106,8 @@ class TempAsset:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+        except OSError as exc:
+            raise file_error(exc, self.path, "removing the temporary asset file") from exc
         finally:
             os.close(self.fd)
 
@@ -118,10 +124,15 @@ def write_temp(tmp_dir: Path, data: AssetSource, cap: int) -> TempAsset:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
     except FileExistsError:
         raise AssetTamperedError(f"temporary asset file {path} already exists (planted?); remove it") from None
+    except OSError as exc:
+        raise file_error(exc, path, "creating the temporary asset file") from exc
     temp = TempAsset(path, fd, "", 0)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.fchmod(fd, PRIVATE_FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.fchmod(fd, PRIVATE_FILE_MODE)
+        except OSError as exc:
+            raise file_error(exc, path, "creating the temporary asset file") from exc
         hasher = hashlib.sha256()
         size = 0
         for chunk in _chunks(data, cap):
@@ -131,14 +142,24 @@ def write_temp(tmp_dir: Path, data: AssetSource, cap: int) -> TempAsset:
                     f"the asset is larger than the {cap // (1024 * 1024)} MiB cap; nothing was stored"
                 )
             hasher.update(chunk)
-            while chunk:
-                chunk = chunk[os.write(fd, chunk) :]
-        os.fsync(fd)
+            _write_all(fd, chunk, path)
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise file_error(exc, path, "syncing the temporary asset file") from exc
     except BaseException:
         temp.discard()
         raise
     temp.digest, temp.size = hasher.hexdigest(), size
     return temp
+
+
+def _write_all(fd: int, chunk: memoryview, path: Path) -> None:
+    try:
+        while chunk:
+            chunk = chunk[os.write(fd, chunk) :]
+    except OSError as exc:
+        raise file_error(exc, path, "writing the temporary asset file") from exc
 
 
 def signature(st: os.stat_result) -> tuple[int, ...]:
@@ -177,6 +198,8 @@ def stat_asset(path: Path, digest: str, size: int) -> os.stat_result:
         raise AssetMissingError(
             f"asset {digest} is catalogued but its file {path} is missing; put the same bytes again or restore a backup"
         ) from None
+    except OSError as exc:
+        raise file_error(exc, path, "inspecting the asset file") from exc
     _check_stat(st, digest, size, path)
     return st
 
@@ -185,13 +208,13 @@ def open_checked(path: Path, digest: str, size: int) -> io.FileIO:
     """Open an asset file without following symlinks and check type, owner, mode and size (not yet the hash)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
         stat_asset(path, digest, size)  # raises AssetMissingError
-        raise
+        raise file_error(exc, path, "opening the asset file") from exc  # it reappeared meanwhile
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise _tampered(digest, path, "is a symlink") from None
-        raise
+        raise file_error(exc, path, "opening the asset file") from exc
     file = io.FileIO(fd, "rb", closefd=True)
     try:
         _check_stat(os.fstat(fd), digest, size, path)
@@ -205,13 +228,20 @@ def _read_exactly(file: io.FileIO, size: int, digest: str, path: Path) -> Iterat
     """Yield the file's `size` bytes in chunks; raise if it turns out shorter or longer."""
     left = size
     while left:
-        chunk = file.read(min(left, CHUNK_BYTES))
+        chunk = _read(file, min(left, CHUNK_BYTES), path)
         if not chunk:
             raise _tampered(digest, path, f"ended {left} bytes early")
         left -= len(chunk)
         yield chunk
-    if file.read(1):
+    if _read(file, 1, path):
         raise _tampered(digest, path, f"holds more than {size} bytes")
+
+
+def _read(file: io.FileIO, amount: int, path: Path) -> bytes:
+    try:
+        return file.read(amount)
+    except OSError as exc:
+        raise file_error(exc, path, "reading the asset file") from exc
 
 
 def check_content(file: io.FileIO, digest: str, size: int, path: Path) -> None:
@@ -268,10 +298,13 @@ class VerifiedAssetReader(io.RawIOBase):
         if not self._left:
             if self._hasher is not None:
                 finished, self._hasher = self._hasher, None
-                if self._file.read(1) or finished.hexdigest() != self._digest:
+                if _read(self._file, 1, self._path) or finished.hexdigest() != self._digest:
                     raise _tampered(self._digest, self._path, "changed while it was being read")
             return 0
-        n = self._file.readinto(view[: min(len(view), self._left)]) or 0
+        try:
+            n = self._file.readinto(view[: min(len(view), self._left)]) or 0
+        except OSError as exc:
+            raise file_error(exc, self._path, "reading the asset file") from exc
         if n == 0:
             raise _tampered(self._digest, self._path, f"ended {self._left} bytes early while being read")
         self._hasher.update(view[:n])

@@ -54,10 +54,12 @@ from .assets_gc import (
 )
 from .errors import (
     AssetMissingError,
+    CommitOutcomeUnknownError,
     InvalidAssetError,
     InvalidInputError,
 )
 from .files import check_private_dir, ensure_private_dir, fsync_dir
+from .io_errors import commit_unknown, file_error, translating
 from .settings import Settings
 
 DEFAULT_VERIFY_BYTES = 1024 * 1024 * 1024  # bytes re-hashed by one `verify_assets` page
@@ -101,7 +103,9 @@ class AssetStoreMixin:
         same bytes again stores nothing new and refreshes the entry's grace
         period. Any error removes the temporary file and leaves no catalog
         entry (a file linked just before a failed commit is an orphan that
-        the next put adopts or collection removes after the grace period).
+        the next put adopts or collection removes after the grace period),
+        except `CommitOutcomeUnknownError`: the commit itself failed and the
+        entry may or may not be durable; putting the bytes again is safe.
         """
         check_media_kind(media_kind)
         folder = self.asset_dir
@@ -112,14 +116,21 @@ class AssetStoreMixin:
             ref = AssetRef(temp.digest, temp.size, media_kind)
             final = folder / ref.digest
             seen = self._existing(final, ref)  # hash an existing file before taking the write lock
-            with self._write() as conn:
-                self._publish(temp, final, ref, seen)
-                now = self.clock()
-                conn.execute(
-                    "INSERT INTO assets (digest, media_kind, size, created_at, touched_at) VALUES (?, ?, ?, ?, ?) "
-                    "ON CONFLICT (digest, media_kind) DO UPDATE SET touched_at = max(touched_at, excluded.touched_at)",
-                    (ref.digest, ref.media_kind, ref.size, now, now),
-                )
+            try:
+                with self._write() as conn:
+                    self._publish(temp, final, ref, seen)
+                    now = self.clock()
+                    conn.execute(
+                        "INSERT INTO assets (digest, media_kind, size, created_at, touched_at) VALUES (?, ?, ?, ?, ?) "
+                        "ON CONFLICT (digest, media_kind) DO UPDATE SET "
+                        "touched_at = max(touched_at, excluded.touched_at)",
+                        (ref.digest, ref.media_kind, ref.size, now, now),
+                    )
+            except CommitOutcomeUnknownError as exc:
+                raise commit_unknown(
+                    exc.detail, self.path, f"asset {ref.digest} ({ref.media_kind})",
+                    "put the same bytes again; put_asset is idempotent",
+                ) from exc.__cause__
         finally:
             temp.discard()
         return ref
@@ -142,9 +153,13 @@ class AssetStoreMixin:
                     current = os.lstat(final)
                 except FileNotFoundError:
                     continue  # removed by hand between the two calls: link again
+                except OSError as exc:
+                    raise file_error(exc, final, "inspecting the asset file") from exc
                 if signature(current) != seen:
                     verify_file(final, ref.digest, ref.size)
                 return
+            except OSError as exc:
+                raise file_error(exc, final, "publishing the asset file") from exc
             fsync_dir(final.parent)
             return
         raise AssetMissingError(f"asset file {final} keeps disappearing while being published; check what removes it")
@@ -251,6 +266,7 @@ class AssetStoreMixin:
 
     # -- collection -------------------------------------------------------------
 
+    @translating("collecting assets", lambda self, **_: self.asset_dir)
     def collect_assets(
         self, *, limit: int = 1000, grace_s: float = DEFAULT_GRACE_S, digests: Iterable[str] | None = None
     ) -> AssetCollection:

@@ -2,7 +2,24 @@
 
 Every error carries a one-line message that says what went wrong and what to
 do about it; the CLI prints that line and exits non-zero. Each class docstring
-states the remedy. Raising any of these means nothing was written.
+states the remedy.
+
+What "writes nothing" means. Every write is one SQLite transaction, and an
+error raised before its COMMIT rolls it back: the database is exactly as it
+was. Outside the database, a call may leave behind only what is harmless and
+collected later: a removed temporary file, or an asset file published just
+before the failure, which the next put of the same bytes adopts and asset
+collection removes after its grace period. An operation documented as a
+sequence of transactions (`maintain`, `collect_assets`, ...) keeps the steps
+that committed before its error.
+
+Where it cannot be promised. When the COMMIT itself fails in its I/O (a
+failed fsync of the WAL, a full disk, an I/O error), SQLite cannot say whether
+the transaction is durable: its frames may already be in the -wal file. The
+connection that failed no longer sees them and its next committed write
+overwrites them, but if the process dies first, the next open recovers them.
+That one case raises `CommitOutcomeUnknownError` instead, whose message says
+how the caller finds out (replay, put again, re-read the job) before retrying.
 """
 
 from __future__ import annotations
@@ -49,6 +66,41 @@ class SettingsFileError(StoreError):
 
 class ConfirmationRequiredError(StoreError):
     """A destructive action needs explicit confirmation: repeat it with the confirmation flag."""
+
+
+class FileSystemError(StoreError):
+    """A file or directory Emelex uses cannot be read or written: apply the remedy the message names."""
+
+
+class StoreIOError(FileSystemError):
+    """The operating system reported an I/O error on a file Emelex uses: check the disk (`dmesg`), then run
+    `emelex memory doctor`."""
+
+
+class DiskFullError(FileSystemError):
+    """The disk (or your quota) holding a file Emelex writes is full: free space there, or set EMELEX_HOME to a
+    directory on another disk."""
+
+
+class ReadOnlyLocationError(FileSystemError):
+    """A file Emelex must write is on a read-only file system (or open read-only): set EMELEX_HOME to a writable
+    directory."""
+
+
+class FileAccessDeniedError(FileSystemError):
+    """The operating system denied access to a file or directory Emelex uses: make it yours and writable by you
+    (chown/chmod), or set EMELEX_HOME to a directory you own."""
+
+
+class PathTooLongError(FileSystemError):
+    """A path Emelex uses is longer than the file system allows: use a shorter EMELEX_HOME, database path or name."""
+
+
+class CommitOutcomeUnknownError(StoreError):
+    """The I/O of a commit failed, so the write may or may not be durable: re-read (replay) before retrying, as
+    the message says; a retry that re-checks what it reads is then safe."""
+
+    detail = ""  # SQLite's report of the failure, for a caller that restates the error
 
 
 # --- Sessions and workspaces ------------------------------------------------

@@ -1,4 +1,7 @@
-"""File-system hardening: private directories and files, checked without following symlinks."""
+"""File-system hardening: private directories and files, checked without following symlinks.
+
+Every operating-system failure here is raised as its typed error (`io_errors.file_error`), naming the path.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import stat
 from pathlib import Path
 
 from .errors import InsecurePathError
+from .io_errors import file_error
 
 PRIVATE_FILE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
@@ -27,6 +31,8 @@ def check_private_dir(path: Path) -> os.stat_result:
         st = os.lstat(path)
     except FileNotFoundError:
         raise InsecurePathError(f"directory {path} does not exist; create it (mode 0700) or use another path") from None
+    except OSError as exc:
+        raise file_error(exc, path, "inspecting it") from exc
     if stat.S_ISLNK(st.st_mode):
         raise InsecurePathError(f"{path} is a symlink; Emelex only uses real directories: replace it with a directory")
     if not stat.S_ISDIR(st.st_mode):
@@ -54,6 +60,8 @@ def ensure_private_dir(path: Path) -> os.stat_result:
             os.chmod(path, PRIVATE_DIR_MODE, follow_symlinks=False)
         except FileExistsError:
             pass  # another process made it, and makes it durable
+        except OSError as exc:
+            raise file_error(exc, path, "creating it") from exc
         else:
             fsync_dir(parent)
     return check_private_dir(path)
@@ -68,6 +76,8 @@ def check_private_file(path: Path, *, what: str = "file") -> os.stat_result | No
         st = os.lstat(path)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise file_error(exc, path, "inspecting it") from exc
     if stat.S_ISLNK(st.st_mode):
         raise InsecurePathError(f"{what} {path} is a symlink; Emelex never follows them: replace it with the real file")
     if not stat.S_ISREG(st.st_mode):
@@ -81,12 +91,15 @@ def check_private_file(path: Path, *, what: str = "file") -> os.stat_result | No
 
 def create_private_file(path: Path) -> None:
     """Create an empty mode-0600 file exclusively, never following a symlink; fsync its directory."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
     try:
-        os.fchmod(fd, PRIVATE_FILE_MODE)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+        try:
+            os.fchmod(fd, PRIVATE_FILE_MODE)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise file_error(exc, path, "creating it") from exc
     fsync_dir(path.parent)
 
 
@@ -105,7 +118,7 @@ def open_private_file(path: Path, flags: int) -> int:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise InsecurePathError(f"{path} is a symlink; Emelex never follows them: remove it") from None
-        raise
+        raise file_error(exc, path, "opening it") from exc
     try:
         if created:
             fsync_dir(path.parent)
@@ -122,8 +135,11 @@ def open_private_file(path: Path, flags: int) -> int:
 
 def fsync_dir(path: Path) -> None:
     """fsync a directory so a newly created or renamed entry in it is durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise file_error(exc, path, "syncing it") from exc

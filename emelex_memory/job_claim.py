@@ -2,20 +2,18 @@
 
 Only the holder of the current worker lease may complete, fail, release or
 renew the job; each of those transitions re-checks the lease inside its
-`BEGIN IMMEDIATE` transaction (see `queue.py`). A claim left without an
-outcome is released best-effort through a zero-wait connection, retried a
-bounded number of times while the database is busy.
+`BEGIN IMMEDIATE` transaction (see `queue.py`). A `with` block left without an
+outcome releases the job durably (not counted) through the store's own
+connection and its bounded busy wait, so an interrupted worker never loses an
+attempt.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import apsw
-
-from .connection import connect
-from .jobs import Job, append_diagnostic, claimed_job
-from .retry import retry_busy
+from .errors import WorkerLeaseLostError
+from .jobs import Job, claimed_job
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -24,14 +22,15 @@ if TYPE_CHECKING:
 class JobClaim:
     """A worker's authority over one claimed job; obtain one with `MemoryStore.claim_job`.
 
-    Call exactly one of `complete`, `fail` or `release`. Leaving a `with`
-    block without one releases the job best-effort (not counted) through a
-    zero-wait connection, retried a bounded number of times while busy.
+    Call exactly one of `complete`, `fail` or `release` (after a
+    `CommitOutcomeUnknownError` from `complete`, call one again: it first
+    re-reads the job; see `outcome_unknown`). Leaving a `with` block without
+    one releases the job durably, not counted, like `release`.
     """
 
     __slots__ = (
         "_store", "_row", "_holder", "_claimed_at", "_claimed_until", "_rowid", "_session_rowid", "_id", "_kind",
-        "_job", "_digest", "expires_at", "ended",
+        "_job", "_digest", "expires_at", "ended", "_unsure_at",
     )
 
     def __init__(
@@ -49,6 +48,7 @@ class JobClaim:
         self._digest = digest
         self.expires_at = expires_at
         self.ended = False
+        self._unsure_at: float | None = None  # the time of a completion whose commit outcome is unknown
 
     def __repr__(self) -> str:
         return f"<JobClaim {self.kind} {self.id} expires_at={self.expires_at:.3f} ended={self.ended}>"
@@ -78,6 +78,12 @@ class JobClaim:
         self._job = job
 
     @property
+    def outcome_unknown(self) -> bool:
+        """True after `complete` raised `CommitOutcomeUnknownError` and before the outcome was settled: the next
+        `complete`, `fail` or `release` first re-reads the job and returns it if that completion is durable."""
+        return self._unsure_at is not None
+
+    @property
     def store(self) -> MemoryStore:
         """The store the job was claimed from, e.g. to read the job's source."""
         return self._store
@@ -98,39 +104,20 @@ class JobClaim:
         """Extend the worker lease by `ttl_s` (default `worker_lease_ttl_s`) from now; return the new expiry."""
         return self._store.renew_job(self, ttl_s)
 
-    def close(self) -> None:
-        """Release best-effort if no outcome was recorded: zero-wait, bounded retries while busy, never raises."""
-        if self.ended:
-            return
-        self.ended = True
-        store = self._store
-        try:
-            conn = connect(store.path, busy_timeout_ms=0)
-        except Exception:
-            return
-        try:
-            retry_busy(lambda: self._release_on(conn, store.clock(), "worker stopped without an outcome"))
-        except Exception:
-            pass  # still busy or gone: the lease expires and the next claim rescues the job
-        finally:
-            conn.close()
-
-    def _release_on(self, conn: apsw.Connection, now: float, reason: str) -> None:
-        with conn:
-            row = conn.execute(
-                "SELECT attempts, diagnostics FROM jobs WHERE id = ? AND state = 'claimed' AND lease_hash = ? "
-                "AND lease_expires_at > ?",
-                (self._rowid, self._digest, now),
-            ).fetchone()
-            if row is not None:
-                conn.execute(
-                    "UPDATE jobs SET state = 'pending', due_at = ?, lease_hash = NULL, lease_holder = NULL, "
-                    "lease_expires_at = NULL, diagnostics = ?, updated_at = ? WHERE id = ?",
-                    (now, append_diagnostic(row[1], now, row[0], "released", reason), now, self._rowid),
-                )
-
     def __enter__(self) -> JobClaim:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        """Release durably (not counted) if no outcome was recorded; a lease lost meanwhile is no error here, and
+        while an exception propagates, a failed release never replaces it (the lease then expires and the next
+        claim rescues the job)."""
+        if self.ended:
+            return
+        why = "the worker left the job without an outcome"
+        try:
+            self._store.release_job(self, why if exc_type is None else f"{why} ({exc_type.__name__})")
+        except WorkerLeaseLostError:
+            self.ended = True  # no longer held: there is nothing left to release
+        except Exception:
+            if exc_type is None:
+                raise

@@ -5,10 +5,13 @@ Session's durable history before its first append, and every append re-checks,
 inside its `BEGIN IMMEDIATE` transaction, the lease token and expiry, the
 workspace identity and the raw sequence cursor the holder last saw.
 
-Leaving a `with` block or dropping the object releases the lease best-effort
-through a zero-wait connection: when the database is busy it returns at once
-and lets expiry recover authority. `release()` and `fail()` are the durable,
-explicit transitions.
+`release()` and `fail()` are the durable, explicit transitions. Leaving a
+`with` block releases durably too, through the store's own connection and its
+bounded busy wait, so an interrupted holder (`KeyboardInterrupt` in the block)
+does not leave the Session locked for a whole TTL. Only a lease dropped without
+either (garbage collection) is released best-effort through a zero-wait
+connection: when the database is busy that returns at once and lets expiry
+recover authority.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import apsw
 from .assets_links import check_replay_media, check_view_media, link_turn_assets, turn_assets
 from .connection import connect
 from .errors import (
+    CommitOutcomeUnknownError,
     InvalidInputError,
     LeaseExpiredError,
     LeaseLostError,
@@ -34,6 +38,7 @@ from .errors import (
     WorkspaceMissingError,
     WorkspaceReplacedError,
 )
+from .io_errors import commit_unknown
 from .sessions import WorkspaceIdentity
 from .transcript import AppendedTurn, Event, NewEvent, ReplayPage, encode_turn, media_of
 
@@ -164,6 +169,12 @@ class SessionLease:
         reference raises a typed error and writes nothing; so does a turn
         that would take the media of the Session's replay view (its newest
         Summary and the events after it) over 256 MiB (`AssetMediaCapError`).
+
+        Only when the COMMIT itself fails in its I/O is the outcome unknown:
+        `CommitOutcomeUnknownError`, after which the lease must replay again
+        before its next append (its cursor stays where it was). Replay to the
+        end, then retry with `expected_seq` set to that cursor: the turn was
+        committed exactly when the retry raises `StaleCursorError`.
         """
         if not self._replayed:
             raise ReplayRequiredError(
@@ -176,31 +187,39 @@ class SessionLease:
         media = {position: sum(ref.size for ref in refs) for position, refs in linked}
         store = self._store
         rowid = self._rowid
-        with store._write() as conn:
-            row = conn.execute(_AUTHORITY_SQL, (rowid,)).fetchone()
-            now = self._check_authority(row)
-            last_seq = row[6] or 0
-            if last_seq != expected:
-                raise StaleCursorError(
-                    f"Session {self.session_id} is at seq {last_seq} but the caller last saw {expected}; "
-                    "replay from your cursor and retry"
-                )
-            turn = (row[7] or 0) + 1
-            byte_end = row[8] or 0
-            media_end = row[9] or 0
-            if media:
-                check_view_media(conn, rowid, media_end + sum(media.values()), self.session_id)
-            rows = []
-            for i, e in enumerate(encoded):
-                byte_end += e.size
-                media_end += media.get(i, 0)
-                rows.append((rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now))
-            conn.executemany(_INSERT_SQL, rows)
-            # Rowids of an INTEGER PRIMARY KEY are max + 1, so under our write lock the turn's IDs are consecutive.
-            last_id = conn.last_insert_rowid()
-            ids = tuple(range(last_id - len(rows) + 1, last_id + 1))
-            if linked:
-                link_turn_assets(conn, store.asset_dir, rowid, last_seq + 1, linked, now)
+        try:
+            with store._write() as conn:
+                row = conn.execute(_AUTHORITY_SQL, (rowid,)).fetchone()
+                now = self._check_authority(row)
+                last_seq = row[6] or 0
+                if last_seq != expected:
+                    raise StaleCursorError(
+                        f"Session {self.session_id} is at seq {last_seq} but the caller last saw {expected}; "
+                        "replay from your cursor and retry"
+                    )
+                turn = (row[7] or 0) + 1
+                byte_end = row[8] or 0
+                media_end = row[9] or 0
+                if media:
+                    check_view_media(conn, rowid, media_end + sum(media.values()), self.session_id)
+                rows = []
+                for i, e in enumerate(encoded):
+                    byte_end += e.size
+                    media_end += media.get(i, 0)
+                    rows.append((rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now))
+                conn.executemany(_INSERT_SQL, rows)
+                # Rowids of an INTEGER PRIMARY KEY are max + 1, so under our write lock the turn's IDs are consecutive.
+                last_id = conn.last_insert_rowid()
+                ids = tuple(range(last_id - len(rows) + 1, last_id + 1))
+                if linked:
+                    link_turn_assets(conn, store.asset_dir, rowid, last_seq + 1, linked, now)
+        except CommitOutcomeUnknownError as exc:
+            self._replayed = False  # the cursor check makes the retry safe once the holder has looked again
+            raise commit_unknown(
+                exc.detail, store.path, f"a turn to Session {self.session_id}",
+                f"replay this lease to the end, then append the turn again with expected_seq={expected} (a "
+                "StaleCursorError then means it was committed)",
+            ) from exc.__cause__
         new_seq = last_seq + len(rows)
         self._cursor = new_seq
         self._media += sum(media.values())
@@ -240,11 +259,17 @@ class SessionLease:
         return self.expires_at
 
     def release(self) -> None:
-        """Durably release the lease (waiting out a busy database). Raises `LeaseLostError` if it was not held."""
+        """Durably release the lease (waiting out a busy database for at most the busy timeout).
+
+        Raises `LeaseLostError` if it was not held (released, failed or
+        replaced) and `LeaseExpiredError` if it expired: an expired lease is
+        no longer held either, and its row is left for `maintain`'s stale-lease
+        sweep; either way the Session is free to lease again.
+        """
         self._end("released", None)
 
     def fail(self, reason: str) -> None:
-        """Durably end the lease as failed, recording a bounded `reason` for diagnostics."""
+        """Durably end the lease as failed, recording a bounded `reason` for diagnostics; raises like `release`."""
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidInputError("a lease failure needs a non-empty reason")
         self._end("failed", reason[:MAX_FAILURE_CHARS])
@@ -262,22 +287,32 @@ class SessionLease:
         if self._ended:
             raise LeaseLostError(f"this lease on Session {self.session_id} has already ended")
         with self._store._write() as conn:
-            result = None if work is None else work(conn)
-            changed = conn.execute(
-                "UPDATE session_leases SET state = ?, ended_at = ?, failure = ? "
-                "WHERE session_id = ? AND token_hash = ? AND state = 'active' RETURNING 1",
-                (state, self._store.clock(), failure, self._rowid, self._digest),
-            ).fetchall()
-            if not changed:
+            now = self._store.clock()
+            row = conn.execute(
+                "SELECT expires_at FROM session_leases WHERE session_id = ? AND token_hash = ? AND state = 'active'",
+                (self._rowid, self._digest),
+            ).fetchone()
+            if row is None:
                 self._ended = True
                 raise LeaseLostError(f"this lease on Session {self.session_id} was no longer held")
+            if row[0] <= now:
+                self._ended = True
+                raise LeaseExpiredError(
+                    f"the lease on Session {self.session_id} expired before it was released; nothing to do: the "
+                    "Session can be leased again"
+                )
+            result = None if work is None else work(conn)
+            conn.execute(
+                "UPDATE session_leases SET state = ?, ended_at = ?, failure = ? WHERE session_id = ?",
+                (state, now, failure, self._rowid),
+            )
         self._ended = True
         return result
 
-    # -- best-effort release on drop ----------------------------------------------
+    # -- leaving a block, and best-effort release on drop ------------------------------
 
     def close(self) -> None:
-        """Release best-effort through a zero-wait connection; never blocks, never raises.
+        """Release best-effort through a zero-wait connection; never blocks, never raises (what dropping does).
 
         When the database is busy the lease stays active until it expires (or
         an explicit `release()` succeeds).
@@ -304,8 +339,18 @@ class SessionLease:
     def __enter__(self) -> SessionLease:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        """Release durably unless the lease already ended; a lease lost or expired meanwhile is no error here, and
+        while an exception propagates, a failed release never replaces it (expiry recovers authority then)."""
+        if self._ended:
+            return
+        try:
+            self.release()
+        except (LeaseLostError, LeaseExpiredError):
+            pass  # no longer held: there is nothing left to release
+        except Exception:
+            if exc_type is None:
+                raise
 
     def __del__(self) -> None:
         try:

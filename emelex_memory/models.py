@@ -49,6 +49,7 @@ from .errors import (
     SnapshotLockTimeoutError,
 )
 from .files import PRIVATE_FILE_MODE, check_private_dir, ensure_private_dir, fsync_dir, open_private_file
+from .io_errors import file_error, translating
 from .jsonbound import encode_canonical
 
 MODELS_DIRNAME = "models"
@@ -165,6 +166,8 @@ def snapshot_mutation_lock(home: Path, *, timeout_s: float) -> Iterator[None]:
                 f"the snapshot-mutation lock {home / LOCK_NAME} stayed held for {timeout_s:g}s by another process; "
                 "wait for it to finish, then retry"
             ) from None
+        except OSError as exc:
+            raise file_error(exc, home / LOCK_NAME, "locking it") from exc
         yield
     finally:
         os.close(fd)  # closing drops the flock
@@ -317,6 +320,7 @@ def _valid_file(f: ModelFile) -> bool:
     )
 
 
+@translating("reading the installed model", lambda home, name: models_dir(home) / str(name))
 def read_installed(home: Path, name: str) -> InstalledModel:
     """Read the installed model `name` from its manifest (no hashing); raise `ModelNotInstalledError` if absent."""
     check_model_name(name)
@@ -333,6 +337,7 @@ def read_installed(home: Path, name: str) -> InstalledModel:
     return _parse_manifest(home, directory, data, value)
 
 
+@translating("listing the installed models", lambda home: models_dir(home))
 def installed_names(home: Path) -> list[str]:
     """Names of the snapshot directories under `<home>/models`, sorted; at most `MAX_MODELS` of them."""
     root = models_dir(home)
@@ -352,6 +357,7 @@ def installed_names(home: Path) -> list[str]:
 # -- validation at bind -------------------------------------------------------------------------------------
 
 
+@translating("validating the model", lambda model: getattr(model, "directory", "the model"))
 def revalidate(model: InstalledModel) -> InstalledModel:
     """Re-read and fully validate an installed snapshot; return it as it is on disk now. Hold the lock.
 

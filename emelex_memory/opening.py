@@ -31,6 +31,7 @@ from .errors import (
     StoreExistsError,
 )
 from .files import check_private_dir, check_private_file, create_private_file, fsync_dir, open_private_file
+from .io_errors import translating
 from .migrations import check_compatible, migrate
 
 _PROCESS_MUTEX = threading.Lock()
@@ -105,6 +106,7 @@ def deleted_error(database: Path) -> DatabaseDeletedError:
     )
 
 
+@translating("opening the store", lambda database, **_: database)
 def open_database(
     database: Path, *, busy_timeout_ms: int, marker: Path | None = None, evidence: tuple[Path, ...] = ()
 ) -> apsw.Connection:
@@ -115,7 +117,8 @@ def open_database(
     an extra private file recorded when the store is created; it and the
     paths in `evidence` (the asset folder) prove that a store existed. A
     store that existed here but lost its database raises
-    `DatabaseDeletedError` and creates nothing.
+    `DatabaseDeletedError` and creates nothing. A failing disk or file system
+    raises its typed error (`io_errors.translating`), naming the file.
     """
     check_private_dir(database.parent)
     check_private_file(database, what="database")  # refuse before the lock sidecar is created
@@ -152,6 +155,7 @@ def open_database(
         return conn
 
 
+@translating("re-initialising the store", lambda database, **_: database)
 def reinitialize_database(
     database: Path, *, confirm: bool, marker: Path | None = None, asset_dir: Path | None = None
 ) -> list[Path]:

@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
-from .errors import InvalidInputError, JobNotFoundError, JobStateError, SessionLiveError, WorkerLeaseLostError
+from .errors import (
+    CommitOutcomeUnknownError,
+    InvalidInputError,
+    JobNotFoundError,
+    JobStateError,
+    SessionLiveError,
+    WorkerLeaseLostError,
+)
 from .jobs import (
     CLAIM_RETURNING,
     JOB_COLUMNS,
@@ -44,6 +51,7 @@ from .jobs import (
     registered_kinds,
     stored_json,
 )
+from .io_errors import commit_unknown
 from .job_claim import JobClaim
 from .leases import holder_label
 from .retry import RETRY_SCHEDULE
@@ -335,32 +343,47 @@ class JobQueueMixin:
         Raises `WorkerLeaseLostError` when the lease is no longer held,
         `SessionLiveError` when the Session went live (release the job then),
         or the completion function's error; in every case nothing is written.
+        `CommitOutcomeUnknownError` means the commit itself failed and the
+        completion may or may not be durable: the claim records that
+        (`JobClaim.outcome_unknown`), and its next `complete`, `fail` or
+        `release` first re-reads the job, returning it when that completion
+        is durable.
         """
         kind = job_kind(claim._kind)
-        with self._write() as conn:
-            now = self.clock()
-            # One statement re-checks the worker lease and the Session's liveness and marks the job done; the
-            # kind's effect follows in the same transaction, so any failure below rolls all of it back.
-            completed = False
-            if not claim.ended:
-                conn.execute(_COMPLETE, (now, now, claim._rowid, claim._digest, now, now))
-                completed = conn.changes() == 1
-            if not completed:
-                self._check_held(conn, claim, now)
-                raise SessionLiveError(
-                    f"Session {claim.job.session_id} of job {claim.id} became live; interactive use wins, release "
-                    "the job"
-                )
-            outcome = result
-            if kind.complete is not None:
-                ctx = CompletionContext(conn, self, claim.job, claim._rowid, claim._session_rowid, now)
-                outcome = kind.complete(ctx, result)
-            text = None
-            if outcome is not None:
-                if not isinstance(outcome, Mapping):
-                    raise InvalidInputError(f"the result of a {kind.name} job must be None or a JSON object")
-                text = encode_json(dict(outcome), max_bytes=MAX_RESULT_BYTES, what="the job result")
-                conn.execute("UPDATE jobs SET result = ? WHERE id = ?", (text, claim._rowid))
+        if claim._unsure_at is not None and (settled := self._settled(claim)) is not None:
+            return settled
+        try:
+            with self._write() as conn:
+                now = self.clock()
+                # One statement re-checks the worker lease and the Session's liveness and marks the job done; the
+                # kind's effect follows in the same transaction, so any failure below rolls all of it back.
+                completed = False
+                if not claim.ended:
+                    conn.execute(_COMPLETE, (now, now, claim._rowid, claim._digest, now, now))
+                    completed = conn.changes() == 1
+                if not completed:
+                    self._check_held(conn, claim, now)
+                    raise SessionLiveError(
+                        f"Session {claim.job.session_id} of job {claim.id} became live; interactive use wins, "
+                        "release the job"
+                    )
+                outcome = result
+                if kind.complete is not None:
+                    ctx = CompletionContext(conn, self, claim.job, claim._rowid, claim._session_rowid, now)
+                    outcome = kind.complete(ctx, result)
+                text = None
+                if outcome is not None:
+                    if not isinstance(outcome, Mapping):
+                        raise InvalidInputError(f"the result of a {kind.name} job must be None or a JSON object")
+                    text = encode_json(dict(outcome), max_bytes=MAX_RESULT_BYTES, what="the job result")
+                    conn.execute("UPDATE jobs SET result = ? WHERE id = ?", (text, claim._rowid))
+        except CommitOutcomeUnknownError as exc:
+            claim._unsure_at = now
+            raise commit_unknown(
+                exc.detail, self.path, f"the completion of job {claim.id}",
+                "call complete, fail or release on the claim again: it re-reads the job first and returns it when "
+                "that completion is durable (never completing it twice)",
+            ) from exc.__cause__
         # Built after the commit, so the write lock is held no longer than the writing needs.
         job = done_job(claim._row, claim.expires_at, None if text is None else stored_json(text), now)
         claim.ended = True
@@ -373,10 +396,14 @@ class JobQueueMixin:
         A retryable failure returns the job to pending with the next retry
         deadline of `RETRY_SCHEDULE`; a permanent one, or the third failure,
         leaves it terminally failed. Raises `WorkerLeaseLostError` (writing
-        nothing) when this worker no longer holds the job.
+        nothing) when this worker no longer holds the job. After a completion
+        with an unknown outcome, returns the done job instead when that
+        completion is durable (see `complete_job`).
         """
         if not isinstance(message, str) or not message.strip():
             raise InvalidInputError("a job failure needs a non-empty message")
+        if claim._unsure_at is not None and (settled := self._settled(claim)) is not None:
+            return settled
         with self._write() as conn:
             (attempts, diags), now = self._held(conn, claim)
             update = _failure_update(attempts, diags, "permanent" if permanent else "failure", message, now, permanent)
@@ -390,10 +417,14 @@ class JobQueueMixin:
         """Return a claimed job to pending without consuming an attempt (Session went live, worker shutting down).
 
         Raises `WorkerLeaseLostError` (writing nothing) when this worker no
-        longer holds the job.
+        longer holds the job. After a completion with an unknown outcome,
+        returns the done job instead when that completion is durable (see
+        `complete_job`).
         """
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidInputError("releasing a job needs a non-empty reason")
+        if claim._unsure_at is not None and (settled := self._settled(claim)) is not None:
+            return settled
         with self._write() as conn:
             (attempts, diags), now = self._held(conn, claim)
             job = job_from_row(conn.execute(
@@ -401,6 +432,18 @@ class JobQueueMixin:
                 f"lease_holder = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ? RETURNING {JOB_RETURNING}",
                 (now, append_diagnostic(diags, now, attempts, "released", reason), now, claim._rowid),
             ).fetchone())
+        claim.ended = True
+        claim.job = job
+        return job
+
+    def _settled(self: MemoryStore, claim: JobClaim) -> Job | None:
+        """For a claim whose completion had an unknown outcome: the done job, ending the claim, when that completion
+        is durable (the job is done and finished at that completion's time); None when it is not."""
+        with self._read() as conn:
+            row = conn.execute(f"SELECT {JOB_COLUMNS} FROM {JOB_FROM} WHERE j.id = ?", (claim._rowid,)).fetchone()
+        if row is None or row[6] != "done" or row[15] != claim._unsure_at:
+            return None
+        job = job_from_row(row)
         claim.ended = True
         claim.job = job
         return job

@@ -7,9 +7,8 @@ tenacity wait strategy plus a tenacity stop condition, evaluated for a failed
 attempt number instead of being slept on, so the queue stores a deadline and
 no process has to stay alive to honour it.
 
-In-process retries (a busy zero-wait operation, a transient inference error)
-use tenacity's `Retrying` with a bounded number of attempts, never a
-hand-written loop.
+In-process retries (a transient inference error) use tenacity's `Retrying`
+with a bounded number of attempts, never a hand-written loop.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-import apsw
 import tenacity
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
@@ -60,21 +58,6 @@ class RetrySchedule:
 
 RETRY_SCHEDULE = RetrySchedule()
 """The schedule every work queue uses: 30 s, 60 s, ... capped at 300 s; the third failure is terminal."""
-
-
-def retry_busy(operation: Callable[[], T], *, attempts: int = 5, first_wait_s: float = 0.01) -> T:
-    """Run a zero-wait database `operation`, retrying it a bounded number of times while SQLite reports busy.
-
-    Waits double from `first_wait_s` (capped at 0.25 s) between attempts; the
-    last `apsw.BusyError` propagates once `attempts` are used up.
-    """
-    retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(apsw.BusyError),
-        stop=tenacity.stop_after_attempt(attempts),
-        wait=tenacity.wait_exponential(multiplier=first_wait_s, max=0.25),
-        reraise=True,
-    )
-    return retrying(operation)
 
 
 def bounded_retrying(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import WorkspaceMissingError, WorkspaceReplacedError
+from .io_errors import file_error
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class WorkspaceIdentity:
             st = os.stat(canonical)
         except (FileNotFoundError, NotADirectoryError):
             raise WorkspaceMissingError(f"workspace {path} does not exist; pass an existing directory") from None
+        except OSError as exc:
+            raise file_error(exc, path, "inspecting the workspace") from exc
         if not stat.S_ISDIR(st.st_mode):
             raise WorkspaceMissingError(f"workspace {path} is not a directory; pass a directory")
         return cls(canonical, st.st_dev, st.st_ino)

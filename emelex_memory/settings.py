@@ -22,6 +22,7 @@ from pydantic_settings import (
 )
 
 from .errors import SettingsFileError
+from .io_errors import file_error
 
 MiB = 1024 * 1024
 
@@ -118,6 +119,8 @@ class Settings(BaseSettings):
             toml = TomlConfigSettingsSource(settings_cls, toml_file=toml_file)
         except tomllib.TOMLDecodeError as exc:
             raise SettingsFileError(f"{toml_file} is not valid TOML ({exc}); fix or remove it") from None
+        except OSError as exc:
+            raise file_error(exc, toml_file, "reading the settings file") from exc
         return (init_settings, env_settings, toml)
 
     @property

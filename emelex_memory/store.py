@@ -17,8 +17,9 @@ from .assets_store import AssetStoreMixin
 from .compaction import CompactionMixin
 from .deletion import DeletionMixin
 from .distillation import DistillationMixin
-from .errors import InvalidInputError, LeaseHeldError, SessionNotFoundError, WorkspaceReplacedError
+from .errors import EmelexError, InvalidInputError, LeaseHeldError, SessionNotFoundError, WorkspaceReplacedError
 from .files import ensure_private_dir
+from .io_errors import IO_ERRORS, commit_unknown, detail_of, sqlite_error
 from .knowledge import KnowledgeMixin
 from .leases import SessionLease, holder_label, new_token, token_digest
 from .model_refs import ModelRefMixin
@@ -46,42 +47,103 @@ class SessionPage:
 class _ReadAccess:
     """`with store._read() as conn:` holds the store's lock around reads on its connection. One stateless
     instance per store serves every use, from any thread: a plain class rather than a generator context
-    manager halves the fixed Python cost, which every replay page and queue transaction pays."""
+    manager halves the fixed Python cost, which every replay page and queue transaction pays. An I/O-class
+    SQLite error leaving the block is raised as its typed error (`io_errors.sqlite_error`)."""
 
-    __slots__ = ("_lock", "_conn")
+    __slots__ = ("_lock", "_conn", "_path")
 
-    def __init__(self, lock: threading.RLock, conn: apsw.Connection) -> None:
+    def __init__(self, lock: threading.RLock, conn: apsw.Connection, path: Path) -> None:
         self._lock = lock
         self._conn = conn
+        self._path = path
 
     def __enter__(self) -> apsw.Connection:
         self._lock.acquire()
         return self._conn
 
-    def __exit__(self, *exc: object) -> bool | None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self._lock.release()
-        return None
+        if exc_type is not None and issubclass(exc_type, IO_ERRORS):
+            raise sqlite_error(exc, self._path, "reading", self._conn) from exc  # type: ignore[arg-type]
 
 
 class _WriteTransaction(_ReadAccess):
     """`with store._write() as conn:` holds the store's lock around one `BEGIN IMMEDIATE` transaction on its
-    connection (a savepoint when nested); like `_ReadAccess`, one instance serves every transaction."""
+    connection (a savepoint when nested); like `_ReadAccess`, one instance serves every transaction.
 
-    __slots__ = ()
+    An error in the block rolls back; if SQLite already rolled back itself (it does after some I/O errors),
+    the rollback's own complaint never replaces the error that caused it. An I/O-class error is raised as its
+    typed error, and nothing was written; only when the outermost COMMIT itself fails is the outcome unknown
+    (`CommitOutcomeUnknownError`, see `_failed_commit`).
+    """
+
+    __slots__ = ("_depth",)
+
+    def __init__(self, lock: threading.RLock, conn: apsw.Connection, path: Path) -> None:
+        super().__init__(lock, conn, path)
+        self._depth = 0  # open blocks; only read and changed under the lock
 
     def __enter__(self) -> apsw.Connection:
         self._lock.acquire()
         try:
-            return self._conn.__enter__()
-        except BaseException:
+            conn = self._conn.__enter__()
+        except BaseException as exc:
             self._lock.release()
+            if isinstance(exc, IO_ERRORS):
+                raise sqlite_error(exc, self._path, "beginning a write", self._conn) from exc
             raise
+        self._depth += 1
+        return conn
 
-    def __exit__(self, *exc: object) -> bool | None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        self._depth -= 1
         try:
-            return self._conn.__exit__(*exc)
+            if exc_type is None:
+                try:
+                    self._conn.__exit__(None, None, None)
+                except apsw.Error as failure:
+                    replacement = self._failed_commit(failure)
+                    if replacement is None:
+                        raise
+                    raise replacement from failure
+                return
+            self._roll_back(exc_type, exc, tb)
         finally:
             self._lock.release()
+        if issubclass(exc_type, IO_ERRORS):
+            raise sqlite_error(exc, self._path, "writing", self._conn) from exc  # type: ignore[arg-type]
+
+    def _roll_back(self, exc_type: type[BaseException], exc: BaseException | None, tb: object) -> None:
+        """Roll the block back after `exc`; a failure to do so is not reported, so `exc` propagates."""
+        try:
+            self._conn.__exit__(exc_type, exc, tb)
+        except apsw.Error:  # "cannot rollback - no transaction is active": SQLite rolled back already
+            self._abandon()
+
+    def _abandon(self) -> None:
+        """After a failed COMMIT or rollback of the outermost block: make sure no transaction stays open."""
+        if self._depth == 0 and self._conn.in_transaction:
+            try:
+                self._conn.execute("ROLLBACK")
+            except apsw.Error:
+                pass  # the connection reports the failure on its next use
+
+    def _failed_commit(self, failure: apsw.Error) -> EmelexError | None:
+        """The error to raise for `failure` of a block's COMMIT (or savepoint release); None: raise it unchanged.
+
+        An I/O-class failure of the outermost COMMIT has an unknown outcome (`CommitOutcomeUnknownError`): in WAL
+        mode a failed fsync leaves the transaction's frames in the -wal file beyond what the wal-index records, so
+        this connection no longer sees them and its next write overwrites them, but the next open after a crash
+        recovers them. Any other failure left the transaction rolled back.
+        """
+        self._abandon()
+        if not isinstance(failure, IO_ERRORS):
+            return None  # busy, constraint: SQLite refused the commit and the transaction was rolled back
+        if self._depth:  # a savepoint's release: the outermost block has not committed yet
+            return sqlite_error(failure, self._path, "writing", self._conn)
+        return commit_unknown(
+            detail_of(failure, self._conn), self._path, "a write", "re-read what it wrote before retrying it"
+        )
 
 
 class MemoryStore(
@@ -103,8 +165,8 @@ class MemoryStore(
         self.settings = settings
         self.clock = clock
         self._lock = threading.RLock()
-        self._transaction = _WriteTransaction(self._lock, conn)
-        self._reader = _ReadAccess(self._lock, conn)
+        self._transaction = _WriteTransaction(self._lock, conn, path)
+        self._reader = _ReadAccess(self._lock, conn, path)
 
     # -- opening --------------------------------------------------------------
 
@@ -181,7 +243,8 @@ class MemoryStore(
     # -- internals shared with the feature modules ---------------------------------
 
     def _write(self) -> _WriteTransaction:
-        """One `BEGIN IMMEDIATE` transaction: commits on success, rolls back completely on any error."""
+        """One `BEGIN IMMEDIATE` transaction: commits on success, rolls back completely on any error raised before
+        the commit; a failed commit raises `CommitOutcomeUnknownError`."""
         return self._transaction
 
     def _read(self) -> _ReadAccess:

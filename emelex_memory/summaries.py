@@ -280,9 +280,22 @@ def _in_snapshot(conn: apsw.Connection, read: Callable[..., ReplayPage], *args: 
         return read(conn, *args)
     conn.execute("BEGIN DEFERRED")
     try:
-        return read(conn, *args)
-    finally:
-        conn.execute("COMMIT")
+        page = read(conn, *args)
+    except BaseException:
+        _end_after_error(conn)
+        raise
+    conn.execute("COMMIT")
+    return page
+
+
+def _end_after_error(conn: apsw.Connection) -> None:
+    """End a failed read transaction; SQLite ends it itself after some I/O errors, and a failing ROLLBACK must never
+    hide the error that caused it."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except apsw.Error:
+            pass  # the connection reports the failure on its next use
 
 
 def _summary_event_page(conn: apsw.Connection, session_rowid: int, event_id: int, max_bytes: int) -> ReplayPage:

@@ -17,8 +17,12 @@ count:
   for a source its kind's validator rejects, checked before the handler runs)
   or `SourceChangedError`: terminal at once;
 - any other `Exception`: a retryable failure with a bounded diagnostic;
+- `CommitOutcomeUnknownError` (the completion's commit failed in its I/O):
+  the job is re-read first; a completion that is durable after all is
+  "done", otherwise the failed attempt is counted like any other failure;
 - `WorkerLeaseLostError`: nothing is recorded; the lease is gone;
-- `KeyboardInterrupt`/`SystemExit`: released best-effort (not counted), then re-raised.
+- `KeyboardInterrupt`/`SystemExit`: released durably (not counted) as the
+  claim's `with` block ends, then re-raised.
 """
 
 from __future__ import annotations
@@ -31,7 +35,14 @@ from typing import TYPE_CHECKING, Any
 import tenacity
 from tenacity.wait import wait_base
 
-from .errors import PermanentJobError, SessionLiveError, SourceChangedError, TransientJobError, WorkerLeaseLostError
+from .errors import (
+    CommitOutcomeUnknownError,
+    PermanentJobError,
+    SessionLiveError,
+    SourceChangedError,
+    TransientJobError,
+    WorkerLeaseLostError,
+)
 from .jobs import Job, frozen, job_kind
 from .queue import JobClaim
 from .renewal import RENEWER
@@ -107,6 +118,8 @@ def run_one_job(
             return _settle(claim, claim.release, describe(exc))
         except (PermanentJobError, SourceChangedError) as exc:
             return _settle(claim, partial(claim.fail, permanent=True), describe(exc))
+        except CommitOutcomeUnknownError as exc:  # the claim re-reads the job first: a durable completion is "done"
+            return _settle(claim, claim.fail, describe(exc))
         except Exception as exc:  # any handler failure is recorded, and the worker goes on
             return _settle(claim, claim.fail, describe(exc))
 
@@ -140,6 +153,8 @@ def _settle(claim: JobClaim, record: Callable[[str], Job], detail: str) -> JobOu
     except WorkerLeaseLostError as exc:
         claim.ended = True
         return JobOutcome(claim.job, "lost", describe(exc))
+    if job.state == "done":  # the completion whose commit reported a failure is durable after all
+        return JobOutcome(job, "done", f"completed (durable although its commit reported {detail})")
     if job.state == "failed":
         return JobOutcome(job, "failed", detail)
     last = job.diagnostics[-1].event if job.diagnostics else ""

@@ -32,6 +32,7 @@ from emelex_memory import (
     SnapshotReferenceGuard,
 )
 from emelex_memory.files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, ensure_private_dir, fsync_dir
+from emelex_memory.io_errors import translating
 from emelex_memory.models import (
     CHUNK,
     MANIFEST_NAME,
@@ -154,6 +155,7 @@ class ModelManager:
 
     # -- installing ---------------------------------------------------------------------------------
 
+    @translating("installing the model", lambda self, path, **_: models_dir(self.home))
     def install(self, path: str | os.PathLike[str], *, name: str | None = None, link: bool = False) -> InstalledModel:
         """Install the GGUF file at `path` as `name` (default: derived from the file name).
 
@@ -267,6 +269,7 @@ class ModelManager:
 
     # -- verifying and removing -------------------------------------------------------------------------
 
+    @translating("verifying the model", lambda self, name: models_dir(self.home) / str(name))
     def verify(self, name: str) -> InstalledModel:
         """Fully re-hash model `name` against its manifest; for an owned snapshot whose bytes match, write a fresh
         stamp (e.g. after restoring Home from a backup changed file times). Raises `ModelTamperedError` on mismatch and
@@ -280,6 +283,7 @@ class ModelManager:
             write_stamp(model.directory, model.snapshot_id, [f.name for f in model.files])
             return revalidate(model)
 
+    @translating("removing the model", lambda self, name: models_dir(self.home) / str(name))
     def remove(self, name: str) -> InstalledModel:
         """Remove model `name`, holding the snapshot-mutation lock, after the guard found no retained reference.
 

@@ -11,6 +11,8 @@ import pytest
 
 from emelex_memory import MemoryStore, Settings
 
+from .vfs_faults import FaultyVFS, installed
+
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
@@ -30,6 +32,15 @@ def db_path(tmp_path: Path) -> Path:
     d = tmp_path / "db"
     d.mkdir(mode=0o700)
     return d / "test.sqlite3"
+
+
+@pytest.fixture
+def faulty_vfs() -> FaultyVFS:
+    """A fault-injecting VFS registered as SQLite's default for the test (see tests/vfs_faults.py); list it before
+    any store fixture so the store's connection goes through it."""
+    with installed() as vfs:
+        yield vfs
+    assert apsw.vfs_names()[0] == vfs.base  # the platform default is the default again
 
 
 @pytest.fixture

@@ -20,11 +20,13 @@ from pathlib import Path
 import apsw
 import pytest
 
-from emelex_memory import EmelexError, MemoryStore, NewEvent, Settings, assets_gc
+from emelex_memory import EmelexError, MemoryStore, NewEvent, Settings, StoreIOError, assets_gc
 from emelex_memory.retention import DAY_S
 
 from .conftest import table_rows
-from .vfs_faults import FaultVFS
+from .vfs_faults import Fault, FaultyVFS, installed
+
+METHOD = {"sync": "xSync", "write": "xWrite"}
 
 CTX = multiprocessing.get_context("spawn")
 HOUR = 3600.0
@@ -141,7 +143,7 @@ def test_a_collector_killed_at_any_point_leaves_every_entry_its_file(
 
 @pytest.fixture
 def faults():
-    with FaultVFS() as vfs:
+    with installed() as vfs:
         yield vfs
 
 
@@ -153,10 +155,10 @@ def _old_unreferenced(db: Path, home: Path) -> tuple[MemoryStore, set[str]]:
 
 
 @pytest.mark.parametrize("op", ("sync", "write"))
-def test_a_failed_catalog_commit_removes_no_file(db_path: Path, home: Path, faults: FaultVFS, op: str) -> None:
+def test_a_failed_catalog_commit_removes_no_file(db_path: Path, home: Path, faults: FaultyVFS, op: str) -> None:
     store, digests = _old_unreferenced(db_path, home)
     try:
-        faults.arm(op, "-wal")
+        faults.arm(Fault(METHOD[op], "wal"))
         with pytest.raises((apsw.Error, EmelexError)):
             store.collect_assets()
         assert faults.fired, "the fault was not injected"
@@ -181,7 +183,7 @@ def test_a_failed_directory_fsync_leaves_no_entry_without_its_file(
 
     monkeypatch.setattr(assets_gc, "fsync_dir", failing)
     with store:
-        with pytest.raises(OSError, match="injected"):
+        with pytest.raises(StoreIOError, match="injected"):  # typed, naming the folder
             store.collect_assets()
         assert _entries(db_path) <= _files(store.asset_dir)
         assert store.verify_assets().problems == []

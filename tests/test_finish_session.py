@@ -10,7 +10,9 @@ import pytest
 from emelex_memory import EmelexError, LeaseLostError, MemoryStore, NewEvent
 
 from .conftest import table_rows
-from .vfs_faults import FaultVFS
+from .vfs_faults import Fault, installed
+
+METHOD = {"sync": "xSync", "write": "xWrite"}
 
 
 def leased(store: MemoryStore, workspace: Path):
@@ -48,11 +50,11 @@ def test_a_failure_between_queueing_and_release_leaves_neither(cstore, workspace
 def test_a_failed_commit_of_finish_session_queues_and_releases_both_or_neither(
     db_path, settings, workspace, op
 ):
-    with FaultVFS() as vfs:
+    with installed() as vfs:
         store = MemoryStore.open_path(db_path, settings)
         try:
             lease = leased(store, workspace)
-            vfs.arm(op, "-wal")
+            vfs.arm(Fault(METHOD[op], "wal"))
             with pytest.raises((apsw.Error, EmelexError)):
                 store.finish_session(lease)
             assert vfs.fired

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import apsw
 import pytest
 import tenacity
 
@@ -21,7 +20,7 @@ from emelex_memory import (
     register_job_kind,
 )
 from emelex_memory.jobs import MAX_DIAGNOSTIC_CHARS, MAX_DIAGNOSTICS, MAX_DIAGNOSTICS_BYTES, MAX_JOB_ROW_BYTES
-from emelex_memory.retry import bounded_retrying, retry_busy
+from emelex_memory.retry import bounded_retrying
 
 from .conftest import Clock, table_rows
 
@@ -49,15 +48,6 @@ def test_retry_schedule_is_thirty_seconds_doubling_to_a_five_minute_cap_third_fa
 
 def test_bounded_in_process_retries_stop_after_their_attempts() -> None:
     calls = []
-
-    def busy() -> None:
-        calls.append(1)
-        raise apsw.BusyError("database is locked")
-
-    with pytest.raises(apsw.BusyError):
-        retry_busy(busy, attempts=3, first_wait_s=0)
-    assert len(calls) == 3
-    calls.clear()
 
     def flaky() -> str:
         calls.append(1)

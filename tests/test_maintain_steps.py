@@ -17,7 +17,7 @@ from emelex_memory.retention import DAY_S, STEPS
 from emelex_workers.cli import app
 
 from .conftest import Clock, table_rows
-from .vfs_faults import FaultVFS
+from .vfs_faults import Fault, installed
 
 
 @pytest.fixture
@@ -67,14 +67,14 @@ def test_a_failing_step_is_named_and_the_steps_before_it_stay_done(
 
 
 def test_a_failed_commit_in_the_first_step_reports_no_step_completed(db_path, home, tmp_path, clock):
-    with FaultVFS() as vfs:
+    with installed() as vfs:
         store = MemoryStore.open_path(db_path, Settings(home=home), clock=clock)
         try:
             w = tmp_path / "w"
             w.mkdir()
             held = store.acquire_lease(store.create_session(w).id, w, ttl_s=5)
             clock.now += 6  # the lease is stale: the first step has something to commit
-            vfs.arm("write", "-wal")
+            vfs.arm(Fault("xWrite", "wal"))
             with pytest.raises(MaintenanceError, match="step 'leases' failed") as err:
                 store.maintain()
             assert err.value.report.steps_completed == []

@@ -27,7 +27,7 @@ class _OneLineErrors(TyperGroup):
             message = f"invalid setting {'.'.join(map(str, first['loc']))}: {first['msg']}; fix EMELEX_* or config.toml"
         except apsw.Error as exc:
             message = f"database error: {exc}; run `emelex memory doctor`"
-        except OSError as exc:
+        except OSError as exc:  # a last resort: the library raises file failures as typed errors (io_errors)
             message = f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")
         typer.echo(f"error: {message}", err=True)
         ctx.exit(1)

@@ -1,0 +1,219 @@
+"""Every file-level failure is a typed error naming the path and a remedy, and changes nothing (issue 10, item 15).
+
+Real conditions where the machine allows them: a symlink loop (ELOOP), a name longer than the file system allows
+(ENAMETOOLONG). Tests run as root, which bypasses permissions, and cannot mount a read-only or full file system,
+so EROFS, EACCES, ENOSPC and EIO are injected by making the one os function that meets them raise that errno;
+SQLite's own failures at open come from the fault-injecting VFS.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import apsw
+import pytest
+from typer.testing import CliRunner
+
+from emelex_memory import (
+    DiskFullError,
+    FileAccessDeniedError,
+    InsecurePathError,
+    MemoryStore,
+    PathTooLongError,
+    ReadOnlyLocationError,
+    Settings,
+    StoreIOError,
+)
+from emelex_workers.cli import app
+from emelex_workers.models import ModelManager
+
+from .conftest import file_state, table_rows
+from .plugin_support import fake_model_file
+from .test_models_cli_errors import tree
+from .vfs_faults import Fault, FaultyVFS
+
+Inject = Callable[..., None]
+
+
+@pytest.fixture
+def os_fault(monkeypatch: pytest.MonkeyPatch) -> Inject:
+    """`os_fault("mkdir", errno.EROFS, under=path)`: make `os.<name>` raise that errno for paths under `under`
+    (for every call when `under` is None, e.g. for functions taking a file descriptor)."""
+
+    def inject(name: str, code: int, *, under: Path | None = None) -> None:
+        real = getattr(os, name)
+
+        def failing(*args, **kwargs):
+            target = args[0] if args else None
+            if under is None or (isinstance(target, (str, os.PathLike)) and str(target).startswith(str(under))):
+                raise OSError(code, os.strerror(code), None if under is None else str(target))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(os, name, failing)
+
+    return inject
+
+
+def _one_line(exc: BaseException, *needles: str) -> str:
+    message = str(exc)
+    assert "\n" not in message
+    for needle in needles:
+        assert needle in message, message
+    return message
+
+
+# -- real conditions --------------------------------------------------------------------------------------
+
+
+def test_a_home_behind_a_symlink_loop_is_refused_and_nothing_is_created(tmp_path: Path) -> None:
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    before = file_state(tmp_path)
+    with pytest.raises(InsecurePathError) as caught:
+        MemoryStore.open(Settings(home=loop / "home"))
+    _one_line(caught.value, str(loop / "home"), "symlink")
+    assert file_state(tmp_path) == before
+
+
+def test_a_workspace_behind_a_symlink_loop_or_with_a_too_long_name_is_a_typed_error(
+    store: MemoryStore, tmp_path: Path, db_path: Path
+) -> None:
+    loop = tmp_path / "wsloop"
+    loop.symlink_to(loop)
+    before = table_rows(db_path)
+    with pytest.raises(InsecurePathError):
+        store.create_session(loop)
+    with pytest.raises(PathTooLongError) as caught:
+        store.create_session(tmp_path / ("w" * 300))
+    _one_line(caught.value, "longer than the file system allows")
+    assert table_rows(db_path) == before
+
+
+def test_names_longer_than_the_file_system_allows_are_a_typed_error_and_create_nothing(
+    tmp_path: Path, db_path: Path
+) -> None:
+    before = file_state(tmp_path)
+    with pytest.raises(PathTooLongError) as caught:
+        MemoryStore.open(Settings(home=tmp_path / ("h" * 300)))
+    _one_line(caught.value, "h" * 300, "use a shorter EMELEX_HOME")
+    with pytest.raises(PathTooLongError):
+        MemoryStore.open_path(db_path.parent / ("d" * 300), Settings(home=tmp_path / "unused"))
+    assert file_state(tmp_path) == before
+    assert os.listdir(db_path.parent) == []
+
+
+# -- injected errnos --------------------------------------------------------------------------------------------
+
+
+def test_a_home_on_a_read_only_file_system_says_to_set_emelex_home(
+    tmp_path: Path, settings: Settings, os_fault: Inject
+) -> None:
+    os_fault("mkdir", errno.EROFS, under=tmp_path)
+    before = file_state(tmp_path)
+    with pytest.raises(ReadOnlyLocationError) as caught:
+        MemoryStore.open(settings)
+    _one_line(caught.value, str(settings.home_dir), "is on a read-only file system",
+              "set EMELEX_HOME to a writable directory")
+    assert file_state(tmp_path) == before
+
+
+def test_models_install_on_a_read_only_home_prints_one_line_and_creates_nothing(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch, os_fault: Inject
+) -> None:
+    fake = fake_model_file(tmp_path / "files")
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    os_fault("mkdir", errno.EROFS, under=home)
+    result = CliRunner().invoke(app, ["models", "install", str(fake)])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"error: {home} is on a read-only file system")
+    assert "set EMELEX_HOME to a writable directory" in result.output
+    assert not os.path.lexists(home)
+
+
+def test_a_denied_lock_sidecar_is_a_typed_error_and_creates_nothing(
+    db_path: Path, settings: Settings, os_fault: Inject
+) -> None:
+    os_fault("open", errno.EACCES, under=db_path.parent / f".{db_path.name}.lock")
+    with pytest.raises(FileAccessDeniedError) as caught:
+        MemoryStore.open_path(db_path, settings)
+    _one_line(caught.value, f".{db_path.name}.lock", "permission denied", "EMELEX_HOME")
+    assert os.listdir(db_path.parent) == []
+
+
+def test_a_full_disk_while_writing_an_asset_stores_nothing(
+    store: MemoryStore, db_path: Path, os_fault: Inject
+) -> None:
+    store.put_asset(b"first", "image/png")
+    before, files = table_rows(db_path), file_state(store.asset_dir)
+    os_fault("fsync", errno.ENOSPC)
+    with pytest.raises(DiskFullError) as caught:
+        store.put_asset(b"second", "image/png")
+    _one_line(caught.value, str(store.asset_dir / "tmp"), "no space left", "free space")
+    assert table_rows(db_path) == before
+    assert file_state(store.asset_dir) == files and os.listdir(store.asset_dir / "tmp") == []
+
+
+def test_an_io_error_reading_an_asset_names_its_file_and_the_doctor(
+    store: MemoryStore, os_fault: Inject
+) -> None:
+    ref = store.put_asset(b"bytes", "image/png")
+    os_fault("open", errno.EIO, under=store.asset_dir / ref.digest)
+    with pytest.raises(StoreIOError) as caught:
+        store.read_asset(ref)
+    _one_line(caught.value, str(store.asset_dir / ref.digest), "dmesg", "emelex memory doctor")
+
+
+def test_a_full_disk_while_installing_a_model_leaves_nothing_behind(
+    tmp_path: Path, settings: Settings, os_fault: Inject
+) -> None:
+    fake = fake_model_file(tmp_path / "files")
+    with ModelManager(settings) as manager:
+        manager.install(fake, name="first")
+        before = tree(settings.home_dir)
+        os_fault("fsync", errno.ENOSPC)
+        with pytest.raises(DiskFullError) as caught:
+            manager.install(fake, name="second")
+    _one_line(caught.value, str(settings.home_dir / "models"), "no space left")
+    assert sorted(tree(settings.home_dir)) == sorted(before)  # its temporary directory is gone again
+
+
+def test_an_io_error_reading_a_model_and_a_denied_models_folder_are_one_line_errors(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch, os_fault: Inject
+) -> None:
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    with ModelManager(Settings()) as manager:
+        manager.install(fake_model_file(tmp_path / "files"), name="good")
+    os_fault("pread", errno.EIO)
+    with ModelManager(Settings()) as manager, pytest.raises(StoreIOError) as caught:
+        manager.verify("good")
+    _one_line(caught.value, str(home / "models" / "good"), "I/O error", "dmesg")
+    os_fault("scandir", errno.EACCES, under=home / "models")
+    result = CliRunner().invoke(app, ["models", "list"])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"error: permission denied on {home / 'models'}")
+
+
+# -- SQLite's own failures at open ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("fault", "expected"), [
+    (Fault("xWrite", "db", 0, apsw.FullError, times=0), DiskFullError),
+    (Fault("xWrite", "wal", 0, apsw.FullError, times=0), DiskFullError),
+    (Fault("xWrite", "wal", 0, apsw.IOError, times=0), StoreIOError),
+    (Fault("xRead", "db", 0, apsw.IOError, times=0), StoreIOError),
+    (Fault("xWrite", "db", 0, apsw.ReadOnlyError, times=0), ReadOnlyLocationError),
+], ids=["db-full", "wal-full", "wal-write-eio", "db-read-eio", "db-read-only"])
+def test_sqlite_failing_at_first_open_is_a_typed_error_and_the_next_open_works(
+    faulty_vfs: FaultyVFS, db_path: Path, settings: Settings, fault: Fault, expected: type
+) -> None:
+    faulty_vfs.arm(fault)
+    with pytest.raises(expected) as caught:
+        MemoryStore.open_path(db_path, settings)
+    faulty_vfs.disarm()
+    assert faulty_vfs.fired
+    _one_line(caught.value, str(db_path))
+    with MemoryStore.open_path(db_path, settings) as store:  # once the disk is fine again, so is the store
+        assert store.list_sessions().sessions == []
