@@ -86,9 +86,12 @@ def create_private_file(path: Path) -> None:
 
 
 def open_private_file(path: Path, flags: int) -> int:
-    """Open (creating 0600 if absent) a private file without following symlinks; verify it; return the fd."""
+    """Open (creating 0600 if absent) a private file without following symlinks; verify it; return the fd.
+
+    Opened non-blocking, so a FIFO or device at `path` is refused instead of blocking the open.
+    """
     try:
-        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, PRIVATE_FILE_MODE)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise InsecurePathError(f"{path} is a symlink; Emelex never follows them: remove it") from None

@@ -174,9 +174,13 @@ def snapshot_mutation_lock(home: Path, *, timeout_s: float) -> Iterator[None]:
 
 
 def open_regular(path: Path, *, what: str) -> int:
-    """Open an existing regular file read-only without following a symlink; return the fd."""
+    """Open an existing regular file read-only without following a symlink; return the fd.
+
+    Opened non-blocking, so a FIFO or device planted at `path` is refused
+    (`ModelTamperedError`) instead of blocking the open.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         raise ModelTamperedError(f"{what} {path} is missing; remove and reinstall the model") from None
     except OSError as exc:

@@ -8,7 +8,9 @@ nothing deeper in the code reads the environment.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -16,19 +18,54 @@ from typing import Any
 from pydantic import Field, model_validator
 from pydantic_settings import (
     BaseSettings,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    TomlConfigSettingsSource,
 )
 
 from .errors import SettingsFileError
 
 MiB = 1024 * 1024
+MAX_CONFIG_BYTES = MiB  # config.toml is read whole; a larger one is refused
 
 
 def _home_from(init: dict[str, Any]) -> Path:
     raw = init.get("home") or os.environ.get("EMELEX_HOME") or "~/.emelex"
     return Path(raw).expanduser()
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The settings table of the TOML file `path`, or {} when there is none.
+
+    Opened without following a symlink and without blocking, and read only
+    when it is a regular file of at most `MAX_CONFIG_BYTES`; anything else
+    (a symlink, a FIFO, unreadable, not UTF-8 TOML) raises `SettingsFileError`.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SettingsFileError(
+                f"{path} is a symlink; Emelex never follows symlinks in its Home: replace it with the file it points to"
+            ) from None
+        raise SettingsFileError(f"{path} cannot be read ({exc.strerror}); fix its permissions or remove it") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SettingsFileError(f"{path} is not a regular file; replace it with a TOML file or remove it")
+        chunks, size = [], 0
+        while size <= MAX_CONFIG_BYTES and (chunk := os.read(fd, MAX_CONFIG_BYTES + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > MAX_CONFIG_BYTES:
+        raise SettingsFileError(f"{path} is larger than {MAX_CONFIG_BYTES} bytes; shorten it")
+    try:
+        return tomllib.loads(b"".join(chunks).decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsFileError(f"{path} is not valid TOML ({exc}); fix or remove it") from None
 
 
 class Settings(BaseSettings):
@@ -113,11 +150,7 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Sources in precedence order: arguments, `EMELEX_*` variables, then `<home>/config.toml`."""
-        toml_file = _home_from(init_settings()) / "config.toml"
-        try:
-            toml = TomlConfigSettingsSource(settings_cls, toml_file=toml_file)
-        except tomllib.TOMLDecodeError as exc:
-            raise SettingsFileError(f"{toml_file} is not valid TOML ({exc}); fix or remove it") from None
+        toml = InitSettingsSource(settings_cls, read_config_file(_home_from(init_settings()) / "config.toml"))
         return (init_settings, env_settings, toml)
 
     @property

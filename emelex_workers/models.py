@@ -209,7 +209,7 @@ class ModelManager:
     @staticmethod
     def _open_source(source: Path) -> int:
         try:
-            fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO must not block the open
         except OSError as exc:
             raise InvalidModelError(f"cannot read model file {source}: {exc.strerror}") from None
         if not stat.S_ISREG(os.fstat(fd).st_mode) or not is_gguf(fd):
