@@ -280,6 +280,10 @@ class SnapshotLockTimeoutError(ModelError):
     """Another process held the Home-wide snapshot-mutation lock too long: wait for it to finish, then retry."""
 
 
+class UnsafeModelPathError(ModelError, InsecurePathError):
+    """`<Home>/models` or the snapshot-mutation lock is a symlink, not yours or not private: fix it as it says."""
+
+
 class PluginError(EmelexError):
     """A plugin failed to load or misbehaved: fix or uninstall it, or set EMELEX_PLUGINS_AUTOLOAD=0."""
 

@@ -47,6 +47,7 @@ from .errors import (
     ModelNotInstalledError,
     ModelTamperedError,
     SnapshotLockTimeoutError,
+    UnsafeModelPathError,
 )
 from .files import PRIVATE_FILE_MODE, check_private_dir, ensure_private_dir, fsync_dir, open_private_file
 from .jsonbound import encode_canonical
@@ -128,8 +129,30 @@ class SnapshotReferenceGuard(Protocol):
 
 
 def models_dir(home: Path) -> Path:
-    """`<home>/models`, where installed snapshots live."""
+    """`<home>/models`, where installed snapshots live (the bare path; access it through `models_root`)."""
     return home / MODELS_DIRNAME
+
+
+def models_root(home: Path, *, create: bool = False) -> Path | None:
+    """`<home>/models` once checked, without following symlinks, to be a private directory of yours under a
+    private Home; every access to installed models goes through here.
+
+    Returns None when it does not exist, unless `create` (then Home and it
+    are created mode 0700). Raises `UnsafeModelPathError` for a symlink,
+    another owner or a group/world-writable directory.
+    """
+    root = models_dir(home)
+    try:
+        if create:
+            ensure_private_dir(home)
+            ensure_private_dir(root)
+        elif not os.path.lexists(root):
+            return None
+        check_private_dir(home)
+        check_private_dir(root)
+    except InsecurePathError as exc:
+        raise UnsafeModelPathError(str(exc)) from None
+    return root
 
 
 def check_model_name(name: object) -> str:
@@ -324,11 +347,12 @@ def _valid_file(f: ModelFile) -> bool:
 def read_installed(home: Path, name: str) -> InstalledModel:
     """Read the installed model `name` from its manifest (no hashing); raise `ModelNotInstalledError` if absent."""
     check_model_name(name)
-    directory = models_dir(home) / name
-    if not os.path.lexists(directory):
+    root = models_root(home)
+    if root is None or not os.path.lexists(root / name):
         raise ModelNotInstalledError(
             f"no model {name!r} is installed under {home}; see `emelex models list`, or `emelex models install`"
         )
+    directory = root / name
     try:
         check_private_dir(directory)
     except InsecurePathError as exc:
@@ -339,10 +363,9 @@ def read_installed(home: Path, name: str) -> InstalledModel:
 
 def installed_names(home: Path) -> list[str]:
     """Names of the snapshot directories under `<home>/models`, sorted; at most `MAX_MODELS` of them."""
-    root = models_dir(home)
-    if not os.path.lexists(root):
+    root = models_root(home)
+    if root is None:
         return []
-    check_private_dir(root)
     names = []
     with os.scandir(root) as entries:
         for entry in entries:
