@@ -18,6 +18,37 @@ def describe_mode(st: os.stat_result) -> str:
     return f"{stat.S_IMODE(st.st_mode):04o}"
 
 
+def check_no_symlinks(path: Path, *, what: str, fix: str) -> None:
+    """Refuse an absolute `path` when any existing component of it, itself included, is a symlink.
+
+    SQLite's `SQLITE_OPEN_NOFOLLOW` refuses a symlink anywhere in a
+    database's path, and Emelex never follows one: check before anything
+    is created. Raises `InsecurePathError` naming the symlink and ending
+    with `fix`, a format string whose `{real}` becomes the path with every
+    symlink resolved (e.g. "set EMELEX_HOME to {real}" gives "set
+    EMELEX_HOME to /private/tmp/home" where /tmp is a symlink). Components
+    that do not exist yet end the check.
+    """
+    current = Path(path.anchor)
+    for part in path.parts[1:]:
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        if stat.S_ISLNK(st.st_mode):
+            where = "is a symlink" if current == path else f"is under the symlink {current}"
+            raise InsecurePathError(
+                f"{what} {path} {where} (to {os.readlink(current)}); Emelex never follows symlinks: "
+                + fix.format(real=os.path.realpath(path))
+            )
+
+
+def check_home(home: Path) -> None:
+    """Refuse an Emelex Home that is, or lies under, a symlink (see `check_no_symlinks`)."""
+    check_no_symlinks(home, what="Emelex Home", fix="set EMELEX_HOME to {real}")
+
+
 def check_private_dir(path: Path) -> os.stat_result:
     """Verify `path` is a real directory owned by the current user and not group/world-writable.
 

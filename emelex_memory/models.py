@@ -49,7 +49,7 @@ from .errors import (
     SnapshotLockTimeoutError,
     UnsafeModelPathError,
 )
-from .files import PRIVATE_FILE_MODE, check_private_dir, ensure_private_dir, fsync_dir, open_private_file
+from .files import PRIVATE_FILE_MODE, check_home, check_private_dir, ensure_private_dir, fsync_dir, open_private_file
 from .jsonbound import encode_canonical
 
 MODELS_DIRNAME = "models"
@@ -143,6 +143,7 @@ def models_root(home: Path, *, create: bool = False) -> Path | None:
     """
     root = models_dir(home)
     try:
+        check_home(home)
         if create:
             ensure_private_dir(home)
             ensure_private_dir(root)

@@ -18,7 +18,7 @@ from .compaction import CompactionMixin
 from .deletion import DeletionMixin
 from .distillation import DistillationMixin
 from .errors import InvalidInputError, LeaseHeldError, SessionNotFoundError, WorkspaceReplacedError
-from .files import ensure_private_dir
+from .files import check_home, check_no_symlinks, ensure_private_dir
 from .knowledge import KnowledgeMixin
 from .leases import SessionLease, holder_label, new_token, token_digest
 from .model_refs import ModelRefMixin
@@ -84,6 +84,10 @@ class _WriteTransaction(_ReadAccess):
             self._lock.release()
 
 
+def _check_database_path(path: Path) -> None:
+    check_no_symlinks(path, what="database", fix="open {real} instead")
+
+
 class MemoryStore(
     ModelRefMixin,
     KnowledgeMixin,
@@ -118,6 +122,7 @@ class MemoryStore(
         existing store is missing.
         """
         settings = settings or Settings()
+        check_home(settings.home_dir)
         ensure_private_dir(settings.home_dir)
         marker = settings.home_dir / STORE_MARKER
         if os.path.lexists(marker) and not os.path.lexists(settings.memory_dir):
@@ -138,6 +143,7 @@ class MemoryStore(
         """Open the database file at `path` (its directory must exist and be private), creating it on first use."""
         settings = settings or Settings()
         path = Path(os.path.abspath(path))
+        _check_database_path(path)
         conn = open_database(
             path, busy_timeout_ms=settings.busy_timeout_ms, evidence=(asset_dir_for(path),)
         )
@@ -147,6 +153,7 @@ class MemoryStore(
     def reinitialize(settings: Settings | None = None, *, confirm: bool = False) -> list[Path]:
         """Allow the standard database to be created anew after it was deleted; see `reinitialize_path`."""
         settings = settings or Settings()
+        check_home(settings.home_dir)
         ensure_private_dir(settings.home_dir)
         ensure_private_dir(settings.memory_dir)
         return reinitialize_database(
@@ -165,6 +172,7 @@ class MemoryStore(
         them) and returns where they went.
         """
         path = Path(os.path.abspath(path))
+        _check_database_path(path)
         return reinitialize_database(path, confirm=confirm, asset_dir=asset_dir_for(path))
 
     def close(self) -> None:

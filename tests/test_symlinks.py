@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import MemoryStore, Settings, UnsafeModelPathError
+from emelex_memory import InsecurePathError, MemoryStore, Settings, UnsafeModelPathError
 from emelex_workers.cli import app
 from emelex_workers.models import ModelManager
 
@@ -60,3 +60,77 @@ def test_memory_work_refuses_a_symlinked_models_directory(env: Settings, workspa
 def jobs_session(settings: Settings) -> str:
     with MemoryStore.open(settings) as store:
         return jobs(store)["compaction"].session_id
+
+
+# -- a Home or database directory under a symlinked parent ------------------------------------------------------
+
+
+def walk(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path under `root` -> (mode, size), without following symlinks."""
+    out = {}
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            st = os.lstat(os.path.join(directory, name))
+            out[os.path.relpath(os.path.join(directory, name), root)] = (st.st_mode, st.st_size)
+    return out
+
+
+@pytest.fixture
+def link(tmp_path: Path) -> Path:
+    """`tmp_path/link`, a symlink to the real directory `tmp_path/real`."""
+    (tmp_path / "real").mkdir(mode=0o700)
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    return tmp_path / "link"
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["fresh", "existing-store"])
+def test_a_home_under_a_symlinked_parent_is_refused_and_nothing_is_created(
+    link: Path, tmp_path: Path, existing: bool
+) -> None:
+    real_home = tmp_path / "real" / "home"
+    if existing:
+        MemoryStore.open(Settings(home=real_home)).close()
+    before = walk(tmp_path)
+    settings = Settings(home=link / "home")
+    expected = f"under the symlink {link} .*set EMELEX_HOME to {real_home}$"
+    with pytest.raises(InsecurePathError, match=expected):
+        MemoryStore.open(settings)
+    with pytest.raises(InsecurePathError, match=expected):
+        MemoryStore.reinitialize(settings, confirm=True)
+    with pytest.raises(UnsafeModelPathError, match=expected):
+        ModelManager(settings).install(fake_model_file(tmp_path / "files"), name="fake")
+    (tmp_path / "files" / "fake.gguf").unlink()
+    os.rmdir(tmp_path / "files")
+    assert walk(tmp_path) == before
+
+
+def test_a_symlinked_home_names_its_real_path(tmp_path: Path) -> None:
+    (tmp_path / "real-home").mkdir(mode=0o700)
+    os.symlink(tmp_path / "real-home", tmp_path / "home")
+    before = walk(tmp_path)
+    with pytest.raises(InsecurePathError, match=f"home is a symlink.*set EMELEX_HOME to {tmp_path / 'real-home'}$"):
+        MemoryStore.open(Settings(home=tmp_path / "home"))
+    assert walk(tmp_path) == before
+
+
+def test_an_explicit_database_under_a_symlinked_parent_is_refused_and_nothing_is_created(
+    link: Path, tmp_path: Path, settings: Settings
+) -> None:
+    (tmp_path / "real" / "db").mkdir(mode=0o700)
+    before = walk(tmp_path)
+    expected = f"under the symlink {link} .*open {tmp_path / 'real' / 'db' / 'x.sqlite3'} instead$"
+    with pytest.raises(InsecurePathError, match=expected):
+        MemoryStore.open_path(link / "db" / "x.sqlite3", settings)
+    with pytest.raises(InsecurePathError, match=expected):
+        MemoryStore.reinitialize_path(link / "db" / "x.sqlite3", confirm=True)
+    assert walk(tmp_path) == before
+
+
+def test_the_cli_refuses_a_home_under_a_symlinked_parent_in_one_line(link: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("EMELEX_HOME", str(link / "home"))
+    before = walk(tmp_path)
+    for args in (["memory", "reinit", "--yes"], ["models", "install", "--default"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+        assert result.output.startswith(f"error: Emelex Home {link / 'home'} is under the symlink {link}")
+    assert walk(tmp_path) == before
