@@ -51,6 +51,10 @@ class ConfirmationRequiredError(StoreError):
     """A destructive action needs explicit confirmation: repeat it with the confirmation flag."""
 
 
+class StoreClosedError(StoreError):
+    """The `MemoryStore` was closed: open it again before using it."""
+
+
 # --- Sessions and workspaces ------------------------------------------------
 
 

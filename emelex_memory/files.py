@@ -58,6 +58,11 @@ def check_private_dir(path: Path) -> os.stat_result:
         st = os.lstat(path)
     except FileNotFoundError:
         raise InsecurePathError(f"directory {path} does not exist; create it (mode 0700) or use another path") from None
+    return check_dir_stat(path, st)
+
+
+def check_dir_stat(path: Path, st: os.stat_result) -> os.stat_result:
+    """`check_private_dir` of a directory already stat'ed (an `lstat`, or the `fstat` of an open descriptor)."""
     if stat.S_ISLNK(st.st_mode):
         raise InsecurePathError(f"{path} is a symlink; Emelex only uses real directories: replace it with a directory")
     if not stat.S_ISDIR(st.st_mode):

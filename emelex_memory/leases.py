@@ -177,7 +177,8 @@ class SessionLease:
             last_id = conn.last_insert_rowid()
             ids = tuple(range(last_id - len(rows) + 1, last_id + 1))
             if linked:
-                link_turn_assets(conn, store.asset_dir, rowid, last_seq + 1, linked, now)
+                with store._asset_folder() as folder:
+                    link_turn_assets(conn, folder, rowid, last_seq + 1, linked, now)
         new_seq = last_seq + len(rows)
         self._cursor = new_seq
         return AppendedTurn(turn, last_seq + 1, new_seq, ids)

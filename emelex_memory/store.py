@@ -16,6 +16,7 @@ from .assets import asset_dir_for
 from .assets_store import AssetStoreMixin
 from .compaction import CompactionMixin
 from .deletion import DeletionMixin
+from .directories import Directory
 from .distillation import DistillationMixin
 from .errors import InvalidInputError, LeaseHeldError, SessionNotFoundError, WorkspaceReplacedError
 from .files import check_home, check_no_symlinks, ensure_private_dir
@@ -101,7 +102,16 @@ class MemoryStore(
     """One open Emelex database. Thread-safe; use it as a context manager or call `close()`."""
 
     def __init__(self, conn: apsw.Connection, path: Path, settings: Settings, clock: Clock = time.time) -> None:
-        """Wrap an already opened and migrated connection; use `open` or `open_path` instead."""
+        """Wrap an already opened and migrated connection (closing it if this fails); use `open` or `open_path`.
+
+        Opens the database's directory and keeps its descriptor until
+        `close()`: asset files are reached through it, never by path.
+        """
+        try:
+            self._dir = Directory.open(path.parent)
+        except BaseException:
+            conn.close()
+            raise
         self._conn = conn
         self.path = path
         self.settings = settings
@@ -179,6 +189,7 @@ class MemoryStore(
         """Close the connection. Leases taken through this store stay durable until released or expired."""
         with self._lock:
             self._conn.close()
+            self._dir.close()
 
     def __enter__(self) -> MemoryStore:
         return self

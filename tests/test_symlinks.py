@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import InsecurePathError, MemoryStore, Settings, UnsafeModelPathError
+from emelex_memory import InsecurePathError, MemoryStore, NewEvent, Settings, StoreClosedError, UnsafeModelPathError
 from emelex_workers.cli import app
 from emelex_workers.models import ModelManager
 
@@ -134,3 +134,67 @@ def test_the_cli_refuses_a_home_under_a_symlinked_parent_in_one_line(link: Path,
         assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
         assert result.output.startswith(f"error: Emelex Home {link / 'home'} is under the symlink {link}")
     assert walk(tmp_path) == before
+
+
+# -- the asset folder while a store is open ----------------------------------------------------------------------
+
+
+def _decoy(root: Path, asset_folder: str) -> Path:
+    """A private directory laid out like a database directory, with an old orphan-looking file in its asset folder."""
+    (root / asset_folder / "tmp").mkdir(mode=0o700, parents=True)
+    os.chmod(root, 0o700)
+    os.chmod(root / asset_folder, 0o700)
+    bait = root / asset_folder / ("0" * 64)
+    bait.write_bytes(b"not the store's")
+    os.chmod(bait, 0o600)
+    os.utime(bait, (1, 1))
+    return root
+
+
+@pytest.mark.parametrize("standard", [False, True], ids=["open_path", "standard"])
+def test_swapping_a_parent_of_the_asset_folder_for_a_symlink_redirects_nothing(
+    tmp_path: Path, settings: Settings, workspace: Path, standard: bool
+) -> None:
+    if not standard:
+        (tmp_path / "db").mkdir(mode=0o700)
+    store = MemoryStore.open(settings) if standard else MemoryStore.open_path(tmp_path / "db" / "x.sqlite3", settings)
+    with store:
+        first = store.put_asset(b"first asset", "text/plain")
+        parent = store.path.parent
+        decoy = _decoy(tmp_path / "decoy", store.asset_dir.name)
+        before = walk(decoy)
+        moved = tmp_path / "moved"
+        os.rename(parent, moved)  # the store's real directory lives on under another name ...
+        os.symlink(decoy, parent)  # ... and its old name now leads elsewhere
+        second = store.put_asset(b"second asset", "text/plain")
+        assert store.read_asset(first) == b"first asset" and store.read_asset(second) == b"second asset"
+        with store.open_asset(second) as reader:
+            assert reader.read() == b"second asset"
+        session = store.create_session(workspace)
+        with store.acquire_lease(session.id, workspace) as lease:
+            lease.replay()
+            lease.append_turn([NewEvent("user", {"text": "look"}, assets=(first, second))])
+        assert store.verify_assets().problems == []
+        report = store.collect_assets(grace_s=0)
+        assert report.strays == [] and report.removed_orphans == 0
+        assert walk(decoy) == before
+        assert sorted(os.listdir(moved / store.asset_dir.name)) == sorted([first.digest, second.digest, "tmp"])
+
+
+def test_a_symlink_in_place_of_the_asset_folder_is_refused_while_open(store: MemoryStore, tmp_path: Path) -> None:
+    ref = store.put_asset(b"kept", "text/plain")
+    decoy = _decoy(tmp_path / "decoy", "assets") / "assets"
+    before = walk(decoy)
+    os.rename(store.asset_dir, tmp_path / "real-assets")
+    os.symlink(decoy, store.asset_dir)
+    for call in (lambda: store.put_asset(b"new", "text/plain"), lambda: store.read_asset(ref), store.collect_assets):
+        with pytest.raises(InsecurePathError, match="is a symlink"):
+            call()
+    assert walk(decoy) == before
+
+
+def test_a_closed_store_refuses_to_put_an_asset(store: MemoryStore) -> None:
+    store.put_asset(b"x", "text/plain")
+    store.close()
+    with pytest.raises(StoreClosedError, match="was closed"):
+        store.put_asset(b"y", "text/plain")
