@@ -51,6 +51,10 @@ class ConfirmationRequiredError(StoreError):
     """A destructive action needs explicit confirmation: repeat it with the confirmation flag."""
 
 
+class NoStoreError(StoreError):
+    """There is no store here yet (nothing to read): it is created on first use, e.g. by the first Session."""
+
+
 class StoreClosedError(StoreError):
     """The `MemoryStore` was closed: open it again before using it."""
 

@@ -23,7 +23,7 @@ from .files import check_home, check_no_symlinks, ensure_private_dir
 from .knowledge import KnowledgeMixin
 from .leases import SessionLease, holder_label, new_token, token_digest
 from .model_refs import ModelRefMixin
-from .opening import deleted_error, open_database, reinitialize_database
+from .opening import check_missing_database, open_database, reinitialize_database
 from .queue import JobQueueMixin
 from .retention import MaintenanceMixin
 from .sessions import SESSION_COLUMNS, Session, WorkspaceIdentity, session_from_row
@@ -123,39 +123,50 @@ class MemoryStore(
     # -- opening --------------------------------------------------------------
 
     @classmethod
-    def open(cls, settings: Settings | None = None, *, clock: Clock = time.time) -> MemoryStore:
+    def open(cls, settings: Settings | None = None, *, create: bool = True, clock: Clock = time.time) -> MemoryStore:
         """Open the standard database `<Emelex Home>/memory/emelex.sqlite3`, creating it on first use only.
 
         Home and its `memory/` directory are created mode 0700 when missing
         and must otherwise be ours and not group/world-writable. Raises a
         `StoreError` subclass when anything is unsafe or the database of an
-        existing store is missing.
+        existing store is missing. With `create=False` (for commands that
+        only read) a Home without a store raises `NoStoreError` and nothing
+        at all is created.
         """
         settings = settings or Settings()
-        check_home(settings.home_dir)
-        ensure_private_dir(settings.home_dir)
-        marker = settings.home_dir / STORE_MARKER
-        if os.path.lexists(marker) and not os.path.lexists(settings.memory_dir):
-            raise deleted_error(settings.database_path)  # checked before memory/ is created again
+        home = settings.home_dir
+        check_home(home)
+        marker = home / STORE_MARKER
+        database = settings.database_path
+        evidence = (asset_dir_for(database),)
+        if not os.path.lexists(settings.memory_dir):  # checked before Home or memory/ is created
+            check_missing_database(database, create=create, where=home, marker=marker, evidence=evidence)
+        ensure_private_dir(home)
         ensure_private_dir(settings.memory_dir)
         conn = open_database(
-            settings.database_path,
-            busy_timeout_ms=settings.busy_timeout_ms,
-            marker=marker,
-            evidence=(asset_dir_for(settings.database_path),),
+            database, busy_timeout_ms=settings.busy_timeout_ms, marker=marker, evidence=evidence, create=create,
+            where=home,
         )
-        return cls(conn, settings.database_path, settings, clock)
+        return cls(conn, database, settings, clock)
 
     @classmethod
     def open_path(
-        cls, path: str | os.PathLike[str], settings: Settings | None = None, *, clock: Clock = time.time
+        cls,
+        path: str | os.PathLike[str],
+        settings: Settings | None = None,
+        *,
+        create: bool = True,
+        clock: Clock = time.time,
     ) -> MemoryStore:
-        """Open the database file at `path` (its directory must exist and be private), creating it on first use."""
+        """Open the database file at `path` (its directory must exist and be private), creating it on first use.
+
+        With `create=False` a missing store raises `NoStoreError` and nothing is created.
+        """
         settings = settings or Settings()
         path = Path(os.path.abspath(path))
         _check_database_path(path)
         conn = open_database(
-            path, busy_timeout_ms=settings.busy_timeout_ms, evidence=(asset_dir_for(path),)
+            path, busy_timeout_ms=settings.busy_timeout_ms, evidence=(asset_dir_for(path),), create=create
         )
         return cls(conn, path, settings, clock)
 

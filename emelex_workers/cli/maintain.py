@@ -36,7 +36,7 @@ def maintain(
     Every step is capped (`maintain_batch`); run again while it says more remains. Never touches live
     leases or pinned Knowledge. Retention periods are settings (see docs/knowledge.md).
     """
-    with MemoryStore.open(ctx.find_root().obj) as store:
+    with MemoryStore.open(ctx.find_root().obj, create=False) as store:
         report = store.maintain(vacuum=vacuum, dry_run=dry_run)
     if as_json:
         typer.echo(json.dumps(dataclasses.asdict(report)))
