@@ -15,7 +15,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -71,7 +71,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
 class Settings(BaseSettings):
     """Every tunable of Emelex Memory, with safe defaults."""
 
-    model_config = SettingsConfigDict(env_prefix="EMELEX_", extra="forbid")
+    # An empty EMELEX_* variable counts as unset, as it does for finding config.toml (`_home_from`).
+    model_config = SettingsConfigDict(env_prefix="EMELEX_", extra="forbid", env_ignore_empty=True)
 
     home: Path = Field(default=Path("~/.emelex"), description="Emelex Home; the database lives in <home>/memory.")
     busy_timeout_ms: int = Field(default=5000, ge=0, le=600_000, description="Bounded SQLite busy wait.")
@@ -131,6 +132,13 @@ class Settings(BaseSettings):
     work_max_seconds: float = Field(
         default=3600.0, gt=0, le=86_400, description="Seconds after which a worker run claims no further job."
     )
+
+    @field_validator("home", mode="before")
+    @classmethod
+    def _home_not_empty(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("home must not be empty (leave it out for the default, ~/.emelex)")
+        return value
 
     @model_validator(mode="after")
     def _caps_fit(self) -> Settings:

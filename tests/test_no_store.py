@@ -1,6 +1,6 @@
 """A refused open creates nothing, and reading where no store exists says so instead of creating one: a deleted
 database keeps its sidecar absent, an explicit store deleted with its sidecar stays refused, read-only commands
-on a fresh Home report "no store yet" (the worker idles quietly)."""
+on a fresh Home report "no store yet" (the worker idles quietly), and an empty EMELEX_* variable counts as unset."""
 
 from __future__ import annotations
 
@@ -144,3 +144,26 @@ def test_work_on_a_fresh_home_is_an_idle_run_that_creates_nothing(tmp_path: Path
     else:
         assert result.output == ""
     assert _state(tmp_path) == before
+
+
+# -- empty EMELEX_* variables -----------------------------------------------------------------------------------
+
+
+def test_an_empty_emelex_home_counts_as_unset(tmp_path: Path, workspace: Path, monkeypatch) -> None:
+    user_home = tmp_path / "user"
+    (user_home / ".emelex").mkdir(parents=True, mode=0o700)
+    (user_home / ".emelex" / "config.toml").write_text("busy_timeout_ms = 1234\n")
+    monkeypatch.setenv("HOME", str(user_home))
+    monkeypatch.setenv("EMELEX_HOME", "")
+    monkeypatch.setenv("EMELEX_BUSY_TIMEOUT_MS", "")  # empty: the config.toml value applies, not an error
+    monkeypatch.chdir(workspace)
+    settings = Settings()
+    assert settings.home_dir == user_home / ".emelex" and settings.busy_timeout_ms == 1234
+    result = CliRunner().invoke(app, ["memory", "sessions", "list"])
+    assert result.exit_code == 1 and f"no store at {user_home / '.emelex'} yet" in result.output
+    assert os.listdir(workspace) == []
+
+
+def test_an_empty_home_argument_is_refused(monkeypatch) -> None:
+    with pytest.raises(ValueError, match="home must not be empty"):
+        Settings(home="")
