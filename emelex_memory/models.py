@@ -172,10 +172,16 @@ def snapshot_mutation_lock(home: Path, *, timeout_s: float) -> Iterator[None]:
 
     Install, bind (through its database commit) and remove all take it, so a
     check and the mutation it guards cannot interleave across processes.
-    Waits at most `timeout_s`, then raises `SnapshotLockTimeoutError`.
+    Waits at most `timeout_s`, then raises `SnapshotLockTimeoutError`. A
+    lock file that is a symlink or not a private regular file (or an unsafe
+    Home) raises `UnsafeModelPathError`.
     """
-    ensure_private_dir(home)
-    fd = open_private_file(home / LOCK_NAME, os.O_RDWR)
+    try:
+        check_home(home)
+        ensure_private_dir(home)
+        fd = open_private_file(home / LOCK_NAME, os.O_RDWR)
+    except InsecurePathError as exc:  # a model problem: the worker releases the job and stops
+        raise UnsafeModelPathError(str(exc)) from None
     try:
         try:
             tenacity.Retrying(
