@@ -175,7 +175,7 @@ def open_database(
         check_missing_database(database, create=create, where=where, marker=marker, evidence=evidence)
     with open_lock(database) as fd:
         marked = _marked(fd)
-        existed = marked or any(os.path.lexists(p) for p in (*evidence, *([marker] if marker else [])))
+        existed = marked or store_evidence(database, marker=marker, evidence=evidence) is not None
         st = check_private_file(database, what="database")
         side_files = _check_side_files(database)
         if st is None:
