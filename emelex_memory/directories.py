@@ -15,7 +15,6 @@ import errno
 import os
 from pathlib import Path
 
-from .errors import InsecurePathError
 from .files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, check_dir_stat
 
 if not {os.open, os.link, os.unlink, os.stat, os.mkdir} <= os.supports_dir_fd or os.scandir not in os.supports_fd:
