@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import apsw
 
 from .assets import AssetRef, check_digest, check_media_kind
 from .assets_files import verify_file
+from .assets_folder import AssetFolder
 from .errors import AssetError, AssetMismatchError, AssetNotFoundError, FileSystemError, InvalidInputError
 
 _ENTRY_COLUMNS = "digest, size, media_kind, links, created_at, touched_at"
@@ -187,7 +187,7 @@ def totals(conn: apsw.Connection) -> AssetTotals:
 
 
 def verify_page(
-    conn: apsw.Connection, folder: Path, cursor: str | None, limit: int, max_hash_bytes: int
+    conn: apsw.Connection, folder: AssetFolder, cursor: str | None, limit: int, max_hash_bytes: int
 ) -> AssetVerification:
     """Re-hash the files of up to `limit` entries after `cursor`, stopping before `max_hash_bytes` (one file at least).
 
@@ -226,11 +226,13 @@ def verify_page(
     return AssetVerification(checked, hashed, problems, None if done or last is None else f"{last[0]}:{last[1]}")
 
 
-def _check_group(conn: apsw.Connection, folder: Path, digest: str, size: int, group: list[tuple]) -> str | None:
+def _check_group(
+    conn: apsw.Connection, folder: AssetFolder, digest: str, size: int, group: list[tuple]
+) -> str | None:
     if any(r[2] != size for r in group):
         return f"catalog entries disagree on the size ({sorted({r[2] for r in group})})"
     try:
-        verify_file(folder / digest, digest, size)
+        verify_file(folder.require(), digest, size)
     except (AssetError, FileSystemError) as exc:
         still = conn.execute("SELECT 1 FROM assets WHERE digest = ?", (digest,)).fetchone()
         return str(exc) if still else None

@@ -5,12 +5,13 @@ A write streams its source into a fresh mode-0600 file in the asset folder's
 an exclusive `flock` on it for as long as it exists (collection skips locked
 files), hashing as it goes and stopping at the cap. Reads open the digest-named
 file without following symlinks and check type, owner, mode, size and SHA-256
-before handing out a byte.
+before handing out a byte. Every file is reached by name through the open
+`Directory` of its folder (see `directories.py`), never by a path, so a folder
+or parent swapped for a symlink cannot redirect a write or a read.
 """
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import hashlib
 import io
@@ -22,7 +23,8 @@ from os import geteuid  # imported by name so tests can pretend to be another us
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import AssetMissingError, AssetTamperedError, AssetTooLargeError, InvalidAssetError
+from .directories import Directory
+from .errors import AssetMissingError, AssetTamperedError, AssetTooLargeError, InsecurePathError, InvalidAssetError
 from .files import PRIVATE_FILE_MODE, describe_mode
 from .io_errors import file_error
 
@@ -92,41 +94,45 @@ def _chunks(data: AssetSource, cap: int) -> Iterator[memoryview]:
 
 
 class TempAsset:
-    """A fully written, fsynced and flock-held temporary file; `discard()` removes it and drops the lock."""
+    """A fully written, fsynced and flock-held temporary file `name` in the folder `tmp`; `discard()` removes it
+    and drops the lock."""
 
-    def __init__(self, path: Path, fd: int, digest: str, size: int) -> None:
-        self.path = path
+    def __init__(self, tmp: Directory, name: str, fd: int, digest: str, size: int) -> None:
+        self.tmp = tmp
+        self.name = name
         self.fd = fd
         self.digest = digest
         self.size = size
 
+    @property
+    def path(self) -> Path:
+        """Where the file is, for messages."""
+        return self.tmp.path / self.name
+
     def discard(self) -> None:
         """Unlink the temporary file (if still there), then close it, which releases the flock."""
         try:
-            os.unlink(self.path)
+            self.tmp.unlink(self.name)
         except FileNotFoundError:
             pass
-        except OSError as exc:
-            raise file_error(exc, self.path, "removing the temporary asset file") from exc
         finally:
             os.close(self.fd)
 
 
-def write_temp(tmp_dir: Path, data: AssetSource, cap: int) -> TempAsset:
-    """Stream `data` into a new locked temporary file in `tmp_dir`, hashing it and enforcing `cap`.
+def write_temp(tmp: Directory, data: AssetSource, cap: int) -> TempAsset:
+    """Stream `data` into a new locked temporary file in the folder `tmp`, hashing it and enforcing `cap`.
 
     Raises `AssetTooLargeError` past the cap, `InvalidAssetError` for a bad
     source, and `AssetTamperedError` if the name is taken (e.g. a planted
     symlink); on any error the temporary file is gone.
     """
-    path = tmp_dir / temp_name()
+    name = temp_name()
+    path = tmp.path / name
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+        fd = tmp.open_file(name, os.O_RDWR | os.O_CREAT | os.O_EXCL)
     except FileExistsError:
         raise AssetTamperedError(f"temporary asset file {path} already exists (planted?); remove it") from None
-    except OSError as exc:
-        raise file_error(exc, path, "creating the temporary asset file") from exc
-    temp = TempAsset(path, fd, "", 0)
+    temp = TempAsset(tmp, name, fd, "", 0)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -190,31 +196,31 @@ def _check_stat(st: os.stat_result, digest: str, size: int, path: Path) -> None:
         raise _tampered(digest, path, f"holds {st.st_size} bytes, expected {size}")
 
 
-def stat_asset(path: Path, digest: str, size: int) -> os.stat_result:
-    """Cheap check of an asset file without reading it: type, owner, mode and size. Raises typed errors."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+def stat_asset(folder: Directory, digest: str, size: int) -> os.stat_result:
+    """Cheap check of the asset file `digest` in `folder` without reading it: type, owner, mode and size.
+
+    Raises typed errors."""
+    path = folder.path / digest
+    st = folder.stat(digest)
+    if st is None:
         raise AssetMissingError(
             f"asset {digest} is catalogued but its file {path} is missing; put the same bytes again or restore a backup"
-        ) from None
-    except OSError as exc:
-        raise file_error(exc, path, "inspecting the asset file") from exc
+        )
     _check_stat(st, digest, size, path)
     return st
 
 
-def open_checked(path: Path, digest: str, size: int) -> io.FileIO:
-    """Open an asset file without following symlinks and check type, owner, mode and size (not yet the hash)."""
+def open_checked(folder: Directory, digest: str, size: int) -> io.FileIO:
+    """Open the asset file `digest` in `folder` without following symlinks or blocking, and check type, owner,
+    mode and size (not yet the hash)."""
+    path = folder.path / digest
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = folder.open_file(digest, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError as exc:
-        stat_asset(path, digest, size)  # raises AssetMissingError
+        stat_asset(folder, digest, size)  # raises AssetMissingError
         raise file_error(exc, path, "opening the asset file") from exc  # it reappeared meanwhile
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise _tampered(digest, path, "is a symlink") from None
-        raise file_error(exc, path, "opening the asset file") from exc
+    except InsecurePathError:  # the name is a symlink (`O_NOFOLLOW`)
+        raise _tampered(digest, path, "is a symlink") from None
     file = io.FileIO(fd, "rb", closefd=True)
     try:
         _check_stat(os.fstat(fd), digest, size, path)
@@ -254,16 +260,20 @@ def check_content(file: io.FileIO, digest: str, size: int, path: Path) -> None:
         raise _tampered(digest, path, "does not hash to its name (corrupted or replaced content)")
 
 
-def verify_file(path: Path, digest: str, size: int) -> os.stat_result:
-    """Fully verify an asset file (type, owner, mode, size, SHA-256); return its stat. Raises typed errors."""
-    with open_checked(path, digest, size) as file:
-        check_content(file, digest, size, path)
+def verify_file(folder: Directory, digest: str, size: int) -> os.stat_result:
+    """Fully verify the asset file `digest` in `folder` (type, owner, mode, size, SHA-256); return its stat.
+
+    Raises typed errors."""
+    with open_checked(folder, digest, size) as file:
+        check_content(file, digest, size, folder.path / digest)
         return os.fstat(file.fileno())
 
 
-def read_verified(path: Path, digest: str, size: int) -> bytes:
-    """Read a whole asset file, returning its bytes only if every check and the SHA-256 pass."""
-    with open_checked(path, digest, size) as file:
+def read_verified(folder: Directory, digest: str, size: int) -> bytes:
+    """Read the whole asset file `digest` in `folder`, returning its bytes only if every check and the SHA-256
+    pass."""
+    path = folder.path / digest
+    with open_checked(folder, digest, size) as file:
         data = b"".join(_read_exactly(file, size, digest, path))
     if hashlib.sha256(data).hexdigest() != digest:
         raise _tampered(digest, path, "does not hash to its name (corrupted or replaced content)")

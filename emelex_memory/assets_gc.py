@@ -43,9 +43,10 @@ from pathlib import Path
 
 import apsw
 
-from .assets import TEMP_MIN_AGE_S, temp_dir_of
+from .assets import TEMP_MIN_AGE_S
 from .assets_files import TEMP_SUFFIX
-from .files import check_private_dir, fsync_dir
+from .directories import Directory
+from .errors import FileSystemError, InsecurePathError
 
 MAX_STRAYS = 20
 _SCAN_KEY = "asset_scan_after"  # store_meta: the orphan scan resumes after this file name
@@ -121,7 +122,7 @@ def collect_entries(
 
 def remove_unnamed_files(
     conn: apsw.Connection,
-    folder: Path,
+    folder: Directory,
     names: list[str],
     report: AssetCollection,
     *,
@@ -139,25 +140,29 @@ def remove_unnamed_files(
     for name in names:
         if conn.execute("SELECT 1 FROM assets WHERE digest = ?", (name,)).fetchone():
             continue
-        if _remove_file(folder / name, report, min_age=min_age, now=now):
+        if _remove_file(folder, name, report, min_age=min_age, now=now):
             removed += 1
     if removed:
-        fsync_dir(folder)
+        folder.fsync()
     return removed
 
 
-def _remove_file(path: Path, report: AssetCollection, *, min_age: float | None = None, now: float = 0.0) -> bool:
+def _remove_file(
+    folder: Directory, name: str, report: AssetCollection, *, min_age: float | None = None, now: float = 0.0
+) -> bool:
     """Remove a regular file we own (older than `min_age`, if given); report anything else as a stray."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+    st = folder.stat(name)
+    if st is None:
         return False
     if not stat.S_ISREG(st.st_mode) or st.st_uid != geteuid():
-        report._stray(path)
+        report._stray(folder.path / name)
         return False
     if min_age is not None and _age(st, now) < min_age:
         return False
-    os.unlink(path)
+    try:
+        folder.unlink(name)
+    except FileNotFoundError:
+        return False  # removed by someone else since the stat
     report.removed_files += 1
     report.freed_bytes += st.st_size
     return True
@@ -191,19 +196,18 @@ def save_scan_position(conn: apsw.Connection, key: str, position: str) -> None:
     )
 
 
-def _digest_names(folder: Path, report: AssetCollection) -> Iterator[str]:
+def _digest_names(folder: Directory, report: AssetCollection) -> Iterator[str]:
     """Stream the digest-named entries of an asset folder, reporting unexpected names as strays."""
-    with os.scandir(folder) as entries:
-        for entry in entries:
-            if _HEX_NAME.match(entry.name):
-                yield entry.name
-            elif entry.name != "tmp":
-                report._stray(folder / entry.name)
+    for name in folder.names():
+        if _HEX_NAME.match(name):
+            yield name
+        elif name != "tmp":
+            report._stray(folder.path / name)
 
 
 def collect_orphans(
     conn: apsw.Connection,
-    folder: Path,
+    folder: Directory,
     now: float,
     grace_s: float,
     limit: int,
@@ -219,18 +223,18 @@ def collect_orphans(
     report.removed_orphans += remove_unnamed_files(conn, folder, names, report, min_age=grace_s, now=now)
 
 
-def _temp_names(tmp: Path, report: AssetCollection) -> Iterator[str]:
+def _temp_names(tmp: Directory, report: AssetCollection) -> Iterator[str]:
     """Stream the temporary-file names of a `tmp/` folder, reporting other names as strays."""
-    with os.scandir(tmp) as entries:
-        for entry in entries:
-            if entry.name.endswith(TEMP_SUFFIX):
-                yield entry.name
-            else:
-                report._stray(tmp / entry.name)
+    for name in tmp.names():
+        if name.endswith(TEMP_SUFFIX):
+            yield name
+        else:
+            report._stray(tmp.path / name)
 
 
-def collect_temps(conn: apsw.Connection, folder: Path, now: float, limit: int, report: AssetCollection) -> str | None:
-    """Examine the next `limit` temporary files after the saved scan position; return the new position to save.
+def collect_temps(conn: apsw.Connection, tmp: Directory, now: float, limit: int, report: AssetCollection) -> str | None:
+    """Examine the next `limit` temporary files of the open `tmp/` folder after the saved scan position; return
+    the new position to save.
 
     Removes those older than one hour that no writer holds locked. Young and
     locked files are passed over and the position moves on, so later calls
@@ -238,29 +242,23 @@ def collect_temps(conn: apsw.Connection, folder: Path, now: float, limit: int, r
     decides); the caller saves the returned position (None: unchanged) with
     `save_scan_position(conn, TEMP_SCAN_KEY, position)`.
     """
-    tmp = temp_dir_of(folder)
-    if not os.path.lexists(tmp):
-        return None
-    check_private_dir(tmp)
     batch, position = _next_batch(conn, TEMP_SCAN_KEY, _temp_names(tmp, report), limit, report)
     for name in batch:
-        path = tmp / name
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
+        st = tmp.stat(name)
+        if st is None:
             continue
         if not stat.S_ISREG(st.st_mode) or st.st_uid != geteuid():
-            report._stray(path)
+            report._stray(tmp.path / name)
         elif _age(st, now) >= TEMP_MIN_AGE_S:
-            _remove_unlocked(path, st, report)
+            _remove_unlocked(tmp, name, st, report)
     return position
 
 
-def _remove_unlocked(path: Path, st: os.stat_result, report: AssetCollection) -> None:
+def _remove_unlocked(tmp: Directory, name: str, st: os.stat_result, report: AssetCollection) -> None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return  # gone, or replaced by something we do not open
+        fd = tmp.open_file(name, os.O_RDONLY | os.O_NONBLOCK)
+    except (FileNotFoundError, FileSystemError, InsecurePathError):
+        return  # gone, or replaced by something we do not open (a symlink, a socket)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -268,12 +266,14 @@ def _remove_unlocked(path: Path, st: os.stat_result, report: AssetCollection) ->
             report.skipped_locked += 1
             return
         held = os.fstat(fd)
-        try:
-            named = os.lstat(path)
-        except FileNotFoundError:
+        named = tmp.stat(name)
+        if named is None:
             return
         if (held.st_dev, held.st_ino) == (st.st_dev, st.st_ino) == (named.st_dev, named.st_ino):
-            os.unlink(path)
+            try:
+                tmp.unlink(name)
+            except FileNotFoundError:
+                return  # removed by another collector meanwhile
             report.removed_temp += 1
             report.freed_bytes += held.st_size
     finally:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import apsw
@@ -19,6 +18,7 @@ import apsw
 from .assets import MAX_ASSETS_PER_EVENT, MAX_REPLAY_MEDIA_BYTES, AssetRef
 from .assets_catalog import check_catalogued
 from .assets_files import stat_asset
+from .assets_folder import AssetFolder
 from .errors import (
     AssetLinkMismatchError,
     AssetMediaCapError,
@@ -55,7 +55,7 @@ def turn_assets(events: Sequence[NewEvent]) -> list[tuple[int, tuple[AssetRef, .
 
 def link_turn_assets(
     conn: apsw.Connection,
-    folder: Path,
+    folder: AssetFolder,
     session_rowid: int,
     first_seq: int,
     linked: list[tuple[int, tuple[AssetRef, ...]]],
@@ -72,7 +72,7 @@ def link_turn_assets(
         seq = first_seq + position
         for ref in refs:
             check_catalogued(conn, ref, "; nothing was written")
-            stat_asset(folder / ref.digest, ref.digest, ref.size)
+            stat_asset(folder.require(), ref.digest, ref.size)
         conn.execute(
             "UPDATE events SET asset_refs = ? WHERE session_id = ? AND seq = ?",
             (_encode(refs), session_rowid, seq),

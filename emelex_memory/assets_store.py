@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-import os
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -17,7 +17,6 @@ from .assets import (
     asset_dir_for,
     check_digest,
     check_media_kind,
-    temp_dir_of,
 )
 from .assets_catalog import (
     MAX_ENTRY_BYTES,
@@ -32,6 +31,7 @@ from .assets_catalog import (
     totals,
     verify_page,
 )
+from .assets_folder import AssetFolder
 from .assets_files import (
     AssetSource,
     TempAsset,
@@ -52,14 +52,15 @@ from .assets_gc import (
     remove_unnamed_files,
     save_scan_position,
 )
+from .directories import Directory
 from .errors import (
     AssetMissingError,
     CommitOutcomeUnknownError,
     InvalidAssetError,
     InvalidInputError,
+    StoreClosedError,
 )
-from .files import check_private_dir, ensure_private_dir, fsync_dir
-from .io_errors import commit_unknown, file_error, translating
+from .io_errors import commit_unknown, translating
 from .settings import Settings
 
 DEFAULT_VERIFY_BYTES = 1024 * 1024 * 1024  # bytes re-hashed by one `verify_assets` page
@@ -74,19 +75,21 @@ class AssetStoreMixin:
     _write: Callable[[], AbstractContextManager[apsw.Connection]]
     _read: Callable[[], AbstractContextManager[apsw.Connection]]
     _page_limits: Callable[..., tuple[int, int]]
+    _lock: threading.RLock
+    _dir: Directory
 
     @property
     def asset_dir(self) -> Path:
         """This database's asset folder: `memory/assets` for the standard database, else `<name>.assets` beside it."""
         return asset_dir_for(self.path)
 
-    def _asset_folder(self) -> Path | None:
-        """The checked asset folder, or None if it was never created."""
-        folder = self.asset_dir
-        if not os.path.lexists(folder):
-            return None
-        check_private_dir(folder)
-        return folder
+    def _asset_folder(self, *, create: bool = False, tmp: bool = False) -> AssetFolder:
+        """Open the asset folder (and, with `tmp`, its `tmp/`) for one operation, through the descriptor of the
+        database's directory held since the store was opened; close it when done. See `AssetFolder.open`."""
+        with self._lock:  # not while `close()` closes the directory
+            if self._dir.fd < 0:
+                raise StoreClosedError(f"the store {self.path} was closed; open it again")
+            return AssetFolder.open(self._dir, self.asset_dir, create=create, tmp=tmp)
 
     # -- writing --------------------------------------------------------------
 
@@ -108,74 +111,67 @@ class AssetStoreMixin:
         entry may or may not be durable; putting the bytes again is safe.
         """
         check_media_kind(media_kind)
-        folder = self.asset_dir
-        ensure_private_dir(folder)
-        ensure_private_dir(temp_dir_of(folder))
-        temp = write_temp(temp_dir_of(folder), data, MAX_ASSET_BYTES)
-        try:
-            ref = AssetRef(temp.digest, temp.size, media_kind)
-            final = folder / ref.digest
-            seen = self._existing(final, ref)  # hash an existing file before taking the write lock
+        with self._asset_folder(create=True, tmp=True) as folder:
+            files, tmp = folder.require(), folder.tmp
+            assert tmp is not None  # created with the folder
+            temp = write_temp(tmp, data, MAX_ASSET_BYTES)
             try:
-                with self._write() as conn:
-                    self._publish(temp, final, ref, seen)
-                    now = self.clock()
-                    conn.execute(
-                        "INSERT INTO assets (digest, media_kind, size, created_at, touched_at) VALUES (?, ?, ?, ?, ?) "
-                        "ON CONFLICT (digest, media_kind) DO UPDATE SET "
-                        "touched_at = max(touched_at, excluded.touched_at)",
-                        (ref.digest, ref.media_kind, ref.size, now, now),
-                    )
-            except CommitOutcomeUnknownError as exc:
-                raise commit_unknown(
-                    exc.detail, self.path, f"asset {ref.digest} ({ref.media_kind})",
-                    "put the same bytes again; put_asset is idempotent",
-                ) from exc.__cause__
-        finally:
-            temp.discard()
+                ref = AssetRef(temp.digest, temp.size, media_kind)
+                seen = self._existing(files, ref)  # hash an existing file before taking the write lock
+                try:
+                    with self._write() as conn:
+                        self._publish(temp, files, ref, seen)
+                        now = self.clock()
+                        conn.execute(
+                            "INSERT INTO assets (digest, media_kind, size, created_at, touched_at) "
+                            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (digest, media_kind) DO UPDATE SET "
+                            "touched_at = max(touched_at, excluded.touched_at)",
+                            (ref.digest, ref.media_kind, ref.size, now, now),
+                        )
+                except CommitOutcomeUnknownError as exc:
+                    raise commit_unknown(
+                        exc.detail, self.path, f"asset {ref.digest} ({ref.media_kind})",
+                        "put the same bytes again; put_asset is idempotent",
+                    ) from exc.__cause__
+            finally:
+                temp.discard()
         return ref
 
     @staticmethod
-    def _existing(final: Path, ref: AssetRef) -> tuple[int, ...] | None:
+    def _existing(files: Directory, ref: AssetRef) -> tuple[int, ...] | None:
         try:
-            return signature(verify_file(final, ref.digest, ref.size))
+            return signature(verify_file(files, ref.digest, ref.size))
         except AssetMissingError:
             return None
 
     @staticmethod
-    def _publish(temp: TempAsset, final: Path, ref: AssetRef, seen: tuple[int, ...] | None) -> None:
+    def _publish(temp: TempAsset, files: Directory, ref: AssetRef, seen: tuple[int, ...] | None) -> None:
         """Under the write lock: link the temporary file to its digest name, or re-check the file already there."""
         for _ in range(2):
             try:
-                os.link(temp.path, final, follow_symlinks=False)
+                temp.tmp.link(temp.name, files, ref.digest)
             except FileExistsError:
-                try:
-                    current = os.lstat(final)
-                except FileNotFoundError:
+                current = files.stat(ref.digest)
+                if current is None:
                     continue  # removed by hand between the two calls: link again
-                except OSError as exc:
-                    raise file_error(exc, final, "inspecting the asset file") from exc
                 if signature(current) != seen:
-                    verify_file(final, ref.digest, ref.size)
+                    verify_file(files, ref.digest, ref.size)
                 return
-            except OSError as exc:
-                raise file_error(exc, final, "publishing the asset file") from exc
-            fsync_dir(final.parent)
+            files.fsync()
             return
-        raise AssetMissingError(f"asset file {final} keeps disappearing while being published; check what removes it")
+        raise AssetMissingError(
+            f"asset file {files.path / ref.digest} keeps disappearing while being published; check what removes it"
+        )
 
     # -- reading --------------------------------------------------------------
 
-    def _catalogued(self, ref: AssetRef) -> Path:
-        """Check `ref` against the catalog; return the path of its file."""
+    def _catalogued(self, ref: AssetRef) -> AssetFolder:
+        """Check `ref` against the catalog; return the open asset folder holding its file (close it)."""
         if not isinstance(ref, AssetRef):
             raise InvalidAssetError(f"expected an AssetRef, got {type(ref).__name__}")
         with self._read() as conn:
             check_catalogued(conn, ref)
-        folder = self._asset_folder()
-        if folder is None:
-            raise AssetMissingError(f"asset folder {self.asset_dir} is missing; restore it from a backup")
-        return folder / ref.digest
+        return self._asset_folder()
 
     def read_asset(self, ref: AssetRef) -> bytes:
         """Return an asset's bytes after checking its catalog entry, file type, owner, mode, size and SHA-256.
@@ -184,8 +180,8 @@ class AssetStoreMixin:
         does not hold, `AssetMissingError` for a missing file and
         `AssetTamperedError` (naming the asset) for any other mismatch.
         """
-        path = self._catalogued(ref)
-        return read_verified(path, ref.digest, ref.size)
+        with self._catalogued(ref) as folder:
+            return read_verified(folder.require(), ref.digest, ref.size)
 
     def open_asset(self, ref: AssetRef) -> VerifiedAssetReader:
         """Open an asset as a binary stream, fully verified like `read_asset` before it is returned.
@@ -193,8 +189,9 @@ class AssetStoreMixin:
         The stream re-hashes what it reads; if the file changed after opening,
         the read that reaches the end raises `AssetTamperedError`.
         """
-        path = self._catalogued(ref)
-        file = open_checked(path, ref.digest, ref.size)
+        with self._catalogued(ref) as folder:
+            file = open_checked(folder.require(), ref.digest, ref.size)
+        path = self.asset_dir / ref.digest
         try:
             check_content(file, ref.digest, ref.size, path)
             file.seek(0)
@@ -258,10 +255,7 @@ class AssetStoreMixin:
         budget = DEFAULT_VERIFY_BYTES if max_hash_bytes is None else max_hash_bytes
         if type(budget) is not int or budget < 1:
             raise InvalidInputError(f"max_hash_bytes must be a positive integer, got {max_hash_bytes!r}")
-        folder = self.asset_dir
-        if os.path.lexists(folder):
-            check_private_dir(folder)
-        with self._read() as conn:
+        with self._asset_folder() as folder, self._read() as conn:
             return verify_page(conn, folder, cursor, limit, budget)
 
     # -- collection -------------------------------------------------------------
@@ -300,22 +294,21 @@ class AssetStoreMixin:
         if targets is not None and len(targets) > limit:
             raise InvalidInputError(f"at most limit={limit} digests per call, got {len(targets)}")
         report = AssetCollection()
-        folder = self._asset_folder()
         now = self.clock()
-        with self._read() as conn:  # holds the store's lock across the steps
+        with self._asset_folder(tmp=True) as folder, self._read() as conn:  # holds the store's lock across the steps
             nested = conn.in_transaction
             with self._write() as conn:
                 emptied = collect_entries(conn, now - grace_s, limit, targets, report)
             if nested:
                 report.deferred_files += len(emptied)
                 return report
-            if folder is None:
+            if folder.files is None:
                 return report
             with self._write() as conn:  # the deletion has committed: the files are orphans now
-                remove_unnamed_files(conn, folder, emptied, report)
-                collect_orphans(conn, folder, now, grace_s, limit, targets, report)
-            if targets is None:
-                position = collect_temps(conn, folder, now, limit, report)
+                remove_unnamed_files(conn, folder.files, emptied, report)
+                collect_orphans(conn, folder.files, now, grace_s, limit, targets, report)
+            if targets is None and folder.tmp is not None:
+                position = collect_temps(conn, folder.tmp, now, limit, report)
                 if position is not None:
                     with self._write() as conn:
                         save_scan_position(conn, TEMP_SCAN_KEY, position)
@@ -325,13 +318,13 @@ class AssetStoreMixin:
         """After the commit that deleted the last catalog entries of `digests`: remove their files, bounded per
         transaction, re-checking under the write lock that no entry names them again (see `assets_gc`)."""
         report = AssetCollection()
-        folder = self._asset_folder()
-        if folder is None:
-            return report
-        step = self.settings.max_page_items
-        for i in range(0, len(digests), step):
-            with self._write() as conn:
-                remove_unnamed_files(conn, folder, digests[i : i + step], report)
+        with self._asset_folder() as folder:
+            if folder.files is None:
+                return report
+            step = self.settings.max_page_items
+            for i in range(0, len(digests), step):
+                with self._write() as conn:
+                    remove_unnamed_files(conn, folder.files, digests[i : i + step], report)
         return report
 
 

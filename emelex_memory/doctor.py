@@ -158,8 +158,9 @@ def diagnose(settings: Settings | None = None, *, database: Path | None = None) 
     """Check Home, file modes, pragmas, connection settings, schema version, integrity and contents of the standard
     (or given) database.
 
-    Opening follows the normal rules, so a fresh Home gets its store created
-    and a deleted database is reported, not recreated. Never raises for the
+    Opens without creating: a Home (or path) without a store is reported as
+    a failed "open" check and nothing is created; a deleted database is
+    reported, not recreated. Never raises for the
     problems it finds (unsafe files, a damaged or foreign database, ...):
     each becomes a failed check, and the file checks run even when the
     database cannot be opened.
@@ -170,7 +171,9 @@ def diagnose(settings: Settings | None = None, *, database: Path | None = None) 
     report.facts["home"] = str(settings.home_dir)
     report.facts["database"] = str(db)
     try:
-        store = MemoryStore.open_path(db, settings) if database else MemoryStore.open(settings)
+        store = (
+            MemoryStore.open_path(db, settings, create=False) if database else MemoryStore.open(settings, create=False)
+        )
     except _PROBLEMS as exc:
         report.add("open", False, _describe(exc))
         _check_files(report, settings, db, database is None)

@@ -68,6 +68,14 @@ class ConfirmationRequiredError(StoreError):
     """A destructive action needs explicit confirmation: repeat it with the confirmation flag."""
 
 
+class NoStoreError(StoreError):
+    """There is no store here yet (nothing to read): it is created on first use, e.g. by the first Session."""
+
+
+class StoreClosedError(StoreError):
+    """The `MemoryStore` was closed: open it again before using it."""
+
+
 class FileSystemError(StoreError):
     """A file or directory Emelex uses cannot be read or written: apply the remedy the message names."""
 
@@ -342,6 +350,10 @@ class ModelInUseError(ModelError):
 
 class SnapshotLockTimeoutError(ModelError):
     """Another process held the Home-wide snapshot-mutation lock too long: wait for it to finish, then retry."""
+
+
+class UnsafeModelPathError(ModelError, InsecurePathError):
+    """`<Home>/models` or the snapshot-mutation lock is a symlink, not yours or not private: fix it as it says."""
 
 
 class PluginError(EmelexError):

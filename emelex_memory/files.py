@@ -22,6 +22,37 @@ def describe_mode(st: os.stat_result) -> str:
     return f"{stat.S_IMODE(st.st_mode):04o}"
 
 
+def check_no_symlinks(path: Path, *, what: str, fix: str) -> None:
+    """Refuse an absolute `path` when any existing component of it, itself included, is a symlink.
+
+    SQLite's `SQLITE_OPEN_NOFOLLOW` refuses a symlink anywhere in a
+    database's path, and Emelex never follows one: check before anything
+    is created. Raises `InsecurePathError` naming the symlink and ending
+    with `fix`, a format string whose `{real}` becomes the path with every
+    symlink resolved (e.g. "set EMELEX_HOME to {real}" gives "set
+    EMELEX_HOME to /private/tmp/home" where /tmp is a symlink). Components
+    that do not exist yet end the check.
+    """
+    current = Path(path.anchor)
+    for part in path.parts[1:]:
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        if stat.S_ISLNK(st.st_mode):
+            where = "is a symlink" if current == path else f"is under the symlink {current}"
+            raise InsecurePathError(
+                f"{what} {path} {where} (to {os.readlink(current)}); Emelex never follows symlinks: "
+                + fix.format(real=os.path.realpath(path))
+            )
+
+
+def check_home(home: Path) -> None:
+    """Refuse an Emelex Home that is, or lies under, a symlink (see `check_no_symlinks`)."""
+    check_no_symlinks(home, what="Emelex Home", fix="set EMELEX_HOME to {real}")
+
+
 def check_private_dir(path: Path) -> os.stat_result:
     """Verify `path` is a real directory owned by the current user and not group/world-writable.
 
@@ -33,6 +64,11 @@ def check_private_dir(path: Path) -> os.stat_result:
         raise InsecurePathError(f"directory {path} does not exist; create it (mode 0700) or use another path") from None
     except OSError as exc:
         raise file_error(exc, path, "inspecting it") from exc
+    return check_dir_stat(path, st)
+
+
+def check_dir_stat(path: Path, st: os.stat_result) -> os.stat_result:
+    """`check_private_dir` of a directory already stat'ed (an `lstat`, or the `fstat` of an open descriptor)."""
     if stat.S_ISLNK(st.st_mode):
         raise InsecurePathError(f"{path} is a symlink; Emelex only uses real directories: replace it with a directory")
     if not stat.S_ISDIR(st.st_mode):
@@ -106,15 +142,17 @@ def create_private_file(path: Path) -> None:
 def open_private_file(path: Path, flags: int) -> int:
     """Open (creating 0600 if absent) a private file without following symlinks; verify it; return the fd.
 
-    A file it creates is made durable: its directory is fsynced after the creation.
+    Opened non-blocking, so a FIFO or device at `path` is refused instead of blocking the open. A file it
+    creates is made durable: its directory is fsynced after the creation.
     """
+    flags |= os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     created = True
     try:
         try:
-            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+            fd = os.open(path, flags | os.O_EXCL, PRIVATE_FILE_MODE)
         except FileExistsError:  # a symlink too: the open below refuses it
             created = False
-            fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+            fd = os.open(path, flags, PRIVATE_FILE_MODE)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise InsecurePathError(f"{path} is a symlink; Emelex never follows them: remove it") from None

@@ -212,7 +212,8 @@ class SessionLease:
                 last_id = conn.last_insert_rowid()
                 ids = tuple(range(last_id - len(rows) + 1, last_id + 1))
                 if linked:
-                    link_turn_assets(conn, store.asset_dir, rowid, last_seq + 1, linked, now)
+                    with store._asset_folder() as folder:
+                        link_turn_assets(conn, folder, rowid, last_seq + 1, linked, now)
         except CommitOutcomeUnknownError as exc:
             self._replayed = False  # the cursor check makes the retry safe once the holder has looked again
             raise commit_unknown(

@@ -13,11 +13,10 @@ long as its Session: deleting the Session (or retention doing so) releases it.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import InvalidInputError, ModelInUseError
+from .errors import InvalidInputError, ModelInUseError, NoStoreError
 from .models import InstalledModel, revalidate, snapshot_mutation_lock
 from .settings import Settings
 
@@ -161,9 +160,12 @@ class MemorySnapshotReferenceGuard:
     database references.
 
     Lazy: the database is opened on the first check, not at construction,
-    and never created: a Home that has no store yet (no database and no
-    store sidecar) has no references. A store whose database was deleted
-    fails closed (`DatabaseDeletedError`). Call `close()` when done.
+    and never created: a Home where no store was ever created has no
+    references. A store whose database was deleted fails closed
+    (`DatabaseDeletedError`), judged by the same evidence the opener uses
+    (`opening.store_evidence`: the marked sidecar, `<Home>/.memory-store`,
+    the asset folder), so a deleted but restorable store keeps its
+    references. Call `close()` when done.
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -186,14 +188,12 @@ class MemorySnapshotReferenceGuard:
 
     def _open(self) -> MemoryStore | None:
         if self._store is None:
-            from .opening import sidecar_path  # both import migrations, which imports this module
-            from .store import MemoryStore
+            from .store import MemoryStore  # it imports migrations, which imports this module
 
-            database = self.settings.database_path
-            if not os.path.lexists(database) and not os.path.lexists(sidecar_path(database)):
+            try:
+                self._store = MemoryStore.open(self.settings, create=False)
+            except NoStoreError:
                 return None
-
-            self._store = MemoryStore.open(self.settings)
         return self._store
 
     def close(self) -> None:

@@ -47,8 +47,9 @@ from .errors import (
     ModelNotInstalledError,
     ModelTamperedError,
     SnapshotLockTimeoutError,
+    UnsafeModelPathError,
 )
-from .files import PRIVATE_FILE_MODE, check_private_dir, ensure_private_dir, fsync_dir, open_private_file
+from .files import PRIVATE_FILE_MODE, check_home, check_private_dir, ensure_private_dir, fsync_dir, open_private_file
 from .io_errors import file_error, translating
 from .jsonbound import encode_canonical
 
@@ -129,8 +130,31 @@ class SnapshotReferenceGuard(Protocol):
 
 
 def models_dir(home: Path) -> Path:
-    """`<home>/models`, where installed snapshots live."""
+    """`<home>/models`, where installed snapshots live (the bare path; access it through `models_root`)."""
     return home / MODELS_DIRNAME
+
+
+def models_root(home: Path, *, create: bool = False) -> Path | None:
+    """`<home>/models` once checked, without following symlinks, to be a private directory of yours under a
+    private Home; every access to installed models goes through here.
+
+    Returns None when it does not exist, unless `create` (then Home and it
+    are created mode 0700). Raises `UnsafeModelPathError` for a symlink,
+    another owner or a group/world-writable directory.
+    """
+    root = models_dir(home)
+    try:
+        check_home(home)
+        if create:
+            ensure_private_dir(home)
+            ensure_private_dir(root)
+        elif not os.path.lexists(root):
+            return None
+        check_private_dir(home)
+        check_private_dir(root)
+    except InsecurePathError as exc:
+        raise UnsafeModelPathError(str(exc)) from None
+    return root
 
 
 def check_model_name(name: object) -> str:
@@ -149,10 +173,16 @@ def snapshot_mutation_lock(home: Path, *, timeout_s: float) -> Iterator[None]:
 
     Install, bind (through its database commit) and remove all take it, so a
     check and the mutation it guards cannot interleave across processes.
-    Waits at most `timeout_s`, then raises `SnapshotLockTimeoutError`.
+    Waits at most `timeout_s`, then raises `SnapshotLockTimeoutError`. A
+    lock file that is a symlink or not a private regular file (or an unsafe
+    Home) raises `UnsafeModelPathError`.
     """
-    ensure_private_dir(home)
-    fd = open_private_file(home / LOCK_NAME, os.O_RDWR)
+    try:
+        check_home(home)
+        ensure_private_dir(home)
+        fd = open_private_file(home / LOCK_NAME, os.O_RDWR)
+    except InsecurePathError as exc:  # a model problem: the worker releases the job and stops
+        raise UnsafeModelPathError(str(exc)) from None
     try:
         try:
             tenacity.Retrying(
@@ -177,9 +207,13 @@ def snapshot_mutation_lock(home: Path, *, timeout_s: float) -> Iterator[None]:
 
 
 def open_regular(path: Path, *, what: str) -> int:
-    """Open an existing regular file read-only without following a symlink; return the fd."""
+    """Open an existing regular file read-only without following a symlink; return the fd.
+
+    Opened non-blocking, so a FIFO or device planted at `path` is refused
+    (`ModelTamperedError`) instead of blocking the open.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         raise ModelTamperedError(f"{what} {path} is missing; remove and reinstall the model") from None
     except OSError as exc:
@@ -324,11 +358,12 @@ def _valid_file(f: ModelFile) -> bool:
 def read_installed(home: Path, name: str) -> InstalledModel:
     """Read the installed model `name` from its manifest (no hashing); raise `ModelNotInstalledError` if absent."""
     check_model_name(name)
-    directory = models_dir(home) / name
-    if not os.path.lexists(directory):
+    root = models_root(home)
+    if root is None or not os.path.lexists(root / name):
         raise ModelNotInstalledError(
             f"no model {name!r} is installed under {home}; see `emelex models list`, or `emelex models install`"
         )
+    directory = root / name
     try:
         check_private_dir(directory)
     except InsecurePathError as exc:
@@ -340,10 +375,9 @@ def read_installed(home: Path, name: str) -> InstalledModel:
 @translating("listing the installed models", lambda home: models_dir(home))
 def installed_names(home: Path) -> list[str]:
     """Names of the snapshot directories under `<home>/models`, sorted; at most `MAX_MODELS` of them."""
-    root = models_dir(home)
-    if not os.path.lexists(root):
+    root = models_root(home)
+    if root is None:
         return []
-    check_private_dir(root)
     names = []
     with os.scandir(root) as entries:
         for entry in entries:

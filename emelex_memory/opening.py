@@ -6,7 +6,10 @@ store existed, so that a reopen which finds its database missing (or emptied)
 fails closed instead of recreating it: the sidecar (its name starts with a dot
 so `rm emelex.sqlite3*` does not take it too), an optional marker file
 elsewhere (the standard store keeps `<Home>/.memory-store`, which survives
-`rm -rf <Home>/memory`), and the store's asset folder.
+`rm -rf <Home>/memory`), and the store's asset folder, created with the store
+(so `rm db .db.lock` leaves it behind). `store_evidence` finds them; the
+removal guard of model snapshots asks the same question through an open
+that does not create. A refused open creates nothing, not even the sidecar.
 """
 
 from __future__ import annotations
@@ -27,10 +30,18 @@ from .errors import (
     DatabaseDeletedError,
     DatabaseEmptiedError,
     InsecurePathError,
+    NoStoreError,
     NotAnEmelexDatabaseError,
     StoreExistsError,
 )
-from .files import check_private_dir, check_private_file, create_private_file, fsync_dir, open_private_file
+from .files import (
+    check_private_dir,
+    check_private_file,
+    create_private_file,
+    ensure_private_dir,
+    fsync_dir,
+    open_private_file,
+)
 from .io_errors import translating
 from .migrations import check_compatible, migrate
 
@@ -106,32 +117,75 @@ def deleted_error(database: Path) -> DatabaseDeletedError:
     )
 
 
+def store_evidence(database: Path, *, marker: Path | None = None, evidence: tuple[Path, ...] = ()) -> Path | None:
+    """The first trace found, without following symlinks, that a store was created for `database`: its marked
+    sidecar, the `marker` file, or one of the `evidence` paths (its asset folder); None when there is none.
+
+    The database file itself is not evidence: this answers "did a store
+    exist here" for a database that may be gone."""
+    try:
+        if os.lstat(sidecar_path(database)).st_size > 0:
+            return sidecar_path(database)
+    except FileNotFoundError:
+        pass
+    return next((p for p in (*([marker] if marker else []), *evidence) if os.path.lexists(p)), None)
+
+
+def check_missing_database(
+    database: Path, *, create: bool, where: Path | None = None, marker: Path | None = None,
+    evidence: tuple[Path, ...] = (),
+) -> None:
+    """For a `database` that does not exist: raise `DatabaseDeletedError` when a store existed there (see
+    `store_evidence`), `NoStoreError` (naming `where`, default the database) when none did and not `create`;
+    otherwise return, and the caller may create it."""
+    if store_evidence(database, marker=marker, evidence=evidence) is not None:
+        raise deleted_error(database)
+    if not create:
+        raise NoStoreError(
+            f"no store at {where or database} yet: it is created on first use (the first Session, or "
+            "`emelex memory knowledge remember`); nothing was created"
+        )
+
+
 @translating("opening the store", lambda database, **_: database)
 def open_database(
-    database: Path, *, busy_timeout_ms: int, marker: Path | None = None, evidence: tuple[Path, ...] = ()
+    database: Path,
+    *,
+    busy_timeout_ms: int,
+    marker: Path | None = None,
+    evidence: tuple[Path, ...] = (),
+    create: bool = True,
+    where: Path | None = None,
 ) -> apsw.Connection:
-    """Open (creating on first use) and migrate the database at `database`; return a hardened connection.
+    """Open (creating on first use, if `create`) and migrate the database at `database`; return a hardened
+    connection.
 
     The parent directory must be private (see `files.check_private_dir`);
     the file and its WAL side files must be ours with mode 0600. `marker` is
     an extra private file recorded when the store is created; it and the
-    paths in `evidence` (the asset folder) prove that a store existed. A
-    store that existed here but lost its database raises
-    `DatabaseDeletedError` and creates nothing. A failing disk or file system
-    raises its typed error (`io_errors.translating`), naming the file.
+    directories in `evidence` (the asset folder, created with the store)
+    prove that a store existed. A store that existed here but lost its
+    database raises `DatabaseDeletedError`; without `create`, a missing
+    store raises `NoStoreError` (naming `where`, default `database`). A
+    refused open creates nothing, not even the lock sidecar. A failing disk
+    or file system raises its typed error (`io_errors.translating`), naming
+    the file.
     """
     check_private_dir(database.parent)
     check_private_file(database, what="database")  # refuse before the lock sidecar is created
     if marker is not None:
         check_private_file(marker, what="store marker")
+    if not os.path.lexists(database):
+        check_missing_database(database, create=create, where=where, marker=marker, evidence=evidence)
     with open_lock(database) as fd:
         marked = _marked(fd)
-        existed = marked or any(os.path.lexists(p) for p in (*evidence, *([marker] if marker else [])))
+        existed = marked or store_evidence(database, marker=marker, evidence=evidence) is not None
         st = check_private_file(database, what="database")
         side_files = _check_side_files(database)
         if st is None:
             if existed:
                 raise deleted_error(database)
+            check_missing_database(database, create=create, where=where)
             if side_files:
                 raise InsecurePathError(
                     f"{side_files[0]} is left over from a database that is gone; move it away before creating one"
@@ -149,6 +203,9 @@ def open_database(
                 _record_marker(marker, database)
             if not marked:
                 _mark(fd)
+            if create:
+                for folder in evidence:  # evidence that outlives `rm <db> .<db>.lock`
+                    ensure_private_dir(folder)
         except BaseException:
             conn.close()
             raise

@@ -8,23 +8,26 @@ nothing deeper in the code reads the environment.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    TomlConfigSettingsSource,
 )
 
 from .errors import SettingsFileError
 from .io_errors import file_error
 
 MiB = 1024 * 1024
+MAX_CONFIG_BYTES = MiB  # config.toml is read whole; a larger one is refused
 
 
 def _home_from(init: dict[str, Any]) -> Path:
@@ -32,10 +35,49 @@ def _home_from(init: dict[str, Any]) -> Path:
     return Path(raw).expanduser()
 
 
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The settings table of the TOML file `path`, or {} when there is none.
+
+    Opened without following a symlink and without blocking, and read only
+    when it is a regular file of at most `MAX_CONFIG_BYTES`; anything else
+    (a symlink, a FIFO, too large, not UTF-8 TOML) raises `SettingsFileError`.
+    A file the operating system fails to open or read raises its typed error
+    (`io_errors.file_error`), naming the file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SettingsFileError(
+                f"{path} is a symlink; Emelex never follows symlinks in its Home: replace it with the file it points to"
+            ) from None
+        raise file_error(exc, path, "reading the settings file") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise SettingsFileError(f"{path} is not a regular file; replace it with a TOML file or remove it")
+        chunks, size = [], 0
+        while size <= MAX_CONFIG_BYTES and (chunk := os.read(fd, MAX_CONFIG_BYTES + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise file_error(exc, path, "reading the settings file") from exc
+    finally:
+        os.close(fd)
+    if size > MAX_CONFIG_BYTES:
+        raise SettingsFileError(f"{path} is larger than {MAX_CONFIG_BYTES} bytes; shorten it")
+    try:
+        return tomllib.loads(b"".join(chunks).decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsFileError(f"{path} is not valid TOML ({exc}); fix or remove it") from None
+
+
 class Settings(BaseSettings):
     """Every tunable of Emelex Memory, with safe defaults."""
 
-    model_config = SettingsConfigDict(env_prefix="EMELEX_", extra="forbid")
+    # An empty EMELEX_* variable counts as unset, as it does for finding config.toml (`_home_from`).
+    model_config = SettingsConfigDict(env_prefix="EMELEX_", extra="forbid", env_ignore_empty=True)
 
     home: Path = Field(default=Path("~/.emelex"), description="Emelex Home; the database lives in <home>/memory.")
     busy_timeout_ms: int = Field(default=5000, ge=0, le=600_000, description="Bounded SQLite busy wait.")
@@ -96,6 +138,13 @@ class Settings(BaseSettings):
         default=3600.0, gt=0, le=86_400, description="Seconds after which a worker run claims no further job."
     )
 
+    @field_validator("home", mode="before")
+    @classmethod
+    def _home_not_empty(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("home must not be empty (leave it out for the default, ~/.emelex)")
+        return value
+
     @model_validator(mode="after")
     def _caps_fit(self) -> Settings:
         if self.max_event_bytes > self.page_bytes:
@@ -114,13 +163,7 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Sources in precedence order: arguments, `EMELEX_*` variables, then `<home>/config.toml`."""
-        toml_file = _home_from(init_settings()) / "config.toml"
-        try:
-            toml = TomlConfigSettingsSource(settings_cls, toml_file=toml_file)
-        except tomllib.TOMLDecodeError as exc:
-            raise SettingsFileError(f"{toml_file} is not valid TOML ({exc}); fix or remove it") from None
-        except OSError as exc:
-            raise file_error(exc, toml_file, "reading the settings file") from exc
+        toml = InitSettingsSource(settings_cls, read_config_file(_home_from(init_settings()) / "config.toml"))
         return (init_settings, env_settings, toml)
 
     @property

@@ -16,14 +16,15 @@ from .assets import asset_dir_for
 from .assets_store import AssetStoreMixin
 from .compaction import CompactionMixin
 from .deletion import DeletionMixin
+from .directories import Directory
 from .distillation import DistillationMixin
 from .errors import EmelexError, InvalidInputError, LeaseHeldError, SessionNotFoundError, WorkspaceReplacedError
-from .files import ensure_private_dir
+from .files import check_home, check_no_symlinks, ensure_private_dir
 from .io_errors import IO_ERRORS, commit_unknown, detail_of, sqlite_error
 from .knowledge import KnowledgeMixin
 from .leases import SessionLease, holder_label, new_token, token_digest
 from .model_refs import ModelRefMixin
-from .opening import deleted_error, open_database, reinitialize_database
+from .opening import check_missing_database, open_database, reinitialize_database
 from .queue import JobQueueMixin
 from .retention import MaintenanceMixin
 from .sessions import SESSION_COLUMNS, Session, WorkspaceIdentity, session_from_row
@@ -146,6 +147,10 @@ class _WriteTransaction(_ReadAccess):
         )
 
 
+def _check_database_path(path: Path) -> None:
+    check_no_symlinks(path, what="database", fix="open {real} instead")
+
+
 class MemoryStore(
     ModelRefMixin,
     KnowledgeMixin,
@@ -159,7 +164,16 @@ class MemoryStore(
     """One open Emelex database. Thread-safe; use it as a context manager or call `close()`."""
 
     def __init__(self, conn: apsw.Connection, path: Path, settings: Settings, clock: Clock = time.time) -> None:
-        """Wrap an already opened and migrated connection; use `open` or `open_path` instead."""
+        """Wrap an already opened and migrated connection (closing it if this fails); use `open` or `open_path`.
+
+        Opens the database's directory and keeps its descriptor until
+        `close()`: asset files are reached through it, never by path.
+        """
+        try:
+            self._dir = Directory.open(path.parent)
+        except BaseException:
+            conn.close()
+            raise
         self._conn = conn
         self.path = path
         self.settings = settings
@@ -171,37 +185,50 @@ class MemoryStore(
     # -- opening --------------------------------------------------------------
 
     @classmethod
-    def open(cls, settings: Settings | None = None, *, clock: Clock = time.time) -> MemoryStore:
+    def open(cls, settings: Settings | None = None, *, create: bool = True, clock: Clock = time.time) -> MemoryStore:
         """Open the standard database `<Emelex Home>/memory/emelex.sqlite3`, creating it on first use only.
 
         Home and its `memory/` directory are created mode 0700 when missing
         and must otherwise be ours and not group/world-writable. Raises a
         `StoreError` subclass when anything is unsafe or the database of an
-        existing store is missing.
+        existing store is missing. With `create=False` (for commands that
+        only read) a Home without a store raises `NoStoreError` and nothing
+        at all is created.
         """
         settings = settings or Settings()
-        ensure_private_dir(settings.home_dir)
-        marker = settings.home_dir / STORE_MARKER
-        if os.path.lexists(marker) and not os.path.lexists(settings.memory_dir):
-            raise deleted_error(settings.database_path)  # checked before memory/ is created again
+        home = settings.home_dir
+        check_home(home)
+        marker = home / STORE_MARKER
+        database = settings.database_path
+        evidence = (asset_dir_for(database),)
+        if not os.path.lexists(settings.memory_dir):  # checked before Home or memory/ is created
+            check_missing_database(database, create=create, where=home, marker=marker, evidence=evidence)
+        ensure_private_dir(home)
         ensure_private_dir(settings.memory_dir)
         conn = open_database(
-            settings.database_path,
-            busy_timeout_ms=settings.busy_timeout_ms,
-            marker=marker,
-            evidence=(asset_dir_for(settings.database_path),),
+            database, busy_timeout_ms=settings.busy_timeout_ms, marker=marker, evidence=evidence, create=create,
+            where=home,
         )
-        return cls(conn, settings.database_path, settings, clock)
+        return cls(conn, database, settings, clock)
 
     @classmethod
     def open_path(
-        cls, path: str | os.PathLike[str], settings: Settings | None = None, *, clock: Clock = time.time
+        cls,
+        path: str | os.PathLike[str],
+        settings: Settings | None = None,
+        *,
+        create: bool = True,
+        clock: Clock = time.time,
     ) -> MemoryStore:
-        """Open the database file at `path` (its directory must exist and be private), creating it on first use."""
+        """Open the database file at `path` (its directory must exist and be private), creating it on first use.
+
+        With `create=False` a missing store raises `NoStoreError` and nothing is created.
+        """
         settings = settings or Settings()
         path = Path(os.path.abspath(path))
+        _check_database_path(path)
         conn = open_database(
-            path, busy_timeout_ms=settings.busy_timeout_ms, evidence=(asset_dir_for(path),)
+            path, busy_timeout_ms=settings.busy_timeout_ms, evidence=(asset_dir_for(path),), create=create
         )
         return cls(conn, path, settings, clock)
 
@@ -209,6 +236,7 @@ class MemoryStore(
     def reinitialize(settings: Settings | None = None, *, confirm: bool = False) -> list[Path]:
         """Allow the standard database to be created anew after it was deleted; see `reinitialize_path`."""
         settings = settings or Settings()
+        check_home(settings.home_dir)
         ensure_private_dir(settings.home_dir)
         ensure_private_dir(settings.memory_dir)
         return reinitialize_database(
@@ -227,12 +255,14 @@ class MemoryStore(
         them) and returns where they went.
         """
         path = Path(os.path.abspath(path))
+        _check_database_path(path)
         return reinitialize_database(path, confirm=confirm, asset_dir=asset_dir_for(path))
 
     def close(self) -> None:
         """Close the connection. Leases taken through this store stay durable until released or expired."""
         with self._lock:
             self._conn.close()
+            self._dir.close()
 
     def __enter__(self) -> MemoryStore:
         return self

@@ -31,7 +31,7 @@ from emelex_memory import (
     Settings,
     SnapshotReferenceGuard,
 )
-from emelex_memory.files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, ensure_private_dir, fsync_dir
+from emelex_memory.files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, fsync_dir
 from emelex_memory.io_errors import translating
 from emelex_memory.models import (
     CHUNK,
@@ -43,6 +43,7 @@ from emelex_memory.models import (
     is_gguf,
     manifest_bytes,
     models_dir,
+    models_root,
     read_installed,
     revalidate,
     snapshot_mutation_lock,
@@ -170,13 +171,12 @@ class ModelManager:
         """
         source = Path(os.path.abspath(path))
         name = check_model_name(name) if name is not None else name_from_path(source)
-        root = models_dir(self.home)
-        if os.path.lexists(root / name):
+        root = models_root(self.home)
+        if root is not None and os.path.lexists(root / name):
             raise ModelExistsError(f"a model named {name!r} is already installed; choose another --name or remove it")
         fd = self._open_source(source)
         try:
-            ensure_private_dir(self.home)
-            ensure_private_dir(root)
+            root = models_root(self.home, create=True)
             temp = root / f".tmp-{uuid.uuid4().hex}"
             os.mkdir(temp, PRIVATE_DIR_MODE)
         except BaseException:
@@ -211,7 +211,7 @@ class ModelManager:
     @staticmethod
     def _open_source(source: Path) -> int:
         try:
-            fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO must not block the open
         except OSError as exc:
             raise InvalidModelError(f"cannot read model file {source}: {exc.strerror}") from None
         if not stat.S_ISREG(os.fstat(fd).st_mode) or not is_gguf(fd):
@@ -296,7 +296,7 @@ class ModelManager:
         with self._lock():
             model = read_installed(self.home, name)
             self.guard.check_removable(model)
-            root = models_dir(self.home)
+            root = model.directory.parent  # `<Home>/models`, just checked by read_installed
             doomed = root / f".removing-{uuid.uuid4().hex}"
             os.rename(model.directory, doomed)  # one atomic step: the name is gone, never half-deleted
             fsync_dir(root)

@@ -106,3 +106,13 @@ def file_state(directory: Path) -> dict[str, tuple[int, int, str]]:
         digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() and not p.is_symlink() else ""
         out[name] = (st.st_mode, st.st_size, digest)
     return out
+
+
+def call_path(path: str | os.PathLike[str] | int, dir_fd: int | None = None) -> str | None:
+    """The absolute path an `os` call with `path` (relative to `dir_fd`, if given) acts on, for tests that wrap `os`
+    functions: Emelex reaches asset files by name through directory descriptors. None for a file descriptor."""
+    if isinstance(path, int):
+        return None
+    if dir_fd is None:
+        return os.path.abspath(path)
+    return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), os.fsdecode(path))

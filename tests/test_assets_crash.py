@@ -20,10 +20,10 @@ from pathlib import Path
 import apsw
 import pytest
 
-from emelex_memory import EmelexError, MemoryStore, NewEvent, Settings, StoreIOError, assets_gc
+from emelex_memory import EmelexError, MemoryStore, NewEvent, Settings, StoreIOError
 from emelex_memory.retention import DAY_S
 
-from .conftest import table_rows
+from .conftest import call_path, table_rows
 from .vfs_faults import Fault, FaultyVFS, installed
 
 METHOD = {"sync": "xSync", "write": "xWrite"}
@@ -82,23 +82,29 @@ def _arm(point: str, store: MemoryStore, db: str) -> None:
     elif point in ("before_unlink", "after_unlink"):
         real = os.unlink
 
-        def unlink(path, *args, **kwargs):
-            if Path(path).parent == folder and point == "before_unlink":
+        def unlink(path, *args, dir_fd=None, **kwargs):
+            in_folder = Path(call_path(path, dir_fd)).parent == folder
+            if in_folder and point == "before_unlink":
                 die()
-            real(path, *args, **kwargs)
-            if Path(path).parent == folder:
+            real(path, *args, dir_fd=dir_fd, **kwargs)
+            if in_folder:
                 die()
 
         os.unlink = unlink
     else:
-        real_fsync = assets_gc.fsync_dir
+        real_fsync = os.fsync
 
-        def fsync_dir(path):
-            if Path(path) == folder:
+        def fsync(fd):
+            if _is(fd, folder):
                 die()
-            real_fsync(path)
+            real_fsync(fd)
 
-        assets_gc.fsync_dir = fsync_dir
+        os.fsync = fsync
+
+
+def _is(fd: int, folder: Path) -> bool:
+    """Whether the file descriptor `fd` is open on the directory `folder`."""
+    return os.readlink(f"/proc/self/fd/{fd}") == str(folder)
 
 
 def _collect_and_die(action: str, point: str, db: str, home: str, session_id: str) -> None:
@@ -178,12 +184,16 @@ def test_a_failed_directory_fsync_leaves_no_entry_without_its_file(
 ) -> None:
     store, digests = _old_unreferenced(db_path, home)
 
-    def failing(path):
-        raise OSError(errno.EIO, "injected fsync failure", str(path))
+    real_fsync = os.fsync
 
-    monkeypatch.setattr(assets_gc, "fsync_dir", failing)
+    def failing(fd):
+        if _is(fd, store.asset_dir):
+            raise OSError(errno.EIO, "injected fsync failure")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing)
     with store:
-        with pytest.raises(StoreIOError, match="injected"):  # typed, naming the folder
+        with pytest.raises(StoreIOError, match=f"{store.asset_dir} .*injected"):  # typed, naming the folder
             store.collect_assets()
         assert _entries(db_path) <= _files(store.asset_dir)
         assert store.verify_assets().problems == []

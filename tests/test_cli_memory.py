@@ -31,17 +31,17 @@ def _seed(workspace: Path) -> str:
     return session.id
 
 
-def test_doctor_on_a_fresh_home_is_healthy(home: Path) -> None:
+def test_doctor_on_a_new_store_is_healthy(home: Path) -> None:
+    MemoryStore.open(Settings()).close()
     result = runner.invoke(app, ["memory", "doctor"])
     assert result.exit_code == 0, result.output
     assert "healthy" in result.output and "FAIL" not in result.output
-    assert (home / "memory" / "emelex.sqlite3").exists()
     data = json.loads(runner.invoke(app, ["memory", "doctor", "--json"]).output)
     assert data["healthy"] and data["facts"]["schema_version"] >= 1
 
 
 def test_doctor_reports_a_bad_mode_and_exits_nonzero(home: Path) -> None:
-    runner.invoke(app, ["memory", "doctor"])
+    MemoryStore.open(Settings()).close()
     db = home / "memory" / "emelex.sqlite3"
     os.chmod(db, 0o644)
     result = runner.invoke(app, ["memory", "doctor"])
@@ -111,7 +111,7 @@ def test_malformed_config_toml_is_one_line(home: Path) -> None:
 
 
 def test_doctor_reports_a_deleted_database(home: Path) -> None:
-    runner.invoke(app, ["memory", "doctor"])
+    MemoryStore.open(Settings()).close()
     db = home / "memory" / "emelex.sqlite3"
     os.remove(db)
     result = runner.invoke(app, ["memory", "doctor"])
@@ -148,7 +148,7 @@ def test_doctor_reports_a_corrupt_database(home: Path, workspace: Path) -> None:
 
 
 def test_doctor_reports_a_symlinked_sidecar(home: Path, tmp_path: Path) -> None:
-    runner.invoke(app, ["memory", "doctor"])
+    MemoryStore.open(Settings()).close()
     side = home / "memory" / ".emelex.sqlite3.lock"
     os.remove(side)
     os.symlink(tmp_path / "elsewhere", side)

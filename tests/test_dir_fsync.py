@@ -1,8 +1,8 @@
 """Every directory and file we create is made durable in its parent: the parent is fsynced after the creation.
 
 A recorder wraps `os.mkdir`, `os.open`, `os.link`, `os.rename` and `os.fsync` (the calls every creation here
-goes through) and logs each new directory, file or name and each directory fsync, in order; SQLite's own
-files (WAL, shared memory) are its business.
+goes through, by path or by name relative to a directory descriptor) and logs each new directory, file or name
+and each directory fsync, in order; SQLite's own files (WAL, shared memory) are its business.
 """
 
 from __future__ import annotations
@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 
 from emelex_memory import MemoryStore, Settings
+from emelex_memory.assets_folder import AssetFolder
+from emelex_memory.directories import Directory
 from emelex_memory.files import ensure_private_dir
-from emelex_memory.models import LOCK_NAME, snapshot_mutation_lock
+from emelex_memory.models import LOCK_NAME, models_root, snapshot_mutation_lock
 from emelex_workers.models import ModelManager
 
+from .conftest import call_path
 from .plugin_support import fake_model_file
 
 
@@ -27,24 +30,24 @@ class Recorder:
         self.log: list[tuple[str, str]] = []
         mkdir, open_, fsync, link, rename = os.mkdir, os.open, os.fsync, os.link, os.rename
 
-        def recording_mkdir(path, *args, **kwargs):
-            mkdir(path, *args, **kwargs)
-            self.log.append(("created", os.path.abspath(path)))
+        def recording_mkdir(path, *args, dir_fd=None, **kwargs):
+            mkdir(path, *args, dir_fd=dir_fd, **kwargs)
+            self.log.append(("created", call_path(path, dir_fd)))
 
-        def recording_open(path, flags, *args, **kwargs):
-            new = bool(flags & os.O_CREAT) and not os.path.lexists(path)
-            fd = open_(path, flags, *args, **kwargs)
+        def recording_open(path, flags, *args, dir_fd=None, **kwargs):
+            new = bool(flags & os.O_CREAT) and not os.path.lexists(call_path(path, dir_fd))
+            fd = open_(path, flags, *args, dir_fd=dir_fd, **kwargs)
             if new:
-                self.log.append(("created", os.path.abspath(path)))
+                self.log.append(("created", call_path(path, dir_fd)))
             return fd
 
-        def recording_link(src, dst, *args, **kwargs):
-            link(src, dst, *args, **kwargs)
-            self.log.append(("created", os.path.abspath(dst)))
+        def recording_link(src, dst, *args, dst_dir_fd=None, **kwargs):
+            link(src, dst, *args, dst_dir_fd=dst_dir_fd, **kwargs)
+            self.log.append(("created", call_path(dst, dst_dir_fd)))
 
-        def recording_rename(src, dst, *args, **kwargs):
-            rename(src, dst, *args, **kwargs)
-            self.log.append(("created", os.path.abspath(dst)))
+        def recording_rename(src, dst, *args, dst_dir_fd=None, **kwargs):
+            rename(src, dst, *args, dst_dir_fd=dst_dir_fd, **kwargs)
+            self.log.append(("created", call_path(dst, dst_dir_fd)))
 
         def recording_fsync(fd):
             fsync(fd)
@@ -90,6 +93,21 @@ def test_a_new_store_home_lock_sidecar_and_asset_folders_are_durable(home: Path,
         assert str(path) in created
     # Only the asset's temporary file is not made durable: what counts is its link under the digest name.
     assert recorder.unsynced() == [p for p in created if p.startswith(str(folder / "tmp") + "/")] != []
+
+
+def test_asset_folders_created_through_a_directory_descriptor_are_durable(tmp_path: Path, recorder: Recorder):
+    parent = tmp_path / "db"
+    parent.mkdir(mode=0o700)
+    recorder.log.clear()
+    with Directory.open(parent) as directory:
+        AssetFolder.open(directory, parent / "x.assets", create=True, tmp=True).close()
+    assert recorder.created() == [str(parent / "x.assets"), str(parent / "x.assets" / "tmp")]
+    assert recorder.unsynced() == []
+
+
+def test_models_root_creates_home_and_its_models_folder_durably(home: Path, recorder: Recorder):
+    assert models_root(home, create=True) == home / "models"
+    assert recorder.created() == [str(home), str(home / "models")] and recorder.unsynced() == []
 
 
 def test_the_snapshot_mutation_lock_file_is_durable(home: Path, recorder: Recorder):

@@ -30,7 +30,7 @@ from emelex_memory import (
 from emelex_workers.cli import app
 from emelex_workers.models import ModelManager
 
-from .conftest import file_state, table_rows
+from .conftest import call_path, file_state, table_rows
 from .plugin_support import fake_model_file
 from .test_models_cli_errors import tree
 from .vfs_faults import Fault, FaultyVFS
@@ -40,16 +40,17 @@ Inject = Callable[..., None]
 
 @pytest.fixture
 def os_fault(monkeypatch: pytest.MonkeyPatch) -> Inject:
-    """`os_fault("mkdir", errno.EROFS, under=path)`: make `os.<name>` raise that errno for paths under `under`
-    (for every call when `under` is None, e.g. for functions taking a file descriptor)."""
+    """`os_fault("mkdir", errno.EROFS, under=path)`: make `os.<name>` raise that errno for paths under `under`,
+    given directly or relative to a `dir_fd` (for every call when `under` is None, e.g. for functions taking a file
+    descriptor)."""
 
     def inject(name: str, code: int, *, under: Path | None = None) -> None:
         real = getattr(os, name)
 
         def failing(*args, **kwargs):
-            target = args[0] if args else None
-            if under is None or (isinstance(target, (str, os.PathLike)) and str(target).startswith(str(under))):
-                raise OSError(code, os.strerror(code), None if under is None else str(target))
+            target = call_path(args[0], kwargs.get("dir_fd")) if args and not isinstance(args[0], int) else None
+            if under is None or (target is not None and target.startswith(str(under))):
+                raise OSError(code, os.strerror(code), None if under is None else args[0])  # as os reports it
             return real(*args, **kwargs)
 
         monkeypatch.setattr(os, name, failing)
@@ -164,6 +165,34 @@ def test_an_io_error_reading_an_asset_names_its_file_and_the_doctor(
     with pytest.raises(StoreIOError) as caught:
         store.read_asset(ref)
     _one_line(caught.value, str(store.asset_dir / ref.digest), "dmesg", "emelex memory doctor")
+
+
+def test_a_full_disk_while_publishing_an_asset_names_its_file_and_stores_nothing(
+    store: MemoryStore, db_path: Path, os_fault: Inject
+) -> None:
+    store.put_asset(b"first", "image/png")
+    before, files = table_rows(db_path), file_state(store.asset_dir)
+    os_fault("link", errno.ENOSPC)  # linked by name, relative to the folders' descriptors
+    with pytest.raises(DiskFullError) as caught:
+        store.put_asset(b"second", "image/png")
+    _one_line(caught.value, str(store.asset_dir) + "/", "no space left", "free space")
+    assert table_rows(db_path) == before
+    assert file_state(store.asset_dir) == files and os.listdir(store.asset_dir / "tmp") == []
+
+
+def test_a_denied_unlink_while_collecting_names_the_asset_file_and_leaves_no_entry_without_it(
+    db_path: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch, os_fault: Inject
+) -> None:
+    with MemoryStore.open_path(db_path, settings) as store:
+        ref = store.put_asset(b"unreferenced", "image/png")
+        os_fault("unlink", errno.EACCES, under=store.asset_dir / ref.digest)
+        with pytest.raises(FileAccessDeniedError) as caught:
+            store.collect_assets(grace_s=0)
+        _one_line(caught.value, f"permission denied on {store.asset_dir / ref.digest}")
+        assert os.path.exists(store.asset_dir / ref.digest)  # an orphan now: its entry's deletion committed first
+        monkeypatch.undo()
+        assert store.collect_assets(grace_s=0).removed_orphans == 1
+        assert table_rows(db_path)["assets"] == [] and os.listdir(store.asset_dir) == ["tmp"]
 
 
 def test_a_full_disk_while_installing_a_model_leaves_nothing_behind(

@@ -12,7 +12,7 @@ import apsw
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import MaintenanceError, MemoryStore, NewEvent, Settings, assets_gc
+from emelex_memory import MaintenanceError, MemoryStore, NewEvent, Settings
 from emelex_memory.retention import DAY_S, STEPS
 from emelex_workers.cli import app
 
@@ -26,8 +26,16 @@ def clock() -> Clock:
     return Clock(time.time())
 
 
-def _failing_fsync(path):
-    raise OSError(errno.EIO, "injected fsync failure", str(path))
+def _fail_fsyncs_of(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every fsync of the directory `folder` fail with EIO (until `os.fsync` is restored)."""
+    real = os.fsync
+
+    def failing(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}") == str(folder):
+            raise OSError(errno.EIO, "injected fsync failure")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", failing)
 
 
 def _idle_session_with_asset(store: MemoryStore, workspace: Path, clock: Clock) -> None:
@@ -51,7 +59,7 @@ def test_a_failing_step_is_named_and_the_steps_before_it_stay_done(
 ):
     store = MemoryStore.open_path(db_path, Settings(home=home, session_retention_days=30), clock=clock)
     _idle_session_with_asset(store, workspace, clock)
-    monkeypatch.setattr(assets_gc, "fsync_dir", _failing_fsync)
+    _fail_fsyncs_of(store.asset_dir, monkeypatch)
     with pytest.raises(MaintenanceError, match=r"step 'sessions' failed.*run `emelex memory maintain` again") as err:
         store.maintain()
     report = err.value.report
@@ -96,8 +104,8 @@ def test_cli_maintain_prints_the_completed_steps_when_one_fails(monkeypatch, hom
     conn.execute("UPDATE events SET created_at = created_at - ?", (40 * DAY_S,))
     conn.execute("UPDATE assets SET touched_at = touched_at - ?", (40 * DAY_S,))
     conn.close()
-    real_fsync = assets_gc.fsync_dir
-    monkeypatch.setattr(assets_gc, "fsync_dir", _failing_fsync)
+    real_fsync = os.fsync
+    _fail_fsyncs_of(home / "memory" / "assets", monkeypatch)
     runner = CliRunner()
     result = runner.invoke(app, ["memory", "maintain"])
     assert result.exit_code == 1
@@ -108,6 +116,6 @@ def test_cli_maintain_prints_the_completed_steps_when_one_fails(monkeypatch, hom
     again = runner.invoke(app, ["memory", "maintain", "--json"])  # the Session is gone: now the orphan's removal fails
     assert again.exit_code == 1 and "step 'assets' failed" in again.stderr
     assert json.loads(again.stdout)["steps_completed"] == list(STEPS[:6])
-    monkeypatch.setattr(assets_gc, "fsync_dir", real_fsync)
+    monkeypatch.setattr(os, "fsync", real_fsync)
     done = runner.invoke(app, ["memory", "maintain", "--json"])
     assert done.exit_code == 0 and json.loads(done.stdout)["steps_completed"] == list(STEPS)

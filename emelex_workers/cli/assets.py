@@ -46,7 +46,7 @@ def assets_list(
     as_json: JsonFlag = False,
 ) -> None:
     """List catalogued assets in digest order: digest, media kind, bytes and how many events link each."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         page = store.list_assets(cursor=cursor, limit=limit)
     echo_page(
         "assets", page.assets, page.next_cursor, as_json, as_dict=_entry_dict, empty="no assets",
@@ -62,7 +62,7 @@ def assets_show(
     as_json: JsonFlag = False,
 ) -> None:
     """Show one asset: its catalog entries, its file, whether the file verifies, and the events linking it."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         page = store.asset_entries(digest, limit=SHOWN_ENTRIES)
         entries = page.assets
         if not entries:
@@ -121,7 +121,7 @@ def assets_verify(
     """
     checked = hashed = found = 0
     listed: list[dict] = []
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         while True:
             page = store.verify_assets(cursor=cursor, limit=page_size)
             checked, hashed, found = checked + page.checked, hashed + page.hashed_bytes, found + len(page.problems)

@@ -66,7 +66,7 @@ def jobs_list(
     as_json: JsonFlag = False,
 ) -> None:
     """List jobs, newest first."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         page = store.list_jobs(state=state, kind=kind, session_id=session, cursor=cursor, limit=limit)
     echo_page("jobs", page.jobs, page.next_cursor, as_json, as_dict=job_dict, line=_line, empty="no jobs")
 
@@ -80,7 +80,7 @@ def jobs_failed(
     as_json: JsonFlag = False,
 ) -> None:
     """List terminal jobs (failed, or cancelled) with their diagnostics, newest first."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         page = store.failed_jobs(kind=kind, cursor=cursor, limit=limit)
     echo_page(
         "jobs", page.jobs, page.next_cursor, as_json,
@@ -91,7 +91,7 @@ def jobs_failed(
 @jobs_app.command("retry")
 def jobs_retry(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> None:
     """Reset a failed or cancelled job to pending (same ID and source, failed attempts cleared)."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         done = store.retry_failed_job(job)
     typer.echo(json.dumps(job_dict(done)) if as_json else f"job {done.id} is pending again; a worker will run it")
 
@@ -99,7 +99,7 @@ def jobs_retry(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> No
 @jobs_app.command("cancel")
 def jobs_cancel(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> None:
     """Cancel a pending or claimed job without consuming an attempt; `jobs retry` brings it back."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         done = store.cancel_job(job)
     typer.echo(json.dumps(job_dict(done)) if as_json else f"job {done.id} cancelled")
 
@@ -129,7 +129,7 @@ def compact(
     policy = CompactionPolicy(trigger_ratio=trigger_ratio, target_ratio=target_ratio, preserve_turns=preserve_turns)
     settings = _settings(ctx)
     model = None
-    with MemoryStore.open(settings) as store:
+    with MemoryStore.open(settings, create=False) as store:
         if context_window is not None:
             queued = store.queue_compaction(session, context_window=context_window, policy=policy, force=force)
         else:

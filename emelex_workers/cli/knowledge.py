@@ -91,7 +91,7 @@ def knowledge_list(
     as_json: JsonFlag = False,
 ) -> None:
     """List the workspace's Knowledge by key."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         page = store.recall(workspace, cursor=cursor, limit=limit, include_tombstones=include_forgotten)
     echo_page(
         "entries", page.entries, page.next_cursor, as_json,
@@ -104,7 +104,7 @@ def knowledge_show(
     ctx: typer.Context, key: KeyArg, workspace: WorkspaceOpt = Path("."), as_json: JsonFlag = False
 ) -> None:
     """Show one entry, forgotten or not, with its provenance."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         e = store.get_knowledge(workspace, key)
     if as_json:
         typer.echo(json.dumps(entry_dict(e)))
@@ -128,7 +128,7 @@ def knowledge_history(
     as_json: JsonFlag = False,
 ) -> None:
     """Show an entry's immutable versions, oldest first."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         page = store.knowledge_history(workspace, key, after, limit=limit)
     if as_json:
         versions = [version_dict(v) for v in page.versions]
@@ -159,7 +159,7 @@ def knowledge_remember(
 @knowledge_app.command("pin")
 def knowledge_pin(ctx: typer.Context, key: KeyArg, workspace: WorkspaceOpt = Path(".")) -> None:
     """Pin an entry: automatic distillation and retention leave it alone."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         store.pin(workspace, key)
     typer.echo(f"{key}: pinned")
 
@@ -167,7 +167,7 @@ def knowledge_pin(ctx: typer.Context, key: KeyArg, workspace: WorkspaceOpt = Pat
 @knowledge_app.command("unpin")
 def knowledge_unpin(ctx: typer.Context, key: KeyArg, workspace: WorkspaceOpt = Path(".")) -> None:
     """Unpin an entry."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         store.unpin(workspace, key)
     typer.echo(f"{key}: unpinned")
 
@@ -175,6 +175,6 @@ def knowledge_unpin(ctx: typer.Context, key: KeyArg, workspace: WorkspaceOpt = P
 @knowledge_app.command("forget")
 def knowledge_forget(ctx: typer.Context, key: KeyArg, workspace: WorkspaceOpt = Path(".")) -> None:
     """Forget an entry: appends a tombstone (history stays until `maintain` purges it after the grace period)."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         v = store.forget(workspace, key)
     typer.echo(f"{key}: forgotten (tombstone version {v.version})")

@@ -38,7 +38,7 @@ def maintain(
     Knowledge. Retention periods are settings (see docs/knowledge.md).
     """
     failure = None
-    with MemoryStore.open(ctx.find_root().obj) as store:
+    with MemoryStore.open(ctx.find_root().obj, create=False) as store:
         try:
             report = store.maintain(vacuum=vacuum, dry_run=dry_run)
         except MaintenanceError as exc:

@@ -61,7 +61,7 @@ def sessions_list(
     as_json: JsonFlag = False,
 ) -> None:
     """List Sessions, newest first."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         page = store.list_sessions(cursor=cursor, limit=limit)
     echo_page(
         "sessions", page.sessions, page.next_cursor, as_json, as_dict=_session_dict, empty="no Sessions",
@@ -78,7 +78,7 @@ def sessions_show(
     as_json: JsonFlag = False,
 ) -> None:
     """Show one Session and a page of its transcript."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         s = store.get_session(session)
         page = store.replay(session, after, limit=limit)
     events = [
@@ -114,7 +114,7 @@ def sessions_delete(
 
     Not forensic erasure: freed pages and WAL bytes remain until `emelex memory maintain --vacuum`.
     """
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         if not yes:
             s = store.get_session(session)
             typer.confirm(f"Delete Session {s.id} ({s.last_seq} events, {s.title or 'untitled'})?", abort=True)

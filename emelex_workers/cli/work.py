@@ -1,6 +1,8 @@
 """`emelex memory work`: run due compaction and distillation jobs through the plugins, fit for cron and launchd.
 
-Quiet when idle (no output, exit 0); otherwise one summary line on stdout;
+Quiet when idle (no output, exit 0), and a Home without a store yet is an
+idle run that creates nothing (cron may run it on a fresh machine); otherwise
+one summary line on stdout;
 `--json` prints the full report always. On a terminal, a progress line per
 job goes to stderr. Exit status: 0 when every claimed job completed or was
 released, 3 when any job failed (retrying later or terminally), 128+N when
@@ -17,9 +19,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import COMPACTION_KIND, DISTILL_KIND, InvalidInputError, MemoryStore, Settings
+from emelex_memory import COMPACTION_KIND, DISTILL_KIND, InvalidInputError, MemoryStore, NoStoreError, Settings
 
-from ..work import GracefulStop, JobReport, Worker
+from ..work import GracefulStop, JobReport, Worker, WorkReport
 
 EXIT_JOB_FAILED = 3
 KindOpt = Annotated[Optional[str], typer.Option(help=f"Only jobs of this kind: {COMPACTION_KIND} or {DISTILL_KIND}.")]
@@ -51,13 +53,20 @@ def work(
     if kind is not None and kind not in (COMPACTION_KIND, DISTILL_KIND):
         raise InvalidInputError(f"--kind must be {COMPACTION_KIND} or {DISTILL_KIND}, got {kind!r}")
     stop = GracefulStop()
-    with stop.installed(), MemoryStore.open(settings) as store:
-        worker = Worker(store, settings, kinds=(kind,) if kind else (COMPACTION_KIND, DISTILL_KIND), stop=stop,
-                        on_job=_progress if sys.stderr.isatty() else None)
-        try:
-            report = worker.run(max_jobs=max_jobs, max_seconds=max_seconds)
-        finally:
-            worker.close()
+    try:
+        store = MemoryStore.open(settings, create=False)
+    except NoStoreError:
+        store = None  # nothing was ever queued here
+    if store is None:
+        report = WorkReport()
+    else:
+        with stop.installed(), store:
+            worker = Worker(store, settings, kinds=(kind,) if kind else (COMPACTION_KIND, DISTILL_KIND), stop=stop,
+                            on_job=_progress if sys.stderr.isatty() else None)
+            try:
+                report = worker.run(max_jobs=max_jobs, max_seconds=max_seconds)
+            finally:
+                worker.close()
     if as_json:
         typer.echo(json.dumps(report.as_dict()))
     elif not report.idle:
