@@ -40,10 +40,16 @@ def check_no_symlinks(path: Path, *, what: str, fix: str) -> None:
             st = os.lstat(current)
         except (FileNotFoundError, NotADirectoryError):
             return
+        except OSError as exc:
+            raise file_error(exc, current, f"checking {what} {path} for symlinks") from exc
         if stat.S_ISLNK(st.st_mode):
             where = "is a symlink" if current == path else f"is under the symlink {current}"
+            try:
+                target = os.readlink(current)
+            except OSError as exc:
+                raise file_error(exc, current, f"checking {what} {path} for symlinks") from exc
             raise InsecurePathError(
-                f"{what} {path} {where} (to {os.readlink(current)}); Emelex never follows symlinks: "
+                f"{what} {path} {where} (to {target}); Emelex never follows symlinks: "
                 + fix.format(real=os.path.realpath(path))
             )
 

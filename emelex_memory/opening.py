@@ -42,7 +42,7 @@ from .files import (
     fsync_dir,
     open_private_file,
 )
-from .io_errors import translating
+from .io_errors import file_error, translating
 from .migrations import check_compatible, migrate
 
 _PROCESS_MUTEX = threading.Lock()
@@ -123,11 +123,14 @@ def store_evidence(database: Path, *, marker: Path | None = None, evidence: tupl
 
     The database file itself is not evidence: this answers "did a store
     exist here" for a database that may be gone."""
+    sidecar = sidecar_path(database)
     try:
-        if os.lstat(sidecar_path(database)).st_size > 0:
-            return sidecar_path(database)
-    except FileNotFoundError:
+        if os.lstat(sidecar).st_size > 0:
+            return sidecar
+    except (FileNotFoundError, NotADirectoryError):
         pass
+    except OSError as exc:
+        raise file_error(exc, sidecar, "looking for the store") from exc
     return next((p for p in (*([marker] if marker else []), *evidence) if os.path.lexists(p)), None)
 
 

@@ -19,7 +19,7 @@ from .deletion import DeletionMixin
 from .directories import Directory
 from .distillation import DistillationMixin
 from .errors import EmelexError, InvalidInputError, LeaseHeldError, SessionNotFoundError, WorkspaceReplacedError
-from .files import check_home, check_no_symlinks, ensure_private_dir
+from .files import check_home, check_no_symlinks, check_private_dir, ensure_private_dir
 from .io_errors import IO_ERRORS, commit_unknown, detail_of, sqlite_error
 from .knowledge import KnowledgeMixin
 from .leases import SessionLease, holder_label, new_token, token_digest
@@ -198,6 +198,8 @@ class MemoryStore(
         settings = settings or Settings()
         home = settings.home_dir
         check_home(home)
+        if os.path.lexists(home):
+            check_private_dir(home)  # a file or an unsafe directory is that, not "no store yet"
         marker = home / STORE_MARKER
         database = settings.database_path
         evidence = (asset_dir_for(database),)

@@ -106,6 +106,17 @@ def test_names_longer_than_the_file_system_allows_are_a_typed_error_and_create_n
     assert os.listdir(db_path.parent) == []
 
 
+def test_a_home_that_is_a_file_is_a_typed_error_and_changes_nothing(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.write_text("not a directory")
+    before = file_state(tmp_path)
+    for create in (True, False):
+        with pytest.raises(InsecurePathError) as caught:
+            MemoryStore.open(Settings(home=home), create=create)
+        _one_line(caught.value, str(home), "not a directory")
+    assert file_state(tmp_path) == before
+
+
 # -- injected errnos --------------------------------------------------------------------------------------------
 
 
