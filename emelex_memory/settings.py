@@ -49,7 +49,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
     except (FileNotFoundError, NotADirectoryError):
         return {}
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
+        if exc.errno == errno.ELOOP and os.path.islink(path):  # not a loop among its parents
             raise SettingsFileError(
                 f"{path} is a symlink; Emelex never follows symlinks in its Home: replace it with the file it points to"
             ) from None
