@@ -128,6 +128,10 @@ class ReservedEventKindError(InvalidEventError):
     """The event kind is reserved for the compaction worker: use an ordinary kind."""
 
 
+class PageTooSmallError(InvalidInputError):
+    """A stored event is larger than a page may hold (page settings lowered): raise EMELEX_PAGE_BYTES and max_bytes."""
+
+
 # --- Knowledge, distillation, deletion and retention -----------------------------
 
 
