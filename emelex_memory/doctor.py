@@ -140,6 +140,26 @@ def _check_transcripts(report: DoctorReport, store: MemoryStore) -> None:
     )
 
 
+# Events whose stored payload is not JSON: append_turn stores only canonical JSON, so each was altered behind our back.
+_BAD_PAYLOADS = (
+    "SELECT s.uuid, e.seq FROM events e JOIN sessions s ON s.id = e.session_id WHERE NOT json_valid(e.payload) "
+    "ORDER BY e.session_id, e.seq LIMIT 5"
+)
+
+
+def _check_payloads(report: DoctorReport, store: MemoryStore) -> None:
+    """Every event payload is valid JSON (a full scan, as the integrity check is; the first 5 offenders named)."""
+    with store._read() as conn:
+        bad = conn.execute(_BAD_PAYLOADS).fetchall()
+    detail = "; ".join(f"Session {sid} at seq {seq}" for sid, seq in bad)
+    report.add(
+        "payloads",
+        not bad,
+        "every event payload is valid JSON" if not bad else
+        f"{detail}: a stored payload is not valid JSON; restore the database from a backup",
+    )
+
+
 def _count_contents(report: DoctorReport, store: MemoryStore) -> None:
     with store._read() as conn:
         sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
@@ -183,6 +203,7 @@ def diagnose(settings: Settings | None = None, *, database: Path | None = None) 
             ("schema", _check_schema),
             ("integrity", _check_integrity),
             ("transcripts", _check_transcripts),
+            ("payloads", _check_payloads),
             ("contents", _count_contents),
         ):
             try:

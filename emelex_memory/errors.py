@@ -206,6 +206,10 @@ class TransientJobError(JobError):
     """Raised by a job handler for a passing failure (e.g. flaky inference): it is retried in-process, then counted."""
 
 
+class CorruptEventError(StoreError):
+    """A stored transcript event's payload is not valid JSON (the database was altered): restore it from a backup."""
+
+
 class SummaryProvenanceError(StoreError):
     """A Summary's provenance does not verify (tampered Summary, source or record): restore the database from backup."""
 

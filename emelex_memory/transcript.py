@@ -13,7 +13,7 @@ import apsw
 
 from .assets import AssetRef
 from .assets_links import attach_assets
-from .errors import InvalidEventError, JsonTooLargeError, PageTooSmallError, ReservedEventKindError
+from .errors import CorruptEventError, InvalidEventError, JsonTooLargeError, PageTooSmallError, ReservedEventKindError
 from .jsonbound import encode_bounded, encode_streaming
 from .settings import Settings
 
@@ -75,8 +75,15 @@ class Event(tuple):
 
     @property
     def payload(self) -> Any:
-        """The decoded payload."""
-        return json.loads(self.payload_json)
+        """The decoded payload; raises `CorruptEventError` when the stored text is not valid JSON (the database was
+        altered: `append_turn` only stores canonical JSON)."""
+        try:
+            return json.loads(self.payload_json)
+        except (ValueError, RecursionError):
+            raise CorruptEventError(
+                f"event seq {self.seq} (ID {self.id}) has a stored payload that is not valid JSON; the database was "
+                "altered, restore the database from a backup"
+            ) from None
 
     @property
     def assets(self) -> tuple[AssetRef, ...]:
