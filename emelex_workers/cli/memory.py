@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from emelex_memory import CorruptEventError, Event, MemoryStore, Settings
-from emelex_memory.doctor import diagnose
+from emelex_memory.doctor import DOCTOR_ASSET_ENTRIES, diagnose
 
 from .assets import assets_app
 from .jobs import compact, jobs_app
@@ -144,9 +144,16 @@ def sessions_delete(
 
 
 @memory_app.command("doctor")
-def doctor(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """Check Home, file modes, pragmas, connection settings, schema and integrity; exit 1 when anything is wrong."""
-    report = diagnose(_settings(ctx))
+def doctor(
+    ctx: typer.Context,
+    max_assets: Annotated[int, typer.Option(
+        "--max-assets", min=1, help="Asset entries to re-hash at most (the check says how many of how many)."
+    )] = DOCTOR_ASSET_ENTRIES,
+    as_json: JsonFlag = False,
+) -> None:
+    """Check Home, file modes, pragmas, connection settings, schema, integrity, transcripts, payloads and a bounded
+    number of asset files; exit 1 when anything is wrong."""
+    report = diagnose(_settings(ctx), max_asset_files=max_assets)
     if as_json:
         checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks]
         typer.echo(json.dumps({"healthy": report.healthy, "checks": checks, "facts": report.facts}, default=str))
