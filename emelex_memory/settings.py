@@ -34,7 +34,8 @@ def _home_from(init: dict[str, Any]) -> Path:
 class Settings(BaseSettings):
     """Every tunable of Emelex Memory, with safe defaults."""
 
-    model_config = SettingsConfigDict(env_prefix="EMELEX_", extra="forbid")
+    # The model_* fields are ours, not pydantic's: pydantic before 2.10 warns about them unless told so.
+    model_config = SettingsConfigDict(env_prefix="EMELEX_", extra="forbid", protected_namespaces=("settings_",))
 
     home: Path = Field(default=Path("~/.emelex"), description="Emelex Home; the database lives in <home>/memory.")
     busy_timeout_ms: int = Field(default=5000, ge=0, le=600_000, description="Bounded SQLite busy wait.")
