@@ -3,15 +3,18 @@ fresh virtual environment built at exactly those pins (without the llama extra, 
 imports Emelex without a warning and passes a representative part of the suite (core, plugins, worker retries,
 CLI; no model needed).
 
-The environment comes from the package index through pip and pip's cache, so this needs the index; it is
-skipped, saying so, only when the index cannot be reached.
+The environment comes from the package index through pip and pip's cache, so building it needs the index; it
+is skipped, saying so, only when the index cannot be reached. It is kept in `.venv/floors-<key>` and rebuilt
+only when pyproject.toml or constraints-min.txt change.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -24,6 +27,7 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "constraints-min.txt"
+BUILT_MARKER = "emelex-floors-built"
 NOT_INSTALLED = {"llama-cpp-python"}  # the llama extra: a source build, far too slow for the suite
 # A part of the suite that exercises every dependency: apsw (leases, compaction), hypothesis (the policy's
 # properties), tenacity (in-process retries), pluggy (plugins), pydantic-settings and typer (the CLI).
@@ -76,8 +80,17 @@ def _run(args: list[str], what: str, **kwargs) -> subprocess.CompletedProcess:
     return result
 
 
-def test_the_suite_passes_at_the_dependency_floors(tmp_path: Path) -> None:
-    pins = _pins()
+def _floor_env(tmp_path: Path, pins: dict[str, Version]) -> str:
+    """The Python of a virtual environment at the pinned floors, with Emelex installed editable.
+
+    Kept in `.venv/floors-<key>` (key: the pyproject and constraints contents) so later runs reuse it; it counts
+    as built only once its versions were checked and its marker written, and other keys' environments go.
+    """
+    key = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + CONSTRAINTS.read_bytes()).hexdigest()[:16]
+    env_dir = ROOT / ".venv" / f"floors-{key}"
+    python = str(env_dir / "bin" / "python")
+    if (env_dir / BUILT_MARKER).exists():
+        return python
     probe = subprocess.run(
         [sys.executable, "-m", "pip", "download", "--no-deps", "--retries", "1", "--timeout", "20",
          "--dest", str(tmp_path / "probe"), f"apsw=={pins['apsw']}"],
@@ -87,9 +100,9 @@ def test_the_suite_passes_at_the_dependency_floors(tmp_path: Path) -> None:
         pytest.skip("the package index is unreachable, so the dependency floors were not checked: "
                     + (probe.stderr.strip().splitlines() or ["no output"])[-1])
     assert probe.returncode == 0, probe.stdout + probe.stderr
-    env_dir = tmp_path / "floors"
+    for old in env_dir.parent.glob("floors-*"):
+        shutil.rmtree(old)
     _run([sys.executable, "-m", "venv", str(env_dir)], "creating the virtual environment")
-    python = str(env_dir / "bin" / "python")
     _run([python, "-m", "pip", "install", "--quiet", "-c", str(CONSTRAINTS), "-e", f"{ROOT}[dev]"],
          "installing Emelex at its dependency floors")
     names = sorted(pins)
@@ -104,6 +117,12 @@ def test_the_suite_passes_at_the_dependency_floors(tmp_path: Path) -> None:
     ), *names], "reading the installed versions").stdout)
     expected = {name: None if name in NOT_INSTALLED else pins[name] for name in names}
     assert {n: v and Version(v) for n, v in versions.items()} == expected
+    (env_dir / BUILT_MARKER).write_text(json.dumps(versions))
+    return python
+
+
+def test_the_suite_passes_at_the_dependency_floors(tmp_path: Path) -> None:
+    python = _floor_env(tmp_path, _pins())
     _run([python, "-W", "error", "-c",
           "import emelex_memory, emelex_workers.cli, emelex_workers.plugins, emelex_llamacpp.plugin; "
           "emelex_memory.Settings(home='unused')"],
