@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import COMPACTION_KIND, MemoryStore, NewEvent, Settings, SummaryDraft
+from emelex_memory import COMPACTION_KIND, MemoryStore, NewEvent, Settings, SummaryDraft, register_job_kind
 from emelex_memory import knowledge_model, models, source_digest
 from emelex_memory.leases import token_digest
 from emelex_memory.models import LinkedTarget, ModelFile, content_digest, manifest_bytes, read_installed
@@ -40,6 +40,7 @@ SOURCE_WITH_BASE = "6ea47b10b0b6a20a4021a41d9d6ba55252f41118dde45f3582f47c9568dd
 KNOWLEDGE_SOURCE = "5fcb113ba54615c438322aeed19cbb1b808e4eacb3d38bb421314870faa97b1a"
 LEASE_TOKEN = "7e223fc9eebacb6469420193fc9c1275b67d4db9408530dae7660cb3708f401b"
 MODEL_CONTENT = "542e5e5e65d91f2e323443342550b05cc1b7dffdd6a1011a861d2af85111dea5"
+JOB_SOURCE_KEY = "85e7709535b37497eda2810cdd438bc2a010298d14e513e05d6835cdecabf355"
 SNAPSHOT_ID = "sha256:cfdbbf0ca51c6d7176ec4b084b22554a3dc80163983de08fce3dd87bc6ac0526"
 
 
@@ -152,6 +153,14 @@ def test_lease_token_digest(fixed_ids: None, store: MemoryStore, workspace: Path
     assert lease.token == "emelex-known-answer-lease-token"
     assert stored.hex() == token_digest(lease.token).hex() == LEASE_TOKEN
     assert hashlib.sha256(b"emelex-known-answer-lease-token").hexdigest() == LEASE_TOKEN
+
+
+def test_default_job_source_key(store: MemoryStore, workspace: Path) -> None:
+    register_job_kind("noop")  # as the queue tests register it
+    session = store.create_session(workspace)
+    job = store.enqueue_job("noop", session.id, {"b": 2, "a": [1, "x"], "t": "\u00e9"}).job
+    assert job.source_key == JOB_SOURCE_KEY
+    assert hashlib.sha256('{"a":[1,"x"],"b":2,"t":"\u00e9"}'.encode()).hexdigest() == JOB_SOURCE_KEY
 
 
 def test_model_content_digest_and_snapshot_id(tmp_path: Path) -> None:
