@@ -206,13 +206,13 @@ def diagnose(
     settings: Settings | None = None,
     *,
     database: Path | None = None,
-    max_asset_files: int = DOCTOR_ASSET_ENTRIES,
+    max_asset_entries: int = DOCTOR_ASSET_ENTRIES,
     max_asset_bytes: int = DOCTOR_ASSET_BYTES,
 ) -> DoctorReport:
     """Check Home, file modes, pragmas, connection settings, schema version, integrity, transcripts, event
     payloads, asset files and contents of the standard (or given) database.
 
-    Asset files are re-hashed in catalog order, at most `max_asset_files`
+    Asset files are re-hashed in catalog order, at most `max_asset_entries`
     catalog entries and about `max_asset_bytes` bytes (at least one file);
     the "assets" check says how many entries it checked of how many.
     Raises `InvalidInputError` when either bound is below 1.
@@ -223,7 +223,7 @@ def diagnose(
     each becomes a failed check, and the file checks run even when the
     database cannot be opened.
     """
-    for name, bound in (("max_asset_files", max_asset_files), ("max_asset_bytes", max_asset_bytes)):
+    for name, bound in (("max_asset_entries", max_asset_entries), ("max_asset_bytes", max_asset_bytes)):
         if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
             raise InvalidInputError(f"{name} must be a positive integer, got {bound!r}")
     settings = settings or Settings()
@@ -246,7 +246,7 @@ def diagnose(
             ("integrity", _check_integrity),
             ("transcripts", _check_transcripts),
             ("payloads", _check_payloads),
-            ("assets", lambda r, s: _check_assets(r, s, max_asset_files, max_asset_bytes)),
+            ("assets", lambda r, s: _check_assets(r, s, max_asset_entries, max_asset_bytes)),
             ("contents", _count_contents),
         ):
             try:

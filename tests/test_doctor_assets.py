@@ -64,7 +64,7 @@ def test_doctor_checks_a_bounded_number_and_says_how_many(home: Path) -> None:
     assert result.exit_code == 0, result.output
     line = next(line for line in result.output.splitlines() if line.startswith("[ok] assets"))
     assert "checked 2 of 3 asset entries" in line and "emelex memory assets verify" in line
-    report = diagnose(Settings(), max_asset_files=3, max_asset_bytes=1)  # at least one file, then the byte bound
+    report = diagnose(Settings(), max_asset_entries=3, max_asset_bytes=1)  # at least one file, then the byte bound
     check = next(c for c in report.checks if c.name == "assets")
     assert check.ok and "checked 1 of 3 asset entries" in check.detail
 

@@ -153,7 +153,7 @@ def doctor(
 ) -> None:
     """Check Home, file modes, pragmas, connection settings, schema, integrity, transcripts, payloads and a bounded
     number of asset files; exit 1 when anything is wrong."""
-    report = diagnose(_settings(ctx), max_asset_files=max_assets)
+    report = diagnose(_settings(ctx), max_asset_entries=max_assets)
     if as_json:
         checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks]
         typer.echo(json.dumps({"healthy": report.healthy, "checks": checks, "facts": report.facts}, default=str))
