@@ -9,6 +9,7 @@ import apsw
 from .assets import AssetRef, check_digest, check_media_kind
 from .assets_files import verify_file
 from .assets_folder import AssetFolder
+from .cursors import cursor_int
 from .errors import AssetError, AssetMismatchError, AssetNotFoundError, FileSystemError, InvalidInputError
 
 _ENTRY_COLUMNS = "digest, size, media_kind, links, created_at, touched_at"
@@ -154,7 +155,7 @@ def links_of(conn: apsw.Connection, digest: str, cursor: str | None, limit: int,
     """
     check_digest(digest)
     try:
-        after = (0, 0, -1) if cursor is None else tuple(int(part) for part in cursor.split(":"))
+        after = (0, 0, -1) if cursor is None else tuple(cursor_int(part) for part in cursor.split(":"))
         if len(after) != 3:
             raise ValueError(cursor)
     except (AttributeError, ValueError):

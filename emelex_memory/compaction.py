@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .compaction_policy import CompactionPolicy, TurnSelection
+from .cursors import check_position
 from .errors import InvalidInputError, SourceChangedError, SourceTooLargeError
 from .job_sources import check_fields
 from .jobs import CompletionContext, Job, register_job_kind
@@ -276,8 +277,7 @@ class CompactionMixin:
         `SourceChangedError` when its base Summary is gone.
         """
         limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=self.settings.max_event_bytes)
-        if not isinstance(after_seq, int) or after_seq < 0:
-            raise InvalidInputError(f"after_seq must be a non-negative integer, got {after_seq!r}")
+        check_position(after_seq, "after_seq")
         job = self.get_job(job_id)
         if job.kind != COMPACTION_KIND:
             raise InvalidInputError(f"job {job_id} is a {job.kind} job, not a compaction job")

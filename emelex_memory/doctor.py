@@ -10,12 +10,16 @@ import apsw
 
 from .assets import asset_dir_for
 from .connection import DBCONFIG, PRAGMAS, read_dbconfig, read_pragmas
-from .errors import EmelexError
+from .errors import EmelexError, InvalidInputError
 from .files import check_private_dir, check_private_file, describe_mode
 from .migrations import APPLICATION_ID, MIGRATIONS
 from .opening import sidecar_path
 from .settings import Settings
 from .store import MemoryStore
+
+DOCTOR_ASSET_ENTRIES = 1000  # asset entries one doctor run re-hashes at most
+DOCTOR_ASSET_BYTES = 256 * 1024 * 1024  # and the bytes it hashes at most (at least one file is checked)
+_LISTED_PROBLEMS = 5
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,50 @@ def _check_transcripts(report: DoctorReport, store: MemoryStore) -> None:
     )
 
 
+# Events whose stored payload is not JSON: append_turn stores only canonical JSON, so each was altered behind our back.
+_BAD_PAYLOADS = (
+    "SELECT s.uuid, e.seq FROM events e JOIN sessions s ON s.id = e.session_id WHERE NOT json_valid(e.payload) "
+    "ORDER BY e.session_id, e.seq LIMIT 5"
+)
+
+
+def _check_payloads(report: DoctorReport, store: MemoryStore) -> None:
+    """Every event payload is valid JSON (a full scan, as the integrity check is; the first 5 offenders named)."""
+    with store._read() as conn:
+        bad = conn.execute(_BAD_PAYLOADS).fetchall()
+    detail = "; ".join(f"Session {sid} at seq {seq}" for sid, seq in bad)
+    report.add(
+        "payloads",
+        not bad,
+        "every event payload is valid JSON" if not bad else
+        f"{detail}: a stored payload is not valid JSON; restore the database from a backup",
+    )
+
+
+def _check_assets(report: DoctorReport, store: MemoryStore, max_entries: int, max_bytes: int) -> None:
+    """Re-hash catalogued asset files in catalog order, at most `max_entries` entries and about `max_bytes` bytes
+    (one file more at most), with `verify_assets`; never creates the asset folder."""
+    total = store.asset_totals().entries
+    checked = hashed = 0
+    problems = []
+    cursor = None
+    while checked < max_entries and hashed < max_bytes:
+        limit = min(max_entries - checked, store.settings.max_page_items)
+        page = store.verify_assets(cursor=cursor, limit=limit, max_hash_bytes=max_bytes - hashed)
+        checked, hashed, cursor = checked + page.checked, hashed + page.hashed_bytes, page.next_cursor
+        problems += page.problems
+        if cursor is None:
+            break
+    counted = f"checked {checked} of {total} asset entries ({hashed} bytes hashed)"
+    if problems:
+        listed = "; ".join(f"{p.digest} ({', '.join(p.media_kinds)}): {p.detail}" for p in problems[:_LISTED_PROBLEMS])
+        more = f"; and {len(problems) - _LISTED_PROBLEMS} more" if len(problems) > _LISTED_PROBLEMS else ""
+        report.add("assets", False, f"{counted}, {len(problems)} damaged: {listed}{more}")
+        return
+    rest = "" if cursor is None else "; run `emelex memory assets verify` to check them all"
+    report.add("assets", True, f"{counted}, all intact{rest}")
+
+
 def _count_contents(report: DoctorReport, store: MemoryStore) -> None:
     with store._read() as conn:
         sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
@@ -154,9 +202,20 @@ def _count_contents(report: DoctorReport, store: MemoryStore) -> None:
     )
 
 
-def diagnose(settings: Settings | None = None, *, database: Path | None = None) -> DoctorReport:
-    """Check Home, file modes, pragmas, connection settings, schema version, integrity and contents of the standard
-    (or given) database.
+def diagnose(
+    settings: Settings | None = None,
+    *,
+    database: Path | None = None,
+    max_asset_entries: int = DOCTOR_ASSET_ENTRIES,
+    max_asset_bytes: int = DOCTOR_ASSET_BYTES,
+) -> DoctorReport:
+    """Check Home, file modes, pragmas, connection settings, schema version, integrity, transcripts, event
+    payloads, asset files and contents of the standard (or given) database.
+
+    Asset files are re-hashed in catalog order, at most `max_asset_entries`
+    catalog entries and about `max_asset_bytes` bytes (at least one file);
+    the "assets" check says how many entries it checked of how many.
+    Raises `InvalidInputError` when either bound is below 1.
 
     Opens without creating: a Home (or path) without a store is reported as
     a failed "open" check and nothing is created; a deleted database is
@@ -165,6 +224,9 @@ def diagnose(settings: Settings | None = None, *, database: Path | None = None) 
     each becomes a failed check, and the file checks run even when the
     database cannot be opened.
     """
+    for name, bound in (("max_asset_entries", max_asset_entries), ("max_asset_bytes", max_asset_bytes)):
+        if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
+            raise InvalidInputError(f"{name} must be a positive integer, got {bound!r}")
     settings = settings or Settings()
     report = DoctorReport()
     db = database or settings.database_path
@@ -186,6 +248,8 @@ def diagnose(settings: Settings | None = None, *, database: Path | None = None) 
             ("schema", _check_schema),
             ("integrity", _check_integrity),
             ("transcripts", _check_transcripts),
+            ("payloads", _check_payloads),
+            ("assets", lambda r, s: _check_assets(r, s, max_asset_entries, max_asset_bytes)),
             ("contents", _count_contents),
         ):
             try:

@@ -188,6 +188,10 @@ class ReservedEventKindError(InvalidEventError):
     """The event kind is reserved for the compaction worker: use an ordinary kind."""
 
 
+class PageTooSmallError(InvalidInputError):
+    """A stored event is larger than a page may hold (page settings lowered): raise EMELEX_PAGE_BYTES and max_bytes."""
+
+
 # --- Knowledge, distillation, deletion and retention -----------------------------
 
 
@@ -268,6 +272,10 @@ class InvalidCandidateError(InvalidKnowledgeError, PermanentJobError):
 
 class TransientJobError(JobError):
     """Raised by a job handler for a passing failure (e.g. flaky inference): it is retried in-process, then counted."""
+
+
+class CorruptEventError(StoreError):
+    """A stored transcript event's payload is not valid JSON (the database was altered): restore it from a backup."""
 
 
 class SummaryProvenanceError(StoreError):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Union
 
 import apsw
 
+from .cursors import check_position
 from .errors import (
     InvalidInputError,
     InvalidKnowledgeError,
@@ -222,8 +223,7 @@ class KnowledgeMixin:
         `maintain`, so the first version returned can be later than 1.
         """
         limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MIN_PAGE_BYTES)
-        if isinstance(after_version, bool) or not isinstance(after_version, int) or after_version < 0:
-            raise InvalidInputError(f"after_version must be a non-negative integer, got {after_version!r}")
+        check_position(after_version, "after_version")
         key = validate_key(key)
         ident = current_workspace(workspace)
         with self._read() as conn:

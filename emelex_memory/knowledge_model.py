@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import apsw
 
+from .cursors import MAX_SQL_INT, cursor_int
 from .errors import InvalidInputError, InvalidKnowledgeError
 
 MAX_KEY_BYTES = 256
@@ -203,8 +204,8 @@ def validate_source(source: object) -> KnowledgeSource | None:
         raise InvalidKnowledgeError("provenance needs the source Session ID")
     for name in ("first_seq", "last_seq"):
         value = getattr(source, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvalidKnowledgeError(f"provenance {name} must be a positive integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SQL_INT:
+            raise InvalidKnowledgeError(f"provenance {name} must be an integer between 1 and {MAX_SQL_INT}, got {value!r}")
     if source.first_seq > source.last_seq:
         raise InvalidKnowledgeError(f"provenance range {source.first_seq}..{source.last_seq} is empty")
     if not isinstance(source.digest, str) or not _DIGEST.match(source.digest):
@@ -271,6 +272,6 @@ def decode_cursor(cursor: str) -> tuple[str, int]:
     try:
         raw, rowid = cursor.rsplit(".", 1)
         key = base64.b64decode(raw + "=" * (-len(raw) % 4), altchars=b"-_", validate=True).decode("utf-8")
-        return key, int(rowid)
+        return key, cursor_int(rowid)
     except (AttributeError, ValueError, UnicodeDecodeError):
         raise InvalidInputError(f"bad Knowledge cursor {cursor!r}; pass a next_cursor from a previous page") from None

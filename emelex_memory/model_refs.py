@@ -13,6 +13,7 @@ long as its Session: deleting the Session (or retention doing so) releases it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,7 @@ CREATE TABLE session_model_refs (
 CREATE INDEX session_model_refs_by_snapshot ON session_model_refs (snapshot_id, session_id);
 """
 
+_SNAPSHOT_ID = re.compile(r"sha256:[0-9a-f]{64}\Z")  # what a page cursor (a snapshot ID) looks like
 REFERENCE_EXAMPLES = 3  # Session IDs named in a refusal
 REF_ROW_BYTES = 160  # generous per-row estimate on top of the reference, for byte-bounded pages
 MIN_REF_PAGE_BYTES = REF_ROW_BYTES + 200  # a page's byte bound must fit the largest row (a 200-character reference)
@@ -122,7 +124,7 @@ class ModelRefMixin:
         is None after the last page.
         """
         limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MIN_REF_PAGE_BYTES)
-        if cursor is not None and (not isinstance(cursor, str) or not cursor.startswith("sha256:")):
+        if cursor is not None and (not isinstance(cursor, str) or not _SNAPSHOT_ID.match(cursor)):
             raise InvalidInputError(f"bad model reference cursor {cursor!r}; pass a next_cursor from a previous page")
         with self._read() as conn:
             rowid = self._session_rowid(conn, session_id)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import apsw
 
+from .cursors import cursor_int
 from .errors import (
     CommitOutcomeUnknownError,
     InvalidInputError,
@@ -226,7 +227,7 @@ class JobQueueMixin:
         if cursor is not None:
             try:
                 where = [*where, "j.id < ?"]
-                params = [*params, int(cursor)]
+                params = [*params, cursor_int(cursor)]
             except (TypeError, ValueError):
                 raise InvalidInputError(f"bad job cursor {cursor!r}; pass a next_cursor from a previous page") from None
         clause = f"WHERE {' AND '.join(where)}" if where else ""

@@ -76,8 +76,11 @@ def read_config_file(path: Path) -> dict[str, Any]:
 class Settings(BaseSettings):
     """Every tunable of Emelex Memory, with safe defaults."""
 
-    # An empty EMELEX_* variable counts as unset, as it does for finding config.toml (`_home_from`).
-    model_config = SettingsConfigDict(env_prefix="EMELEX_", extra="forbid", env_ignore_empty=True)
+    # An empty EMELEX_* variable counts as unset, as it does for finding config.toml (`_home_from`). The model_*
+    # fields are ours, not pydantic's: pydantic before 2.10 warns about them unless told so.
+    model_config = SettingsConfigDict(
+        env_prefix="EMELEX_", extra="forbid", env_ignore_empty=True, protected_namespaces=("settings_",)
+    )
 
     home: Path = Field(default=Path("~/.emelex"), description="Emelex Home; the database lives in <home>/memory.")
     busy_timeout_ms: int = Field(default=5000, ge=0, le=600_000, description="Bounded SQLite busy wait.")

@@ -15,6 +15,7 @@ import apsw
 from .assets import asset_dir_for
 from .assets_store import AssetStoreMixin
 from .compaction import CompactionMixin
+from .cursors import check_position, cursor_float, cursor_int
 from .deletion import DeletionMixin
 from .directories import Directory
 from .distillation import DistillationMixin
@@ -339,7 +340,7 @@ class MemoryStore(
         if cursor is not None:
             try:
                 created, rowid = cursor.split(":")
-                where, params = "WHERE (created_at, id) < (?, ?)", (float(created), int(rowid))
+                where, params = "WHERE (created_at, id) < (?, ?)", (cursor_float(created), cursor_int(rowid))
             except (AttributeError, ValueError):
                 raise InvalidInputError(f"bad Session cursor {cursor!r}; pass a next_cursor from a previous page") from None
         with self._read() as conn:
@@ -422,8 +423,7 @@ class MemoryStore(
     ) -> ReplayPage:
         """`replay` of a Session given by its rowid (a lease's) or its public ID."""
         limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=self.settings.max_event_bytes)
-        if not isinstance(after_seq, int) or after_seq < 0:
-            raise InvalidInputError(f"after_seq must be a non-negative integer, got {after_seq!r}")
+        check_position(after_seq, "after_seq")
         with self._read() as conn:
             rowid = session if type(session) is int else self._session_rowid(conn, session)  # type: ignore[arg-type]
             return read_view_page(conn, rowid, after_seq, limit, max_bytes)

@@ -325,7 +325,7 @@ def _view_page(conn: apsw.Connection, session_rowid: int, after_seq: int, limit:
         verify_summary(conn, session_rowid, event_id)
         head = _summary_event_page(conn, session_rowid, event_id, max_bytes).events
         limit, max_bytes, after_seq = limit - 1, max_bytes - head[0].size, through
-    page = read_page(conn, session_rowid, after_seq, limit, max_bytes)
+    page = read_page(conn, session_rowid, after_seq, limit, max_bytes, partial=bool(head))
     tail = [e for e in page.events if e.kind != SUMMARY_KIND]
     if not head and len(tail) != len(page.events):
         check_recorded(conn, session_rowid)
@@ -360,7 +360,7 @@ def _source_page(
         head = _summary_event_page(conn, session_rowid, base, max_bytes).events
         limit, max_bytes = limit - 1, max_bytes - head[0].size
     start = max(after_seq, base_through)
-    page = read_page(conn, session_rowid, start, limit, max_bytes)
+    page = read_page(conn, session_rowid, start, limit, max_bytes, partial=bool(head))
     within = [e for e in page.events if e.seq <= through]
     next_cursor = within[-1].seq if within else start
     done = page.done or len(within) < len(page.events) or next_cursor >= through

@@ -14,7 +14,7 @@ import apsw
 
 from .assets import AssetRef
 from .assets_links import attach_assets
-from .errors import InvalidEventError, JsonTooLargeError, ReservedEventKindError
+from .errors import CorruptEventError, InvalidEventError, JsonTooLargeError, PageTooSmallError, ReservedEventKindError
 from .jsonbound import encode_bounded, encode_streaming
 from .settings import Settings
 
@@ -76,8 +76,15 @@ class Event(tuple):
 
     @property
     def payload(self) -> Any:
-        """The decoded payload."""
-        return json.loads(self.payload_json)
+        """The decoded payload; raises `CorruptEventError` when the stored text is not valid JSON (the database was
+        altered: `append_turn` only stores canonical JSON)."""
+        try:
+            return json.loads(self.payload_json)
+        except (ValueError, RecursionError):
+            raise CorruptEventError(
+                f"event seq {self.seq} (ID {self.id}) has a stored payload that is not valid JSON; the database was "
+                "altered, restore the database from a backup"
+            ) from None
 
     @property
     def assets(self) -> tuple[AssetRef, ...]:
@@ -186,12 +193,19 @@ def session_head(conn: apsw.Connection, session_rowid: int) -> tuple[int, int, i
     return conn.execute(_HEAD_SQL, (session_rowid,)).fetchone() or (0, 0, 0, 0)
 
 
-def read_page(conn: apsw.Connection, session_rowid: int, after_seq: int, limit: int, max_bytes: int) -> ReplayPage:
+def read_page(
+    conn: apsw.Connection, session_rowid: int, after_seq: int, limit: int, max_bytes: int, *, partial: bool = False
+) -> ReplayPage:
     """Read up to `limit` events after `after_seq` whose sizes add up to at most `max_bytes`.
 
     Assets are verified against their links, and a page refers to at most
     256 MiB of media (see `assets_links.attach_assets`), counted in
-    `media_bytes`.
+    `media_bytes`. A page always
+    progresses: when the next event alone is larger than `max_bytes` (the
+    page settings were lowered after it was stored) this raises
+    `PageTooSmallError` rather than returning an empty page that is not
+    done. `partial` is for the rest of a page that already holds an event
+    (a Summary shown first), which may come back empty instead.
     """
     events = list(map(Event, conn.execute(_REPLAY_SQL, (session_rowid, after_seq, limit + 1))))
     read = len(events)
@@ -202,8 +216,19 @@ def read_page(conn: apsw.Connection, session_rowid: int, after_seq: int, limit: 
         for n, event in enumerate(events):
             total += event.size
             if total > max_bytes:
+                if n == 0 and not partial:
+                    raise _too_large(conn, session_rowid, event, max_bytes)
                 del events[n:]
                 break
     events, media = attach_assets(conn, session_rowid, events)
     done = len(events) == read
     return ReplayPage(events, events[-1].seq if events else after_seq, done, media)
+
+
+def _too_large(conn: apsw.Connection, session_rowid: int, event: Event, max_bytes: int) -> PageTooSmallError:
+    row = conn.execute("SELECT uuid FROM sessions WHERE id = ?", (session_rowid,)).fetchone()
+    return PageTooSmallError(
+        f"event seq {event.seq} of Session {row[0] if row else session_rowid} holds {event.size} bytes, more than "
+        f"this page may hold ({max_bytes} bytes): page_bytes or max_event_bytes was lowered after it was stored; "
+        f"raise EMELEX_PAGE_BYTES (and any max_bytes passed) to at least {event.size}"
+    )

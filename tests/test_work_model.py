@@ -98,18 +98,23 @@ def test_a_snapshot_lock_timeout_stops_the_run(env: Settings, workspace: Path):
 
 
 class FailingBinding:
-    """Answers model_binding first; fails in the hook, at load (context_window) or while counting, as configured."""
+    """A plugin answering model_binding first; fails in the hook, at load (context_window) or while counting, as
+    configured. The binding is a separate object: registering a plugin may read its attributes (pluggy < 1.7 does)."""
 
     def __init__(self, where: str) -> None:
         self.where = where
-        self.model = None
 
     @hookimpl(tryfirst=True)
     def model_binding(self, model):
         if self.where == "hook":
             raise RuntimeError("cannot bind")
+        return _Binding(self.where, model)
+
+
+class _Binding:
+    def __init__(self, where: str, model) -> None:
+        self.where = where
         self.model = model
-        return self
 
     @property
     def context_window(self) -> int:

@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import MemoryStore, Settings
-from emelex_memory.doctor import diagnose
+from emelex_memory import CorruptEventError, Event, MemoryStore, Settings
+from emelex_memory.doctor import DOCTOR_ASSET_ENTRIES, diagnose
 
 from .assets import assets_app
 from .jobs import compact, jobs_app
@@ -81,26 +81,41 @@ def sessions_show(
     with MemoryStore.open(_settings(ctx), create=False) as store:
         s = store.get_session(session)
         page = store.replay(session, after, limit=limit)
-    events = [
-        {"seq": e.seq, "turn": e.turn, "kind": e.kind, "payload": e.payload, "created_at": e.created_at,
-         "assets": [{"digest": a.digest, "size": a.size, "media_kind": a.media_kind} for a in e.assets]}
-        for e in page.events
-    ]
+    events = [_event_dict(e) for e in page.events]
     if as_json:
         typer.echo(json.dumps({"session": _session_dict(s), "events": events, "next_cursor": page.next_cursor}))
-        return
-    typer.echo(f"Session {s.id}")
-    typer.echo(f"  title:     {s.title or '-'}")
-    typer.echo(f"  workspace: {s.workspace.path}")
-    typer.echo(f"  created:   {_when(s.created_at)}   updated: {_when(s.updated_at)}")
-    typer.echo(f"  history:   {s.last_seq} events in {s.last_turn} turns, {s.event_bytes} bytes")
-    for e in events:
-        text = json.dumps(e["payload"], ensure_ascii=False)
-        typer.echo(f"  #{e['seq']:<5} turn {e['turn']:<4} {e['kind']:<12} {text[:200]}")
-        for a in e["assets"]:
-            typer.echo(f"         asset {a['digest'][:12]}  {a['size']} bytes  {a['media_kind']}")
-    if not page.done:
-        typer.echo(f"  more: --after {page.next_cursor}")
+    else:
+        typer.echo(f"Session {s.id}")
+        typer.echo(f"  title:     {s.title or '-'}")
+        typer.echo(f"  workspace: {s.workspace.path}")
+        typer.echo(f"  created:   {_when(s.created_at)}   updated: {_when(s.updated_at)}")
+        typer.echo(f"  history:   {s.last_seq} events in {s.last_turn} turns, {s.event_bytes} bytes")
+        for e in events:
+            if "payload_error" in e:
+                text = "<payload is not valid JSON: the database was altered; restore the database from a backup>"
+            else:
+                text = json.dumps(e["payload"], ensure_ascii=False)[:200]
+            typer.echo(f"  #{e['seq']:<5} turn {e['turn']:<4} {e['kind']:<12} {text}")
+            for a in e["assets"]:
+                typer.echo(f"         asset {a['digest'][:12]}  {a['size']} bytes  {a['media_kind']}")
+        if not page.done:
+            typer.echo(f"  more: --after {page.next_cursor}")
+    corrupt = [str(e["seq"]) for e in events if "payload_error" in e]
+    if corrupt:
+        typer.echo(f"error: the payload of event seq {', '.join(corrupt)} of Session {s.id} is not valid JSON; "
+                   "restore the database from a backup", err=True)
+        raise typer.Exit(1)
+
+
+def _event_dict(e: Event) -> dict:
+    """An event for `sessions show`; a payload that is not valid JSON is null, with `payload_error` saying so."""
+    out = {"seq": e.seq, "turn": e.turn, "kind": e.kind, "payload": None, "created_at": e.created_at,
+           "assets": [{"digest": a.digest, "size": a.size, "media_kind": a.media_kind} for a in e.assets]}
+    try:
+        out["payload"] = e.payload
+    except CorruptEventError as exc:
+        out["payload_error"] = str(exc)
+    return out
 
 
 @sessions_app.command("delete")
@@ -129,9 +144,16 @@ def sessions_delete(
 
 
 @memory_app.command("doctor")
-def doctor(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """Check Home, file modes, pragmas, connection settings, schema and integrity; exit 1 when anything is wrong."""
-    report = diagnose(_settings(ctx))
+def doctor(
+    ctx: typer.Context,
+    max_assets: Annotated[int, typer.Option(
+        "--max-assets", min=1, help="Asset entries to re-hash at most (the check says how many of how many)."
+    )] = DOCTOR_ASSET_ENTRIES,
+    as_json: JsonFlag = False,
+) -> None:
+    """Check Home, file modes, pragmas, connection settings, schema, integrity, transcripts, payloads and a bounded
+    number of asset files; exit 1 when anything is wrong."""
+    report = diagnose(_settings(ctx), max_asset_entries=max_assets)
     if as_json:
         checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks]
         typer.echo(json.dumps({"healthy": report.healthy, "checks": checks, "facts": report.facts}, default=str))
