@@ -35,6 +35,10 @@ class NotAnEmelexDatabaseError(StoreError):
     """The file is not an Emelex database: point Emelex at the right file."""
 
 
+class ForeignKeyViolationError(StoreError):
+    """A migration would leave rows that reference missing rows: nothing was changed; restore a consistent backup."""
+
+
 class SchemaTooNewError(StoreError):
     """The database was written by a newer Emelex: upgrade Emelex; the database was not touched."""
 
