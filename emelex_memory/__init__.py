@@ -74,6 +74,7 @@ from .errors import (
     WorkspaceError,
     WorkspaceMissingError,
     WorkspaceReplacedError,
+    WorkspaceUnreadableError,
 )
 from .assets import MAX_ASSET_BYTES, MAX_REPLAY_MEDIA_BYTES, AssetRef
 from .assets_catalog import (
@@ -247,6 +248,7 @@ __all__ = [
     "WorkspaceIdentity",
     "WorkspaceMissingError",
     "WorkspaceReplacedError",
+    "WorkspaceUnreadableError",
     "compaction_handler",
     "distillation_handler",
     "estimate_tokens",

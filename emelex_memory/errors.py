@@ -71,7 +71,11 @@ class WorkspaceMissingError(WorkspaceError):
 
 
 class WorkspaceReplacedError(WorkspaceError):
-    """The path now names a different directory than the Session's workspace: use the original directory."""
+    """The path now names a different directory than the workspace: use the original, or rebind as the message says."""
+
+
+class WorkspaceUnreadableError(WorkspaceError):
+    """The workspace directory cannot be opened: fix its permissions or the file system error the message names."""
 
 
 # --- Leases -------------------------------------------------------------------

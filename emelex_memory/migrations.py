@@ -20,6 +20,7 @@ from .jobs import M003_JOBS
 from .knowledge_model import M004_KNOWLEDGE
 from .model_refs import M005_MODEL_REFS
 from .summaries import M003_SUMMARIES, M006_SUMMARY_EVENTS
+from .workspaces import M008_WORKSPACES
 
 APPLICATION_ID = 0x454D4C58  # "EMLX"
 
@@ -118,6 +119,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("m005_model_refs", M005_MODEL_REFS),
     Migration("m006_summary_events", M006_SUMMARY_EVENTS),
     Migration("m007_event_byte_ends", M007_EVENT_BYTE_ENDS),
+    Migration("m008_workspaces", M008_WORKSPACES, rebuilds_tables=True),
 )
 
 
