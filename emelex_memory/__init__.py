@@ -71,8 +71,10 @@ from .errors import (
     UnknownJobKindError,
     UnknownPluginComponentError,
     WorkerLeaseLostError,
+    WorkspaceConflictError,
     WorkspaceError,
     WorkspaceMissingError,
+    WorkspaceNotFoundError,
     WorkspaceReplacedError,
     WorkspaceUnreadableError,
 )
@@ -122,6 +124,7 @@ from .settings import Settings
 from .store import MemoryStore, SessionPage
 from .transcript import AppendedTurn, Event, NewEvent, ReplayPage
 from .worker import JobOutcome, run_one_job
+from .workspace_admin import WorkspaceInfo, WorkspacePage, WorkspaceRebind
 
 __all__ = [
     "AppendedTurn",
@@ -244,9 +247,14 @@ __all__ = [
     "UnknownPluginComponentError",
     "VerifiedAssetReader",
     "WorkerLeaseLostError",
+    "WorkspaceConflictError",
     "WorkspaceError",
     "WorkspaceIdentity",
+    "WorkspaceInfo",
     "WorkspaceMissingError",
+    "WorkspaceNotFoundError",
+    "WorkspacePage",
+    "WorkspaceRebind",
     "WorkspaceReplacedError",
     "WorkspaceUnreadableError",
     "compaction_handler",

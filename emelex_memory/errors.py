@@ -78,6 +78,14 @@ class WorkspaceUnreadableError(WorkspaceError):
     """The workspace directory cannot be opened: fix its permissions or the file system error the message names."""
 
 
+class WorkspaceNotFoundError(WorkspaceError):
+    """No known workspace has that ID: list them with `emelex memory workspaces list`."""
+
+
+class WorkspaceConflictError(WorkspaceError):
+    """The directory already is another known workspace: rebind that one elsewhere first, or pick another directory."""
+
+
 # --- Leases -------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ from .sessions import SESSION_COLUMNS, Session, WorkspaceIdentity, not_the_works
 from .settings import Settings
 from .summaries import read_view_page
 from .transcript import ReplayPage
+from .workspace_admin import WorkspaceAdminMixin
 from .workspaces import WORKSPACE_COLUMNS, identity_of, register_workspace, settle_workspace
 
 Clock = Callable[[], float]
@@ -94,6 +95,7 @@ class MemoryStore(
     JobQueueMixin,
     CompactionMixin,
     AssetStoreMixin,
+    WorkspaceAdminMixin,
 ):
     """One open Emelex database. Thread-safe; use it as a context manager or call `close()`."""
 
