@@ -81,8 +81,8 @@ def test_m008_moves_sessions_and_knowledge_onto_workspaces_and_keeps_every_row(d
     assert sorted(after["sessions"]) == [(1, "s1", "old path", 3, 10.0, 11.0), (2, "s2", None, 3, 20.0, 21.0),
                                          (3, "s3", "gone", 2, 5.0, 6.0)]
     assert sorted((r[0], r[1], r[2]) for r in after["knowledge"]) == [(1, 3, "build"), (2, 3, "old"), (3, 1, "orphan")]
-    for table in ("knowledge_versions", "events", "session_leases", "jobs"):
-        assert after[table] == before[table], table
+    for table in ("knowledge_versions", "events", "session_leases", "jobs"):  # later steps may add columns
+        assert [r[: len(before[table][0])] for r in after[table]] == before[table], table
 
 
 def test_a_migrated_store_goes_on_and_learns_the_missing_components(db_path: Path, workspace: Path) -> None:
