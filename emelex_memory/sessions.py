@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .dir_identity import birth_ns, generation
-from .errors import WorkspaceMissingError, WorkspaceReplacedError, WorkspaceUnreadableError
+from .errors import InsecurePathError, WorkspaceMissingError, WorkspaceReplacedError, WorkspaceUnreadableError
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _PATH_FLAGS = getattr(os, "O_PATH", 0)  # Linux: a descriptor that needs no read permission (no ioctl on it, though)
@@ -86,14 +86,14 @@ def _open_directory(path: str | os.PathLike[str], canonical: str) -> int:
             if not _PATH_FLAGS:
                 raise
             return os.open(canonical, _PATH_FLAGS | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except (FileNotFoundError, NotADirectoryError):
-        pass
     except OSError as exc:
-        if exc.errno != errno.ELOOP:  # ELOOP: a symlink swapped in after the path was resolved
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
             raise WorkspaceUnreadableError(
                 f"workspace {path} cannot be opened ({exc.strerror}); check its permissions"
             ) from None
-    if os.path.lexists(canonical) and not os.path.isdir(canonical):
+    if os.path.islink(canonical):  # a symlink loop, or a symlink swapped in after the path was resolved
+        raise InsecurePathError(f"workspace {path} is a symlink that resolves to no directory; pass the directory")
+    if os.path.lexists(canonical):
         raise WorkspaceMissingError(f"workspace {path} is not a directory; pass a directory")
     raise WorkspaceMissingError(f"workspace {path} does not exist; pass an existing directory")
 

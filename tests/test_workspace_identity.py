@@ -10,7 +10,14 @@ from pathlib import Path
 import apsw
 import pytest
 
-from emelex_memory import KnowledgeNotFoundError, MemoryStore, WorkspaceIdentity, WorkspaceReplacedError
+from emelex_memory import (
+    InsecurePathError,
+    KnowledgeNotFoundError,
+    MemoryStore,
+    WorkspaceIdentity,
+    WorkspaceMissingError,
+    WorkspaceReplacedError,
+)
 from emelex_memory.distillation import KnowledgeCandidate
 
 from .conftest import table_rows
@@ -126,3 +133,23 @@ def test_a_replaced_workspace_fails_distillation_with_the_rebind_advice(store: M
     assert outcome.status == "failed"
     assert rebind_hint(store.get_session(sid).workspace_id, workspace) in outcome.detail
     assert "retry the job" in outcome.detail
+
+
+def test_a_workspace_path_that_is_no_directory_is_refused_and_nothing_is_written(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    afile = tmp_path / "file"
+    afile.write_text("x")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    before = table_rows(store.path)
+    with pytest.raises(InsecurePathError, match="symlink"):
+        store.create_session(loop)
+    for path in (afile, fifo):
+        with pytest.raises(WorkspaceMissingError, match="not a directory"):
+            store.create_session(path)
+    with pytest.raises(WorkspaceMissingError, match="does not exist"):
+        store.remember(tmp_path / "nope", "k", "v")
+    assert table_rows(store.path) == before

@@ -105,16 +105,18 @@ def test_a_migrated_store_goes_on_and_learns_the_missing_components(db_path: Pat
         assert store.recall(workspace).entries == []
 
 
-def test_a_broken_reference_stops_m008_and_leaves_the_v7_store_untouched(db_path: Path, workspace: Path) -> None:
+def test_a_broken_reference_stops_the_workspaces_migration_and_changes_nothing(db_path: Path, workspace: Path) -> None:
     v7_store(db_path, workspace)
+    step = next(i for i, m in enumerate(MIGRATIONS) if m.name.endswith("_workspaces"))
     conn = apsw.Connection(str(db_path))  # foreign keys off: plant a version whose entry does not exist
+    migrate(conn, MIGRATIONS[:step])
     conn.execute("INSERT INTO knowledge_versions (knowledge_id, version, tombstone, content, size, confidence, "
                  "origin, created_at) VALUES (42, 1, 0, 'dangling', 5, 1.0, 'user', 0)")
     before = table_rows(db_path)
     conn.execute("PRAGMA foreign_keys = ON")
     with pytest.raises(ForeignKeyViolationError, match="nothing was changed"):
         migrate(conn)
-    assert applied(conn) == [m.name for m in V7]
+    assert applied(conn) == [m.name for m in MIGRATIONS[:step]]
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     conn.close()
     assert table_rows(db_path) == before
