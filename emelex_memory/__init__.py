@@ -24,6 +24,7 @@ from .errors import (
     EmelexError,
     FileAccessDeniedError,
     FileSystemError,
+    ForeignKeyViolationError,
     InsecurePathError,
     InvalidAssetError,
     InvalidCandidateError,
@@ -84,8 +85,10 @@ from .errors import (
     UnknownPluginComponentError,
     UnsafeModelPathError,
     WorkerLeaseLostError,
+    WorkspaceConflictError,
     WorkspaceError,
     WorkspaceMissingError,
+    WorkspaceNotFoundError,
     WorkspaceReplacedError,
 )
 from .assets import MAX_ASSET_BYTES, MAX_REPLAY_MEDIA_BYTES, AssetRef
@@ -134,6 +137,7 @@ from .settings import Settings
 from .store import MemoryStore, SessionPage
 from .transcript import AppendedTurn, Event, NewEvent, ReplayPage
 from .worker import JobOutcome, run_one_job
+from .workspace_admin import WorkspaceInfo, WorkspacePage, WorkspaceRebind
 
 __all__ = [
     "AppendedTurn",
@@ -175,6 +179,7 @@ __all__ = [
     "Event",
     "FileAccessDeniedError",
     "FileSystemError",
+    "ForeignKeyViolationError",
     "InsecurePathError",
     "InstalledModel",
     "InvalidAssetError",
@@ -269,9 +274,14 @@ __all__ = [
     "UnsafeModelPathError",
     "VerifiedAssetReader",
     "WorkerLeaseLostError",
+    "WorkspaceConflictError",
     "WorkspaceError",
     "WorkspaceIdentity",
+    "WorkspaceInfo",
     "WorkspaceMissingError",
+    "WorkspaceNotFoundError",
+    "WorkspacePage",
+    "WorkspaceRebind",
     "WorkspaceReplacedError",
     "compaction_handler",
     "distillation_handler",

@@ -33,11 +33,11 @@ from .errors import (
     SourceChangedError,
     SourceTooLargeError,
     WorkspaceError,
+    WorkspaceReplacedError,
 )
 from .distillation_split import DistillationSplit, byte_budget, byte_ranges, complete_split, token_ranges
 from .job_sources import check_fields
 from .jobs import CompletionContext, Enqueued, Job, register_job_kind
-from .knowledge import current_workspace
 from .knowledge_model import (
     KnowledgeEntry,
     KnowledgeSource,
@@ -47,9 +47,10 @@ from .knowledge_model import (
     validate_content,
     validate_key,
 )
-from .sessions import WorkspaceIdentity
+from .sessions import rebind_advice
 from .transcript import Event, read_page
 from .worker import JobOutcome, run_one_job
+from .workspaces import WORKSPACE_COLUMNS, current_workspace, identity_of, settle_workspace
 
 if TYPE_CHECKING:
     from .leases import SessionLease
@@ -156,21 +157,21 @@ def _complete_distillation(ctx: CompletionContext, result: Any) -> dict[str, Any
     conn, store, source = ctx.conn, ctx.store, _source_of(ctx.job)
     if source_digest(conn, ctx.session_rowid, source.session_id, source.first_seq, source.last_seq) != source.digest:
         raise SourceChangedError(f"the source events of distillation job {ctx.job.id} changed; nothing applied")
-    path, dev, ino = conn.execute(
-        "SELECT workspace_path, workspace_dev, workspace_ino FROM sessions WHERE id = ?", (ctx.session_rowid,)
+    row = conn.execute(
+        f"SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE id = (SELECT workspace_id FROM sessions WHERE id = ?)",
+        (ctx.session_rowid,),
     ).fetchone()
     try:
-        current_workspace(WorkspaceIdentity(path, dev, ino))
+        settle_workspace(conn, row, current_workspace(identity_of(row)))
     except WorkspaceError as exc:
-        raise PermanentJobError(f"{exc}; resume the Session from its workspace, then retry the job") from None
-    scope = (dev, ino)
+        raise _workspace_failure(exc, row[0], row[1]) from None
+    scope = row[0]
     src = (ctx.session_rowid, source.session_id, source.first_seq, source.last_seq, source.digest)
     counts = {"candidates": len(candidates), "applied": 0, "unchanged": 0, "skipped_pinned": 0, "skipped_missing": 0}
     for c in candidates:
         row = conn.execute(
-            "SELECT id, head_version, tombstoned_at, pinned FROM knowledge "
-            "WHERE workspace_dev = ? AND workspace_ino = ? AND key = ?",
-            (*scope, c.key),
+            "SELECT id, head_version, tombstoned_at, pinned FROM knowledge WHERE workspace_id = ? AND key = ?",
+            (scope, c.key),
         ).fetchone()
         if row is not None and row[3]:
             counts["skipped_pinned"] += 1
@@ -184,6 +185,13 @@ def _complete_distillation(ctx: CompletionContext, result: Any) -> dict[str, Any
             version = store._upsert_version(conn, scope, c.key, c.content, float(c.confidence), "distillation", src)
             counts["applied" if row is None or version.version > row[1] else "unchanged"] += 1
     return counts
+
+
+def _workspace_failure(exc: WorkspaceError, workspace_id: int, path: str) -> PermanentJobError:
+    """The permanent failure of a job whose Session's workspace is gone or replaced, with the way out."""
+    if isinstance(exc, WorkspaceReplacedError):
+        return PermanentJobError(f"{exc}; {rebind_advice(workspace_id, path)}, then retry the job")
+    return PermanentJobError(f"{exc}; resume the Session from its workspace, then retry the job")
 
 
 register_job_kind(DISTILL_KIND, _complete_distillation, validate=validate_distill_source)
@@ -224,11 +232,12 @@ def distillation_handler(
                     f"over the model's safe context budget of {safe_context_tokens}; use a model with a larger "
                     "context, then retry the job"
                 )
-        workspace = store.get_session(claim.job.session_id).workspace
+        session = store.get_session(claim.job.session_id)
+        workspace = session.workspace
         try:
             page = store.recall(workspace, limit=KNOWLEDGE_CONTEXT_ITEMS, max_bytes=KNOWLEDGE_CONTEXT_BYTES)
         except WorkspaceError as exc:
-            raise PermanentJobError(f"{exc}; resume the Session from its workspace, then retry the job") from None
+            raise _workspace_failure(exc, session.workspace_id, workspace.path) from None
         data = DistillationInput(source.session_id, workspace.path, source, tuple(events), tuple(page.entries))
         return validate_candidates(distill(data))
 

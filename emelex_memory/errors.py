@@ -52,6 +52,10 @@ class NotAnEmelexDatabaseError(StoreError):
     """The file is not an Emelex database: point Emelex at the right file."""
 
 
+class ForeignKeyViolationError(StoreError):
+    """A migration would leave rows that reference missing rows: nothing was changed; restore a consistent backup."""
+
+
 class SchemaTooNewError(StoreError):
     """The database was written by a newer Emelex: upgrade Emelex; the database was not touched."""
 
@@ -127,7 +131,16 @@ class WorkspaceMissingError(WorkspaceError):
 
 
 class WorkspaceReplacedError(WorkspaceError):
-    """The path now names a different directory than the Session's workspace: use the original directory."""
+    """The path now names a different directory than the workspace: use the original, or rebind as the message says."""
+
+
+
+class WorkspaceNotFoundError(WorkspaceError):
+    """No known workspace has that ID: list them with `emelex memory workspaces list`."""
+
+
+class WorkspaceConflictError(WorkspaceError):
+    """The directory already is another known workspace: rebind that one elsewhere first, or pick another directory."""
 
 
 # --- Leases -------------------------------------------------------------------

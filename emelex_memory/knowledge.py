@@ -1,16 +1,16 @@
 """Versioned workspace Knowledge: `remember`, `recall`, `get_knowledge`, `knowledge_history`, `pin`, `unpin`, `forget`.
 
-Scope is the workspace's device/inode identity, never its path spelling, so
-Knowledge from one workspace is invisible from another. Every mutation takes
-the caller's current workspace identity and re-checks it inside the writing
-transaction: a path that now names another directory, or an identity from
-another workspace, writes nothing.
+Scope is the known workspace (see `workspaces.py`) the caller's directory is,
+never its path spelling, so Knowledge from one workspace is invisible from
+another, and a new directory that reuses a deleted one's inode number is a
+new workspace. Every call checks the caller's current workspace identity
+inside its transaction: a path that now names another directory, or an
+identity from another workspace, writes nothing.
 """
 
 from __future__ import annotations
 
-import os
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 import apsw
 
@@ -22,8 +22,6 @@ from .errors import (
     KnowledgeNotFoundError,
     KnowledgePinnedError,
     SessionNotFoundError,
-    WorkspaceMissingError,
-    WorkspaceReplacedError,
 )
 from .knowledge_model import (
     MAX_CONTENT_BYTES,
@@ -44,41 +42,18 @@ from .knowledge_model import (
     validate_source,
     version_from_row,
 )
-from .sessions import WorkspaceIdentity
+from .workspaces import WorkspaceLike, workspace_scope
 
 if TYPE_CHECKING:
     from .store import MemoryStore
 
-WorkspaceLike = Union[WorkspaceIdentity, str, "os.PathLike[str]"]
-Scope = tuple[int, int]  # (device, inode) of a workspace directory
+Scope = int  # the ID of a known workspace
 SourceColumns = tuple  # (session rowid, uuid, first seq, last seq, digest), all None without provenance
 NO_SOURCE: SourceColumns = (None, None, None, None, None)
 ROW_OVERHEAD = 256  # generous per-row byte estimate on top of key and content
 MIN_PAGE_BYTES = MAX_KEY_BYTES + MAX_CONTENT_BYTES + ROW_OVERHEAD  # a page must fit one largest entry
 _ENTRY_COLUMNS = f"k.id, k.key, k.pinned, k.created_at, k.updated_at, {VERSION_COLUMNS}"
 _ENTRY_JOIN = "FROM knowledge k JOIN knowledge_versions v ON v.knowledge_id = k.id AND v.version = k.head_version"
-
-
-def current_workspace(workspace: WorkspaceLike) -> WorkspaceIdentity:
-    """The caller's current workspace identity: inspect a path, or re-verify an identity against its path.
-
-    Raises `WorkspaceMissingError` when the directory is gone (or was
-    renamed away from the identity's path) and `WorkspaceReplacedError` when
-    the identity's path now names a different directory.
-    """
-    if not isinstance(workspace, WorkspaceIdentity):
-        return WorkspaceIdentity.inspect(workspace)
-    try:
-        found = WorkspaceIdentity.inspect(workspace.path)
-    except WorkspaceMissingError:
-        raise WorkspaceMissingError(
-            f"workspace {workspace.path} is gone or was renamed; pass its current path, nothing was written"
-        ) from None
-    if not found.same_directory(workspace):
-        raise WorkspaceReplacedError(
-            f"{workspace.path} is now a different directory than the workspace identity given; nothing was written"
-        )
-    return workspace
 
 
 def entry_from_row(row: tuple) -> KnowledgeEntry:
@@ -111,11 +86,10 @@ class KnowledgeMixin:
         """
         key, content = validate_key(key), validate_content(content)
         confidence, source = validate_confidence(confidence), validate_source(source)
-        ident = current_workspace(workspace)
         with self._write() as conn:
-            current_workspace(ident)
-            src = self._source_columns(conn, source, (ident.device, ident.inode))
-            return self._upsert_version(conn, (ident.device, ident.inode), key, content, confidence, "user", src)
+            scope = workspace_scope(conn, workspace, write=True, create_at=self.clock())
+            src = self._source_columns(conn, source, scope)
+            return self._upsert_version(conn, scope, key, content, confidence, "user", src)
 
     def forget(self: MemoryStore, workspace: WorkspaceLike, key: str) -> KnowledgeVersion:
         """Tombstone `key` in the caller's workspace; return the tombstone version.
@@ -127,10 +101,8 @@ class KnowledgeMixin:
         tombstoned entry changes nothing.
         """
         key = validate_key(key)
-        ident = current_workspace(workspace)
         with self._write() as conn:
-            current_workspace(ident)
-            row = self._entry_row(conn, (ident.device, ident.inode), key)
+            row = self._entry_row(conn, workspace_scope(conn, workspace, write=True), key)
             if row[3]:
                 raise KnowledgePinnedError(
                     f"Knowledge {key!r} is pinned; unpin it (`emelex memory knowledge unpin`) before forgetting it"
@@ -151,10 +123,8 @@ class KnowledgeMixin:
 
     def _set_pin(self: MemoryStore, workspace: WorkspaceLike, key: str, pinned: bool) -> KnowledgeEntry:
         key = validate_key(key)
-        ident = current_workspace(workspace)
         with self._write() as conn:
-            current_workspace(ident)
-            row = self._entry_row(conn, (ident.device, ident.inode), key)
+            row = self._entry_row(conn, workspace_scope(conn, workspace, write=True), key)
             if row[2] is not None and pinned:
                 raise KnowledgeForgottenError(f"Knowledge {key!r} is forgotten; remember it again before pinning it")
             conn.execute("UPDATE knowledge SET pinned = ? WHERE id = ?", (int(pinned), row[0]))
@@ -177,7 +147,6 @@ class KnowledgeMixin:
         `max_bytes` must fit at least one largest entry.
         """
         limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MIN_PAGE_BYTES)
-        ident = current_workspace(workspace)
         where, params = "", ()
         if cursor is not None:
             if not isinstance(cursor, str):
@@ -185,10 +154,13 @@ class KnowledgeMixin:
             where, params = "AND (k.key, k.id) > (?, ?)", decode_cursor(cursor)
         live = "" if include_tombstones else "AND k.tombstoned_at IS NULL"
         with self._read() as conn:
+            scope = workspace_scope(conn, workspace)
+            if scope is None:
+                return KnowledgePage([], None)
             rows = conn.execute(
-                f"SELECT {_ENTRY_COLUMNS} {_ENTRY_JOIN} WHERE k.workspace_dev = ? AND k.workspace_ino = ? {live} "
+                f"SELECT {_ENTRY_COLUMNS} {_ENTRY_JOIN} WHERE k.workspace_id = ? {live} "
                 f"{where} ORDER BY k.key, k.id LIMIT ?",
-                (ident.device, ident.inode, *params, limit + 1),
+                (scope, *params, limit + 1),
             ).fetchall()
         entries, total, last = [], 0, None
         for row in rows[:limit]:
@@ -203,9 +175,8 @@ class KnowledgeMixin:
     def get_knowledge(self: MemoryStore, workspace: WorkspaceLike, key: str) -> KnowledgeEntry:
         """Return one entry of the workspace, tombstoned or not; raise `KnowledgeNotFoundError` if there is none."""
         key = validate_key(key)
-        ident = current_workspace(workspace)
         with self._read() as conn:
-            row = self._entry_row(conn, (ident.device, ident.inode), key)
+            row = self._entry_row(conn, workspace_scope(conn, workspace), key)
             return self._entry_by_id(conn, row[0])
 
     def knowledge_history(
@@ -225,9 +196,8 @@ class KnowledgeMixin:
         limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MIN_PAGE_BYTES)
         check_position(after_version, "after_version")
         key = validate_key(key)
-        ident = current_workspace(workspace)
         with self._read() as conn:
-            entry_id = self._entry_row(conn, (ident.device, ident.inode), key)[0]
+            entry_id = self._entry_row(conn, workspace_scope(conn, workspace), key)[0]
             rows = conn.execute(
                 f"SELECT {VERSION_COLUMNS} FROM knowledge_versions v WHERE v.knowledge_id = ? AND v.version > ? "
                 "ORDER BY v.version LIMIT ?",
@@ -261,12 +231,12 @@ class KnowledgeMixin:
 
     # -- internals shared with distillation and maintain ------------------------------------------
 
-    def _entry_row(self: MemoryStore, conn: apsw.Connection, scope: Scope, key: str) -> tuple:
-        """`(id, head_version, tombstoned_at, pinned)` of `key` in `scope`, or raise `KnowledgeNotFoundError`."""
+    def _entry_row(self: MemoryStore, conn: apsw.Connection, scope: Scope | None, key: str) -> tuple:
+        """`(id, head_version, tombstoned_at, pinned)` of `key` in `scope`, or raise `KnowledgeNotFoundError`
+        (also when `scope` is None: the directory is no known workspace)."""
         row = conn.execute(
-            "SELECT id, head_version, tombstoned_at, pinned FROM knowledge "
-            "WHERE workspace_dev = ? AND workspace_ino = ? AND key = ?",
-            (*scope, key),
+            "SELECT id, head_version, tombstoned_at, pinned FROM knowledge WHERE workspace_id = ? AND key = ?",
+            (scope, key),
         ).fetchone()
         if row is None:
             raise KnowledgeNotFoundError(
@@ -285,12 +255,12 @@ class KnowledgeMixin:
         if source is None:
             return NO_SOURCE
         row = conn.execute(
-            "SELECT id, workspace_dev, workspace_ino, last_seq FROM session_heads WHERE uuid = ?", (source.session_id,)
+            "SELECT id, workspace_id, last_seq FROM session_heads WHERE uuid = ?", (source.session_id,)
         ).fetchone()
         if row is None:
             raise SessionNotFoundError(f"provenance names Session {source.session_id!r}, which does not exist")
-        rowid, dev, ino, last_seq = row
-        if (dev, ino) != scope:
+        rowid, workspace_id, last_seq = row
+        if workspace_id != scope:
             raise InvalidKnowledgeError(f"provenance Session {source.session_id} belongs to another workspace")
         if source.last_seq > last_seq:
             raise InvalidKnowledgeError(
@@ -328,14 +298,14 @@ class KnowledgeMixin:
         row = conn.execute(
             "SELECT k.id, k.head_version, v.tombstone, v.content, v.confidence, v.source_session_uuid, "
             "v.source_first_seq, v.source_last_seq, v.source_digest "
-            f"{_ENTRY_JOIN} WHERE k.workspace_dev = ? AND k.workspace_ino = ? AND k.key = ?",
-            (*scope, key),
+            f"{_ENTRY_JOIN} WHERE k.workspace_id = ? AND k.key = ?",
+            (scope, key),
         ).fetchone()
         if row is None:
             entry_id = conn.execute(
-                "INSERT INTO knowledge (workspace_dev, workspace_ino, key, head_version, created_at, updated_at) "
-                "VALUES (?, ?, ?, 1, ?, ?) RETURNING id",
-                (*scope, key, now, now),
+                "INSERT INTO knowledge (workspace_id, key, head_version, created_at, updated_at) "
+                "VALUES (?, ?, 1, ?, ?) RETURNING id",
+                (scope, key, now, now),
             ).fetchone()[0]
             version = 1
         else:

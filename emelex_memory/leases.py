@@ -39,7 +39,7 @@ from .errors import (
     WorkspaceReplacedError,
 )
 from .io_errors import commit_unknown
-from .sessions import WorkspaceIdentity
+from .sessions import WorkspaceIdentity, rebind_advice
 from .transcript import AppendedTurn, Event, NewEvent, ReplayPage, encode_turn, media_of
 
 if TYPE_CHECKING:
@@ -51,8 +51,9 @@ T = TypeVar("T")
 # What an append re-checks, in one statement: the workspace identity, the lease, and the head (newest seq, turn,
 # byte_end and media_end, all None for an empty Session) read from the Session's newest event.
 _AUTHORITY_SQL = (
-    "SELECT s.workspace_path, s.workspace_dev, s.workspace_ino, l.token_hash, l.state, l.expires_at, "
-    "e.seq, e.turn, e.byte_end, e.media_end FROM sessions s JOIN session_leases l ON l.session_id = s.id "
+    "SELECT w.path, w.device, w.inode, w.generation, w.birth_ns, l.token_hash, l.state, l.expires_at, "
+    "e.seq, e.turn, e.byte_end, e.media_end FROM sessions s JOIN workspaces w ON w.id = s.workspace_id "
+    "JOIN session_leases l ON l.session_id = s.id "
     "LEFT JOIN events e ON e.id = (SELECT id FROM events WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) "
     "WHERE s.id = ?1"
 )
@@ -88,6 +89,8 @@ class SessionLease:
         token: str,
         expires_at: float,
         workspace: WorkspaceIdentity,
+        workspace_id: int,
+        pin: int,
     ) -> None:
         self._store = store
         self._rowid = session_rowid
@@ -96,6 +99,12 @@ class SessionLease:
         self._digest = token_digest(token)
         self.expires_at = expires_at
         self.workspace = workspace
+        self.workspace_id = workspace_id
+        # The workspace directory held open while the lease lives: an open inode cannot be freed, so its number
+        # cannot be handed to a new directory, and a path that still has this device/inode still names it.
+        self._pin: int | None = pin
+        self._dev_ino = (workspace.device, workspace.inode)
+        self._bound = (workspace.path, workspace.device, workspace.inode, workspace.generation, workspace.birth_ns)
         self._cursor = 0
         self._replayed = False
         self._ended = False
@@ -191,15 +200,15 @@ class SessionLease:
             with store._write() as conn:
                 row = conn.execute(_AUTHORITY_SQL, (rowid,)).fetchone()
                 now = self._check_authority(row)
-                last_seq = row[6] or 0
+                last_seq = row[8] or 0
                 if last_seq != expected:
                     raise StaleCursorError(
                         f"Session {self.session_id} is at seq {last_seq} but the caller last saw {expected}; "
                         "replay from your cursor and retry"
                     )
-                turn = (row[7] or 0) + 1
-                byte_end = row[8] or 0
-                media_end = row[9] or 0
+                turn = (row[9] or 0) + 1
+                byte_end = row[10] or 0
+                media_end = row[11] or 0
                 if media:
                     check_view_media(conn, rowid, media_end + sum(media.values()), self.session_id)
                 rows = []
@@ -230,9 +239,9 @@ class SessionLease:
         """Inside a write transaction: verify the lease token and expiry, and the workspace, of an `_AUTHORITY_SQL`
         row (None when the Session or its lease row is gone); return the store's time."""
         now = self._store.clock()
-        if row is None or row[3] != self._digest or row[4] != "active":
+        if row is None or row[5] != self._digest or row[6] != "active":
             raise LeaseLostError(f"this lease on Session {self.session_id} is no longer held; acquire a new one")
-        if row[5] <= now:
+        if row[7] <= now:
             raise LeaseExpiredError(f"the lease on Session {self.session_id} expired; acquire a new one and replay")
         try:
             st = os.stat(self.workspace.path)
@@ -241,12 +250,31 @@ class SessionLease:
                 f"workspace {self.workspace.path} of Session {self.session_id} is gone or was renamed; "
                 "release this lease, then acquire a new one with the directory's current path"
             ) from None
-        if row[0] != self.workspace.path or (st.st_dev, st.st_ino) != (row[1], row[2]) or not S_ISDIR(st.st_mode):
-            raise WorkspaceReplacedError(
-                f"workspace {self.workspace.path} of Session {self.session_id} was replaced by another directory; "
-                "nothing was written"
-            )
+        if (st.st_dev, st.st_ino) != self._dev_ino or row[:5] != self._bound or self._pin is None:
+            self._recheck_workspace(row, st)
         return now
+
+    def _recheck_workspace(self, row: tuple, st: os.stat_result) -> None:
+        """The slow path of `_check_authority`: raise unless the workspace is unchanged. Without the pinned
+        directory (the lease was closed but is still active), the identity is read afresh."""
+        ws = self.workspace
+        if row[:5] != self._bound:
+            raise WorkspaceReplacedError(
+                f"workspace {self.workspace_id} of Session {self.session_id} was moved or rebound since this lease "
+                "was taken; nothing was written; release this lease and acquire a new one"
+            )
+        if (st.st_dev, st.st_ino) == self._dev_ino and S_ISDIR(st.st_mode):
+            if self._pin is not None or ws.same_directory(WorkspaceIdentity.inspect(ws.path)):
+                return
+        raise WorkspaceReplacedError(
+            f"workspace {ws.path} of Session {self.session_id} was replaced by another directory; nothing was "
+            f"written; release this lease, then, {rebind_advice(self.workspace_id, ws.path)}"
+        )
+
+    def _unpin(self) -> None:
+        pin, self._pin = self._pin, None
+        if pin is not None:
+            os.close(pin)
 
     def renew(self, ttl_s: float | None = None) -> float:
         """Extend a live lease by `ttl_s` (default: the configured TTL) from now; return the new expiry."""
@@ -287,6 +315,7 @@ class SessionLease:
         """
         if self._ended:
             raise LeaseLostError(f"this lease on Session {self.session_id} has already ended")
+        self._unpin()
         with self._store._write() as conn:
             now = self._store.clock()
             row = conn.execute(
@@ -318,6 +347,7 @@ class SessionLease:
         When the database is busy the lease stays active until it expires (or
         an explicit `release()` succeeds).
         """
+        self._unpin()
         if self._ended:
             return
         try:

@@ -15,21 +15,29 @@ from dataclasses import dataclass
 import apsw
 
 from .assets import M002_ASSETS
-from .errors import NotAnEmelexDatabaseError, SchemaTooNewError
+from .errors import ForeignKeyViolationError, NotAnEmelexDatabaseError, SchemaTooNewError, StoreError
 from .jobs import M003_JOBS
 from .knowledge_model import M004_KNOWLEDGE
 from .model_refs import M005_MODEL_REFS
 from .summaries import M003_SUMMARIES, M006_SUMMARY_EVENTS
+from .workspaces import M009_WORKSPACES
 
 APPLICATION_ID = 0x454D4C58  # "EMLX"
 
 
 @dataclass(frozen=True)
 class Migration:
-    """One schema step: a unique `mNNN_what` name and the literal SQL it runs."""
+    """One schema step: a unique `mNNN_what` name and the literal SQL it runs.
+
+    `rebuilds_tables` marks a step that rebuilds tables other tables
+    reference (SQLite's create-copy-drop-rename procedure): it runs with
+    foreign keys off, so dropping the old table cascades nowhere, and commits
+    only when `PRAGMA foreign_key_check` finds no violation.
+    """
 
     name: str
     sql: str
+    rebuilds_tables: bool = False
 
 
 M001_CORE = """
@@ -123,6 +131,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("m006_summary_events", M006_SUMMARY_EVENTS),
     Migration("m007_event_byte_ends", M007_EVENT_BYTE_ENDS),
     Migration("m008_event_media_ends", M008_EVENT_MEDIA_ENDS),
+    Migration("m009_workspaces", M009_WORKSPACES, rebuilds_tables=True),
 )
 
 
@@ -193,15 +202,43 @@ def migrate(conn: apsw.Connection, migrations: tuple[Migration, ...] = MIGRATION
     for ordinal, migration in enumerate(migrations, start=1):
         if ordinal <= check_compatible(conn, migrations):
             continue
-        with conn:
-            conn.execute(_BOOKKEEPING)
-            for _ in conn.execute(migration.sql):
-                pass
-            conn.execute(
-                "INSERT INTO schema_migrations (ordinal, name, applied_at) VALUES (?, ?, ?)",
-                (ordinal, migration.name, time.time()),
-            )
-            conn.execute(f"PRAGMA user_version = {ordinal}")
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        if migration.rebuilds_tables:
+            _apply_with_foreign_keys_off(conn, ordinal, migration)
+        else:
+            _apply(conn, ordinal, migration)
         done.append(migration.name)
     return done
+
+
+def _apply(conn: apsw.Connection, ordinal: int, migration: Migration) -> None:
+    with conn:
+        conn.execute(_BOOKKEEPING)
+        for _ in conn.execute(migration.sql):
+            pass
+        if migration.rebuilds_tables:
+            violations = conn.execute("PRAGMA foreign_key_check").fetchall()
+            if violations:
+                table, rowid, parent, _ = violations[0]
+                raise ForeignKeyViolationError(
+                    f"migration {migration.name} would leave {len(violations)} broken references (first: {table} "
+                    f"row {rowid} -> {parent}); nothing was changed, restore a consistent backup"
+                )
+        conn.execute(
+            "INSERT INTO schema_migrations (ordinal, name, applied_at) VALUES (?, ?, ?)",
+            (ordinal, migration.name, time.time()),
+        )
+        conn.execute(f"PRAGMA user_version = {ordinal}")
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+
+def _apply_with_foreign_keys_off(conn: apsw.Connection, ordinal: int, migration: Migration) -> None:
+    """`PRAGMA foreign_keys` is a no-op inside a transaction, so it is switched outside, and restored after."""
+    was_on = _pragma(conn, "foreign_keys")
+    conn.execute("PRAGMA foreign_keys = OFF")
+    if _pragma(conn, "foreign_keys"):  # a transaction is open, so dropping a table would cascade
+        raise StoreError(f"migration {migration.name} must run outside a transaction; nothing was changed")
+    try:
+        _apply(conn, ordinal, migration)
+    finally:
+        if was_on:
+            conn.execute("PRAGMA foreign_keys = ON")

@@ -28,10 +28,12 @@ from .model_refs import ModelRefMixin
 from .opening import check_missing_database, open_database, reinitialize_database
 from .queue import JobQueueMixin
 from .retention import MaintenanceMixin
-from .sessions import SESSION_COLUMNS, Session, WorkspaceIdentity, session_from_row
+from .sessions import SESSION_COLUMNS, Session, WorkspaceIdentity, not_the_workspace, session_from_row
 from .settings import Settings
 from .summaries import read_view_page
 from .transcript import ReplayPage
+from .workspace_admin import WorkspaceAdminMixin
+from .workspaces import WORKSPACE_COLUMNS, identity_of, register_workspace, settle_workspace
 
 Clock = Callable[[], float]
 STORE_MARKER = ".memory-store"  # in Emelex Home: records that the standard store was created
@@ -161,6 +163,7 @@ class MemoryStore(
     JobQueueMixin,
     CompactionMixin,
     AssetStoreMixin,
+    WorkspaceAdminMixin,
 ):
     """One open Emelex database. Thread-safe; use it as a context manager or call `close()`."""
 
@@ -309,19 +312,20 @@ class MemoryStore(
     # -- Sessions ---------------------------------------------------------------
 
     def create_session(self, workspace: str | os.PathLike[str], *, title: str | None = None) -> Session:
-        """Create a Session bound to the canonical `workspace` directory and its device/inode identity."""
+        """Create a Session in the canonical `workspace` directory: the known workspace that directory is, or a new
+        one recorded with its identity (see `WorkspaceIdentity`)."""
         if title is not None and (not isinstance(title, str) or len(title) > 512):
             raise InvalidInputError("a Session title must be a string of at most 512 characters")
-        ident = WorkspaceIdentity.inspect(workspace)
+        found = WorkspaceIdentity.inspect(workspace)
         now = self.clock()
         session_id = str(uuid.uuid4())
         with self._write() as conn:
+            workspace_id, ident = register_workspace(conn, found, now)
             conn.execute(
-                "INSERT INTO sessions (uuid, title, workspace_path, workspace_dev, workspace_ino, created_at, "
-                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (session_id, title, ident.path, ident.device, ident.inode, now, now),
+                "INSERT INTO sessions (uuid, title, workspace_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
+                (session_id, title, workspace_id, now, now),
             )
-        return Session(session_id, title, ident, now, now, 0, 0, 0)
+        return Session(session_id, title, ident, now, now, 0, 0, 0, workspace_id)
 
     def get_session(self, session_id: str) -> Session:
         """Return a snapshot of one Session; raise `SessionNotFoundError` if there is none."""
@@ -356,7 +360,7 @@ class MemoryStore(
             sessions.append(session_from_row(row[1:]))
             last = row
         more = len(sessions) < len(rows)
-        return SessionPage(sessions, f"{last[6]!r}:{last[0]}" if more and last else None)
+        return SessionPage(sessions, f"{last[8]!r}:{last[0]}" if more and last else None)
 
     # -- leases and replay --------------------------------------------------------
 
@@ -366,26 +370,32 @@ class MemoryStore(
         """Take the one live lease on a Session from `workspace` (its current path).
 
         Validates the workspace identity first (a renamed directory is
-        accepted and the stored path updated). Raises `LeaseHeldError` while
+        accepted and the stored path updated; components the workspace did
+        not record yet are recorded). Raises `WorkspaceReplacedError` when the
+        directory is not the Session's workspace, `LeaseHeldError` while
         another holder's lease is live; an expired lease is replaced (its
         holder's later writes are refused with `LeaseLostError`). The new
-        lease must replay before appending.
+        lease must replay before appending. It keeps the directory open until
+        it ends, so that its inode number cannot be reused meanwhile.
         """
         ttl = self._lease_ttl(ttl_s)
-        found = WorkspaceIdentity.inspect(workspace)
+        found, fd = WorkspaceIdentity.open(workspace)
+        try:
+            return self._acquire_lease(session_id, found, fd, ttl)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _acquire_lease(self, session_id: str, found: WorkspaceIdentity, fd: int, ttl: float) -> SessionLease:
         token = new_token()
         with self._write() as conn:
             rowid = self._session_rowid(conn, session_id)
-            stored = WorkspaceIdentity(
-                *conn.execute(
-                    "SELECT workspace_path, workspace_dev, workspace_ino FROM sessions WHERE id = ?", (rowid,)
-                ).fetchone()
-            )
-            if not found.same_directory(stored):
-                raise WorkspaceReplacedError(
-                    f"{found.path} is not the workspace of Session {session_id} (created in {stored.path}, a "
-                    "different directory); use the original directory"
-                )
+            row = conn.execute(
+                f"SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE id = (SELECT workspace_id FROM sessions WHERE id = ?)",
+                (rowid,),
+            ).fetchone()
+            if not found.same_directory(identity_of(row)):
+                raise WorkspaceReplacedError(not_the_workspace(found.path, session_id, row[0], row[1]))
             now = self.clock()
             held = conn.execute(
                 "SELECT holder, expires_at FROM session_leases WHERE session_id = ? AND state = 'active' "
@@ -397,8 +407,7 @@ class MemoryStore(
                     f"Session {session_id} is leased by {held[0]} for another {held[1] - now:.0f}s; "
                     "wait for it to finish or expire"
                 )
-            if found.path != stored.path:
-                conn.execute("UPDATE sessions SET workspace_path = ? WHERE id = ?", (found.path, rowid))
+            ident = settle_workspace(conn, row, found)
             conn.execute(
                 "INSERT INTO session_leases (session_id, token_hash, holder, state, acquired_at, expires_at) "
                 "VALUES (?, ?, ?, 'active', ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
@@ -406,7 +415,7 @@ class MemoryStore(
                 "acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, ended_at = NULL, failure = NULL",
                 (rowid, token_digest(token), holder_label(), now, now + ttl),
             )
-        return SessionLease(self, rowid, session_id, token, now + ttl, found)
+        return SessionLease(self, rowid, session_id, token, now + ttl, ident, row[0], fd)
 
     def replay(
         self, session_id: str, after_seq: int = 0, *, limit: int | None = None, max_bytes: int | None = None

@@ -18,11 +18,13 @@ from .knowledge import knowledge_app
 from .maintain import maintain
 from .pages import echo_page
 from .work import work
+from .workspaces import workspaces_app
 
 memory_app = typer.Typer(help="Inspect and maintain the memory store.", no_args_is_help=True)
 sessions_app = typer.Typer(help="List and inspect Sessions.", no_args_is_help=True)
 memory_app.add_typer(sessions_app, name="sessions")
 memory_app.add_typer(knowledge_app, name="knowledge")
+memory_app.add_typer(workspaces_app, name="workspaces")
 memory_app.command("maintain")(maintain)
 memory_app.add_typer(assets_app, name="assets")
 memory_app.add_typer(jobs_app, name="jobs")

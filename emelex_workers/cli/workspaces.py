@@ -1,0 +1,64 @@
+"""`emelex memory workspaces ...`: list the known workspaces and rebind one to a directory (audited)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from emelex_memory import MemoryStore, Settings, WorkspaceInfo
+
+from .pages import echo_page
+
+workspaces_app = typer.Typer(
+    help="List known workspaces; rebind one whose directory was replaced (e.g. re-cloned).", no_args_is_help=True
+)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
+
+
+def _settings(ctx: typer.Context) -> Settings:
+    return ctx.find_root().obj
+
+
+def _line(w: WorkspaceInfo) -> str:
+    return f"{w.id:>4}  {w.status:<10} {w.sessions:>4} Sessions  {w.knowledge:>4} Knowledge  {w.path or '(path unknown)'}"
+
+
+@workspaces_app.command("list")
+def workspaces_list(
+    ctx: typer.Context,
+    limit: Annotated[int, typer.Option(help="Workspaces per page.")] = 50,
+    cursor: Annotated[Optional[str], typer.Option(help="next_cursor printed by the previous page.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List known workspaces: ID, whether the path still is that directory (present), another one (replaced) or
+    nothing (missing), and their Session and live Knowledge counts."""
+    with MemoryStore.open(_settings(ctx)) as store:
+        page = store.list_workspaces(cursor=cursor, limit=limit)
+    echo_page("workspaces", page.workspaces, page.next_cursor, as_json,
+              as_dict=dataclasses.asdict, line=_line, empty="no known workspaces")
+
+
+@workspaces_app.command("rebind")
+def workspaces_rebind(
+    ctx: typer.Context,
+    workspace_id: Annotated[int, typer.Argument(metavar="WORKSPACE_ID", help="ID from `workspaces list`.")],
+    directory: Annotated[Path, typer.Argument(help="The directory that now is this workspace.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Confirm: the directory takes over the workspace.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Make DIRECTORY workspace WORKSPACE_ID: its Sessions resume and its Knowledge is recalled there. Recorded with
+    who, when and both identities. Refused while one of its Sessions is leased or DIRECTORY is another workspace."""
+    with MemoryStore.open(_settings(ctx)) as store:
+        r = store.rebind_workspace(workspace_id, directory, confirm=yes)
+    if as_json:
+        typer.echo(json.dumps(dataclasses.asdict(r)))
+    elif r.changed:
+        typer.echo(f"workspace {r.workspace_id} is now {r.new.path} (was {r.old_path or 'unknown'}); "
+                   f"recorded as rebound by {r.rebound_by}")
+    else:
+        typer.echo(f"workspace {r.workspace_id} already is {r.new.path}; nothing to rebind")
