@@ -18,6 +18,7 @@ from .errors import (
     DatabaseDeletedError,
     DatabaseEmptiedError,
     DefaultModelUnavailableError,
+    DegenerateOutputError,
     EmelexError,
     InsecurePathError,
     InvalidAssetError,
@@ -52,6 +53,7 @@ from .errors import (
     PluginError,
     PluginHookError,
     PluginLoadError,
+    RepeatedOutputError,
     ReplayRequiredError,
     ReservedEventKindError,
     SchemaTooNewError,
@@ -96,7 +98,14 @@ from .compaction import (
     estimate_tokens,
 )
 from .deletion import SessionDeletion
-from .distillation import DISTILL_KIND, DistillationInput, KnowledgeCandidate, distillation_handler, validate_candidates
+from .distillation import (
+    DISTILL_KIND,
+    DistillationInput,
+    DistillationResult,
+    KnowledgeCandidate,
+    distillation_handler,
+    validate_candidates,
+)
 from .distillation_split import DistillationSplit
 from .jobs import (
     CompletionContext,
@@ -151,7 +160,9 @@ __all__ = [
     "DatabaseDeletedError",
     "DatabaseEmptiedError",
     "DefaultModelUnavailableError",
+    "DegenerateOutputError",
     "DistillationInput",
+    "DistillationResult",
     "DistillationSplit",
     "EmelexError",
     "Enqueued",
@@ -212,6 +223,7 @@ __all__ = [
     "PluginLoadError",
     "RETRY_SCHEDULE",
     "ReplayPage",
+    "RepeatedOutputError",
     "ReplayRequiredError",
     "ReservedEventKindError",
     "RetrySchedule",

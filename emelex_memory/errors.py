@@ -202,6 +202,16 @@ class TransientJobError(JobError):
     """Raised by a job handler for a passing failure (e.g. flaky inference): it is retried in-process, then counted."""
 
 
+class DegenerateOutputError(JobError):
+    """A summarizer's output was empty or degenerate (mostly repetition, a worked example echoed): a counted, retryable
+    failure; the retry varies its sampling. If every attempt fails, use a larger model (`emelex models install`)."""
+
+
+class RepeatedOutputError(PermanentJobError):
+    """A retry returned the same rejected output as an earlier attempt (the plugin does not vary it): terminal; fix
+    or change the summarizer or the model, then `emelex memory jobs retry`."""
+
+
 class SummaryProvenanceError(StoreError):
     """A Summary's provenance does not verify (tampered Summary, source or record): restore the database from backup."""
 
