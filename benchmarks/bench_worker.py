@@ -4,7 +4,7 @@
    llama.cpp): every second of a job that is not inference (claiming, Session
    model binding with snapshot validation, reading and checking the source,
    token counting, prompt building, completion with provenance) as a
-   percentage of the inference time itself (time inside the model's `chat`).
+   percentage of the inference time itself (time inside the binding's `complete`).
    The model is loaded by a warm-up job first: it loads once per worker run.
 2. Start-up of `emelex memory work` with an empty queue against
    `python -c pass`, as the median ratio of alternating runs.
@@ -62,7 +62,7 @@ def bench_overhead(root: Path) -> float | None:
     from emelex_llamacpp.plugin import LlamaBinding
 
     inference: list[float] = []
-    original = LlamaBinding.chat
+    original = LlamaBinding.complete
 
     def timed_chat(self, *args, **kwargs):
         start = time.perf_counter()
@@ -71,7 +71,7 @@ def bench_overhead(root: Path) -> float | None:
         finally:
             inference.append(time.perf_counter() - start)
 
-    LlamaBinding.chat = timed_chat
+    LlamaBinding.complete = timed_chat
     settings = Settings(home=root / "home", plugins_autoload=False, model_max_context_tokens=2048)
     ModelManager(settings).install_default()
     workspace = root / "workspace"

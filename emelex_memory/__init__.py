@@ -20,6 +20,7 @@ from .errors import (
     DatabaseDeletedError,
     DatabaseEmptiedError,
     DefaultModelUnavailableError,
+    DegenerateOutputError,
     DiskFullError,
     EmelexError,
     FileAccessDeniedError,
@@ -63,6 +64,7 @@ from .errors import (
     PluginHookError,
     PluginLoadError,
     ReadOnlyLocationError,
+    RepeatedOutputError,
     ReplayMediaCapError,
     ReplayRequiredError,
     ReservedEventKindError,
@@ -113,7 +115,14 @@ from .compaction import (
     estimate_tokens,
 )
 from .deletion import SessionDeletion
-from .distillation import DISTILL_KIND, DistillationInput, KnowledgeCandidate, distillation_handler, validate_candidates
+from .distillation import (
+    DISTILL_KIND,
+    DistillationInput,
+    DistillationResult,
+    KnowledgeCandidate,
+    distillation_handler,
+    validate_candidates,
+)
 from .distillation_split import DistillationSplit
 from .jobs import (
     CompletionContext,
@@ -171,8 +180,10 @@ __all__ = [
     "DatabaseDeletedError",
     "DatabaseEmptiedError",
     "DefaultModelUnavailableError",
+    "DegenerateOutputError",
     "DiskFullError",
     "DistillationInput",
+    "DistillationResult",
     "DistillationSplit",
     "EmelexError",
     "Enqueued",
@@ -241,6 +252,7 @@ __all__ = [
     "RETRY_SCHEDULE",
     "ReadOnlyLocationError",
     "ReplayPage",
+    "RepeatedOutputError",
     "ReplayMediaCapError",
     "ReplayRequiredError",
     "ReservedEventKindError",

@@ -20,7 +20,7 @@ the job into smaller distill jobs covering the same events (see
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -87,7 +87,16 @@ class DistillationInput:
     knowledge: tuple[KnowledgeEntry, ...]
 
 
-Distiller = Callable[[DistillationInput], Iterable[KnowledgeCandidate]]
+@dataclass(frozen=True)
+class DistillationResult:
+    """Candidates a guard kept, with counts of the proposals it dropped before them, by reason: `rejected` maps
+    names starting with "rejected_" (e.g. "rejected_unsupported") to counts, added to the job's result."""
+
+    candidates: tuple[KnowledgeCandidate, ...]
+    rejected: Mapping[str, int] = field(default_factory=dict)
+
+
+Distiller = Callable[[DistillationInput], "Iterable[KnowledgeCandidate] | DistillationResult"]
 TokenCounter = Callable[[Event], int]
 
 
@@ -129,6 +138,36 @@ def validate_candidates(candidates: object) -> tuple[KnowledgeCandidate, ...]:
     return tuple(unique.values())
 
 
+def validate_result(result: object) -> DistillationResult:
+    """A distiller's output as a validated `DistillationResult`: its candidates through `validate_candidates`, and
+    its rejection counts checked (at most 16 names "rejected_<reason>", non-negative integers), else
+    `InvalidCandidateError`."""
+    if not isinstance(result, DistillationResult):
+        return DistillationResult(validate_candidates(result))
+    counts = result.rejected
+    if not (isinstance(counts, Mapping) and len(counts) <= 16 and all(_count_entry(k, v) for k, v in counts.items())):
+        raise InvalidCandidateError("a DistillationResult's rejected counts must map up to 16 'rejected_<reason>' "
+                                    "names to non-negative integers; nothing applied")
+    return DistillationResult(validate_candidates(result.candidates), dict(counts))
+
+
+def _count_entry(name: object, count: object) -> bool:
+    return (isinstance(name, str) and name.startswith("rejected_") and len("rejected_") < len(name) <= 64
+            and isinstance(count, int) and not isinstance(count, bool) and count >= 0)
+
+
+def nothing_saved(counts: Mapping[str, int]) -> str:
+    """Why a distillation that applied nothing saved nothing, from its result's counts."""
+    rejected = {k[len("rejected_"):].replace("_", " "): v for k, v in counts.items() if k.startswith("rejected_") and v}
+    kept = {k.replace("skipped_", "").replace("_", " "): counts.get(k, 0)
+            for k in ("unchanged", "skipped_pinned", "skipped_missing") if counts.get(k, 0)}
+    if not counts.get("candidates") and not rejected:
+        return "the distiller proposed no Knowledge"
+    parts = [f"{n} rejected ({reason})" for reason, n in rejected.items()]
+    parts += [f"{n} {what}" for what, n in kept.items()]
+    return "nothing saved: " + ", ".join(parts)
+
+
 DISTILL_SOURCE_FIELDS = {"first_seq": "id", "last_seq": "id", "digest": "digest"}
 
 
@@ -153,7 +192,8 @@ def _complete_distillation(ctx: CompletionContext, result: Any) -> dict[str, Any
     then apply every candidate or none."""
     if isinstance(result, DistillationSplit):
         return complete_split(ctx, result, DISTILL_KIND)
-    candidates = validate_candidates(result)
+    checked = validate_result(result)
+    candidates = checked.candidates
     conn, store, source = ctx.conn, ctx.store, _source_of(ctx.job)
     if source_digest(conn, ctx.session_rowid, source.session_id, source.first_seq, source.last_seq) != source.digest:
         raise SourceChangedError(f"the source events of distillation job {ctx.job.id} changed; nothing applied")
@@ -184,6 +224,9 @@ def _complete_distillation(ctx: CompletionContext, result: Any) -> dict[str, Any
         else:
             version = store._upsert_version(conn, scope, c.key, c.content, float(c.confidence), "distillation", src)
             counts["applied" if row is None or version.version > row[1] else "unchanged"] += 1
+    counts.update(checked.rejected)
+    if not counts["applied"]:
+        counts["nothing_saved"] = nothing_saved(counts)
     return counts
 
 
@@ -199,7 +242,7 @@ register_job_kind(DISTILL_KIND, _complete_distillation, validate=validate_distil
 
 def distillation_handler(
     distill: Distiller, *, safe_context_tokens: int | None = None, count_tokens: TokenCounter | None = None
-) -> Callable[[JobClaim], tuple[KnowledgeCandidate, ...] | DistillationSplit]:
+) -> Callable[[JobClaim], DistillationResult | DistillationSplit]:
     """A worker handler for "distill" jobs: read the bounded source, check it fits the model, call `distill`.
 
     A source of several events over `knowledge_source_max_bytes`, or (with
@@ -208,10 +251,13 @@ def distillation_handler(
     whole or not distilled: the handler returns a `DistillationSplit` and
     completing the job queues distill jobs for its parts. A single event over
     the budget raises `SourceTooLargeError`, a permanent failure. The
-    candidates are validated before completion.
+    candidates are validated before completion. `distill` may return a
+    `DistillationResult` (candidates plus counts of what a guard rejected):
+    completion adds those counts to the job's result, and a job that applies
+    nothing says why under "nothing_saved".
     """
 
-    def handle(claim: JobClaim) -> tuple[KnowledgeCandidate, ...] | DistillationSplit:
+    def handle(claim: JobClaim) -> DistillationResult | DistillationSplit:
         store = claim.store
         source = _source_of(claim.job)
         if source.last_seq > source.first_seq:
@@ -239,7 +285,7 @@ def distillation_handler(
         except WorkspaceError as exc:
             raise _workspace_failure(exc, session.workspace_id, workspace.path) from None
         data = DistillationInput(source.session_id, workspace.path, source, tuple(events), tuple(page.entries))
-        return validate_candidates(distill(data))
+        return validate_result(distill(data))
 
     return handle
 

@@ -291,6 +291,16 @@ class CorruptEventError(StoreError):
     """A stored transcript event's payload is not valid JSON (the database was altered): restore it from a backup."""
 
 
+class DegenerateOutputError(JobError):
+    """A summarizer's output was empty or degenerate (mostly repetition, a worked example echoed): a counted, retryable
+    failure; the retry varies its sampling. If every attempt fails, use a larger model (`emelex models install`)."""
+
+
+class RepeatedOutputError(PermanentJobError):
+    """A retry returned the same rejected output as an earlier attempt (the plugin does not vary it): terminal; fix
+    or change the summarizer or the model, then `emelex memory jobs retry`."""
+
+
 class SummaryProvenanceError(StoreError):
     """A Summary's provenance does not verify (tampered Summary, source or record): restore the database from backup."""
 

@@ -13,7 +13,7 @@ import os
 import stat
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import (
@@ -129,6 +129,12 @@ class Settings(BaseSettings):
     )
     summarizer: str = Field(default="llamacpp", min_length=1, max_length=64, description="Summarizer the worker uses.")
     distiller: str = Field(default="llamacpp", min_length=1, max_length=64, description="Distiller the worker uses.")
+    summary_mode: Literal["extractive", "abstractive"] = Field(
+        default="extractive", description="Built-in summarizer: quote the source's statements, or write freely."
+    )
+    distill_mode: Literal["extractive", "abstractive"] = Field(
+        default="extractive", description="Built-in distiller: quote the source's statements, or write freely."
+    )
     model_lock_timeout_s: float = Field(
         default=60.0, gt=0, le=3600, description="Longest wait for the Home-wide snapshot-mutation lock."
     )

@@ -81,7 +81,8 @@ def main(argv: list[str]) -> None:
         entries = store.recall(workspace, limit=1).entries
     if first.kind == "summary":
         print(f"\nThe Summary replaces turns 1-4 (model {first.payload['provenance']['model'][:40]}...):")
-        print(f"  {first.payload['text']}")
+        for line in first.payload["text"].splitlines():  # an extractive Summary has one line per quoted event
+            print(f"  {line}")
     _run(settings, "memory", "knowledge", "list", "--workspace", str(workspace))
     if entries:
         _run(settings, "memory", "knowledge", "show", entries[0].key, "--workspace", str(workspace))

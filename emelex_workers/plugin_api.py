@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from emelex_memory import DistillationInput, Event, InstalledModel, Job, KnowledgeCandidate
+from emelex_memory import DistillationInput, Event, InstalledModel, Job, KnowledgeCandidate, Settings
 
-__all__ = ["DistillRequest", "Distiller", "ModelBinding", "Summarizer", "SummaryRequest", "event_text"]
+__all__ = ["DistillRequest", "Distiller", "ModelBinding", "Summarizer", "SummaryRequest", "event_body", "event_text"]
 
 
 class ModelBinding(Protocol):
@@ -45,23 +45,34 @@ class ModelBinding(Protocol):
 @dataclass(frozen=True)
 class SummaryRequest:
     """What a summarizer gets: the compaction job, its source events in replay order (a previous Summary
-    first, when there is one), the most tokens the Summary may have, and the bound model."""
+    first, when there is one), the most tokens the Summary may have, and the bound model.
+
+    `attempt` is the job's count of failed attempts so far (0 on the first
+    try): a retry must not repeat a rejected output, so vary the sampling
+    (seed, temperature) or the input with it. `settings` are the worker's
+    (None: the defaults).
+    """
 
     job: Job
     events: tuple[Event, ...]
     budget_tokens: int
     model: ModelBinding
+    attempt: int = 0
+    settings: Settings | None = None
 
 
 @dataclass(frozen=True)
 class DistillRequest:
     """What a distiller gets: the distill job, the distillation input (Session, workspace, provenance, source
-    events, live Knowledge), the most candidates one job may apply, and the bound model."""
+    events, live Knowledge), the most candidates one job may apply, and the bound model; `attempt` and
+    `settings` as for `SummaryRequest`."""
 
     job: Job
     data: DistillationInput
     max_candidates: int
     model: ModelBinding
+    attempt: int = 0
+    settings: Settings | None = None
 
 
 @dataclass(frozen=True)
@@ -71,24 +82,35 @@ class Summarizer:
     Raise `TransientJobError` for a passing failure, `PermanentJobError` (or
     `SourceTooLargeError`) for one retrying cannot fix; any other exception
     is a retryable job failure with a bounded diagnostic naming the plugin.
+    `examples` are the texts of the worked examples its prompts show the
+    model: the worker cuts Summary sentences that echo them (see
+    `emelex_workers.faithfulness`).
     """
 
     name: str
     summarize: Callable[[SummaryRequest], str]
+    examples: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Distiller:
     """A named distiller: `distill(request)` returns `KnowledgeCandidate`s (at most `request.max_candidates`
-    unique ones); they are validated before anything is applied. Exceptions count as for `Summarizer`."""
+    unique ones); the worker's guards drop (and count) unfaithful ones, then the rest are validated before
+    anything is applied. Exceptions count as for `Summarizer`; `examples` are the worked examples its
+    prompts show, whose copies the guards reject."""
 
     name: str
     distill: Callable[[DistillRequest], Iterable[KnowledgeCandidate]]
+    examples: tuple[str, ...] = ()
 
 
 def event_text(event: Event) -> str:
     """The text a model sees for one transcript event: its payload's "text" when that is a string, else the
     payload's stored canonical JSON; prefixed with the event kind, e.g. "user: hello"."""
+    return f"{event.kind}: {event_body(event)}"
+
+
+def event_body(event: Event) -> str:
+    """`event_text` without the kind prefix: the payload's "text" when that is a string, else its canonical JSON."""
     payload = event.payload
-    body = payload["text"] if isinstance(payload, dict) and isinstance(payload.get("text"), str) else None
-    return f"{event.kind}: {event.payload_json if body is None else body}"
+    return payload["text"] if isinstance(payload, dict) and isinstance(payload.get("text"), str) else event.payload_json

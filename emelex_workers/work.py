@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from emelex_memory import (
@@ -44,9 +45,10 @@ from emelex_memory import (
     distillation_handler,
     run_one_job,
 )
-from emelex_memory.distillation import DISTILL_RESERVE_TOKENS, MAX_CANDIDATES
+from emelex_memory.distillation import DISTILL_RESERVE_TOKENS, MAX_CANDIDATES, MAX_RAW_CANDIDATES
 from emelex_memory.worker import describe
 
+from .guards import guard_candidates, guard_summary
 from .models import ModelManager
 from .plugin_api import DistillRequest, ModelBinding, SummaryRequest
 from .plugins import EmelexPluginManager, Registered, bind_model, choose, distillers, get_plugin_manager, summarizers
@@ -258,26 +260,28 @@ class Worker:
 
         if claim.job.kind == COMPACTION_KIND:
             budget = int(claim.job.source["summary_budget_tokens"])
-            name, summarize = self._summarizer.component.name, self._summarizer.component.summarize
+            component = self._summarizer.component
+            name, summarize = component.name, component.summarize
 
             def run(events, job) -> str:
-                request = SummaryRequest(job, tuple(events), budget, binding)
+                request = SummaryRequest(job, tuple(events), budget, binding, job.attempts, self.settings)
                 text = _plugin_call(self._summarizer, lambda: summarize(request))
                 if not isinstance(text, str) or not text.strip():
                     raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} returned no text")
                 if count_text(binding, plugin, text) > budget:
                     raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} exceeded the "
                                           f"Summary budget of {budget} tokens")
-                return text
+                return guard_summary(text, job=job, events=events, examples=component.examples)
 
             safe = self._window - budget - PROMPT_RESERVE_TOKENS
             handler = compaction_handler(run, model_ref=model.reference, safe_context_tokens=safe, count_tokens=count)
             return handler(claim)
-        distill = self._distiller.component.distill
+        distiller = self._distiller.component
 
         def run_distill(data):
-            request = DistillRequest(claim.job, data, MAX_CANDIDATES, binding)
-            return list(_plugin_call(self._distiller, lambda: distill(request)))
+            request = DistillRequest(claim.job, data, MAX_CANDIDATES, binding, claim.job.attempts, self.settings)
+            proposals = _plugin_call(self._distiller, lambda: _bounded(distiller.distill(request)))
+            return guard_candidates(proposals, events=data.events, examples=distiller.examples)
 
         safe = self._window - DISTILL_RESERVE_TOKENS
         return distillation_handler(run_distill, safe_context_tokens=safe, count_tokens=count)(claim)
@@ -345,7 +349,8 @@ class Worker:
         if outcome is None:
             return False
         job = outcome.job
-        self._record(report, JobReport(job.id, job.kind, job.session_id, outcome.status, outcome.detail,
+        detail = _done_detail(job) if outcome.status == "done" else outcome.detail
+        self._record(report, JobReport(job.id, job.kind, job.session_id, outcome.status, detail,
                                        self._clock() - began))
         return True
 
@@ -353,6 +358,17 @@ class Worker:
         report.add(job)
         if self._on_job is not None:
             self._on_job(job)
+
+
+def _done_detail(job: Any) -> str:
+    """"completed", plus for a distillation what it applied and what the guards rejected, or why it saved nothing."""
+    result = job.result if isinstance(job.result, dict) else {}
+    if "nothing_saved" in result:
+        return f"completed; {result['nothing_saved']}"
+    if "applied" not in result:
+        return "completed"
+    rejected = sum(v for k, v in result.items() if k.startswith("rejected_") and isinstance(v, int))
+    return f"completed; {result['applied']} applied, {rejected} rejected by the faithfulness guards"
 
 
 def _release(claim: JobClaim, reason: str) -> None:
@@ -375,6 +391,14 @@ def _plugin_call(registered: Registered, call: Callable[[], Any]) -> Any:
         raise PluginHookError(
             f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed: {describe(exc)}"
         ) from None
+
+
+def _bounded(proposals: Any) -> Any:
+    """A distiller's proposals read into a list, at most one over the most a job may read; anything that is not
+    an iterable is returned as it is (for validation to refuse)."""
+    if isinstance(proposals, (str, bytes)) or not isinstance(proposals, Iterable):
+        return proposals
+    return list(islice(proposals, MAX_RAW_CANDIDATES + 1))
 
 
 def work(store: MemoryStore, settings: Settings, **options: Any) -> WorkReport:

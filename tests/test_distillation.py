@@ -13,6 +13,7 @@ from emelex_memory.distillation import (
     DISTILL_KIND,
     MAX_CANDIDATES,
     DistillationInput,
+    DistillationResult,
     KnowledgeCandidate,
     validate_candidates,
 )
@@ -115,6 +116,32 @@ def test_a_worker_applies_candidates_with_provenance(store, workspace):
     assert (head.content, head.confidence, head.origin) == ("tabs", 0.9, "distillation")
     assert head.source == KnowledgeSource(sid, 1, 4, job.source["digest"])
     assert store.work_distillation(distill) is None  # nothing else is due
+
+
+def test_a_guarded_result_adds_its_rejection_counts_and_says_why_nothing_was_saved(store, workspace):
+    sid = finished_session(store, workspace, "we use tabs")
+    store.queue_distillation(sid)
+    guarded = DistillationResult((KnowledgeCandidate("indent", "tabs", 0.9),), {"rejected_unsupported": 2})
+    outcome = store.work_distillation(returning(guarded))
+    assert outcome.job.result == {"candidates": 1, "applied": 1, "unchanged": 0, "skipped_pinned": 0,
+                                  "skipped_missing": 0, "rejected_unsupported": 2}
+    append(store, sid, workspace, "tabs again")
+    store.queue_distillation(sid)
+    result = store.work_distillation(returning(DistillationResult((), {"rejected_example": 3}))).job.result
+    assert result["applied"] == 0 and result["nothing_saved"] == "nothing saved: 3 rejected (example)"
+    append(store, sid, workspace, "and again")
+    store.queue_distillation(sid)
+    assert store.work_distillation(returning([])).job.result["nothing_saved"] == "the distiller proposed no Knowledge"
+
+
+@pytest.mark.parametrize("rejected", [{"unsupported": 1}, {"rejected_x": -1}, {"rejected_x": True}, "counts"])
+def test_malformed_rejection_counts_fail_the_batch_and_apply_nothing(store, workspace, db_path, rejected):
+    sid = finished_session(store, workspace, "we use tabs")
+    store.queue_distillation(sid)
+    before = knowledge_rows(db_path)
+    outcome = store.work_distillation(returning(DistillationResult((KnowledgeCandidate("k", "v"),), rejected)))
+    assert outcome.status == "failed" and "rejected counts" in outcome.detail
+    assert knowledge_rows(db_path) == before
 
 
 def test_rerunning_the_same_candidates_appends_nothing(store, workspace):

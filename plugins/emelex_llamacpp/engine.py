@@ -135,7 +135,14 @@ class LlamaEngine:
 
     def chat(self, messages: list[dict], *, max_tokens: int,
              json_schema: dict | None = None, temperature: float = 0.0) -> str:
-        """Run one chat completion and return the assistant message text.
+        """Run one chat completion and return the assistant message text (see ``complete``)."""
+        return self.complete(messages, max_tokens=max_tokens, json_schema=json_schema,
+                             temperature=temperature)[0]
+
+    def complete(self, messages: list[dict], *, max_tokens: int, json_schema: dict | None = None,
+                 temperature: float = 0.0, seed: int | None = None,
+                 repeat_penalty: float = 1.0) -> tuple[str, str]:
+        """Run one chat completion; return the assistant text and why it stopped ("stop" or "length").
 
         ``messages`` are OpenAI-style ``{"role", "content"}`` dicts rendered with
         the GGUF chat template. ``max_tokens`` (>= 1) bounds the completion and
@@ -143,8 +150,10 @@ class LlamaEngine:
         ``json_schema`` the output is grammar-constrained to the schema
         (maxItems/maxLength enforced, number minimum/maximum not; a schema the
         converter rejects raises ValueError rather than degrading to free JSON).
-        Output cut off by ``max_tokens`` is invalid JSON: parse defensively.
-        ``temperature == 0`` is greedy. ValueError if the prompt does not fit.
+        Output cut off by ``max_tokens`` (finish reason "length") is invalid
+        JSON: parse defensively. ``temperature == 0`` is greedy; ``seed``
+        (default: the engine's) seeds sampling; ``repeat_penalty`` > 1
+        discourages repeating recent tokens. ValueError if the prompt does not fit.
         """
         if max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
@@ -158,8 +167,10 @@ class LlamaEngine:
         with self._lock:
             out = self._model().create_chat_completion(
                 messages=messages, max_tokens=max_tokens, temperature=temperature,
-                seed=self._seed, grammar=grammar, stream=False)
-        return out["choices"][0]["message"]["content"] or ""
+                seed=self._seed if seed is None else seed, grammar=grammar,
+                repeat_penalty=repeat_penalty, stream=False)
+        choice = out["choices"][0]
+        return choice["message"]["content"] or "", choice.get("finish_reason") or "stop"
 
     def close(self) -> None:
         """Free the model and context; idempotent. Later calls raise RuntimeError."""

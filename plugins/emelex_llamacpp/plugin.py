@@ -2,7 +2,10 @@
 
 Registered through the `emelex` entry-point group exactly like a third-party
 plugin (name "llamacpp"). `llama_cpp` is imported only when a binding first
-needs the model, so commands that run no inference never pay for it.
+needs the model, so commands that run no inference never pay for it. The
+summarizer and the distiller are extractive by default (`extractive.py`:
+output that can only quote the source); the `summary_mode` and
+`distill_mode` settings select the abstractive prompts (`prompts.py`) instead.
 """
 
 from __future__ import annotations
@@ -10,55 +13,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from emelex_memory import InstalledModel, Settings
+from emelex_memory import InstalledModel, KnowledgeCandidate, Settings
 from emelex_memory.models import GGUF_MAGIC
 from emelex_workers.hookspecs import hookimpl
-from emelex_workers.plugin_api import Distiller, Summarizer
+from emelex_workers.plugin_api import Distiller, DistillRequest, Summarizer, SummaryRequest
 
-from .engine import LlamaEngine
-from .prompts import distill, summarize
+from . import extractive, prompts
+from .binding import LlamaBinding
 
 NAME = "llamacpp"
-
-
-class LlamaBinding:
-    """A `ModelBinding` for one GGUF file: the model is loaded on first use, once, and kept for the worker run."""
-
-    def __init__(self, model: InstalledModel, *, max_context: int, threads: int) -> None:
-        """Bind `model` without loading it; `max_context` caps the allocated context, `threads` the CPU threads."""
-        self.model = model
-        self._max_context = max_context
-        self._threads = threads
-        self._engine: LlamaEngine | None = None
-
-    def _loaded(self) -> LlamaEngine:
-        if self._engine is None:
-            self._engine = LlamaEngine(self.model.model_file, max_ctx=self._max_context, n_threads=self._threads)
-        return self._engine
-
-    @property
-    def loaded(self) -> bool:
-        """True once the weights are in memory."""
-        return self._engine is not None
-
-    @property
-    def context_window(self) -> int:
-        """The allocated context in tokens: the model's trained context, capped by `model_max_context_tokens`."""
-        return self._loaded().context_window
-
-    def count_tokens(self, text: str) -> int:
-        """Tokens of `text` under the model's own tokenizer."""
-        return self._loaded().count_tokens(text)
-
-    def chat(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None) -> str:
-        """One greedy completion, grammar-constrained to `json_schema` when given."""
-        return self._loaded().chat(messages, max_tokens=max_tokens, json_schema=json_schema)
-
-    def close(self) -> None:
-        """Free the model; idempotent."""
-        if self._engine is not None:
-            self._engine.close()
-            self._engine = None
+__all__ = ["NAME", "LlamaBinding", "distill", "model_binding", "summarize"]
 
 
 def _is_gguf(path: Path) -> bool:
@@ -72,6 +36,18 @@ def _is_gguf(path: Path) -> bool:
         os.close(fd)
 
 
+def summarize(request: SummaryRequest) -> str:
+    """The Summary, extractive or abstractive by the `summary_mode` setting (default extractive)."""
+    mode = request.settings.summary_mode if request.settings is not None else "extractive"
+    return (prompts if mode == "abstractive" else extractive).summarize(request)
+
+
+def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
+    """Knowledge candidates, extractive or abstractive by the `distill_mode` setting (default extractive)."""
+    mode = request.settings.distill_mode if request.settings is not None else "extractive"
+    return (prompts if mode == "abstractive" else extractive).distill(request)
+
+
 @hookimpl
 def model_binding(model: InstalledModel, settings: Settings) -> LlamaBinding | None:
     """Bind any GGUF model (checked by its magic bytes); pass on anything else."""
@@ -82,11 +58,11 @@ def model_binding(model: InstalledModel, settings: Settings) -> LlamaBinding | N
 
 @hookimpl
 def register_summarizers(register) -> None:
-    """The "llamacpp" summarizer."""
-    register(Summarizer(NAME, summarize))
+    """The "llamacpp" summarizer, declaring its worked examples."""
+    register(Summarizer(NAME, summarize, examples=prompts.EXAMPLES))
 
 
 @hookimpl
 def register_distillers(register) -> None:
-    """The "llamacpp" distiller."""
-    register(Distiller(NAME, distill))
+    """The "llamacpp" distiller, declaring its worked examples."""
+    register(Distiller(NAME, distill, examples=prompts.EXAMPLES))

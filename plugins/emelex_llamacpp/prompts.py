@@ -1,9 +1,15 @@
-"""Prompts of the built-in plugin: summarizing a compaction source and distilling Knowledge candidates.
+"""Abstractive prompts of the built-in plugin (`summary_mode` / `distill_mode` = "abstractive"), and shared helpers.
 
-Both keep the prompt plus the completion inside the model's context window
-(a source that cannot fit is `SourceTooLargeError`, a permanent failure).
-The Summary is cut to the job's token budget; distilled candidates come from
-JSON-schema constrained output and are validated one by one.
+The model writes the Summary and the facts in its own words, shown one
+worked example each (declared as the plugin's `EXAMPLES`, so the worker's
+guards reject copies of it). Prompt plus completion stay inside the model's
+context window (a source that cannot fit is `SourceTooLargeError`, a
+permanent failure). A Summary is generated with a repetition penalty; one
+cut by the token limit is trimmed to its last complete sentence. Facts come
+from JSON-schema constrained output whose size is bounded, so the output
+always fits its token allowance; the model proposes no confidence: it is
+measured as 0.5 + 0.4 x the fact's corroboration by the source
+(`faithfulness.corroboration`), rounded to two decimals.
 """
 
 from __future__ import annotations
@@ -13,14 +19,19 @@ import math
 import re
 
 from emelex_memory import KnowledgeCandidate, SourceTooLargeError
-from emelex_workers.plugin_api import DistillRequest, ModelBinding, SummaryRequest, event_text
+from emelex_workers.faithfulness import corroboration, sentences, terminated
+from emelex_workers.plugin_api import DistillRequest, ModelBinding, SummaryRequest, event_body, event_text
+
+from .binding import generate
 
 MAX_SUMMARY_TOKENS = 384  # a Summary never needs more; generating less keeps small CPUs quick
 MAX_FACTS = 5
 MAX_KEY_CHARS = 32
 MAX_FACT_CHARS = 160
-DISTILL_MAX_TOKENS = 500  # room for MAX_FACTS facts at their longest, so output is never cut off
+# Worst case one token per character of the bounded JSON: keys, contents and punctuation of MAX_FACTS facts.
+DISTILL_MAX_TOKENS = 16 + MAX_FACTS * (MAX_KEY_CHARS + MAX_FACT_CHARS + 24)
 MESSAGE_OVERHEAD = 16  # chat-template tokens per message, a generous allowance
+SUMMARY_REPEAT_PENALTY = 1.15
 
 # One worked example each: a 135M-parameter model follows an example far better than an instruction.
 EXAMPLE_CONVERSATION = (
@@ -32,14 +43,16 @@ EXAMPLE_SUMMARY = (
     "/var/log/app.log and the server listens on port 8080."
 )
 EXAMPLE_FACTS = (
-    '{"facts": [{"key": "log file", "content": "Logs are written to /var/log/app.log.", "confidence": 0.9}, '
-    '{"key": "server port", "content": "The server listens on port 8080.", "confidence": 0.9}]}'
+    '{"facts": [{"key": "log file", "content": "Logs are written to /var/log/app.log."}, '
+    '{"key": "server port", "content": "The server listens on port 8080."}]}'
 )
+EXAMPLES = (EXAMPLE_CONVERSATION, EXAMPLE_SUMMARY, "Logs are written to /var/log/app.log.",
+            "The server listens on port 8080.")
 SUMMARY_SYSTEM = "You summarize conversations between a user and an assistant in a few plain sentences."
 DISTILL_SYSTEM = "You list the durable facts stated in a conversation as JSON, skipping facts already known."
 
 
-def _fit(model: ModelBinding, messages: list[dict[str, str]], completion: int, what: str) -> int:
+def fit(model: ModelBinding, messages: list[dict[str, str]], completion: int, what: str) -> int:
     """Tokens left for the completion (at most `completion`); `SourceTooLargeError` when the prompt leaves none."""
     prompt = sum(model.count_tokens(m["content"]) + MESSAGE_OVERHEAD for m in messages)
     room = model.context_window - prompt
@@ -59,6 +72,16 @@ def _transcript(events) -> str:
     return "\n".join(lines)
 
 
+def complete_sentences(text: str) -> str:
+    """`text` without its last sentence when that one has no terminal punctuation (output cut by a token limit);
+    unchanged when it has no complete sentence at all."""
+    parts = sentences(text)
+    if len(parts) > 1 and not terminated(parts[-1]):
+        cut = text.rstrip().rfind(parts[-1])
+        return text[:cut].rstrip()
+    return text.strip()
+
+
 def summarize(request: SummaryRequest) -> str:
     """Summarize the job's source in at most `request.budget_tokens` tokens of the model's tokenizer."""
     model = request.model
@@ -70,16 +93,18 @@ def summarize(request: SummaryRequest) -> str:
         {"role": "assistant", "content": EXAMPLE_SUMMARY},
         {"role": "user", "content": f"Conversation:\n{_transcript(request.events)}\n\nSummary:"},
     ]
-    text = model.chat(messages, max_tokens=_fit(model, messages, budget, "summary")).strip()
+    out = generate(model, messages, max_tokens=fit(model, messages, budget, "summary"), attempt=request.attempt,
+                   repeat_penalty=SUMMARY_REPEAT_PENALTY)
+    text = complete_sentences(out.text) if out.finish_reason in ("length", "unknown") else out.text.strip()
     if not text:
         raise ValueError("the model returned an empty summary")
     while model.count_tokens(text) > request.budget_tokens:  # re-tokenizing may differ slightly from generation
-        text = text[: max(1, math.floor(len(text) * 0.9))].rstrip()
+        text = complete_sentences(text[: max(1, math.floor(len(text) * 0.9))])
     return text
 
 
 def fact_schema(max_items: int) -> dict:
-    """The JSON schema the distiller constrains the model's output to."""
+    """The JSON schema the abstractive distiller constrains the model's output to."""
     return {
         "type": "object",
         "properties": {
@@ -91,9 +116,8 @@ def fact_schema(max_items: int) -> dict:
                     "properties": {
                         "key": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_CHARS},
                         "content": {"type": "string", "minLength": 1, "maxLength": MAX_FACT_CHARS},
-                        "confidence": {"type": "number"},
                     },
-                    "required": ["key", "content", "confidence"],
+                    "required": ["key", "content"],
                 },
             }
         },
@@ -107,7 +131,7 @@ def slug(key: str) -> str:
 
 
 def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
-    """Ask the model for facts under a JSON schema, then keep the valid ones (first per key, confidence in [0, 1])."""
+    """Ask the model for facts under a JSON schema; keep the first per key, with a measured confidence."""
     model, data = request.model, request.data
     known = "\n".join(f"- {e.key}: {e.content}" for e in data.knowledge[:50]) or "(none)"
     limit = max(1, min(MAX_FACTS, request.max_candidates))
@@ -117,20 +141,20 @@ def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
         {"role": "assistant", "content": EXAMPLE_FACTS},
         {"role": "user", "content": f"Conversation:\n{_transcript(data.events)}\n\nFacts as JSON:"},
     ]
-    raw = model.chat(messages, max_tokens=_fit(model, messages, DISTILL_MAX_TOKENS, "distillation"),
-                     json_schema=fact_schema(limit))
+    raw = generate(model, messages, max_tokens=fit(model, messages, DISTILL_MAX_TOKENS, "distillation"),
+                   json_schema=fact_schema(limit), attempt=request.attempt).text
     try:
         facts = json.loads(raw)["facts"]
     except (ValueError, KeyError, TypeError):
         raise ValueError(f"the model's distillation output is not the JSON asked for: {raw[:200]!r}") from None
+    sources = [event_body(e) for e in data.events]
     candidates: dict[str, KnowledgeCandidate] = {}
     for fact in facts if isinstance(facts, list) else []:
         if not isinstance(fact, dict):
             continue
-        key, content, confidence = slug(str(fact.get("key", ""))), fact.get("content"), fact.get("confidence")
+        key, content = slug(str(fact.get("key", ""))), fact.get("content")
         if not key or not isinstance(content, str) or not content.strip():
             continue
-        if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
-            continue
-        candidates.setdefault(key, KnowledgeCandidate(key, content.strip(), float(confidence)))
+        confidence = round(0.5 + 0.4 * corroboration(content, sources), 2)
+        candidates.setdefault(key, KnowledgeCandidate(key, content.strip(), confidence))
     return list(candidates.values())[:limit]

@@ -17,7 +17,7 @@ import time
 
 from emelex_memory import KnowledgeCandidate
 from emelex_workers.hookspecs import hookimpl
-from emelex_workers.plugin_api import Distiller, Summarizer, event_text
+from emelex_workers.plugin_api import Distiller, Summarizer, event_body, event_text
 
 FAKE_MARKER = b"emelex-fake-model"
 HELD = []  # leases taken in "go-live" mode, kept alive so they stay live
@@ -82,7 +82,7 @@ def summarize(request) -> str:
 def distill(request):
     _behave(request.job.id)
     return [
-        KnowledgeCandidate(f"fact-{e.seq}", event_text(e)[:200], 0.75)
+        KnowledgeCandidate(f"fact-{e.seq}", event_body(e)[:200], 0.75)
         for e in request.data.events if e.kind == "assistant"
     ]
 

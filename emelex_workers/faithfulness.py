@@ -1,0 +1,250 @@
+"""What "faithful" means for a Summary or a Knowledge candidate: the checks the worker's guards apply.
+
+These are plain functions over text, independent of any model or plugin
+(docs/knowledge.md, "Faithfulness guards", states them for users):
+
+- *Words* are the casefolded runs of letters and digits; *content words*
+  are the words outside `STOP_WORDS`, lightly stemmed (`stem`), so
+  "moves" and "moving" count as one word.
+- *Sentences* are split after `.`, `!` or `?` followed by white space, and at
+  line breaks.
+- A candidate is *supported* by its source when its normalized text
+  (`normalize`) occurs in the normalized text of one source event (a quote),
+  or when every content word of it occurs in one source sentence whose
+  polarity (whether it contains a negation such as "not" or "never") is the
+  same as the candidate's. Its *support* is the best share of its content
+  words found in one such sentence (1.0 for a quote).
+- Its *corroboration* is the share of its content words that also occur in
+  a source event other than the one supporting it best: a statement the
+  conversation comes back to scores higher than one said once in passing.
+- A candidate is *vacuous* when it has fewer than two distinct content words.
+- A candidate *matches a worked example* when it is not quoted from the
+  source and its content words overlap those of one sentence of a
+  plugin-declared example with a Jaccard index of at least 0.6.
+- A *key name* is a word-like token that is an identifier, a file name or a
+  number: it contains a digit, or one of `_ / . : = @ #` between
+  characters, or an inner capital letter (abbreviations like "e.g." aside).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+STOP_WORDS = frozenset(
+    "a an the and or but so of to in on at by for from with as into onto over under about after before "
+    "is are was were be been being am it its this that these those there here then than too very "
+    "i you he she we they me him her us them my your our their his mine yours ours theirs "
+    "do does did done have has had having will would shall should can could may might must "
+    "s t ll re ve d m what which who whom whose when where why how also just now".split()
+)
+NEGATIONS = frozenset("no not never none nobody nothing nor without cannot n't dont doesnt didnt wont isnt "
+                      "arent wasnt werent cant couldnt shouldnt wouldnt".split())
+EXAMPLE_JACCARD = 0.6
+MIN_CONTENT_WORDS = 2
+_WORD = re.compile(r"[^\W_]+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]`*]*\s+|\n+")
+_TERMINATED = re.compile(r"[.!?][\"')\]`*]*\Z")
+_KEY_NAME = re.compile(r"[^\s,;()\[\]{}\"'`<>]+")
+_KEY_SHAPE = re.compile(r"\d|\w[_/.:=@#]\w|[a-z][A-Z]")
+_ABBREVIATION = re.compile(r"(?:[a-z]\.)+[a-z]?\Z", re.IGNORECASE)
+
+
+def normalize(text: str) -> str:
+    """NFKC, casefolded, white space collapsed, surrounding white space and trailing full stops removed."""
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split()).rstrip(".").strip()
+
+
+def words(text: str) -> list[str]:
+    """The casefolded runs of letters and digits of `text`, apostrophes dropped ("don't" is "dont")."""
+    return _WORD.findall(unicodedata.normalize("NFKC", text).casefold().replace("'", "").replace("\u2019", ""))
+
+
+def stem(word: str) -> str:
+    """A light suffix strip ("ing", "ed", "es", "s") that keeps at least three letters; digits are kept whole."""
+    if word.isdigit():
+        return word
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def content_words(text: str) -> set[str]:
+    """The stemmed words of `text` outside `STOP_WORDS` (negations included: they change meaning)."""
+    return {stem(w) for w in words(text) if w not in STOP_WORDS}
+
+
+def negated(text: str) -> bool:
+    """True when `text` contains a negation word ("not", "never", "don't", ...)."""
+    return any(w in NEGATIONS for w in words(text)) or "n't" in text.casefold()
+
+
+def sentences(text: str) -> list[str]:
+    """`text` split into sentences after `.`, `!` or `?` followed by white space, and at line breaks; stripped,
+    empty pieces dropped."""
+    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+
+
+def terminated(sentence: str) -> bool:
+    """True when `sentence` ends with `.`, `!` or `?` (closing quotes, brackets or backticks allowed after it)."""
+    return bool(_TERMINATED.search(sentence.rstrip()))
+
+
+def support(candidate: str, sources: Sequence[str]) -> float:
+    """How well `sources` (source texts, one per event) support `candidate`: 1.0 for a quote, else the best share
+    of its content words found in one source sentence of the same polarity (0.0 without content words)."""
+    if quoted(candidate, sources):
+        return 1.0
+    wanted = content_words(candidate)
+    if not wanted:
+        return 0.0
+    polarity = negated(candidate)
+    best = 0.0
+    for source in sources:
+        for sentence in sentences(source):
+            if negated(sentence) == polarity:
+                best = max(best, len(wanted & content_words(sentence)) / len(wanted))
+    return best
+
+
+def corroboration(candidate: str, sources: Sequence[str]) -> float:
+    """The share of `candidate`'s content words found in `sources` other than the one supporting it best (the one
+    quoting it, else the one with the sentence sharing most of its content words); 0.0 without content words."""
+    wanted = content_words(candidate)
+    if not wanted or not sources:
+        return 0.0
+    needle = normalize(candidate)
+    shares = [2.0 if needle and needle in normalize(source) else
+              max((len(wanted & content_words(s)) / len(wanted) for s in sentences(source)), default=0.0)
+              for source in sources]
+    best = shares.index(max(shares))
+    others: set[str] = set()
+    for index, source in enumerate(sources):
+        if index != best:
+            others |= content_words(source)
+    return len(wanted & others) / len(wanted)
+
+
+def quoted(candidate: str, sources: Iterable[str]) -> bool:
+    """True when the normalized `candidate` occurs in the normalized text of one of `sources`."""
+    needle = normalize(candidate)
+    return bool(needle) and any(needle in normalize(source) for source in sources)
+
+
+def supported(candidate: str, sources: Sequence[str]) -> bool:
+    """True when `candidate` is quoted from `sources` or all its content words occur in one source sentence of the
+    same polarity (see the module docstring)."""
+    return support(candidate, sources) >= 1.0
+
+
+def vacuous(candidate: str) -> bool:
+    """True when `candidate` has fewer than two distinct content words ("The feature is a feature.")."""
+    return len(content_words(candidate)) < MIN_CONTENT_WORDS
+
+
+def matches_example(candidate: str, examples: Iterable[str], sources: Sequence[str]) -> bool:
+    """True when `candidate` is not quoted from `sources` and its content words overlap those of one sentence of
+    `examples` with a Jaccard index of at least 0.6 (or it equals that sentence once normalized)."""
+    if quoted(candidate, sources):
+        return False
+    mine = content_words(candidate)
+    for example in examples:
+        for sentence in sentences(example):
+            theirs = content_words(sentence)
+            if normalize(sentence) == normalize(candidate):
+                return True
+            if mine and theirs and len(mine & theirs) / len(mine | theirs) >= EXAMPLE_JACCARD:
+                return True
+    return False
+
+
+def key_names(text: str) -> list[str]:
+    """The identifiers, file names and numbers in `text` (see the module docstring), in order, without trailing
+    sentence punctuation."""
+    found = []
+    for token in _KEY_NAME.findall(text):
+        token = token.rstrip(".:!?")
+        if token and _KEY_SHAPE.search(token) and not _ABBREVIATION.match(token):
+            found.append(token)
+    return found
+
+
+def looping(sentence: str, n: int = 3) -> bool:
+    """True when `sentence` repeats itself: some run of `n` words occurs three times or more, or its word n-grams
+    are more than half duplicates."""
+    ws = words(sentence)
+    grams = [tuple(ws[i : i + n]) for i in range(len(ws) - n + 1)]
+    if len(grams) < 3:
+        return False
+    counts: dict[tuple[str, ...], int] = {}
+    for g in grams:
+        counts[g] = counts.get(g, 0) + 1
+    return max(counts.values()) >= 3 or len(counts) < math.ceil(len(grams) / 2)
+
+
+def is_invented(name: str, source_text: str) -> bool:
+    """True when the key name `name` does not occur in `source_text` (casefolded); numbers of one or two digits are
+    never invented (a Summary may count: "3 turns")."""
+    return not (name.isdigit() and len(name) <= 2) and name.casefold() not in source_text
+
+
+@dataclass(frozen=True)
+class SummaryCheck:
+    """What `check_summary` made of a Summary: the kept `text`, how many sentences the raw output had and how many
+    were cut as repeats, worked-example echoes or names absent from the source, whether an unterminated tail was
+    trimmed, and `problem`: why the output is degenerate (None when `text` is usable)."""
+
+    text: str
+    sentences: int
+    repeated: int
+    echoed: int
+    invented: int
+    trimmed: bool
+    problem: str | None
+
+
+def check_summary(text: str, *, sources: Sequence[str], examples: Iterable[str] = ()) -> SummaryCheck:
+    """Clean a Summary and judge it.
+
+    Sentences are cut when they repeat an earlier one (once normalized) or
+    loop (`looping`), when they match a worked example (`matches_example`),
+    or when they name a key name (`key_names`) that no source contains
+    (`is_invented`). A
+    final sentence without terminal punctuation (output cut off by a token
+    limit) is trimmed when a complete sentence precedes it. The result is
+    degenerate when nothing is left, or when the cuts removed half of the
+    sentences or more.
+    """
+    examples = tuple(examples)
+    parts = sentences(text)
+    source_text = "\n".join(sources).casefold()
+    kept: list[str] = []
+    seen: set[str] = set()
+    repeated = echoed = invented = 0
+    for sentence in parts:
+        norm = normalize(sentence)
+        if norm in seen or looping(sentence):
+            repeated += 1
+        elif matches_example(sentence, examples, sources):
+            echoed += 1
+        elif any(is_invented(name, source_text) for name in key_names(sentence)):
+            invented += 1
+        else:
+            kept.append(sentence)
+        seen.add(norm)
+    trimmed = len(kept) > 1 and not terminated(kept[-1]) and parts[-1] == kept[-1]
+    if trimmed:
+        kept.pop()
+    cut = repeated + echoed + invented
+    problem = None
+    if not kept:
+        problem = "nothing is left once repeats, worked-example echoes and invented names are cut"
+    elif parts and 2 * cut >= len(parts):
+        problem = (f"{cut} of its {len(parts)} sentences were cut ({repeated} repeated, {echoed} echoing the worked "
+                   f"example, {invented} naming what the source does not)")
+    return SummaryCheck("\n".join(kept) if "\n" in text.strip() else " ".join(kept), len(parts), repeated, echoed,
+                        invented, trimmed, problem)

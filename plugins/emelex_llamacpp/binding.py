@@ -1,0 +1,86 @@
+"""The plugin's `ModelBinding` for GGUF files, and how every prompt of the plugin calls a model.
+
+`generate` is the one way the summarizers and distillers run a model: on a
+`LlamaBinding` it varies the sampling with the job's attempt (greedy first;
+each retry samples at temperature 0.7 with seed 42 + attempt, so a retry
+never repeats a rejected output byte for byte) and reports whether the
+output was cut by the token limit; on any other binding it calls the
+protocol's `chat` (greedy, no stop reason).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from emelex_memory import InstalledModel
+from emelex_workers.plugin_api import ModelBinding
+
+from .engine import DEFAULT_SEED, LlamaEngine
+
+RETRY_TEMPERATURE = 0.7
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A model's answer: its text and why it stopped: "stop", "length" (the token limit) or "unknown"."""
+
+    text: str
+    finish_reason: str
+
+
+class LlamaBinding:
+    """A `ModelBinding` for one GGUF file: the model is loaded on first use, once, and kept for the worker run."""
+
+    def __init__(self, model: InstalledModel, *, max_context: int, threads: int) -> None:
+        """Bind `model` without loading it; `max_context` caps the allocated context, `threads` the CPU threads."""
+        self.model = model
+        self._max_context = max_context
+        self._threads = threads
+        self._engine: LlamaEngine | None = None
+
+    def _loaded(self) -> LlamaEngine:
+        if self._engine is None:
+            self._engine = LlamaEngine(self.model.model_file, max_ctx=self._max_context, n_threads=self._threads)
+        return self._engine
+
+    @property
+    def loaded(self) -> bool:
+        """True once the weights are in memory."""
+        return self._engine is not None
+
+    @property
+    def context_window(self) -> int:
+        """The allocated context in tokens: the model's trained context, capped by `model_max_context_tokens`."""
+        return self._loaded().context_window
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of `text` under the model's own tokenizer."""
+        return self._loaded().count_tokens(text)
+
+    def chat(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None) -> str:
+        """One greedy completion, grammar-constrained to `json_schema` when given."""
+        return self.complete(messages, max_tokens=max_tokens, json_schema=json_schema).text
+
+    def complete(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None,
+                 attempt: int = 0, repeat_penalty: float = 1.0) -> Completion:
+        """One completion, sampled for `attempt` (see the module docstring), with its stop reason."""
+        temperature = 0.0 if attempt <= 0 else RETRY_TEMPERATURE
+        text, reason = self._loaded().complete(messages, max_tokens=max_tokens, json_schema=json_schema,
+                                               temperature=temperature, seed=DEFAULT_SEED + max(0, attempt),
+                                               repeat_penalty=repeat_penalty)
+        return Completion(text, reason)
+
+    def close(self) -> None:
+        """Free the model; idempotent."""
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+
+
+def generate(model: ModelBinding, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None,
+             attempt: int = 0, repeat_penalty: float = 1.0) -> Completion:
+    """Run `model` once: `LlamaBinding.complete` on this plugin's binding, the protocol's `chat` on any other."""
+    if isinstance(model, LlamaBinding):
+        return model.complete(messages, max_tokens=max_tokens, json_schema=json_schema, attempt=attempt,
+                              repeat_penalty=repeat_penalty)
+    return Completion(model.chat(messages, max_tokens=max_tokens, json_schema=json_schema), "unknown")

@@ -1,0 +1,184 @@
+"""Extractive output: Summaries and Knowledge that can only quote the source (the default modes).
+
+Both start from the source's candidate statements (`candidates.py`), which
+are verbatim sentences of its events.
+
+*Summary.* The statements that carry the most of what a compacted history
+must keep are chosen greedily: each step takes the statement with the most
+new key names (identifiers, file names, numbers; weighted 3) plus new
+content words per token, until the Summary reaches its length: a third of
+the source's tokens (at least 48, at most the job's budget and 384). They
+are written in source order, one line per event, `speaker: sentence ...`,
+with a full stop added to a sentence that had no terminal punctuation. No
+model call: on the quality benchmark's development set the 135M model's own
+choices were no better than chance (see benchmarks/RESULTS.md).
+
+*Knowledge.* Every fact candidate becomes a Knowledge candidate with that
+statement, verbatim, as its content. The model labels each with a topic
+chosen from the statement's own words: one grammar-constrained call per 24
+statements, whose JSON schema gives every statement an `enum` of its key
+names and content words, so the label too can only quote the statement.
+The key is the label's slug (made unique with the statement's next word).
+The confidence is measured, not chosen: 0.5 + 0.4 x the statement's
+corroboration (`faithfulness.corroboration`), rounded to two decimals.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+from emelex_memory import KnowledgeCandidate
+from emelex_workers.faithfulness import STOP_WORDS, content_words, corroboration, key_names, terminated, words
+from emelex_workers.plugin_api import DistillRequest, SummaryRequest, event_body
+
+from .binding import generate
+from .candidates import CHATTER, Candidate, candidates
+from .prompts import MAX_KEY_CHARS, fit, slug
+
+SUMMARY_SHARE = 1 / 2
+MIN_SUMMARY_TOKENS = 48
+MAX_SUMMARY_TOKENS = 384
+KEY_NAME_WEIGHT = 3
+LABEL_BATCH = 24
+LABEL_OPTIONS = 8
+LABEL_SYSTEM = "You label each statement from a conversation with its topic word."
+
+
+def names(statement: str) -> set[str]:
+    """What a Summary must not lose from `statement`: its key names and its capitalized words after the first
+    (proper names such as "Celery"), casefolded."""
+    found = {n.casefold() for n in key_names(statement)}
+    found |= {w.casefold() for w in re.findall(r"(?<=\s)[A-Z][\w-]*", statement)}
+    return found
+
+
+def _gain(c: Candidate, covered: set[str], seen: set[str]) -> int:
+    return KEY_NAME_WEIGHT * len(names(c.text) - covered) + len(content_words(c.text) - seen)
+
+
+def _line(speaker: str, parts: list[str]) -> str:
+    return f"{speaker}: " + " ".join(p if terminated(p) else p + "." for p in parts)
+
+
+def _render(chosen: list[Candidate], pool: list[Candidate]) -> str:
+    """The chosen statements in source order, one line per event."""
+    lines: list[str] = []
+    run: list[str] = []
+    last: tuple[int, str] | None = None
+    for c in sorted(chosen, key=pool.index):
+        if last is not None and (c.event, c.speaker) != last:
+            lines.append(_line(last[1], run))
+            run = []
+        run.append(c.text)
+        last = (c.event, c.speaker)
+    if last is not None:
+        lines.append(_line(last[1], run))
+    return "\n".join(lines)
+
+
+def _pool(request: SummaryRequest) -> list[Candidate]:
+    """The summary candidates; for a source with none (only questions or small talk), its sentences as they are."""
+    pool = candidates(request.events, facts=False)
+    if pool:
+        return pool
+    return [Candidate(text, i, e.kind) for i, e in enumerate(request.events)
+            for text in [event_body(e).strip()] if text][:1]
+
+
+def summarize(request: SummaryRequest) -> str:
+    """An extractive Summary of the job's source (see the module docstring), within `request.budget_tokens`."""
+    model = request.model
+    source_tokens = sum(model.count_tokens(event_body(e)) for e in request.events)
+    target = min(request.budget_tokens, MAX_SUMMARY_TOKENS,
+                 max(MIN_SUMMARY_TOKENS, math.ceil(SUMMARY_SHARE * source_tokens)))
+    pool = _pool(request)
+    cost = {id(c): model.count_tokens(c.text) + 2 for c in pool}
+    chosen: list[Candidate] = []
+    covered: set[str] = set()
+    seen: set[str] = set()
+    used = 0
+    remaining = list(pool)
+    while remaining:
+        best = max(remaining, key=lambda c: (_gain(c, covered, seen) / cost[id(c)], -pool.index(c)))
+        remaining.remove(best)
+        if _gain(best, covered, seen) == 0:
+            break
+        if used + cost[id(best)] > target:
+            continue
+        chosen.append(best)
+        used += cost[id(best)]
+        covered |= names(best.text)
+        seen |= content_words(best.text)
+    chosen = chosen or pool[:1]
+    text = _render(chosen, pool)
+    while len(chosen) > 1 and model.count_tokens(text) > request.budget_tokens:
+        chosen.pop()
+        text = _render(chosen, pool)
+    return text
+
+
+def label_options(statement: str) -> list[str]:
+    """The topics a statement may be labelled with: its key names that are not plain numbers, its content words
+    (three letters or more, not small talk), then its numbers; lowercased, at most 8, each at most 32 characters;
+    "fact" when there is none."""
+    options: list[str] = []
+    plain = [w for w in words(statement) if len(w) >= 3 and w not in STOP_WORDS and w not in CHATTER]
+    found = [n.casefold() for n in key_names(statement)]
+    numbers = [n for n in found if re.fullmatch(r"[\d.,:]+", n)]
+    for option in [n for n in found if n not in numbers] + plain + numbers:
+        if option not in options and len(option) <= MAX_KEY_CHARS and slug(option):
+            options.append(option)
+    return options[:LABEL_OPTIONS] or ["fact"]
+
+
+def label_schema(options: list[list[str]]) -> dict:
+    """The schema of one labelling call: properties "1".."n" in order, each an enum of its statement's options."""
+    props = {str(i + 1): {"enum": opts} for i, opts in enumerate(options)}
+    return {"type": "object", "properties": props, "required": list(props)}
+
+
+def _labels(request: DistillRequest, batch: list[Candidate]) -> list[str]:
+    options = [label_options(c.text) for c in batch]
+    listing = "\n".join(f"{i + 1}. {c.text}" for i, c in enumerate(batch))
+    messages = [{"role": "system", "content": LABEL_SYSTEM},
+                {"role": "user", "content": f"Statements:\n{listing}\n\nThe topic of each statement, as JSON:"}]
+    # Each label is a quoted option of at most 32 characters plus its property name: 16 tokens each is ample.
+    room = fit(request.model, messages, 16 + 16 * len(batch), "labelling")
+    raw = generate(request.model, messages, max_tokens=room, json_schema=label_schema(options),
+                   attempt=request.attempt).text
+    try:
+        chosen = json.loads(raw)
+    except ValueError:
+        chosen = {}
+    chosen = chosen if isinstance(chosen, dict) else {}
+    return [chosen.get(str(i + 1)) if chosen.get(str(i + 1)) in opts else opts[0] for i, opts in enumerate(options)]
+
+
+def _unique_key(label: str, statement: str, taken: set[str]) -> str:
+    """`label`'s slug; when taken, with the statement's next option appended, else with a number."""
+    key = slug(label)
+    for extra in label_options(statement):
+        if key not in taken:
+            return key
+        key = slug(f"{label} {extra}") if extra != label else key
+    base, n = key, 2
+    while key in taken:
+        key, n = f"{base}-{n}", n + 1
+    return key
+
+
+def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
+    """Every fact candidate of the source as Knowledge, labelled by the model (see the module docstring)."""
+    found = candidates(request.data.events, facts=True)[: request.max_candidates]
+    sources = [event_body(e) for e in request.data.events]
+    taken: set[str] = set()
+    out: list[KnowledgeCandidate] = []
+    for start in range(0, len(found), LABEL_BATCH):
+        batch = found[start : start + LABEL_BATCH]
+        for c, label in zip(batch, _labels(request, batch), strict=True):
+            key = _unique_key(label, c.text, taken)
+            taken.add(key)
+            out.append(KnowledgeCandidate(key, c.text, round(0.5 + 0.4 * corroboration(c.text, sources), 2)))
+    return out

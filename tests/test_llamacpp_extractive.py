@@ -1,0 +1,151 @@
+"""The built-in plugin's extractive modes without a model: candidate statements, the extractive Summary, labelled
+Knowledge with measured confidence, the mode settings, and trimming of abstractive output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from emelex_llamacpp import extractive, prompts
+from emelex_llamacpp.binding import Completion, generate
+from emelex_llamacpp.candidates import candidates
+from emelex_llamacpp.plugin import distill, summarize
+from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_workers import faithfulness as fx
+from emelex_workers.plugin_api import DistillRequest, SummaryRequest, event_body
+
+TURNS = [
+    ("We're packaging the cli tool as a wheel for PyPI. Can you help?", "Sure. Which build backend do you want?"),
+    ("We'll use hatchling, since the project already has a pyproject.toml.",
+     "Good choice. The entry point goes in src/tool/__main__.py."),
+    ("What about the old setup.py?", "We could keep it for a while."),
+    ("No, nobody runs it any more. Remove setup.py before release 2.0.", "Understood."),
+    ("Thanks for the help.", "You're welcome."),
+]
+
+
+class ScriptedBinding:
+    """A ModelBinding test double: one token per word, a 2048-token window, and a canned answer for each call."""
+
+    def __init__(self, answers=()) -> None:
+        self.answers, self.calls = list(answers), []
+
+    context_window = 2048
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split())
+
+    def chat(self, messages, *, max_tokens, json_schema=None) -> str:
+        self.calls.append((messages, max_tokens, json_schema))
+        return self.answers.pop(0) if self.answers else "{}"
+
+    def close(self) -> None:
+        pass
+
+
+def _events(store: MemoryStore, workspace: Path):
+    session = store.create_session(workspace)
+    with store.acquire_lease(session.id, workspace) as lease:
+        list(lease.replay_all())
+        for user, assistant in TURNS:
+            lease.append_turn([NewEvent("user", {"text": user}), NewEvent("assistant", {"text": assistant})])
+        enqueued = store.finish_session(lease)
+    return enqueued.job, tuple(store.replay(session.id).events)
+
+
+def test_candidates_are_verbatim_statements_without_questions_small_talk_proposals_or_rejected_ones(
+    store: MemoryStore, workspace: Path
+) -> None:
+    _, events = _events(store, workspace)
+    facts = [c.text for c in candidates(events, facts=True)]
+    assert facts == [
+        "We're packaging the cli tool as a wheel for PyPI.",
+        "We'll use hatchling, since the project already has a pyproject.toml.",
+        "The entry point goes in src/tool/__main__.py.",
+        "No, nobody runs it any more.",
+        "Remove setup.py before release 2.0.",
+    ]
+    summary = [c.text for c in candidates(events, facts=False)]
+    assert "We could keep it for a while." in summary and "You're welcome." not in summary
+
+
+def test_the_extractive_summary_quotes_the_source_in_order_within_its_length(
+    store: MemoryStore, workspace: Path
+) -> None:
+    job, events = _events(store, workspace)
+    binding = ScriptedBinding()
+    text = extractive.summarize(SummaryRequest(job, events, 40, binding))
+    lines = text.splitlines()
+    sources = [event_body(e) for e in events]
+    assert lines and binding.calls == []  # chosen by rule, no model call
+    for line in lines:
+        speaker, _, said = line.partition(": ")
+        assert speaker in ("user", "assistant")
+        for sentence in fx.sentences(said):
+            assert fx.quoted(sentence, sources), sentence
+    source_words = sum(len(s.split()) for s in sources)
+    assert binding.count_tokens(text) <= max(extractive.MIN_SUMMARY_TOKENS, source_words // 2 + 1) + 2 * len(lines)
+    assert "src/tool/__main__.py" in text and "setup.py" in text  # statements rich in key names come first
+    positions = [next(i for i, s in enumerate(sources) if line.split(": ", 1)[1].split(". ")[0] in s)
+                 for line in lines]
+    assert positions == sorted(positions)
+    assert binding.count_tokens(extractive.summarize(SummaryRequest(job, events, 12, binding))) <= 12
+
+
+def test_extractive_knowledge_quotes_statements_labelled_from_their_own_words(
+    store: MemoryStore, workspace: Path
+) -> None:
+    job, events = _events(store, workspace)
+    labels = {"1": "pypi", "2": "hatchling", "3": "src/tool/__main__.py", "4": "not-an-option", "5": "setup.py"}
+    binding = ScriptedBinding([json.dumps(labels)])
+    found = extractive.distill(DistillRequest(job, store_input(store, job, events), 128, binding))
+    sources = [event_body(e) for e in events]
+    assert [c.key for c in found] == ["pypi", "hatchling", "src-tool-main-py", "nobody", "setup-py"]
+    assert all(fx.quoted(c.content, sources) and 0.5 <= c.confidence <= 0.9 for c in found)
+    assert len({c.confidence for c in found}) > 1  # measured per statement, not a constant
+    schema = binding.calls[0][2]
+    third = "The entry point goes in src/tool/__main__.py."
+    assert schema["properties"]["3"]["enum"] == extractive.label_options(third)
+    assert schema["required"] == ["1", "2", "3", "4", "5"]
+
+
+def store_input(store: MemoryStore, job, events):
+    """The DistillationInput the worker would build for `job`."""
+    from emelex_memory import DistillationInput
+    from emelex_memory.knowledge_model import KnowledgeSource
+
+    s = job.source
+    return DistillationInput(job.session_id, str(store.get_session(job.session_id).workspace.path),
+                             KnowledgeSource(job.session_id, s["first_seq"], s["last_seq"], s["digest"]),
+                             events, ())
+
+
+def test_keys_of_statements_labelled_alike_are_made_unique() -> None:
+    taken: set[str] = set()
+    keys = []
+    for statement in ("The Friday portion is frozen.", "The Friday box thaws on Thursday.", "Friday friday."):
+        keys.append(extractive._unique_key("friday", statement, taken))
+        taken.add(keys[-1])
+    assert keys == ["friday", "friday-box", "friday-2"]
+
+
+def test_the_modes_are_settings_and_abstractive_stays_available(store: MemoryStore, workspace: Path) -> None:
+    job, events = _events(store, workspace)
+    binding = ScriptedBinding(["The user packages the cli tool for PyPI. The user then"])
+    text = summarize(SummaryRequest(job, events, 100, binding, settings=Settings(summary_mode="abstractive")))
+    assert text == "The user packages the cli tool for PyPI."  # an unfinished last sentence trimmed
+    facts = json.dumps({"facts": [{"key": "Backend", "content": "The project uses hatchling."}]})
+    binding = ScriptedBinding([facts])
+    data = store_input(store, job, events)
+    found = distill(DistillRequest(job, data, 128, binding, settings=Settings(distill_mode="abstractive")))
+    assert [(c.key, c.content) for c in found] == [("backend", "The project uses hatchling.")]
+    assert "confidence" not in json.dumps(binding.calls[0][2])  # the model proposes none; it is measured
+    assert extractive.summarize(SummaryRequest(job, events, 100, ScriptedBinding())) == summarize(
+        SummaryRequest(job, events, 100, ScriptedBinding()))  # extractive by default
+
+
+def test_generate_falls_back_to_the_protocols_chat_on_other_bindings() -> None:
+    binding = ScriptedBinding(["hello"])
+    assert generate(binding, [{"role": "user", "content": "hi"}], max_tokens=5, attempt=2) == Completion(
+        "hello", "unknown")
+    assert prompts.complete_sentences("One. Two") == "One." and prompts.complete_sentences("One") == "One"
