@@ -6,6 +6,7 @@ or `MemoryStore.open_path(path)`.
 """
 
 from .errors import (
+    AmbiguousIdError,
     AssetError,
     AssetLinkMismatchError,
     AssetMediaCapError,
@@ -140,6 +141,7 @@ from .worker import JobOutcome, run_one_job
 from .workspace_admin import WorkspaceInfo, WorkspacePage, WorkspaceRebind
 
 __all__ = [
+    "AmbiguousIdError",
     "AppendedTurn",
     "AssetCollection",
     "AssetError",
