@@ -12,23 +12,25 @@ any claim (e.g. no model installed).
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import COMPACTION_KIND, DISTILL_KIND, InvalidInputError, MemoryStore, NoStoreError, Settings
+from emelex_memory import COMPACTION_KIND, DISTILL_KIND, MemoryStore, NoStoreError
 
 from ..work import GracefulStop, JobReport, Worker, WorkReport
+from .framework import echo_json, one_of, settings_of
 
 EXIT_JOB_FAILED = 3
-KindOpt = Annotated[Optional[str], typer.Option(help=f"Only jobs of this kind: {COMPACTION_KIND} or {DISTILL_KIND}.")]
-MaxJobsOpt = Annotated[Optional[int], typer.Option(min=1, help="Claim at most this many jobs (default work_max_jobs).")]
-MaxSecondsOpt = Annotated[
-    Optional[float], typer.Option(min=0.001, help="Claim no job after this many seconds (default: work_max_seconds).")
-]
+KindOpt = Annotated[Optional[str], typer.Option(
+    metavar="KIND", callback=one_of(COMPACTION_KIND, DISTILL_KIND),
+    help=f"Only jobs of this kind: {COMPACTION_KIND} or {DISTILL_KIND}.")]
+MaxJobsOpt = Annotated[Optional[int], typer.Option(
+    metavar="N", min=1, help="Claim at most this many jobs (default: the work_max_jobs setting).")]
+MaxSecondsOpt = Annotated[Optional[float], typer.Option(
+    metavar="SECONDS", min=0.001, help="Claim no job after this many seconds (default: the work_max_seconds setting).")]
 
 
 def _progress(job: JobReport) -> None:
@@ -49,9 +51,7 @@ def work(
 
     Quiet when idle; several may run at once, from cron, launchd or systemd.
     """
-    settings: Settings = ctx.find_root().obj
-    if kind is not None and kind not in (COMPACTION_KIND, DISTILL_KIND):
-        raise InvalidInputError(f"--kind must be {COMPACTION_KIND} or {DISTILL_KIND}, got {kind!r}")
+    settings = settings_of(ctx)
     stop = GracefulStop()
     try:
         store = MemoryStore.open(settings, create=False)
@@ -68,7 +68,7 @@ def work(
             finally:
                 worker.close()
     if as_json:
-        typer.echo(json.dumps(report.as_dict()))
+        echo_json("idle" if report.idle else "worked", report.as_dict())
     elif not report.idle:
         typer.echo(report.summary_line())
     if report.stopped.startswith("signal:"):
