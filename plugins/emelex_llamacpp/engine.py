@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +135,8 @@ class LlamaEngine:
             return len(self._model().tokenize(text.encode(), add_bos=False, special=False))
 
     def chat(self, messages: list[dict], *, max_tokens: int,
-             json_schema: dict | None = None, temperature: float = 0.0) -> str:
+             json_schema: dict | None = None, temperature: float = 0.0,
+             on_token: Callable[[int, int, str], None] | None = None) -> str:
         """Run one chat completion and return the assistant message text.
 
         ``messages`` are OpenAI-style ``{"role", "content"}`` dicts rendered with
@@ -145,6 +147,14 @@ class LlamaEngine:
         converter rejects raises ValueError rather than degrading to free JSON).
         Output cut off by ``max_tokens`` is invalid JSON: parse defensively.
         ``temperature == 0`` is greedy. ValueError if the prompt does not fit.
+
+        With ``on_token`` the completion is streamed and
+        ``on_token(prompt_tokens, sampled_tokens, text)`` is called for every
+        piece of text as it is generated, then once more with the final counts
+        and ``""``. Both counts are exact: the prompt as the model sees it
+        (chat template included), and every sampled token (the end-of-text
+        token included), counted by a logits processor that leaves the logits
+        as they are. The text is the same as without ``on_token``.
         """
         if max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
@@ -156,10 +166,33 @@ class LlamaEngine:
         except Exception as exc:  # the converter raises AssertionError/KeyError/...
             raise ValueError(f"unsupported json_schema: {exc}") from exc
         with self._lock:
-            out = self._model().create_chat_completion(
-                messages=messages, max_tokens=max_tokens, temperature=temperature,
-                seed=self._seed, grammar=grammar, stream=False)
-        return out["choices"][0]["message"]["content"] or ""
+            if on_token is None:
+                out = self._model().create_chat_completion(
+                    messages=messages, max_tokens=max_tokens, temperature=temperature,
+                    seed=self._seed, grammar=grammar, stream=False)
+                return out["choices"][0]["message"]["content"] or ""
+            return self._stream(messages, max_tokens, temperature, grammar, on_token)
+
+    def _stream(self, messages: list[dict], max_tokens: int, temperature: float, grammar: Any,
+                on_token: Callable[[int, int, str], None]) -> str:
+        """`chat` with ``on_token``: stream the completion, reporting exact counts (see `chat`)."""
+        seen: list[int] = []  # the context length at each sampling step: the first is the prompt
+
+        def count(input_ids: Any, scores: Any) -> Any:
+            seen.append(len(input_ids))
+            return scores
+
+        chunks = self._model().create_chat_completion(
+            messages=messages, max_tokens=max_tokens, temperature=temperature, seed=self._seed,
+            grammar=grammar, stream=True, logits_processor=self._llama_cpp.LogitsProcessorList([count]))
+        pieces = []
+        for chunk in chunks:
+            piece = chunk["choices"][0]["delta"].get("content")
+            if piece:
+                pieces.append(piece)
+                on_token(seen[0] if seen else 0, len(seen), piece)
+        on_token(seen[0] if seen else 0, len(seen), "")
+        return "".join(pieces)
 
     def close(self) -> None:
         """Free the model and context; idempotent. Later calls raise RuntimeError."""

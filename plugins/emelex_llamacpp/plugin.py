@@ -8,12 +8,13 @@ needs the model, so commands that run no inference never pay for it.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from emelex_memory import InstalledModel, Settings
 from emelex_memory.models import GGUF_MAGIC
 from emelex_workers.hookspecs import hookimpl
-from emelex_workers.plugin_api import Distiller, Summarizer
+from emelex_workers.plugin_api import Distiller, GenerationProgress, Summarizer
 
 from .engine import LlamaEngine
 from .prompts import distill, summarize
@@ -50,9 +51,13 @@ class LlamaBinding:
         """Tokens of `text` under the model's own tokenizer."""
         return self._loaded().count_tokens(text)
 
-    def chat(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None) -> str:
-        """One greedy completion, grammar-constrained to `json_schema` when given."""
-        return self._loaded().chat(messages, max_tokens=max_tokens, json_schema=json_schema)
+    def chat(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None,
+             on_token: Callable[[GenerationProgress], None] | None = None) -> str:
+        """One greedy completion, grammar-constrained to `json_schema` when given; streamed to `on_token` as
+        `GenerationProgress` (exact prompt and sampled token counts) when given."""
+        report = None if on_token is None else (
+            lambda prompt, sampled, text: on_token(GenerationProgress(prompt, sampled, text)))
+        return self._loaded().chat(messages, max_tokens=max_tokens, json_schema=json_schema, on_token=report)
 
     def close(self) -> None:
         """Free the model; idempotent."""
