@@ -116,6 +116,7 @@ from .compaction import (
 from .deletion import SessionDeletion
 from .distillation import DISTILL_KIND, DistillationInput, KnowledgeCandidate, distillation_handler, validate_candidates
 from .distillation_split import DistillationSplit
+from .job_status import WaitingJob, WaitingPage, holder_is_dead
 from .jobs import (
     CompletionContext,
     Enqueued,
@@ -275,6 +276,8 @@ __all__ = [
     "UnknownPluginComponentError",
     "UnsafeModelPathError",
     "VerifiedAssetReader",
+    "WaitingJob",
+    "WaitingPage",
     "WorkerLeaseLostError",
     "WorkspaceConflictError",
     "WorkspaceError",
@@ -288,6 +291,7 @@ __all__ = [
     "compaction_handler",
     "distillation_handler",
     "estimate_tokens",
+    "holder_is_dead",
     "register_job_kind",
     "registered_kinds",
     "run_one_job",

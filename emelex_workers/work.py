@@ -15,6 +15,14 @@ binding or loading it (`ModelError`, `PluginError`: a tampered or removed
 model, a lock timeout, a failed binding or load) is not the job's fault: the
 job is released without consuming an attempt and the run stops by raising
 that error. Several workers may run at once.
+
+What it shows: an observer (`WorkObserver`) hears when a job starts (kind,
+job, Session, source size in tokens), how the model's generation progresses
+(through the binding's `on_token`, see `metering.py`) and how the job ended.
+Each attempt's cost (prompt and generated tokens, model calls, seconds) is
+recorded with the job: in its result when it completes, in the diagnostic
+of a failed or released attempt. At the end, the report lists the jobs left
+waiting and why (`MemoryStore.waiting_jobs`).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from emelex_memory import (
     EmelexError,
     InstalledModel,
     InvalidInputError,
+    Job,
     JobClaim,
     JobOutcome,
     MemoryStore,
@@ -39,6 +48,8 @@ from emelex_memory import (
     PluginError,
     PluginHookError,
     Settings,
+    WaitingJob,
+    WaitingPage,
     WorkerLeaseLostError,
     compaction_handler,
     distillation_handler,
@@ -47,14 +58,17 @@ from emelex_memory import (
 from emelex_memory.distillation import DISTILL_RESERVE_TOKENS, MAX_CANDIDATES
 from emelex_memory.worker import describe
 
+from .metering import MeteredBinding
 from .models import ModelManager
-from .plugin_api import DistillRequest, ModelBinding, SummaryRequest
+from .plugin_api import DistillRequest, GenerationProgress, SummaryRequest
 from .plugins import EmelexPluginManager, Registered, bind_model, choose, distillers, get_plugin_manager, summarizers
 from .planning import context_window, count_text, event_counter
 
 KINDS = (COMPACTION_KIND, DISTILL_KIND)
 PROMPT_RESERVE_TOKENS = 256  # instructions and template around the source
 MAX_REPORTED_JOBS = 1000
+REPORTED_WAITING = 20  # waiting jobs a report lists (it counts them all)
+BYTES_PER_TOKEN = 4  # the estimate for a source whose tokens were not counted when it was queued
 
 
 class WorkerStopped(BaseException):  # noqa: N818 - like KeyboardInterrupt, it is not an error
@@ -118,8 +132,22 @@ class GracefulStop:
 
 
 @dataclass(frozen=True)
+class JobStart:
+    """A job this run claimed, as it starts: its ID, kind, Session, which attempt this is, and its source's size
+    in tokens (`source_estimated`: from stored bytes, 4 per token, rather than counted when it was queued)."""
+
+    id: str
+    kind: str
+    session_id: str
+    attempt: int
+    source_tokens: int | None
+    source_estimated: bool = False
+
+
+@dataclass(frozen=True)
 class JobReport:
-    """One job this run touched: its ID, kind, Session, what happened, a one-line detail and seconds spent."""
+    """One job this run touched: its ID, kind, Session, what happened, a one-line detail, seconds spent and what
+    the attempt cost (see `metering.JobCost.as_dict`; None when no model was reached)."""
 
     id: str
     kind: str
@@ -127,6 +155,21 @@ class JobReport:
     status: str
     detail: str
     seconds: float
+    cost: dict[str, Any] | None = None
+
+
+class WorkObserver:
+    """What a progress display overrides: each method is called in the worker's thread, in order, and the
+    defaults do nothing. An observer that raises is dropped for the rest of the run; the job goes on."""
+
+    def job_started(self, job: JobStart) -> None:
+        """A job was claimed and is about to run."""
+
+    def generating(self, job: JobStart, progress: GenerationProgress, max_tokens: int | None) -> None:
+        """The model reported progress on one `chat` call of `job` (at most `max_tokens` tokens)."""
+
+    def job_finished(self, report: JobReport) -> None:
+        """The job ended (done, retrying, failed, released or lost)."""
 
 
 @dataclass
@@ -139,6 +182,7 @@ class WorkReport:
     jobs: list[JobReport] = field(default_factory=list)
     stopped: str = "empty"
     seconds: float = 0.0
+    waiting: WaitingPage | None = None
 
     @property
     def claimed(self) -> int:
@@ -158,8 +202,10 @@ class WorkReport:
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data."""
+        waiting = self.waiting or WaitingPage([], 0)
         return {"claimed": self.claimed, "rescued": self.rescued, **self.counts, "stopped": self.stopped,
-                "seconds": round(self.seconds, 3), "jobs": [j.__dict__ for j in self.jobs]}
+                "seconds": round(self.seconds, 3), "jobs": [j.__dict__ for j in self.jobs],
+                "waiting": [waiting_dict(w) for w in waiting.jobs], "waiting_total": waiting.total}
 
     def summary_line(self) -> str:
         """One line for people and cron mail."""
@@ -174,7 +220,8 @@ class Worker:
 
     `pm` defaults to `get_plugin_manager(settings)` and `model` to the
     installed `default_model`, both resolved only when there is work.
-    `on_job(report)` is called after each job (progress display).
+    `observer` (a `WorkObserver`) hears each job start, progress and end;
+    `on_job(report)` is also called after each job.
     """
 
     def __init__(
@@ -186,6 +233,7 @@ class Worker:
         pm: EmelexPluginManager | None = None,
         model: InstalledModel | None = None,
         stop: GracefulStop | None = None,
+        observer: WorkObserver | None = None,
         on_job: Callable[[JobReport], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -196,7 +244,8 @@ class Worker:
         self.store, self.settings, self.kinds = store, settings, tuple(kinds)
         self.stop = stop or GracefulStop()
         self._pm, self._model, self._on_job, self._clock = pm, model, on_job, clock
-        self._binding: ModelBinding | None = None
+        self._observer = observer
+        self._binding: MeteredBinding | None = None
         self._binding_plugin = ""
         self._window = 0
         self._summarizer: Registered | None = None
@@ -221,7 +270,8 @@ class Worker:
         self.prepare()
         bound = self.store.bind_session_model(claim.job.session_id, self._model)
         if self._binding is None:
-            self._binding_plugin, self._binding = bind_model(self._pm, bound.model, self.settings)
+            self._binding_plugin, binding = bind_model(self._pm, bound.model, self.settings)
+            self._binding = MeteredBinding(binding)
             self._window = 0
         if not self._window:
             self._window = context_window(self._binding, self._binding_plugin, self.settings)
@@ -237,14 +287,20 @@ class Worker:
 
     # -- one job ---------------------------------------------------------------------------------------
 
-    def _handle(self, claim: JobClaim) -> Any:
+    def _handle(self, claim: JobClaim, began: float) -> Any:
+        start = self._start(claim.job)
+        self._notify("job_started", start)
         try:
             with self.stop.interruptible():  # run_one_job renews the worker lease meanwhile
                 try:
                     model = self._bound(claim)
                 except (ModelError, PluginError) as exc:
                     raise ModelUnavailable(exc) from None
-                return self._dispatch(claim, model)
+                cost = self._binding.begin_job(lambda progress, most: self._notify("generating", start, progress, most))
+                try:
+                    return self._dispatch(claim, model)
+                finally:  # before run_one_job records the outcome, which stores the cost with it
+                    claim.record_cost(cost.as_dict(self._clock() - began))
         except WorkerStopped as stopped:
             _release(claim, f"worker stopped by {stopped.signal_name}; no attempt consumed")
             raise
@@ -306,6 +362,7 @@ class Worker:
                     report.stopped = report.stopped or "empty"
                     break
         report.stopped = report.stopped or "empty"
+        report.waiting = self.store.waiting_jobs(kinds=self.kinds, limit=REPORTED_WAITING)
         report.seconds = self._clock() - start
         return report
 
@@ -325,34 +382,62 @@ class Worker:
         began, current = self._clock(), {}
 
         def handler(claim: JobClaim) -> Any:
-            current["job"] = claim.job
-            return self._handle(claim)
+            current["claim"] = claim
+            return self._handle(claim, began)
+
+        def record(job: Job, status: str, detail: str) -> None:
+            cost = current["claim"].cost if "claim" in current else None
+            self._record(report, JobReport(job.id, job.kind, job.session_id, status, detail,
+                                           self._clock() - began, cost))
 
         try:
             outcome: JobOutcome | None = run_one_job(self.store, handler, kinds=self.kinds)
         except WorkerStopped as stopped:
-            job = current["job"]
             report.stopped = f"signal:{stopped.signal_name}"
-            self._record(report, JobReport(job.id, job.kind, job.session_id, "released",
-                                           f"stopped by {stopped.signal_name}", self._clock() - began))
+            record(current["claim"].job, "released", f"stopped by {stopped.signal_name}")
             return False
         except ModelUnavailable as unavailable:
-            job = current["job"]
             report.stopped = "error"
-            self._record(report, JobReport(job.id, job.kind, job.session_id, "released",
-                                           describe(unavailable.error), self._clock() - began))
+            record(current["claim"].job, "released", describe(unavailable.error))
             raise unavailable.error from None
         if outcome is None:
             return False
-        job = outcome.job
-        self._record(report, JobReport(job.id, job.kind, job.session_id, outcome.status, outcome.detail,
-                                       self._clock() - began))
+        record(outcome.job, outcome.status, outcome.detail)
         return True
+
+    def _start(self, job: Job) -> JobStart:
+        """The job as it starts, with its source's size: the tokens counted when it was queued (compaction), or
+        else an estimate from the stored bytes of its events."""
+        tokens = job.source.get("source_tokens")
+        if isinstance(tokens, int) and not isinstance(tokens, bool):
+            return JobStart(job.id, job.kind, job.session_id, job.attempts + 1, tokens)
+        size = self.store.job_source_bytes(job)
+        estimate = None if size is None else -(-size // BYTES_PER_TOKEN)
+        return JobStart(job.id, job.kind, job.session_id, job.attempts + 1, estimate, estimate is not None)
+
+    def _notify(self, event: str, *args: Any) -> None:
+        """Tell the observer about `event`; an observer that raises is dropped, so a display never fails a job."""
+        if self._observer is None:
+            return
+        try:
+            getattr(self._observer, event)(*args)
+        except Exception:
+            self._observer = None
 
     def _record(self, report: WorkReport, job: JobReport) -> None:
         report.add(job)
+        self._notify("job_finished", job)
         if self._on_job is not None:
             self._on_job(job)
+
+
+def waiting_dict(waiting: WaitingJob) -> dict[str, Any]:
+    """A waiting job as JSON-ready data: the job's ID, kind, Session, state and failed attempts, and why it waits
+    (`reason`, `holder`, `until`, `holder_dead`; see `WaitingJob`)."""
+    job = waiting.job
+    return {"id": job.id, "kind": job.kind, "session_id": job.session_id, "state": job.state,
+            "attempts": job.attempts, "reason": waiting.reason, "holder": waiting.holder, "until": waiting.until,
+            "holder_dead": waiting.holder_dead}
 
 
 def _release(claim: JobClaim, reason: str) -> None:

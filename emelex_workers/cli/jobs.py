@@ -1,4 +1,4 @@
-"""`emelex memory jobs list|failed|retry|cancel` and `emelex memory compact SESSION`.
+"""`emelex memory jobs list|failed|retry|cancel|rescue` and `emelex memory compact SESSION`.
 
 These commands only inspect and steer the durable work queues; they never run
 inference. `emelex memory compact` plans and queues compaction, and a worker
@@ -23,6 +23,7 @@ from emelex_memory.jobs import STATES
 from ..planning import default_model_budget
 from .framework import EmelexTyper, JsonFlag, echo_json, one_of, page_limit, settings_of, share, usage_error
 from .pages import echo_page
+from .work_display import cost_text
 
 jobs_app = EmelexTyper(help="Inspect and steer the compaction and distillation work queues.")
 
@@ -42,10 +43,24 @@ def job_dict(job: Job) -> dict:
     return asdict(job)
 
 
+def cost_of(job: Job) -> tuple[str, dict | None]:
+    """What the job's last attempt cost and how it is labelled: a done job's result "cost", else the newest
+    diagnostic that recorded one ("last attempt"); ("", None) when none did."""
+    if job.result and isinstance(job.result.get("cost"), dict):
+        return "cost", job.result["cost"]
+    for diagnostic in reversed(job.diagnostics):
+        if diagnostic.cost:
+            return "last attempt", diagnostic.cost
+    return "", None
+
+
 def _line(job: Job) -> str:
     due = f" due {_when(job.due_at)}" if job.state == "pending" else ""
     held = f" by {job.lease_holder} until {_when(job.lease_expires_at)}" if job.state == "claimed" else ""
-    return f"{job.id}  {job.kind:<12} {job.state:<9} attempts {job.attempts}{due}{held}  Session {job.session_id}"
+    label, cost = cost_of(job)
+    spent = f"  {label}: {cost_text(cost)}, {cost.get('seconds', 0):.1f}s" if cost else ""
+    return (f"{job.id}  {job.kind:<12} {job.state:<9} attempts {job.attempts}{due}{held}  Session {job.session_id}"
+            f"{spent}")
 
 
 def _line_with_diagnostics(job: Job) -> str:
@@ -110,6 +125,25 @@ def jobs_cancel(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> N
         echo_json("cancelled", job_dict(done))
     else:
         typer.echo(f"job {done.id} cancelled")
+
+
+@jobs_app.command("rescue")
+def jobs_rescue(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> None:
+    """Free a job whose worker died on this host, without waiting for its lease to expire.
+
+    Only when the job is claimed by a worker on this host whose process no
+    longer exists; recorded as the automatic rescue after expiry records it:
+    one counted failure, retried by the schedule. `emelex memory work` names
+    such jobs and this command.
+    """
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
+        done = store.rescue_dead_claim(store.resolve_job_id(job))
+    if as_json:
+        echo_json("rescued", job_dict(done))
+    elif done.state == "failed":
+        typer.echo(f"job {done.id} rescued; that was its last attempt: it failed (`emelex memory jobs retry` it)")
+    else:
+        typer.echo(f"job {done.id} rescued from its dead worker; pending again, due {_when(done.due_at)}")
 
 
 def compact(
