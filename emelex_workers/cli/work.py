@@ -27,7 +27,8 @@ import typer
 
 from emelex_memory import COMPACTION_KIND, DISTILL_KIND, MemoryStore, NoStoreError
 
-from ..work import GracefulStop, Worker, WorkObserver, WorkReport
+from ..work import GracefulStop, Worker
+from ..work_report import WorkObserver, WorkReport
 from .framework import JsonFlag, echo_json, one_of, settings_of
 from .work_display import LiveProgress, PlainLines, waiting_line
 

@@ -17,7 +17,7 @@ import typer
 from emelex_memory import WaitingJob
 
 from ..plugin_api import GenerationProgress
-from ..work import JobReport, JobStart, WorkObserver
+from ..work_report import JobReport, JobStart, WorkObserver
 
 REFRESH_S = 0.1  # redraw at most this often (the first report of every model call is always drawn)
 
