@@ -6,6 +6,7 @@ or `MemoryStore.open_path(path)`.
 """
 
 from .errors import (
+    AmbiguousIdError,
     AssetError,
     AssetLinkMismatchError,
     AssetMediaCapError,
@@ -124,6 +125,7 @@ from .distillation import (
     validate_candidates,
 )
 from .distillation_split import DistillationSplit
+from .job_status import WaitingJob, WaitingPage, holder_is_dead
 from .jobs import (
     CompletionContext,
     Enqueued,
@@ -149,6 +151,7 @@ from .worker import JobOutcome, run_one_job
 from .workspace_admin import WorkspaceInfo, WorkspacePage, WorkspaceRebind
 
 __all__ = [
+    "AmbiguousIdError",
     "AppendedTurn",
     "AssetCollection",
     "AssetError",
@@ -285,6 +288,8 @@ __all__ = [
     "UnknownPluginComponentError",
     "UnsafeModelPathError",
     "VerifiedAssetReader",
+    "WaitingJob",
+    "WaitingPage",
     "WorkerLeaseLostError",
     "WorkspaceConflictError",
     "WorkspaceError",
@@ -298,6 +303,7 @@ __all__ = [
     "compaction_handler",
     "distillation_handler",
     "estimate_tokens",
+    "holder_is_dead",
     "register_job_kind",
     "registered_kinds",
     "run_one_job",

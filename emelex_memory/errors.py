@@ -177,6 +177,11 @@ class InvalidInputError(EmelexError, ValueError):
     """An argument is out of range or malformed: correct it as the message says."""
 
 
+class AmbiguousIdError(InvalidInputError):
+    """An ID prefix is too short (under 4 characters) or matches several IDs: give more of the ID, e.g. one of the
+    candidates the message lists."""
+
+
 class InvalidEventError(InvalidInputError):
     """An event cannot be stored as given: correct it as the message says."""
 

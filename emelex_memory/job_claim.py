@@ -10,10 +10,13 @@ attempt.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .errors import WorkerLeaseLostError
-from .jobs import Job, claimed_job
+from .errors import InvalidInputError, WorkerLeaseLostError
+from .jobs import Job, claimed_job, encode_json, stored_json
+
+MAX_COST_BYTES = 1024
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -30,7 +33,7 @@ class JobClaim:
 
     __slots__ = (
         "_store", "_row", "_holder", "_claimed_at", "_claimed_until", "_rowid", "_session_rowid", "_id", "_kind",
-        "_job", "_digest", "expires_at", "ended", "_unsure_at",
+        "_job", "_digest", "expires_at", "ended", "_unsure_at", "cost",
     )
 
     def __init__(
@@ -49,6 +52,7 @@ class JobClaim:
         self.expires_at = expires_at
         self.ended = False
         self._unsure_at: float | None = None  # the time of a completion whose commit outcome is unknown
+        self.cost: dict[str, Any] | None = None  # see record_cost
 
     def __repr__(self) -> str:
         return f"<JobClaim {self.kind} {self.id} expires_at={self.expires_at:.3f} ended={self.ended}>"
@@ -87,6 +91,14 @@ class JobClaim:
     def store(self) -> MemoryStore:
         """The store the job was claimed from, e.g. to read the job's source."""
         return self._store
+
+    def record_cost(self, cost: Mapping[str, Any]) -> None:
+        """Record what this attempt spent (a small JSON object, e.g. `{"prompt_tokens": ..., "generated_tokens":
+        ..., "seconds": ...}`): completing the job stores it as its result's "cost"; failing or releasing it, in
+        that outcome's diagnostic. Raises `InvalidInputError` for anything but a JSON object of at most 1 KiB."""
+        if not isinstance(cost, Mapping):
+            raise InvalidInputError(f"a job's cost is a JSON object, not a {type(cost).__name__}")
+        self.cost = stored_json(encode_json(dict(cost), max_bytes=MAX_COST_BYTES, what="the job's cost"))
 
     def complete(self, result: Any = None) -> Job:
         """Apply `result` through the kind's completion function, mark the job done; see `MemoryStore.complete_job`."""

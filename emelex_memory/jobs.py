@@ -77,13 +77,16 @@ class JobDiagnostic:
     """One bounded diagnostic of a job: when, after how many failed attempts, what happened, and a capped message.
 
     `event` is one of "failure", "permanent", "expired", "released",
-    "cancelled", "reset".
+    "cancelled", "reset". `cost` is what the attempt it ends spent, when its
+    worker recorded that (`JobClaim.record_cost`): e.g. prompt and generated
+    tokens and seconds.
     """
 
     at: float
     attempts: int
     event: str
     message: str
+    cost: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -224,12 +227,17 @@ def encode_json(value: object, *, max_bytes: int, what: str) -> str:
     return encode_canonical(value, max_bytes=max_bytes, max_depth=32, what=what).decode("utf-8")
 
 
-def append_diagnostic(diagnostics_json: str, at: float, attempts: int, event: str, message: str) -> str:
-    """Return `diagnostics_json` with one more entry: the message capped to one printable line, the newest few
-    kept, the whole bounded in size."""
+def append_diagnostic(
+    diagnostics_json: str, at: float, attempts: int, event: str, message: str, cost: Mapping[str, Any] | None = None
+) -> str:
+    """Return `diagnostics_json` with one more entry (with the attempt's `cost`, when given): the message capped to
+    one printable line, the newest few kept, the whole bounded in size."""
     entries = json.loads(diagnostics_json)
     line = "".join(c if c.isprintable() else " " for c in message[:MAX_DIAGNOSTIC_CHARS])
-    entries.append({"at": at, "attempts": attempts, "event": event, "message": line})
+    entry = {"at": at, "attempts": attempts, "event": event, "message": line}
+    if cost is not None:
+        entry["cost"] = dict(cost)
+    entries.append(entry)
     entries = entries[-MAX_DIAGNOSTICS:]
     while True:
         text = encode_json(entries, max_bytes=64 * 1024, what="job diagnostics")
@@ -271,7 +279,8 @@ def decode_diagnostics(text: str) -> tuple[JobDiagnostic, ...]:
     """The `JobDiagnostic` entries of a stored diagnostics list, oldest first."""
     if text == "[]":
         return ()
-    return tuple(JobDiagnostic(d["at"], d["attempts"], d["event"], d["message"]) for d in stored_json(text))
+    return tuple(JobDiagnostic(d["at"], d["attempts"], d["event"], d["message"], d.get("cost"))
+                 for d in stored_json(text))
 
 
 def frozen(cls: type[T], fields: dict[str, Any]) -> T:

@@ -156,6 +156,24 @@ class ModelRefMixin:
             )]
         return count, ids
 
+    def model_name_references(
+        self: MemoryStore, name: str, *, limit: int = REFERENCE_EXAMPLES
+    ) -> tuple[int, list[str]]:
+        """(how many retained Sessions reference any snapshot installed as model `name`, up to `limit` of their IDs),
+        read from the references' `<name>@` prefix."""
+        low, high = f"{name}@", f"{name}A"  # "A" follows "@": every reference of this name, and no other
+        with self._read() as conn:
+            count = conn.execute(
+                "SELECT count(DISTINCT session_id) FROM session_model_refs WHERE reference >= ? AND reference < ?",
+                (low, high),
+            ).fetchone()[0]
+            ids = [r[0] for r in conn.execute(
+                "SELECT s.uuid FROM sessions s WHERE s.id IN (SELECT session_id FROM session_model_refs "
+                "WHERE reference >= ? AND reference < ?) ORDER BY s.id LIMIT ?",
+                (low, high, limit),
+            )]
+        return count, ids
+
 
 class MemorySnapshotReferenceGuard:
     """The default removal guard: refuses to remove a snapshot that a retained Session of Home's standard
@@ -186,6 +204,21 @@ class MemorySnapshotReferenceGuard:
             raise ModelInUseError(
                 f"model {model.name!r} is referenced by {count} retained Session(s) ({', '.join(ids)}{more}); "
                 "delete them with `emelex memory sessions delete SESSION` first, or keep the model"
+            )
+
+    def check_name_removable(self, name: str) -> None:
+        """Raise `ModelInUseError` when a retained Session references any snapshot installed as model `name`: what
+        removing a damaged model, whose snapshot ID cannot be read, must respect. Call under the lock."""
+        store = self._open()
+        if store is None:
+            return
+        count, ids = store.model_name_references(name)
+        if count:
+            more = f" and {count - len(ids)} more" if count > len(ids) else ""
+            raise ModelInUseError(
+                f"model {name!r} is damaged, so which snapshot it holds is unknown, and {count} retained Session(s) "
+                f"({', '.join(ids)}{more}) were bound to a model named {name!r}; delete them with `emelex memory "
+                "sessions delete SESSION` first, or restore the model's directory from a backup"
             )
 
     def _open(self) -> MemoryStore | None:

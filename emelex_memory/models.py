@@ -120,7 +120,12 @@ class InstalledModel:
 
 
 class SnapshotReferenceGuard(Protocol):
-    """What model removal asks before deleting a snapshot, while holding the snapshot-mutation lock."""
+    """What model removal asks before deleting a snapshot, while holding the snapshot-mutation lock.
+
+    A guard may also offer `check_name_removable(name)`, asked before removing
+    a damaged model whose snapshot ID cannot be read; without it such a model
+    is never removed.
+    """
 
     def check_removable(self, model: InstalledModel) -> None:
         """Return when nothing retains a reference to `model`'s snapshot; raise `ModelInUseError` otherwise."""

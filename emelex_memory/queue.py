@@ -68,12 +68,13 @@ _LIVE_SESSION_OF_JOB = (
 )
 
 
-def _failure_update(attempts: int, diagnostics: str, event: str, message: str, now: float, permanent: bool):
+def _failure_update(attempts: int, diagnostics: str, event: str, message: str, now: float, permanent: bool,
+                    cost: Mapping[str, Any] | None = None):
     """The new (state, attempts, due_at, finished_at, diagnostics) of a job after one counted failure."""
     failed = attempts + 1
     terminal = permanent or RETRY_SCHEDULE.is_terminal(failed)
     due = now if terminal else now + RETRY_SCHEDULE.delay(failed)
-    diags = append_diagnostic(diagnostics, now, failed, event, message)
+    diags = append_diagnostic(diagnostics, now, failed, event, message, cost)
     return ("failed" if terminal else "pending", failed, due, now if terminal else None, diags)
 
 
@@ -373,9 +374,11 @@ class JobQueueMixin:
                     ctx = CompletionContext(conn, self, claim.job, claim._rowid, claim._session_rowid, now)
                     outcome = kind.complete(ctx, result)
                 text = None
+                if outcome is not None and not isinstance(outcome, Mapping):
+                    raise InvalidInputError(f"the result of a {kind.name} job must be None or a JSON object")
+                if claim.cost is not None:
+                    outcome = {**(outcome or {}), "cost": claim.cost}
                 if outcome is not None:
-                    if not isinstance(outcome, Mapping):
-                        raise InvalidInputError(f"the result of a {kind.name} job must be None or a JSON object")
                     text = encode_json(dict(outcome), max_bytes=MAX_RESULT_BYTES, what="the job result")
                     conn.execute("UPDATE jobs SET result = ? WHERE id = ?", (text, claim._rowid))
         except CommitOutcomeUnknownError as exc:
@@ -407,7 +410,8 @@ class JobQueueMixin:
             return settled
         with self._write() as conn:
             (attempts, diags), now = self._held(conn, claim)
-            update = _failure_update(attempts, diags, "permanent" if permanent else "failure", message, now, permanent)
+            event = "permanent" if permanent else "failure"
+            update = _failure_update(attempts, diags, event, message, now, permanent, claim.cost)
             row = conn.execute(f"{_RECORD_FAILURE} RETURNING {JOB_RETURNING}", (*update, now, claim._rowid)).fetchone()
             job = job_from_row(row)
         claim.ended = True
@@ -431,7 +435,7 @@ class JobQueueMixin:
             job = job_from_row(conn.execute(
                 "UPDATE jobs SET state = 'pending', due_at = ?, diagnostics = ?, lease_hash = NULL, "
                 f"lease_holder = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ? RETURNING {JOB_RETURNING}",
-                (now, append_diagnostic(diags, now, attempts, "released", reason), now, claim._rowid),
+                (now, append_diagnostic(diags, now, attempts, "released", reason, claim.cost), now, claim._rowid),
             ).fetchone())
         claim.ended = True
         claim.job = job

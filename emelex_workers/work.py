@@ -15,6 +15,14 @@ binding or loading it (`ModelError`, `PluginError`: a tampered or removed
 model, a lock timeout, a failed binding or load) is not the job's fault: the
 job is released without consuming an attempt and the run stops by raising
 that error. Several workers may run at once.
+
+What it shows: an observer (`WorkObserver`) hears when a job starts (kind,
+job, Session, source size in tokens), how the model's generation progresses
+(through the binding's `on_token`, see `metering.py`) and how the job ended.
+Each attempt's cost (prompt and generated tokens, model calls, seconds) is
+recorded with the job: in its result when it completes, in the diagnostic
+of a failed or released attempt. At the end, the report lists the jobs left
+waiting and why (`MemoryStore.waiting_jobs`).
 """
 
 from __future__ import annotations
@@ -23,7 +31,6 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
 
@@ -33,6 +40,7 @@ from emelex_memory import (
     EmelexError,
     InstalledModel,
     InvalidInputError,
+    Job,
     JobClaim,
     JobOutcome,
     MemoryStore,
@@ -49,14 +57,17 @@ from emelex_memory.distillation import DISTILL_RESERVE_TOKENS, MAX_CANDIDATES, M
 from emelex_memory.worker import describe
 
 from .guards import guard_candidates, guard_summary
+from .metering import MeteredBinding
 from .models import ModelManager
-from .plugin_api import DistillRequest, ModelBinding, SummaryRequest
+from .plugin_api import DistillRequest, SummaryRequest
 from .plugins import EmelexPluginManager, Registered, bind_model, choose, distillers, get_plugin_manager, summarizers
 from .planning import context_window, count_text, event_counter
+from .work_report import JobReport, JobStart, WorkObserver, WorkReport
 
 KINDS = (COMPACTION_KIND, DISTILL_KIND)
 PROMPT_RESERVE_TOKENS = 256  # instructions and template around the source
-MAX_REPORTED_JOBS = 1000
+REPORTED_WAITING = 20  # waiting jobs a report lists (it counts them all)
+BYTES_PER_TOKEN = 4  # the estimate for a source whose tokens were not counted when it was queued
 
 
 class WorkerStopped(BaseException):  # noqa: N818 - like KeyboardInterrupt, it is not an error
@@ -119,64 +130,13 @@ class GracefulStop:
             self._interruptible = False
 
 
-@dataclass(frozen=True)
-class JobReport:
-    """One job this run touched: its ID, kind, Session, what happened, a one-line detail and seconds spent."""
-
-    id: str
-    kind: str
-    session_id: str
-    status: str
-    detail: str
-    seconds: float
-
-
-@dataclass
-class WorkReport:
-    """What one worker run did. `stopped` is "empty", "max-jobs", "max-seconds" or "signal:<NAME>"."""
-
-    rescued: int = 0
-    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        ("done", "retrying", "failed", "released", "lost"), 0))
-    jobs: list[JobReport] = field(default_factory=list)
-    stopped: str = "empty"
-    seconds: float = 0.0
-
-    @property
-    def claimed(self) -> int:
-        """Jobs claimed in this run."""
-        return sum(self.counts.values())
-
-    @property
-    def idle(self) -> bool:
-        """True when the run neither claimed nor rescued anything."""
-        return self.claimed == 0 and self.rescued == 0
-
-    def add(self, job: JobReport) -> None:
-        """Count one job (keeping the details of the first 1000)."""
-        self.counts[job.status] = self.counts.get(job.status, 0) + 1
-        if len(self.jobs) < MAX_REPORTED_JOBS:
-            self.jobs.append(job)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The report as JSON-ready data."""
-        return {"claimed": self.claimed, "rescued": self.rescued, **self.counts, "stopped": self.stopped,
-                "seconds": round(self.seconds, 3), "jobs": [j.__dict__ for j in self.jobs]}
-
-    def summary_line(self) -> str:
-        """One line for people and cron mail."""
-        parts = ", ".join(f"{n} {k}" for k, n in self.counts.items() if n)
-        rescued = f"; rescued {self.rescued} expired claim(s)" if self.rescued else ""
-        return (f"emelex work: {self.claimed} job(s) in {self.seconds:.1f}s ({parts or 'none'}){rescued}; "
-                f"stopped: {self.stopped}")
-
-
 class Worker:
     """Runs due jobs of `kinds` (default: compaction and distillation) from `store` through plugins.
 
     `pm` defaults to `get_plugin_manager(settings)` and `model` to the
     installed `default_model`, both resolved only when there is work.
-    `on_job(report)` is called after each job (progress display).
+    `observer` (a `WorkObserver`) hears each job start, progress and end;
+    `on_job(report)` is also called after each job.
     """
 
     def __init__(
@@ -188,6 +148,7 @@ class Worker:
         pm: EmelexPluginManager | None = None,
         model: InstalledModel | None = None,
         stop: GracefulStop | None = None,
+        observer: WorkObserver | None = None,
         on_job: Callable[[JobReport], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -198,7 +159,8 @@ class Worker:
         self.store, self.settings, self.kinds = store, settings, tuple(kinds)
         self.stop = stop or GracefulStop()
         self._pm, self._model, self._on_job, self._clock = pm, model, on_job, clock
-        self._binding: ModelBinding | None = None
+        self._observer = observer
+        self._binding: MeteredBinding | None = None
         self._binding_plugin = ""
         self._window = 0
         self._summarizer: Registered | None = None
@@ -223,7 +185,8 @@ class Worker:
         self.prepare()
         bound = self.store.bind_session_model(claim.job.session_id, self._model)
         if self._binding is None:
-            self._binding_plugin, self._binding = bind_model(self._pm, bound.model, self.settings)
+            self._binding_plugin, binding = bind_model(self._pm, bound.model, self.settings)
+            self._binding = MeteredBinding(binding)
             self._window = 0
         if not self._window:
             self._window = context_window(self._binding, self._binding_plugin, self.settings)
@@ -239,14 +202,20 @@ class Worker:
 
     # -- one job ---------------------------------------------------------------------------------------
 
-    def _handle(self, claim: JobClaim) -> Any:
+    def _handle(self, claim: JobClaim, began: float) -> Any:
+        start = self._start(claim.job)
+        self._notify("job_started", start)
         try:
             with self.stop.interruptible():  # run_one_job renews the worker lease meanwhile
                 try:
                     model = self._bound(claim)
                 except (ModelError, PluginError) as exc:
                     raise ModelUnavailable(exc) from None
-                return self._dispatch(claim, model)
+                cost = self._binding.begin_job(lambda progress, most: self._notify("generating", start, progress, most))
+                try:
+                    return self._dispatch(claim, model)
+                finally:  # before run_one_job records the outcome, which stores the cost with it
+                    claim.record_cost(cost.as_dict(self._clock() - began))
         except WorkerStopped as stopped:
             _release(claim, f"worker stopped by {stopped.signal_name}; no attempt consumed")
             raise
@@ -310,6 +279,7 @@ class Worker:
                     report.stopped = report.stopped or "empty"
                     break
         report.stopped = report.stopped or "empty"
+        report.waiting = self.store.waiting_jobs(kinds=self.kinds, limit=REPORTED_WAITING)
         report.seconds = self._clock() - start
         return report
 
@@ -329,33 +299,52 @@ class Worker:
         began, current = self._clock(), {}
 
         def handler(claim: JobClaim) -> Any:
-            current["job"] = claim.job
-            return self._handle(claim)
+            current["claim"] = claim
+            return self._handle(claim, began)
+
+        def record(job: Job, status: str, detail: str) -> None:
+            cost = current["claim"].cost if "claim" in current else None
+            self._record(report, JobReport(job.id, job.kind, job.session_id, status, detail,
+                                           self._clock() - began, cost))
 
         try:
             outcome: JobOutcome | None = run_one_job(self.store, handler, kinds=self.kinds)
         except WorkerStopped as stopped:
-            job = current["job"]
             report.stopped = f"signal:{stopped.signal_name}"
-            self._record(report, JobReport(job.id, job.kind, job.session_id, "released",
-                                           f"stopped by {stopped.signal_name}", self._clock() - began))
+            record(current["claim"].job, "released", f"stopped by {stopped.signal_name}")
             return False
         except ModelUnavailable as unavailable:
-            job = current["job"]
             report.stopped = "error"
-            self._record(report, JobReport(job.id, job.kind, job.session_id, "released",
-                                           describe(unavailable.error), self._clock() - began))
+            record(current["claim"].job, "released", describe(unavailable.error))
             raise unavailable.error from None
         if outcome is None:
             return False
         job = outcome.job
-        detail = _done_detail(job) if outcome.status == "done" else outcome.detail
-        self._record(report, JobReport(job.id, job.kind, job.session_id, outcome.status, detail,
-                                       self._clock() - began))
+        record(job, outcome.status, _done_detail(job) if outcome.status == "done" else outcome.detail)
         return True
+
+    def _start(self, job: Job) -> JobStart:
+        """The job as it starts, with its source's size: the tokens counted when it was queued (compaction), or
+        else an estimate from the stored bytes of its events."""
+        tokens = job.source.get("source_tokens")
+        if isinstance(tokens, int) and not isinstance(tokens, bool):
+            return JobStart(job.id, job.kind, job.session_id, job.attempts + 1, tokens)
+        size = self.store.job_source_bytes(job)
+        estimate = None if size is None else -(-size // BYTES_PER_TOKEN)
+        return JobStart(job.id, job.kind, job.session_id, job.attempts + 1, estimate, estimate is not None)
+
+    def _notify(self, event: str, *args: Any) -> None:
+        """Tell the observer about `event`; an observer that raises is dropped, so a display never fails a job."""
+        if self._observer is None:
+            return
+        try:
+            getattr(self._observer, event)(*args)
+        except Exception:
+            self._observer = None
 
     def _record(self, report: WorkReport, job: JobReport) -> None:
         report.add(job)
+        self._notify("job_finished", job)
         if self._on_job is not None:
             self._on_job(job)
 

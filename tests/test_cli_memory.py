@@ -67,8 +67,8 @@ def test_errors_are_one_line_without_traceback(workspace: Path, home: Path) -> N
     assert result.exit_code == 1
     assert result.output.strip().count("\n") == 0 and result.output.startswith("error: no Session")
     assert "Traceback" not in result.output
-    result = runner.invoke(app, ["memory", "sessions", "list", "--limit", "0"])
-    assert result.exit_code == 1 and result.output.startswith("error: limit must be")
+    result = runner.invoke(app, ["memory", "sessions", "list", "--limit", "0"])  # a usage error names the flag
+    assert result.exit_code == 2 and result.output.startswith("error: Invalid value for '--limit': must be between 1")
 
 
 def test_invalid_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

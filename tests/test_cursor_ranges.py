@@ -95,14 +95,11 @@ def test_valid_cursors_still_page(seeded: tuple[Settings, str], workspace: Path)
 
 
 @pytest.mark.parametrize("args", [
-    ["sessions", "show", "{sid}", "--after", str(HUGE)],
-    ["sessions", "show", "{sid}", "--after", "-1"],
     ["sessions", "list", "--cursor", "nan:1"],
     ["sessions", "list", "--cursor", f"1.0:{HUGE}"],
     ["jobs", "list", "--cursor", str(HUGE)],
     ["jobs", "failed", "--cursor", "-1"],
     ["knowledge", "list", "-w", "{ws}", "--cursor", f"c3R5bGU.{HUGE}"],
-    ["knowledge", "history", "style", "-w", "{ws}", "--after", str(HUGE)],
 ])
 def test_the_cli_prints_one_error_line(
     seeded: tuple[Settings, str], workspace: Path, home: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
@@ -113,3 +110,20 @@ def test_the_cli_prints_one_error_line(
     assert result.exit_code == 1, result.output
     assert result.output.startswith("error: ") and result.output.count("\n") == 1, result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("args", [
+    ["sessions", "show", "{sid}", "--after", str(HUGE)],
+    ["sessions", "show", "{sid}", "--after", "-1"],
+    ["knowledge", "history", "style", "-w", "{ws}", "--after", str(HUGE)],
+])
+def test_an_out_of_range_flag_is_a_usage_error_naming_the_flag(
+    seeded: tuple[Settings, str], workspace: Path, home: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    _, sid = seeded
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    result = CliRunner().invoke(app, ["memory", *(a.format(sid=sid, ws=workspace) for a in args)])
+    assert result.exit_code == 2, result.output
+    error, hint = result.output.splitlines()
+    assert error.startswith("error: Invalid value for '--after'") and "after_seq" not in error
+    assert hint == f"try 'emelex memory {' '.join(args[:2])} --help'"

@@ -89,7 +89,9 @@ def test_failed_retry_and_cancel(workspace: Path, home: Path) -> None:
     assert again.exit_code == 1 and again.output.startswith("error: job ") and "cancelled" in again.output
     bad = mem("jobs", "retry", "no-such-job")
     assert bad.exit_code == 1 and bad.output.startswith("error: no job")
-    assert mem("jobs", "list", "--state", "weird").exit_code == 1
+    weird = mem("jobs", "list", "--state", "weird")
+    assert weird.exit_code == 2
+    assert weird.output.startswith("error: Invalid value for '--state': must be one of pending")
     assert table_rows(home / "memory" / "emelex.sqlite3") == before
 
 

@@ -94,7 +94,6 @@ def test_bad_input_prints_one_line_and_changes_nothing(workspace: Path, home: Pa
     db = home / "memory" / "emelex.sqlite3"
     before = table_rows(db)
     for args, message in [
-        (["remember", "k", "v", *w, "--confidence", "2"], "between 0 and 1"),
         (["remember", " padded", "v", *w], "surrounding whitespace"),
         (["remember", "k", "   ", *w], "non-blank"),
         (["remember", "k", "v", "-w", str(workspace / "missing")], "does not exist"),
@@ -103,9 +102,16 @@ def test_bad_input_prints_one_line_and_changes_nothing(workspace: Path, home: Pa
         (["pin", "gone", *w], "forgotten; remember it again"),
         (["forget", "nosuch", *w], "no Knowledge 'nosuch'"),
         (["unpin", "nosuch", *w], "no Knowledge 'nosuch'"),
-        (["history", "kept", *w, "--limit", "0"], "limit"),
     ]:
         result = k(*args)
         assert result.exit_code == 1 and result.output.count("\n") == 1, (args, result.output)
         assert result.output.startswith("error: ") and message in result.output, (args, result.output)
+        assert table_rows(db) == before, args
+    for args, flag in [
+        (["remember", "k", "v", *w, "--confidence", "2"], "--confidence"),
+        (["history", "kept", *w, "--limit", "0"], "--limit"),
+    ]:
+        result = k(*args)  # a value out of range is a usage error naming the flag: exit 2, plus a --help hint
+        assert result.exit_code == 2 and result.output.count("\n") == 2, (args, result.output)
+        assert result.output.startswith(f"error: Invalid value for '{flag}'"), (args, result.output)
         assert table_rows(db) == before, args

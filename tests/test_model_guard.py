@@ -68,8 +68,10 @@ def test_a_symlinked_snapshot_lock_is_a_model_problem(env: Settings, workspace: 
     with pytest.raises(UnsafeModelPathError, match="symlink"):
         ModelManager(env).remove("fake")
     result = CliRunner().invoke(app, ["memory", "work"])
-    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
-    assert result.output.startswith(f"error: {lock} is a symlink")
+    assert result.exit_code == 1 and result.stdout == "", result.output
+    assert result.stderr.splitlines()[-1].startswith(f"error: {lock} is a symlink")  # after the job's own lines
+    assert [line for line in result.stderr.splitlines() if line.startswith("error: ")] == [
+        result.stderr.splitlines()[-1]]
     with MemoryStore.open(env) as store:
         job = jobs(store)["compaction"]
     assert job.state == "pending" and job.attempts == 0

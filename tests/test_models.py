@@ -331,9 +331,12 @@ def test_models_cli_install_list_verify_remove(cli_home: Path, source: Path) -> 
 
 def test_models_cli_errors_are_one_line(cli_home: Path, source: Path, workspace: Path) -> None:
     runner = CliRunner()
+    for args in (["models", "install"], ["models", "install", str(source), "--default"]):
+        result = runner.invoke(app, args)  # a usage error: exit 2, one line and a --help hint
+        assert result.exit_code == 2 and result.output.splitlines() == [
+            "error: give either a PATH to a .gguf file or --default, not both or neither",
+            "try 'emelex models install --help'"], args
     for args, message in [
-        (["models", "install"], "error: give either a PATH to a .gguf file or --default"),
-        (["models", "install", str(source), "--default"], "error: give either a PATH"),
         (["models", "remove", "nothing"], "error: no model 'nothing' is installed"),
         (["models", "install", str(workspace)], "error: "),
     ]:

@@ -91,7 +91,7 @@ def test_memory_work_releases_the_job_when_the_manifest_or_stamp_is_a_fifo(
     with MemoryStore.open(installed) as store:
         seed(store, workspace, distill=False)
     fifo_in_place_of(home / "models" / "fake" / victim)
-    result = emelex(home, "memory", "work", extra_path=fake_plugin_distribution(tmp_path / "site"))
+    result = emelex(home, "memory", "work", "--quiet", extra_path=fake_plugin_distribution(tmp_path / "site"))
     one_error_line(result, "is not a regular file")
     with MemoryStore.open(installed) as store:
         job = jobs(store)["compaction"]

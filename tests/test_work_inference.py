@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent, Settings
+from emelex_llamacpp.plugin import LlamaBinding
 from emelex_workers.models import DEFAULT_MODEL_NAME, ModelManager, default_model_file
+from emelex_workers.plugin_api import GenerationProgress
 from emelex_workers.work import work
 
 pytest.importorskip("llama_cpp")
@@ -66,3 +68,30 @@ def test_default_model_writes_a_verified_summary_and_knowledge_with_provenance(h
             assert entry.head.origin == "distillation" and 0 <= entry.confidence <= 1 and entry.content.strip()
             assert (source.session_id, source.first_seq, source.last_seq) == (closed_id, 1, 6)
         assert {r.snapshot_id for r in store.session_model_refs(long_id).refs} == {model.snapshot_id}
+        calls = {}
+        for job in store.list_jobs().jobs:  # the llama.cpp binding reports exact counts: nothing is estimated
+            cost = job.result["cost"]
+            calls[job.kind] = cost["model_calls"]
+            if cost["model_calls"]:
+                assert cost["prompt_tokens"] > 0 and cost["generated_tokens"] > 0, cost
+            assert "estimated" not in cost
+        assert calls["distill"] >= 1  # the extractive distiller asks the model for labels (its Summary quotes alone)
+
+
+def test_the_llama_binding_streams_exact_progress(home: Path) -> None:
+    settings = Settings(home=home, plugins_autoload=False, model_max_context_tokens=2048)
+    with ModelManager(settings) as manager:
+        model = manager.install_default(link=True)
+    binding = LlamaBinding(model, max_context=2048, threads=settings.model_threads)
+    try:
+        reports: list[GenerationProgress] = []
+        messages = [{"role": "user", "content": "Name three colours."}]
+        text = binding.chat(messages, max_tokens=24, on_token=reports.append)
+        assert text.strip() and "".join(r.text for r in reports) == text
+        assert [r.generated_tokens for r in reports] == sorted(r.generated_tokens for r in reports)
+        assert reports[-1].text == "" and 1 <= reports[-1].generated_tokens <= 24 + 1
+        assert reports[-1].generated_tokens >= binding.count_tokens(text)  # every sampled token, end of text too
+        template = binding.count_tokens(messages[0]["content"])
+        assert {r.prompt_tokens for r in reports} == {reports[0].prompt_tokens} and reports[0].prompt_tokens > template
+    finally:
+        binding.close()

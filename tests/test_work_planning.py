@@ -94,15 +94,17 @@ def test_context_window_overrides_with_the_estimate_and_needs_no_model(env: Sett
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--trigger-ratio", "0.4", "--target-ratio", "0.6"], "error: target_ratio (0.6) must not exceed trigger_ratio"),
-    (["--trigger-ratio", "1.5"], "error: trigger_ratio must be a number in (0, 1]"),
+    (["--trigger-ratio", "0.4", "--target-ratio", "0.6"],
+     "error: --target-ratio (0.6) must not exceed --trigger-ratio"),
+    (["--trigger-ratio", "1.5"], "error: Invalid value for '--trigger-ratio': must be a number in (0, 1]"),
 ])
 def test_bad_ratios_are_one_line_errors_and_change_nothing(env: Settings, workspace: Path, args, message) -> None:
     with MemoryStore.open(env) as store:
         sid = seed(store, workspace, 8, compact=False, distill=False)
     before = table_rows(env.database_path)
     result = compact(sid, *args)
-    assert result.exit_code == 1 and result.output.startswith(message) and result.output.count("\n") == 1
+    assert result.exit_code == 2 and result.output.startswith(message)  # a usage error, naming the flags as typed
+    assert result.output.splitlines()[1:] == ["try 'emelex memory compact --help'"]
     assert table_rows(env.database_path) == before
 
 

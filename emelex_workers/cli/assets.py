@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import AssetInfo, AssetNotFoundError, EmelexError, MemoryStore, Settings
+from emelex_memory import AssetInfo, AssetNotFoundError, EmelexError, MemoryStore
 
+from .framework import EmelexTyper, JsonFlag, echo_json, page_limit, settings_of
 from .pages import echo_page
 
-assets_app = typer.Typer(help="List, show and verify stored media assets.", no_args_is_help=True)
+assets_app = EmelexTyper(help="List, show and verify stored media assets.")
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
 SHOWN_ENTRIES = 100  # media kinds of one digest that `show` prints
 MAX_JSON_PROBLEMS = 1000  # problems `verify --json` lists; it counts them all
-
-
-def _settings(ctx: typer.Context) -> Settings:
-    return ctx.find_root().obj
 
 
 def _when(ts: float) -> str:
@@ -41,12 +36,13 @@ def _entry_dict(info: AssetInfo) -> dict:
 @assets_app.command("list")
 def assets_list(
     ctx: typer.Context,
-    limit: Annotated[int, typer.Option(help="Entries per page.")] = 100,
-    cursor: Annotated[Optional[str], typer.Option(help="next_cursor printed by the previous page.")] = None,
+    limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Entries per page.")] = 100,
+    cursor: Annotated[Optional[str], typer.Option(
+        metavar="CURSOR", help="next_cursor printed by the previous page.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List catalogued assets in digest order: digest, media kind, bytes and how many events link each."""
-    with MemoryStore.open(_settings(ctx), create=False) as store:
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
         page = store.list_assets(cursor=cursor, limit=limit)
     echo_page(
         "assets", page.assets, page.next_cursor, as_json, as_dict=_entry_dict, empty="no assets",
@@ -57,12 +53,13 @@ def assets_list(
 @assets_app.command("show")
 def assets_show(
     ctx: typer.Context,
-    digest: Annotated[str, typer.Argument(help="The asset's SHA-256 (64 lowercase hex characters).")],
-    links: Annotated[int, typer.Option(help="Linking events to show.")] = 20,
+    digest: Annotated[str, typer.Argument(
+        metavar="DIGEST", show_default=False, help="The asset's SHA-256 (64 lowercase hex characters).")],
+    links: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Linking events to show.")] = 20,
     as_json: JsonFlag = False,
 ) -> None:
     """Show one asset: its catalog entries, its file, whether the file verifies, and the events linking it."""
-    with MemoryStore.open(_settings(ctx), create=False) as store:
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
         page = store.asset_entries(digest, limit=SHOWN_ENTRIES)
         entries = page.assets
         if not entries:
@@ -75,7 +72,7 @@ def assets_show(
         except EmelexError as exc:
             verdict = str(exc)
     if as_json:
-        typer.echo(json.dumps({
+        echo_json("intact" if verdict == "ok" else "damaged", {
             "digest": digest,
             "file": str(path),
             "verified": verdict == "ok",
@@ -85,7 +82,7 @@ def assets_show(
             "links": [{"session": x.session_id, "seq": x.seq, "ordinal": x.ordinal, "media_kind": x.media_kind}
                       for x in linked.links],
             "more_links": linked.next_cursor is not None,
-        }))
+        })
     else:
         typer.echo(f"Asset {digest}")
         typer.echo(f"  file:     {path}")
@@ -107,11 +104,12 @@ def assets_show(
 @assets_app.command("verify")
 def assets_verify(
     ctx: typer.Context,
-    page_size: Annotated[int, typer.Option("--page-size", help="Entries re-hashed per bounded page.")] = 500,
-    max_assets: Annotated[
-        Optional[int], typer.Option("--max-assets", help="Stop after checking this many entries (default: all).")
-    ] = None,
-    cursor: Annotated[Optional[str], typer.Option(help="Continue after this entry (printed if stopped early).")] = None,
+    page_size: Annotated[int, typer.Option(
+        "--page-size", metavar="N", callback=page_limit, help="Entries re-hashed per bounded page.")] = 500,
+    max_assets: Annotated[Optional[int], typer.Option(
+        "--max-assets", metavar="N", min=1, help="Stop after checking this many entries (default: all).")] = None,
+    cursor: Annotated[Optional[str], typer.Option(
+        metavar="CURSOR", help="Continue after this entry (printed if stopped early).")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Re-hash every catalogued asset file, page by page, and report what is wrong; exit 1 if anything is.
@@ -121,7 +119,7 @@ def assets_verify(
     """
     checked = hashed = found = 0
     listed: list[dict] = []
-    with MemoryStore.open(_settings(ctx), create=False) as store:
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
         while True:
             page = store.verify_assets(cursor=cursor, limit=page_size)
             checked, hashed, found = checked + page.checked, hashed + page.hashed_bytes, found + len(page.problems)
@@ -134,14 +132,14 @@ def assets_verify(
             if cursor is None or (max_assets is not None and checked >= max_assets):
                 break
     if as_json:
-        typer.echo(json.dumps({
+        echo_json("problems" if found else "intact", {
             "checked": checked,
             "hashed_bytes": hashed,
             "complete": cursor is None,
             "next_cursor": cursor,
             "problem_count": found,
             "problems": listed,
-        }))
+        })
     else:
         typer.echo(f"checked {checked} entries, {hashed} bytes hashed: "
                    f"{found} problem(s){'' if cursor is None else f'; stopped early, more after {cursor}'}")

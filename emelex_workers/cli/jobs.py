@@ -1,4 +1,4 @@
-"""`emelex memory jobs list|failed|retry|cancel` and `emelex memory compact SESSION`.
+"""`emelex memory jobs list|failed|retry|cancel|rescue` and `emelex memory compact SESSION`.
 
 These commands only inspect and steer the durable work queues; they never run
 inference. `emelex memory compact` plans and queues compaction, and a worker
@@ -11,28 +11,27 @@ the tokenizer-free estimate of one token per 4 bytes and no model at all.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict
 from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import CompactionPolicy, Job, MemoryStore, Settings
+from emelex_memory import CompactionPolicy, Job, MemoryStore
+from emelex_memory.jobs import STATES
 
 from ..planning import default_model_budget
+from .framework import EmelexTyper, JsonFlag, echo_json, one_of, page_limit, settings_of, share, usage_error
 from .pages import echo_page
+from .work_display import cost_text
 
-jobs_app = typer.Typer(help="Inspect and steer the compaction and distillation work queues.", no_args_is_help=True)
+jobs_app = EmelexTyper(help="Inspect and steer the compaction and distillation work queues.")
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
-JobArg = Annotated[str, typer.Argument(help="Job ID.")]
-LimitOpt = Annotated[int, typer.Option(help="Jobs per page.")]
-CursorOpt = Annotated[Optional[str], typer.Option(help="next_cursor printed by the previous page.")]
-
-
-def _settings(ctx: typer.Context) -> Settings:
-    return ctx.find_root().obj
+JobArg = Annotated[str, typer.Argument(
+    metavar="JOB", help="Job ID, or a unique prefix of it (at least 4 characters).", show_default=False,
+)]
+LimitOpt = Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Jobs per page.")]
+CursorOpt = Annotated[Optional[str], typer.Option(metavar="CURSOR", help="next_cursor printed by the previous page.")]
 
 
 def _when(ts: float | None) -> str:
@@ -44,10 +43,24 @@ def job_dict(job: Job) -> dict:
     return asdict(job)
 
 
+def cost_of(job: Job) -> tuple[str, dict | None]:
+    """What the job's last attempt cost and how it is labelled: a done job's result "cost", else the newest
+    diagnostic that recorded one ("last attempt"); ("", None) when none did."""
+    if job.result and isinstance(job.result.get("cost"), dict):
+        return "cost", job.result["cost"]
+    for diagnostic in reversed(job.diagnostics):
+        if diagnostic.cost:
+            return "last attempt", diagnostic.cost
+    return "", None
+
+
 def _line(job: Job) -> str:
     due = f" due {_when(job.due_at)}" if job.state == "pending" else ""
     held = f" by {job.lease_holder} until {_when(job.lease_expires_at)}" if job.state == "claimed" else ""
-    return f"{job.id}  {job.kind:<12} {job.state:<9} attempts {job.attempts}{due}{held}  Session {job.session_id}"
+    label, cost = cost_of(job)
+    spent = f"  {label}: {cost_text(cost)}, {cost.get('seconds', 0):.1f}s" if cost else ""
+    return (f"{job.id}  {job.kind:<12} {job.state:<9} attempts {job.attempts}{due}{held}  Session {job.session_id}"
+            f"{spent}")
 
 
 def _line_with_diagnostics(job: Job) -> str:
@@ -58,15 +71,19 @@ def _line_with_diagnostics(job: Job) -> str:
 @jobs_app.command("list")
 def jobs_list(
     ctx: typer.Context,
-    state: Annotated[Optional[str], typer.Option(help="pending, claimed, done, failed or cancelled.")] = None,
-    kind: Annotated[Optional[str], typer.Option(help="Only jobs of this kind, e.g. compaction.")] = None,
-    session: Annotated[Optional[str], typer.Option(help="Only jobs of this Session.")] = None,
+    state: Annotated[Optional[str], typer.Option(
+        metavar="STATE", callback=one_of(*STATES), help="pending, claimed, done, failed or cancelled.")] = None,
+    kind: Annotated[Optional[str], typer.Option(
+        metavar="KIND", help="Only jobs of this kind, e.g. compaction.")] = None,
+    session: Annotated[Optional[str], typer.Option(
+        metavar="SESSION", help="Only jobs of this Session (ID or unique prefix).")] = None,
     limit: LimitOpt = 50,
     cursor: CursorOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List jobs, newest first."""
-    with MemoryStore.open(_settings(ctx), create=False) as store:
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
+        session = None if session is None else store.resolve_session_id(session)
         page = store.list_jobs(state=state, kind=kind, session_id=session, cursor=cursor, limit=limit)
     echo_page("jobs", page.jobs, page.next_cursor, as_json, as_dict=job_dict, line=_line, empty="no jobs")
 
@@ -74,13 +91,13 @@ def jobs_list(
 @jobs_app.command("failed")
 def jobs_failed(
     ctx: typer.Context,
-    kind: Annotated[Optional[str], typer.Option(help="Only jobs of this kind.")] = None,
+    kind: Annotated[Optional[str], typer.Option(metavar="KIND", help="Only jobs of this kind.")] = None,
     limit: LimitOpt = 20,
     cursor: CursorOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List terminal jobs (failed, or cancelled) with their diagnostics, newest first."""
-    with MemoryStore.open(_settings(ctx), create=False) as store:
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
         page = store.failed_jobs(kind=kind, cursor=cursor, limit=limit)
     echo_page(
         "jobs", page.jobs, page.next_cursor, as_json,
@@ -91,30 +108,60 @@ def jobs_failed(
 @jobs_app.command("retry")
 def jobs_retry(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> None:
     """Reset a failed or cancelled job to pending (same ID and source, failed attempts cleared)."""
-    with MemoryStore.open(_settings(ctx), create=False) as store:
-        done = store.retry_failed_job(job)
-    typer.echo(json.dumps(job_dict(done)) if as_json else f"job {done.id} is pending again; a worker will run it")
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
+        done = store.retry_failed_job(store.resolve_job_id(job))
+    if as_json:
+        echo_json("retried", job_dict(done))
+    else:
+        typer.echo(f"job {done.id} is pending again; a worker will run it")
 
 
 @jobs_app.command("cancel")
 def jobs_cancel(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> None:
     """Cancel a pending or claimed job without consuming an attempt; `jobs retry` brings it back."""
-    with MemoryStore.open(_settings(ctx), create=False) as store:
-        done = store.cancel_job(job)
-    typer.echo(json.dumps(job_dict(done)) if as_json else f"job {done.id} cancelled")
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
+        done = store.cancel_job(store.resolve_job_id(job))
+    if as_json:
+        echo_json("cancelled", job_dict(done))
+    else:
+        typer.echo(f"job {done.id} cancelled")
+
+
+@jobs_app.command("rescue")
+def jobs_rescue(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> None:
+    """Free a job whose worker died on this host, without waiting for its lease to expire.
+
+    Only when the job is claimed by a worker on this host whose process no
+    longer exists; recorded as the automatic rescue after expiry records it:
+    one counted failure, retried by the schedule. `emelex memory work` names
+    such jobs and this command.
+    """
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
+        done = store.rescue_dead_claim(store.resolve_job_id(job))
+    if as_json:
+        echo_json("rescued", job_dict(done))
+    elif done.state == "failed":
+        typer.echo(f"job {done.id} rescued; that was its last attempt: it failed (`emelex memory jobs retry` it)")
+    else:
+        typer.echo(f"job {done.id} rescued from its dead worker; pending again, due {_when(done.due_at)}")
 
 
 def compact(
     ctx: typer.Context,
-    session: Annotated[str, typer.Argument(help="Session ID.")],
+    session: Annotated[str, typer.Argument(
+        metavar="SESSION", help="Session ID, or a unique prefix of it (at least 4 characters).", show_default=False,
+    )],
     context_window: Annotated[Optional[int], typer.Option(
-        help="Plan for this window (tokens), estimating 4 bytes per token, instead of the default model's.", min=1,
+        metavar="TOKENS", min=1,
+        help="Plan for this window (tokens), estimating 4 bytes per token, instead of the default model's.",
     )] = None,
-    trigger_ratio: Annotated[float, typer.Option(help="Compact once the view uses this share of the window.")] = (
-        CompactionPolicy.trigger_ratio),
-    target_ratio: Annotated[float, typer.Option(help="Shrink the uncompacted tail to this share of the window.")] = (
-        CompactionPolicy.target_ratio),
-    preserve_turns: Annotated[int, typer.Option(help="Newest turns always kept.", min=0)] = (
+    trigger_ratio: Annotated[float, typer.Option(
+        metavar="SHARE", callback=share, help="Compact once the view uses this share of the window.",
+    )] = CompactionPolicy.trigger_ratio,
+    target_ratio: Annotated[float, typer.Option(
+        metavar="SHARE", callback=share, help="Shrink the uncompacted tail to this share of the window.",
+    )] = CompactionPolicy.target_ratio,
+    preserve_turns: Annotated[int, typer.Option(metavar="N", min=0, help="Newest turns always kept.")] = (
         CompactionPolicy.preserve_turns),
     force: Annotated[bool, typer.Option("--force", help="Compact below the trigger (all but the kept turns).")] = False,
     as_json: JsonFlag = False,
@@ -126,21 +173,24 @@ def compact(
     runs here: `emelex memory work` performs the job once no one holds the
     Session.
     """
+    if target_ratio > trigger_ratio:
+        raise usage_error(ctx, f"--target-ratio ({target_ratio}) must not exceed --trigger-ratio ({trigger_ratio})")
     policy = CompactionPolicy(trigger_ratio=trigger_ratio, target_ratio=target_ratio, preserve_turns=preserve_turns)
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     model = None
     with MemoryStore.open(settings, create=False) as store:
+        session = store.resolve_session_id(session)  # an unknown Session fails before the model is loaded
         if context_window is not None:
             queued = store.queue_compaction(session, context_window=context_window, policy=policy, force=force)
         else:
-            store.get_session(session)  # an unknown Session fails before the model is loaded
             with default_model_budget(settings) as budget:
                 model = budget.model.reference
                 queued = store.queue_compaction(session, context_window=budget.context_window,
                                                 count_tokens=budget.count_tokens, policy=policy, force=force)
     if as_json:
-        typer.echo(json.dumps({"plan": asdict(queued.plan), "job": queued.job and job_dict(queued.job),
-                               "created": queued.created, "reason": queued.reason, "model": model}))
+        outcome = "queued" if queued.created else "already-queued" if queued.job else "not-needed"
+        echo_json(outcome, {"plan": asdict(queued.plan), "job": queued.job and job_dict(queued.job),
+                            "created": queued.created, "reason": queued.reason, "model": model})
     else:
         planned = f"{model}, {queued.plan.context_window}-token window" if model else (
             f"{queued.plan.context_window}-token window, estimated tokens")

@@ -7,26 +7,23 @@ identity, so another directory never sees it.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import KnowledgeEntry, KnowledgeVersion, MemoryStore, Settings
+from emelex_memory import KnowledgeEntry, KnowledgeVersion, MemoryStore
+from emelex_memory.cursors import MAX_SQL_INT
 
+from .framework import EmelexTyper, JsonFlag, echo_json, page_limit, settings_of
 from .pages import echo_page
 
-knowledge_app = typer.Typer(help="Inspect and curate the current workspace's Knowledge.", no_args_is_help=True)
+knowledge_app = EmelexTyper(help="Inspect and curate the current workspace's Knowledge.")
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
-WorkspaceOpt = Annotated[Path, typer.Option("--workspace", "-w", help="Workspace directory (default: current).")]
-KeyArg = Annotated[str, typer.Argument(help="Knowledge key.")]
-
-
-def _settings(ctx: typer.Context) -> Settings:
-    return ctx.find_root().obj
+WorkspaceOpt = Annotated[Path, typer.Option(
+    "--workspace", "-w", metavar="DIR", show_default=False, help="Workspace directory (default: current).")]
+KeyArg = Annotated[str, typer.Argument(metavar="KEY", help="Knowledge key.", show_default=False)]
 
 
 def _when(ts: float) -> str:
@@ -86,12 +83,13 @@ def knowledge_list(
     ctx: typer.Context,
     workspace: WorkspaceOpt = Path("."),
     include_forgotten: Annotated[bool, typer.Option("--all", help="Include forgotten (tombstoned) entries.")] = False,
-    limit: Annotated[int, typer.Option(help="Entries per page.")] = 50,
-    cursor: Annotated[Optional[str], typer.Option(help="next_cursor printed by the previous page.")] = None,
+    limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Entries per page.")] = 50,
+    cursor: Annotated[Optional[str], typer.Option(
+        metavar="CURSOR", help="next_cursor printed by the previous page.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List the workspace's Knowledge by key."""
-    with MemoryStore.open(_settings(ctx), create=False) as store:
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
         page = store.recall(workspace, cursor=cursor, limit=limit, include_tombstones=include_forgotten)
     echo_page(
         "entries", page.entries, page.next_cursor, as_json,
@@ -104,10 +102,10 @@ def knowledge_show(
     ctx: typer.Context, key: KeyArg, workspace: WorkspaceOpt = Path("."), as_json: JsonFlag = False
 ) -> None:
     """Show one entry, forgotten or not, with its provenance."""
-    with MemoryStore.open(_settings(ctx), create=False) as store:
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
         e = store.get_knowledge(workspace, key)
     if as_json:
-        typer.echo(json.dumps(entry_dict(e)))
+        echo_json("found", entry_dict(e))
         return
     typer.echo(f"Knowledge {e.key}")
     typer.echo(f"  state:      {'forgotten' if e.tombstoned else 'live'}{', pinned' if e.pinned else ''}")
@@ -123,16 +121,17 @@ def knowledge_history(
     ctx: typer.Context,
     key: KeyArg,
     workspace: WorkspaceOpt = Path("."),
-    after: Annotated[int, typer.Option(help="Show versions after this version number.")] = 0,
-    limit: Annotated[int, typer.Option(help="Versions to show.")] = 50,
+    after: Annotated[int, typer.Option(
+        metavar="VERSION", min=0, max=MAX_SQL_INT, help="Show versions after this version number.")] = 0,
+    limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Versions to show.")] = 50,
     as_json: JsonFlag = False,
 ) -> None:
     """Show an entry's immutable versions, oldest first."""
-    with MemoryStore.open(_settings(ctx), create=False) as store:
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
         page = store.knowledge_history(workspace, key, after, limit=limit)
     if as_json:
         versions = [version_dict(v) for v in page.versions]
-        typer.echo(json.dumps({"key": key, "versions": versions, "next_cursor": page.next_cursor, "done": page.done}))
+        echo_json("listed", {"key": key, "versions": versions, "next_cursor": page.next_cursor, "done": page.done})
         return
     for v in page.versions:
         what = "TOMBSTONE" if v.tombstone else (v.content or "").replace("\n", " ")[:120]
@@ -146,35 +145,55 @@ def knowledge_history(
 def knowledge_remember(
     ctx: typer.Context,
     key: KeyArg,
-    content: Annotated[str, typer.Argument(help="What to remember under KEY (replaces the current content).")],
+    content: Annotated[str, typer.Argument(
+        metavar="CONTENT", show_default=False, help="What to remember under KEY (replaces the current content).")],
     workspace: WorkspaceOpt = Path("."),
-    confidence: Annotated[float, typer.Option(help="Confidence between 0 and 1.")] = 1.0,
+    confidence: Annotated[float, typer.Option(metavar="X", min=0.0, max=1.0, help="Confidence between 0 and 1.")] = 1.0,
+    as_json: JsonFlag = False,
 ) -> None:
     """Remember or correct an entry: appends a new version."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(settings_of(ctx)) as store:
         v = store.remember(workspace, key, content, confidence=confidence)
-    typer.echo(f"{key}: version {v.version}")
+    if as_json:
+        echo_json("remembered", {"key": key, **version_dict(v)})
+    else:
+        typer.echo(f"{key}: version {v.version}")
+
+
+def _set_pin(ctx: typer.Context, key: str, workspace: Path, pinned: bool, as_json: bool) -> None:
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
+        entry = store.pin(workspace, key) if pinned else store.unpin(workspace, key)
+    outcome = "pinned" if pinned else "unpinned"
+    if as_json:
+        echo_json(outcome, entry_dict(entry))
+    else:
+        typer.echo(f"{key}: {outcome}")
 
 
 @knowledge_app.command("pin")
-def knowledge_pin(ctx: typer.Context, key: KeyArg, workspace: WorkspaceOpt = Path(".")) -> None:
+def knowledge_pin(
+    ctx: typer.Context, key: KeyArg, workspace: WorkspaceOpt = Path("."), as_json: JsonFlag = False
+) -> None:
     """Pin an entry: automatic distillation and retention leave it alone."""
-    with MemoryStore.open(_settings(ctx), create=False) as store:
-        store.pin(workspace, key)
-    typer.echo(f"{key}: pinned")
+    _set_pin(ctx, key, workspace, True, as_json)
 
 
 @knowledge_app.command("unpin")
-def knowledge_unpin(ctx: typer.Context, key: KeyArg, workspace: WorkspaceOpt = Path(".")) -> None:
+def knowledge_unpin(
+    ctx: typer.Context, key: KeyArg, workspace: WorkspaceOpt = Path("."), as_json: JsonFlag = False
+) -> None:
     """Unpin an entry."""
-    with MemoryStore.open(_settings(ctx), create=False) as store:
-        store.unpin(workspace, key)
-    typer.echo(f"{key}: unpinned")
+    _set_pin(ctx, key, workspace, False, as_json)
 
 
 @knowledge_app.command("forget")
-def knowledge_forget(ctx: typer.Context, key: KeyArg, workspace: WorkspaceOpt = Path(".")) -> None:
+def knowledge_forget(
+    ctx: typer.Context, key: KeyArg, workspace: WorkspaceOpt = Path("."), as_json: JsonFlag = False
+) -> None:
     """Forget an entry: appends a tombstone (history stays until `maintain` purges it after the grace period)."""
-    with MemoryStore.open(_settings(ctx), create=False) as store:
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
         v = store.forget(workspace, key)
-    typer.echo(f"{key}: forgotten (tombstone version {v.version})")
+    if as_json:
+        echo_json("forgotten", {"key": key, **version_dict(v)})
+    else:
+        typer.echo(f"{key}: forgotten (tombstone version {v.version})")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Annotated
 
 import typer
 
 from emelex_memory import MaintenanceError, MaintenanceReport, MemoryStore
+
+from .framework import JsonFlag, echo_json, error_text, settings_of
 
 _LINES = (
     ("leases_failed", "stale Session leases marked failed"),
@@ -29,7 +30,7 @@ def maintain(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Report what would be done (file removal is not predicted); change nothing."
     )] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for machines.")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Fail stale leases, apply retention, prune versions, collect assets, optimize and truncate the WAL.
 
@@ -38,15 +39,16 @@ def maintain(
     Knowledge. Retention periods are settings (see docs/knowledge.md).
     """
     failure = None
-    with MemoryStore.open(ctx.find_root().obj, create=False) as store:
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
         try:
             report = store.maintain(vacuum=vacuum, dry_run=dry_run)
         except MaintenanceError as exc:
             failure, report = exc, exc.report
     if failure is not None:
-        typer.echo(f"error: {failure}", err=True)
+        typer.echo(error_text(type(failure).__name__, str(failure), as_json), err=True)
     if as_json:
-        typer.echo(json.dumps(dataclasses.asdict(report)))
+        outcome = "failed" if failure is not None else "dry-run" if dry_run else "maintained"
+        echo_json(outcome, dataclasses.asdict(report))
     elif failure is not None:
         typer.echo(f"completed: {', '.join(report.steps_completed) or 'no step'}")
     else:

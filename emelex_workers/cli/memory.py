@@ -9,10 +9,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import CorruptEventError, Event, MemoryStore, Settings
+from emelex_memory import CorruptEventError, Event, MemoryStore
+from emelex_memory.cursors import MAX_SQL_INT
 from emelex_memory.doctor import DOCTOR_ASSET_ENTRIES, diagnose
 
 from .assets import assets_app
+from .framework import EmelexTyper, JsonFlag, echo_json, error_text, page_limit, settings_of
 from .jobs import compact, jobs_app
 from .knowledge import knowledge_app
 from .maintain import maintain
@@ -20,8 +22,8 @@ from .pages import echo_page
 from .work import work
 from .workspaces import workspaces_app
 
-memory_app = typer.Typer(help="Inspect and maintain the memory store.", no_args_is_help=True)
-sessions_app = typer.Typer(help="List and inspect Sessions.", no_args_is_help=True)
+memory_app = EmelexTyper(help="Inspect and maintain the memory store.")
+sessions_app = EmelexTyper(help="List and inspect Sessions.")
 memory_app.add_typer(sessions_app, name="sessions")
 memory_app.add_typer(knowledge_app, name="knowledge")
 memory_app.add_typer(workspaces_app, name="workspaces")
@@ -31,11 +33,9 @@ memory_app.add_typer(jobs_app, name="jobs")
 memory_app.command("compact")(compact)
 memory_app.command("work")(work)
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
-
-
-def _settings(ctx: typer.Context) -> Settings:
-    return ctx.find_root().obj
+SessionArg = Annotated[str, typer.Argument(
+    metavar="SESSION", help="Session ID, or a unique prefix of it (at least 4 characters).", show_default=False,
+)]
 
 
 def _when(ts: float) -> str:
@@ -58,12 +58,13 @@ def _session_dict(s) -> dict:
 @sessions_app.command("list")
 def sessions_list(
     ctx: typer.Context,
-    limit: Annotated[int, typer.Option(help="Sessions per page.")] = 50,
-    cursor: Annotated[Optional[str], typer.Option(help="next_cursor printed by the previous page.")] = None,
+    limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Sessions per page.")] = 50,
+    cursor: Annotated[Optional[str], typer.Option(
+        metavar="CURSOR", help="next_cursor printed by the previous page.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List Sessions, newest first."""
-    with MemoryStore.open(_settings(ctx), create=False) as store:
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
         page = store.list_sessions(cursor=cursor, limit=limit)
     echo_page(
         "sessions", page.sessions, page.next_cursor, as_json, as_dict=_session_dict, empty="no Sessions",
@@ -74,18 +75,20 @@ def sessions_list(
 @sessions_app.command("show")
 def sessions_show(
     ctx: typer.Context,
-    session: Annotated[str, typer.Argument(help="Session ID.")],
-    after: Annotated[int, typer.Option(help="Show events after this seq.")] = 0,
-    limit: Annotated[int, typer.Option(help="Events to show.")] = 50,
+    session: SessionArg,
+    after: Annotated[int, typer.Option(
+        metavar="SEQ", min=0, max=MAX_SQL_INT, help="Show events after this seq.")] = 0,
+    limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Events to show.")] = 50,
     as_json: JsonFlag = False,
 ) -> None:
     """Show one Session and a page of its transcript."""
-    with MemoryStore.open(_settings(ctx), create=False) as store:
-        s = store.get_session(session)
-        page = store.replay(session, after, limit=limit)
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
+        s = store.get_session(store.resolve_session_id(session))
+        page = store.replay(s.id, after, limit=limit)
     events = [_event_dict(e) for e in page.events]
+    corrupt = [str(e["seq"]) for e in events if "payload_error" in e]
     if as_json:
-        typer.echo(json.dumps({"session": _session_dict(s), "events": events, "next_cursor": page.next_cursor}))
+        echo_json("found", {"session": _session_dict(s), "events": events, "next_cursor": page.next_cursor})
     else:
         typer.echo(f"Session {s.id}")
         typer.echo(f"  title:     {s.title or '-'}")
@@ -102,10 +105,10 @@ def sessions_show(
                 typer.echo(f"         asset {a['digest'][:12]}  {a['size']} bytes  {a['media_kind']}")
         if not page.done:
             typer.echo(f"  more: --after {page.next_cursor}")
-    corrupt = [str(e["seq"]) for e in events if "payload_error" in e]
     if corrupt:
-        typer.echo(f"error: the payload of event seq {', '.join(corrupt)} of Session {s.id} is not valid JSON; "
-                   "restore the database from a backup", err=True)
+        message = (f"the payload of event seq {', '.join(corrupt)} of Session {s.id} is not valid JSON; "
+                   "restore the database from a backup")
+        typer.echo(error_text(CorruptEventError.__name__, message, as_json), err=True)
         raise typer.Exit(1)
 
 
@@ -123,7 +126,7 @@ def _event_dict(e: Event) -> dict:
 @sessions_app.command("delete")
 def sessions_delete(
     ctx: typer.Context,
-    session: Annotated[str, typer.Argument(help="Session ID.")],
+    session: SessionArg,
     yes: Annotated[bool, typer.Option("--yes", help="Delete without asking.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
@@ -131,13 +134,14 @@ def sessions_delete(
 
     Not forensic erasure: freed pages and WAL bytes remain until `emelex memory maintain --vacuum`.
     """
-    with MemoryStore.open(_settings(ctx), create=False) as store:
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
+        session = store.resolve_session_id(session)
         if not yes:
             s = store.get_session(session)
             typer.confirm(f"Delete Session {s.id} ({s.last_seq} events, {s.title or 'untitled'})?", abort=True)
         d = store.delete_session(session)
     if as_json:
-        typer.echo(json.dumps(dataclasses.asdict(d)))
+        echo_json("deleted", dataclasses.asdict(d))
         return
     typer.echo(
         f"deleted Session {d.session_id}: {d.events} events, {d.jobs} jobs, {d.asset_entries} assets "
@@ -149,16 +153,18 @@ def sessions_delete(
 def doctor(
     ctx: typer.Context,
     max_assets: Annotated[int, typer.Option(
-        "--max-assets", min=1, help="Asset entries to re-hash at most (the check says how many of how many)."
+        "--max-assets", metavar="N", min=1,
+        help="Asset entries to re-hash at most (the check says how many of how many).",
     )] = DOCTOR_ASSET_ENTRIES,
     as_json: JsonFlag = False,
 ) -> None:
     """Check Home, file modes, pragmas, connection settings, schema, integrity, transcripts, payloads and a bounded
     number of asset files; exit 1 when anything is wrong."""
-    report = diagnose(_settings(ctx), max_asset_entries=max_assets)
+    report = diagnose(settings_of(ctx), max_asset_entries=max_assets)
     if as_json:
         checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks]
-        typer.echo(json.dumps({"healthy": report.healthy, "checks": checks, "facts": report.facts}, default=str))
+        echo_json("healthy" if report.healthy else "unhealthy",
+                  {"healthy": report.healthy, "checks": checks, "facts": report.facts})
     else:
         for key, value in report.facts.items():
             typer.echo(f"{key}: {value}")
@@ -173,11 +179,15 @@ def doctor(
 def reinit(
     ctx: typer.Context,
     yes: Annotated[bool, typer.Option("--yes", help="Confirm: start a new, empty store after a deletion.")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Start a new store where the database was deleted. Refuses while a database file exists."""
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     moved = MemoryStore.reinitialize(settings, confirm=yes)
+    MemoryStore.open(settings).close()
+    if as_json:
+        echo_json("created", {"database": str(settings.database_path), "moved_aside": [str(p) for p in moved]})
+        return
     for path in moved:
         typer.echo(f"moved leftover {path.name.split('.orphaned')[0]} aside to {path}")
-    MemoryStore.open(settings).close()
     typer.echo(f"created a new, empty store at {settings.database_path}")

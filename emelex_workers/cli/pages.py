@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import typer
+
+from .framework import echo_json
 
 T = TypeVar("T")
 
@@ -21,10 +22,11 @@ def echo_page(
     line: Callable[[T], str],
     empty: str,
 ) -> None:
-    """Print a page: with `as_json` one JSON object `{name: [as_dict(item)...], "next_cursor": ...}`; otherwise
-    `line(item)` for each item, `empty` when there are none, and the `--cursor` to pass for the next page."""
+    """Print a page: with `as_json` one JSON object `{"outcome": "listed", name: [as_dict(item)...],
+    "next_cursor": ...}`; otherwise `line(item)` for each item, `empty` when there are none, and the `--cursor` to
+    pass for the next page."""
     if as_json:
-        typer.echo(json.dumps({name: [as_dict(i) for i in items], "next_cursor": next_cursor}))
+        echo_json("listed", {name: [as_dict(i) for i in items], "next_cursor": next_cursor})
         return
     for item in items:
         typer.echo(line(item))

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import json
-from typing import Annotated
-
 import typer
 
-from emelex_memory import Settings
-
 from ..plugins import distillers, get_plugin_manager, hook_order, summarizers
+from .framework import EmelexTyper, JsonFlag, echo_json, settings_of
 
-plugins_app = typer.Typer(help="Inspect the plugins Emelex loads.", no_args_is_help=True)
+plugins_app = EmelexTyper(help="Inspect the plugins Emelex loads.")
 
 
 @plugins_app.command("list")
-def plugins_list(
-    ctx: typer.Context,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON for machines.")] = False,
-) -> None:
+def plugins_list(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """List loaded plugins with their distribution, hooks, summarizers and distillers."""
-    settings: Settings = ctx.find_root().obj
+    settings = settings_of(ctx)
     pm = get_plugin_manager(settings)
     sums, dists = summarizers(pm), distillers(pm)
     rows = []
@@ -35,7 +28,7 @@ def plugins_list(
             "binds_models": any(i.plugin_name == name for i in hook_order(pm, "model_binding")),
         })
     if as_json:
-        typer.echo(json.dumps({"autoload": settings.plugins_autoload, "plugins": rows}))
+        echo_json("listed", {"autoload": settings.plugins_autoload, "plugins": rows})
         return
     for r in rows:
         origin = f"{r['distribution']} {r['version']}".strip()

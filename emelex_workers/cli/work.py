@@ -1,39 +1,53 @@
 """`emelex memory work`: run due compaction and distillation jobs through the plugins, fit for cron and launchd.
 
-Quiet when idle (no output, exit 0), and a Home without a store yet is an
-idle run that creates nothing (cron may run it on a fresh machine); otherwise
-one summary line on stdout;
-`--json` prints the full report always. On a terminal, a progress line per
-job goes to stderr. Exit status: 0 when every claimed job completed or was
-released, 3 when any job failed (retrying later or terminally), 128+N when
-stopped by signal N (130 for SIGINT, 143 for SIGTERM), 1 for an error before
-any claim (e.g. no model installed).
+Output. On stderr, a line when each job starts (kind, job, Session, source
+tokens) and when it ends (outcome, seconds, prompt and generated tokens); on a
+terminal, a live bar of the tokens generated and tokens per second in between.
+On stdout, one summary line when any job ran, then a line for every job left
+waiting and why (held by a worker, its Session in use, a retry not yet due),
+with the command that frees a job whose worker died on this host. Nothing at
+all when there was nothing to do (a Home without a store yet is such an idle
+run and creates nothing: cron may run it on a fresh machine). `--quiet` keeps
+only the summary line; `--json` prints the full report, always.
+
+Exit status: 0 when every claimed job completed or was released (also when
+jobs were left waiting), 3 when any job failed (retrying later or terminally),
+128+N when stopped by signal N (130 for SIGINT, 143 for SIGTERM), 1 for an
+error before any claim (e.g. no model installed).
 """
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
+from contextlib import nullcontext
 from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import COMPACTION_KIND, DISTILL_KIND, InvalidInputError, MemoryStore, NoStoreError, Settings
+from emelex_memory import COMPACTION_KIND, DISTILL_KIND, MemoryStore, NoStoreError
 
-from ..work import GracefulStop, JobReport, Worker, WorkReport
+from ..work import GracefulStop, Worker
+from ..work_report import WorkObserver, WorkReport
+from .framework import JsonFlag, echo_json, one_of, settings_of
+from .work_display import LiveProgress, PlainLines, waiting_line
 
 EXIT_JOB_FAILED = 3
-KindOpt = Annotated[Optional[str], typer.Option(help=f"Only jobs of this kind: {COMPACTION_KIND} or {DISTILL_KIND}.")]
-MaxJobsOpt = Annotated[Optional[int], typer.Option(min=1, help="Claim at most this many jobs (default work_max_jobs).")]
-MaxSecondsOpt = Annotated[
-    Optional[float], typer.Option(min=0.001, help="Claim no job after this many seconds (default: work_max_seconds).")
-]
+KindOpt = Annotated[Optional[str], typer.Option(
+    metavar="KIND", callback=one_of(COMPACTION_KIND, DISTILL_KIND),
+    help=f"Only jobs of this kind: {COMPACTION_KIND} or {DISTILL_KIND}.")]
+MaxJobsOpt = Annotated[Optional[int], typer.Option(
+    metavar="N", min=1, help="Claim at most this many jobs (default: the work_max_jobs setting).")]
+MaxSecondsOpt = Annotated[Optional[float], typer.Option(
+    metavar="SECONDS", min=0.001, help="Claim no job after this many seconds (default: the work_max_seconds setting).")]
+QuietFlag = Annotated[bool, typer.Option(
+    "--quiet", "-q", help="Print only the summary line: no progress, job or waiting lines.")]
 
 
-def _progress(job: JobReport) -> None:
-    typer.echo(f"[{job.kind}] {job.id}  Session {job.session_id}  {job.status} in {job.seconds:.1f}s"
-               + ("" if job.status == "done" else f": {job.detail[:160]}"), err=True)
+def _observer(quiet: bool, as_json: bool) -> WorkObserver | None:
+    if quiet or as_json:
+        return None
+    return LiveProgress(sys.stderr) if sys.stderr.isatty() else PlainLines(sys.stderr)
 
 
 def work(
@@ -41,17 +55,17 @@ def work(
     kind: KindOpt = None,
     max_jobs: MaxJobsOpt = None,
     max_seconds: MaxSecondsOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON, even when idle.")] = False,
+    quiet: QuietFlag = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Run due compaction and distillation jobs on the local model; skip Sessions in use.
 
     Stops when no job is due, at --max-jobs/--max-seconds, or on SIGINT/SIGTERM (releasing the job in hand).
+    Shows each job as it starts and ends (live progress on a terminal), then why jobs were left waiting.
 
-    Quiet when idle; several may run at once, from cron, launchd or systemd.
+    Silent when there is nothing to do; several may run at once, from cron, launchd or systemd.
     """
-    settings: Settings = ctx.find_root().obj
-    if kind is not None and kind not in (COMPACTION_KIND, DISTILL_KIND):
-        raise InvalidInputError(f"--kind must be {COMPACTION_KIND} or {DISTILL_KIND}, got {kind!r}")
+    settings = settings_of(ctx)
     stop = GracefulStop()
     try:
         store = MemoryStore.open(settings, create=False)
@@ -60,19 +74,34 @@ def work(
     if store is None:
         report = WorkReport()
     else:
-        with stop.installed(), store:
+        observer = _observer(quiet, as_json)
+        live = observer if isinstance(observer, LiveProgress) else nullcontext()
+        with stop.installed(), store, live:
             worker = Worker(store, settings, kinds=(kind,) if kind else (COMPACTION_KIND, DISTILL_KIND), stop=stop,
-                            on_job=_progress if sys.stderr.isatty() else None)
+                            observer=observer)
             try:
                 report = worker.run(max_jobs=max_jobs, max_seconds=max_seconds)
             finally:
                 worker.close()
     if as_json:
-        typer.echo(json.dumps(report.as_dict()))
-    elif not report.idle:
-        typer.echo(report.summary_line())
+        echo_json("idle" if report.idle else "worked", report.as_dict())
+    else:
+        _print(report, quiet)
     if report.stopped.startswith("signal:"):
         name = report.stopped.removeprefix("signal:")
         raise typer.Exit(128 + signal.Signals[name].value if name in signal.Signals.__members__ else 1)
     if report.counts["failed"] or report.counts["retrying"]:
         raise typer.Exit(EXIT_JOB_FAILED)
+
+
+def _print(report: WorkReport, quiet: bool) -> None:
+    """The summary line when anything ran, then (unless `quiet`) why each job left waiting waits."""
+    if not report.idle:
+        typer.echo(report.summary_line())
+    if quiet or report.waiting is None:
+        return
+    for waiting in report.waiting.jobs:
+        typer.echo(waiting_line(waiting, report.stopped))
+    more = report.waiting.total - len(report.waiting.jobs)
+    if more > 0:
+        typer.echo(f"waiting: {more} more job(s); see `emelex memory jobs list --state pending`")

@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import MemoryStore, Settings, WorkspaceInfo
+from emelex_memory import MemoryStore, WorkspaceInfo
 
+from .framework import EmelexTyper, JsonFlag, echo_json, page_limit, settings_of
 from .pages import echo_page
 
-workspaces_app = typer.Typer(
-    help="List known workspaces; rebind one whose directory was replaced (e.g. re-cloned).", no_args_is_help=True
-)
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines.")]
-
-
-def _settings(ctx: typer.Context) -> Settings:
-    return ctx.find_root().obj
+workspaces_app = EmelexTyper(help="List known workspaces; rebind one whose directory was replaced (e.g. re-cloned).")
 
 
 def _line(w: WorkspaceInfo) -> str:
@@ -31,13 +23,14 @@ def _line(w: WorkspaceInfo) -> str:
 @workspaces_app.command("list")
 def workspaces_list(
     ctx: typer.Context,
-    limit: Annotated[int, typer.Option(help="Workspaces per page.")] = 50,
-    cursor: Annotated[Optional[str], typer.Option(help="next_cursor printed by the previous page.")] = None,
+    limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Workspaces per page.")] = 50,
+    cursor: Annotated[Optional[str], typer.Option(
+        metavar="CURSOR", help="next_cursor printed by the previous page.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List known workspaces: ID, whether the path still is that directory (present), another one (replaced) or
     nothing (missing), and their Session and live Knowledge counts."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(settings_of(ctx)) as store:
         page = store.list_workspaces(cursor=cursor, limit=limit)
     echo_page("workspaces", page.workspaces, page.next_cursor, as_json,
               as_dict=dataclasses.asdict, line=_line, empty="no known workspaces")
@@ -46,17 +39,19 @@ def workspaces_list(
 @workspaces_app.command("rebind")
 def workspaces_rebind(
     ctx: typer.Context,
-    workspace_id: Annotated[int, typer.Argument(metavar="WORKSPACE_ID", help="ID from `workspaces list`.")],
-    directory: Annotated[Path, typer.Argument(help="The directory that now is this workspace.")],
+    workspace_id: Annotated[int, typer.Argument(
+        metavar="WORKSPACE_ID", show_default=False, help="ID from `workspaces list`.")],
+    directory: Annotated[Path, typer.Argument(
+        metavar="DIRECTORY", show_default=False, help="The directory that now is this workspace.")],
     yes: Annotated[bool, typer.Option("--yes", help="Confirm: the directory takes over the workspace.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Make DIRECTORY workspace WORKSPACE_ID: its Sessions resume and its Knowledge is recalled there. Recorded with
     who, when and both identities. Refused while one of its Sessions is leased or DIRECTORY is another workspace."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(settings_of(ctx)) as store:
         r = store.rebind_workspace(workspace_id, directory, confirm=yes)
     if as_json:
-        typer.echo(json.dumps(dataclasses.asdict(r)))
+        echo_json("rebound" if r.changed else "unchanged", dataclasses.asdict(r))
     elif r.changed:
         typer.echo(f"workspace {r.workspace_id} is now {r.new.path} (was {r.old_path or 'unknown'}); "
                    f"recorded as rebound by {r.rebound_by}")

@@ -1,7 +1,8 @@
 """The plugin's `ModelBinding` for GGUF files, and how every prompt of the plugin calls a model.
 
 `generate` is the one way the summarizers and distillers run a model: on a
-`LlamaBinding` it varies the sampling with the job's attempt (greedy first;
+binding with `complete` (a `LlamaBinding`, also wrapped in the worker's
+`MeteredBinding`) it varies the sampling with the job's attempt (greedy first;
 each retry samples at temperature 0.7 with seed 42 + attempt, so a retry
 never repeats a rejected output byte for byte) and reports whether the
 output was cut by the token limit; on any other binding it calls the
@@ -10,10 +11,11 @@ protocol's `chat` (greedy, no stop reason).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from emelex_memory import InstalledModel
-from emelex_workers.plugin_api import ModelBinding
+from emelex_workers.plugin_api import GenerationProgress, ModelBinding
 
 from .engine import DEFAULT_SEED, LlamaEngine
 
@@ -57,17 +59,23 @@ class LlamaBinding:
         """Tokens of `text` under the model's own tokenizer."""
         return self._loaded().count_tokens(text)
 
-    def chat(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None) -> str:
-        """One greedy completion, grammar-constrained to `json_schema` when given."""
-        return self.complete(messages, max_tokens=max_tokens, json_schema=json_schema).text
+    def chat(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None,
+             on_token: Callable[[GenerationProgress], None] | None = None) -> str:
+        """One greedy completion, grammar-constrained to `json_schema` when given; streamed to `on_token` as
+        `GenerationProgress` (exact prompt and sampled token counts) when given."""
+        return self.complete(messages, max_tokens=max_tokens, json_schema=json_schema, on_token=on_token).text
 
     def complete(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None,
-                 attempt: int = 0, repeat_penalty: float = 1.0) -> Completion:
-        """One completion, sampled for `attempt` (see the module docstring), with its stop reason."""
+                 attempt: int = 0, repeat_penalty: float = 1.0,
+                 on_token: Callable[[GenerationProgress], None] | None = None) -> Completion:
+        """One completion, sampled for `attempt` (see the module docstring), with its stop reason; progress as
+        for `chat`."""
         temperature = 0.0 if attempt <= 0 else RETRY_TEMPERATURE
+        report = None if on_token is None else (
+            lambda prompt, sampled, text: on_token(GenerationProgress(prompt, sampled, text)))
         text, reason = self._loaded().complete(messages, max_tokens=max_tokens, json_schema=json_schema,
                                                temperature=temperature, seed=DEFAULT_SEED + max(0, attempt),
-                                               repeat_penalty=repeat_penalty)
+                                               repeat_penalty=repeat_penalty, on_token=report)
         return Completion(text, reason)
 
     def close(self) -> None:
@@ -79,8 +87,10 @@ class LlamaBinding:
 
 def generate(model: ModelBinding, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None,
              attempt: int = 0, repeat_penalty: float = 1.0) -> Completion:
-    """Run `model` once: `LlamaBinding.complete` on this plugin's binding, the protocol's `chat` on any other."""
-    if isinstance(model, LlamaBinding):
-        return model.complete(messages, max_tokens=max_tokens, json_schema=json_schema, attempt=attempt,
-                              repeat_penalty=repeat_penalty)
+    """Run `model` once: its `complete` where it has one (this plugin's binding, also behind the worker's
+    metering wrapper), else the protocol's `chat`."""
+    complete = getattr(model, "complete", None)
+    if complete is not None:
+        return complete(messages, max_tokens=max_tokens, json_schema=json_schema, attempt=attempt,
+                        repeat_penalty=repeat_penalty)
     return Completion(model.chat(messages, max_tokens=max_tokens, json_schema=json_schema), "unknown")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import struct
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,14 +135,15 @@ class LlamaEngine:
             return len(self._model().tokenize(text.encode(), add_bos=False, special=False))
 
     def chat(self, messages: list[dict], *, max_tokens: int,
-             json_schema: dict | None = None, temperature: float = 0.0) -> str:
+             json_schema: dict | None = None, temperature: float = 0.0,
+             on_token: Callable[[int, int, str], None] | None = None) -> str:
         """Run one chat completion and return the assistant message text (see ``complete``)."""
         return self.complete(messages, max_tokens=max_tokens, json_schema=json_schema,
-                             temperature=temperature)[0]
+                             temperature=temperature, on_token=on_token)[0]
 
     def complete(self, messages: list[dict], *, max_tokens: int, json_schema: dict | None = None,
-                 temperature: float = 0.0, seed: int | None = None,
-                 repeat_penalty: float = 1.0) -> tuple[str, str]:
+                 temperature: float = 0.0, seed: int | None = None, repeat_penalty: float = 1.0,
+                 on_token: Callable[[int, int, str], None] | None = None) -> tuple[str, str]:
         """Run one chat completion; return the assistant text and why it stopped ("stop" or "length").
 
         ``messages`` are OpenAI-style ``{"role", "content"}`` dicts rendered with
@@ -154,6 +156,14 @@ class LlamaEngine:
         JSON: parse defensively. ``temperature == 0`` is greedy; ``seed``
         (default: the engine's) seeds sampling; ``repeat_penalty`` > 1
         discourages repeating recent tokens. ValueError if the prompt does not fit.
+
+        With ``on_token`` the completion is streamed and
+        ``on_token(prompt_tokens, sampled_tokens, text)`` is called for every
+        piece of text as it is generated, then once more with the final counts
+        and ``""``. Both counts are exact: the prompt as the model sees it
+        (chat template included), and every sampled token (the end-of-text
+        token included), counted by a logits processor that leaves the logits
+        as they are. The text is the same as without ``on_token``.
         """
         if max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
@@ -164,13 +174,34 @@ class LlamaEngine:
                     json.dumps(json_schema), verbose=False)
         except Exception as exc:  # the converter raises AssertionError/KeyError/...
             raise ValueError(f"unsupported json_schema: {exc}") from exc
+        options = dict(messages=messages, max_tokens=max_tokens, temperature=temperature,
+                       seed=self._seed if seed is None else seed, grammar=grammar, repeat_penalty=repeat_penalty)
         with self._lock:
-            out = self._model().create_chat_completion(
-                messages=messages, max_tokens=max_tokens, temperature=temperature,
-                seed=self._seed if seed is None else seed, grammar=grammar,
-                repeat_penalty=repeat_penalty, stream=False)
-        choice = out["choices"][0]
-        return choice["message"]["content"] or "", choice.get("finish_reason") or "stop"
+            if on_token is None:
+                choice = self._model().create_chat_completion(**options, stream=False)["choices"][0]
+                return choice["message"]["content"] or "", choice.get("finish_reason") or "stop"
+            return self._stream(options, on_token)
+
+    def _stream(self, options: dict[str, Any], on_token: Callable[[int, int, str], None]) -> tuple[str, str]:
+        """`complete` with ``on_token``: stream the completion, reporting exact counts (see `complete`)."""
+        seen: list[int] = []  # the context length at each sampling step: the first is the prompt
+
+        def count(input_ids: Any, scores: Any) -> Any:
+            seen.append(len(input_ids))
+            return scores
+
+        chunks = self._model().create_chat_completion(
+            **options, stream=True, logits_processor=self._llama_cpp.LogitsProcessorList([count]))
+        pieces, reason = [], "stop"
+        for chunk in chunks:
+            choice = chunk["choices"][0]
+            reason = choice.get("finish_reason") or reason
+            piece = choice["delta"].get("content")
+            if piece:
+                pieces.append(piece)
+                on_token(seen[0] if seen else 0, len(seen), piece)
+        on_token(seen[0] if seen else 0, len(seen), "")
+        return "".join(pieces), reason
 
     def close(self) -> None:
         """Free the model and context; idempotent. Later calls raise RuntimeError."""

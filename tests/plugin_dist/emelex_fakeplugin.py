@@ -7,6 +7,10 @@ Its behaviour comes from the EMELEX_FAKE_PLUGIN environment variable (JSON):
 the "started" file, then wait until killed), "overlong" (a Summary over
 budget) or "go-live" (the summarizer takes the Session's lease, as a chat
 resuming mid-job would); "record" names a file each run appends its job ID to.
+With "chat": N the summarizer and distiller first call the binding's `chat`,
+which generates N tokens, reporting each through `on_token` (waiting "delay"
+seconds before each, if given) unless "legacy" makes it a binding without
+`on_token`; "fail_after_chat" then fails the job.
 """
 
 from __future__ import annotations
@@ -41,19 +45,41 @@ class FakeBinding:
     def count_tokens(self, text: str) -> int:
         return (len(text) + 3) // 4
 
-    def chat(self, messages, *, max_tokens, json_schema=None) -> str:
-        return "{}" if json_schema else "ok"
+    def chat(self, messages, *, max_tokens, json_schema=None, on_token=None) -> str:
+        from emelex_workers.plugin_api import GenerationProgress
+
+        prompt = sum(self.count_tokens(m["content"]) for m in messages) + 3 * len(messages)  # a template's tokens
+        words = []
+        for n in range(1, min(max_tokens, _options().get("chat", 0)) + 1):
+            time.sleep(_options().get("delay", 0))
+            words.append("tok")
+            if on_token is not None:
+                on_token(GenerationProgress(prompt, n, "tok "))
+        if on_token is not None:
+            on_token(GenerationProgress(prompt, len(words), ""))
+        return "{}" if json_schema else " ".join(words) or "ok"
 
     def close(self) -> None:
         self.closed = True
 
 
-def _behave(job_id: str) -> None:
+class LegacyBinding(FakeBinding):
+    """A binding written before `on_token` existed."""
+
+    def chat(self, messages, *, max_tokens, json_schema=None) -> str:
+        return super().chat(messages, max_tokens=max_tokens, json_schema=json_schema)
+
+
+def _behave(job_id: str, model=None) -> None:
     options = _options()
     if options.get("record"):
         with open(options["record"], "a") as f:
             f.write(job_id + "\n")
     mode = options.get("mode", "ok")
+    if model is not None and options.get("chat"):
+        model.chat([{"role": "user", "content": "summarize this, please"}], max_tokens=64)
+        if options.get("fail_after_chat"):
+            raise RuntimeError("fake plugin failure after the model ran")
     if mode == "fail":
         raise RuntimeError("fake plugin failure " + "x" * 5000)
     if mode == "slow":
@@ -65,7 +91,7 @@ def _behave(job_id: str) -> None:
 
 
 def summarize(request) -> str:
-    _behave(request.job.id)
+    _behave(request.job.id, request.model)
     mode = _options().get("mode")
     if mode == "overlong":
         return "word " * (request.budget_tokens * 4)
@@ -80,7 +106,7 @@ def summarize(request) -> str:
 
 
 def distill(request):
-    _behave(request.job.id)
+    _behave(request.job.id, request.model)
     return [
         KnowledgeCandidate(f"fact-{e.seq}", event_body(e)[:200], 0.75)
         for e in request.data.events if e.kind == "assistant"
@@ -90,7 +116,9 @@ def distill(request):
 @hookimpl(tryfirst=True)
 def model_binding(model):
     with open(model.model_file, "rb") as f:
-        return FakeBinding(model) if FAKE_MARKER in f.read(64) else None
+        if FAKE_MARKER not in f.read(64):
+            return None
+    return LegacyBinding(model) if _options().get("legacy") else FakeBinding(model)
 
 
 @hookimpl

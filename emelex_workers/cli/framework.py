@@ -1,0 +1,174 @@
+"""What every `emelex` command shares: plain `--help` with placeholders, and errors as one line or one JSON object.
+
+Help is rendered the same way whatever typer and rich versions are
+installed: `Usage: emelex memory sessions show [OPTIONS] SESSION`, then the
+arguments and options with their placeholders (`SESSION`, `--after SEQ`),
+never their Python types. Errors go to stderr as `error: <message>` (exit 1;
+a usage error adds at most a one-line `try '... --help'` hint and exits 2),
+or, when `--json` was given, as `{"error": {"type": ..., "message": ...}}`
+with the same exit status.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+from emelex_memory import Settings
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+# click's usage errors, from click itself or from the copy that newer typer releases vendor (typer.Abort is theirs)
+CLICK_EXCEPTIONS = sys.modules[typer.BadParameter.__module__]
+UsageError: type[Exception] = CLICK_EXCEPTIONS.UsageError
+Abort: type[BaseException] = typer.Abort
+NoArgsIsHelpError: type[Exception] | None = getattr(CLICK_EXCEPTIONS, "NoArgsIsHelpError", None)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines (errors too, on stderr).")]
+
+
+def settings_of(ctx: typer.Context) -> Settings:
+    """The `Settings` the root command built for this invocation."""
+    return ctx.find_root().obj
+
+
+def page_limit(ctx: typer.Context, value: int | None) -> int | None:
+    """Option callback: a page size between 1 and the `max_page_items` setting, else a usage error naming the flag."""
+    if value is not None and not 1 <= value <= settings_of(ctx).max_page_items:
+        raise typer.BadParameter(f"must be between 1 and {settings_of(ctx).max_page_items}, got {value}")
+    return value
+
+
+def one_of(*choices: str):
+    """An option callback accepting only `choices` (or no value), else a usage error naming the flag."""
+
+    def check(value: str | None) -> str | None:
+        if value is not None and value not in choices:
+            raise typer.BadParameter(f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    return check
+
+
+def share(value: float) -> float:
+    """Option callback: a share of the context window, in (0, 1], else a usage error naming the flag."""
+    if not 0 < value <= 1:
+        raise typer.BadParameter(f"must be a number in (0, 1], got {value}")
+    return value
+
+
+def usage_error(ctx: typer.Context, message: str) -> Exception:
+    """A usage error (exit 2, with the `--help` hint of `ctx`'s command) for a combination of arguments: raise what
+    this returns."""
+    return UsageError(message, ctx)
+
+
+def json_requested(args: Sequence[str]) -> bool:
+    """True when `--json` is among the options of a command line (before any `--`)."""
+    args = list(args)
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+def error_text(kind: str, message: str, as_json: bool) -> str:
+    """An error as printed on stderr: `error: <message>`, or `{"error": {"type": kind, "message": ...}}`."""
+    if as_json:
+        return json.dumps({"error": {"type": kind, "message": message}})
+    return f"error: {message}"
+
+
+def echo_json(outcome: str, data: dict[str, Any]) -> None:
+    """Print one JSON object on stdout: `{"outcome": outcome, **data}`."""
+    typer.echo(json.dumps({"outcome": outcome, **data}, default=str))
+
+
+def usage_error_text(exc: Exception, as_json: bool) -> str:
+    """A click usage error as one line (plus a one-line hint naming the command's `--help`), or its JSON object."""
+    message = " ".join(exc.format_message().split())
+    if as_json:
+        return error_text(type(exc).__name__, message, True)
+    ctx = getattr(exc, "ctx", None)
+    hint = f"\ntry '{ctx.command_path} --help'" if ctx is not None else ""
+    return f"error: {message}{hint}"
+
+
+def _placeholder(param: Any) -> str:
+    return param.metavar or param.name.upper()
+
+
+def _default_note(param: Any) -> str:
+    default = param.default
+    if param.is_flag or default is None or param.show_default is False or callable(default):
+        return ""
+    return f"  [default: {default}]"
+
+
+class PlainHelp:
+    """Help text in click's plain layout with placeholders instead of types; mixed into commands and groups."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        """`[OPTIONS]`, then each argument's placeholder (`[PATH]` when optional), then `COMMAND [ARGS]...` for a
+        group."""
+        pieces = ["[OPTIONS]"]
+        for param in self.get_params(ctx):
+            if param.param_type_name == "argument" and not param.hidden:
+                name = _placeholder(param)
+                pieces.append(name if param.required else f"[{name}]")
+        if isinstance(self, TyperGroup):
+            pieces.append("COMMAND [ARGS]...")
+        return pieces
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """Usage, description, arguments, options and (for a group) its commands."""
+        formatter.write_usage(ctx.command_path, " ".join(self.collect_usage_pieces(ctx)))
+        self.format_help_text(ctx, formatter)
+        self.format_options(ctx, formatter)
+        self.format_epilog(ctx, formatter)
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        """The Arguments and Options sections (and a group's Commands)."""
+        arguments, options = [], []
+        for param in self.get_params(ctx):
+            if getattr(param, "hidden", False):
+                continue
+            help_text = " ".join((getattr(param, "help", None) or "").split())
+            if param.param_type_name == "argument":
+                arguments.append((_placeholder(param), help_text))
+                continue
+            names = ", ".join(param.opts) + "".join(f" / {o}" for o in param.secondary_opts)
+            if not param.is_flag:
+                names += f" {_placeholder(param)}"
+            options.append((names, help_text + _default_note(param)))
+        for title, rows in (("Arguments", arguments), ("Options", options)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+        if isinstance(self, TyperGroup):
+            self.format_commands(ctx, formatter)
+
+
+class EmelexCommand(PlainHelp, TyperCommand):
+    """Every `emelex` command: plain help."""
+
+
+class EmelexGroup(PlainHelp, TyperGroup):
+    """Every `emelex` command group: plain help."""
+
+
+class EmelexTyper(typer.Typer):
+    """A `typer.Typer` whose groups and commands print plain help; groups show their help when given no command."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        """As `typer.Typer`, defaulting `cls` to `EmelexGroup` and `no_args_is_help` to True."""
+        kwargs.setdefault("cls", EmelexGroup)
+        kwargs.setdefault("no_args_is_help", True)
+        super().__init__(**kwargs)
+
+    def command(self, name: str | None = None, *, cls: type | None = None, **kwargs: Any) -> Any:
+        """As `typer.Typer.command`, defaulting `cls` to `EmelexCommand`."""
+        return super().command(name, cls=cls or EmelexCommand, **kwargs)

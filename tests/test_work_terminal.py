@@ -1,0 +1,67 @@
+"""`emelex memory work` on a terminal (a real pseudo-terminal): live progress of the model's tokens while it runs."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import re
+import struct
+import subprocess
+import termios
+from pathlib import Path
+
+from emelex_memory import MemoryStore, Settings
+
+from .test_work_processes import WORKER, proc_env  # noqa: F401 - `proc_env` is a fixture
+from .test_work import seed
+
+TOKENS = 20
+DELAY_S = 0.02  # per token: the run lasts long enough for the display to redraw with a rate
+
+
+def _run_on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run `args` with stdin, stdout and stderr on a 160-column pseudo-terminal; return its status and output."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+    proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's last writer is gone
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return proc.wait(timeout=120), b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_work_on_a_terminal_shows_live_token_progress(proc_env: dict, home: Path, workspace: Path) -> None:
+    with MemoryStore.open(Settings(home=home)) as store:
+        sid = seed(store, workspace, distill=False)
+    proc_env.update(TERM="xterm-256color", EMELEX_FAKE_PLUGIN=json.dumps({"chat": TOKENS, "delay": DELAY_S}))
+    status, output = _run_on_a_terminal(WORKER, proc_env)
+    assert status == 0, output
+    assert "[compaction] job " in output and f"Session {sid}  attempt 1  source " in output  # the start line
+    assert re.search(r"\[compaction\] [0-9a-f]{8} ", output)  # the live bar of the job
+    assert "/64 tokens (prompt 9)" in output  # its tokens so far of the call's limit, and the prompt's
+    assert "tok/s" in output  # and tokens per second
+    assert " done in " in output and f"(9 prompt + {TOKENS} generated tokens)" in output  # the end line
+    assert "emelex work: 1 job(s) in " in output
+    assert "\x1b[" in output  # drawn with terminal control sequences, not as plain lines
+
+
+def test_work_without_a_terminal_prints_plain_lines(proc_env: dict, home: Path, workspace: Path) -> None:
+    with MemoryStore.open(Settings(home=home)) as store:
+        seed(store, workspace, distill=False)
+    proc_env.update(TERM="xterm-256color", EMELEX_FAKE_PLUGIN=json.dumps({"chat": TOKENS}))
+    proc = subprocess.run(WORKER, env=proc_env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    started, ended = proc.stderr.splitlines()
+    assert started.startswith("[compaction] job ") and " done in " in ended
+    assert "\x1b[" not in proc.stderr and "tok/s" not in proc.stderr
+    assert proc.stdout.startswith("emelex work: 1 job(s) in ")
