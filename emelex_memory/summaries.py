@@ -134,6 +134,17 @@ def provenance(job_id: str, source: Mapping[str, Any], model_ref: str | None) ->
 # -- appending (inside a compaction job's completion transaction) ---------------------------
 
 
+def summary_payload(job_id: str, source: Mapping[str, Any], model_ref: str | None, text: str, max_bytes: int) -> bytes:
+    """The canonical payload bytes of the Summary event a compaction job writes: its provenance and `text`.
+
+    Raises `JsonTooLargeError` past `max_bytes` (the per-event cap).
+    """
+    return encode_canonical(
+        {"provenance": provenance(job_id, source, model_ref), "text": text},
+        max_bytes=max_bytes, max_depth=8, what="the Summary",
+    )
+
+
 def append_summary(ctx: CompletionContext, text: str, model_ref: str | None) -> dict[str, Any]:
     """Re-check the job's boundary, turns and source bytes, then append the Summary event and its provenance record.
 
@@ -159,11 +170,7 @@ def append_summary(ctx: CompletionContext, text: str, model_ref: str | None) -> 
             f"the source of compaction job {ctx.job.id} no longer matches its digest; plan compaction again"
         )
     check_replaceable(conn, rowid, ctx.job.id, source, base_through)
-    settings = ctx.store.settings
-    payload = encode_canonical(
-        {"provenance": provenance(ctx.job.id, source, model_ref), "text": text},
-        max_bytes=settings.max_event_bytes, max_depth=8, what="the Summary",
-    )
+    payload = summary_payload(ctx.job.id, source, model_ref, text, ctx.store.settings.max_event_bytes)
     last_seq, last_turn, byte_end, media_end = session_head(conn, rowid)
     event_id = conn.execute(
         "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, media_end, created_at) "
