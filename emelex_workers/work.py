@@ -53,7 +53,6 @@ from .plugins import EmelexPluginManager, Registered, bind_model, choose, distil
 from .planning import context_window, count_text, event_counter
 
 KINDS = (COMPACTION_KIND, DISTILL_KIND)
-PROMPT_RESERVE_TOKENS = 256  # instructions and template around the source
 MAX_REPORTED_JOBS = 1000
 
 
@@ -270,8 +269,7 @@ class Worker:
                                           f"Summary budget of {budget} tokens")
                 return text
 
-            safe = self._window - budget - PROMPT_RESERVE_TOKENS
-            handler = compaction_handler(run, model_ref=model.reference, safe_context_tokens=safe, count_tokens=count)
+            handler = compaction_handler(run, model_ref=model.reference, context_window=self._window, count_tokens=count)
             return handler(claim)
         distill = self._distiller.component.distill
 
