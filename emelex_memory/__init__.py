@@ -80,6 +80,7 @@ from .errors import (
     StoreExistsError,
     StoreIOError,
     SummaryProvenanceError,
+    SummaryStateError,
     TransientJobError,
     TurnTooLargeError,
     UnknownJobKindError,
@@ -114,6 +115,7 @@ from .compaction import (
     compaction_handler,
     estimate_tokens,
 )
+from .compaction_revert import CompactionReversal
 from .deletion import SessionDeletion
 from .distillation import DISTILL_KIND, DistillationInput, KnowledgeCandidate, distillation_handler, validate_candidates
 from .distillation_split import DistillationSplit
@@ -129,6 +131,7 @@ from .jobs import (
 )
 from .knowledge_model import KnowledgeEntry, KnowledgeHistoryPage, KnowledgePage, KnowledgeSource, KnowledgeVersion
 from .leases import SessionLease
+from .raw_history import RawEvent, RawPage, SummaryRecord
 from .model_refs import BoundModel, MemorySnapshotReferenceGuard, SessionModelRef, SessionModelRefPage
 from .models import InstalledModel, LinkedTarget, ModelFile, SnapshotReferenceGuard
 from .queue import JobClaim
@@ -166,6 +169,7 @@ __all__ = [
     "CompactionPlan",
     "CompactionPolicy",
     "CompactionQueued",
+    "CompactionReversal",
     "CompletionContext",
     "ConfirmationRequiredError",
     "CorruptEventError",
@@ -243,6 +247,8 @@ __all__ = [
     "PluginLoadError",
     "RETRY_SCHEDULE",
     "ReadOnlyLocationError",
+    "RawEvent",
+    "RawPage",
     "ReplayPage",
     "ReplayMediaCapError",
     "ReplayRequiredError",
@@ -271,6 +277,8 @@ __all__ = [
     "StoreIOError",
     "SummaryDraft",
     "SummaryProvenanceError",
+    "SummaryRecord",
+    "SummaryStateError",
     "TransientJobError",
     "TurnTooLargeError",
     "UnknownJobKindError",

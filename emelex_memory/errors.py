@@ -292,6 +292,11 @@ class TransientJobError(JobError):
     """Raised by a job handler for a passing failure (e.g. flaky inference): it is retried in-process, then counted."""
 
 
+class SummaryStateError(JobError):
+    """A compaction cannot be reverted or redone as asked (not the newest Summary in effect, nothing reverted,
+    superseded): do what the message says; `emelex memory sessions show SESSION --raw` shows every Summary."""
+
+
 class CorruptEventError(StoreError):
     """A stored transcript event's payload is not valid JSON (the database was altered): restore it from a backup."""
 
