@@ -125,7 +125,7 @@ def compact(
     context window; no inference) unless --context-window is given. A
     Session too long for one job is compacted in steps, each fitting the
     model. Nothing runs here: `emelex memory work` performs the job once no
-    one holds the Session.
+    one holds the Session; `emelex memory compaction revert` undoes it.
     """
     policy = CompactionPolicy(trigger_ratio=trigger_ratio, target_ratio=target_ratio, preserve_turns=preserve_turns)
     settings = _settings(ctx)
