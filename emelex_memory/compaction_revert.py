@@ -148,7 +148,9 @@ class CompactionRevertMixin:
             else:
                 event_id, _, base, _, reverted = _summary_at(conn, rowid, session_id, summary_seq)
                 if reverted is None:
-                    raise SummaryStateError(f"Summary {summary_seq} of Session {session_id} is in effect; nothing to redo")
+                    raise SummaryStateError(
+                        f"Summary {summary_seq} of Session {session_id} is in effect; nothing to redo"
+                    )
                 if base != start:
                     raise SummaryStateError(_not_next(conn, session_id, summary_seq, base, start))
             cancelled = self._cancel_queued_compactions(conn, rowid)

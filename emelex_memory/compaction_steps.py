@@ -200,7 +200,8 @@ def queue_next_step(ctx: CompletionContext, step: NextStep, summary_event_id: in
                           max_bytes=MAX_COVERED_BYTES)
     if (facts.count, facts.first_event_id, facts.last_event_id) != (step.count, summary_event_id, step.last_event_id):
         raise SourceChangedError(
-            f"the next step of compaction job {ctx.job.id} no longer matches the Session's events; plan compaction again"
+            f"the next step of compaction job {ctx.job.id} no longer matches the Session's events; "
+            "plan compaction again"
         )
     source = {
         "base_summary_id": summary_event_id, "count": facts.count, "digest": facts.digest,

@@ -103,7 +103,9 @@ def _raw_page(conn: apsw.Connection, session_rowid: int, after_seq: int, limit: 
     return RawPage(out, page.next_cursor, page.done, page.media_bytes)
 
 
-def _record(conn: apsw.Connection, session_rowid: int, event: Event, newest: tuple[int, int] | None) -> SummaryRecord | None:
+def _record(
+    conn: apsw.Connection, session_rowid: int, event: Event, newest: tuple[int, int] | None
+) -> SummaryRecord | None:
     row = conn.execute(_RECORD, (event.id, session_rowid)).fetchone()
     if row is None:
         return None

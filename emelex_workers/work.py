@@ -269,7 +269,8 @@ class Worker:
                                           f"Summary budget of {budget} tokens")
                 return text
 
-            handler = compaction_handler(run, model_ref=model.reference, context_window=self._window, count_tokens=count)
+            handler = compaction_handler(run, model_ref=model.reference, context_window=self._window,
+                                         count_tokens=count)
             return handler(claim)
         distill = self._distiller.component.distill
 

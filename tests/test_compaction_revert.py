@@ -155,7 +155,8 @@ def test_only_the_newest_summary_in_effect_can_be_reverted(
     first, second = twice_compacted(cstore, sid, workspace)
     before = table_rows(db_path)
     refusals = [
-        ({"summary_seq": first["summary_seq"]}, f"not the newest Summary in effect; revert Summary {second['summary_seq']}"),
+        ({"summary_seq": first["summary_seq"]},
+         f"not the newest Summary in effect; revert Summary {second['summary_seq']}"),
         ({"summary_seq": 3}, "seq 3 of Session .* is not a Summary"),
         ({"summary_seq": 999}, "seq 999 of Session .* is not a Summary"),
     ]

@@ -153,7 +153,8 @@ def test_the_same_plan_after_a_failure_names_the_failed_job_and_how_to_rerun_it(
     sid = session_of(cstore, workspace, [100] * 20)
     first = cstore.queue_compaction(sid, context_window=WINDOW, count_tokens=tokens)
     outcome = run_one_job(cstore, handler(window=WINDOW // 2), kinds=COMPACTION_KIND)  # a smaller model than planned
-    assert outcome.status == "failed" and "over the 544 a summarizer can read in this model's 1000-token window" in outcome.detail
+    assert outcome.status == "failed"
+    assert "over the 544 a summarizer can read in this model's 1000-token window" in outcome.detail
     again = cstore.queue_compaction(sid, context_window=WINDOW, count_tokens=tokens)
     assert not again.created and again.job.id == first.job.id
     assert f"already failed as compaction job {first.job.id}" in again.reason
