@@ -83,7 +83,9 @@ from .errors import (
     StoreExistsError,
     StoreIOError,
     SummaryProvenanceError,
+    SummaryStateError,
     TransientJobError,
+    TurnTooLargeError,
     UnknownJobKindError,
     UnknownPluginComponentError,
     UnsafeModelPathError,
@@ -111,10 +113,12 @@ from .compaction import (
     CompactionPlan,
     CompactionPolicy,
     CompactionQueued,
+    NextStep,
     SummaryDraft,
     compaction_handler,
     estimate_tokens,
 )
+from .compaction_revert import CompactionReversal
 from .deletion import SessionDeletion
 from .distillation import (
     DISTILL_KIND,
@@ -138,6 +142,7 @@ from .jobs import (
 )
 from .knowledge_model import KnowledgeEntry, KnowledgeHistoryPage, KnowledgePage, KnowledgeSource, KnowledgeVersion
 from .leases import SessionLease
+from .raw_history import RawEvent, RawPage, SummaryRecord
 from .model_refs import BoundModel, MemorySnapshotReferenceGuard, SessionModelRef, SessionModelRefPage
 from .models import InstalledModel, LinkedTarget, ModelFile, SnapshotReferenceGuard
 from .queue import JobClaim
@@ -176,6 +181,7 @@ __all__ = [
     "CompactionPlan",
     "CompactionPolicy",
     "CompactionQueued",
+    "CompactionReversal",
     "CompletionContext",
     "ConfirmationRequiredError",
     "CorruptEventError",
@@ -244,6 +250,7 @@ __all__ = [
     "ModelNotInstalledError",
     "ModelTamperedError",
     "NewEvent",
+    "NextStep",
     "NoStoreError",
     "NotAnEmelexDatabaseError",
     "PageTooSmallError",
@@ -254,6 +261,8 @@ __all__ = [
     "PluginLoadError",
     "RETRY_SCHEDULE",
     "ReadOnlyLocationError",
+    "RawEvent",
+    "RawPage",
     "ReplayPage",
     "RepeatedOutputError",
     "ReplayMediaCapError",
@@ -283,7 +292,10 @@ __all__ = [
     "StoreIOError",
     "SummaryDraft",
     "SummaryProvenanceError",
+    "SummaryRecord",
+    "SummaryStateError",
     "TransientJobError",
+    "TurnTooLargeError",
     "UnknownJobKindError",
     "UnknownPluginComponentError",
     "UnsafeModelPathError",

@@ -148,22 +148,33 @@ def attach_assets(conn: apsw.Connection, session_rowid: int, events: list[Event]
     return out, media
 
 
-_VIEW_START_SQL = (  # the media total through the raw seq the Session's newest Summary covers: where its view begins
+_VIEW_START_SQL = (  # the media total through the raw seq the newest Summary in effect covers: where the view begins
     "SELECT e.media_end FROM summaries r JOIN events e ON e.session_id = r.session_id AND e.seq = r.through_seq "
-    "WHERE r.session_id = ? ORDER BY r.event_id DESC LIMIT 1"
+    "WHERE r.session_id = ? AND r.reverted_at IS NULL ORDER BY r.event_id DESC LIMIT 1"
 )
+
+
+def view_media(conn: apsw.Connection, session_rowid: int, media_end: int) -> int:
+    """The bytes of media the Session's replay view refers to once its running media total reaches `media_end`.
+
+    The view is the newest Summary in effect (which refers to no assets) and
+    the events after the raw seq it covers, so its media is `media_end` less
+    the total through that seq (nothing, for a Session without a Summary in
+    effect).
+    """
+    row = conn.execute(_VIEW_START_SQL, (session_rowid,)).fetchone()
+    return media_end - (row[0] if row else 0)
+
+
+def replay_media_cap() -> int:
+    """The most bytes of media one replay of a Session may refer to (`MAX_REPLAY_MEDIA_BYTES`)."""
+    return MAX_REPLAY_MEDIA_BYTES
 
 
 def check_view_media(conn: apsw.Connection, session_rowid: int, media_end: int, session_id: str) -> None:
     """Inside `append_turn`'s transaction: raise `AssetMediaCapError` unless the Session's replay view, once its
-    running media total reaches `media_end`, refers to at most 256 MiB.
-
-    The view is the newest Summary (which refers to no assets) and the
-    events after the raw seq it covers, so its media is `media_end` less the
-    total through that seq (nothing, for a Session without a Summary).
-    """
-    row = conn.execute(_VIEW_START_SQL, (session_rowid,)).fetchone()
-    view = media_end - (row[0] if row else 0)
+    running media total reaches `media_end`, refers to at most 256 MiB (see `view_media`)."""
+    view = view_media(conn, session_rowid, media_end)
     if view > MAX_REPLAY_MEDIA_BYTES:
         raise AssetMediaCapError(
             f"this turn would take the replay of Session {session_id} to {view} bytes of media, over the "

@@ -4,10 +4,13 @@ Planning (what chat's `/compact` calls) only plans and queues; it never runs
 inference. It reads the Session's replay view (the newest Summary, then the
 uncovered tail), groups it into atomic turns, counts tokens with a counter the
 caller supplies, and lets `CompactionPolicy` (see `compaction_policy.py`)
-choose how many leading turns to replace, one turn in memory at a time. The
-job records the exact source prefix (see `source_digest.py`). A worker later
-summarizes that prefix and completes the job with a `SummaryDraft`;
-completion re-checks everything and appends the Summary.
+choose how many leading turns to replace, one turn in memory at a time. A
+source never exceeds what the summarizer of the planned-for window can read
+(`source_token_budget`): a longer prefix is compacted in steps (see
+`compaction_steps.py`). The job records the exact source prefix (see
+`source_digest.py`). A worker later summarizes that prefix and completes the
+job with a `SummaryDraft`; completion re-checks everything, appends the
+Summary and, for a step, queues the next step.
 """
 
 from __future__ import annotations
@@ -17,13 +20,23 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .compaction_policy import CompactionPolicy, TurnSelection
+from .compaction_policy import CompactionPolicy, TurnSelection, source_token_budget
+from .compaction_steps import (
+    LeadingRun,
+    NextStep,
+    ViewTurn,
+    checked_tokens,
+    choose_slice,
+    goal_of,
+    next_step,
+    queue_next_step,
+)
 from .cursors import check_position
-from .errors import InvalidInputError, SourceChangedError, SourceTooLargeError
+from .errors import InvalidInputError, InvalidJobSourceError, SourceChangedError, SourceTooLargeError, TurnTooLargeError
 from .job_sources import check_fields
 from .jobs import CompletionContext, Job, register_job_kind
 from .source_digest import digest_source
-from .summaries import append_summary, newest_summary, read_source_page
+from .summaries import append_summary, newest_summary, read_source_page, summary_payload
 from .transcript import SUMMARY_KIND, Event, ReplayPage
 
 if TYPE_CHECKING:
@@ -70,17 +83,21 @@ class CompactionQueued:
 
 @dataclass(frozen=True)
 class SummaryDraft:
-    """A worker's result for a compaction job: the Summary text and the model snapshot reference when known."""
+    """A worker's result for a compaction job: the Summary text, the model snapshot reference when known, and, for
+    a step of a compaction in steps, the next step to queue with it (`plan_next_compaction_step`)."""
 
     text: str
     model_ref: str | None = None
+    next_step: NextStep | None = None
 
 
 COMPACTION_SOURCE_FIELDS = {
     "base_summary_id": "id?", "count": "id", "digest": "digest", "first_event_id": "id", "last_event_id": "id",
     "through_seq": "id", "turns": "id", "preserve_turns": "count", "source_tokens": "count", "tail_tokens": "count",
     "context_window": "id", "target_tokens": "count", "summary_budget_tokens": "count",
+    "max_source_tokens": "count", "goal_through_seq": "id",
 }
+OPTIONAL_SOURCE_FIELDS = ("max_source_tokens", "goal_through_seq")  # absent from sources planned before steps existed
 
 
 def validate_compaction_source(source: Mapping[str, Any]) -> None:
@@ -90,7 +107,11 @@ def validate_compaction_source(source: Mapping[str, Any]) -> None:
     before writing, workers and source readers before using a source.
     Whether the source still matches the Session is checked at completion.
     """
-    check_fields(source, COMPACTION_KIND, COMPACTION_SOURCE_FIELDS, "queue compaction with queue_compaction")
+    check_fields(source, COMPACTION_KIND, COMPACTION_SOURCE_FIELDS, "queue compaction with queue_compaction",
+                 OPTIONAL_SOURCE_FIELDS)
+    if goal_of(source) < source["through_seq"]:
+        raise InvalidJobSourceError("a compaction job source's goal_through_seq must not be before its through_seq; "
+                                    "queue compaction with queue_compaction")
 
 
 def _complete_compaction(ctx: CompletionContext, result: Any) -> dict[str, Any]:
@@ -102,7 +123,12 @@ def _complete_compaction(ctx: CompletionContext, result: Any) -> dict[str, Any]:
     ref = result.model_ref
     if ref is not None and (not isinstance(ref, str) or not 1 <= len(ref) <= MAX_MODEL_REF_CHARS):
         raise InvalidInputError(f"a model snapshot reference is a string of 1-{MAX_MODEL_REF_CHARS} characters")
-    return append_summary(ctx, result.text, ref)
+    if result.next_step is not None and not isinstance(result.next_step, NextStep):
+        raise InvalidInputError(f"a SummaryDraft's next step is a NextStep, got {type(result.next_step).__name__}")
+    done = append_summary(ctx, result.text, ref)
+    if result.next_step is not None:
+        done["next_job"] = queue_next_step(ctx, result.next_step, done["summary_event_id"], COMPACTION_KIND)
+    return done
 
 
 register_job_kind(COMPACTION_KIND, _complete_compaction, validate=validate_compaction_source)
@@ -114,35 +140,53 @@ def compaction_handler(
     model_ref: str | None = None,
     safe_context_tokens: int | None = None,
     count_tokens: TokenCounter | None = None,
+    context_window: int | None = None,
 ) -> Callable[[JobClaim], SummaryDraft]:
     """A worker handler for compaction jobs: read the source, check it fits the model, call `summarize`.
 
     `summarize(events, job)` gets the source prefix in replay order and
-    returns the Summary text. A source over `safe_context_tokens` (counted
-    with `count_tokens`, default the count recorded at planning) raises
-    `SourceTooLargeError`, a permanent failure.
+    returns the Summary text. The source may hold at most
+    `safe_context_tokens` tokens or, given the model's `context_window`
+    instead, `source_token_budget(context_window, the job's Summary budget)`
+    (the limit planning uses); counted with `count_tokens` (default: the count
+    recorded at planning); a larger one raises `SourceTooLargeError`, a
+    permanent failure. With `context_window`, a job that is a step of a
+    compaction in steps also plans the next step (counting with
+    `count_tokens`, default `estimate_tokens`), which its completion queues.
     """
 
     def handle(claim: JobClaim) -> SummaryDraft:
-        events = claim.store.read_compaction_source(claim.job)
-        if safe_context_tokens is not None:
-            tokens = claim.job.source["source_tokens"] if count_tokens is None else sum(map(count_tokens, events))
-            if tokens > safe_context_tokens:
-                raise SourceTooLargeError(
-                    f"compaction source of job {claim.id} has {tokens} tokens, over the model's safe context budget "
-                    f"of {safe_context_tokens}; use a model with a larger context, then retry the job"
+        job = claim.job
+        events = claim.store.read_compaction_source(job)
+        limit = safe_context_tokens
+        if limit is None and context_window is not None:
+            limit = source_token_budget(context_window, job.source["summary_budget_tokens"])
+        if limit is not None:
+            tokens = job.source["source_tokens"] if count_tokens is None else sum(map(count_tokens, events))
+            if tokens > limit:
+                raise SourceTooLargeError(_too_large(job, tokens, limit, context_window))
+        text = summarize(events, job)
+        step = None
+        if context_window is not None:
+            try:
+                step = claim.store.plan_next_compaction_step(
+                    job, text, model_ref, context_window=context_window, count_tokens=count_tokens or estimate_tokens
                 )
-        return SummaryDraft(summarize(events, claim.job), model_ref)
+            except TurnTooLargeError:
+                step = None  # this step's Summary still lands; planning again explains what does not fit
+        return SummaryDraft(text, model_ref, step)
 
     return handle
 
 
-class _Turn:
-    __slots__ = ("turn", "count", "tokens", "first_id", "last_id", "last_seq", "summary")
-
-    def __init__(self, event: Event) -> None:
-        self.turn, self.count, self.tokens = event.turn, 0, 0
-        self.first_id, self.summary = event.id, event.kind == SUMMARY_KIND
+def _too_large(job: Job, tokens: int, limit: int, window: int | None) -> str:
+    where = f" in this model's {window}-token window" if window is not None else ""
+    return (
+        f"compaction source of job {job.id} has {tokens} tokens, over the {limit} a summarizer can read{where} beside "
+        f"its {job.source['summary_budget_tokens']}-token Summary; plan it again for this model with "
+        f"`emelex memory compact {job.session_id}` (or queue_compaction with its window and tokenizer), which splits "
+        "it into steps that fit"
+    )
 
 
 class CompactionMixin:
@@ -161,16 +205,23 @@ class CompactionMixin:
 
         `count_tokens(event)` returns an event's tokens (the model's tokenizer;
         default `estimate_tokens`). `force` compacts below the trigger (all but
-        the preserved turns). Raises `SummaryProvenanceError` when the newest
+        the preserved turns). The source never holds more than
+        `source_token_budget(context_window, its Summary budget)` tokens: when
+        the turns due do not fit, the plan is the first step of a compaction in
+        steps (see `compaction_steps.py`). Raises `TurnTooLargeError` when a
+        turn alone cannot fit, and `SummaryProvenanceError` when the newest
         Summary does not verify.
         """
         policy = policy or CompactionPolicy()
         selection = TurnSelection(policy, context_window, force=force)
+        reserve = policy.summary_reserve(context_window)
+        steps = LeadingRun(source_token_budget(context_window, reserve))
         with self._read() as conn:
             rowid = self._session_rowid(conn, session_id)
         for turn in self._view_turns(rowid, count_tokens):
             selection.add(turn.tokens, turn, turn.count)
-        first: _Turn | None = selection.first
+            steps.add(turn)
+        first: ViewTurn | None = selection.first
         min_turns = 2 if first is not None and first.summary else 1
         k = selection.finish(min_turns)
         total, turns = selection.total_tokens, selection.turns
@@ -184,9 +235,15 @@ class CompactionMixin:
             share = math.floor(100 * total / context_window)
             return plan(None, f"history uses {total} of {context_window} tokens ({share}%), under the "
                               f"{policy.trigger_ratio:.0%} trigger")
+        goal = LeadingRun()
+        goal.turns, goal.tokens, goal.events, goal.last = (
+            k, total - selection.tail_tokens, selection.compacted_events, selection.boundary
+        )
+        budget = policy.summary_budget(selection.tail_tokens, context_window)
+        chosen = choose_slice(goal, steps, budget, reserve, context_window, min_turns, session_id)
         base = first.first_id if first.summary else None
-        last: _Turn = selection.boundary
-        tail = selection.tail_tokens
+        last: ViewTurn = chosen.last
+        tail = total - chosen.tokens
         with self._read() as conn:
             newest = newest_summary(conn, rowid)
             if (newest[0] if newest else None) != base:
@@ -195,35 +252,63 @@ class CompactionMixin:
         source = {
             "base_summary_id": base, "count": facts.count, "digest": facts.digest,
             "first_event_id": facts.first_event_id, "last_event_id": facts.last_event_id,
-            "through_seq": last.last_seq, "turns": k, "preserve_turns": policy.preserve_turns,
-            "source_tokens": total - tail, "tail_tokens": tail, "context_window": context_window,
-            "target_tokens": policy.target_tokens(context_window),
-            "summary_budget_tokens": policy.summary_budget(tail, context_window),
+            "through_seq": last.last_seq, "turns": chosen.turns, "preserve_turns": policy.preserve_turns,
+            "source_tokens": chosen.tokens, "tail_tokens": tail, "context_window": context_window,
+            "target_tokens": policy.target_tokens(context_window), "summary_budget_tokens": chosen.budget,
+            "max_source_tokens": source_token_budget(context_window, chosen.budget),
+            "goal_through_seq": selection.boundary.last_seq,
         }
-        if (facts.count, facts.first_event_id, facts.last_event_id) != (
-            selection.compacted_events, first.first_id, last.last_id
-        ):
+        if (facts.count, facts.first_event_id, facts.last_event_id) != (chosen.events, first.first_id, last.last_id):
             raise SourceChangedError(f"the history of Session {session_id} changed while planning; plan again")
-        return plan(source, f"compact {k} of {turns} turns ({facts.count} events, {total - tail} tokens); "
+        if chosen.step:
+            return plan(source, f"compact the oldest {chosen.turns} of the {k} turns due ({facts.count} events, "
+                                f"{chosen.tokens} tokens: all {goal.tokens} would not fit the model beside a Summary); "
+                                "further steps follow as each Summary lands, until the view is under "
+                                f"{source['target_tokens']} tokens")
+        return plan(source, f"compact {k} of {turns} turns ({facts.count} events, {chosen.tokens} tokens); "
                             f"{tail} tokens stay uncompacted")
 
-    def _view_turns(self: MemoryStore, rowid: int, count_tokens: TokenCounter) -> Iterator[_Turn]:
-        """The Session's replay view as atomic turns with their tokens, oldest first, one turn in memory at a time."""
-        turn: _Turn | None = None
-        after = 0
+    def plan_next_compaction_step(
+        self: MemoryStore,
+        job: Job,
+        text: str,
+        model_ref: str | None = None,
+        *,
+        context_window: int,
+        count_tokens: TokenCounter = estimate_tokens,
+    ) -> NextStep | None:
+        """Read-only: the next step after compaction job `job` completes with the Summary `text` (see
+        `compaction_steps.py`), for a `context_window`-token model counting with `count_tokens`; pass it to the
+        completion as `SummaryDraft.next_step`.
+
+        None when `job` is not a step short of its goal, or when the view
+        will be at most the target once its Summary lands. Raises
+        `TurnTooLargeError` when the next turn does not fit the model.
+        """
+        validate_compaction_source(job.source)
+        source = job.source
+        if goal_of(source) <= source["through_seq"]:
+            return None
+        payload = summary_payload(job.id, source, model_ref, text, self.settings.max_event_bytes)
+        preview = Event((0, 0, 0, 0, SUMMARY_KIND, payload.decode("utf-8"), len(payload), 0, 0.0, None))
+        tokens = checked_tokens(count_tokens(preview))
+        with self._read() as conn:
+            rowid = self._session_rowid(conn, job.session_id)
+        later = self._view_turns(rowid, count_tokens, after=source["through_seq"])
+        return next_step(source, tokens, later, context_window, job.session_id)
+
+    def _view_turns(self: MemoryStore, rowid: int, count_tokens: TokenCounter, after: int = 0) -> Iterator[ViewTurn]:
+        """The Session's replay view after raw seq `after` as atomic turns with their tokens, oldest first, one turn
+        in memory at a time."""
+        turn: ViewTurn | None = None
         while True:
             page = self._replay_page(rowid, after, None, None)
             for event in page.events:
                 if turn is None or turn.turn != event.turn or event.kind == SUMMARY_KIND:
                     if turn is not None:
                         yield turn
-                    turn = _Turn(event)
-                tokens = count_tokens(event)
-                if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
-                    raise InvalidInputError(f"the token counter returned {tokens!r}; it must return an int >= 0")
-                turn.count, turn.tokens, turn.last_id, turn.last_seq = (
-                    turn.count + 1, turn.tokens + tokens, event.id, event.seq
-                )
+                    turn = ViewTurn(event)
+                turn.add(event, checked_tokens(count_tokens(event)))
             after = page.next_cursor
             if page.done:
                 if turn is not None:
@@ -239,11 +324,14 @@ class CompactionMixin:
         policy: CompactionPolicy | None = None,
         force: bool = False,
     ) -> CompactionQueued:
-        """Plan compaction and queue the job (idempotent per source digest); never runs inference.
+        """Plan compaction and queue the job (idempotent per plan: the same source is queued once); never runs
+        inference.
 
         At most one compaction job per Session is pending or claimed: while
-        one is, it is returned with `created=False`. Queueing is allowed while
-        the Session is live; workers skip it until the lease ends.
+        one is, it is returned with `created=False`, as is an earlier job of
+        exactly this plan (the reason says what became of it). Queueing is
+        allowed while the Session is live; workers skip it until the lease
+        ends. Raises `TurnTooLargeError` when a turn cannot fit the model.
         """
         plan = self.plan_compaction(
             session_id, context_window=context_window, count_tokens=count_tokens, policy=policy, force=force
@@ -263,10 +351,12 @@ class CompactionMixin:
             newest = newest_summary(conn, rowid)
             if (newest[0] if newest else None) != plan.source["base_summary_id"]:
                 raise SourceChangedError(f"Session {session_id} was compacted while planning; plan again")
-            enqueued = self.enqueue_job(COMPACTION_KIND, session_id, plan.source, source_key=plan.source["digest"])
-        verb = "queued" if enqueued.created else "already had"
-        return CompactionQueued(plan, enqueued.job, enqueued.created,
-                                f"{verb} compaction job {enqueued.job.id} ({enqueued.job.state}): {plan.reason}")
+            enqueued = self.enqueue_job(COMPACTION_KIND, session_id, plan.source)
+        if enqueued.created:
+            reason = f"queued compaction job {enqueued.job.id} (pending): {plan.reason}"
+        else:
+            reason = _planned_before(enqueued.job)
+        return CompactionQueued(plan, enqueued.job, enqueued.created, reason)
 
     def compaction_source(
         self: MemoryStore, job_id: str, after_seq: int = 0, *, limit: int | None = None, max_bytes: int | None = None
@@ -311,3 +401,15 @@ class CompactionMixin:
         if len(events) != job.source["count"]:
             raise SourceChangedError(f"the source of compaction job {job.id} no longer matches it; plan again")
         return events
+
+
+def _planned_before(job: Job) -> str:
+    """Why nothing new was queued: this exact plan already has `job`, which is done, failed or cancelled."""
+    if job.state == "done":
+        seq = (job.result or {}).get("summary_seq")
+        return (f"this exact plan already ran as compaction job {job.id}, whose Summary (seq {seq}) was reverted: "
+                f"`emelex memory compaction redo {job.session_id}` brings it back, or plan differently "
+                "(e.g. --target-ratio)")
+    why = f" ({job.diagnostics[-1].message})" if job.diagnostics else ""
+    return (f"this exact plan already {job.state} as compaction job {job.id}{why}: `emelex memory jobs retry "
+            f"{job.id}` runs it again, or plan differently")

@@ -10,6 +10,12 @@ after compaction, Summary budget included, is at most the target. When none
 does, it replaces everything but the preserved turns and the Summary budget is
 max(T - tail, R).
 
+What one summarizer call can read is bounded too: with a Summary budget of B
+tokens, a model's W-token window leaves `source_token_budget(W, B)` =
+W - B - `PROMPT_RESERVE_TOKENS` tokens for the source. Planning and the worker
+both use that one function, so a planned source always fits the model it was
+planned for; a source over it is compacted in steps (see `compaction_steps.py`).
+
 `TurnSelection` applies that rule while streaming over the turns, keeping only
 the newest turns that may stay uncompacted: at most `preserve_turns` plus
 `MAX_TAIL_TURNS` of them, never the whole history. (A tail of more than
@@ -29,6 +35,22 @@ from .errors import InvalidInputError
 
 MIN_SUMMARY_SHARE = 0.1  # a Summary's reserve: this share of the window, unless that is over half the target
 MAX_TAIL_TURNS = 100_000  # turns a selection keeps in memory besides the preserved ones
+PROMPT_RESERVE_TOKENS = 256  # of a model's window: a summarizer's instructions and chat template around the source
+
+
+def source_token_budget(context_window: int, summary_budget_tokens: int) -> int:
+    """The most source tokens a summarizer can read in a `context_window`-token model while writing a Summary of
+    `summary_budget_tokens`: the window less that budget and `PROMPT_RESERVE_TOKENS` (0 or less: nothing fits).
+
+    The one definition planning (`plan_compaction`) and the worker's size check (`compaction_handler`) share.
+    """
+    return context_window - summary_budget_tokens - PROMPT_RESERVE_TOKENS
+
+
+def reserve_tokens(target_tokens: int, context_window: int) -> int:
+    """The fewest tokens a Summary is budgeted for a target of `target_tokens`: 10% of the window, at most half the
+    target, at least 1."""
+    return max(1, min(math.floor(MIN_SUMMARY_SHARE * context_window), target_tokens // 2))
 
 
 @dataclass(frozen=True)
@@ -69,7 +91,7 @@ class CompactionPolicy:
 
     def summary_reserve(self, context_window: int) -> int:
         """The fewest tokens a Summary is budgeted: 10% of the window, at most half the target, at least 1."""
-        return max(1, min(math.floor(MIN_SUMMARY_SHARE * context_window), self.target_tokens(context_window) // 2))
+        return reserve_tokens(self.target_tokens(context_window), context_window)
 
     def summary_budget(self, tail_tokens: int, context_window: int) -> int:
         """The Summary's token budget when `tail_tokens` stay uncompacted: what the target leaves, at least the

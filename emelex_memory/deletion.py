@@ -44,8 +44,12 @@ class SessionDeletion:
     asset_bytes: int
 
 
-def check_not_busy(conn: apsw.Connection, rowid: int, session_id: str, now: float) -> None:
-    """Inside a transaction: raise `SessionBusyError` while the Session has a live lease or a live worker claim."""
+def check_not_busy(
+    conn: apsw.Connection, rowid: int, session_id: str, now: float, *, kind: str | None = None,
+    unchanged: str = "nothing was deleted",
+) -> None:
+    """Inside a transaction: raise `SessionBusyError` while the Session has a live lease or a live worker claim (on a
+    job of `kind`, when given); the message ends with `unchanged`."""
     held = conn.execute(
         "SELECT holder, expires_at FROM session_leases WHERE session_id = ? AND state = 'active' AND expires_at > ?",
         (rowid, now),
@@ -53,16 +57,17 @@ def check_not_busy(conn: apsw.Connection, rowid: int, session_id: str, now: floa
     if held:
         raise SessionBusyError(
             f"Session {session_id} is leased by {held[0]} for another {held[1] - now:.0f}s; "
-            "wait for it to finish or expire, nothing was deleted"
+            f"wait for it to finish or expire, {unchanged}"
         )
     job = conn.execute(
-        "SELECT uuid, lease_holder FROM jobs WHERE session_id = ? AND state = 'claimed' AND lease_expires_at > ?",
-        (rowid, now),
+        "SELECT uuid, lease_holder FROM jobs WHERE session_id = ? AND state = 'claimed' AND lease_expires_at > ? "
+        "AND (?3 IS NULL OR kind = ?3)",
+        (rowid, now, kind),
     ).fetchone()
     if job:
         raise SessionBusyError(
-            f"worker {job[1]} is running job {job[0]} on Session {session_id}; wait for it or cancel it with "
-            f"`emelex memory jobs cancel {job[0]}`, nothing was deleted"
+            f"worker {job[1]} is running {kind + ' ' if kind else ''}job {job[0]} on Session {session_id}; wait for "
+            f"it or cancel it with `emelex memory jobs cancel {job[0]}`, {unchanged}"
         )
 
 

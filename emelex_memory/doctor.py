@@ -195,9 +195,12 @@ def _count_contents(report: DoctorReport, store: MemoryStore) -> None:
         live_leases = conn.execute(
             "SELECT count(*) FROM session_leases WHERE state = 'active' AND expires_at > ?", (store.clock(),)
         ).fetchone()[0]
+        summaries, reverted = conn.execute(
+            "SELECT count(*), count(reverted_at) FROM summaries"  # reverted ones stay stored; replay skips them
+        ).fetchone()
     assets = store.asset_totals()
     report.facts.update(
-        sessions=sessions, events=events, live_leases=live_leases,
+        sessions=sessions, events=events, live_leases=live_leases, summaries=summaries, reverted_summaries=reverted,
         assets=assets.files, asset_entries=assets.entries, asset_bytes=assets.bytes,
     )
 

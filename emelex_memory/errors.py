@@ -284,12 +284,22 @@ class SourceTooLargeError(PermanentJobError):
     """The job's source exceeds the model's safe context budget: use a model with a larger context, then retry it."""
 
 
+class TurnTooLargeError(JobError):
+    """A turn alone is more than the model's summarizer can read, and turns are never split: use a model with a
+    larger context window (`emelex models install PATH`, then set default_model)."""
+
+
 class InvalidCandidateError(InvalidKnowledgeError, PermanentJobError):
     """A distiller returned an invalid batch (terminal: a greedy model repeats it): fix the distiller, retry the job."""
 
 
 class TransientJobError(JobError):
     """Raised by a job handler for a passing failure (e.g. flaky inference): it is retried in-process, then counted."""
+
+
+class SummaryStateError(JobError):
+    """A compaction cannot be reverted or redone as asked (not the newest Summary in effect, nothing reverted,
+    superseded): do what the message says; `emelex memory sessions show SESSION --raw` shows every Summary."""
 
 
 class CorruptEventError(StoreError):

@@ -9,7 +9,7 @@ readers never meet a malformed source.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from .errors import InvalidJobSourceError
 
@@ -31,8 +31,11 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value <= MAX_SOURCE_INT
 
 
-def check_fields(source: object, kind: str, fields: Mapping[str, str], remedy: str) -> None:
-    """Raise `InvalidJobSourceError` unless `source` is a mapping with exactly `fields` (name -> type, see `_CHECKS`).
+def check_fields(
+    source: object, kind: str, fields: Mapping[str, str], remedy: str, optional: Collection[str] = ()
+) -> None:
+    """Raise `InvalidJobSourceError` unless `source` is a mapping with exactly `fields` (name -> type, see `_CHECKS`),
+    of which those named in `optional` may be absent (sources recorded before they existed).
 
     The message names the kind, the first problem and ends with `remedy`.
     """
@@ -42,12 +45,12 @@ def check_fields(source: object, kind: str, fields: Mapping[str, str], remedy: s
 
     if not isinstance(source, Mapping):
         raise bad("must be a JSON object")
-    missing = sorted(set(fields) - set(source))
+    missing = sorted(set(fields) - set(source) - set(optional))
     if missing:
         raise bad(f"lacks {', '.join(missing)}")
     extra = sorted(str(k) for k in set(source) - set(fields))
     if extra:
         raise bad(f"has unknown fields {', '.join(extra)}")
     for name, kind_of in fields.items():
-        if not _CHECKS[kind_of](source[name]):
+        if name in source and not _CHECKS[kind_of](source[name]):
             raise bad(f"field {name} must be {_MEANING[kind_of]}, got {source[name]!r:.80}")

@@ -19,7 +19,7 @@ from .errors import ForeignKeyViolationError, NotAnEmelexDatabaseError, SchemaTo
 from .jobs import M003_JOBS
 from .knowledge_model import M004_KNOWLEDGE
 from .model_refs import M005_MODEL_REFS
-from .summaries import M003_SUMMARIES, M006_SUMMARY_EVENTS
+from .summaries import M003_SUMMARIES, M006_SUMMARY_EVENTS, M010_SUMMARY_REVERSIONS
 from .workspaces import M009_WORKSPACES
 
 APPLICATION_ID = 0x454D4C58  # "EMLX"
@@ -132,6 +132,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("m007_event_byte_ends", M007_EVENT_BYTE_ENDS),
     Migration("m008_event_media_ends", M008_EVENT_MEDIA_ENDS),
     Migration("m009_workspaces", M009_WORKSPACES, rebuilds_tables=True),
+    Migration("m010_summary_reversions", M010_SUMMARY_REVERSIONS),
 )
 
 

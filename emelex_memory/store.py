@@ -15,6 +15,7 @@ import apsw
 from .assets import asset_dir_for
 from .assets_store import AssetStoreMixin
 from .compaction import CompactionMixin
+from .compaction_revert import CompactionRevertMixin
 from .cursors import check_position, cursor_float, cursor_int
 from .deletion import DeletionMixin
 from .directories import Directory
@@ -29,6 +30,7 @@ from .leases import SessionLease, holder_label, new_token, token_digest
 from .model_refs import ModelRefMixin
 from .opening import check_missing_database, open_database, reinitialize_database
 from .queue import JobQueueMixin
+from .raw_history import RawHistoryMixin
 from .retention import MaintenanceMixin
 from .sessions import SESSION_COLUMNS, Session, WorkspaceIdentity, not_the_workspace, session_from_row
 from .settings import Settings
@@ -164,6 +166,8 @@ class MemoryStore(
     MaintenanceMixin,
     JobQueueMixin,
     CompactionMixin,
+    CompactionRevertMixin,
+    RawHistoryMixin,
     AssetStoreMixin,
     WorkspaceAdminMixin,
     IdPrefixMixin,

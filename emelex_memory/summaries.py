@@ -6,18 +6,22 @@ of the Session (next seq, its own turn) by a compaction job's completion. A
 (base Summary, event count, first/last event IDs, newest covered raw seq) and
 the digests of that source and of the Summary's own payload.
 
-Replay view of a Session whose newest Summary S covers raw seqs up to K:
-S first (after its provenance verifies), then every non-Summary event with
-seq > K, by seq. The raw prefix S replaced, and older Summaries, are never
-shown. Every page first checks that the Session's newest Summary event and its
-newest provenance record are the same Summary, and the page that shows S (or
+Replay view of a Session whose newest Summary in effect S covers raw seqs up
+to K: S first (after its provenance verifies), then every non-Summary event
+with seq > K, by seq. The raw prefix S replaced, older Summaries and reverted
+ones (see `compaction_revert.py`) are never shown; with every Summary reverted
+the view is the raw history. Every page first checks that the Session's newest
+Summary event and its newest provenance record, reverted or not, are the same
+Summary, and the page that shows S (or
 any page meeting a Summary event) checks that every Summary event has its
 record: a Summary without provenance raises `SummaryProvenanceError`, it is
 never skipped and replay never falls back to an older Summary. Page cursors
 stay raw seqs: the page holding S continues from K, and skipped Summary rows
 still advance the cursor, so paging to the end reaches the Session's last seq
 and a lease can append afterwards. Sessions without a Summary pay one indexed
-probe per page and read through `read_page` as before.
+probe per page and read through `read_page` as before; so do Sessions whose
+newest Summary is in effect, while a reverted newest Summary costs one more
+probe of the Summaries in effect.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import apsw
 
@@ -59,11 +63,24 @@ M006_SUMMARY_EVENTS = """
 CREATE INDEX events_summaries ON events (session_id, seq) WHERE kind = 'summary';
 """
 
+M010_SUMMARY_REVERSIONS = """
+-- A reverted Summary stays stored with its provenance, and replay skips it (see compaction_revert.py). The Summaries
+-- in effect are indexed by event ID (replay starts from the newest) and by covered seq (which one covers an event).
+ALTER TABLE summaries ADD COLUMN reverted_at REAL;  -- NULL while in effect; when it was reverted (a redo clears it)
+CREATE INDEX summaries_in_effect ON summaries (session_id, event_id) WHERE reverted_at IS NULL;
+CREATE INDEX summaries_in_effect_by_seq ON summaries (session_id, through_seq) WHERE reverted_at IS NULL;
+"""
+
 SOURCE_FIELDS = ("base_summary_id", "count", "digest", "first_event_id", "last_event_id", "through_seq")
-_BOUNDARY = (  # the newest Summary event, and the newest provenance record with its covered seq: the same Summary
+T = TypeVar("T")
+_BOUNDARY = (  # the newest Summary event, and the newest provenance record (covered seq, reverted): the same Summary
     "SELECT (SELECT id FROM events WHERE session_id = ?1 AND kind = 'summary' ORDER BY seq DESC LIMIT 1), "
-    "r.event_id, r.through_seq FROM (SELECT 1) LEFT JOIN (SELECT event_id, through_seq FROM summaries "
-    "WHERE session_id = ?1 ORDER BY event_id DESC LIMIT 1) r"
+    "r.event_id, r.through_seq, r.reverted_at FROM (SELECT 1) LEFT JOIN (SELECT event_id, through_seq, reverted_at "
+    "FROM summaries WHERE session_id = ?1 ORDER BY event_id DESC LIMIT 1) r"
+)
+_IN_EFFECT = (
+    "SELECT event_id, through_seq FROM summaries WHERE session_id = ? AND reverted_at IS NULL "
+    "ORDER BY event_id DESC LIMIT 1"
 )
 _UNRECORDED = (  # a Summary event without its record, or a record whose event is not a Summary of the Session
     "SELECT e.id FROM events e WHERE e.session_id = ?1 AND e.kind = 'summary' AND NOT EXISTS "
@@ -86,19 +103,32 @@ def _unverified(event_id: int, what: str) -> SummaryProvenanceError:
     )
 
 
-def newest_summary(conn: apsw.Connection, session_rowid: int) -> tuple[int, int] | None:
-    """(event ID, covered-through seq) of the Session's newest Summary, or None when it has none.
+def view_boundary(conn: apsw.Connection, session_rowid: int) -> tuple[bool, tuple[int, int] | None]:
+    """(whether the Session has any Summary, (event ID, covered-through seq) of its newest Summary in effect or None).
 
     Raises `SummaryProvenanceError` when the newest Summary event and the
     newest provenance record are not the same Summary (a record was deleted,
     or an event of kind "summary" has none).
     """
-    event_id, recorded, through = conn.execute(_BOUNDARY, (session_rowid,)).fetchone()
+    event_id, recorded, through, reverted_at = conn.execute(_BOUNDARY, (session_rowid,)).fetchone()
     if event_id != recorded:
         if event_id is None or (recorded is not None and recorded > event_id):
             raise _unverified(recorded, "its provenance record has no Summary event")
         raise _unverified(event_id, "its provenance record is missing")
-    return None if event_id is None else (event_id, through)
+    if event_id is None:
+        return False, None
+    return True, (event_id, through) if reverted_at is None else in_effect(conn, session_rowid)
+
+
+def newest_summary(conn: apsw.Connection, session_rowid: int) -> tuple[int, int] | None:
+    """(event ID, covered-through seq) of the Session's newest Summary in effect, or None when it has none (no
+    Summary, or every one reverted). Raises `SummaryProvenanceError` as `view_boundary` does."""
+    return view_boundary(conn, session_rowid)[1]
+
+
+def in_effect(conn: apsw.Connection, session_rowid: int) -> tuple[int, int] | None:
+    """(event ID, covered-through seq) of the newest Summary in effect by its record alone, unchecked; None if none."""
+    return conn.execute(_IN_EFFECT, (session_rowid,)).fetchone()
 
 
 def check_recorded(conn: apsw.Connection, session_rowid: int) -> None:
@@ -134,6 +164,17 @@ def provenance(job_id: str, source: Mapping[str, Any], model_ref: str | None) ->
 # -- appending (inside a compaction job's completion transaction) ---------------------------
 
 
+def summary_payload(job_id: str, source: Mapping[str, Any], model_ref: str | None, text: str, max_bytes: int) -> bytes:
+    """The canonical payload bytes of the Summary event a compaction job writes: its provenance and `text`.
+
+    Raises `JsonTooLargeError` past `max_bytes` (the per-event cap).
+    """
+    return encode_canonical(
+        {"provenance": provenance(job_id, source, model_ref), "text": text},
+        max_bytes=max_bytes, max_depth=8, what="the Summary",
+    )
+
+
 def append_summary(ctx: CompletionContext, text: str, model_ref: str | None) -> dict[str, Any]:
     """Re-check the job's boundary, turns and source bytes, then append the Summary event and its provenance record.
 
@@ -159,11 +200,7 @@ def append_summary(ctx: CompletionContext, text: str, model_ref: str | None) -> 
             f"the source of compaction job {ctx.job.id} no longer matches its digest; plan compaction again"
         )
     check_replaceable(conn, rowid, ctx.job.id, source, base_through)
-    settings = ctx.store.settings
-    payload = encode_canonical(
-        {"provenance": provenance(ctx.job.id, source, model_ref), "text": text},
-        max_bytes=settings.max_event_bytes, max_depth=8, what="the Summary",
-    )
+    payload = summary_payload(ctx.job.id, source, model_ref, text, ctx.store.settings.max_event_bytes)
     last_seq, last_turn, byte_end, media_end = session_head(conn, rowid)
     event_id = conn.execute(
         "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, media_end, created_at) "
@@ -221,7 +258,8 @@ def verify_summary(conn: apsw.Connection, session_rowid: int, event_id: int) -> 
 
     Checks the Summary payload against its digest, the provenance in the
     payload against the record, the producing job (done, same Session,
-    pointing at this event), the chain to the previous Summary, and the
+    pointing at this event), the chain to the previous Summary in effect
+    (reverted ones are skipped: it must be the base), and the
     source prefix's count, first/last IDs and digest recomputed from the
     events themselves, reading at most `MAX_COVERED_BYTES` of them.
     """
@@ -252,11 +290,12 @@ def verify_summary(conn: apsw.Connection, session_rowid: int, event_id: int) -> 
     if job_kind != "compaction" or job_state != "done" or produced != event_id:
         raise bad(f"compaction job {job_uuid} did not produce it")
     previous = conn.execute(
-        "SELECT event_id FROM summaries WHERE session_id = ? AND event_id < ? ORDER BY event_id DESC LIMIT 1",
+        "SELECT event_id FROM summaries WHERE session_id = ? AND reverted_at IS NULL AND event_id < ? "
+        "ORDER BY event_id DESC LIMIT 1",
         (session_rowid, event_id),
     ).fetchone()
     if (previous[0] if previous else None) != base:
-        raise bad("the Summary it compacted again is not the previous Summary")
+        raise bad("the Summary it compacted again is not the previous Summary in effect")
     base_through = through_seq_of(conn, session_rowid, base)
     if base_through is None or base_through >= through:
         raise bad("its base Summary's record is missing or covers more than it does")
@@ -271,7 +310,7 @@ def verify_summary(conn: apsw.Connection, session_rowid: int, event_id: int) -> 
 # -- paging -----------------------------------------------------------------------
 
 
-def _in_snapshot(conn: apsw.Connection, read: Callable[..., ReplayPage], *args: Any) -> ReplayPage:
+def read_in_snapshot(conn: apsw.Connection, read: Callable[..., T], *args: Any) -> T:
     """`read(conn, *args)` inside one read transaction (or the caller's), so its statements see one database state.
 
     A plain function rather than a context manager: replay pays this once per page.
@@ -311,14 +350,14 @@ def read_view_page(conn: apsw.Connection, session_rowid: int, after_seq: int, li
     disagree, when the page would show the newest Summary and it does not
     verify, or when a Summary event it meets has no provenance record.
     """
-    return _in_snapshot(conn, _view_page, session_rowid, after_seq, limit, max_bytes)
+    return read_in_snapshot(conn, _view_page, session_rowid, after_seq, limit, max_bytes)
 
 
 def _view_page(conn: apsw.Connection, session_rowid: int, after_seq: int, limit: int, max_bytes: int) -> ReplayPage:
-    newest = newest_summary(conn, session_rowid)
-    if newest is None:
+    any_summary, newest = view_boundary(conn, session_rowid)
+    if not any_summary:
         return read_page(conn, session_rowid, after_seq, limit, max_bytes)
-    event_id, through = newest
+    event_id, through = newest or (None, 0)
     head = []
     if after_seq < through:
         check_recorded(conn, session_rowid)
@@ -345,7 +384,7 @@ def read_source_page(
 
     Raises `SourceChangedError` when the job's base Summary no longer exists.
     """
-    return _in_snapshot(conn, _source_page, session_rowid, source, after_seq, limit, max_bytes)
+    return read_in_snapshot(conn, _source_page, session_rowid, source, after_seq, limit, max_bytes)
 
 
 def _source_page(

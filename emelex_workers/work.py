@@ -65,7 +65,6 @@ from .planning import context_window, count_text, event_counter
 from .work_report import JobReport, JobStart, WorkObserver, WorkReport
 
 KINDS = (COMPACTION_KIND, DISTILL_KIND)
-PROMPT_RESERVE_TOKENS = 256  # instructions and template around the source
 REPORTED_WAITING = 20  # waiting jobs a report lists (it counts them all)
 BYTES_PER_TOKEN = 4  # the estimate for a source whose tokens were not counted when it was queued
 
@@ -242,8 +241,8 @@ class Worker:
                                           f"Summary budget of {budget} tokens")
                 return guard_summary(text, job=job, events=events, examples=component.examples)
 
-            safe = self._window - budget - PROMPT_RESERVE_TOKENS
-            handler = compaction_handler(run, model_ref=model.reference, safe_context_tokens=safe, count_tokens=count)
+            handler = compaction_handler(run, model_ref=model.reference, context_window=self._window,
+                                         count_tokens=count)
             return handler(claim)
         distiller = self._distiller.component
 

@@ -147,7 +147,7 @@ def test_every_command_reports_its_outcome_under_json(home: Path, workspace: Pat
             lease.append_turn([NewEvent("user", {"text": "look"}, assets=(image,)), NewEvent("assistant", "ok")])
     assert outcome("memory", "sessions", "list")["outcome"] == "listed"
     assert outcome("memory", "sessions", "show", sid)["outcome"] == "found"
-    plan = ["memory", "compact", sid, "--context-window", "100", "--preserve-turns", "0", "--force"]
+    plan = ["memory", "compact", sid, "--context-window", "1000", "--preserve-turns", "0", "--force"]
     job = outcome(*plan)
     assert job["outcome"] == "queued" and outcome(*plan)["outcome"] == "already-queued"
     assert outcome("memory", "jobs", "list")["outcome"] == "listed"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from emelex_memory import (
     compaction_handler,
     run_one_job,
 )
+from emelex_memory.jobs import encode_json
 from emelex_memory.source_digest import digest_source
 
 from .conftest import Clock, table_rows
@@ -117,7 +119,8 @@ def test_queueing_only_plans_and_queues_even_while_the_session_is_live(
     lease = cstore.acquire_lease(sid, workspace)  # chat is running /compact
     queued = cstore.queue_compaction(sid, context_window=WINDOW, count_tokens=tokens)
     assert queued.created and queued.job.state == "pending" and queued.job.source == queued.plan.source
-    assert queued.job.source_key == queued.plan.source["digest"]
+    canonical = encode_json(queued.plan.source, max_bytes=16384, what="source").encode()
+    assert queued.job.source_key == hashlib.sha256(canonical).hexdigest()  # keyed by the whole plan, not the digest
     again = cstore.queue_compaction(sid, context_window=WINDOW, count_tokens=tokens)
     assert not again.created and again.job.id == queued.job.id and "already queued" in again.reason
     assert cstore.get_session(sid).last_seq == 20  # no Summary was written in place

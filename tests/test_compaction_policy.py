@@ -1,4 +1,5 @@
-"""Property-based tests of `CompactionPolicy` (hypothesis): pure selection, and planning over real Sessions."""
+"""Property-based tests of `CompactionPolicy` (hypothesis): pure selection, and planning over real Sessions (whose
+sources always fit the summarizer: the whole prefix due, or a first step of it)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emelex_memory import CompactionPolicy, Event, InvalidInputError, MemoryStore, NewEvent, Settings
+from emelex_memory import CompactionPolicy, Event, InvalidInputError, MemoryStore, NewEvent, Settings, TurnTooLargeError
+from emelex_memory.compaction_policy import source_token_budget
 
 
 @st.composite
@@ -82,7 +84,7 @@ def _event_tokens(event: Event) -> int:
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     turns=st.lists(st.lists(st.integers(0, 300), min_size=1, max_size=4), min_size=1, max_size=10),
-    window=st.integers(200, 4000),
+    window=st.integers(300, 4000),
     preserve=st.integers(0, 4),
 )
 def test_planning_a_real_session_never_splits_a_turn_and_keeps_the_newest_turns(
@@ -100,7 +102,13 @@ def test_planning_a_real_session_never_splits_a_turn_and_keeps_the_newest_turns(
                     lease.append_turn([NewEvent("user", {"t": t}) for t in turn])
                 lease.release()
             policy = CompactionPolicy(preserve_turns=preserve)
-            plan = store.plan_compaction(session.id, context_window=window, count_tokens=_event_tokens, policy=policy)
+            reserve = policy.summary_reserve(window)
+            try:
+                plan = store.plan_compaction(session.id, context_window=window, count_tokens=_event_tokens,
+                                             policy=policy)
+            except TurnTooLargeError:  # the oldest turn alone does not fit beside the smallest Summary
+                assert sum(turns[0]) > source_token_budget(window, reserve)
+                return
             events = store.replay(session.id).events
     if plan.source is None:
         assert plan.compact_turns == 0
@@ -110,14 +118,21 @@ def test_planning_a_real_session_never_splits_a_turn_and_keeps_the_newest_turns(
     outside = [e for e in events if e.seq > boundary]
     assert inside and inside[-1].turn != (outside[0].turn if outside else None)  # never splits a turn
     assert len({e.turn for e in outside}) >= preserve  # the newest turns stay
-    assert plan.source["count"] == len(inside) == sum(len(t) for t in turns[: plan.compact_turns])
+    compacted = plan.source["turns"]
+    assert plan.source["count"] == len(inside) == sum(len(t) for t in turns[:compacted])
     tail = plan.source["tail_tokens"]
     assert tail == sum(e.payload["t"] for e in outside)
-    assert plan.source["source_tokens"] == sum(e.payload["t"] for e in inside)
+    source, budget = plan.source["source_tokens"], plan.source["summary_budget_tokens"]
+    assert source == sum(e.payload["t"] for e in inside)
+    assert source <= plan.source["max_source_tokens"] == source_token_budget(window, budget)  # fits the summarizer
     assert plan.source["preserve_turns"] == preserve
     target = policy.target_tokens(window)
     assert plan.source["target_tokens"] == target
-    reserve = policy.summary_reserve(window)
+    if compacted < plan.compact_turns:  # a first step: the longest leading run that fits beside the reserve
+        assert plan.source["goal_through_seq"] > boundary and budget == reserve
+        assert sum(map(sum, turns[: compacted + 1])) > source_token_budget(window, reserve)
+        return
+    assert plan.source["goal_through_seq"] == boundary
     possible = any(sum(sum(t) for t in turns[j:]) + reserve <= target for j in range(1, len(turns) - preserve + 1))
     if possible:  # the view after compaction, Summary budget included, fits the target
         assert tail + plan.source["summary_budget_tokens"] <= target

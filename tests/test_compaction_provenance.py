@@ -103,7 +103,7 @@ def forged(store: MemoryStore, session_id: str, through: int, **changes) -> dict
     with store._read() as conn:
         facts = digest_source(conn, store._session_rowid(conn, session_id), None, 0, through)
     source.update(count=facts.count, first_event_id=facts.first_event_id, last_event_id=facts.last_event_id,
-                  digest=facts.digest, through_seq=through)
+                  digest=facts.digest, through_seq=through, goal_through_seq=through)
     source.update(changes)
     return source
 

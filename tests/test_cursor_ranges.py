@@ -30,7 +30,7 @@ def seeded(home: Path, workspace: Path) -> tuple[Settings, str]:
                 lease.append_turn([NewEvent("user", {"text": f"q{i}"}), NewEvent("assistant", {"text": f"a{i}"})])
             lease.release()
         store.remember(workspace, "style", "black")
-        store.queue_compaction(session.id, context_window=100, count_tokens=lambda e: 10, force=True)
+        store.queue_compaction(session.id, context_window=1000, count_tokens=lambda e: 10, force=True)
         store.queue_distillation(session.id)
     return settings, session.id
 

@@ -74,11 +74,11 @@ def compacted(fixed_ids: None, db_path: Path, tmp_path: Path, workspace: Path):
     ref = store.put_asset(b"abc", "image/png")
     session = store.create_session(workspace)
     _turns(store, session.id, workspace, [f"turn {i}" for i in range(6)], assets=(ref,))
-    first = store.queue_compaction(session.id, context_window=100, count_tokens=lambda e: 10, force=True)
+    first = store.queue_compaction(session.id, context_window=1000, count_tokens=lambda e: 10, force=True)
     with store.claim_job(kinds=COMPACTION_KIND) as claim:
         claim.complete(SummaryDraft("the summary", model_ref="m@sha256:" + "0" * 64))
     _turns(store, session.id, workspace, [f"later {i}" for i in range(6)])
-    second = store.queue_compaction(session.id, context_window=100, count_tokens=lambda e: 10, force=True)
+    second = store.queue_compaction(session.id, context_window=1000, count_tokens=lambda e: 10, force=True)
     yield store, session.id, ref, first.job, second.job
     store.close()
 

@@ -128,7 +128,7 @@ def test_every_command_taking_a_session_accepts_a_unique_prefix(cli_store: Path)
     assert shown["session"]["id"] == C and shown["outcome"] == "found"
     listed = json.loads(mem("jobs", "list", "--session", "ABCE", "--json").output)
     assert [j["session_id"] for j in listed["jobs"]] == [C]
-    plan = ["--context-window", "100", "--preserve-turns", "0", "--force", "--json"]
+    plan = ["--context-window", "1000", "--preserve-turns", "0", "--force", "--json"]
     compacted = json.loads(mem("compact", "abcd1", *plan).output)
     assert compacted["job"]["session_id"] == A and compacted["outcome"] == "queued"
     deleted = mem("sessions", "delete", "abcd2", "--yes")

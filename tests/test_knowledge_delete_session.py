@@ -172,7 +172,7 @@ def test_a_compacted_session_with_a_summary_can_be_deleted(dstore, workspace):
     from emelex_memory import CompactionPolicy, compaction_handler, run_one_job
 
     sid = seed(dstore, workspace, *[say(f"turn {i}") for i in range(6)])
-    queued = dstore.queue_compaction(sid, context_window=10, policy=CompactionPolicy(preserve_turns=1), force=True)
+    queued = dstore.queue_compaction(sid, context_window=1000, policy=CompactionPolicy(preserve_turns=1), force=True)
     assert queued.created
     outcome = run_one_job(dstore, compaction_handler(lambda events, job: "a summary"), kinds="compaction")
     assert outcome.status == "done"

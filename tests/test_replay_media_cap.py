@@ -72,7 +72,7 @@ def test_a_summary_makes_room_for_more_media(cstore, workspace, low_cap):
     with pytest.raises(AssetMediaCapError):
         lease.append_turn([NewEvent("user", "too much", assets=(media(cstore, 9),))])
     lease.release()
-    queued = cstore.queue_compaction(lease.session_id, context_window=10, policy=CompactionPolicy(preserve_turns=1),
+    queued = cstore.queue_compaction(lease.session_id, context_window=1000, policy=CompactionPolicy(preserve_turns=1),
                                      force=True)
     assert queued.job is not None, queued.reason
     assert run_one_job(cstore, compaction_handler(lambda events, job: "a summary"), kinds="compaction").status == "done"

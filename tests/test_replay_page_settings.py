@@ -124,7 +124,7 @@ def _compacted_with_a_big_summary(home: Path, workspace: Path) -> tuple[str, str
             for i in range(8):
                 lease.append_turn([NewEvent("user", {"text": f"q{i}"}), NewEvent("assistant", {"text": f"a{i}"})])
             lease.release()
-        store.queue_compaction(session.id, context_window=100, count_tokens=lambda e: 10, force=True)
+        store.queue_compaction(session.id, context_window=1000, count_tokens=lambda e: 10, force=True)
         with store.claim_job(kinds=COMPACTION_KIND) as claim:
             claim.complete(SummaryDraft("s" * BIG))
         with store.acquire_lease(session.id, workspace) as lease:
@@ -132,7 +132,7 @@ def _compacted_with_a_big_summary(home: Path, workspace: Path) -> tuple[str, str
             for i in range(8):
                 lease.append_turn([NewEvent("user", {"text": f"r{i}"}), NewEvent("assistant", {"text": f"b{i}"})])
             lease.release()
-        queued = store.queue_compaction(session.id, context_window=100, count_tokens=lambda e: 10, force=True)
+        queued = store.queue_compaction(session.id, context_window=1000, count_tokens=lambda e: 10, force=True)
         assert queued.job is not None and queued.job.source["base_summary_id"] is not None, queued.reason
     return session.id, queued.job.id
 

@@ -169,9 +169,10 @@ def compact(
     """Plan compaction of a Session and queue it; print what was queued or why nothing was.
 
     Plans for the installed default model (loaded for its tokenizer and
-    context window; no inference) unless --context-window is given. Nothing
-    runs here: `emelex memory work` performs the job once no one holds the
-    Session.
+    context window; no inference) unless --context-window is given. A
+    Session too long for one job is compacted in steps, each fitting the
+    model. Nothing runs here: `emelex memory work` performs the job once no
+    one holds the Session; `emelex memory compaction revert` undoes it.
     """
     if target_ratio > trigger_ratio:
         raise usage_error(ctx, f"--target-ratio ({target_ratio}) must not exceed --trigger-ratio ({trigger_ratio})")

@@ -9,11 +9,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import CorruptEventError, Event, MemoryStore
+from emelex_memory import CorruptEventError, Event, MemoryStore, RawEvent
 from emelex_memory.cursors import MAX_SQL_INT
 from emelex_memory.doctor import DOCTOR_ASSET_ENTRIES, diagnose
 
 from .assets import assets_app
+from .compaction import compaction_app
 from .framework import EmelexTyper, JsonFlag, echo_json, error_text, page_limit, settings_of
 from .jobs import compact, jobs_app
 from .knowledge import knowledge_app
@@ -31,6 +32,7 @@ memory_app.command("maintain")(maintain)
 memory_app.add_typer(assets_app, name="assets")
 memory_app.add_typer(jobs_app, name="jobs")
 memory_app.command("compact")(compact)
+memory_app.add_typer(compaction_app, name="compaction")
 memory_app.command("work")(work)
 
 SessionArg = Annotated[str, typer.Argument(
@@ -79,13 +81,17 @@ def sessions_show(
     after: Annotated[int, typer.Option(
         metavar="SEQ", min=0, max=MAX_SQL_INT, help="Show events after this seq.")] = 0,
     limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Events to show.")] = 50,
+    raw: Annotated[bool, typer.Option(
+        "--raw", help="Every stored event, also those a Summary replaced, marked with the Summary covering each.",
+    )] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Show one Session and a page of its transcript."""
+    """Show one Session and a page of its transcript: what replay shows (a Summary, then the turns after it), or
+    with --raw everything stored."""
     with MemoryStore.open(settings_of(ctx), create=False) as store:
         s = store.get_session(store.resolve_session_id(session))
-        page = store.replay(s.id, after, limit=limit)
-    events = [_event_dict(e) for e in page.events]
+        page = store.raw_events(s.id, after, limit=limit) if raw else store.replay(s.id, after, limit=limit)
+    events = [_raw_dict(e) if raw else _event_dict(e) for e in page.events]
     corrupt = [str(e["seq"]) for e in events if "payload_error" in e]
     if as_json:
         echo_json("found", {"session": _session_dict(s), "events": events, "next_cursor": page.next_cursor})
@@ -95,12 +101,11 @@ def sessions_show(
         typer.echo(f"  workspace: {s.workspace.path}")
         typer.echo(f"  created:   {_when(s.created_at)}   updated: {_when(s.updated_at)}")
         typer.echo(f"  history:   {s.last_seq} events in {s.last_turn} turns, {s.event_bytes} bytes")
+        if raw:
+            typer.echo("  raw:       every stored event; [replaced by Summary #N]: replay shows Summary #N instead")
         for e in events:
-            if "payload_error" in e:
-                text = "<payload is not valid JSON: the database was altered; restore the database from a backup>"
-            else:
-                text = json.dumps(e["payload"], ensure_ascii=False)[:200]
-            typer.echo(f"  #{e['seq']:<5} turn {e['turn']:<4} {e['kind']:<12} {text}")
+            for line in _event_lines(e):
+                typer.echo(line)
             for a in e["assets"]:
                 typer.echo(f"         asset {a['digest'][:12]}  {a['size']} bytes  {a['media_kind']}")
         if not page.done:
@@ -110,6 +115,44 @@ def sessions_show(
                    "restore the database from a backup")
         typer.echo(error_text(CorruptEventError.__name__, message, as_json), err=True)
         raise typer.Exit(1)
+
+
+def _event_lines(e: dict) -> list[str]:
+    """The text lines of one event: a Summary's title (the range it replaces), its whole text and its provenance on
+    lines of their own; any other event's payload as JSON cut to 200 characters, with the Summary covering it."""
+    head = f"  #{e['seq']:<5} turn {e['turn']:<4} {e['kind']:<12} "
+    if "payload_error" in e:
+        return [head + "<payload is not valid JSON: the database was altered; restore the database from a backup>"]
+    payload = e["payload"]
+    if e["kind"] == "summary" and isinstance(payload, dict) and isinstance(payload.get("text"), str):
+        prov = payload.get("provenance") or {}
+        source = prov.get("source") or {}
+        provenance = (f"provenance: job {prov.get('job')}, model {prov.get('model') or 'not recorded'}, "
+                      f"{source.get('count')} source events")
+        body = [f"         {line}" for line in payload["text"].splitlines() or [""]]
+        return [head + _summary_title(e, source), *body, f"         {provenance}"]
+    covered = f"   [replaced by Summary #{e['covered_by']}]" if e.get("covered_by") else ""
+    return [head + json.dumps(payload, ensure_ascii=False)[:200] + covered]
+
+
+def _summary_title(e: dict, source: dict) -> str:
+    """What a Summary replaces: in the replay view everything through its covered seq (through its base Summary);
+    in the raw history its own range, its base and its state."""
+    if "summary" not in e:
+        return f"Summary of #1-#{source.get('through_seq')}"
+    record = e["summary"]
+    if record is None:
+        return "Summary without a provenance record: the database was altered; restore it from a backup"
+    base = f" and Summary #{record['base_seq']}" if record["base_seq"] is not None else ""
+    state = {"compacted again": f"compacted again by #{record['replaced_by']}",
+             "reverted": f"reverted {_when(record['reverted_at'])}"}.get(record["state"], record["state"])
+    return f"Summary of #{record['first_seq']}-#{record['through_seq']}{base} ({state})"
+
+
+def _raw_dict(r: RawEvent) -> dict:
+    """An event of the raw history: `_event_dict` plus the seq of the Summary covering it and a Summary's record."""
+    return {**_event_dict(r.event), "covered_by": r.covered_by,
+            "summary": None if r.summary is None else dataclasses.asdict(r.summary)}
 
 
 def _event_dict(e: Event) -> dict:

@@ -6,7 +6,8 @@ Its behaviour comes from the EMELEX_FAKE_PLUGIN environment variable (JSON):
 "mode" is "ok", "fail" (summarizer and distiller raise), "slow" (they write
 the "started" file, then wait until killed), "overlong" (a Summary over
 budget) or "go-live" (the summarizer takes the Session's lease, as a chat
-resuming mid-job would); "record" names a file each run appends its job ID to.
+resuming mid-job would); "record" names a file each run appends its job ID to;
+"window" sets the binding's context window (default 4096).
 With "chat": N the summarizer and distiller first call the binding's `chat`,
 which generates N tokens, reporting each through `on_token` (waiting "delay"
 seconds before each, if given) unless "legacy" makes it a binding without
@@ -32,7 +33,7 @@ def _options() -> dict:
 
 
 class FakeBinding:
-    """A ModelBinding that needs no weights: 4 characters per token, a fixed window, canned answers."""
+    """A ModelBinding that needs no weights: 4 characters per token, a set window, canned answers."""
 
     def __init__(self, model) -> None:
         self.model = model
@@ -40,7 +41,7 @@ class FakeBinding:
 
     @property
     def context_window(self) -> int:
-        return 4096
+        return _options().get("window", 4096)
 
     def count_tokens(self, text: str) -> int:
         return (len(text) + 3) // 4

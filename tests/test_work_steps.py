@@ -1,0 +1,143 @@
+"""A Session far past the model's window compacts in steps through the real worker pipeline (`emelex memory
+compact`, then the `Worker` behind `emelex memory work`), each job's source within what the summarizer can read; a
+job that failed for size is planned again as one that fits.
+
+The fake plugin's binding stands in for the default model: an 8192-token window (SmolLM2-135M's) and a
+deterministic tokenizer of 4 characters per token; every setting is the default. The summarizer quotes the
+source's last sentence verbatim, as an extractive summarizer would, so the worker's output checks accept it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_memory.compaction_policy import PROMPT_RESERVE_TOKENS
+from emelex_workers.cli import app
+from emelex_workers.hookspecs import hookimpl
+from emelex_workers.plugin_api import Summarizer
+from emelex_workers.plugins import PluginInfo, get_plugin_manager
+from emelex_workers.work import work
+
+from .test_work import env  # noqa: F401 - the fake model and plugin of the worker tests
+from .test_work_planning import fake_tokens, view_tokens
+
+WINDOW = 8192
+TARGET = WINDOW // 2
+
+
+@pytest.fixture
+def wide(env: Settings, monkeypatch) -> Settings:  # noqa: F811
+    """The fake binding with the default model's 8192-token window."""
+    monkeypatch.setenv("EMELEX_FAKE_PLUGIN", json.dumps({"window": WINDOW}))
+    return env
+
+
+TOPICS = ("the lease table", "the asset folder", "the retry schedule", "the worker loop", "the plugin manager")
+
+
+def long_session(store: MemoryStore, workspace: Path, turns: int = 150) -> str:
+    """`turns` turns of about 84 fake tokens each: 150 of them are about 1.5 windows."""
+    session = store.create_session(workspace)
+    with store.acquire_lease(session.id, workspace) as lease:
+        lease.replay()
+        for i in range(turns):
+            topic = TOPICS[i % len(TOPICS)]
+            question = (f"Turn {i}: what should change in {topic} so that module m{i} keeps working when the disk "
+                        f"is slow and the database stays busy for {i % 7 + 1} seconds?")
+            answer = (f"Module m{i} should retry {i % 4 + 2} times with backoff, log each attempt, and give up "
+                      f"with a typed error naming the fix; tests/test_m{i}.py covers it.")
+            lease.append_turn([NewEvent("user", {"text": question}), NewEvent("assistant", {"text": answer})])
+        lease.release()
+    return session.id
+
+
+class Quoting:
+    """The summarizer "quoting": the text of the source's last event, verbatim."""
+
+    @hookimpl
+    def register_summarizers(self, register) -> None:
+        register(Summarizer("quoting", lambda request: request.events[-1].payload["text"]))
+
+
+def run_worker(settings: Settings):
+    """One run of the worker on compaction jobs, as `emelex memory work --kind compaction` runs it, summarizing
+    with "quoting"."""
+    settings = settings.model_copy(update={"summarizer": "quoting"})
+    pm = get_plugin_manager(settings)
+    pm.add_plugin(Quoting(), PluginInfo("quoting", "test", "0", "test", False))
+    with MemoryStore.open(settings) as store:
+        return work(store, settings, pm=pm, kinds=("compaction",))
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, ["memory", *args])
+
+
+def compaction_jobs(store: MemoryStore, sid: str):
+    """The Session's compaction jobs, oldest first."""
+    return sorted(store.list_jobs(kind="compaction", session_id=sid).jobs, key=lambda j: (j.created_at, j.id))
+
+
+def assert_fits(store: MemoryStore, job) -> None:
+    """The job's source, counted with the model's tokenizer, fits the window beside its Summary and the prompt."""
+    tokens = sum(map(fake_tokens, store.read_compaction_source(job)))
+    budget = job.source["summary_budget_tokens"]
+    assert tokens == job.source["source_tokens"] <= job.source["max_source_tokens"]
+    assert tokens + budget + PROMPT_RESERVE_TOKENS <= WINDOW
+
+
+def test_a_150_turn_session_past_the_window_compacts_in_a_few_steps_that_each_fit(wide: Settings, workspace):
+    with MemoryStore.open(wide) as store:
+        sid = long_session(store, workspace)
+        assert view_tokens(store, sid, fake_tokens) > 1.5 * WINDOW
+    planned = run("compact", sid, "--json")
+    assert planned.exit_code == 0, planned.output
+    data = json.loads(planned.output)
+    first = data["job"]["source"]
+    assert data["created"] and data["plan"]["context_window"] == WINDOW
+    assert first["goal_through_seq"] > first["through_seq"]  # a step: the whole prefix would not fit
+    assert "further steps" in data["reason"]
+
+    report = run_worker(wide)
+    with MemoryStore.open(wide) as store:
+        jobs = compaction_jobs(store, sid)
+        assert 2 <= len(jobs) <= 4 and {j.state for j in jobs} == {"done"}, report.jobs
+        assert report.counts["done"] == len(jobs) == report.claimed  # one run took every step
+        for job in jobs:
+            assert_fits(store, job)
+        for earlier, later in zip(jobs, jobs[1:]):  # each step summarizes the previous Summary plus the next slice
+            assert later.source["base_summary_id"] == earlier.result["summary_event_id"]
+            assert earlier.result["next_job"] == later.id
+        assert jobs[-1].source["through_seq"] == first["goal_through_seq"]
+        view = store.replay(sid).events  # verifies the newest Summary's provenance
+        assert view[0].kind == "summary" and view[0].id == jobs[-1].result["summary_event_id"]
+        assert view_tokens(store, sid, fake_tokens) <= TARGET
+
+
+def test_compact_after_a_job_failed_for_size_plans_a_new_job_that_fits(wide: Settings, workspace) -> None:
+    with MemoryStore.open(wide) as store:
+        sid = long_session(store, workspace)
+    oversized = json.loads(run("compact", sid, "--context-window", "65536", "--force", "--json").output)
+    assert oversized["created"]
+    failed = run("work", "--kind", "compaction", "--json")
+    assert failed.exit_code == 3
+    with MemoryStore.open(wide) as store:
+        job = store.get_job(oversized["job"]["id"])
+    assert job.state == "failed"
+    message = job.diagnostics[-1].message
+    assert "SourceTooLargeError" in message and f"emelex memory compact {sid}" in message
+
+    again = json.loads(run("compact", sid, "--json").output)
+    assert again["created"] and again["job"]["id"] != job.id
+    assert run_worker(wide).counts["retrying"] == 0
+    with MemoryStore.open(wide) as store:
+        done = [j for j in compaction_jobs(store, sid) if j.id != job.id]
+        assert done and {j.state for j in done} == {"done"}
+        for step in done:
+            assert_fits(store, step)
+        assert view_tokens(store, sid, fake_tokens) <= TARGET
