@@ -115,6 +115,8 @@ READ_ONLY = [
     ["memory", "assets", "show", "a" * 64],
     ["memory", "assets", "verify"],
     ["memory", "maintain"],
+    ["memory", "workspaces", "list"],
+    ["memory", "workspaces", "rebind", "1", ".", "--yes"],
 ]
 
 

@@ -37,7 +37,7 @@ def workspaces_list(
 ) -> None:
     """List known workspaces: ID, whether the path still is that directory (present), another one (replaced) or
     nothing (missing), and their Session and live Knowledge counts."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         page = store.list_workspaces(cursor=cursor, limit=limit)
     echo_page("workspaces", page.workspaces, page.next_cursor, as_json,
               as_dict=dataclasses.asdict, line=_line, empty="no known workspaces")
@@ -53,7 +53,7 @@ def workspaces_rebind(
 ) -> None:
     """Make DIRECTORY workspace WORKSPACE_ID: its Sessions resume and its Knowledge is recalled there. Recorded with
     who, when and both identities. Refused while one of its Sessions is leased or DIRECTORY is another workspace."""
-    with MemoryStore.open(_settings(ctx)) as store:
+    with MemoryStore.open(_settings(ctx), create=False) as store:
         r = store.rebind_workspace(workspace_id, directory, confirm=yes)
     if as_json:
         typer.echo(json.dumps(dataclasses.asdict(r)))
