@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 
 from .errors import (
     ConfirmationRequiredError,
+    EmelexError,
     InvalidInputError,
     LeaseHeldError,
     WorkspaceConflictError,
-    WorkspaceError,
     WorkspaceMissingError,
     WorkspaceNotFoundError,
 )
@@ -46,7 +46,8 @@ class WorkspaceInfo:
 
     `status` is "present" (the path names this very directory), "replaced"
     (the path names another directory), "missing" (nothing there: deleted, or
-    renamed and not used since), "unreadable" (the path cannot be opened) or
+    renamed and not used since), "unreadable" (the path cannot be inspected:
+    a symlink loop, access denied, an I/O error) or
     "unknown" (no path was ever recorded: Knowledge migrated from a store
     whose Sessions were gone). `knowledge` counts live entries, `rebinds` the
     audited rebinds so far.
@@ -98,7 +99,7 @@ def _status(row: tuple) -> str:
         found = WorkspaceIdentity.inspect(row[1])
     except WorkspaceMissingError:
         return "missing"
-    except WorkspaceError:
+    except EmelexError:  # a symlink loop, denied access, an I/O error: the path cannot tell
         return "unreadable"
     return "present" if found.same_directory(identity_of(row)) else "replaced"
 

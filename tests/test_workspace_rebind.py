@@ -123,3 +123,24 @@ def test_workspace_pages_are_bounded_and_use_a_cursor(store: MemoryStore, tmp_pa
             store.list_workspaces(cursor=bad)
     with pytest.raises(InvalidInputError):
         store.list_workspaces(max_bytes=100)
+
+
+def test_a_workspace_whose_path_cannot_be_inspected_is_listed_as_unreadable(
+    store: MemoryStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looping, denied, fine = (tmp_path / name for name in ("looping", "denied", "fine"))
+    for directory in (looping, denied, fine):
+        directory.mkdir()
+        store.create_session(directory)
+    looping.rmdir()
+    looping.symlink_to(looping)  # `rmdir ws; ln -s ws ws`: ELOOP, an InsecurePathError
+    real_open = os.open
+
+    def deny(path, *args, **kwargs):  # root passes any permission check, so EACCES is injected
+        if str(path) == str(denied):
+            raise PermissionError(13, os.strerror(13), path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", deny)
+    listed = [(w.path, w.status) for w in store.list_workspaces().workspaces]
+    assert listed == [(str(looping), "unreadable"), (str(denied), "unreadable"), (str(fine), "present")]
