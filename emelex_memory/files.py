@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import InsecurePathError
+from .errors import FileSystemError, InsecurePathError
 from .io_errors import file_error
 
 PRIVATE_FILE_MODE = 0o600
@@ -20,6 +20,18 @@ PRIVATE_DIR_MODE = 0o700
 def describe_mode(st: os.stat_result) -> str:
     """Return a mode like `0600` for messages and reports."""
     return f"{stat.S_IMODE(st.st_mode):04o}"
+
+
+def absolute(path: str | os.PathLike[str], *, what: str) -> Path:
+    """`path` made absolute (not resolved); a relative `path` whose current directory was deleted raises
+    `FileSystemError` saying so."""
+    try:
+        return Path(os.path.abspath(path))
+    except FileNotFoundError:  # os.getcwd()
+        raise FileSystemError(
+            f"the current directory was deleted, so the relative {what} path {os.fsdecode(path)!r} names nothing; "
+            "cd into an existing directory or pass an absolute path"
+        ) from None
 
 
 def check_no_symlinks(path: Path, *, what: str, fix: str) -> None:
@@ -166,7 +178,10 @@ def open_private_file(path: Path, flags: int) -> int:
     try:
         if created:
             fsync_dir(path.parent)
-        st = os.fstat(fd)
+        try:
+            st = os.fstat(fd)
+        except OSError as exc:
+            raise file_error(exc, path, "inspecting it") from exc
         if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):
             raise InsecurePathError(f"{path} is not a regular file owned by you: remove it")
         if stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:

@@ -38,7 +38,7 @@ from .errors import (
     WorkspaceMissingError,
     WorkspaceReplacedError,
 )
-from .io_errors import commit_unknown
+from .io_errors import commit_unknown, file_error
 from .sessions import WorkspaceIdentity, rebind_advice
 from .transcript import AppendedTurn, Event, NewEvent, ReplayPage, encode_turn, media_of
 
@@ -245,11 +245,13 @@ class SessionLease:
             raise LeaseExpiredError(f"the lease on Session {self.session_id} expired; acquire a new one and replay")
         try:
             st = os.stat(self.workspace.path)
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):
             raise WorkspaceMissingError(
                 f"workspace {self.workspace.path} of Session {self.session_id} is gone or was renamed; "
                 "release this lease, then acquire a new one with the directory's current path"
             ) from None
+        except OSError as exc:
+            raise file_error(exc, self.workspace.path, "checking the workspace") from exc
         if (st.st_dev, st.st_ino) != self._dev_ino or row[:5] != self._bound or self._pin is None:
             self._recheck_workspace(row, st)
         return now

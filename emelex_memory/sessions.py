@@ -56,7 +56,7 @@ class WorkspaceIdentity:
         The identity is read from the descriptor, so it is the identity of the
         directory opened, whatever happens to the path meanwhile.
         """
-        canonical = os.path.realpath(path)
+        canonical = _resolve(path)
         fd = _open_directory(path, canonical)
         try:
             st = os.fstat(fd)
@@ -77,6 +77,19 @@ class WorkspaceIdentity:
             and (self.generation is None or other.generation is None or self.generation == other.generation)
             and (self.birth_ns is None or other.birth_ns is None or self.birth_ns == other.birth_ns)
         )
+
+
+def _resolve(path: str | os.PathLike[str]) -> str:
+    """The canonical absolute path of `path`; a relative one needs the current directory, which may be gone."""
+    try:
+        return os.path.realpath(path)
+    except FileNotFoundError:  # os.getcwd(): the current directory was removed
+        raise WorkspaceMissingError(
+            f"the current directory was deleted, so the workspace path {os.fsdecode(path)!r} names nothing; "
+            "cd into the workspace directory (or pass its absolute path) and retry"
+        ) from None
+    except OSError as exc:
+        raise file_error(exc, path, "resolving the workspace path") from exc
 
 
 def _open_directory(path: str | os.PathLike[str], canonical: str) -> int:

@@ -20,7 +20,7 @@ from .deletion import DeletionMixin
 from .directories import Directory
 from .distillation import DistillationMixin
 from .errors import EmelexError, InvalidInputError, LeaseHeldError, SessionNotFoundError, WorkspaceReplacedError
-from .files import check_home, check_no_symlinks, check_private_dir, ensure_private_dir
+from .files import absolute, check_home, check_no_symlinks, check_private_dir, ensure_private_dir
 from .io_errors import IO_ERRORS, commit_unknown, detail_of, sqlite_error
 from .knowledge import KnowledgeMixin
 from .leases import SessionLease, holder_label, new_token, token_digest
@@ -231,7 +231,7 @@ class MemoryStore(
         With `create=False` a missing store raises `NoStoreError` and nothing is created.
         """
         settings = settings or Settings()
-        path = Path(os.path.abspath(path))
+        path = absolute(path, what="database")
         _check_database_path(path)
         conn = open_database(
             path, busy_timeout_ms=settings.busy_timeout_ms, evidence=(asset_dir_for(path),), create=create
@@ -260,7 +260,7 @@ class MemoryStore(
         leftover WAL/SHM files and the old asset folder aside (never deleting
         them) and returns where they went.
         """
-        path = Path(os.path.abspath(path))
+        path = absolute(path, what="database")
         _check_database_path(path)
         return reinitialize_database(path, confirm=confirm, asset_dir=asset_dir_for(path))
 
