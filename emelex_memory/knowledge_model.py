@@ -203,6 +203,7 @@ def validate_source(source: object) -> KnowledgeSource | None:
         raise InvalidKnowledgeError(f"provenance must be a KnowledgeSource, got {type(source).__name__}")
     if not isinstance(source.session_id, str) or not 1 <= len(source.session_id) <= 64:
         raise InvalidKnowledgeError("provenance needs the source Session ID")
+    _utf8(source.session_id, "the provenance Session ID")
     for name in ("first_seq", "last_seq"):
         value = getattr(source, name)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SQL_INT:

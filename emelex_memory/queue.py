@@ -56,6 +56,7 @@ from .io_errors import commit_unknown
 from .job_claim import JobClaim
 from .leases import holder_label
 from .retry import RETRY_SCHEDULE
+from .utf8 import check_utf8, is_utf8
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -192,6 +193,8 @@ class JobQueueMixin:
         """
         if state is not None and state not in STATES:
             raise InvalidInputError(f"job state must be one of {', '.join(STATES)}, got {state!r}")
+        check_utf8(kind, "the job kind")
+        check_utf8(session_id, "the Session ID")
         where, params = [], []
         if state is not None:
             where.append("j.state = ?")
@@ -246,7 +249,9 @@ class JobQueueMixin:
         return JobPage(jobs, str(last[0]) if more and last else None)
 
     def _job_row(self: MemoryStore, conn: apsw.Connection, job_id: str) -> tuple:
-        row = conn.execute(f"SELECT {JOB_COLUMNS} FROM {JOB_FROM} WHERE j.uuid = ?", (job_id,)).fetchone()
+        row = None
+        if is_utf8(job_id):  # a non-UTF-8 ID (from the command line) names no job and cannot be bound
+            row = conn.execute(f"SELECT {JOB_COLUMNS} FROM {JOB_FROM} WHERE j.uuid = ?", (job_id,)).fetchone()
         if row is None:
             raise JobNotFoundError(f"no job {job_id!r}; list them with `emelex memory jobs list`")
         return row

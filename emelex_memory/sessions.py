@@ -21,6 +21,7 @@ from pathlib import Path
 from .dir_identity import birth_ns, generation
 from .errors import InsecurePathError, WorkspaceMissingError, WorkspaceReplacedError
 from .io_errors import file_error
+from .utf8 import utf8_path
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _PATH_FLAGS = getattr(os, "O_PATH", 0)  # Linux: a descriptor that needs no read permission (no ioctl on it, though)
@@ -80,9 +81,10 @@ class WorkspaceIdentity:
 
 
 def _resolve(path: str | os.PathLike[str]) -> str:
-    """The canonical absolute path of `path`; a relative one needs the current directory, which may be gone."""
+    """The canonical absolute path of `path` as text; a relative one needs the current directory, which may be gone,
+    and one that is not valid UTF-8 cannot be stored (`InvalidInputError`)."""
     try:
-        return os.path.realpath(path)
+        resolved = os.path.realpath(path)
     except FileNotFoundError:  # os.getcwd(): the current directory was removed
         raise WorkspaceMissingError(
             f"the current directory was deleted, so the workspace path {os.fsdecode(path)!r} names nothing; "
@@ -90,6 +92,7 @@ def _resolve(path: str | os.PathLike[str]) -> str:
         ) from None
     except OSError as exc:
         raise file_error(exc, path, "resolving the workspace path") from exc
+    return utf8_path(resolved)
 
 
 def _open_directory(path: str | os.PathLike[str], canonical: str) -> int:

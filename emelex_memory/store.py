@@ -32,6 +32,7 @@ from .sessions import SESSION_COLUMNS, Session, WorkspaceIdentity, not_the_works
 from .settings import Settings
 from .summaries import read_view_page
 from .transcript import ReplayPage
+from .utf8 import check_utf8, is_utf8
 from .workspace_admin import WorkspaceAdminMixin
 from .workspaces import WORKSPACE_COLUMNS, identity_of, register_workspace, settle_workspace
 
@@ -304,7 +305,9 @@ class MemoryStore(
         return limit, max_bytes
 
     def _session_rowid(self, conn: apsw.Connection, session_id: str) -> int:
-        row = conn.execute("SELECT id FROM sessions WHERE uuid = ?", (session_id,)).fetchone()
+        row = None
+        if is_utf8(session_id):  # a non-UTF-8 ID (from the command line) names no Session and cannot be bound
+            row = conn.execute("SELECT id FROM sessions WHERE uuid = ?", (session_id,)).fetchone()
         if row is None:
             raise SessionNotFoundError(f"no Session {session_id!r}; list them with `emelex memory sessions list`")
         return row[0]
@@ -316,6 +319,7 @@ class MemoryStore(
         one recorded with its identity (see `WorkspaceIdentity`)."""
         if title is not None and (not isinstance(title, str) or len(title) > 512):
             raise InvalidInputError("a Session title must be a string of at most 512 characters")
+        check_utf8(title, "the Session title")
         found = WorkspaceIdentity.inspect(workspace)
         now = self.clock()
         session_id = str(uuid.uuid4())
@@ -329,8 +333,10 @@ class MemoryStore(
 
     def get_session(self, session_id: str) -> Session:
         """Return a snapshot of one Session; raise `SessionNotFoundError` if there is none."""
-        with self._read() as conn:
-            row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM session_heads WHERE uuid = ?", (session_id,)).fetchone()
+        row = None
+        if is_utf8(session_id):
+            with self._read() as conn:
+                row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM session_heads WHERE uuid = ?", (session_id,)).fetchone()
         if row is None:
             raise SessionNotFoundError(f"no Session {session_id!r}; list them with `emelex memory sessions list`")
         return session_from_row(row)
