@@ -48,12 +48,12 @@ if TYPE_CHECKING:
 MAX_FAILURE_CHARS = 2000
 T = TypeVar("T")
 
-# What an append re-checks, in one statement: the workspace identity, the lease, and the head (newest seq, turn,
-# byte_end and media_end, all None for an empty Session) read from the Session's newest event.
+# What an append re-checks, in one statement: the Session's workspace and the epoch of its row (m010: every change of
+# the workspace row bumps it, so equal numbers mean the row the lease verified is unchanged), the lease, and the head
+# (newest seq, turn, byte_end and media_end, all None for an empty Session) read from the Session's newest event.
 _AUTHORITY_SQL = (
-    "SELECT w.path, w.device, w.inode, w.generation, w.birth_ns, l.token_hash, l.state, l.expires_at, "
-    "e.seq, e.turn, e.byte_end, e.media_end FROM sessions s JOIN workspaces w ON w.id = s.workspace_id "
-    "JOIN session_leases l ON l.session_id = s.id "
+    "SELECT s.workspace_id, s.workspace_epoch, l.token_hash, l.state, l.expires_at, e.seq, e.turn, e.byte_end, "
+    "e.media_end FROM sessions s JOIN session_leases l ON l.session_id = s.id "
     "LEFT JOIN events e ON e.id = (SELECT id FROM events WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) "
     "WHERE s.id = ?1"
 )
@@ -90,6 +90,7 @@ class SessionLease:
         expires_at: float,
         workspace: WorkspaceIdentity,
         workspace_id: int,
+        epoch: int,
         pin: int,
     ) -> None:
         self._store = store
@@ -104,7 +105,8 @@ class SessionLease:
         # cannot be handed to a new directory, and a path that still has this device/inode still names it.
         self._pin: int | None = pin
         self._dev_ino = (workspace.device, workspace.inode)
-        self._bound = (workspace.path, workspace.device, workspace.inode, workspace.generation, workspace.birth_ns)
+        self._path = workspace.path
+        self._epoch = epoch  # the Session's workspace_epoch when the lease verified the workspace row
         self._cursor = 0
         self._replayed = False
         self._ended = False
@@ -193,29 +195,37 @@ class SessionLease:
         events = list(events)
         encoded = encode_turn(events, self._store.settings)
         linked = turn_assets(events)
-        media = {position: sum(ref.size for ref in refs) for position, refs in linked}
+        media = {position: sum(ref.size for ref in refs) for position, refs in linked} if linked else None
         store = self._store
         rowid = self._rowid
         try:
             with store._write() as conn:
                 row = conn.execute(_AUTHORITY_SQL, (rowid,)).fetchone()
                 now = self._check_authority(row)
-                last_seq = row[8] or 0
+                last_seq = row[5] or 0
                 if last_seq != expected:
                     raise StaleCursorError(
                         f"Session {self.session_id} is at seq {last_seq} but the caller last saw {expected}; "
                         "replay from your cursor and retry"
                     )
-                turn = (row[9] or 0) + 1
-                byte_end = row[10] or 0
-                media_end = row[11] or 0
+                turn = (row[6] or 0) + 1
+                byte_end = row[7] or 0
+                media_end = row[8] or 0
+                rows = []
                 if media:
                     check_view_media(conn, rowid, media_end + sum(media.values()), self.session_id)
-                rows = []
-                for i, e in enumerate(encoded):
-                    byte_end += e.size
-                    media_end += media.get(i, 0)
-                    rows.append((rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now))
+                    for i, e in enumerate(encoded):
+                        byte_end += e.size
+                        media_end += media.get(i, 0)
+                        rows.append(
+                            (rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now)
+                        )
+                else:  # no media: every event carries the Session's media_end unchanged
+                    for i, e in enumerate(encoded):
+                        byte_end += e.size
+                        rows.append(
+                            (rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now)
+                        )
                 conn.executemany(_INSERT_SQL, rows)
                 # Rowids of an INTEGER PRIMARY KEY are max + 1, so under our write lock the turn's IDs are consecutive.
                 last_id = conn.last_insert_rowid()
@@ -232,27 +242,29 @@ class SessionLease:
             ) from exc.__cause__
         new_seq = last_seq + len(rows)
         self._cursor = new_seq
-        self._media += sum(media.values())
+        if media:
+            self._media += sum(media.values())
         return AppendedTurn(turn, last_seq + 1, new_seq, ids)
 
     def _check_authority(self, row: tuple | None) -> float:
         """Inside a write transaction: verify the lease token and expiry, and the workspace, of an `_AUTHORITY_SQL`
         row (None when the Session or its lease row is gone); return the store's time."""
         now = self._store.clock()
-        if row is None or row[5] != self._digest or row[6] != "active":
+        if row is None or row[2] != self._digest or row[3] != "active":
             raise LeaseLostError(f"this lease on Session {self.session_id} is no longer held; acquire a new one")
-        if row[7] <= now:
+        if row[4] <= now:
             raise LeaseExpiredError(f"the lease on Session {self.session_id} expired; acquire a new one and replay")
         try:
-            st = os.stat(self.workspace.path)
+            st = os.stat(self._path)
         except (FileNotFoundError, NotADirectoryError):
             raise WorkspaceMissingError(
-                f"workspace {self.workspace.path} of Session {self.session_id} is gone or was renamed; "
+                f"workspace {self._path} of Session {self.session_id} is gone or was renamed; "
                 "release this lease, then acquire a new one with the directory's current path"
             ) from None
         except OSError as exc:
-            raise file_error(exc, self.workspace.path, "checking the workspace") from exc
-        if (st.st_dev, st.st_ino) != self._dev_ino or row[:5] != self._bound or self._pin is None:
+            raise file_error(exc, self._path, "checking the workspace") from exc
+        if (st.st_dev, st.st_ino) != self._dev_ino or row[1] != self._epoch or row[0] != self.workspace_id \
+                or self._pin is None:
             self._recheck_workspace(row, st)
         return now
 
@@ -260,7 +272,7 @@ class SessionLease:
         """The slow path of `_check_authority`: raise unless the workspace is unchanged. Without the pinned
         directory (the lease was closed but is still active), the identity is read afresh."""
         ws = self.workspace
-        if row[:5] != self._bound:
+        if (row[0], row[1]) != (self.workspace_id, self._epoch):
             raise WorkspaceReplacedError(
                 f"workspace {self.workspace_id} of Session {self.session_id} was moved or rebound since this lease "
                 "was taken; nothing was written; release this lease and acquire a new one"

@@ -414,6 +414,7 @@ class MemoryStore(
                     "wait for it to finish or expire"
                 )
             ident = settle_workspace(conn, row, found)
+            epoch = conn.execute("SELECT workspace_epoch FROM sessions WHERE id = ?", (rowid,)).fetchone()[0]
             conn.execute(
                 "INSERT INTO session_leases (session_id, token_hash, holder, state, acquired_at, expires_at) "
                 "VALUES (?, ?, ?, 'active', ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
@@ -421,7 +422,7 @@ class MemoryStore(
                 "acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, ended_at = NULL, failure = NULL",
                 (rowid, token_digest(token), holder_label(), now, now + ttl),
             )
-        return SessionLease(self, rowid, session_id, token, now + ttl, ident, row[0], fd)
+        return SessionLease(self, rowid, session_id, token, now + ttl, ident, row[0], epoch, fd)
 
     def replay(
         self, session_id: str, after_seq: int = 0, *, limit: int | None = None, max_bytes: int | None = None

@@ -114,6 +114,19 @@ FROM sessions s JOIN workspaces w ON w.id = s.workspace_id
 LEFT JOIN events e ON e.id = (SELECT id FROM events WHERE session_id = s.id ORDER BY seq DESC LIMIT 1);
 """
 
+M010_WORKSPACE_EPOCHS = """
+-- A Session's workspace_epoch counts the changes of its workspace's row (a rename followed, a component recorded, a
+-- rebind), so that an append, which reads the Session row anyway, tells that the workspace its lease verified is
+-- unchanged from two integers, without reading the workspace row.
+ALTER TABLE sessions ADD COLUMN workspace_epoch INTEGER NOT NULL DEFAULT 0;
+CREATE TRIGGER workspace_changed AFTER UPDATE OF path, device, inode, generation, birth_ns ON workspaces
+WHEN OLD.path IS NOT NEW.path OR OLD.device IS NOT NEW.device OR OLD.inode IS NOT NEW.inode
+     OR OLD.generation IS NOT NEW.generation OR OLD.birth_ns IS NOT NEW.birth_ns
+BEGIN
+    UPDATE sessions SET workspace_epoch = workspace_epoch + 1 WHERE workspace_id = NEW.id;
+END;
+"""
+
 WORKSPACE_COLUMNS = "id, path, device, inode, generation, birth_ns"
 
 # The known workspace a directory is: device and inode equal, every further component known on both sides equal.

@@ -90,6 +90,30 @@ def test_a_replacement_under_a_live_lease_blocks_the_append(store: MemoryStore, 
     assert table_rows(store.path) == before
 
 
+def test_a_workspace_row_changed_under_a_live_lease_blocks_the_append(
+    store: MemoryStore, workspace: Path, tmp_path: Path
+) -> None:
+    session = store.create_session(workspace)
+    lease = store.acquire_lease(session.id, workspace)
+    lease.replay()
+    store.create_session(workspace)  # the same directory at the same path: the row is unchanged
+    lease.append_turn(turn())
+    elsewhere = tmp_path / "elsewhere"
+    workspace.rename(elsewhere)
+    store.create_session(elsewhere)  # the row follows the rename ...
+    elsewhere.rename(workspace)  # ... and the directory comes back: the path names the lease's directory again
+    before = table_rows(store.path)
+    for call in (lambda: lease.append_turn(turn()), lease.renew):
+        with pytest.raises(WorkspaceReplacedError, match="was moved or rebound since this lease was taken"):
+            call()
+    assert table_rows(store.path) == before
+    lease.release()
+    with store.acquire_lease(session.id, workspace) as again:  # a new lease verifies the row afresh
+        again.replay()
+        again.append_turn(turn())
+        again.release()
+
+
 def test_a_lease_that_let_go_of_its_directory_reads_the_identity_afresh(store: MemoryStore, workspace: Path) -> None:
     session = store.create_session(workspace)
     lease = store.acquire_lease(session.id, workspace)

@@ -78,8 +78,8 @@ def test_m008_moves_sessions_and_knowledge_onto_workspaces_and_keeps_every_row(d
         (2, "/gone", 77, 88, None, None, 5.0),
         (3, str(workspace.resolve()), dev, ino, None, None, 10.0),  # the path of its most recently active Session
     ]
-    assert sorted(after["sessions"]) == [(1, "s1", "old path", 3, 10.0, 11.0), (2, "s2", None, 3, 20.0, 21.0),
-                                         (3, "s3", "gone", 2, 5.0, 6.0)]
+    assert sorted(r[:6] for r in after["sessions"]) == [  # later steps may add columns
+        (1, "s1", "old path", 3, 10.0, 11.0), (2, "s2", None, 3, 20.0, 21.0), (3, "s3", "gone", 2, 5.0, 6.0)]
     assert sorted((r[0], r[1], r[2]) for r in after["knowledge"]) == [(1, 3, "build"), (2, 3, "old"), (3, 1, "orphan")]
     for table in ("knowledge_versions", "events", "session_leases", "jobs"):  # later steps may add columns
         assert [r[: len(before[table][0])] for r in after[table]] == before[table], table
