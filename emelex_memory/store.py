@@ -314,9 +314,16 @@ class MemoryStore(
 
     # -- Sessions ---------------------------------------------------------------
 
-    def create_session(self, workspace: str | os.PathLike[str], *, title: str | None = None) -> Session:
+    def create_session(
+        self, workspace: str | os.PathLike[str], *, title: str | None = None, new_workspace: bool = False
+    ) -> Session:
         """Create a Session in the canonical `workspace` directory: the known workspace that directory is, or a new
-        one recorded with its identity (see `WorkspaceIdentity`)."""
+        one recorded with its identity (see `WorkspaceIdentity`).
+
+        A directory at the path where another known workspace was last seen
+        (a re-clone, say) raises `WorkspaceReplacedError` naming the rebind
+        command, unless `new_workspace` says it is a new, unrelated workspace.
+        """
         if title is not None and (not isinstance(title, str) or len(title) > 512):
             raise InvalidInputError("a Session title must be a string of at most 512 characters")
         check_utf8(title, "the Session title")
@@ -324,7 +331,7 @@ class MemoryStore(
         now = self.clock()
         session_id = str(uuid.uuid4())
         with self._write() as conn:
-            workspace_id, ident = register_workspace(conn, found, now)
+            workspace_id, ident = register_workspace(conn, found, now, new_workspace=new_workspace)
             conn.execute(
                 "INSERT INTO sessions (uuid, title, workspace_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
                 (session_id, title, workspace_id, now, now),

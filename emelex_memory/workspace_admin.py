@@ -38,6 +38,12 @@ _COUNTS_SQL = (
     "(SELECT count(*) FROM knowledge WHERE workspace_id = ?1 AND tombstoned_at IS NULL), "
     "(SELECT count(*) FROM workspace_rebinds WHERE workspace_id = ?1)"
 )
+# Whether anything at all belongs to a workspace: a Session, a Knowledge entry (forgotten ones too) or a rebind record.
+_USED_SQL = (
+    "SELECT EXISTS (SELECT 1 FROM sessions WHERE workspace_id = ?1) "
+    "OR EXISTS (SELECT 1 FROM knowledge WHERE workspace_id = ?1) "
+    "OR EXISTS (SELECT 1 FROM workspace_rebinds WHERE workspace_id = ?1)"
+)
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,8 @@ class WorkspacePage:
 class WorkspaceRebind:
     """The audit record of one rebind: the workspace, its identity before (`old_path` None if never seen) and
     after, who made it (`user@host pid N`) and when. `changed` is False when the directory already was the
-    workspace, in which case nothing was recorded."""
+    workspace, in which case nothing was recorded. `retired` is the ID of the empty workspace the directory was
+    until then (see `rebind_workspace`), or None."""
 
     workspace_id: int
     old_path: str | None
@@ -90,6 +97,7 @@ class WorkspaceRebind:
     rebound_by: str
     rebound_at: float
     changed: bool
+    retired: int | None = None
 
 
 def _status(row: tuple) -> str:
@@ -158,10 +166,14 @@ class WorkspaceAdminMixin:
 
         Needs `confirm=True`. Raises `WorkspaceNotFoundError` for an unknown ID,
         `WorkspaceMissingError` unless `directory` is a directory,
-        `WorkspaceConflictError` when it already is another known workspace,
-        `LeaseHeldError` while a live lease holds one of the workspace's
-        Sessions, and `ConfirmationRequiredError` without confirmation; each
-        changes nothing. Records the old and new identity, who and when in
+        `WorkspaceConflictError` when it already is another known workspace
+        that anything belongs to (a Session, a Knowledge entry, forgotten ones
+        too, or a rebind record), `LeaseHeldError` while a live lease holds
+        one of the workspace's Sessions, and `ConfirmationRequiredError`
+        without confirmation; each changes nothing. An other workspace that
+        nothing belongs to (left empty, say, after its only Session was
+        deleted) is retired: its row is deleted and its ID recorded with the
+        rebind. Records the old and new identity, who and when in
         `workspace_rebinds`. Rebinding to the directory the workspace already
         is changes nothing but following a rename and records nothing.
         """
@@ -175,12 +187,16 @@ class WorkspaceAdminMixin:
                     f"no workspace {workspace_id}; list them with `emelex memory workspaces list`"
                 )
             other = find_workspace(conn, found)
+            retired = None
             if other is not None and other[0] != workspace_id:
-                sessions, knowledge, _ = conn.execute(_COUNTS_SQL, (other[0],)).fetchone()
-                raise WorkspaceConflictError(
-                    f"{found.path} already is workspace {other[0]} ({sessions} Sessions, {knowledge} Knowledge "
-                    "entries); nothing was changed: pick another directory, or rebind that workspace elsewhere first"
-                )
+                if conn.execute(_USED_SQL, (other[0],)).fetchone()[0]:
+                    sessions, knowledge, _ = conn.execute(_COUNTS_SQL, (other[0],)).fetchone()
+                    raise WorkspaceConflictError(
+                        f"{found.path} already is workspace {other[0]} ({sessions} Sessions, {knowledge} live "
+                        "Knowledge entries); nothing was changed: pick another directory, or rebind that workspace "
+                        "elsewhere first"
+                    )
+                retired, other = other[0], None  # empty: the rebind retires it
             held = conn.execute(
                 "SELECT s.uuid, l.holder, l.expires_at FROM sessions s JOIN session_leases l ON l.session_id = s.id "
                 "WHERE s.workspace_id = ? AND l.state = 'active' AND l.expires_at > ? LIMIT 1",
@@ -199,15 +215,17 @@ class WorkspaceAdminMixin:
             if other is not None:  # already this workspace: at most a rename to follow
                 new = settle_workspace(conn, row, found)
                 return WorkspaceRebind(workspace_id, *row[1:], new, who, now, False)
+            if retired is not None:
+                conn.execute("DELETE FROM workspaces WHERE id = ?", (retired,))
             conn.execute(
                 "UPDATE workspaces SET path = ?, device = ?, inode = ?, generation = ?, birth_ns = ? WHERE id = ?",
                 (found.path, found.device, found.inode, found.generation, found.birth_ns, workspace_id),
             )
             conn.execute(
                 "INSERT INTO workspace_rebinds (workspace_id, old_path, old_device, old_inode, old_generation, "
-                "old_birth_ns, new_path, new_device, new_inode, new_generation, new_birth_ns, rebound_by, rebound_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "old_birth_ns, new_path, new_device, new_inode, new_generation, new_birth_ns, rebound_by, rebound_at, "
+                "retired_workspace_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (workspace_id, *row[1:], found.path, found.device, found.inode, found.generation, found.birth_ns,
-                 who, now),
+                 who, now, retired),
             )
-        return WorkspaceRebind(workspace_id, *row[1:], found, who, now, True)
+        return WorkspaceRebind(workspace_id, *row[1:], found, who, now, True, retired)

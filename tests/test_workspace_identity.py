@@ -138,15 +138,23 @@ def test_a_replacement_that_reuses_the_inode_does_not_see_the_old_knowledge(
     store.remember(workspace, "build", "make test")
     replace_reusing_inode(workspace)
     before = table_rows(store.path)
-    assert store.recall(workspace, include_tombstones=True).entries == []
+    hint = re.escape(rebind_hint(1, workspace))
+    for call in (store.recall, lambda w: store.knowledge_history(w, "build"), lambda w: store.remember(w, "k", "v"),
+                 store.create_session):
+        with pytest.raises(WorkspaceReplacedError, match=f"last seen at this path.*{hint}.*--new-workspace"):
+            call(workspace)
     for call in (store.get_knowledge, store.forget, store.pin, store.unpin):
-        with pytest.raises(KnowledgeNotFoundError):
+        with pytest.raises(WorkspaceReplacedError, match=hint):
             call(workspace, "build")
     with pytest.raises(WorkspaceReplacedError, match=r"workspaces rebind 1 .* --yes"):
         store.remember(old, "build", "overwritten")
     with pytest.raises(WorkspaceReplacedError, match="workspaces rebind 1 "):
         store.recall(old)
     assert table_rows(store.path) == before
+    store.remember(workspace, "lint", "ruff", new_workspace=True)  # said to be a new, unrelated workspace
+    assert [e.key for e in store.recall(workspace).entries] == ["lint"]
+    with pytest.raises(KnowledgeNotFoundError):
+        store.get_knowledge(workspace, "build")
 
 
 def test_a_replaced_workspace_fails_distillation_with_the_rebind_advice(store: MemoryStore, workspace: Path) -> None:

@@ -149,10 +149,14 @@ def knowledge_remember(
     content: Annotated[str, typer.Argument(help="What to remember under KEY (replaces the current content).")],
     workspace: WorkspaceOpt = Path("."),
     confidence: Annotated[float, typer.Option(help="Confidence between 0 and 1.")] = 1.0,
+    new_workspace: Annotated[bool, typer.Option(
+        "--new-workspace",
+        help="The directory is a new workspace, although another one was last seen at its path (not a re-clone).",
+    )] = False,
 ) -> None:
     """Remember or correct an entry: appends a new version."""
     with MemoryStore.open(_settings(ctx)) as store:
-        v = store.remember(workspace, key, content, confidence=confidence)
+        v = store.remember(workspace, key, content, confidence=confidence, new_workspace=new_workspace)
     typer.echo(f"{key}: version {v.version}")
 
 

@@ -58,7 +58,8 @@ def workspaces_rebind(
     if as_json:
         typer.echo(json.dumps(dataclasses.asdict(r)))
     elif r.changed:
+        retired = f"; the empty workspace {r.retired} it was until now is retired" if r.retired else ""
         typer.echo(f"workspace {r.workspace_id} is now {r.new.path} (was {r.old_path or 'unknown'}); "
-                   f"recorded as rebound by {r.rebound_by}")
+                   f"recorded as rebound by {r.rebound_by}{retired}")
     else:
         typer.echo(f"workspace {r.workspace_id} already is {r.new.path}; nothing to rebind")
