@@ -170,6 +170,7 @@ class MemoryStore(
 
     def __init__(self, conn: apsw.Connection, path: Path, settings: Settings, clock: Clock = time.time) -> None:
         """Wrap an already opened and migrated connection (closing it if this fails); use `open` or `open_path`.
+        (`doctor` also wraps a connection opened as it is, unmigrated, for its reads.)
 
         Opens the database's directory and keeps its descriptor until
         `close()`: asset files are reached through it, never by path.

@@ -156,6 +156,9 @@ def doctor(
     """Check Home, file modes, pragmas, connection settings, schema, integrity, transcripts, payloads and a bounded
     number of asset files; exit 1 when anything is wrong."""
     report = diagnose(_settings(ctx), max_asset_entries=max_assets)
+    if report.no_store and not as_json:  # nothing to check: one line, like every other command here
+        typer.echo(f"error: {report.checks[0].detail}", err=True)
+        raise typer.Exit(1)
     if as_json:
         checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks]
         typer.echo(json.dumps({"healthy": report.healthy, "checks": checks, "facts": report.facts}, default=str))
