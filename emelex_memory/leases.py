@@ -35,6 +35,7 @@ from .errors import (
     LeaseLostError,
     ReplayRequiredError,
     StaleCursorError,
+    StoreClosedError,
     WorkspaceMissingError,
     WorkspaceReplacedError,
 )
@@ -385,14 +386,17 @@ class SessionLease:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        """Release durably unless the lease already ended; a lease lost or expired meanwhile is no error here, and
-        while an exception propagates, a failed release never replaces it (expiry recovers authority then)."""
+        """Release durably unless the lease already ended; a lease lost or expired meanwhile is no error here, nor is
+        a store closed inside the block (then the release is best-effort, as `close()` makes it), and while an
+        exception propagates, a failed release never replaces it (expiry recovers authority then)."""
         if self._ended:
             return
         try:
             self.release()
         except (LeaseLostError, LeaseExpiredError):
             pass  # no longer held: there is nothing left to release
+        except StoreClosedError:
+            self.close()
         except Exception:
             if exc_type is None:
                 raise

@@ -19,7 +19,14 @@ from .cursors import check_position, cursor_float, cursor_int
 from .deletion import DeletionMixin
 from .directories import Directory
 from .distillation import DistillationMixin
-from .errors import EmelexError, InvalidInputError, LeaseHeldError, SessionNotFoundError, WorkspaceReplacedError
+from .errors import (
+    EmelexError,
+    InvalidInputError,
+    LeaseHeldError,
+    SessionNotFoundError,
+    StoreClosedError,
+    WorkspaceReplacedError,
+)
 from .files import absolute, check_home, check_no_symlinks, check_private_dir, ensure_private_dir
 from .io_errors import IO_ERRORS, commit_unknown, detail_of, sqlite_error
 from .knowledge import KnowledgeMixin
@@ -49,11 +56,16 @@ class SessionPage:
     next_cursor: str | None
 
 
+def _closed(path: Path) -> StoreClosedError:
+    return StoreClosedError(f"the store {path} was closed; open it again")
+
+
 class _ReadAccess:
     """`with store._read() as conn:` holds the store's lock around reads on its connection. One stateless
     instance per store serves every use, from any thread: a plain class rather than a generator context
     manager halves the fixed Python cost, which every replay page and queue transaction pays. An I/O-class
-    SQLite error leaving the block is raised as its typed error (`io_errors.sqlite_error`)."""
+    SQLite error leaving the block is raised as its typed error (`io_errors.sqlite_error`), and the one of a
+    closed store as `StoreClosedError`."""
 
     __slots__ = ("_lock", "_conn", "_path")
 
@@ -68,8 +80,11 @@ class _ReadAccess:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self._lock.release()
-        if exc_type is not None and issubclass(exc_type, IO_ERRORS):
-            raise sqlite_error(exc, self._path, "reading", self._conn) from exc  # type: ignore[arg-type]
+        if exc_type is not None:
+            if issubclass(exc_type, IO_ERRORS):
+                raise sqlite_error(exc, self._path, "reading", self._conn) from exc  # type: ignore[arg-type]
+            if issubclass(exc_type, apsw.ConnectionClosedError):
+                raise _closed(self._path) from None
 
 
 class _WriteTransaction(_ReadAccess):
@@ -96,6 +111,8 @@ class _WriteTransaction(_ReadAccess):
             self._lock.release()
             if isinstance(exc, IO_ERRORS):
                 raise sqlite_error(exc, self._path, "beginning a write", self._conn) from exc
+            if isinstance(exc, apsw.ConnectionClosedError):
+                raise _closed(self._path) from None
             raise
         self._depth += 1
         return conn
