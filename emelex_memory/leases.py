@@ -112,6 +112,7 @@ class SessionLease:
         self._replayed = False
         self._ended = False
         self._media = 0  # bytes of media in the replay view this holder has read (from the start) or appended
+        self._finish_unknown = False  # a `finish_session` of this lease raised CommitOutcomeUnknownError
 
     def __repr__(self) -> str:
         return f"<SessionLease session={self.session_id} expires_at={self.expires_at:.3f} ended={self._ended}>"
