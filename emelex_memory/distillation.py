@@ -38,7 +38,7 @@ from .errors import (
     WorkspaceReplacedError,
 )
 from .distillation_split import DistillationSplit, byte_budget, byte_ranges, complete_split, token_ranges
-from .io_errors import commit_unknown
+from .io_errors import restated
 from .job_sources import check_fields
 from .jobs import CompletionContext, Enqueued, Job, register_job_kind
 from .knowledge_model import (
@@ -353,8 +353,8 @@ class DistillationMixin:
             return lease._end_with("released", None, lambda conn: self.queue_distillation(lease.session_id))
         except CommitOutcomeUnknownError as exc:
             lease._finish_unknown = True
-            raise commit_unknown(
-                exc.detail, self.path, f"finishing Session {lease.session_id} (queue distillation, release)",
+            raise restated(
+                exc, self.path, f"finishing Session {lease.session_id} (queue distillation, release)",
                 "call finish_session(lease) again: it queues the distillation unless this commit did, and releases "
                 "the lease if it is still held",
             ) from exc.__cause__

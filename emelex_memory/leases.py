@@ -39,7 +39,7 @@ from .errors import (
     WorkspaceMissingError,
     WorkspaceReplacedError,
 )
-from .io_errors import commit_unknown, file_error
+from .io_errors import file_error, restated
 from .sessions import WorkspaceIdentity, rebind_advice
 from .transcript import AppendedTurn, Event, NewEvent, ReplayPage, encode_turn, media_of
 
@@ -237,8 +237,8 @@ class SessionLease:
                         link_turn_assets(conn, folder, rowid, last_seq + 1, linked, now)
         except CommitOutcomeUnknownError as exc:
             self._replayed = False  # the cursor check makes the retry safe once the holder has looked again
-            raise commit_unknown(
-                exc.detail, store.path, f"a turn to Session {self.session_id}",
+            raise restated(
+                exc, store.path, f"a turn to Session {self.session_id}",
                 f"replay this lease to the end, then append the turn again with expected_seq={expected} (a "
                 "StaleCursorError then means it was committed)",
             ) from exc.__cause__

@@ -52,7 +52,7 @@ from .jobs import (
     registered_kinds,
     stored_json,
 )
-from .io_errors import commit_unknown
+from .io_errors import restated
 from .job_claim import JobClaim
 from .leases import holder_label
 from .retry import RETRY_SCHEDULE
@@ -385,8 +385,8 @@ class JobQueueMixin:
                     conn.execute("UPDATE jobs SET result = ? WHERE id = ?", (text, claim._rowid))
         except CommitOutcomeUnknownError as exc:
             claim._unsure_at = now
-            raise commit_unknown(
-                exc.detail, self.path, f"the completion of job {claim.id}",
+            raise restated(
+                exc, self.path, f"the completion of job {claim.id}",
                 "call complete, fail or release on the claim again: it re-reads the job first and returns it when "
                 "that completion is durable (never completing it twice)",
             ) from exc.__cause__

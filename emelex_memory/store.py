@@ -20,6 +20,7 @@ from .deletion import DeletionMixin
 from .directories import Directory
 from .distillation import DistillationMixin
 from .errors import (
+    CommitOutcomeUnknownError,
     EmelexError,
     InvalidInputError,
     LeaseHeldError,
@@ -28,7 +29,7 @@ from .errors import (
     WorkspaceReplacedError,
 )
 from .files import absolute, check_home, check_no_symlinks, check_private_dir, ensure_private_dir
-from .io_errors import IO_ERRORS, commit_unknown, detail_of, sqlite_error
+from .io_errors import IO_ERRORS, commit_unknown, detail_of, failure_remedy, restated, sqlite_error
 from .knowledge import KnowledgeMixin
 from .leases import SessionLease, holder_label, new_token, token_digest
 from .model_refs import ModelRefMixin
@@ -164,7 +165,8 @@ class _WriteTransaction(_ReadAccess):
         if self._depth:  # a savepoint's release: the outermost block has not committed yet
             return sqlite_error(failure, self._path, "writing", self._conn)
         return commit_unknown(
-            detail_of(failure, self._conn), self._path, "a write", "re-read what it wrote before retrying it"
+            detail_of(failure, self._conn), self._path, "a write", "re-read what it wrote before retrying it",
+            failure_remedy(failure),
         )
 
 
@@ -413,6 +415,14 @@ class MemoryStore(
         found, fd = WorkspaceIdentity.open(workspace)
         try:
             return self._acquire_lease(session_id, found, fd, ttl)
+        except CommitOutcomeUnknownError as exc:
+            os.close(fd)
+            raise restated(
+                exc, self.path, f"a lease on Session {session_id}",
+                f"if it is durable, its token never reached you and the Session stays leased until it expires (at "
+                f"most {ttl:g}s); acquire it again: a LeaseHeldError then means it was, and acquiring succeeds once "
+                "that lease has expired",
+            ) from exc.__cause__
         except BaseException:
             os.close(fd)
             raise

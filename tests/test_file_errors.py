@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,8 +23,10 @@ from emelex_memory import (
     FileAccessDeniedError,
     InsecurePathError,
     MemoryStore,
+    NewEvent,
     PathTooLongError,
     ReadOnlyLocationError,
+    SessionNotFoundError,
     Settings,
     StoreIOError,
 )
@@ -199,11 +202,34 @@ def test_a_denied_unlink_while_collecting_names_the_asset_file_and_leaves_no_ent
         os_fault("unlink", errno.EACCES, under=store.asset_dir / ref.digest)
         with pytest.raises(FileAccessDeniedError) as caught:
             store.collect_assets(grace_s=0)
-        _one_line(caught.value, f"permission denied on {store.asset_dir / ref.digest}")
+        _one_line(caught.value, f"permission denied on {store.asset_dir / ref.digest}",
+                  "1 unreferenced catalog entries were deleted all the same", "the next collection removes")
         assert os.path.exists(store.asset_dir / ref.digest)  # an orphan now: its entry's deletion committed first
         monkeypatch.undo()
         assert store.collect_assets(grace_s=0).removed_orphans == 1
         assert table_rows(db_path)["assets"] == [] and os.listdir(store.asset_dir) == ["tmp"]
+
+
+def test_a_failed_file_removal_after_delete_session_committed_says_the_session_is_gone(
+    db_path: Path, settings: Settings, workspace: Path, monkeypatch: pytest.MonkeyPatch, os_fault: Inject
+) -> None:
+    with MemoryStore.open_path(db_path, settings) as store:
+        session = store.create_session(workspace)
+        ref = store.put_asset(b"only this Session's", "image/png")
+        with store.acquire_lease(session.id, workspace) as lease:
+            lease.replay()
+            lease.append_turn([NewEvent("user", "see", assets=(ref,))])
+            lease.release()
+    with MemoryStore.open_path(db_path, settings, clock=lambda: time.time() + 7200) as store:  # past the grace
+        os_fault("unlink", errno.EACCES, under=store.asset_dir / ref.digest)
+        with pytest.raises(FileAccessDeniedError) as caught:
+            store.delete_session(session.id)
+        _one_line(caught.value, "permission denied", f"Session {session.id} was deleted all the same",
+                  "`emelex memory maintain`")
+        with pytest.raises(SessionNotFoundError):
+            store.get_session(session.id)
+        monkeypatch.undo()
+        assert store.collect_assets(grace_s=0).removed_orphans == 1
 
 
 def test_a_full_disk_while_installing_a_model_leaves_nothing_behind(
