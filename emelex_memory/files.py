@@ -66,6 +66,33 @@ def check_no_symlinks(path: Path, *, what: str, fix: str) -> None:
             )
 
 
+def check_no_symlink_loop(path: Path, *, what: str) -> None:
+    """Raise `InsecurePathError` naming the first component of the absolute `path` that is a symlink which never
+    resolves (it loops, directly or through others), so that a failure further down the path is not blamed on the
+    file opened there. Other symlinks are left to `check_no_symlinks`; components that do not exist end the check."""
+    current = Path(path.anchor)
+    for part in path.parts[1:]:
+        current = current / part
+        try:
+            if not stat.S_ISLNK(os.lstat(current).st_mode):
+                continue
+            os.stat(current)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise file_error(exc, current, f"checking {what} {path} for symlinks") from exc
+            try:
+                target = os.readlink(current)
+            except OSError:
+                target = "?"
+            where = "is a symlink" if current == path else f"lies under {current}, a symlink"
+            raise InsecurePathError(
+                f"{what} {path} {where} that loops ({current} -> {target} never reaches a directory); Emelex never "
+                "follows symlinks: remove the loop, or set EMELEX_HOME to a real directory"
+            ) from None
+
+
 def check_home(home: Path) -> None:
     """Refuse an Emelex Home that is, or lies under, a symlink (see `check_no_symlinks`)."""
     check_no_symlinks(home, what="Emelex Home", fix="set EMELEX_HOME to {real}")

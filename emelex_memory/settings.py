@@ -24,6 +24,7 @@ from pydantic_settings import (
 )
 
 from .errors import SettingsFileError
+from .files import check_no_symlink_loop
 from .io_errors import file_error
 
 MiB = 1024 * 1024
@@ -172,7 +173,10 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Sources in precedence order: arguments, `EMELEX_*` variables, then `<home>/config.toml`."""
-        toml = InitSettingsSource(settings_cls, read_config_file(_home_from(init_settings()) / "config.toml"))
+        home = _home_from(init_settings())
+        if home.is_absolute():
+            check_no_symlink_loop(home, what="Emelex Home")  # not blamed on config.toml below it
+        toml = InitSettingsSource(settings_cls, read_config_file(home / "config.toml"))
         return (init_settings, env_settings, toml)
 
     @property

@@ -82,6 +82,25 @@ def test_a_home_behind_a_symlink_loop_is_refused_and_nothing_is_created(tmp_path
     assert file_state(tmp_path) == before
 
 
+def test_a_home_under_a_two_link_loop_names_the_looping_component_not_config_toml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "l1").symlink_to(tmp_path / "l2")
+    (tmp_path / "l2").symlink_to(tmp_path / "l1")
+    home = tmp_path / "l1" / "home"
+    before = file_state(tmp_path)
+    with pytest.raises(InsecurePathError) as caught:
+        Settings(home=home)
+    _one_line(caught.value, f"Emelex Home {home} lies under {tmp_path / 'l1'}, a symlink that loops",
+              "remove the loop")
+    assert "config.toml" not in str(caught.value)
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    result = CliRunner().invoke(app, ["memory", "sessions", "list"])
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert "a symlink that loops" in result.output and "config.toml" not in result.output
+    assert file_state(tmp_path) == before
+
+
 def test_a_workspace_behind_a_symlink_loop_or_with_a_too_long_name_is_a_typed_error(
     store: MemoryStore, tmp_path: Path, db_path: Path
 ) -> None:
