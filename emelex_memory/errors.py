@@ -78,6 +78,10 @@ class SettingsFileError(StoreError):
     """`<Emelex Home>/config.toml` cannot be read: fix the file as the message says, or remove it."""
 
 
+class InvalidHomeError(StoreError):
+    """EMELEX_HOME (or the `home` setting) is not an absolute path: set it to one, or to a path starting with ~."""
+
+
 class ConfirmationRequiredError(StoreError):
     """A destructive action needs explicit confirmation: repeat it with the confirmation flag."""
 
