@@ -1,7 +1,7 @@
 """Knowledge: the schema, the immutable value types, input validation and the transcript source digest.
 
 A Knowledge entry is one `key` in one known workspace (a row of `workspaces`,
-identified by the directory's identity rather than its path; m008 moved the
+identified by the directory's identity rather than its path; m009_workspaces moved the
 table onto it, see `workspaces.py`). Every change to an entry's
 content appends an immutable, numbered version (an upsert or a tombstone);
 the entry row only points at its newest version and carries the pin.

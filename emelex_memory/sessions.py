@@ -167,7 +167,7 @@ def not_the_workspace(found: str, session_id: str, workspace_id: int, recorded: 
     )
 
 
-# Columns of the `session_heads` view (m008), which joins each Session's workspace and adds the head read from
+# Columns of the `session_heads` view (m009_workspaces), which joins each Session's workspace and adds the head read from
 # its newest event.
 SESSION_COLUMNS = (
     "uuid, title, workspace_path, workspace_dev, workspace_ino, workspace_generation, workspace_birth_ns, "

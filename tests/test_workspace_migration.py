@@ -1,4 +1,5 @@
-"""m008_workspaces: a version-7 store's Sessions and Knowledge move onto workspace rows, losing nothing."""
+"""m009_workspaces: a store from before it (here version 7, migrated through m008 on the way) moves its Sessions
+and Knowledge onto workspace rows, losing nothing."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def v7_store(db: Path, workspace: Path) -> tuple[int, int]:
     return dev, ino
 
 
-def test_m008_moves_sessions_and_knowledge_onto_workspaces_and_keeps_every_row(db_path: Path, workspace: Path) -> None:
+def test_m009_moves_sessions_and_knowledge_onto_workspaces_and_keeps_every_row(db_path: Path, workspace: Path) -> None:
     dev, ino = v7_store(db_path, workspace)
     before = table_rows(db_path)
     conn = apsw.Connection(str(db_path))
