@@ -117,7 +117,7 @@ def check_dir_stat(path: Path, st: os.stat_result) -> os.stat_result:
     if stat.S_ISLNK(st.st_mode):
         raise InsecurePathError(f"{path} is a symlink; Emelex only uses real directories: replace it with a directory")
     if not stat.S_ISDIR(st.st_mode):
-        raise InsecurePathError(f"{path} is not a directory")
+        raise InsecurePathError(f"{path} is not a directory: move it away (or use another path) so that it can be one")
     if st.st_uid != os.geteuid():
         raise InsecurePathError(f"directory {path} is owned by uid {st.st_uid}, not you (uid {os.geteuid()}): chown it")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
@@ -162,7 +162,10 @@ def check_private_file(path: Path, *, what: str = "file") -> os.stat_result | No
     if stat.S_ISLNK(st.st_mode):
         raise InsecurePathError(f"{what} {path} is a symlink; Emelex never follows them: replace it with the real file")
     if not stat.S_ISREG(st.st_mode):
-        raise InsecurePathError(f"{what} {path} is not a regular file")
+        raise InsecurePathError(
+            f"{what} {path} is not a regular file (a directory, FIFO or device?): move it away, then restore the "
+            "real file or let Emelex create it"
+        )
     if st.st_uid != os.geteuid():
         raise InsecurePathError(f"{what} {path} is owned by uid {st.st_uid}, not you (uid {os.geteuid()}): chown it")
     if stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:

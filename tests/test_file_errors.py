@@ -101,6 +101,20 @@ def test_a_home_under_a_two_link_loop_names_the_looping_component_not_config_tom
     assert file_state(tmp_path) == before
 
 
+@pytest.mark.parametrize("what", ["database", "store marker"])
+def test_a_database_or_marker_that_is_no_regular_file_says_what_to_do(tmp_path: Path, what: str) -> None:
+    settings = Settings(home=tmp_path / "home")
+    MemoryStore.open(settings).close()
+    path = settings.database_path if what == "database" else settings.home_dir / ".memory-store"
+    os.rename(path, tmp_path / "aside")
+    os.mkfifo(path, 0o600)
+    before = file_state(path.parent)
+    with pytest.raises(InsecurePathError) as caught:
+        MemoryStore.open(settings)
+    _one_line(caught.value, f"{what} {path} is not a regular file", "move it away")
+    assert file_state(path.parent) == before
+
+
 def test_a_workspace_behind_a_symlink_loop_or_with_a_too_long_name_is_a_typed_error(
     store: MemoryStore, tmp_path: Path, db_path: Path
 ) -> None:
