@@ -147,7 +147,7 @@ from .settings import Settings
 from .store import MemoryStore, SessionPage
 from .transcript import AppendedTurn, Event, NewEvent, ReplayPage
 from .worker import JobOutcome, run_one_job
-from .workspace_admin import WorkspaceInfo, WorkspacePage, WorkspaceRebind
+from .workspace_admin import WorkspaceInfo, WorkspacePage, WorkspaceRebind, WorkspaceRebindPage
 
 __all__ = [
     "AppendedTurn",
@@ -296,6 +296,7 @@ __all__ = [
     "WorkspaceNotFoundError",
     "WorkspacePage",
     "WorkspaceRebind",
+    "WorkspaceRebindPage",
     "WorkspaceReplacedError",
     "compaction_handler",
     "distillation_handler",

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .store import MemoryStore
 
 MAX_WORKSPACE_ROW_BYTES = 8192  # bound of one row in a page estimate (a path is at most 4096 bytes)
+MAX_REBIND_ROW_BYTES = 16384  # bound of one rebind record in a page estimate (two paths, who)
 _MAX_ID = 2**63 - 1
 _COUNTS_SQL = (
     "SELECT (SELECT count(*) FROM sessions WHERE workspace_id = ?1), "
@@ -100,6 +101,25 @@ class WorkspaceRebind:
     retired: int | None = None
 
 
+@dataclass(frozen=True)
+class WorkspaceRebindPage:
+    """A workspace's rebind records oldest first. Pass `next_cursor` back to continue; None after the last page."""
+
+    rebinds: list[WorkspaceRebind]
+    next_cursor: str | None
+
+
+_REBIND_COLUMNS = (
+    "id, workspace_id, old_path, old_device, old_inode, old_generation, old_birth_ns, new_path, new_device, "
+    "new_inode, new_generation, new_birth_ns, rebound_by, rebound_at, retired_workspace_id"
+)
+
+
+def _rebind_from_row(row: tuple) -> WorkspaceRebind:
+    new = WorkspaceIdentity(*row[7:12])
+    return WorkspaceRebind(row[1], *row[2:7], new, row[12], row[13], True, row[14])
+
+
 def _status(row: tuple) -> str:
     if row[1] is None:
         return "unknown"
@@ -158,6 +178,51 @@ class WorkspaceAdminMixin:
             found.append(WorkspaceInfo(*row, _status(row), *counts))
         more = len(found) < len(rows)
         return WorkspacePage(found, str(found[-1].id) if more and found else None)
+
+    def get_workspace(self: MemoryStore, workspace_id: int) -> WorkspaceInfo:
+        """One known workspace as `list_workspaces` shows it (its status inspected now); raise
+        `WorkspaceNotFoundError` for an unknown ID. Writes nothing."""
+        workspace_id = _check_id(workspace_id)
+        with self._read() as conn:
+            row = conn.execute(
+                f"SELECT {WORKSPACE_COLUMNS}, created_at FROM workspaces WHERE id = ?", (workspace_id,)
+            ).fetchone()
+            if row is None:
+                raise WorkspaceNotFoundError(
+                    f"no workspace {workspace_id}; list them with `emelex memory workspaces list`"
+                )
+            counts = conn.execute(_COUNTS_SQL, (workspace_id,)).fetchone()
+        return WorkspaceInfo(*row, _status(row), *counts)
+
+    def workspace_rebinds(
+        self: MemoryStore, workspace_id: int, *, cursor: str | None = None, limit: int | None = None,
+        max_bytes: int | None = None,
+    ) -> WorkspaceRebindPage:
+        """Page through the audit records of workspace `workspace_id`'s rebinds, oldest first, bounded in items
+        and bytes (who, when, the identity before and after, a workspace it retired). Raises
+        `WorkspaceNotFoundError` for an unknown ID. Writes nothing."""
+        workspace_id = _check_id(workspace_id)
+        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MAX_REBIND_ROW_BYTES)
+        after = 0 if cursor is None else _decode_cursor(cursor)
+        with self._read() as conn:
+            if conn.execute("SELECT 1 FROM workspaces WHERE id = ?", (workspace_id,)).fetchone() is None:
+                raise WorkspaceNotFoundError(
+                    f"no workspace {workspace_id}; list them with `emelex memory workspaces list`"
+                )
+            rows = conn.execute(
+                f"SELECT {_REBIND_COLUMNS} FROM workspace_rebinds WHERE workspace_id = ? AND id > ? ORDER BY id "
+                "LIMIT ?",
+                (workspace_id, after, limit + 1),
+            ).fetchall()
+        found, total, last = [], 0, None
+        for row in rows[:limit]:
+            total += 600 + len((row[2] or "").encode("utf-8", "surrogateescape")) + len(row[7].encode("utf-8"))
+            if total > max_bytes:
+                break
+            found.append(_rebind_from_row(row))
+            last = row[0]
+        more = len(found) < len(rows)
+        return WorkspaceRebindPage(found, str(last) if more and last is not None else None)
 
     def rebind_workspace(
         self: MemoryStore, workspace_id: int, directory: str | os.PathLike[str], *, confirm: bool = False

@@ -116,6 +116,7 @@ READ_ONLY = [
     ["memory", "assets", "verify"],
     ["memory", "maintain"],
     ["memory", "workspaces", "list"],
+    ["memory", "workspaces", "show", "1"],
     ["memory", "workspaces", "rebind", "1", ".", "--yes"],
 ]
 

@@ -1,9 +1,11 @@
-"""`emelex memory workspaces ...`: list the known workspaces and rebind one to a directory (audited)."""
+"""`emelex memory workspaces ...`: list the known workspaces, show one with its rebind history, and rebind one to a
+directory (audited)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -25,7 +27,17 @@ def _settings(ctx: typer.Context) -> Settings:
 
 
 def _line(w: WorkspaceInfo) -> str:
-    return f"{w.id:>4}  {w.status:<10} {w.sessions:>4} Sessions  {w.knowledge:>4} Knowledge  {w.path or '(path unknown)'}"
+    return (f"{w.id:>4}  {w.status:<10} {w.sessions:>4} Sessions  {w.knowledge:>4} Knowledge  {w.rebinds:>3} rebinds  "
+            f"{w.path or '(path unknown)'}")
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def _identity(path: str | None, device: int, inode: int, generation: int | None, birth_ns: int | None) -> str:
+    return (f"{path or '(path unknown)'} (device {device}, inode {inode}, generation "
+            f"{'-' if generation is None else generation}, birth {'-' if birth_ns is None else birth_ns})")
 
 
 @workspaces_app.command("list")
@@ -41,6 +53,35 @@ def workspaces_list(
         page = store.list_workspaces(cursor=cursor, limit=limit)
     echo_page("workspaces", page.workspaces, page.next_cursor, as_json,
               as_dict=dataclasses.asdict, line=_line, empty="no known workspaces")
+
+
+@workspaces_app.command("show")
+def workspaces_show(
+    ctx: typer.Context,
+    workspace_id: Annotated[int, typer.Argument(metavar="WORKSPACE_ID", help="ID from `workspaces list`.")],
+    limit: Annotated[int, typer.Option(help="Rebind records per page.")] = 50,
+    cursor: Annotated[Optional[str], typer.Option(help="next_cursor printed by the previous page.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show one workspace: its identity, status and counts, and its rebind history (who, when, from what), oldest
+    first."""
+    with MemoryStore.open(_settings(ctx), create=False) as store:
+        w = store.get_workspace(workspace_id)
+        page = store.workspace_rebinds(workspace_id, cursor=cursor, limit=limit)
+    if as_json:
+        rebinds = [dataclasses.asdict(r) for r in page.rebinds]
+        typer.echo(json.dumps({"workspace": dataclasses.asdict(w), "rebinds": rebinds, "next_cursor": page.next_cursor}))
+        return
+    typer.echo(f"workspace {w.id}: {w.status}, {w.sessions} Sessions, {w.knowledge} Knowledge, {w.rebinds} rebinds")
+    typer.echo(f"  directory: {_identity(w.path, w.device, w.inode, w.generation, w.birth_ns)}")
+    typer.echo(f"  known since {_when(w.created_at)}")
+    for r in page.rebinds:
+        retired = f"; retired the empty workspace {r.retired}" if r.retired else ""
+        typer.echo(f"  rebound {_when(r.rebound_at)} by {r.rebound_by}{retired}")
+        typer.echo(f"    from {_identity(r.old_path, r.old_device, r.old_inode, r.old_generation, r.old_birth_ns)}")
+        typer.echo(f"    to   {_identity(r.new.path, r.new.device, r.new.inode, r.new.generation, r.new.birth_ns)}")
+    if page.next_cursor:
+        typer.echo(f"  more: --cursor {page.next_cursor}")
 
 
 @workspaces_app.command("rebind")
