@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 MAX_FAILURE_CHARS = 2000
 T = TypeVar("T")
 
-# What an append re-checks, in one statement: the Session's workspace and the epoch of its row (m010: every change of
+# What an append re-checks, in one statement: the Session's workspace and the epoch of its row (m011: every change of
 # the workspace row bumps it, so equal numbers mean the row the lease verified is unchanged), the lease, and the head
 # (newest seq, turn, byte_end and media_end, all None for an empty Session) read from the Session's newest event.
 _AUTHORITY_SQL = (

@@ -20,7 +20,7 @@ from .jobs import M003_JOBS
 from .knowledge_model import M004_KNOWLEDGE
 from .model_refs import M005_MODEL_REFS
 from .summaries import M003_SUMMARIES, M006_SUMMARY_EVENTS
-from .workspaces import M009_WORKSPACES, M010_WORKSPACE_EPOCHS_AND_RETIREMENTS
+from .workspaces import M009_WORKSPACES, M011_WORKSPACE_EPOCHS_AND_RETIREMENTS
 
 APPLICATION_ID = 0x454D4C58  # "EMLX"
 
@@ -132,7 +132,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("m007_event_byte_ends", M007_EVENT_BYTE_ENDS),
     Migration("m008_event_media_ends", M008_EVENT_MEDIA_ENDS),
     Migration("m009_workspaces", M009_WORKSPACES, rebuilds_tables=True),
-    Migration("m010_workspace_epochs_and_retirements", M010_WORKSPACE_EPOCHS_AND_RETIREMENTS),
+    # Numbered after main's m010_summary_reversions, which it follows once merged.
+    Migration("m011_workspace_epochs_and_retirements", M011_WORKSPACE_EPOCHS_AND_RETIREMENTS),
 )
 
 

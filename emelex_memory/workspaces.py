@@ -114,7 +114,7 @@ FROM sessions s JOIN workspaces w ON w.id = s.workspace_id
 LEFT JOIN events e ON e.id = (SELECT id FROM events WHERE session_id = s.id ORDER BY seq DESC LIMIT 1);
 """
 
-M010_WORKSPACE_EPOCHS_AND_RETIREMENTS = """
+M011_WORKSPACE_EPOCHS_AND_RETIREMENTS = """
 -- A Session's workspace_epoch counts the changes of its workspace's row (a rename followed, a component recorded, a
 -- rebind), so that an append, which reads the Session row anyway, tells that the workspace its lease verified is
 -- unchanged from two integers, without reading the workspace row.
