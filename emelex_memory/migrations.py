@@ -132,7 +132,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("m007_event_byte_ends", M007_EVENT_BYTE_ENDS),
     Migration("m008_event_media_ends", M008_EVENT_MEDIA_ENDS),
     Migration("m009_workspaces", M009_WORKSPACES, rebuilds_tables=True),
-    # Numbered after main's m010_summary_reversions, which it follows once merged.
     Migration("m011_workspace_epochs_and_retirements", M011_WORKSPACE_EPOCHS_AND_RETIREMENTS),
 )
 
