@@ -31,6 +31,7 @@ from .errors import (
     InvalidAssetError,
     InvalidCandidateError,
     InvalidEventError,
+    InvalidHomeError,
     InvalidInputError,
     InvalidJobSourceError,
     InvalidKnowledgeError,
@@ -153,7 +154,7 @@ from .settings import Settings
 from .store import MemoryStore, SessionPage
 from .transcript import AppendedTurn, Event, NewEvent, ReplayPage
 from .worker import JobOutcome, run_one_job
-from .workspace_admin import WorkspaceInfo, WorkspacePage, WorkspaceRebind
+from .workspace_admin import WorkspaceInfo, WorkspacePage, WorkspaceRebind, WorkspaceRebindPage
 
 __all__ = [
     "AmbiguousIdError",
@@ -205,6 +206,7 @@ __all__ = [
     "InvalidAssetError",
     "InvalidCandidateError",
     "InvalidEventError",
+    "InvalidHomeError",
     "InvalidInputError",
     "InvalidJobSourceError",
     "InvalidKnowledgeError",
@@ -311,6 +313,7 @@ __all__ = [
     "WorkspaceNotFoundError",
     "WorkspacePage",
     "WorkspaceRebind",
+    "WorkspaceRebindPage",
     "WorkspaceReplacedError",
     "compaction_handler",
     "distillation_handler",

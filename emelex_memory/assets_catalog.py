@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import apsw
 
 from .assets import AssetRef, check_digest, check_media_kind
-from .assets_files import verify_file
+from .assets_files import check_content, open_checked
 from .assets_folder import AssetFolder
 from .cursors import cursor_int
 from .errors import AssetError, AssetMismatchError, AssetNotFoundError, FileSystemError, InvalidInputError
@@ -217,11 +217,11 @@ def verify_page(
         if checked and hashed + size > max_hash_bytes:
             break
         kinds = tuple(r[1] for r in group)
-        problem = _check_group(conn, folder, digest, size, group)
+        problem, read = _check_group(conn, folder, digest, size, group)
         if problem:
             problems.append(AssetProblem(digest, kinds, problem))
         checked += len(group)
-        hashed += size
+        hashed += read
         last = group[-1]
     done = last is not None and last == rows[-1]
     return AssetVerification(checked, hashed, problems, None if done or last is None else f"{last[0]}:{last[1]}")
@@ -229,12 +229,17 @@ def verify_page(
 
 def _check_group(
     conn: apsw.Connection, folder: AssetFolder, digest: str, size: int, group: list[tuple]
-) -> str | None:
+) -> tuple[str | None, int]:
+    """(the problem of one digest's entries and file, or None; the bytes hashed: 0 unless its content was read)."""
     if any(r[2] != size for r in group):
-        return f"catalog entries disagree on the size ({sorted({r[2] for r in group})})"
+        return f"catalog entries disagree on the size ({sorted({r[2] for r in group})})", 0
+    read = 0
     try:
-        verify_file(folder.require(), digest, size)
+        files = folder.require()
+        with open_checked(files, digest, size) as file:  # type, owner, mode and size: nothing read yet
+            read = size
+            check_content(file, digest, size, files.path / digest)
     except (AssetError, FileSystemError) as exc:
         still = conn.execute("SELECT 1 FROM assets WHERE digest = ?", (digest,)).fetchone()
-        return str(exc) if still else None
-    return None
+        return (str(exc) if still else None), read
+    return None, read

@@ -221,13 +221,24 @@ def open_checked(folder: Directory, digest: str, size: int) -> io.FileIO:
         raise file_error(exc, path, "opening the asset file") from exc  # it reappeared meanwhile
     except InsecurePathError:  # the name is a symlink (`O_NOFOLLOW`)
         raise _tampered(digest, path, "is a symlink") from None
-    file = io.FileIO(fd, "rb", closefd=True)
     try:
-        _check_stat(os.fstat(fd), digest, size, path)
+        file = io.FileIO(fd, "rb", closefd=True)
+    except OSError as exc:
+        os.close(fd)
+        raise file_error(exc, path, "opening the asset file") from exc
+    try:
+        _check_stat(_fstat(fd, path), digest, size, path)
     except BaseException:
         file.close()
         raise
     return file
+
+
+def _fstat(fd: int, path: Path) -> os.stat_result:
+    try:
+        return os.fstat(fd)
+    except OSError as exc:
+        raise file_error(exc, path, "inspecting the asset file") from exc
 
 
 def _read_exactly(file: io.FileIO, size: int, digest: str, path: Path) -> Iterator[bytes]:
@@ -252,7 +263,10 @@ def _read(file: io.FileIO, amount: int, path: Path) -> bytes:
 
 def check_content(file: io.FileIO, digest: str, size: int, path: Path) -> None:
     """Hash the open file from the start; raise `AssetTamperedError` unless it is exactly the expected bytes."""
-    file.seek(0)
+    try:
+        file.seek(0)
+    except OSError as exc:
+        raise file_error(exc, path, "reading the asset file") from exc
     hasher = hashlib.sha256()
     for chunk in _read_exactly(file, size, digest, path):
         hasher.update(chunk)
@@ -266,7 +280,7 @@ def verify_file(folder: Directory, digest: str, size: int) -> os.stat_result:
     Raises typed errors."""
     with open_checked(folder, digest, size) as file:
         check_content(file, digest, size, folder.path / digest)
-        return os.fstat(file.fileno())
+        return _fstat(file.fileno(), folder.path / digest)
 
 
 def read_verified(folder: Directory, digest: str, size: int) -> bytes:

@@ -262,10 +262,12 @@ def _remove_unlocked(tmp: Directory, name: str, st: os.stat_result, report: Asse
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = os.fstat(fd)
         except BlockingIOError:
             report.skipped_locked += 1
             return
-        held = os.fstat(fd)
+        except OSError:
+            return  # cannot be locked or inspected: passed over, like one that cannot be opened
         named = tmp.stat(name)
         if named is None:
             return

@@ -56,11 +56,12 @@ from .directories import Directory
 from .errors import (
     AssetMissingError,
     CommitOutcomeUnknownError,
+    EmelexError,
     InvalidAssetError,
     InvalidInputError,
     StoreClosedError,
 )
-from .io_errors import commit_unknown, translating
+from .io_errors import restated, translating, with_committed
 from .settings import Settings
 
 DEFAULT_VERIFY_BYTES = 1024 * 1024 * 1024  # bytes re-hashed by one `verify_assets` page
@@ -129,8 +130,8 @@ class AssetStoreMixin:
                             (ref.digest, ref.media_kind, ref.size, now, now),
                         )
                 except CommitOutcomeUnknownError as exc:
-                    raise commit_unknown(
-                        exc.detail, self.path, f"asset {ref.digest} ({ref.media_kind})",
+                    raise restated(
+                        exc, self.path, f"asset {ref.digest} ({ref.media_kind})",
                         "put the same bytes again; put_asset is idempotent",
                     ) from exc.__cause__
             finally:
@@ -284,7 +285,8 @@ class AssetStoreMixin:
         file. Called inside a caller's `_write()` transaction, it only deletes
         catalog entries, as part of that transaction (they come back if it
         rolls back), and leaves their files to a later call made outside a
-        transaction (counted in `deferred_files`).
+        transaction (counted in `deferred_files`). An error in the file step
+        is raised after the entries' deletion committed, and says so.
         """
         if type(limit) is not int or not 1 <= limit <= self.settings.max_page_items:
             raise InvalidInputError(f"limit must be between 1 and {self.settings.max_page_items}, got {limit!r}")
@@ -304,9 +306,15 @@ class AssetStoreMixin:
                 return report
             if folder.files is None:
                 return report
-            with self._write() as conn:  # the deletion has committed: the files are orphans now
-                remove_unnamed_files(conn, folder.files, emptied, report)
-                collect_orphans(conn, folder.files, now, grace_s, limit, targets, report)
+            try:
+                with self._write() as conn:  # the deletion has committed: the files are orphans now
+                    remove_unnamed_files(conn, folder.files, emptied, report)
+                    collect_orphans(conn, folder.files, now, grace_s, limit, targets, report)
+            except EmelexError as exc:
+                raise with_committed(
+                    exc, f"{report.removed_entries} unreferenced catalog entries were deleted all the same (that had "
+                    "committed); their files stay as orphans that the next collection removes"
+                ) from exc
             if targets is None and folder.tmp is not None:
                 position = collect_temps(conn, folder.tmp, now, limit, report)
                 if position is not None:

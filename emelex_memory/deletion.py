@@ -24,7 +24,8 @@ import apsw
 
 from .assets import DEFAULT_GRACE_S
 from .assets_gc import AssetCollection, collect_entries
-from .errors import SessionBusyError
+from .errors import EmelexError, SessionBusyError
+from .io_errors import with_committed
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -84,14 +85,20 @@ class DeletionMixin:
         Assets put or linked within the asset grace period (one hour) or
         after the Session's last update (e.g. just put by a writer about to
         link them) are left to `maintain`'s collection. Files are removed
-        after the deletion committed: if that fails (an I/O error is raised),
-        the Session is deleted and the files stay as orphans that a later
-        collection removes.
+        after the deletion committed: if that fails (the typed error of the
+        I/O failure is raised, saying so), the Session is deleted all the
+        same and the files stay as orphans that a later collection removes.
         """
         with self._write() as conn:
             rowid = self._session_rowid(conn, session_id)
             deletion, emptied = self._delete_session_in(conn, rowid, session_id, self.clock())
-        removed = self._remove_unnamed_files(emptied)
+        try:
+            removed = self._remove_unnamed_files(emptied)
+        except EmelexError as exc:
+            raise with_committed(
+                exc, f"Session {session_id} was deleted all the same (that had committed); its asset files stay as "
+                "orphans until `emelex memory maintain` collects them"
+            ) from exc
         return SessionDeletion(
             session_id, deletion.events, deletion.jobs, deletion.knowledge_versions_detached,
             deletion.asset_entries, removed.removed_files, removed.freed_bytes,

@@ -102,7 +102,11 @@ class Directory:
                     check_dir_stat(path, st)  # raises: a symlink or not a directory
             raise file_error(exc, path, "opening it") from exc
         try:
-            check_dir_stat(path, os.fstat(fd))
+            try:
+                st = os.fstat(fd)
+            except OSError as exc:
+                raise file_error(exc, path, "inspecting it") from exc
+            check_dir_stat(path, st)
         except BaseException:
             os.close(fd)
             raise

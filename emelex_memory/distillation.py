@@ -25,10 +25,12 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from .errors import (
+    CommitOutcomeUnknownError,
     InvalidCandidateError,
     InvalidInputError,
     InvalidJobSourceError,
     InvalidKnowledgeError,
+    LeaseLostError,
     PermanentJobError,
     SourceChangedError,
     SourceTooLargeError,
@@ -36,6 +38,7 @@ from .errors import (
     WorkspaceReplacedError,
 )
 from .distillation_split import DistillationSplit, byte_budget, byte_ranges, complete_split, token_ranges
+from .io_errors import restated
 from .job_sources import check_fields
 from .jobs import CompletionContext, Enqueued, Job, register_job_kind
 from .knowledge_model import (
@@ -322,20 +325,39 @@ class DistillationMixin:
     def finish_session(self: MemoryStore, lease: SessionLease) -> Enqueued | None:
         """Clean exit: queue distillation of the lease's Session and durably release the lease, in one transaction.
 
-        Both happen or neither: an error part-way (a failed commit included)
-        queues nothing and leaves the lease held, and the lease object stays
-        usable, so finishing again is safe. Raises `LeaseLostError`, queueing
-        nothing, when the lease was no longer held (call `queue_distillation`
-        to distill the Session anyway). Call this only for a Session whose
-        history is consistent (no interrupted turn), on the store that
-        acquired the lease.
+        Both happen or neither. An error raised before the commit queues
+        nothing and leaves the lease held, and the lease object stays usable,
+        so finishing again is safe. When the commit itself fails in its I/O
+        (`CommitOutcomeUnknownError`) both may have happened; leaving the
+        lease's `with` block then releases the lease without queueing if
+        they did not. Either way, call `finish_session(lease)` again: after
+        an unknown outcome it completes what is missing (it queues the
+        distillation unless that commit did, which queueing's idempotence
+        tells, and releases the lease if still held) and returns the job.
+        Otherwise raises `LeaseLostError`, queueing nothing, when the lease
+        was no longer held (call `queue_distillation` to distill the Session
+        anyway). Call this only for a Session whose history is consistent (no
+        interrupted turn), on the store that acquired the lease.
         """
         if lease._store is not self:
             raise InvalidInputError(
                 f"the lease on Session {lease.session_id} belongs to another MemoryStore; call finish_session on "
                 "the store that acquired it"
             )
-        return lease._end_with("released", None, lambda conn: self.queue_distillation(lease.session_id))
+        if lease._finish_unknown:  # an earlier finish may have committed: queueing again is idempotent
+            try:
+                return lease._end_with("released", None, lambda conn: self.queue_distillation(lease.session_id))
+            except LeaseLostError:  # released by that commit, or when its `with` block was left
+                return self.queue_distillation(lease.session_id)
+        try:
+            return lease._end_with("released", None, lambda conn: self.queue_distillation(lease.session_id))
+        except CommitOutcomeUnknownError as exc:
+            lease._finish_unknown = True
+            raise restated(
+                exc, self.path, f"finishing Session {lease.session_id} (queue distillation, release)",
+                "call finish_session(lease) again: it queues the distillation unless this commit did, and releases "
+                "the lease if it is still held",
+            ) from exc.__cause__
 
     def _split_by_bytes(self: MemoryStore, job: Job, budget: int) -> DistillationSplit | None:
         """A split of a distill job whose source holds more than `budget` bytes (None when it fits), cut from the

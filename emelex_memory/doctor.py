@@ -1,4 +1,8 @@
-"""`diagnose`: a health report of Emelex Home and its database that never raises."""
+"""`diagnose`: a health report of Emelex Home and its database that never raises and changes nothing.
+
+It checks the files first, then opens the database as it is (`opening.open_as_is`): no lock sidecar or
+store marker is recreated, no folder created, no migration run, so every check reports what it found.
+"""
 
 from __future__ import annotations
 
@@ -10,12 +14,12 @@ import apsw
 
 from .assets import asset_dir_for
 from .connection import DBCONFIG, PRAGMAS, read_dbconfig, read_pragmas
-from .errors import EmelexError, InvalidInputError
-from .files import check_private_dir, check_private_file, describe_mode
+from .errors import EmelexError, InvalidInputError, NoStoreError
+from .files import absolute, check_home, check_no_symlinks, check_private_dir, check_private_file, describe_mode
 from .migrations import APPLICATION_ID, MIGRATIONS
-from .opening import sidecar_path
+from .opening import check_missing_database, locate_database, open_as_is, sidecar_path
 from .settings import Settings
-from .store import MemoryStore
+from .store import STORE_MARKER, MemoryStore
 
 DOCTOR_ASSET_ENTRIES = 1000  # asset entries one doctor run re-hashes at most
 DOCTOR_ASSET_BYTES = 256 * 1024 * 1024  # and the bytes it hashes at most (at least one file is checked)
@@ -33,10 +37,12 @@ class Check:
 
 @dataclass
 class DoctorReport:
-    """Every check plus the facts gathered; `healthy` is True when every check passed."""
+    """Every check plus the facts gathered; `healthy` is True when every check passed. `no_store` is True when
+    there is no store to check yet (the one "open" check says so, and nothing else was checked)."""
 
     checks: list[Check] = field(default_factory=list)
     facts: dict[str, object] = field(default_factory=dict)
+    no_store: bool = False
 
     @property
     def healthy(self) -> bool:
@@ -66,30 +72,58 @@ def _describe(exc: BaseException) -> str:
     return str(exc)
 
 
-def _check_path(report: DoctorReport, name: str, path: Path, directory: bool, *, required: bool = True) -> None:
-    if not os.path.lexists(path):
-        if required:
-            report.add(name, False, f"{path} is missing")
-        return
+_RECREATED = "; the next command that opens the store (e.g. `emelex memory sessions list`) recreates it"
+
+
+def _check_path(
+    report: DoctorReport, name: str, path: Path, directory: bool, *, required: bool = True, missing: str = "",
+    said: str = "", home: bool = False,
+) -> None:
+    """One file check; `missing` ends the finding of a missing required path, and a finding equal to `said` (what
+    the failed open already reported) is not repeated."""
     try:
+        if home:
+            check_home(path)  # a symlinked Home: the one remedy is to name the real directory
+        if not os.path.lexists(path):
+            if required:
+                report.add(name, False, f"{path} is missing{missing}")
+            return
         if directory:
             check_private_dir(path)
         else:
             check_private_file(path, what=name)
         report.add(name, True, f"{path} (mode {_mode(path)})")
     except _PROBLEMS as exc:
-        report.add(name, False, _describe(exc))
+        if _describe(exc) != said:
+            report.add(name, False, _describe(exc))
 
 
-def _check_files(report: DoctorReport, settings: Settings, db: Path, standard: bool) -> None:
+def _check_files(report: DoctorReport, settings: Settings, db: Path, standard: bool, said: str = "") -> None:
     if standard:
-        _check_path(report, "home directory", settings.home_dir, True)
-    _check_path(report, "database directory", db.parent, True)
-    _check_path(report, "database file", db, False)
-    _check_path(report, "lock sidecar", sidecar_path(db), False)
+        _check_path(report, "home directory", settings.home_dir, True, said=said, home=True)
+        _check_path(report, "store marker", settings.home_dir / STORE_MARKER, False, missing=_RECREATED, said=said)
+    _check_path(report, "database directory", db.parent, True, said=said)
+    _check_path(report, "database file", db, False, said=said)
+    _check_path(report, "lock sidecar", sidecar_path(db), False, missing=_RECREATED, said=said)
     for suffix in ("-wal", "-shm"):
-        _check_path(report, f"database {suffix[1:]} file", Path(f"{db}{suffix}"), False, required=False)
-    _check_path(report, "asset directory", asset_dir_for(db), True, required=False)
+        _check_path(report, f"database {suffix[1:]} file", Path(f"{db}{suffix}"), False, required=False, said=said)
+    _check_path(report, "asset directory", asset_dir_for(db), True, required=False, said=said)
+
+
+def _locate(settings: Settings, db: Path, standard: bool) -> None:
+    """What `MemoryStore.open(create=False)` (or `open_path`) checks before it opens, creating nothing."""
+    evidence = (asset_dir_for(db),)
+    if not standard:
+        check_no_symlinks(db, what="database", fix="open {real} instead")
+        locate_database(db, evidence=evidence)
+        return
+    home, marker = settings.home_dir, settings.home_dir / STORE_MARKER
+    check_home(home)
+    if os.path.lexists(home):
+        check_private_dir(home)
+    if not os.path.lexists(settings.memory_dir):
+        check_missing_database(db, create=False, where=home, marker=marker, evidence=evidence)
+    locate_database(db, marker=marker, evidence=evidence, where=home)
 
 
 def _check_pragmas(report: DoctorReport, store: MemoryStore) -> None:
@@ -104,16 +138,23 @@ def _check_pragmas(report: DoctorReport, store: MemoryStore) -> None:
     report.add("connection settings", not wrong, "; ".join(wrong) or ", ".join(f"{k}={v}" for k, v in config.items()))
 
 
-def _check_schema(report: DoctorReport, store: MemoryStore) -> None:
+def _check_schema(report: DoctorReport, store: MemoryStore) -> bool:
+    """Report the schema version; True when it is the current one (the checks that read tables rely on it)."""
     with store._read() as conn:
         version = conn.execute("PRAGMA user_version").fetchall()[0][0]
         app_id = conn.execute("PRAGMA application_id").fetchall()[0][0]
     report.facts["schema_version"] = version
-    report.add(
-        "schema",
-        version == len(MIGRATIONS) and app_id == APPLICATION_ID,
-        f"version {version} of {len(MIGRATIONS)}, application_id {app_id:#x}",
-    )
+    current = version == len(MIGRATIONS) and app_id == APPLICATION_ID
+    detail = f"version {version} of {len(MIGRATIONS)}, application_id {app_id:#x}"
+    if version == 0:
+        detail += ": the database is empty (no schema); restore it from a backup"
+    elif version < len(MIGRATIONS):
+        detail += (
+            ": an older schema; run any other `emelex memory` command (opening the store migrates it), then doctor "
+            "again (doctor itself changes nothing); the checks that read tables wait for that"
+        )
+    report.add("schema", current, detail)
+    return current
 
 
 def _check_integrity(report: DoctorReport, store: MemoryStore) -> None:
@@ -220,43 +261,67 @@ def diagnose(
     the "assets" check says how many entries it checked of how many.
     Raises `InvalidInputError` when either bound is below 1.
 
-    Opens without creating: a Home (or path) without a store is reported as
-    a failed "open" check and nothing is created; a deleted database is
-    reported, not recreated. Never raises for the
-    problems it finds (unsafe files, a damaged or foreign database, ...):
-    each becomes a failed check, and the file checks run even when the
-    database cannot be opened.
+    Changes nothing: the files are checked first, then the database is
+    opened as it is (`opening.open_as_is`: no lock sidecar or marker is
+    recreated, no folder created, no migration run; an older schema is
+    reported, and the checks that read tables are left out until it is
+    migrated). A Home (or path) without a store is one failed "open" check
+    and `no_store`; a deleted database is reported, not recreated. Never
+    raises for the problems it finds (unsafe files, a damaged or foreign
+    database, ...): each becomes a failed check, and the file checks run
+    even when the database cannot be opened (a finding the failed open
+    already reported is not repeated).
     """
     for name, bound in (("max_asset_entries", max_asset_entries), ("max_asset_bytes", max_asset_bytes)):
         if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
             raise InvalidInputError(f"{name} must be a positive integer, got {bound!r}")
     settings = settings or Settings()
     report = DoctorReport()
-    db = database or settings.database_path
+    standard = database is None
+    try:
+        db = settings.database_path if standard else absolute(database, what="database")
+    except _PROBLEMS as exc:
+        report.add("open", False, _describe(exc))
+        return report
     report.facts["home"] = str(settings.home_dir)
     report.facts["database"] = str(db)
     try:
-        store = (
-            MemoryStore.open_path(db, settings, create=False) if database else MemoryStore.open(settings, create=False)
-        )
+        _locate(settings, db, standard)
+    except NoStoreError as exc:
+        report.no_store = True
+        report.add("open", False, str(exc))
+        return report
     except _PROBLEMS as exc:
         report.add("open", False, _describe(exc))
-        _check_files(report, settings, db, database is None)
+        _check_files(report, settings, db, standard, said=_describe(exc))
+        return report
+    _check_files(report, settings, db, standard)
+    try:
+        conn, _ = open_as_is(db, busy_timeout_ms=settings.busy_timeout_ms)
+        store = MemoryStore(conn, db, settings)
+    except _PROBLEMS as exc:
+        report.add("open", False, _describe(exc))
         return report
     with store:
-        report.add("open", True, f"opened {db}")
-        _check_files(report, settings, db, database is None)
+        report.add("open", True, f"opened {db} as it is")
+        _run(report, "pragmas", lambda: _check_pragmas(report, store))
+        if not _run(report, "schema", lambda: _check_schema(report, store)):
+            return report
         for name, check in (
-            ("pragmas", _check_pragmas),
-            ("schema", _check_schema),
             ("integrity", _check_integrity),
             ("transcripts", _check_transcripts),
             ("payloads", _check_payloads),
             ("assets", lambda r, s: _check_assets(r, s, max_asset_entries, max_asset_bytes)),
             ("contents", _count_contents),
         ):
-            try:
-                check(report, store)
-            except _PROBLEMS as exc:
-                report.add(name, False, _describe(exc))
+            _run(report, name, lambda: check(report, store))
     return report
+
+
+def _run(report: DoctorReport, name: str, check) -> object:
+    """Run one check; a problem it raises becomes its failed line (and the result None)."""
+    try:
+        return check()
+    except _PROBLEMS as exc:
+        report.add(name, False, _describe(exc))
+        return None

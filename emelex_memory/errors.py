@@ -9,17 +9,27 @@ error raised before its COMMIT rolls it back: the database is exactly as it
 was. Outside the database, a call may leave behind only what is harmless and
 collected later: a removed temporary file, or an asset file published just
 before the failure, which the next put of the same bytes adopts and asset
-collection removes after its grace period. An operation documented as a
-sequence of transactions (`maintain`, `collect_assets`, ...) keeps the steps
-that committed before its error.
+collection removes after its grace period.
 
-Where it cannot be promised. When the COMMIT itself fails in its I/O (a
-failed fsync of the WAL, a full disk, an I/O error), SQLite cannot say whether
-the transaction is durable: its frames may already be in the -wal file. The
-connection that failed no longer sees them and its next committed write
-overwrites them, but if the process dies first, the next open recovers them.
-That one case raises `CommitOutcomeUnknownError` instead, whose message says
-how the caller finds out (replay, put again, re-read the job) before retrying.
+Where it cannot be promised, precisely:
+
+- A COMMIT that itself fails in its I/O (a failed fsync of the WAL, a full
+  disk, an I/O error): SQLite cannot say whether the transaction is durable,
+  as its frames may already be in the -wal file. The connection that failed
+  no longer sees them and its next committed write overwrites them, but if
+  the process dies first, the next open recovers them. This raises
+  `CommitOutcomeUnknownError`, whose message says what to do about the cause
+  (free space, check the disk) and how the caller finds out (replay, put
+  again, re-read the job, finish again, wait out the lease) before retrying.
+- A call made of several transactions keeps those that committed before its
+  error: `maintain` (each step commits on its own; `MaintenanceError.report`
+  lists the completed ones), `collect_assets` (the catalog entries are deleted
+  and committed before their files are removed; an error removing the files
+  is raised after that, and says so), and `delete_session` (the Session's
+  deletion commits first; an error removing its asset files or syncing their
+  directory is raised with the Session already gone, and says so). What stays
+  behind is always an orphan file that a later collection removes, never a
+  catalog entry without its file.
 """
 
 from __future__ import annotations
@@ -68,6 +78,10 @@ class SettingsFileError(StoreError):
     """`<Emelex Home>/config.toml` cannot be read: fix the file as the message says, or remove it."""
 
 
+class InvalidHomeError(StoreError):
+    """EMELEX_HOME (or the `home` setting) is not an absolute path: set it to one, or to a path starting with ~."""
+
+
 class ConfirmationRequiredError(StoreError):
     """A destructive action needs explicit confirmation: repeat it with the confirmation flag."""
 
@@ -113,6 +127,7 @@ class CommitOutcomeUnknownError(StoreError):
     the message says; a retry that re-checks what it reads is then safe."""
 
     detail = ""  # SQLite's report of the failure, for a caller that restates the error
+    remedy = ""  # what to do about its cause (free space, check the disk), for the same
 
 
 # --- Sessions and workspaces ------------------------------------------------

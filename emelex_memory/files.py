@@ -10,7 +10,7 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import InsecurePathError
+from .errors import FileSystemError, InsecurePathError
 from .io_errors import file_error
 
 PRIVATE_FILE_MODE = 0o600
@@ -20,6 +20,18 @@ PRIVATE_DIR_MODE = 0o700
 def describe_mode(st: os.stat_result) -> str:
     """Return a mode like `0600` for messages and reports."""
     return f"{stat.S_IMODE(st.st_mode):04o}"
+
+
+def absolute(path: str | os.PathLike[str], *, what: str) -> Path:
+    """`path` made absolute (not resolved); a relative `path` whose current directory was deleted raises
+    `FileSystemError` saying so."""
+    try:
+        return Path(os.path.abspath(path))
+    except FileNotFoundError:  # os.getcwd()
+        raise FileSystemError(
+            f"the current directory was deleted, so the relative {what} path {os.fsdecode(path)!r} names nothing; "
+            "cd into an existing directory or pass an absolute path"
+        ) from None
 
 
 def check_no_symlinks(path: Path, *, what: str, fix: str) -> None:
@@ -54,6 +66,33 @@ def check_no_symlinks(path: Path, *, what: str, fix: str) -> None:
             )
 
 
+def check_no_symlink_loop(path: Path, *, what: str) -> None:
+    """Raise `InsecurePathError` naming the first component of the absolute `path` that is a symlink which never
+    resolves (it loops, directly or through others), so that a failure further down the path is not blamed on the
+    file opened there. Other symlinks are left to `check_no_symlinks`; components that do not exist end the check."""
+    current = Path(path.anchor)
+    for part in path.parts[1:]:
+        current = current / part
+        try:
+            if not stat.S_ISLNK(os.lstat(current).st_mode):
+                continue
+            os.stat(current)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise file_error(exc, current, f"checking {what} {path} for symlinks") from exc
+            try:
+                target = os.readlink(current)
+            except OSError:
+                target = "?"
+            where = "is a symlink" if current == path else f"lies under {current}, a symlink"
+            raise InsecurePathError(
+                f"{what} {path} {where} that loops ({current} -> {target} never reaches a directory); Emelex never "
+                "follows symlinks: remove the loop, or set EMELEX_HOME to a real directory"
+            ) from None
+
+
 def check_home(home: Path) -> None:
     """Refuse an Emelex Home that is, or lies under, a symlink (see `check_no_symlinks`)."""
     check_no_symlinks(home, what="Emelex Home", fix="set EMELEX_HOME to {real}")
@@ -78,7 +117,7 @@ def check_dir_stat(path: Path, st: os.stat_result) -> os.stat_result:
     if stat.S_ISLNK(st.st_mode):
         raise InsecurePathError(f"{path} is a symlink; Emelex only uses real directories: replace it with a directory")
     if not stat.S_ISDIR(st.st_mode):
-        raise InsecurePathError(f"{path} is not a directory")
+        raise InsecurePathError(f"{path} is not a directory: move it away (or use another path) so that it can be one")
     if st.st_uid != os.geteuid():
         raise InsecurePathError(f"directory {path} is owned by uid {st.st_uid}, not you (uid {os.geteuid()}): chown it")
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
@@ -123,7 +162,10 @@ def check_private_file(path: Path, *, what: str = "file") -> os.stat_result | No
     if stat.S_ISLNK(st.st_mode):
         raise InsecurePathError(f"{what} {path} is a symlink; Emelex never follows them: replace it with the real file")
     if not stat.S_ISREG(st.st_mode):
-        raise InsecurePathError(f"{what} {path} is not a regular file")
+        raise InsecurePathError(
+            f"{what} {path} is not a regular file (a directory, FIFO or device?): move it away, then restore the "
+            "real file or let Emelex create it"
+        )
     if st.st_uid != os.geteuid():
         raise InsecurePathError(f"{what} {path} is owned by uid {st.st_uid}, not you (uid {os.geteuid()}): chown it")
     if stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:
@@ -166,7 +208,10 @@ def open_private_file(path: Path, flags: int) -> int:
     try:
         if created:
             fsync_dir(path.parent)
-        st = os.fstat(fd)
+        try:
+            st = os.fstat(fd)
+        except OSError as exc:
+            raise file_error(exc, path, "inspecting it") from exc
         if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):
             raise InsecurePathError(f"{path} is not a regular file owned by you: remove it")
         if stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import apsw
 
 from .errors import AmbiguousIdError, EmelexError, InvalidInputError, JobNotFoundError, SessionNotFoundError
+from .utf8 import is_utf8
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -35,6 +36,8 @@ def resolve_id(
     """
     if not isinstance(text, str) or not text or len(text) > MAX_ID_CHARS:
         raise InvalidInputError(f"a {what} ID is a string of 1-{MAX_ID_CHARS} characters, got {text!r:.80}")
+    if not is_utf8(text):  # a non-UTF-8 argument (from the command line) names nothing and cannot be bound
+        raise missing(f"no {what} {text!r}; {hint}")
     prefix = text.lower()
     if conn.execute(f"SELECT 1 FROM {table} WHERE uuid = ?", (prefix,)).fetchone():
         return prefix

@@ -135,11 +135,40 @@ def sqlite_error(exc: apsw.Error, path: os.PathLike[str] | str, doing: str, conn
     return StoreIOError(f"I/O error on database {path} while {doing} ({detail}); {DOCTOR}")
 
 
-def commit_unknown(detail: str, path: os.PathLike[str] | str, what: str, advice: str) -> CommitOutcomeUnknownError:
-    """The error for a COMMIT of `what` ("a write", "a turn to Session ...") to the database at `path` that failed
-    in its I/O (`detail`: SQLite's report, kept as the error's `detail`), ending with `advice` on how to find out."""
-    error = CommitOutcomeUnknownError(
-        f"the commit of {what} to database {path} failed ({detail}); it may or may not be durable: {advice}"
-    )
-    error.detail = detail
+def with_committed(exc: EmelexError, committed: str) -> EmelexError:
+    """The typed error `exc`, raised after an earlier transaction of the same call committed, saying again with
+    `committed` appended what stays done (its attributes, such as a `report`, are kept)."""
+    error = type(exc)(f"{exc}; {committed}")
+    error.__dict__.update(exc.__dict__)
     return error
+
+
+def failure_remedy(exc: apsw.Error) -> str:
+    """What to do about the cause of an `IO_ERRORS` failure before retrying: free space, make the file writable,
+    check the disk."""
+    if isinstance(exc, apsw.FullError):
+        return "free space on the disk holding it (or set EMELEX_HOME to a directory on another disk)"
+    if isinstance(exc, apsw.ReadOnlyError):
+        return f"make it writable (or {ELSEWHERE})"
+    return DOCTOR
+
+
+def commit_unknown(
+    detail: str, path: os.PathLike[str] | str, what: str, advice: str, remedy: str = ""
+) -> CommitOutcomeUnknownError:
+    """The error for a COMMIT of `what` ("a write", "a turn to Session ...") to the database at `path` that failed
+    in its I/O (`detail`: SQLite's report), ending with what to do about the cause (`remedy`, from
+    `failure_remedy`), then `advice` on how to find out; both are kept on the error (`detail`, `remedy`)."""
+    first = f"first {remedy}, then " if remedy else ""
+    error = CommitOutcomeUnknownError(
+        f"the commit of {what} to database {path} failed ({detail}); it may or may not be durable: {first}{advice}"
+    )
+    error.detail, error.remedy = detail, remedy
+    return error
+
+
+def restated(
+    exc: CommitOutcomeUnknownError, path: os.PathLike[str] | str, what: str, advice: str
+) -> CommitOutcomeUnknownError:
+    """`exc` said again for `what`, with the caller's `advice` on how to find out (its detail and remedy kept)."""
+    return commit_unknown(exc.detail, path, what, advice, exc.remedy)

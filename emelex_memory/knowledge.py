@@ -3,7 +3,9 @@
 Scope is the known workspace (see `workspaces.py`) the caller's directory is,
 never its path spelling, so Knowledge from one workspace is invisible from
 another, and a new directory that reuses a deleted one's inode number is a
-new workspace. Every call checks the caller's current workspace identity
+new workspace. A directory at the path where another known workspace was last
+seen (a re-clone) is refused with `WorkspaceReplacedError` naming the rebind
+command, not shown as empty. Every call checks the caller's current workspace identity
 inside its transaction: a path that now names another directory, or an
 identity from another workspace, writes nothing.
 """
@@ -75,8 +77,14 @@ class KnowledgeMixin:
         *,
         confidence: float = 1.0,
         source: KnowledgeSource | None = None,
+        new_workspace: bool = False,
     ) -> KnowledgeVersion:
         """Upsert `key` in the caller's workspace by appending an immutable version; return the newest version.
+
+        A directory that is no known workspace yet becomes one, except when
+        another known workspace was last seen at its path (a re-clone, say):
+        that raises `WorkspaceReplacedError` naming the rebind command, unless
+        `new_workspace` says the directory is a new, unrelated workspace.
 
         `confidence` is in [0, 1]. Optional `source` provenance must name a
         Session of the same workspace, a seq range within its transcript and
@@ -87,7 +95,7 @@ class KnowledgeMixin:
         key, content = validate_key(key), validate_content(content)
         confidence, source = validate_confidence(confidence), validate_source(source)
         with self._write() as conn:
-            scope = workspace_scope(conn, workspace, write=True, create_at=self.clock())
+            scope = workspace_scope(conn, workspace, write=True, create_at=self.clock(), new_workspace=new_workspace)
             src = self._source_columns(conn, source, scope)
             return self._upsert_version(conn, scope, key, content, confidence, "user", src)
 

@@ -1,7 +1,7 @@
 """Knowledge: the schema, the immutable value types, input validation and the transcript source digest.
 
 A Knowledge entry is one `key` in one known workspace (a row of `workspaces`,
-identified by the directory's identity rather than its path; m008 moved the
+identified by the directory's identity rather than its path; m009_workspaces moved the
 table onto it, see `workspaces.py`). Every change to an entry's
 content appends an immutable, numbered version (an upsert or a tombstone);
 the entry row only points at its newest version and carries the pin.
@@ -203,6 +203,7 @@ def validate_source(source: object) -> KnowledgeSource | None:
         raise InvalidKnowledgeError(f"provenance must be a KnowledgeSource, got {type(source).__name__}")
     if not isinstance(source.session_id, str) or not 1 <= len(source.session_id) <= 64:
         raise InvalidKnowledgeError("provenance needs the source Session ID")
+    _utf8(source.session_id, "the provenance Session ID")
     for name in ("first_seq", "last_seq"):
         value = getattr(source, name)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SQL_INT:

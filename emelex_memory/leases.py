@@ -35,10 +35,11 @@ from .errors import (
     LeaseLostError,
     ReplayRequiredError,
     StaleCursorError,
+    StoreClosedError,
     WorkspaceMissingError,
     WorkspaceReplacedError,
 )
-from .io_errors import commit_unknown
+from .io_errors import file_error, restated
 from .sessions import WorkspaceIdentity, rebind_advice
 from .transcript import AppendedTurn, Event, NewEvent, ReplayPage, encode_turn, media_of
 
@@ -48,12 +49,12 @@ if TYPE_CHECKING:
 MAX_FAILURE_CHARS = 2000
 T = TypeVar("T")
 
-# What an append re-checks, in one statement: the workspace identity, the lease, and the head (newest seq, turn,
-# byte_end and media_end, all None for an empty Session) read from the Session's newest event.
+# What an append re-checks, in one statement: the Session's workspace and the epoch of its row (m011: every change of
+# the workspace row bumps it, so equal numbers mean the row the lease verified is unchanged), the lease, and the head
+# (newest seq, turn, byte_end and media_end, all None for an empty Session) read from the Session's newest event.
 _AUTHORITY_SQL = (
-    "SELECT w.path, w.device, w.inode, w.generation, w.birth_ns, l.token_hash, l.state, l.expires_at, "
-    "e.seq, e.turn, e.byte_end, e.media_end FROM sessions s JOIN workspaces w ON w.id = s.workspace_id "
-    "JOIN session_leases l ON l.session_id = s.id "
+    "SELECT s.workspace_id, s.workspace_epoch, l.token_hash, l.state, l.expires_at, e.seq, e.turn, e.byte_end, "
+    "e.media_end FROM sessions s JOIN session_leases l ON l.session_id = s.id "
     "LEFT JOIN events e ON e.id = (SELECT id FROM events WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) "
     "WHERE s.id = ?1"
 )
@@ -90,6 +91,7 @@ class SessionLease:
         expires_at: float,
         workspace: WorkspaceIdentity,
         workspace_id: int,
+        epoch: int,
         pin: int,
     ) -> None:
         self._store = store
@@ -104,11 +106,13 @@ class SessionLease:
         # cannot be handed to a new directory, and a path that still has this device/inode still names it.
         self._pin: int | None = pin
         self._dev_ino = (workspace.device, workspace.inode)
-        self._bound = (workspace.path, workspace.device, workspace.inode, workspace.generation, workspace.birth_ns)
+        self._path = workspace.path
+        self._epoch = epoch  # the Session's workspace_epoch when the lease verified the workspace row
         self._cursor = 0
         self._replayed = False
         self._ended = False
         self._media = 0  # bytes of media in the replay view this holder has read (from the start) or appended
+        self._finish_unknown = False  # a `finish_session` of this lease raised CommitOutcomeUnknownError
 
     def __repr__(self) -> str:
         return f"<SessionLease session={self.session_id} expires_at={self.expires_at:.3f} ended={self._ended}>"
@@ -193,29 +197,37 @@ class SessionLease:
         events = list(events)
         encoded = encode_turn(events, self._store.settings)
         linked = turn_assets(events)
-        media = {position: sum(ref.size for ref in refs) for position, refs in linked}
+        media = {position: sum(ref.size for ref in refs) for position, refs in linked} if linked else None
         store = self._store
         rowid = self._rowid
         try:
             with store._write() as conn:
                 row = conn.execute(_AUTHORITY_SQL, (rowid,)).fetchone()
                 now = self._check_authority(row)
-                last_seq = row[8] or 0
+                last_seq = row[5] or 0
                 if last_seq != expected:
                     raise StaleCursorError(
                         f"Session {self.session_id} is at seq {last_seq} but the caller last saw {expected}; "
                         "replay from your cursor and retry"
                     )
-                turn = (row[9] or 0) + 1
-                byte_end = row[10] or 0
-                media_end = row[11] or 0
+                turn = (row[6] or 0) + 1
+                byte_end = row[7] or 0
+                media_end = row[8] or 0
+                rows = []
                 if media:
                     check_view_media(conn, rowid, media_end + sum(media.values()), self.session_id)
-                rows = []
-                for i, e in enumerate(encoded):
-                    byte_end += e.size
-                    media_end += media.get(i, 0)
-                    rows.append((rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now))
+                    for i, e in enumerate(encoded):
+                        byte_end += e.size
+                        media_end += media.get(i, 0)
+                        rows.append(
+                            (rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now)
+                        )
+                else:  # no media: every event carries the Session's media_end unchanged
+                    for i, e in enumerate(encoded):
+                        byte_end += e.size
+                        rows.append(
+                            (rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now)
+                        )
                 conn.executemany(_INSERT_SQL, rows)
                 # Rowids of an INTEGER PRIMARY KEY are max + 1, so under our write lock the turn's IDs are consecutive.
                 last_id = conn.last_insert_rowid()
@@ -225,32 +237,36 @@ class SessionLease:
                         link_turn_assets(conn, folder, rowid, last_seq + 1, linked, now)
         except CommitOutcomeUnknownError as exc:
             self._replayed = False  # the cursor check makes the retry safe once the holder has looked again
-            raise commit_unknown(
-                exc.detail, store.path, f"a turn to Session {self.session_id}",
+            raise restated(
+                exc, store.path, f"a turn to Session {self.session_id}",
                 f"replay this lease to the end, then append the turn again with expected_seq={expected} (a "
                 "StaleCursorError then means it was committed)",
             ) from exc.__cause__
         new_seq = last_seq + len(rows)
         self._cursor = new_seq
-        self._media += sum(media.values())
+        if media:
+            self._media += sum(media.values())
         return AppendedTurn(turn, last_seq + 1, new_seq, ids)
 
     def _check_authority(self, row: tuple | None) -> float:
         """Inside a write transaction: verify the lease token and expiry, and the workspace, of an `_AUTHORITY_SQL`
         row (None when the Session or its lease row is gone); return the store's time."""
         now = self._store.clock()
-        if row is None or row[5] != self._digest or row[6] != "active":
+        if row is None or row[2] != self._digest or row[3] != "active":
             raise LeaseLostError(f"this lease on Session {self.session_id} is no longer held; acquire a new one")
-        if row[7] <= now:
+        if row[4] <= now:
             raise LeaseExpiredError(f"the lease on Session {self.session_id} expired; acquire a new one and replay")
         try:
-            st = os.stat(self.workspace.path)
-        except OSError:
+            st = os.stat(self._path)
+        except (FileNotFoundError, NotADirectoryError):
             raise WorkspaceMissingError(
-                f"workspace {self.workspace.path} of Session {self.session_id} is gone or was renamed; "
+                f"workspace {self._path} of Session {self.session_id} is gone or was renamed; "
                 "release this lease, then acquire a new one with the directory's current path"
             ) from None
-        if (st.st_dev, st.st_ino) != self._dev_ino or row[:5] != self._bound or self._pin is None:
+        except OSError as exc:
+            raise file_error(exc, self._path, "checking the workspace") from exc
+        if (st.st_dev, st.st_ino) != self._dev_ino or row[1] != self._epoch or row[0] != self.workspace_id \
+                or self._pin is None:
             self._recheck_workspace(row, st)
         return now
 
@@ -258,7 +274,7 @@ class SessionLease:
         """The slow path of `_check_authority`: raise unless the workspace is unchanged. Without the pinned
         directory (the lease was closed but is still active), the identity is read afresh."""
         ws = self.workspace
-        if row[:5] != self._bound:
+        if (row[0], row[1]) != (self.workspace_id, self._epoch):
             raise WorkspaceReplacedError(
                 f"workspace {self.workspace_id} of Session {self.session_id} was moved or rebound since this lease "
                 "was taken; nothing was written; release this lease and acquire a new one"
@@ -371,14 +387,17 @@ class SessionLease:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        """Release durably unless the lease already ended; a lease lost or expired meanwhile is no error here, and
-        while an exception propagates, a failed release never replaces it (expiry recovers authority then)."""
+        """Release durably unless the lease already ended; a lease lost or expired meanwhile is no error here, nor is
+        a store closed inside the block (then the release is best-effort, as `close()` makes it), and while an
+        exception propagates, a failed release never replaces it (expiry recovers authority then)."""
         if self._ended:
             return
         try:
             self.release()
         except (LeaseLostError, LeaseExpiredError):
             pass  # no longer held: there is nothing left to release
+        except StoreClosedError:
+            self.close()
         except Exception:
             if exc_type is None:
                 raise

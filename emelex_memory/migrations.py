@@ -20,7 +20,7 @@ from .jobs import M003_JOBS
 from .knowledge_model import M004_KNOWLEDGE
 from .model_refs import M005_MODEL_REFS
 from .summaries import M003_SUMMARIES, M006_SUMMARY_EVENTS, M010_SUMMARY_REVERSIONS
-from .workspaces import M009_WORKSPACES
+from .workspaces import M009_WORKSPACES, M011_WORKSPACE_EPOCHS_AND_RETIREMENTS
 
 APPLICATION_ID = 0x454D4C58  # "EMLX"
 
@@ -133,6 +133,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("m008_event_media_ends", M008_EVENT_MEDIA_ENDS),
     Migration("m009_workspaces", M009_WORKSPACES, rebuilds_tables=True),
     Migration("m010_summary_reversions", M010_SUMMARY_REVERSIONS),
+    Migration("m011_workspace_epochs_and_retirements", M011_WORKSPACE_EPOCHS_AND_RETIREMENTS),
 )
 
 

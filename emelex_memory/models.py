@@ -369,6 +369,11 @@ def read_installed(home: Path, name: str) -> InstalledModel:
             f"no model {name!r} is installed under {home}; see `emelex models list`, or `emelex models install`"
         )
     directory = root / name
+    if not stat.S_ISDIR(os.lstat(directory).st_mode):  # a file or a symlink where a snapshot should be
+        raise ModelTamperedError(
+            f"model directory {directory} is not a directory (a file or a symlink): move {directory} out of {root}, "
+            "then reinstall the model"
+        )
     try:
         check_private_dir(directory)
     except InsecurePathError as exc:
@@ -379,14 +384,18 @@ def read_installed(home: Path, name: str) -> InstalledModel:
 
 @translating("listing the installed models", lambda home: models_dir(home))
 def installed_names(home: Path) -> list[str]:
-    """Names of the snapshot directories under `<home>/models`, sorted; at most `MAX_MODELS` of them."""
+    """Names of the entries under `<home>/models` that are named like a model, sorted; at most `MAX_MODELS`.
+
+    An entry that is not a directory (a file, a symlink) is named too, so
+    that reading it reports it as damaged instead of leaving it unseen.
+    """
     root = models_root(home)
     if root is None:
         return []
     names = []
     with os.scandir(root) as entries:
         for entry in entries:
-            if NAME_PATTERN.match(entry.name) and entry.is_dir(follow_symlinks=False):
+            if NAME_PATTERN.match(entry.name):
                 names.append(entry.name)
                 if len(names) > MAX_MODELS:
                     raise InvalidInputError(f"more than {MAX_MODELS} models are installed under {root}; remove some")

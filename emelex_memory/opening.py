@@ -215,6 +215,35 @@ def open_database(
         return conn
 
 
+def locate_database(
+    database: Path, *, marker: Path | None = None, evidence: tuple[Path, ...] = (), where: Path | None = None
+) -> None:
+    """Check, creating and opening nothing, what `open_database` checks before it takes the lock: the private
+    directory, the database file (and `marker`) ours with mode 0600, and, for a missing database,
+    `DatabaseDeletedError` when a store existed there or `NoStoreError` (naming `where`) when none did."""
+    check_private_dir(database.parent)
+    check_private_file(database, what="database")
+    if marker is not None:
+        check_private_file(marker, what="store marker")
+    if not os.path.lexists(database):
+        check_missing_database(database, create=False, where=where, marker=marker, evidence=evidence)
+
+
+@translating("opening the store for inspection", lambda database, **_: database)
+def open_as_is(database: Path, *, busy_timeout_ms: int) -> tuple[apsw.Connection, int]:
+    """Open the existing database at `database` as it is, for inspection (`doctor`): return a hardened connection
+    and the schema version (`user_version`) it has.
+
+    Unlike `open_database` it takes no lock and creates nothing (no
+    sidecar, marker or asset folder), and it migrates nothing: an older
+    schema stays as it is. Only SQLite's own -wal/-shm files may appear
+    while the connection is open. Call `locate_database` first. Raises like
+    `open_database` for a foreign or newer database.
+    """
+    version = _probe(database, busy_timeout_ms)
+    return connect(database, busy_timeout_ms=busy_timeout_ms), version
+
+
 @translating("re-initialising the store", lambda database, **_: database)
 def reinitialize_database(
     database: Path, *, confirm: bool, marker: Path | None = None, asset_dir: Path | None = None

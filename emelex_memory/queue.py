@@ -52,10 +52,11 @@ from .jobs import (
     registered_kinds,
     stored_json,
 )
-from .io_errors import commit_unknown
+from .io_errors import restated
 from .job_claim import JobClaim
 from .leases import holder_label
 from .retry import RETRY_SCHEDULE
+from .utf8 import check_utf8, is_utf8
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -193,6 +194,8 @@ class JobQueueMixin:
         """
         if state is not None and state not in STATES:
             raise InvalidInputError(f"job state must be one of {', '.join(STATES)}, got {state!r}")
+        check_utf8(kind, "the job kind")
+        check_utf8(session_id, "the Session ID")
         where, params = [], []
         if state is not None:
             where.append("j.state = ?")
@@ -247,7 +250,9 @@ class JobQueueMixin:
         return JobPage(jobs, str(last[0]) if more and last else None)
 
     def _job_row(self: MemoryStore, conn: apsw.Connection, job_id: str) -> tuple:
-        row = conn.execute(f"SELECT {JOB_COLUMNS} FROM {JOB_FROM} WHERE j.uuid = ?", (job_id,)).fetchone()
+        row = None
+        if is_utf8(job_id):  # a non-UTF-8 ID (from the command line) names no job and cannot be bound
+            row = conn.execute(f"SELECT {JOB_COLUMNS} FROM {JOB_FROM} WHERE j.uuid = ?", (job_id,)).fetchone()
         if row is None:
             raise JobNotFoundError(f"no job {job_id!r}; list them with `emelex memory jobs list`")
         return row
@@ -383,8 +388,8 @@ class JobQueueMixin:
                     conn.execute("UPDATE jobs SET result = ? WHERE id = ?", (text, claim._rowid))
         except CommitOutcomeUnknownError as exc:
             claim._unsure_at = now
-            raise commit_unknown(
-                exc.detail, self.path, f"the completion of job {claim.id}",
+            raise restated(
+                exc, self.path, f"the completion of job {claim.id}",
                 "call complete, fail or release on the claim again: it re-reads the job first and returns it when "
                 "that completion is durable (never completing it twice)",
             ) from exc.__cause__

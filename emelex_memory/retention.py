@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import apsw
 
-from .errors import EmelexError, MaintenanceError
+from .errors import EmelexError, MaintenanceError, StoreClosedError
 from .queue import RESCUE_BATCH
 
 if TYPE_CHECKING:
@@ -124,6 +124,8 @@ class MaintenanceMixin:
         for name, step in steps:
             try:
                 step()
+            except StoreClosedError:
+                raise  # no step failed: the store was closed
             except (apsw.Error, OSError, EmelexError) as exc:
                 done = ", ".join(report.steps_completed) or "none"
                 outcome = "nothing was changed (dry run)" if report.dry_run else "each completed step was committed"

@@ -21,6 +21,7 @@ from pathlib import Path
 from .dir_identity import birth_ns, generation
 from .errors import InsecurePathError, WorkspaceMissingError, WorkspaceReplacedError
 from .io_errors import file_error
+from .utf8 import utf8_path
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _PATH_FLAGS = getattr(os, "O_PATH", 0)  # Linux: a descriptor that needs no read permission (no ioctl on it, though)
@@ -56,7 +57,7 @@ class WorkspaceIdentity:
         The identity is read from the descriptor, so it is the identity of the
         directory opened, whatever happens to the path meanwhile.
         """
-        canonical = os.path.realpath(path)
+        canonical = _resolve(path)
         fd = _open_directory(path, canonical)
         try:
             st = os.fstat(fd)
@@ -77,6 +78,21 @@ class WorkspaceIdentity:
             and (self.generation is None or other.generation is None or self.generation == other.generation)
             and (self.birth_ns is None or other.birth_ns is None or self.birth_ns == other.birth_ns)
         )
+
+
+def _resolve(path: str | os.PathLike[str]) -> str:
+    """The canonical absolute path of `path` as text; a relative one needs the current directory, which may be gone,
+    and one that is not valid UTF-8 cannot be stored (`InvalidInputError`)."""
+    try:
+        resolved = os.path.realpath(path)
+    except FileNotFoundError:  # os.getcwd(): the current directory was removed
+        raise WorkspaceMissingError(
+            f"the current directory was deleted, so the workspace path {os.fsdecode(path)!r} names nothing; "
+            "cd into the workspace directory (or pass its absolute path) and retry"
+        ) from None
+    except OSError as exc:
+        raise file_error(exc, path, "resolving the workspace path") from exc
+    return utf8_path(resolved)
 
 
 def _open_directory(path: str | os.PathLike[str], canonical: str) -> int:
@@ -151,7 +167,7 @@ def not_the_workspace(found: str, session_id: str, workspace_id: int, recorded: 
     )
 
 
-# Columns of the `session_heads` view (m008), which joins each Session's workspace and adds the head read from
+# Columns of the `session_heads` view (m009_workspaces), which joins each Session's workspace and adds the head read from
 # its newest event.
 SESSION_COLUMNS = (
     "uuid, title, workspace_path, workspace_dev, workspace_ino, workspace_generation, workspace_birth_ns, "

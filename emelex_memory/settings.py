@@ -23,7 +23,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from .errors import SettingsFileError
+from .errors import InvalidHomeError, SettingsFileError
+from .files import check_no_symlink_loop
 from .io_errors import file_error
 
 MiB = 1024 * 1024
@@ -31,8 +32,16 @@ MAX_CONFIG_BYTES = MiB  # config.toml is read whole; a larger one is refused
 
 
 def _home_from(init: dict[str, Any]) -> Path:
+    """Emelex Home as given (argument, then EMELEX_HOME, then the default) with `~` expanded; it must then be
+    absolute, or the store would depend on the current directory (cron's is not your shell's)."""
     raw = init.get("home") or os.environ.get("EMELEX_HOME") or "~/.emelex"
-    return Path(raw).expanduser()
+    home = Path(raw).expanduser()
+    if not home.is_absolute():
+        raise InvalidHomeError(
+            f"EMELEX_HOME must be an absolute path (or start with ~), got {str(raw)!r}: a relative Home would depend "
+            "on the current directory; set it to an absolute path"
+        )
+    return home
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
@@ -172,7 +181,9 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Sources in precedence order: arguments, `EMELEX_*` variables, then `<home>/config.toml`."""
-        toml = InitSettingsSource(settings_cls, read_config_file(_home_from(init_settings()) / "config.toml"))
+        home = _home_from(init_settings())
+        check_no_symlink_loop(home, what="Emelex Home")  # not blamed on config.toml below it
+        toml = InitSettingsSource(settings_cls, read_config_file(home / "config.toml"))
         return (init_settings, env_settings, toml)
 
     @property

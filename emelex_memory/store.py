@@ -20,10 +20,18 @@ from .cursors import check_position, cursor_float, cursor_int
 from .deletion import DeletionMixin
 from .directories import Directory
 from .distillation import DistillationMixin
-from .errors import EmelexError, InvalidInputError, LeaseHeldError, SessionNotFoundError, WorkspaceReplacedError
-from .files import check_home, check_no_symlinks, check_private_dir, ensure_private_dir
+from .errors import (
+    CommitOutcomeUnknownError,
+    EmelexError,
+    InvalidInputError,
+    LeaseHeldError,
+    SessionNotFoundError,
+    StoreClosedError,
+    WorkspaceReplacedError,
+)
+from .files import absolute, check_home, check_no_symlinks, check_private_dir, ensure_private_dir
 from .id_prefix import IdPrefixMixin
-from .io_errors import IO_ERRORS, commit_unknown, detail_of, sqlite_error
+from .io_errors import IO_ERRORS, commit_unknown, detail_of, failure_remedy, restated, sqlite_error
 from .job_status import JobStatusMixin
 from .knowledge import KnowledgeMixin
 from .leases import SessionLease, holder_label, new_token, token_digest
@@ -36,6 +44,7 @@ from .sessions import SESSION_COLUMNS, Session, WorkspaceIdentity, not_the_works
 from .settings import Settings
 from .summaries import read_view_page
 from .transcript import ReplayPage
+from .utf8 import check_utf8, is_utf8
 from .workspace_admin import WorkspaceAdminMixin
 from .workspaces import WORKSPACE_COLUMNS, identity_of, register_workspace, settle_workspace
 
@@ -52,11 +61,16 @@ class SessionPage:
     next_cursor: str | None
 
 
+def _closed(path: Path) -> StoreClosedError:
+    return StoreClosedError(f"the store {path} was closed; open it again")
+
+
 class _ReadAccess:
     """`with store._read() as conn:` holds the store's lock around reads on its connection. One stateless
     instance per store serves every use, from any thread: a plain class rather than a generator context
     manager halves the fixed Python cost, which every replay page and queue transaction pays. An I/O-class
-    SQLite error leaving the block is raised as its typed error (`io_errors.sqlite_error`)."""
+    SQLite error leaving the block is raised as its typed error (`io_errors.sqlite_error`), and the one of a
+    closed store as `StoreClosedError`."""
 
     __slots__ = ("_lock", "_conn", "_path")
 
@@ -71,8 +85,11 @@ class _ReadAccess:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self._lock.release()
-        if exc_type is not None and issubclass(exc_type, IO_ERRORS):
-            raise sqlite_error(exc, self._path, "reading", self._conn) from exc  # type: ignore[arg-type]
+        if exc_type is not None:
+            if issubclass(exc_type, IO_ERRORS):
+                raise sqlite_error(exc, self._path, "reading", self._conn) from exc  # type: ignore[arg-type]
+            if issubclass(exc_type, apsw.ConnectionClosedError):
+                raise _closed(self._path) from None
 
 
 class _WriteTransaction(_ReadAccess):
@@ -99,6 +116,8 @@ class _WriteTransaction(_ReadAccess):
             self._lock.release()
             if isinstance(exc, IO_ERRORS):
                 raise sqlite_error(exc, self._path, "beginning a write", self._conn) from exc
+            if isinstance(exc, apsw.ConnectionClosedError):
+                raise _closed(self._path) from None
             raise
         self._depth += 1
         return conn
@@ -150,7 +169,8 @@ class _WriteTransaction(_ReadAccess):
         if self._depth:  # a savepoint's release: the outermost block has not committed yet
             return sqlite_error(failure, self._path, "writing", self._conn)
         return commit_unknown(
-            detail_of(failure, self._conn), self._path, "a write", "re-read what it wrote before retrying it"
+            detail_of(failure, self._conn), self._path, "a write", "re-read what it wrote before retrying it",
+            failure_remedy(failure),
         )
 
 
@@ -177,6 +197,7 @@ class MemoryStore(
 
     def __init__(self, conn: apsw.Connection, path: Path, settings: Settings, clock: Clock = time.time) -> None:
         """Wrap an already opened and migrated connection (closing it if this fails); use `open` or `open_path`.
+        (`doctor` also wraps a connection opened as it is, unmigrated, for its reads.)
 
         Opens the database's directory and keeps its descriptor until
         `close()`: asset files are reached through it, never by path.
@@ -239,7 +260,7 @@ class MemoryStore(
         With `create=False` a missing store raises `NoStoreError` and nothing is created.
         """
         settings = settings or Settings()
-        path = Path(os.path.abspath(path))
+        path = absolute(path, what="database")
         _check_database_path(path)
         conn = open_database(
             path, busy_timeout_ms=settings.busy_timeout_ms, evidence=(asset_dir_for(path),), create=create
@@ -268,7 +289,7 @@ class MemoryStore(
         leftover WAL/SHM files and the old asset folder aside (never deleting
         them) and returns where they went.
         """
-        path = Path(os.path.abspath(path))
+        path = absolute(path, what="database")
         _check_database_path(path)
         return reinitialize_database(path, confirm=confirm, asset_dir=asset_dir_for(path))
 
@@ -312,23 +333,33 @@ class MemoryStore(
         return limit, max_bytes
 
     def _session_rowid(self, conn: apsw.Connection, session_id: str) -> int:
-        row = conn.execute("SELECT id FROM sessions WHERE uuid = ?", (session_id,)).fetchone()
+        row = None
+        if is_utf8(session_id):  # a non-UTF-8 ID (from the command line) names no Session and cannot be bound
+            row = conn.execute("SELECT id FROM sessions WHERE uuid = ?", (session_id,)).fetchone()
         if row is None:
             raise SessionNotFoundError(f"no Session {session_id!r}; list them with `emelex memory sessions list`")
         return row[0]
 
     # -- Sessions ---------------------------------------------------------------
 
-    def create_session(self, workspace: str | os.PathLike[str], *, title: str | None = None) -> Session:
+    def create_session(
+        self, workspace: str | os.PathLike[str], *, title: str | None = None, new_workspace: bool = False
+    ) -> Session:
         """Create a Session in the canonical `workspace` directory: the known workspace that directory is, or a new
-        one recorded with its identity (see `WorkspaceIdentity`)."""
+        one recorded with its identity (see `WorkspaceIdentity`).
+
+        A directory at the path where another known workspace was last seen
+        (a re-clone, say) raises `WorkspaceReplacedError` naming the rebind
+        command, unless `new_workspace` says it is a new, unrelated workspace.
+        """
         if title is not None and (not isinstance(title, str) or len(title) > 512):
             raise InvalidInputError("a Session title must be a string of at most 512 characters")
+        check_utf8(title, "the Session title")
         found = WorkspaceIdentity.inspect(workspace)
         now = self.clock()
         session_id = str(uuid.uuid4())
         with self._write() as conn:
-            workspace_id, ident = register_workspace(conn, found, now)
+            workspace_id, ident = register_workspace(conn, found, now, new_workspace=new_workspace)
             conn.execute(
                 "INSERT INTO sessions (uuid, title, workspace_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
                 (session_id, title, workspace_id, now, now),
@@ -337,8 +368,10 @@ class MemoryStore(
 
     def get_session(self, session_id: str) -> Session:
         """Return a snapshot of one Session; raise `SessionNotFoundError` if there is none."""
-        with self._read() as conn:
-            row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM session_heads WHERE uuid = ?", (session_id,)).fetchone()
+        row = None
+        if is_utf8(session_id):
+            with self._read() as conn:
+                row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM session_heads WHERE uuid = ?", (session_id,)).fetchone()
         if row is None:
             raise SessionNotFoundError(f"no Session {session_id!r}; list them with `emelex memory sessions list`")
         return session_from_row(row)
@@ -390,6 +423,14 @@ class MemoryStore(
         found, fd = WorkspaceIdentity.open(workspace)
         try:
             return self._acquire_lease(session_id, found, fd, ttl)
+        except CommitOutcomeUnknownError as exc:
+            os.close(fd)
+            raise restated(
+                exc, self.path, f"a lease on Session {session_id}",
+                f"if it is durable, its token never reached you and the Session stays leased until it expires (at "
+                f"most {ttl:g}s); acquire it again: a LeaseHeldError then means it was, and acquiring succeeds once "
+                "that lease has expired",
+            ) from exc.__cause__
         except BaseException:
             os.close(fd)
             raise
@@ -416,6 +457,7 @@ class MemoryStore(
                     "wait for it to finish or expire"
                 )
             ident = settle_workspace(conn, row, found)
+            epoch = conn.execute("SELECT workspace_epoch FROM sessions WHERE id = ?", (rowid,)).fetchone()[0]
             conn.execute(
                 "INSERT INTO session_leases (session_id, token_hash, holder, state, acquired_at, expires_at) "
                 "VALUES (?, ?, ?, 'active', ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
@@ -423,7 +465,7 @@ class MemoryStore(
                 "acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, ended_at = NULL, failure = NULL",
                 (rowid, token_digest(token), holder_label(), now, now + ttl),
             )
-        return SessionLease(self, rowid, session_id, token, now + ttl, ident, row[0], fd)
+        return SessionLease(self, rowid, session_id, token, now + ttl, ident, row[0], epoch, fd)
 
     def replay(
         self, session_id: str, after_seq: int = 0, *, limit: int | None = None, max_bytes: int | None = None

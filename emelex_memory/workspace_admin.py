@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 
 from .errors import (
     ConfirmationRequiredError,
+    EmelexError,
     InvalidInputError,
     LeaseHeldError,
     WorkspaceConflictError,
-    WorkspaceError,
     WorkspaceMissingError,
     WorkspaceNotFoundError,
 )
@@ -32,11 +32,18 @@ if TYPE_CHECKING:
     from .store import MemoryStore
 
 MAX_WORKSPACE_ROW_BYTES = 8192  # bound of one row in a page estimate (a path is at most 4096 bytes)
+MAX_REBIND_ROW_BYTES = 16384  # bound of one rebind record in a page estimate (two paths, who)
 _MAX_ID = 2**63 - 1
 _COUNTS_SQL = (
     "SELECT (SELECT count(*) FROM sessions WHERE workspace_id = ?1), "
     "(SELECT count(*) FROM knowledge WHERE workspace_id = ?1 AND tombstoned_at IS NULL), "
     "(SELECT count(*) FROM workspace_rebinds WHERE workspace_id = ?1)"
+)
+# Whether anything at all belongs to a workspace: a Session, a Knowledge entry (forgotten ones too) or a rebind record.
+_USED_SQL = (
+    "SELECT EXISTS (SELECT 1 FROM sessions WHERE workspace_id = ?1) "
+    "OR EXISTS (SELECT 1 FROM knowledge WHERE workspace_id = ?1) "
+    "OR EXISTS (SELECT 1 FROM workspace_rebinds WHERE workspace_id = ?1)"
 )
 
 
@@ -46,7 +53,8 @@ class WorkspaceInfo:
 
     `status` is "present" (the path names this very directory), "replaced"
     (the path names another directory), "missing" (nothing there: deleted, or
-    renamed and not used since), "unreadable" (the path cannot be opened) or
+    renamed and not used since), "unreadable" (the path cannot be inspected:
+    a symlink loop, access denied, an I/O error) or
     "unknown" (no path was ever recorded: Knowledge migrated from a store
     whose Sessions were gone). `knowledge` counts live entries, `rebinds` the
     audited rebinds so far.
@@ -77,7 +85,8 @@ class WorkspacePage:
 class WorkspaceRebind:
     """The audit record of one rebind: the workspace, its identity before (`old_path` None if never seen) and
     after, who made it (`user@host pid N`) and when. `changed` is False when the directory already was the
-    workspace, in which case nothing was recorded."""
+    workspace, in which case nothing was recorded. `retired` is the ID of the empty workspace the directory was
+    until then (see `rebind_workspace`), or None."""
 
     workspace_id: int
     old_path: str | None
@@ -89,6 +98,26 @@ class WorkspaceRebind:
     rebound_by: str
     rebound_at: float
     changed: bool
+    retired: int | None = None
+
+
+@dataclass(frozen=True)
+class WorkspaceRebindPage:
+    """A workspace's rebind records oldest first. Pass `next_cursor` back to continue; None after the last page."""
+
+    rebinds: list[WorkspaceRebind]
+    next_cursor: str | None
+
+
+_REBIND_COLUMNS = (
+    "id, workspace_id, old_path, old_device, old_inode, old_generation, old_birth_ns, new_path, new_device, "
+    "new_inode, new_generation, new_birth_ns, rebound_by, rebound_at, retired_workspace_id"
+)
+
+
+def _rebind_from_row(row: tuple) -> WorkspaceRebind:
+    new = WorkspaceIdentity(*row[7:12])
+    return WorkspaceRebind(row[1], *row[2:7], new, row[12], row[13], True, row[14])
 
 
 def _status(row: tuple) -> str:
@@ -98,7 +127,7 @@ def _status(row: tuple) -> str:
         found = WorkspaceIdentity.inspect(row[1])
     except WorkspaceMissingError:
         return "missing"
-    except WorkspaceError:
+    except EmelexError:  # a symlink loop, denied access, an I/O error: the path cannot tell
         return "unreadable"
     return "present" if found.same_directory(identity_of(row)) else "replaced"
 
@@ -150,6 +179,51 @@ class WorkspaceAdminMixin:
         more = len(found) < len(rows)
         return WorkspacePage(found, str(found[-1].id) if more and found else None)
 
+    def get_workspace(self: MemoryStore, workspace_id: int) -> WorkspaceInfo:
+        """One known workspace as `list_workspaces` shows it (its status inspected now); raise
+        `WorkspaceNotFoundError` for an unknown ID. Writes nothing."""
+        workspace_id = _check_id(workspace_id)
+        with self._read() as conn:
+            row = conn.execute(
+                f"SELECT {WORKSPACE_COLUMNS}, created_at FROM workspaces WHERE id = ?", (workspace_id,)
+            ).fetchone()
+            if row is None:
+                raise WorkspaceNotFoundError(
+                    f"no workspace {workspace_id}; list them with `emelex memory workspaces list`"
+                )
+            counts = conn.execute(_COUNTS_SQL, (workspace_id,)).fetchone()
+        return WorkspaceInfo(*row, _status(row), *counts)
+
+    def workspace_rebinds(
+        self: MemoryStore, workspace_id: int, *, cursor: str | None = None, limit: int | None = None,
+        max_bytes: int | None = None,
+    ) -> WorkspaceRebindPage:
+        """Page through the audit records of workspace `workspace_id`'s rebinds, oldest first, bounded in items
+        and bytes (who, when, the identity before and after, a workspace it retired). Raises
+        `WorkspaceNotFoundError` for an unknown ID. Writes nothing."""
+        workspace_id = _check_id(workspace_id)
+        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MAX_REBIND_ROW_BYTES)
+        after = 0 if cursor is None else _decode_cursor(cursor)
+        with self._read() as conn:
+            if conn.execute("SELECT 1 FROM workspaces WHERE id = ?", (workspace_id,)).fetchone() is None:
+                raise WorkspaceNotFoundError(
+                    f"no workspace {workspace_id}; list them with `emelex memory workspaces list`"
+                )
+            rows = conn.execute(
+                f"SELECT {_REBIND_COLUMNS} FROM workspace_rebinds WHERE workspace_id = ? AND id > ? ORDER BY id "
+                "LIMIT ?",
+                (workspace_id, after, limit + 1),
+            ).fetchall()
+        found, total, last = [], 0, None
+        for row in rows[:limit]:
+            total += 600 + len((row[2] or "").encode("utf-8", "surrogateescape")) + len(row[7].encode("utf-8"))
+            if total > max_bytes:
+                break
+            found.append(_rebind_from_row(row))
+            last = row[0]
+        more = len(found) < len(rows)
+        return WorkspaceRebindPage(found, str(last) if more and last is not None else None)
+
     def rebind_workspace(
         self: MemoryStore, workspace_id: int, directory: str | os.PathLike[str], *, confirm: bool = False
     ) -> WorkspaceRebind:
@@ -157,10 +231,14 @@ class WorkspaceAdminMixin:
 
         Needs `confirm=True`. Raises `WorkspaceNotFoundError` for an unknown ID,
         `WorkspaceMissingError` unless `directory` is a directory,
-        `WorkspaceConflictError` when it already is another known workspace,
-        `LeaseHeldError` while a live lease holds one of the workspace's
-        Sessions, and `ConfirmationRequiredError` without confirmation; each
-        changes nothing. Records the old and new identity, who and when in
+        `WorkspaceConflictError` when it already is another known workspace
+        that anything belongs to (a Session, a Knowledge entry, forgotten ones
+        too, or a rebind record), `LeaseHeldError` while a live lease holds
+        one of the workspace's Sessions, and `ConfirmationRequiredError`
+        without confirmation; each changes nothing. An other workspace that
+        nothing belongs to (left empty, say, after its only Session was
+        deleted) is retired: its row is deleted and its ID recorded with the
+        rebind. Records the old and new identity, who and when in
         `workspace_rebinds`. Rebinding to the directory the workspace already
         is changes nothing but following a rename and records nothing.
         """
@@ -174,12 +252,16 @@ class WorkspaceAdminMixin:
                     f"no workspace {workspace_id}; list them with `emelex memory workspaces list`"
                 )
             other = find_workspace(conn, found)
+            retired = None
             if other is not None and other[0] != workspace_id:
-                sessions, knowledge, _ = conn.execute(_COUNTS_SQL, (other[0],)).fetchone()
-                raise WorkspaceConflictError(
-                    f"{found.path} already is workspace {other[0]} ({sessions} Sessions, {knowledge} Knowledge "
-                    "entries); nothing was changed: pick another directory, or rebind that workspace elsewhere first"
-                )
+                if conn.execute(_USED_SQL, (other[0],)).fetchone()[0]:
+                    sessions, knowledge, _ = conn.execute(_COUNTS_SQL, (other[0],)).fetchone()
+                    raise WorkspaceConflictError(
+                        f"{found.path} already is workspace {other[0]} ({sessions} Sessions, {knowledge} live "
+                        "Knowledge entries); nothing was changed: pick another directory, or rebind that workspace "
+                        "elsewhere first"
+                    )
+                retired, other = other[0], None  # empty: the rebind retires it
             held = conn.execute(
                 "SELECT s.uuid, l.holder, l.expires_at FROM sessions s JOIN session_leases l ON l.session_id = s.id "
                 "WHERE s.workspace_id = ? AND l.state = 'active' AND l.expires_at > ? LIMIT 1",
@@ -198,15 +280,17 @@ class WorkspaceAdminMixin:
             if other is not None:  # already this workspace: at most a rename to follow
                 new = settle_workspace(conn, row, found)
                 return WorkspaceRebind(workspace_id, *row[1:], new, who, now, False)
+            if retired is not None:
+                conn.execute("DELETE FROM workspaces WHERE id = ?", (retired,))
             conn.execute(
                 "UPDATE workspaces SET path = ?, device = ?, inode = ?, generation = ?, birth_ns = ? WHERE id = ?",
                 (found.path, found.device, found.inode, found.generation, found.birth_ns, workspace_id),
             )
             conn.execute(
                 "INSERT INTO workspace_rebinds (workspace_id, old_path, old_device, old_inode, old_generation, "
-                "old_birth_ns, new_path, new_device, new_inode, new_generation, new_birth_ns, rebound_by, rebound_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "old_birth_ns, new_path, new_device, new_inode, new_generation, new_birth_ns, rebound_by, rebound_at, "
+                "retired_workspace_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (workspace_id, *row[1:], found.path, found.device, found.inode, found.generation, found.birth_ns,
-                 who, now),
+                 who, now, retired),
             )
-        return WorkspaceRebind(workspace_id, *row[1:], found, who, now, True)
+        return WorkspaceRebind(workspace_id, *row[1:], found, who, now, True, retired)

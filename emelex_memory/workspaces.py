@@ -114,6 +114,24 @@ FROM sessions s JOIN workspaces w ON w.id = s.workspace_id
 LEFT JOIN events e ON e.id = (SELECT id FROM events WHERE session_id = s.id ORDER BY seq DESC LIMIT 1);
 """
 
+M011_WORKSPACE_EPOCHS_AND_RETIREMENTS = """
+-- A Session's workspace_epoch counts the changes of its workspace's row (a rename followed, a component recorded, a
+-- rebind), so that an append, which reads the Session row anyway, tells that the workspace its lease verified is
+-- unchanged from two integers, without reading the workspace row.
+ALTER TABLE sessions ADD COLUMN workspace_epoch INTEGER NOT NULL DEFAULT 0;
+-- A directory at the path of a known workspace it is not (a re-clone) is told apart from a new one by this lookup.
+CREATE INDEX workspaces_by_path ON workspaces (path);
+-- A rebind onto a directory that already is an empty workspace (no Sessions, no Knowledge, no rebinds of its own)
+-- retires that row: its ID is recorded here, as the row itself is deleted.
+ALTER TABLE workspace_rebinds ADD COLUMN retired_workspace_id INTEGER;
+CREATE TRIGGER workspace_changed AFTER UPDATE OF path, device, inode, generation, birth_ns ON workspaces
+WHEN OLD.path IS NOT NEW.path OR OLD.device IS NOT NEW.device OR OLD.inode IS NOT NEW.inode
+     OR OLD.generation IS NOT NEW.generation OR OLD.birth_ns IS NOT NEW.birth_ns
+BEGIN
+    UPDATE sessions SET workspace_epoch = workspace_epoch + 1 WHERE workspace_id = NEW.id;
+END;
+"""
+
 WORKSPACE_COLUMNS = "id, path, device, inode, generation, birth_ns"
 
 # The known workspace a directory is: device and inode equal, every further component known on both sides equal.
@@ -153,12 +171,32 @@ def settle_workspace(conn: apsw.Connection, row: tuple, found: WorkspaceIdentity
     return settled
 
 
-def register_workspace(conn: apsw.Connection, found: WorkspaceIdentity, now: float) -> tuple[int, WorkspaceIdentity]:
+def check_not_replaced(conn: apsw.Connection, found: WorkspaceIdentity) -> None:
+    """For a directory `found` that is no known workspace: raise `WorkspaceReplacedError` when a known workspace was
+    last seen at its path. That directory was replaced (say, re-cloned) or moved away; either way its Knowledge and
+    Sessions must not silently go missing here, nor a second workspace appear at the path, which would block the
+    rebind that adopts this directory."""
+    row = conn.execute("SELECT id FROM workspaces WHERE path = ? ORDER BY id DESC LIMIT 1", (found.path,)).fetchone()
+    if row is not None:
+        raise WorkspaceReplacedError(
+            f"{found.path} is a different directory than workspace {row[0]}, last seen at this path (re-cloned, or "
+            f"moved away?), so its Knowledge and Sessions are not used here and nothing was written; "
+            f"{rebind_advice(row[0], found.path)}; if this is a new, unrelated workspace, say so with "
+            "`emelex memory knowledge remember --new-workspace` (new_workspace=True in the library)"
+        )
+
+
+def register_workspace(
+    conn: apsw.Connection, found: WorkspaceIdentity, now: float, *, new_workspace: bool = False
+) -> tuple[int, WorkspaceIdentity]:
     """Inside a write transaction: the ID and stored identity of the known workspace the directory `found` is,
-    recording it as a new workspace when it is none yet."""
+    recording it as a new workspace when it is none yet. A directory at the path of another known workspace is
+    recorded only with `new_workspace`; otherwise `check_not_replaced` refuses it."""
     row = find_workspace(conn, found)
     if row is not None:
         return row[0], settle_workspace(conn, row, found)
+    if not new_workspace:
+        check_not_replaced(conn, found)
     workspace_id = conn.execute(
         "INSERT INTO workspaces (path, device, inode, generation, birth_ns, created_at) VALUES (?, ?, ?, ?, ?, ?) "
         "RETURNING id",
@@ -191,14 +229,22 @@ def current_workspace(workspace: WorkspaceLike) -> WorkspaceIdentity:
 
 
 def workspace_scope(
-    conn: apsw.Connection, workspace: WorkspaceLike, *, write: bool = False, create_at: float | None = None
+    conn: apsw.Connection,
+    workspace: WorkspaceLike,
+    *,
+    write: bool = False,
+    create_at: float | None = None,
+    new_workspace: bool = False,
 ) -> int | None:
-    """The ID of the known workspace the caller's current directory is (see `current_workspace`), or None.
+    """The ID of the known workspace the caller's current directory is (see `current_workspace`), or None when it
+    is none and no known workspace was last seen at its path.
 
     With `write` (inside a write transaction) the row records components it
     did not know and follows a rename; with `create_at` a directory that is no
-    known workspace yet is recorded as one at that time. A replaced identity's
-    error names the workspace to rebind.
+    known workspace yet is recorded as one at that time (see
+    `register_workspace` for `new_workspace`). A replaced identity's error, and
+    that of a directory at the path of another workspace
+    (`check_not_replaced`), name the workspace to rebind.
     """
     try:
         found = current_workspace(workspace)
@@ -207,9 +253,10 @@ def workspace_scope(
         hint = rebind_advice(row[0], workspace.path) if row else "see `emelex memory workspaces list`"
         raise WorkspaceReplacedError(f"{exc}; {hint}") from None
     if create_at is not None:
-        return register_workspace(conn, found, create_at)[0]
+        return register_workspace(conn, found, create_at, new_workspace=new_workspace)[0]
     row = find_workspace(conn, found)
     if row is None:
+        check_not_replaced(conn, found)
         return None
     if write:
         settle_workspace(conn, row, found)

@@ -16,11 +16,13 @@ import textwrap
 import time
 from pathlib import Path
 
+import apsw
 import pytest
 
 from emelex_memory import (
     COMPACTION_KIND,
     CommitOutcomeUnknownError,
+    LeaseHeldError,
     MemoryStore,
     NewEvent,
     ReplayRequiredError,
@@ -164,6 +166,34 @@ def test_after_a_crash_the_next_open_recovers_the_turn_once_and_a_replayed_retry
             lease.append_turn(_turn("second"), expected_seq=report["seen"])
         assert _texts(store, session.id) == ["first", "second"]
         lease.release()
+
+
+def test_a_full_disk_at_commit_keeps_the_free_space_remedy(
+    fstore: MemoryStore, faulty_vfs: FaultyVFS, workspace: Path
+) -> None:
+    session, lease = _leased(fstore, workspace)
+    faulty_vfs.arm(Fault("xWrite", "wal", 0, apsw.FullError))  # the commit writes the turn's frames: disk full
+    with pytest.raises(CommitOutcomeUnknownError) as caught:
+        lease.append_turn(_turn("second"))
+    faulty_vfs.disarm()
+    message = str(caught.value)
+    assert "\n" not in message and "may or may not be durable: first free space on the disk holding it" in message
+    assert message.index("free space") < message.index("replay this lease")  # the cause first, then the re-read
+
+
+def test_an_unknown_lease_acquisition_says_how_long_the_session_may_stay_leased(
+    fstore: MemoryStore, faulty_vfs: FaultyVFS, workspace: Path, clock: Clock
+) -> None:
+    session = fstore.create_session(workspace)
+    _checkpoint_every_commit(fstore)
+    faulty_vfs.arm(CHECKPOINT_FSYNC)  # the lease commits, then the checkpoint fails: its token is lost
+    with pytest.raises(CommitOutcomeUnknownError, match="stays leased until it expires \\(at most 30s\\)"):
+        fstore.acquire_lease(session.id, workspace, ttl_s=30)
+    faulty_vfs.disarm()
+    with pytest.raises(LeaseHeldError):  # as the message says: it was durable ...
+        fstore.acquire_lease(session.id, workspace, ttl_s=30)
+    clock.now += 31
+    fstore.acquire_lease(session.id, workspace).release()  # ... and free again once it expired
 
 
 # -- put_asset --------------------------------------------------------------------------------------------

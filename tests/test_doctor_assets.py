@@ -78,3 +78,14 @@ def test_doctor_creates_no_asset_folder(home: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "[ok] assets: checked 0 of 0 asset entries" in result.output
     assert not os.path.lexists(folder)
+
+
+def test_files_that_were_never_read_count_no_hashed_bytes(home: Path) -> None:
+    refs = _put(3)
+    os.remove(home / "memory" / "assets" / refs[0].digest)  # missing: nothing to read
+    os.chmod(home / "memory" / "assets" / refs[1].digest, 0o644)  # refused on its mode, before reading
+    check = next(c for c in diagnose(Settings()).checks if c.name == "assets")
+    assert f"checked 3 of 3 asset entries ({refs[2].size} bytes hashed)" in check.detail
+    shutil.rmtree(home / "memory" / "assets")  # no folder at all: no bytes hashed either
+    check = next(c for c in diagnose(Settings()).checks if c.name == "assets")
+    assert "checked 3 of 3 asset entries (0 bytes hashed), 3 damaged" in check.detail

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,8 +23,10 @@ from emelex_memory import (
     FileAccessDeniedError,
     InsecurePathError,
     MemoryStore,
+    NewEvent,
     PathTooLongError,
     ReadOnlyLocationError,
+    SessionNotFoundError,
     Settings,
     StoreIOError,
 )
@@ -77,6 +80,39 @@ def test_a_home_behind_a_symlink_loop_is_refused_and_nothing_is_created(tmp_path
         MemoryStore.open(Settings(home=loop / "home"))
     _one_line(caught.value, str(loop / "home"), "symlink")
     assert file_state(tmp_path) == before
+
+
+def test_a_home_under_a_two_link_loop_names_the_looping_component_not_config_toml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "l1").symlink_to(tmp_path / "l2")
+    (tmp_path / "l2").symlink_to(tmp_path / "l1")
+    home = tmp_path / "l1" / "home"
+    before = file_state(tmp_path)
+    with pytest.raises(InsecurePathError) as caught:
+        Settings(home=home)
+    _one_line(caught.value, f"Emelex Home {home} lies under {tmp_path / 'l1'}, a symlink that loops",
+              "remove the loop")
+    assert "config.toml" not in str(caught.value)
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    result = CliRunner().invoke(app, ["memory", "sessions", "list"])
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert "a symlink that loops" in result.output and "config.toml" not in result.output
+    assert file_state(tmp_path) == before
+
+
+@pytest.mark.parametrize("what", ["database", "store marker"])
+def test_a_database_or_marker_that_is_no_regular_file_says_what_to_do(tmp_path: Path, what: str) -> None:
+    settings = Settings(home=tmp_path / "home")
+    MemoryStore.open(settings).close()
+    path = settings.database_path if what == "database" else settings.home_dir / ".memory-store"
+    os.rename(path, tmp_path / "aside")
+    os.mkfifo(path, 0o600)
+    before = file_state(path.parent)
+    with pytest.raises(InsecurePathError) as caught:
+        MemoryStore.open(settings)
+    _one_line(caught.value, f"{what} {path} is not a regular file", "move it away")
+    assert file_state(path.parent) == before
 
 
 def test_a_workspace_behind_a_symlink_loop_or_with_a_too_long_name_is_a_typed_error(
@@ -199,11 +235,34 @@ def test_a_denied_unlink_while_collecting_names_the_asset_file_and_leaves_no_ent
         os_fault("unlink", errno.EACCES, under=store.asset_dir / ref.digest)
         with pytest.raises(FileAccessDeniedError) as caught:
             store.collect_assets(grace_s=0)
-        _one_line(caught.value, f"permission denied on {store.asset_dir / ref.digest}")
+        _one_line(caught.value, f"permission denied on {store.asset_dir / ref.digest}",
+                  "1 unreferenced catalog entries were deleted all the same", "the next collection removes")
         assert os.path.exists(store.asset_dir / ref.digest)  # an orphan now: its entry's deletion committed first
         monkeypatch.undo()
         assert store.collect_assets(grace_s=0).removed_orphans == 1
         assert table_rows(db_path)["assets"] == [] and os.listdir(store.asset_dir) == ["tmp"]
+
+
+def test_a_failed_file_removal_after_delete_session_committed_says_the_session_is_gone(
+    db_path: Path, settings: Settings, workspace: Path, monkeypatch: pytest.MonkeyPatch, os_fault: Inject
+) -> None:
+    with MemoryStore.open_path(db_path, settings) as store:
+        session = store.create_session(workspace)
+        ref = store.put_asset(b"only this Session's", "image/png")
+        with store.acquire_lease(session.id, workspace) as lease:
+            lease.replay()
+            lease.append_turn([NewEvent("user", "see", assets=(ref,))])
+            lease.release()
+    with MemoryStore.open_path(db_path, settings, clock=lambda: time.time() + 7200) as store:  # past the grace
+        os_fault("unlink", errno.EACCES, under=store.asset_dir / ref.digest)
+        with pytest.raises(FileAccessDeniedError) as caught:
+            store.delete_session(session.id)
+        _one_line(caught.value, "permission denied", f"Session {session.id} was deleted all the same",
+                  "`emelex memory maintain`")
+        with pytest.raises(SessionNotFoundError):
+            store.get_session(session.id)
+        monkeypatch.undo()
+        assert store.collect_assets(grace_s=0).removed_orphans == 1
 
 
 def test_a_full_disk_while_installing_a_model_leaves_nothing_behind(

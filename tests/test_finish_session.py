@@ -7,7 +7,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from emelex_memory import EmelexError, LeaseLostError, MemoryStore, NewEvent
+from emelex_memory import CommitOutcomeUnknownError, EmelexError, LeaseLostError, MemoryStore, NewEvent
 
 from .conftest import table_rows
 from .vfs_faults import Fault, installed
@@ -87,3 +87,28 @@ def test_finish_session_refuses_a_lease_of_another_store(cstore, db_path, settin
             other.finish_session(lease)
     assert table_rows(db_path)["jobs"] == [] and lease_state(db_path) == "active"
     lease.release()
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["not-durable", "durable"])
+def test_after_an_unknown_commit_outcome_finishing_again_queues_exactly_once(
+    faulty_vfs, db_path, settings, workspace, durable
+):
+    """The README's idiom: `finish_session` inside the lease's `with` block. Whether the failed commit landed (a
+    checkpoint fsync failing after it) or not (the WAL fsync failing), calling it again completes what is missing."""
+    store = MemoryStore.open_path(db_path, settings)
+    try:
+        if durable:
+            store._conn.execute("PRAGMA wal_autocheckpoint=1").fetchall()  # checkpoint (and fail) after the commit
+        with pytest.raises(CommitOutcomeUnknownError, match=r"call finish_session\(lease\) again") as caught:
+            with leased(store, workspace) as lease:
+                faulty_vfs.arm(Fault("xSync", "db" if durable else "wal"))
+                store.finish_session(lease)
+        faulty_vfs.disarm()
+        assert "\n" not in str(caught.value)
+        assert lease_state(db_path) == "released"  # by the commit, or by leaving the block
+        assert len(table_rows(db_path)["jobs"]) == int(durable)
+        again = store.finish_session(lease)
+        assert again.created is not durable and again.job.session_id == lease.session_id
+        assert len(table_rows(db_path)["jobs"]) == 1
+    finally:
+        store.close()

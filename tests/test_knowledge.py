@@ -185,8 +185,12 @@ def test_scope_is_the_directory_identity_not_its_spelling(kstore, workspace, tmp
     renamed = tmp_path / "renamed"
     os.rename(workspace, renamed)
     assert kstore.get_knowledge(renamed, "k").content == "v"
-    workspace.mkdir()  # a new directory at the old path is another workspace
-    assert kstore.recall(workspace).entries == []
+    workspace.mkdir()  # a new directory at the old path is another workspace, not shown as an empty one
+    with pytest.raises(WorkspaceReplacedError, match="last seen at this path .*moved away"):
+        kstore.recall(workspace)
+    kstore.remember(workspace, "other", "w", new_workspace=True)
+    assert [e.key for e in kstore.recall(workspace).entries] == ["other"]
+    assert [e.key for e in kstore.recall(renamed).entries] == ["k"]
 
 
 def test_a_stale_identity_writes_nothing(kstore, workspace, tmp_path, db_path):

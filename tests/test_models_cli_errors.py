@@ -80,3 +80,18 @@ def test_list_shows_the_good_models_and_flags_a_damaged_one(home: Path, tmp_path
     assert [m["name"] for m in data["models"]] == ["alpha", "gamma"]
     assert [d["name"] for d in data["damaged"]] == ["broken"]
     assert "not a valid JSON object" in data["damaged"][0]["problem"]
+
+
+@pytest.mark.parametrize("kind", ["file", "symlink"])
+def test_list_flags_an_entry_that_is_no_directory_with_a_remedy(home: Path, tmp_path: Path, monkeypatch, kind) -> None:
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    with ModelManager(Settings()) as manager:
+        manager.install(fake_model_file(tmp_path / "alpha"), name="alpha")
+    odd = home / "models" / "odd"
+    if kind == "file":
+        odd.write_text("not a snapshot")
+    else:
+        odd.symlink_to(home / "models" / "alpha")
+    lines = models("list").output.splitlines()
+    assert lines[0].split()[0] == "alpha" and lines[1].startswith("! odd"), lines
+    assert "damaged: model directory" in lines[1] and f"move {odd} out of {home / 'models'}" in lines[1]

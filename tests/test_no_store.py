@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import DatabaseDeletedError, MemoryStore, NoStoreError, Settings
+from emelex_memory import DatabaseDeletedError, InvalidHomeError, MemoryStore, NoStoreError, Settings
 from emelex_memory.doctor import diagnose
 from emelex_memory.opening import sidecar_path
 from emelex_workers.cli import app
@@ -115,6 +115,9 @@ READ_ONLY = [
     ["memory", "assets", "show", "a" * 64],
     ["memory", "assets", "verify"],
     ["memory", "maintain"],
+    ["memory", "workspaces", "list"],
+    ["memory", "workspaces", "show", "1"],
+    ["memory", "workspaces", "rebind", "1", ".", "--yes"],
 ]
 
 
@@ -167,3 +170,25 @@ def test_an_empty_emelex_home_counts_as_unset(tmp_path: Path, workspace: Path, m
 def test_an_empty_home_argument_is_refused(monkeypatch) -> None:
     with pytest.raises(ValueError, match="home must not be empty"):
         Settings(home="")
+
+
+@pytest.mark.parametrize("relative", ["emelex-home", "./home", "../x/home"])
+def test_a_relative_emelex_home_is_refused_and_nothing_is_created(
+    tmp_path: Path, workspace: Path, monkeypatch, relative: str
+) -> None:
+    monkeypatch.chdir(workspace)
+    monkeypatch.setenv("EMELEX_HOME", relative)
+    before = _state(tmp_path)
+    with pytest.raises(InvalidHomeError, match="EMELEX_HOME must be an absolute path \\(or start with ~\\)"):
+        Settings()
+    with pytest.raises(InvalidHomeError):
+        Settings(home=relative)
+    result = CliRunner().invoke(app, ["memory", "knowledge", "remember", "k", "v"])
+    assert result.exit_code == 1 and result.output.startswith("error: EMELEX_HOME must be an absolute path")
+    assert result.output.count("\n") == 1 and _state(tmp_path) == before
+
+
+def test_a_home_starting_with_a_tilde_is_absolute(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("EMELEX_HOME", "~/somewhere")
+    assert Settings().home_dir == tmp_path / "somewhere"

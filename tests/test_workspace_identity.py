@@ -90,6 +90,30 @@ def test_a_replacement_under_a_live_lease_blocks_the_append(store: MemoryStore, 
     assert table_rows(store.path) == before
 
 
+def test_a_workspace_row_changed_under_a_live_lease_blocks_the_append(
+    store: MemoryStore, workspace: Path, tmp_path: Path
+) -> None:
+    session = store.create_session(workspace)
+    lease = store.acquire_lease(session.id, workspace)
+    lease.replay()
+    store.create_session(workspace)  # the same directory at the same path: the row is unchanged
+    lease.append_turn(turn())
+    elsewhere = tmp_path / "elsewhere"
+    workspace.rename(elsewhere)
+    store.create_session(elsewhere)  # the row follows the rename ...
+    elsewhere.rename(workspace)  # ... and the directory comes back: the path names the lease's directory again
+    before = table_rows(store.path)
+    for call in (lambda: lease.append_turn(turn()), lease.renew):
+        with pytest.raises(WorkspaceReplacedError, match="was moved or rebound since this lease was taken"):
+            call()
+    assert table_rows(store.path) == before
+    lease.release()
+    with store.acquire_lease(session.id, workspace) as again:  # a new lease verifies the row afresh
+        again.replay()
+        again.append_turn(turn())
+        again.release()
+
+
 def test_a_lease_that_let_go_of_its_directory_reads_the_identity_afresh(store: MemoryStore, workspace: Path) -> None:
     session = store.create_session(workspace)
     lease = store.acquire_lease(session.id, workspace)
@@ -114,15 +138,23 @@ def test_a_replacement_that_reuses_the_inode_does_not_see_the_old_knowledge(
     store.remember(workspace, "build", "make test")
     replace_reusing_inode(workspace)
     before = table_rows(store.path)
-    assert store.recall(workspace, include_tombstones=True).entries == []
+    hint = re.escape(rebind_hint(1, workspace))
+    for call in (store.recall, lambda w: store.knowledge_history(w, "build"), lambda w: store.remember(w, "k", "v"),
+                 store.create_session):
+        with pytest.raises(WorkspaceReplacedError, match=f"last seen at this path.*{hint}.*--new-workspace"):
+            call(workspace)
     for call in (store.get_knowledge, store.forget, store.pin, store.unpin):
-        with pytest.raises(KnowledgeNotFoundError):
+        with pytest.raises(WorkspaceReplacedError, match=hint):
             call(workspace, "build")
     with pytest.raises(WorkspaceReplacedError, match=r"workspaces rebind 1 .* --yes"):
         store.remember(old, "build", "overwritten")
     with pytest.raises(WorkspaceReplacedError, match="workspaces rebind 1 "):
         store.recall(old)
     assert table_rows(store.path) == before
+    store.remember(workspace, "lint", "ruff", new_workspace=True)  # said to be a new, unrelated workspace
+    assert [e.key for e in store.recall(workspace).entries] == ["lint"]
+    with pytest.raises(KnowledgeNotFoundError):
+        store.get_knowledge(workspace, "build")
 
 
 def test_a_replaced_workspace_fails_distillation_with_the_rebind_advice(store: MemoryStore, workspace: Path) -> None:

@@ -123,3 +123,52 @@ def test_workspace_pages_are_bounded_and_use_a_cursor(store: MemoryStore, tmp_pa
             store.list_workspaces(cursor=bad)
     with pytest.raises(InvalidInputError):
         store.list_workspaces(max_bytes=100)
+
+
+def test_a_workspace_whose_path_cannot_be_inspected_is_listed_as_unreadable(
+    store: MemoryStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looping, denied, fine = (tmp_path / name for name in ("looping", "denied", "fine"))
+    for directory in (looping, denied, fine):
+        directory.mkdir()
+        store.create_session(directory)
+    looping.rmdir()
+    looping.symlink_to(looping)  # `rmdir ws; ln -s ws ws`: ELOOP, an InsecurePathError
+    real_open = os.open
+
+    def deny(path, *args, **kwargs):  # root passes any permission check, so EACCES is injected
+        if str(path) == str(denied):
+            raise PermissionError(13, os.strerror(13), path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", deny)
+    listed = [(w.path, w.status) for w in store.list_workspaces().workspaces]
+    assert listed == [(str(looping), "unreadable"), (str(denied), "unreadable"), (str(fine), "present")]
+
+
+def test_rebind_retires_an_empty_workspace_at_the_directory(store: MemoryStore, workspace: Path, db_path: Path) -> None:
+    sid = with_history(store, workspace)
+    replace_directory(workspace)
+    stray = store.create_session(workspace, new_workspace=True)  # worked there first, then thought better of it
+    store.delete_session(stray.id)
+    assert [(w.id, w.sessions, w.knowledge) for w in store.list_workspaces().workspaces] == [(1, 1, 1), (2, 0, 0)]
+    r = store.rebind_workspace(1, workspace, confirm=True)
+    assert (r.changed, r.retired) == (True, 2)
+    assert [(w.id, w.status) for w in store.list_workspaces().workspaces] == [(1, "present")]
+    assert [row[-1] for row in table_rows(db_path)["workspace_rebinds"]] == [2]  # retired_workspace_id, audited
+    with store.acquire_lease(sid, workspace) as lease:
+        assert len(list(lease.replay_all())) == 2
+        lease.release()
+
+
+def test_rebind_still_refuses_a_workspace_that_anything_belongs_to(
+    store: MemoryStore, workspace: Path, db_path: Path
+) -> None:
+    with_history(store, workspace)
+    replace_directory(workspace)
+    store.remember(workspace, "lint", "ruff", new_workspace=True)
+    store.forget(workspace, "lint")  # forgotten Knowledge still belongs to workspace 2
+    before = table_rows(db_path)
+    with pytest.raises(WorkspaceConflictError, match="already is workspace 2 .*0 live Knowledge"):
+        store.rebind_workspace(1, workspace, confirm=True)
+    assert table_rows(db_path) == before

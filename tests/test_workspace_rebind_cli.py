@@ -42,15 +42,18 @@ def test_a_re_clone_is_refused_with_advice_that_rebind_makes_good(workspace: Pat
     sid = history(workspace)
     listed = w("list")
     assert listed.exit_code == 0
-    assert listed.output.split() == ["1", "present", "1", "Sessions", "1", "Knowledge", str(workspace.resolve())]
+    assert listed.output.split() == [
+        "1", "present", "1", "Sessions", "1", "Knowledge", "0", "rebinds", str(workspace.resolve())]
     shutil.rmtree(workspace)
     workspace.mkdir()
     data = json.loads(w("list", "--json").output)
     [entry] = data["workspaces"]
     assert (entry["id"], entry["status"], entry["sessions"], entry["knowledge"]) == (1, "replaced", 1, 1)
     assert data["next_cursor"] is None
-    shown = runner.invoke(app, ["memory", "knowledge", "list", "-w", str(workspace)])
-    assert shown.output.strip() == "no Knowledge in this workspace"
+    for args in (["list"], ["show", "build"], ["forget", "build"], ["remember", "build", "make all"]):
+        shown = runner.invoke(app, ["memory", "knowledge", *args, "-w", str(workspace)])
+        assert shown.exit_code == 1 and shown.output.count("\n") == 1, shown.output
+        assert "last seen at this path" in shown.output and "workspaces rebind 1 " in shown.output
     with MemoryStore.open(Settings()) as store:
         with pytest.raises(WorkspaceReplacedError, match="workspaces rebind 1 ") as raised:
             store.acquire_lease(sid, workspace)
@@ -97,3 +100,50 @@ def test_list_pages_with_a_cursor(tmp_path: Path) -> None:
     assert first.exit_code == 0 and "more: --cursor 2" in first.output
     rest = w("list", "--limit", "2", "--cursor", "2", "--json")
     assert [x["path"] for x in json.loads(rest.output)["workspaces"]] == [str((tmp_path / "ws2").resolve())]
+
+
+def test_remember_new_workspace_starts_afresh_at_a_re_cloned_path(workspace: Path) -> None:
+    history(workspace)
+    shutil.rmtree(workspace)
+    workspace.mkdir()
+    k = ["memory", "knowledge"]
+    made = runner.invoke(app, [*k, "remember", "lint", "ruff", "-w", str(workspace), "--new-workspace"])
+    assert made.exit_code == 0, made.output
+    assert runner.invoke(app, [*k, "list", "-w", str(workspace)]).output.split()[0] == "lint"
+    assert [x["id"] for x in json.loads(w("list", "--json").output)["workspaces"]] == [1, 2]
+    refused = w("rebind", "1", str(workspace), "--yes")  # workspace 2 holds Knowledge now: it is not retired
+    assert refused.exit_code == 1 and "already is workspace 2" in refused.output
+
+
+def test_rebind_onto_an_empty_workspace_says_it_retired_it(workspace: Path) -> None:
+    history(workspace)
+    shutil.rmtree(workspace)
+    workspace.mkdir()
+    with MemoryStore.open(Settings()) as store:
+        store.delete_session(store.create_session(workspace, new_workspace=True).id)
+    rebound = w("rebind", "1", str(workspace), "--yes")
+    assert rebound.exit_code == 0 and "the empty workspace 2 it was until now is retired" in rebound.output
+    assert "make test" in runner.invoke(app, ["memory", "knowledge", "list", "-w", str(workspace)]).output
+
+
+def test_list_counts_rebinds_and_show_prints_the_history(workspace: Path, tmp_path: Path) -> None:
+    history(workspace)
+    for _ in range(2):
+        shutil.rmtree(workspace)
+        workspace.mkdir()
+        assert w("rebind", "1", str(workspace), "--yes").exit_code == 0
+    assert w("list").output.split()[6:8] == ["2", "rebinds"]
+    shown = w("show", "1")
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert lines[0] == "workspace 1: present, 1 Sessions, 1 Knowledge, 2 rebinds"
+    rebinds = [line for line in lines if line.startswith("  rebound ")]
+    assert len(rebinds) == 2 and all(" by " in line and " pid " in line for line in rebinds)
+    assert shown.output.count(f"to   {workspace.resolve()} (device ") == 2
+    page = json.loads(w("show", "1", "--limit", "1", "--json").output)
+    assert len(page["rebinds"]) == 1 and page["next_cursor"]
+    rest = json.loads(w("show", "1", "--cursor", page["next_cursor"], "--json").output)
+    assert len(rest["rebinds"]) == 1 and rest["next_cursor"] is None
+    assert rest["rebinds"][0]["old_inode"] == page["rebinds"][0]["new"]["inode"]  # the second starts where the first ended
+    missing = w("show", "9")
+    assert missing.exit_code == 1 and missing.output.startswith("error: no workspace 9")

@@ -149,11 +149,15 @@ def knowledge_remember(
         metavar="CONTENT", show_default=False, help="What to remember under KEY (replaces the current content).")],
     workspace: WorkspaceOpt = Path("."),
     confidence: Annotated[float, typer.Option(metavar="X", min=0.0, max=1.0, help="Confidence between 0 and 1.")] = 1.0,
+    new_workspace: Annotated[bool, typer.Option(
+        "--new-workspace",
+        help="The directory is a new workspace, although another one was last seen at its path (not a re-clone).",
+    )] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Remember or correct an entry: appends a new version."""
     with MemoryStore.open(settings_of(ctx)) as store:
-        v = store.remember(workspace, key, content, confidence=confidence)
+        v = store.remember(workspace, key, content, confidence=confidence, new_workspace=new_workspace)
     if as_json:
         echo_json("remembered", {"key": key, **version_dict(v)})
     else:

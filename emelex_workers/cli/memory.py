@@ -204,6 +204,9 @@ def doctor(
     """Check Home, file modes, pragmas, connection settings, schema, integrity, transcripts, payloads and a bounded
     number of asset files; exit 1 when anything is wrong."""
     report = diagnose(settings_of(ctx), max_asset_entries=max_assets)
+    if report.no_store and not as_json:  # nothing to check: one line, like every other command here
+        typer.echo(f"error: {report.checks[0].detail}", err=True)
+        raise typer.Exit(1)
     if as_json:
         checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks]
         echo_json("healthy" if report.healthy else "unhealthy",

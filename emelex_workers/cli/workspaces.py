@@ -1,8 +1,10 @@
-"""`emelex memory workspaces ...`: list the known workspaces and rebind one to a directory (audited)."""
+"""`emelex memory workspaces ...`: list the known workspaces, show one with its rebind history, and rebind one to a
+directory (audited)."""
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -17,7 +19,17 @@ workspaces_app = EmelexTyper(help="List known workspaces; rebind one whose direc
 
 
 def _line(w: WorkspaceInfo) -> str:
-    return f"{w.id:>4}  {w.status:<10} {w.sessions:>4} Sessions  {w.knowledge:>4} Knowledge  {w.path or '(path unknown)'}"
+    return (f"{w.id:>4}  {w.status:<10} {w.sessions:>4} Sessions  {w.knowledge:>4} Knowledge  {w.rebinds:>3} rebinds  "
+            f"{w.path or '(path unknown)'}")
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def _identity(path: str | None, device: int, inode: int, generation: int | None, birth_ns: int | None) -> str:
+    return (f"{path or '(path unknown)'} (device {device}, inode {inode}, generation "
+            f"{'-' if generation is None else generation}, birth {'-' if birth_ns is None else birth_ns})")
 
 
 @workspaces_app.command("list")
@@ -30,10 +42,41 @@ def workspaces_list(
 ) -> None:
     """List known workspaces: ID, whether the path still is that directory (present), another one (replaced) or
     nothing (missing), and their Session and live Knowledge counts."""
-    with MemoryStore.open(settings_of(ctx)) as store:
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
         page = store.list_workspaces(cursor=cursor, limit=limit)
     echo_page("workspaces", page.workspaces, page.next_cursor, as_json,
               as_dict=dataclasses.asdict, line=_line, empty="no known workspaces")
+
+
+@workspaces_app.command("show")
+def workspaces_show(
+    ctx: typer.Context,
+    workspace_id: Annotated[int, typer.Argument(
+        metavar="WORKSPACE_ID", show_default=False, help="ID from `workspaces list`.")],
+    limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Rebind records per page.")] = 50,
+    cursor: Annotated[Optional[str], typer.Option(
+        metavar="CURSOR", help="next_cursor printed by the previous page.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show one workspace: its identity, status and counts, and its rebind history (who, when, from what), oldest
+    first."""
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
+        w = store.get_workspace(workspace_id)
+        page = store.workspace_rebinds(workspace_id, cursor=cursor, limit=limit)
+    if as_json:
+        rebinds = [dataclasses.asdict(r) for r in page.rebinds]
+        echo_json("workspace", {"workspace": dataclasses.asdict(w), "rebinds": rebinds, "next_cursor": page.next_cursor})
+        return
+    typer.echo(f"workspace {w.id}: {w.status}, {w.sessions} Sessions, {w.knowledge} Knowledge, {w.rebinds} rebinds")
+    typer.echo(f"  directory: {_identity(w.path, w.device, w.inode, w.generation, w.birth_ns)}")
+    typer.echo(f"  known since {_when(w.created_at)}")
+    for r in page.rebinds:
+        retired = f"; retired the empty workspace {r.retired}" if r.retired else ""
+        typer.echo(f"  rebound {_when(r.rebound_at)} by {r.rebound_by}{retired}")
+        typer.echo(f"    from {_identity(r.old_path, r.old_device, r.old_inode, r.old_generation, r.old_birth_ns)}")
+        typer.echo(f"    to   {_identity(r.new.path, r.new.device, r.new.inode, r.new.generation, r.new.birth_ns)}")
+    if page.next_cursor:
+        typer.echo(f"  more: --cursor {page.next_cursor}")
 
 
 @workspaces_app.command("rebind")
@@ -48,12 +91,13 @@ def workspaces_rebind(
 ) -> None:
     """Make DIRECTORY workspace WORKSPACE_ID: its Sessions resume and its Knowledge is recalled there. Recorded with
     who, when and both identities. Refused while one of its Sessions is leased or DIRECTORY is another workspace."""
-    with MemoryStore.open(settings_of(ctx)) as store:
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
         r = store.rebind_workspace(workspace_id, directory, confirm=yes)
     if as_json:
         echo_json("rebound" if r.changed else "unchanged", dataclasses.asdict(r))
     elif r.changed:
+        retired = f"; the empty workspace {r.retired} it was until now is retired" if r.retired else ""
         typer.echo(f"workspace {r.workspace_id} is now {r.new.path} (was {r.old_path or 'unknown'}); "
-                   f"recorded as rebound by {r.rebound_by}")
+                   f"recorded as rebound by {r.rebound_by}{retired}")
     else:
         typer.echo(f"workspace {r.workspace_id} already is {r.new.path}; nothing to rebind")
