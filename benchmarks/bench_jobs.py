@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from emelex_memory import MemoryStore, Settings, register_job_kind, run_one_job
-from emelex_memory.connection import connect
+from emelex_memory.core.connection import connect
 
 JOBS_PER_ROUND = 1000
 CHUNK = 100  # jobs per phase; phases alternate between the two sides

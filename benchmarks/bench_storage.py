@@ -24,8 +24,8 @@ from itertools import islice
 from pathlib import Path
 
 from emelex_memory import MemoryStore, NewEvent, Settings
-from emelex_memory.connection import connect
-from emelex_memory.transcript import encode_turn
+from emelex_memory.core.connection import connect
+from emelex_memory.sessions.transcript import encode_turn
 
 TURNS_PER_ROUND = 500
 ROUNDS = 7

@@ -97,8 +97,8 @@ from .errors import (
     WorkspaceNotFoundError,
     WorkspaceReplacedError,
 )
-from .assets import MAX_ASSET_BYTES, MAX_REPLAY_MEDIA_BYTES, AssetRef
-from .assets_catalog import (
+from .assets.refs import MAX_ASSET_BYTES, MAX_REPLAY_MEDIA_BYTES, AssetRef
+from .assets.catalog import (
     AssetInfo,
     AssetLink,
     AssetLinkPage,
@@ -107,9 +107,9 @@ from .assets_catalog import (
     AssetTotals,
     AssetVerification,
 )
-from .assets_files import VerifiedAssetReader
-from .assets_gc import AssetCollection
-from .compaction import (
+from .assets.files import VerifiedAssetReader
+from .assets.collection import AssetCollection
+from .compaction.planning import (
     COMPACTION_KIND,
     CompactionPlan,
     CompactionPolicy,
@@ -119,9 +119,9 @@ from .compaction import (
     compaction_handler,
     estimate_tokens,
 )
-from .compaction_revert import CompactionReversal
-from .deletion import SessionDeletion
-from .distillation import (
+from .compaction.revert import CompactionReversal
+from .maintenance.deletion import SessionDeletion
+from .knowledge.distillation import (
     DISTILL_KIND,
     DistillationInput,
     DistillationResult,
@@ -129,9 +129,9 @@ from .distillation import (
     distillation_handler,
     validate_candidates,
 )
-from .distillation_split import DistillationSplit
-from .job_status import WaitingJob, WaitingPage, holder_is_dead
-from .jobs import (
+from .knowledge.splitting import DistillationSplit
+from .queue.status import WaitingJob, WaitingPage, holder_is_dead
+from .queue.jobs import (
     CompletionContext,
     Enqueued,
     Job,
@@ -141,20 +141,20 @@ from .jobs import (
     register_job_kind,
     registered_kinds,
 )
-from .knowledge_model import KnowledgeEntry, KnowledgeHistoryPage, KnowledgePage, KnowledgeSource, KnowledgeVersion
-from .leases import SessionLease
-from .raw_history import RawEvent, RawPage, SummaryRecord
-from .model_refs import BoundModel, MemorySnapshotReferenceGuard, SessionModelRef, SessionModelRefPage
-from .models import InstalledModel, LinkedTarget, ModelFile, SnapshotReferenceGuard
-from .queue import JobClaim
-from .retention import MaintenanceReport
-from .retry import RETRY_SCHEDULE, RetrySchedule
-from .sessions import Session, WorkspaceIdentity
+from .knowledge.values import KnowledgeEntry, KnowledgeHistoryPage, KnowledgePage, KnowledgeSource, KnowledgeVersion
+from .sessions.leases import SessionLease
+from .compaction.raw_history import RawEvent, RawPage, SummaryRecord
+from .snapshots.refs import BoundModel, MemorySnapshotReferenceGuard, SessionModelRef, SessionModelRefPage
+from .snapshots.installed import InstalledModel, LinkedTarget, ModelFile, SnapshotReferenceGuard
+from .queue.service import JobClaim
+from .maintenance.retention import MaintenanceReport
+from .core.retry import RETRY_SCHEDULE, RetrySchedule
+from .sessions.identity import Session, WorkspaceIdentity
 from .settings import Settings
 from .store import MemoryStore, SessionPage
-from .transcript import AppendedTurn, Event, NewEvent, ReplayPage
-from .worker import JobOutcome, run_one_job
-from .workspace_admin import WorkspaceInfo, WorkspacePage, WorkspaceRebind, WorkspaceRebindPage
+from .sessions.transcript import AppendedTurn, Event, NewEvent, ReplayPage
+from .queue.runner import JobOutcome, run_one_job
+from .sessions.workspace_admin import WorkspaceInfo, WorkspacePage, WorkspaceRebind, WorkspaceRebindPage
 
 __all__ = [
     "AmbiguousIdError",

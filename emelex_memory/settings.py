@@ -24,8 +24,8 @@ from pydantic_settings import (
 )
 
 from .errors import InvalidHomeError, SettingsFileError
-from .files import check_no_symlink_loop
-from .io_errors import file_error
+from .core.private_files import check_no_symlink_loop
+from .core.io_errors import file_error
 
 MiB = 1024 * 1024
 MAX_CONFIG_BYTES = MiB  # config.toml is read whole; a larger one is refused

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import apsw
 
-from .assets import asset_dir_for
-from .assets_store import AssetStoreMixin
-from .compaction import CompactionMixin
-from .compaction_revert import CompactionRevertMixin
-from .cursors import check_position, cursor_float, cursor_int
-from .deletion import DeletionMixin
-from .directories import Directory
-from .distillation import DistillationMixin
+from .assets.refs import asset_dir_for
+from .assets.service import AssetStoreMixin
+from .compaction.planning import CompactionMixin
+from .compaction.revert import CompactionRevertMixin
+from .core.cursors import check_position, cursor_float, cursor_int
+from .maintenance.deletion import DeletionMixin
+from .core.directories import Directory
+from .knowledge.distillation import DistillationMixin
 from .errors import (
     CommitOutcomeUnknownError,
     EmelexError,
@@ -29,24 +29,24 @@ from .errors import (
     StoreClosedError,
     WorkspaceReplacedError,
 )
-from .files import absolute, check_home, check_no_symlinks, check_private_dir, ensure_private_dir
-from .id_prefix import IdPrefixMixin
-from .io_errors import IO_ERRORS, commit_unknown, detail_of, failure_remedy, restated, sqlite_error
-from .job_status import JobStatusMixin
-from .knowledge import KnowledgeMixin
-from .leases import SessionLease, holder_label, new_token, token_digest
-from .model_refs import ModelRefMixin
-from .opening import check_missing_database, open_database, reinitialize_database
-from .queue import JobQueueMixin
-from .raw_history import RawHistoryMixin
-from .retention import MaintenanceMixin
-from .sessions import SESSION_COLUMNS, Session, WorkspaceIdentity, not_the_workspace, session_from_row
+from .core.private_files import absolute, check_home, check_no_symlinks, check_private_dir, ensure_private_dir
+from .core.id_prefix import IdPrefixMixin
+from .core.io_errors import IO_ERRORS, commit_unknown, detail_of, failure_remedy, restated, sqlite_error
+from .queue.status import JobStatusMixin
+from .knowledge.service import KnowledgeMixin
+from .sessions.leases import SessionLease, holder_label, new_token, token_digest
+from .snapshots.refs import ModelRefMixin
+from .core.opening import check_missing_database, open_database, reinitialize_database
+from .queue.service import JobQueueMixin
+from .compaction.raw_history import RawHistoryMixin
+from .maintenance.retention import MaintenanceMixin
+from .sessions.identity import SESSION_COLUMNS, Session, WorkspaceIdentity, not_the_workspace, session_from_row
 from .settings import Settings
-from .summaries import read_view_page
-from .transcript import ReplayPage
-from .utf8 import check_utf8, is_utf8
-from .workspace_admin import WorkspaceAdminMixin
-from .workspaces import WORKSPACE_COLUMNS, identity_of, register_workspace, settle_workspace
+from .compaction.summaries import read_view_page
+from .sessions.transcript import ReplayPage
+from .core.utf8 import check_utf8, is_utf8
+from .sessions.workspace_admin import WorkspaceAdminMixin
+from .sessions.workspaces import WORKSPACE_COLUMNS, identity_of, register_workspace, settle_workspace
 
 Clock = Callable[[], float]
 STORE_MARKER = ".memory-store"  # in Emelex Home: records that the standard store was created

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from emelex_memory import EmelexError, Event, InstalledModel, PluginHookError, Settings
-from emelex_memory.models import revalidate, snapshot_mutation_lock
-from emelex_memory.worker import describe
+from emelex_memory.snapshots.installed import revalidate, snapshot_mutation_lock
+from emelex_memory.queue.runner import describe
 
 from .models import ModelManager
 from .plugin_api import ModelBinding, event_text

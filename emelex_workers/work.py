@@ -53,8 +53,8 @@ from emelex_memory import (
     distillation_handler,
     run_one_job,
 )
-from emelex_memory.distillation import DISTILL_RESERVE_TOKENS, MAX_CANDIDATES, MAX_RAW_CANDIDATES
-from emelex_memory.worker import describe
+from emelex_memory.knowledge.distillation import DISTILL_RESERVE_TOKENS, MAX_CANDIDATES, MAX_RAW_CANDIDATES
+from emelex_memory.queue.runner import describe
 
 from .guards import guard_candidates, guard_summary
 from .metering import MeteredBinding

@@ -14,13 +14,13 @@ import pytest
 from typer.testing import CliRunner
 
 from emelex_memory import JobStateError, MemoryStore, NewEvent, Settings, holder_is_dead
-from emelex_memory.leases import holder_label
+from emelex_memory.sessions.leases import holder_label
 from emelex_workers.cli import app
 from emelex_workers.plugin_api import GenerationProgress
 from emelex_workers.work import work
 from emelex_workers.work_report import JobReport, JobStart, WorkObserver
 
-from .conftest import table_rows
+from .support import table_rows
 from .test_work import env, jobs, seed  # noqa: F401 - `env` is a fixture
 
 CHAT = {"chat": 5}

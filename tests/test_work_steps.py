@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from emelex_memory import MemoryStore, NewEvent, Settings
-from emelex_memory.compaction_policy import PROMPT_RESERVE_TOKENS
+from emelex_memory.compaction.policy import PROMPT_RESERVE_TOKENS
 from emelex_workers.cli import app
 from emelex_workers.hookspecs import hookimpl
 from emelex_workers.plugin_api import Summarizer

@@ -18,7 +18,7 @@ from typing import Annotated, Optional
 import typer
 
 from emelex_memory import CompactionPolicy, Job, MemoryStore
-from emelex_memory.jobs import STATES
+from emelex_memory.queue.jobs import STATES
 
 from ..planning import default_model_budget
 from .framework import EmelexTyper, JsonFlag, echo_json, one_of, page_limit, settings_of, share, usage_error

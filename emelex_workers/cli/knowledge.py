@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from emelex_memory import KnowledgeEntry, KnowledgeVersion, MemoryStore
-from emelex_memory.cursors import MAX_SQL_INT
+from emelex_memory.core.cursors import MAX_SQL_INT
 
 from .framework import EmelexTyper, JsonFlag, echo_json, page_limit, settings_of
 from .pages import echo_page

@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 import typer
 
 from emelex_memory import CorruptEventError, Event, MemoryStore, RawEvent
-from emelex_memory.cursors import MAX_SQL_INT
-from emelex_memory.doctor import DOCTOR_ASSET_ENTRIES, diagnose
+from emelex_memory.core.cursors import MAX_SQL_INT
+from emelex_memory.maintenance.doctor import DOCTOR_ASSET_ENTRIES, diagnose
 
 from .assets import assets_app
 from .compaction import compaction_app
