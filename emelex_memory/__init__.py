@@ -144,7 +144,8 @@ from .queue.jobs import (
 from .knowledge.values import KnowledgeEntry, KnowledgeHistoryPage, KnowledgePage, KnowledgeSource, KnowledgeVersion
 from .sessions.leases import SessionLease
 from .compaction.raw_history import RawEvent, RawPage, SummaryRecord
-from .snapshots.refs import BoundModel, MemorySnapshotReferenceGuard, SessionModelRef, SessionModelRefPage
+from .snapshot_guard import MemorySnapshotReferenceGuard
+from .snapshots.refs import BoundModel, SessionModelRef, SessionModelRefPage
 from .snapshots.installed import InstalledModel, LinkedTarget, ModelFile, SnapshotReferenceGuard
 from .queue.service import JobClaim
 from .maintenance.retention import MaintenanceReport

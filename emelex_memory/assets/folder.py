@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .refs import temp_dir_of
+from ..core.database import Database
 from ..core.directories import Directory
 from ..errors import AssetMissingError
+from .refs import asset_dir_for, temp_dir_of
 
 
 class AssetFolder:
@@ -61,3 +62,12 @@ class AssetFolder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def open_asset_folder(db: Database, *, create: bool = False, tmp: bool = False) -> AssetFolder:
+    """Open `db`'s asset folder (and, with `tmp`, its `tmp/`) for one operation, through the descriptor of the
+    database's directory held since the store was opened; close it when done. See `AssetFolder.open`."""
+    with db.lock:  # not while `close()` closes the directory
+        if db.directory.fd < 0:
+            raise db.closed_error()
+        return AssetFolder.open(db.directory, asset_dir_for(db.path), create=create, tmp=tmp)

@@ -1,14 +1,11 @@
-"""`AssetStoreMixin`: the asset methods of `MemoryStore` (put, read, list, verify, collect)."""
+"""`AssetStore` (`store.assets`): put, read, list, verify and collect assets."""
 
 from __future__ import annotations
 
 import math
-import threading
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import apsw
 
 from .refs import (
     DEFAULT_GRACE_S,
@@ -31,7 +28,7 @@ from .catalog import (
     totals,
     verify_page,
 )
-from .folder import AssetFolder
+from .folder import AssetFolder, open_asset_folder
 from .files import (
     AssetSource,
     TempAsset,
@@ -53,44 +50,30 @@ from .collection import (
     save_scan_position,
 )
 from ..core.directories import Directory
+from ..core.database import Database
 from ..errors import (
     AssetMissingError,
     CommitOutcomeUnknownError,
     EmelexError,
     InvalidAssetError,
     InvalidInputError,
-    StoreClosedError,
 )
 from ..core.io_errors import restated, translating, with_committed
-from ..settings import Settings
 
 DEFAULT_VERIFY_BYTES = 1024 * 1024 * 1024  # bytes re-hashed by one `verify_assets` page
 
 
-class AssetStoreMixin:
-    """Content-addressed media; mixed into `MemoryStore`. See `assets/refs.py` for the layout."""
+class AssetStore:
+    """Content-addressed media: `store.assets`. See `assets/refs.py` for the layout."""
 
-    path: Path
-    settings: Settings
-    clock: Callable[[], float]
-    _write: Callable[[], AbstractContextManager[apsw.Connection]]
-    _read: Callable[[], AbstractContextManager[apsw.Connection]]
-    _page_limits: Callable[..., tuple[int, int]]
-    _lock: threading.RLock
-    _dir: Directory
+    def __init__(self, db: Database) -> None:
+        """Serve `db`'s asset folder."""
+        self._db = db
 
     @property
     def asset_dir(self) -> Path:
         """This database's asset folder: `memory/assets` for the standard database, else `<name>.assets` beside it."""
-        return asset_dir_for(self.path)
-
-    def _asset_folder(self, *, create: bool = False, tmp: bool = False) -> AssetFolder:
-        """Open the asset folder (and, with `tmp`, its `tmp/`) for one operation, through the descriptor of the
-        database's directory held since the store was opened; close it when done. See `AssetFolder.open`."""
-        with self._lock:  # not while `close()` closes the directory
-            if self._dir.fd < 0:
-                raise StoreClosedError(f"the store {self.path} was closed; open it again")
-            return AssetFolder.open(self._dir, self.asset_dir, create=create, tmp=tmp)
+        return asset_dir_for(self._db.path)
 
     # -- writing --------------------------------------------------------------
 
@@ -112,7 +95,7 @@ class AssetStoreMixin:
         entry may or may not be durable; putting the bytes again is safe.
         """
         check_media_kind(media_kind)
-        with self._asset_folder(create=True, tmp=True) as folder:
+        with open_asset_folder(self._db, create=True, tmp=True) as folder:
             files, tmp = folder.require(), folder.tmp
             assert tmp is not None  # created with the folder
             temp = write_temp(tmp, data, MAX_ASSET_BYTES)
@@ -120,9 +103,9 @@ class AssetStoreMixin:
                 ref = AssetRef(temp.digest, temp.size, media_kind)
                 seen = self._existing(files, ref)  # hash an existing file before taking the write lock
                 try:
-                    with self._write() as conn:
+                    with self._db.write() as conn:
                         self._publish(temp, files, ref, seen)
-                        now = self.clock()
+                        now = self._db.clock()
                         conn.execute(
                             "INSERT INTO assets (digest, media_kind, size, created_at, touched_at) "
                             "VALUES (?, ?, ?, ?, ?) ON CONFLICT (digest, media_kind) DO UPDATE SET "
@@ -131,7 +114,7 @@ class AssetStoreMixin:
                         )
                 except CommitOutcomeUnknownError as exc:
                     raise restated(
-                        exc, self.path, f"asset {ref.digest} ({ref.media_kind})",
+                        exc, self._db.path, f"asset {ref.digest} ({ref.media_kind})",
                         "put the same bytes again; put_asset is idempotent",
                     ) from exc.__cause__
             finally:
@@ -170,9 +153,9 @@ class AssetStoreMixin:
         """Check `ref` against the catalog; return the open asset folder holding its file (close it)."""
         if not isinstance(ref, AssetRef):
             raise InvalidAssetError(f"expected an AssetRef, got {type(ref).__name__}")
-        with self._read() as conn:
+        with self._db.read() as conn:
             check_catalogued(conn, ref)
-        return self._asset_folder()
+        return open_asset_folder(self._db)
 
     def read_asset(self, ref: AssetRef) -> bytes:
         """Return an asset's bytes after checking its catalog entry, file type, owner, mode, size and SHA-256.
@@ -209,8 +192,8 @@ class AssetStoreMixin:
         Bounded like `list_assets`; the page is empty when the digest is not
         catalogued. A cursor must come from a page of the same digest.
         """
-        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MAX_ENTRY_BYTES)
-        with self._read() as conn:
+        limit, max_bytes = self._db.page_limits(limit, max_bytes, min_bytes=MAX_ENTRY_BYTES)
+        with self._db.read() as conn:
             return page_entries(conn, cursor, limit, max_bytes, digest)
 
     def asset_links(
@@ -221,8 +204,8 @@ class AssetStoreMixin:
         `max_bytes` must leave room for the largest link (`MAX_LINK_BYTES`);
         pass `next_cursor` back until it is None.
         """
-        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MAX_LINK_BYTES)
-        with self._read() as conn:
+        limit, max_bytes = self._db.page_limits(limit, max_bytes, min_bytes=MAX_LINK_BYTES)
+        with self._db.read() as conn:
             return links_of(conn, digest, cursor, limit, max_bytes)
 
     def list_assets(
@@ -234,13 +217,13 @@ class AssetStoreMixin:
         else `InvalidInputError`), so every page holds at least one entry and
         has a `next_cursor` whenever more entries follow.
         """
-        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MAX_ENTRY_BYTES)
-        with self._read() as conn:
+        limit, max_bytes = self._db.page_limits(limit, max_bytes, min_bytes=MAX_ENTRY_BYTES)
+        with self._db.read() as conn:
             return page_entries(conn, cursor, limit, max_bytes)
 
     def asset_totals(self) -> AssetTotals:
         """Catalog entries, distinct files and their bytes."""
-        with self._read() as conn:
+        with self._db.read() as conn:
             return totals(conn)
 
     def verify_assets(
@@ -252,11 +235,11 @@ class AssetStoreMixin:
         (default 1 GiB) of hashing, always checking at least one file. Pass
         `next_cursor` back until it is None to check everything.
         """
-        limit, _ = self._page_limits(limit, None)
+        limit, _ = self._db.page_limits(limit, None)
         budget = DEFAULT_VERIFY_BYTES if max_hash_bytes is None else max_hash_bytes
         if type(budget) is not int or budget < 1:
             raise InvalidInputError(f"max_hash_bytes must be a positive integer, got {max_hash_bytes!r}")
-        with self._asset_folder() as folder, self._read() as conn:
+        with open_asset_folder(self._db) as folder, self._db.read() as conn:
             return verify_page(conn, folder, cursor, limit, budget)
 
     # -- collection -------------------------------------------------------------
@@ -288,18 +271,18 @@ class AssetStoreMixin:
         transaction (counted in `deferred_files`). An error in the file step
         is raised after the entries' deletion committed, and says so.
         """
-        if type(limit) is not int or not 1 <= limit <= self.settings.max_page_items:
-            raise InvalidInputError(f"limit must be between 1 and {self.settings.max_page_items}, got {limit!r}")
+        if type(limit) is not int or not 1 <= limit <= self._db.settings.max_page_items:
+            raise InvalidInputError(f"limit must be between 1 and {self._db.settings.max_page_items}, got {limit!r}")
         if not isinstance(grace_s, (int, float)) or not math.isfinite(grace_s) or grace_s < 0:
             raise InvalidInputError(f"grace_s must be a finite number of seconds >= 0, got {grace_s!r}")
         targets = None if digests is None else list(dict.fromkeys(_checked_digests(digests)))
         if targets is not None and len(targets) > limit:
             raise InvalidInputError(f"at most limit={limit} digests per call, got {len(targets)}")
         report = AssetCollection()
-        now = self.clock()
-        with self._asset_folder(tmp=True) as folder, self._read() as conn:  # holds the store's lock across the steps
+        now = self._db.clock()
+        with open_asset_folder(self._db, tmp=True) as folder, self._db.read() as conn:  # holds the store's lock across the steps
             nested = conn.in_transaction
-            with self._write() as conn:
+            with self._db.write() as conn:
                 emptied = collect_entries(conn, now - grace_s, limit, targets, report)
             if nested:
                 report.deferred_files += len(emptied)
@@ -307,7 +290,7 @@ class AssetStoreMixin:
             if folder.files is None:
                 return report
             try:
-                with self._write() as conn:  # the deletion has committed: the files are orphans now
+                with self._db.write() as conn:  # the deletion has committed: the files are orphans now
                     remove_unnamed_files(conn, folder.files, emptied, report)
                     collect_orphans(conn, folder.files, now, grace_s, limit, targets, report)
             except EmelexError as exc:
@@ -318,21 +301,8 @@ class AssetStoreMixin:
             if targets is None and folder.tmp is not None:
                 position = collect_temps(conn, folder.tmp, now, limit, report)
                 if position is not None:
-                    with self._write() as conn:
+                    with self._db.write() as conn:
                         save_scan_position(conn, TEMP_SCAN_KEY, position)
-        return report
-
-    def _remove_unnamed_files(self, digests: list[str]) -> AssetCollection:
-        """After the commit that deleted the last catalog entries of `digests`: remove their files, bounded per
-        transaction, re-checking under the write lock that no entry names them again (see `assets_gc`)."""
-        report = AssetCollection()
-        with self._asset_folder() as folder:
-            if folder.files is None:
-                return report
-            step = self.settings.max_page_items
-            for i in range(0, len(digests), step):
-                with self._write() as conn:
-                    remove_unnamed_files(conn, folder.files, digests[i : i + step], report)
         return report
 
 
@@ -341,3 +311,17 @@ def _checked_digests(digests: Iterable[str]) -> Iterator[str]:
         raise InvalidInputError("digests must be an iterable of digest strings, not one string")
     for digest in digests:
         yield check_digest(digest)
+
+
+def remove_asset_files(db: Database, digests: list[str]) -> AssetCollection:
+    """After the commit that deleted the last catalog entries of `digests`: remove their files, bounded per
+    transaction, re-checking under the write lock that no entry names them again (see `assets/collection.py`)."""
+    report = AssetCollection()
+    with open_asset_folder(db) as folder:
+        if folder.files is None:
+            return report
+        step = db.settings.max_page_items
+        for i in range(0, len(digests), step):
+            with db.write() as conn:
+                remove_unnamed_files(conn, folder.files, digests[i : i + step], report)
+    return report

@@ -32,6 +32,10 @@ from .steps import (
     queue_next_step,
 )
 from ..core.cursors import check_position
+from ..core.database import Database
+from ..queue.service import JobQueue
+from ..sessions.replay import replay_page
+from ..sessions.rows import session_rowid
 from ..errors import InvalidInputError, InvalidJobSourceError, SourceChangedError, SourceTooLargeError, TurnTooLargeError
 from ..queue.sources import check_fields
 from ..queue.jobs import CompletionContext, Job, register_job_kind
@@ -41,7 +45,6 @@ from ..sessions.transcript import SUMMARY_KIND, Event, ReplayPage
 
 if TYPE_CHECKING:
     from ..queue.service import JobClaim
-    from ..store import MemoryStore
 
 COMPACTION_KIND = "compaction"
 MAX_MODEL_REF_CHARS = 512
@@ -189,11 +192,16 @@ def _too_large(job: Job, tokens: int, limit: int, window: int | None) -> str:
     )
 
 
-class CompactionMixin:
+class Compaction:
     """Compaction methods of `MemoryStore`."""
 
+    def __init__(self, db: Database, jobs: JobQueue) -> None:
+        """Serve `db`, queueing through `jobs`."""
+        self._db = db
+        self._jobs = jobs
+
     def plan_compaction(
-        self: MemoryStore,
+        self,
         session_id: str,
         *,
         context_window: int,
@@ -216,8 +224,8 @@ class CompactionMixin:
         selection = TurnSelection(policy, context_window, force=force)
         reserve = policy.summary_reserve(context_window)
         steps = LeadingRun(source_token_budget(context_window, reserve))
-        with self._read() as conn:
-            rowid = self._session_rowid(conn, session_id)
+        with self._db.read() as conn:
+            rowid = session_rowid(conn, session_id)
         for turn in self._view_turns(rowid, count_tokens):
             selection.add(turn.tokens, turn, turn.count)
             steps.add(turn)
@@ -244,7 +252,7 @@ class CompactionMixin:
         base = first.first_id if first.summary else None
         last: ViewTurn = chosen.last
         tail = total - chosen.tokens
-        with self._read() as conn:
+        with self._db.read() as conn:
             newest = newest_summary(conn, rowid)
             if (newest[0] if newest else None) != base:
                 raise SourceChangedError(f"Session {session_id} was compacted while planning; plan again")
@@ -269,7 +277,7 @@ class CompactionMixin:
                             f"{tail} tokens stay uncompacted")
 
     def plan_next_compaction_step(
-        self: MemoryStore,
+        self,
         job: Job,
         text: str,
         model_ref: str | None = None,
@@ -289,20 +297,20 @@ class CompactionMixin:
         source = job.source
         if goal_of(source) <= source["through_seq"]:
             return None
-        payload = summary_payload(job.id, source, model_ref, text, self.settings.max_event_bytes)
+        payload = summary_payload(job.id, source, model_ref, text, self._db.settings.max_event_bytes)
         preview = Event((0, 0, 0, 0, SUMMARY_KIND, payload.decode("utf-8"), len(payload), 0, 0.0, None))
         tokens = checked_tokens(count_tokens(preview))
-        with self._read() as conn:
-            rowid = self._session_rowid(conn, job.session_id)
+        with self._db.read() as conn:
+            rowid = session_rowid(conn, job.session_id)
         later = self._view_turns(rowid, count_tokens, after=source["through_seq"])
         return next_step(source, tokens, later, context_window, job.session_id)
 
-    def _view_turns(self: MemoryStore, rowid: int, count_tokens: TokenCounter, after: int = 0) -> Iterator[ViewTurn]:
+    def _view_turns(self, rowid: int, count_tokens: TokenCounter, after: int = 0) -> Iterator[ViewTurn]:
         """The Session's replay view after raw seq `after` as atomic turns with their tokens, oldest first, one turn
         in memory at a time."""
         turn: ViewTurn | None = None
         while True:
-            page = self._replay_page(rowid, after, None, None)
+            page = replay_page(self._db, rowid, after, None, None)
             for event in page.events:
                 if turn is None or turn.turn != event.turn or event.kind == SUMMARY_KIND:
                     if turn is not None:
@@ -316,7 +324,7 @@ class CompactionMixin:
                 return
 
     def queue_compaction(
-        self: MemoryStore,
+        self,
         session_id: str,
         *,
         context_window: int,
@@ -338,20 +346,20 @@ class CompactionMixin:
         )
         if plan.source is None:
             return CompactionQueued(plan, None, False, f"nothing queued: {plan.reason}")
-        with self._write() as conn:
-            rowid = self._session_rowid(conn, session_id)
+        with self._db.write() as conn:
+            rowid = session_rowid(conn, session_id)
             active = conn.execute(
                 "SELECT uuid FROM jobs WHERE session_id = ? AND kind = ? AND state IN ('pending', 'claimed') "
                 "ORDER BY id LIMIT 1",
                 (rowid, COMPACTION_KIND),
             ).fetchone()
             if active:
-                return CompactionQueued(plan, self.get_job(active[0]), False,
+                return CompactionQueued(plan, self._jobs.get_job(active[0]), False,
                                         f"compaction job {active[0]} is already queued for this Session")
             newest = newest_summary(conn, rowid)
             if (newest[0] if newest else None) != plan.source["base_summary_id"]:
                 raise SourceChangedError(f"Session {session_id} was compacted while planning; plan again")
-            enqueued = self.enqueue_job(COMPACTION_KIND, session_id, plan.source)
+            enqueued = self._jobs.enqueue_job(COMPACTION_KIND, session_id, plan.source)
         if enqueued.created:
             reason = f"queued compaction job {enqueued.job.id} (pending): {plan.reason}"
         else:
@@ -359,24 +367,24 @@ class CompactionMixin:
         return CompactionQueued(plan, enqueued.job, enqueued.created, reason)
 
     def compaction_source(
-        self: MemoryStore, job_id: str, after_seq: int = 0, *, limit: int | None = None, max_bytes: int | None = None
+        self, job_id: str, after_seq: int = 0, *, limit: int | None = None, max_bytes: int | None = None
     ) -> ReplayPage:
         """One page of a compaction job's source prefix in replay order (base Summary first), bounded like replay.
 
         Raises `InvalidJobSourceError` when the job's source is malformed and
         `SourceChangedError` when its base Summary is gone.
         """
-        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=self.settings.max_event_bytes)
+        limit, max_bytes = self._db.page_limits(limit, max_bytes, min_bytes=self._db.settings.max_event_bytes)
         check_position(after_seq, "after_seq")
-        job = self.get_job(job_id)
+        job = self._jobs.get_job(job_id)
         if job.kind != COMPACTION_KIND:
             raise InvalidInputError(f"job {job_id} is a {job.kind} job, not a compaction job")
         validate_compaction_source(job.source)
-        with self._read() as conn:
-            rowid = self._session_rowid(conn, job.session_id)
+        with self._db.read() as conn:
+            rowid = session_rowid(conn, job.session_id)
             return read_source_page(conn, rowid, job.source, after_seq, limit, max_bytes)
 
-    def read_compaction_source(self: MemoryStore, job: Job, *, max_total_bytes: int | None = None) -> list[Event]:
+    def read_compaction_source(self, job: Job, *, max_total_bytes: int | None = None) -> list[Event]:
         """Every event of a compaction job's source prefix, at most `max_total_bytes` (default `page_bytes`) in all.
 
         Raises `SourceTooLargeError` (a permanent job failure) past the cap,
@@ -384,7 +392,7 @@ class CompactionMixin:
         `InvalidJobSourceError` when the source is malformed.
         """
         validate_compaction_source(job.source)
-        cap = self.settings.page_bytes if max_total_bytes is None else max_total_bytes
+        cap = self._db.settings.page_bytes if max_total_bytes is None else max_total_bytes
         events: list[Event] = []
         total, after = 0, 0
         while True:

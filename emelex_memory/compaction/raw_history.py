@@ -20,7 +20,6 @@ the `summaries_in_effect_by_seq` index.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import apsw
 
@@ -28,8 +27,8 @@ from ..core.cursors import check_position
 from .summaries import in_effect, read_in_snapshot
 from ..sessions.transcript import SUMMARY_KIND, Event, read_page
 
-if TYPE_CHECKING:
-    from ..store import MemoryStore
+from ..core.database import Database
+from ..sessions.rows import session_rowid
 
 _COVERING = (  # the Summaries in effect covering seq ?2 or later, by covered seq: (Summary seq, covered-through seq)
     "SELECT e.seq, s.through_seq FROM summaries s JOIN events e ON e.id = s.event_id "
@@ -123,11 +122,15 @@ def _record(
                          replaced_by)
 
 
-class RawHistoryMixin:
+class RawHistory:
     """`MemoryStore.raw_events`."""
 
+    def __init__(self, db: Database) -> None:
+        """Serve `db`."""
+        self._db = db
+
     def raw_events(
-        self: MemoryStore, session_id: str, after_seq: int = 0, *, limit: int | None = None,
+        self, session_id: str, after_seq: int = 0, *, limit: int | None = None,
         max_bytes: int | None = None,
     ) -> RawPage:
         """One page of every stored event of a Session after `after_seq`, in seq order, including the events a Summary
@@ -136,8 +139,8 @@ class RawHistoryMixin:
         Bounded in items and bytes like `replay` (`max_bytes` at least the
         per-event cap); read-only, and it verifies no provenance.
         """
-        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=self.settings.max_event_bytes)
+        limit, max_bytes = self._db.page_limits(limit, max_bytes, min_bytes=self._db.settings.max_event_bytes)
         check_position(after_seq, "after_seq")
-        with self._read() as conn:
-            rowid = self._session_rowid(conn, session_id)
+        with self._db.read() as conn:
+            rowid = session_rowid(conn, session_id)
             return read_raw_page(conn, rowid, after_seq, limit, max_bytes)

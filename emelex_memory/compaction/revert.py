@@ -29,7 +29,6 @@ planned on the view it changes and could only fail.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import apsw
 
@@ -37,12 +36,13 @@ from ..assets import links as assets_links
 from .planning import COMPACTION_KIND
 from ..core.cursors import check_position
 from ..maintenance.deletion import check_not_busy
+from ..core.database import Database
+from ..queue.service import JobQueue
+from ..sessions.rows import session_rowid
 from ..errors import SummaryStateError
 from .summaries import check_recorded, newest_summary, verify_summary
 from ..sessions.transcript import session_head
 
-if TYPE_CHECKING:
-    from ..store import MemoryStore
 
 REVERTED_NOTE = "cancelled: the Summary it was planned on was reverted or restored; plan compaction again"
 _AT_SEQ = (  # the event at a seq and, for a Summary, its record
@@ -69,10 +69,15 @@ class CompactionReversal:
     cancelled_jobs: tuple[str, ...]
 
 
-class CompactionRevertMixin:
+class CompactionRevert:
     """`MemoryStore.revert_compaction` and `MemoryStore.redo_compaction`."""
 
-    def revert_compaction(self: MemoryStore, session_id: str, summary_seq: int | None = None) -> CompactionReversal:
+    def __init__(self, db: Database, jobs: JobQueue) -> None:
+        """Serve `db`, queueing and cancelling through `jobs`."""
+        self._db = db
+        self._jobs = jobs
+
+    def revert_compaction(self, session_id: str, summary_seq: int | None = None) -> CompactionReversal:
         """Revert the Session's newest Summary in effect (`summary_seq` must name it, when given), in one transaction:
         replay then shows what it replaced again; the Summary stays stored with its provenance, marked reverted.
 
@@ -85,9 +90,9 @@ class CompactionRevertMixin:
         """
         if summary_seq is not None:
             check_position(summary_seq, "summary_seq")
-        with self._write() as conn:
-            rowid = self._session_rowid(conn, session_id)
-            now = self.clock()
+        with self._db.write() as conn:
+            rowid = session_rowid(conn, session_id)
+            now = self._db.clock()
             check_not_busy(conn, rowid, session_id, now, kind=COMPACTION_KIND, unchanged="nothing was reverted")
             newest = newest_summary(conn, rowid)
             if summary_seq is not None:
@@ -120,7 +125,7 @@ class CompactionRevertMixin:
             view = None if restored is None else _seq(conn, restored[0])
             return CompactionReversal(session_id, seq, event_id, through, view, cancelled)
 
-    def redo_compaction(self: MemoryStore, session_id: str, summary_seq: int | None = None) -> CompactionReversal:
+    def redo_compaction(self, session_id: str, summary_seq: int | None = None) -> CompactionReversal:
         """Put a reverted Summary back in effect, in one transaction, after re-verifying it: replay starts from it
         again. Without `summary_seq`, the most recently reverted Summary whose base is the newest Summary in effect
         (or none); with it, that Summary, whose base must be.
@@ -133,9 +138,9 @@ class CompactionRevertMixin:
         """
         if summary_seq is not None:
             check_position(summary_seq, "summary_seq")
-        with self._write() as conn:
-            rowid = self._session_rowid(conn, session_id)
-            check_not_busy(conn, rowid, session_id, self.clock(), kind=COMPACTION_KIND, unchanged="nothing was redone")
+        with self._db.write() as conn:
+            rowid = session_rowid(conn, session_id)
+            check_not_busy(conn, rowid, session_id, self._db.clock(), kind=COMPACTION_KIND, unchanged="nothing was redone")
             newest = newest_summary(conn, rowid)
             start = None if newest is None else newest[0]
             if summary_seq is None:
@@ -161,14 +166,14 @@ class CompactionRevertMixin:
             through = conn.execute("SELECT through_seq FROM summaries WHERE event_id = ?", (event_id,)).fetchone()[0]
             return CompactionReversal(session_id, seq, event_id, through, seq, cancelled)
 
-    def _cancel_queued_compactions(self: MemoryStore, conn: apsw.Connection, rowid: int) -> tuple[str, ...]:
+    def _cancel_queued_compactions(self, conn: apsw.Connection, rowid: int) -> tuple[str, ...]:
         """Inside the transaction: cancel the Session's pending compaction jobs and claims whose worker lease expired
         (live claims were refused before); return their IDs."""
         rows = conn.execute(
             "SELECT uuid FROM jobs WHERE session_id = ? AND kind = ? AND state IN ('pending', 'claimed') ORDER BY id",
             (rowid, COMPACTION_KIND),
         ).fetchall()
-        return tuple(self.cancel_job(uuid, reason=REVERTED_NOTE).id for (uuid,) in rows)
+        return tuple(self._jobs.cancel_job(uuid, reason=REVERTED_NOTE).id for (uuid,) in rows)
 
 
 def _summary_at(conn: apsw.Connection, rowid: int, session_id: str, seq: int) -> tuple:

@@ -9,15 +9,12 @@ at most `MAX_ID_CANDIDATES + 1` index entries however large the table is.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 import apsw
 
-from ..errors import AmbiguousIdError, EmelexError, InvalidInputError, JobNotFoundError, SessionNotFoundError
+from ..errors import AmbiguousIdError, EmelexError, InvalidInputError
 from .utf8 import is_utf8
 
-if TYPE_CHECKING:
-    from ..store import MemoryStore
 
 MIN_ID_PREFIX = 4
 MAX_ID_CANDIDATES = 10
@@ -59,26 +56,3 @@ def resolve_id(
         f"{what} ID prefix {text!r} is ambiguous: it matches {', '.join(found[:MAX_ID_CANDIDATES])}{more}; "
         "give more characters"
     )
-
-
-class IdPrefixMixin:
-    """ID resolution methods of `MemoryStore`."""
-
-    def resolve_session_id(self: MemoryStore, prefix: str) -> str:
-        """The full ID of the one Session whose ID is `prefix` or starts with it (at least 4 characters, any case).
-
-        Raises `SessionNotFoundError` when none matches and `AmbiguousIdError`
-        when the prefix is too short or matches several (listing them).
-        """
-        with self._read() as conn:
-            return resolve_id(conn, "sessions", prefix, "Session", SessionNotFoundError,
-                              "list them with `emelex memory sessions list`")
-
-    def resolve_job_id(self: MemoryStore, prefix: str) -> str:
-        """The full ID of the one job whose ID is `prefix` or starts with it (at least 4 characters, any case).
-
-        Raises `JobNotFoundError` when none matches and `AmbiguousIdError`
-        when the prefix is too short or matches several (listing them).
-        """
-        with self._read() as conn:
-            return resolve_id(conn, "jobs", prefix, "job", JobNotFoundError, "list them with `emelex memory jobs list`")

@@ -47,6 +47,7 @@ from .migrations import check_compatible, migrate
 
 _PROCESS_MUTEX = threading.Lock()
 _MARKER = b"emelex-store 1\n"
+STORE_MARKER = ".memory-store"  # in Emelex Home: records that the standard store was created
 _SIDE_FILES = ("-wal", "-shm", "-journal")
 
 

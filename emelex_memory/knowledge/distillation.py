@@ -25,12 +25,9 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
-    CommitOutcomeUnknownError,
     InvalidCandidateError,
-    InvalidInputError,
     InvalidJobSourceError,
     InvalidKnowledgeError,
-    LeaseLostError,
     PermanentJobError,
     SourceChangedError,
     SourceTooLargeError,
@@ -38,7 +35,6 @@ from ..errors import (
     WorkspaceReplacedError,
 )
 from .splitting import DistillationSplit, byte_budget, byte_ranges, complete_split, token_ranges
-from ..core.io_errors import restated
 from ..queue.sources import check_fields
 from ..queue.jobs import CompletionContext, Enqueued, Job, register_job_kind
 from .source_digest import source_bytes, source_digest
@@ -51,13 +47,15 @@ from .values import (
 )
 from ..sessions.identity import rebind_advice
 from ..sessions.transcript import Event, read_page
-from ..queue.runner import JobOutcome, run_one_job
 from ..sessions.workspaces import WORKSPACE_COLUMNS, current_workspace, identity_of, settle_workspace
 
+from ..core.database import Database
+from ..queue.jobs import job_by_rowid
+from ..queue.service import JobQueue
+from .versions import tombstone_version, upsert_version
+from ..sessions.rows import session_rowid
 if TYPE_CHECKING:
-    from ..sessions.leases import SessionLease
     from ..queue.claim import JobClaim
-    from ..store import MemoryStore
 
 DISTILL_KIND = "distill"
 MAX_CANDIDATES = 128  # unique candidates one job may apply
@@ -221,10 +219,12 @@ def _complete_distillation(ctx: CompletionContext, result: Any) -> dict[str, Any
             counts["skipped_missing"] += 1
         elif c.tombstone:
             changed = row[2] is None
-            store._tombstone_version(conn, row, c.key, "distillation")
+            tombstone_version(conn, row, c.key, "distillation", store.db.clock())
             counts["applied" if changed else "unchanged"] += 1
         else:
-            version = store._upsert_version(conn, scope, c.key, c.content, float(c.confidence), "distillation", src)
+            version = upsert_version(
+                conn, scope, c.key, c.content, float(c.confidence), "distillation", src, store.db.clock()
+            )
             counts["applied" if row is None or version.version > row[1] else "unchanged"] += 1
     counts.update(checked.rejected)
     if not counts["applied"]:
@@ -263,7 +263,7 @@ def distillation_handler(
         store = claim.store
         source = _source_of(claim.job)
         if source.last_seq > source.first_seq:
-            split = store._split_by_bytes(claim.job, byte_budget(store.settings.knowledge_source_max_bytes,
+            split = store.distillation.split_by_bytes(claim.job, byte_budget(store.settings.knowledge_source_max_bytes,
                                                                    safe_context_tokens))
             if split is not None:
                 return split
@@ -292,18 +292,23 @@ def distillation_handler(
     return handle
 
 
-class DistillationMixin:
-    """Distillation methods of `MemoryStore`."""
+class Distillation:
+    """Queueing and reading distillation (`store.distillation`)."""
 
-    def queue_distillation(self: MemoryStore, session_id: str) -> Enqueued | None:
+    def __init__(self, db: Database, jobs: JobQueue) -> None:
+        """Serve `db`, queueing through `jobs`."""
+        self._db = db
+        self._jobs = jobs
+
+    def queue_distillation(self, session_id: str) -> Enqueued | None:
         """Queue distillation of the Session's events not yet covered by a pending, running or done distill job.
 
         Keyed by (Session, source digest): queueing the same source again
         returns the existing job with `created=False`. Returns None for a
         Session without events. Only queues; a worker runs it later.
         """
-        with self._read() as conn:
-            rowid = self._session_rowid(conn, session_id)
+        with self._db.read() as conn:
+            rowid = session_rowid(conn, session_id)
             last = conn.execute("SELECT last_seq FROM session_heads WHERE id = ?", (rowid,)).fetchone()[0]
             covered = conn.execute(
                 "SELECT id, json_extract(source, '$.last_seq') AS through FROM jobs WHERE kind = ? AND session_id = ? "
@@ -311,7 +316,7 @@ class DistillationMixin:
                 (DISTILL_KIND, rowid),
             ).fetchone()
             if covered is not None and covered[1] >= last:
-                return Enqueued(self._job_by_rowid(conn, covered[0]), False)
+                return Enqueued(job_by_rowid(conn, covered[0]), False)
             first = 1 if covered is None else covered[1] + 1
             if last < first:
                 return None
@@ -319,58 +324,21 @@ class DistillationMixin:
         if digest is None:
             raise SourceChangedError(f"Session {session_id} lacks events {first}..{last}; nothing was queued")
         source = {"first_seq": first, "last_seq": last, "digest": digest}
-        return self.enqueue_job(DISTILL_KIND, session_id, source, source_key=digest)
+        return self._jobs.enqueue_job(DISTILL_KIND, session_id, source, source_key=digest)
 
-    def finish_session(self: MemoryStore, lease: SessionLease) -> Enqueued | None:
-        """Clean exit: queue distillation of the lease's Session and durably release the lease, in one transaction.
-
-        Both happen or neither. An error raised before the commit queues
-        nothing and leaves the lease held, and the lease object stays usable,
-        so finishing again is safe. When the commit itself fails in its I/O
-        (`CommitOutcomeUnknownError`) both may have happened; leaving the
-        lease's `with` block then releases the lease without queueing if
-        they did not. Either way, call `finish_session(lease)` again: after
-        an unknown outcome it completes what is missing (it queues the
-        distillation unless that commit did, which queueing's idempotence
-        tells, and releases the lease if still held) and returns the job.
-        Otherwise raises `LeaseLostError`, queueing nothing, when the lease
-        was no longer held (call `queue_distillation` to distill the Session
-        anyway). Call this only for a Session whose history is consistent (no
-        interrupted turn), on the store that acquired the lease.
-        """
-        if lease._store is not self:
-            raise InvalidInputError(
-                f"the lease on Session {lease.session_id} belongs to another MemoryStore; call finish_session on "
-                "the store that acquired it"
-            )
-        if lease._finish_unknown:  # an earlier finish may have committed: queueing again is idempotent
-            try:
-                return lease._end_with("released", None, lambda conn: self.queue_distillation(lease.session_id))
-            except LeaseLostError:  # released by that commit, or when its `with` block was left
-                return self.queue_distillation(lease.session_id)
-        try:
-            return lease._end_with("released", None, lambda conn: self.queue_distillation(lease.session_id))
-        except CommitOutcomeUnknownError as exc:
-            lease._finish_unknown = True
-            raise restated(
-                exc, self.path, f"finishing Session {lease.session_id} (queue distillation, release)",
-                "call finish_session(lease) again: it queues the distillation unless this commit did, and releases "
-                "the lease if it is still held",
-            ) from exc.__cause__
-
-    def _split_by_bytes(self: MemoryStore, job: Job, budget: int) -> DistillationSplit | None:
+    def split_by_bytes(self, job: Job, budget: int) -> DistillationSplit | None:
         """A split of a distill job whose source holds more than `budget` bytes (None when it fits), cut from the
         event sizes alone."""
         source = _source_of(job)
-        with self._read() as conn:
-            rowid = self._session_rowid(conn, job.session_id)
+        with self._db.read() as conn:
+            rowid = session_rowid(conn, job.session_id)
             size = source_bytes(conn, rowid, source.first_seq, source.last_seq)
             if size <= budget:
                 return None
             ranges = byte_ranges(conn, rowid, source.first_seq, source.last_seq, budget)
         return DistillationSplit(tuple(ranges)) if len(ranges) > 1 else None
 
-    def read_distillation_source(self: MemoryStore, job: Job) -> list[Event]:
+    def read_distillation_source(self, job: Job) -> list[Event]:
         """The source events of a distill job, oldest first, verified against its digest.
 
         Raises `SourceTooLargeError` when the range holds more than
@@ -378,9 +346,9 @@ class DistillationMixin:
         no longer match the digest.
         """
         source = _source_of(job)
-        cap = self.settings.knowledge_source_max_bytes
-        with self._read() as conn:
-            rowid = self._session_rowid(conn, job.session_id)
+        cap = self._db.settings.knowledge_source_max_bytes
+        with self._db.read() as conn:
+            rowid = session_rowid(conn, job.session_id)
             size = source_bytes(conn, rowid, source.first_seq, source.last_seq)
             if size > cap:
                 raise SourceTooLargeError(
@@ -390,8 +358,8 @@ class DistillationMixin:
             events: list[Event] = []
             after = source.first_seq - 1
             while after < source.last_seq:
-                page = read_page(conn, rowid, after, min(source.last_seq - after, self.settings.max_page_items),
-                                 self.settings.page_bytes)
+                page = read_page(conn, rowid, after, min(source.last_seq - after, self._db.settings.max_page_items),
+                                 self._db.settings.page_bytes)
                 events.extend(e for e in page.events if e.seq <= source.last_seq)
                 if not page.events:
                     break
@@ -400,19 +368,3 @@ class DistillationMixin:
         if digest != source.digest or len(events) != source.last_seq - source.first_seq + 1:
             raise SourceChangedError(f"the source events of distillation job {job.id} changed; the job is obsolete")
         return events
-
-    def work_distillation(
-        self: MemoryStore,
-        distill: DistillFunction,
-        *,
-        safe_context_tokens: int | None = None,
-        count_tokens: TokenCounter | None = None,
-        ttl_s: float | None = None,
-    ) -> JobOutcome | None:
-        """Claim and run one due distill job with `distill` and record the outcome; None when none is due.
-
-        See `distillation_handler` for the token budget and `worker.run_one_job`
-        for how failures count.
-        """
-        handler = distillation_handler(distill, safe_context_tokens=safe_context_tokens, count_tokens=count_tokens)
-        return run_one_job(self, handler, kinds=DISTILL_KIND, ttl_s=ttl_s)

@@ -12,7 +12,6 @@ identity from another workspace, writes nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 import apsw
 
@@ -45,31 +44,30 @@ from .values import (
 )
 from ..sessions.workspaces import WorkspaceLike, workspace_scope
 
-if TYPE_CHECKING:
-    from ..store import MemoryStore
+from ..core.database import Database
+from ..sessions.rows import session_rowid
+from .versions import ENTRY_JOIN, NO_SOURCE, Scope, SourceColumns, tombstone_version, upsert_version
 
-Scope = int  # the ID of a known workspace
-SourceColumns = tuple  # (session rowid, uuid, first seq, last seq, digest), all None without provenance
-NO_SOURCE: SourceColumns = (None, None, None, None, None)
 ROW_OVERHEAD = 256  # generous per-row byte estimate on top of key and content
 MIN_PAGE_BYTES = MAX_KEY_BYTES + MAX_CONTENT_BYTES + ROW_OVERHEAD  # a page must fit one largest entry
 _ENTRY_COLUMNS = f"k.id, k.key, k.pinned, k.created_at, k.updated_at, {VERSION_COLUMNS}"
-_ENTRY_JOIN = "FROM knowledge k JOIN knowledge_versions v ON v.knowledge_id = k.id AND v.version = k.head_version"
-
-
 def entry_from_row(row: tuple) -> KnowledgeEntry:
     """Build a `KnowledgeEntry` from a row selected with `_ENTRY_COLUMNS`."""
     _, key, pinned, created, updated = row[:5]
     return KnowledgeEntry(key, bool(pinned), version_from_row(key, row[5:]), created, updated)
 
 
-class KnowledgeMixin:
+class Knowledge:
     """`MemoryStore` methods for versioned workspace Knowledge."""
+
+    def __init__(self, db: Database) -> None:
+        """Serve `db`."""
+        self._db = db
 
     # -- mutations --------------------------------------------------------------------
 
     def remember(
-        self: MemoryStore,
+        self,
         workspace: WorkspaceLike,
         key: str,
         content: str,
@@ -93,12 +91,12 @@ class KnowledgeMixin:
         """
         key, content = validate_key(key), validate_content(content)
         confidence, source = validate_confidence(confidence), validate_source(source)
-        with self._write() as conn:
-            scope = workspace_scope(conn, workspace, write=True, create_at=self.clock(), new_workspace=new_workspace)
+        with self._db.write() as conn:
+            scope = workspace_scope(conn, workspace, write=True, create_at=self._db.clock(), new_workspace=new_workspace)
             src = self._source_columns(conn, source, scope)
-            return self._upsert_version(conn, scope, key, content, confidence, "user", src)
+            return upsert_version(conn, scope, key, content, confidence, "user", src, self._db.clock())
 
-    def forget(self: MemoryStore, workspace: WorkspaceLike, key: str) -> KnowledgeVersion:
+    def forget(self, workspace: WorkspaceLike, key: str) -> KnowledgeVersion:
         """Tombstone `key` in the caller's workspace; return the tombstone version.
 
         The tombstone keeps the retired version's confidence and provenance;
@@ -108,15 +106,15 @@ class KnowledgeMixin:
         tombstoned entry changes nothing.
         """
         key = validate_key(key)
-        with self._write() as conn:
+        with self._db.write() as conn:
             row = self._entry_row(conn, workspace_scope(conn, workspace, write=True), key)
             if row[3]:
                 raise KnowledgePinnedError(
                     f"Knowledge {key!r} is pinned; unpin it (`emelex memory knowledge unpin`) before forgetting it"
                 )
-            return self._tombstone_version(conn, row, key, "user")
+            return tombstone_version(conn, row, key, "user", self._db.clock())
 
-    def pin(self: MemoryStore, workspace: WorkspaceLike, key: str) -> KnowledgeEntry:
+    def pin(self, workspace: WorkspaceLike, key: str) -> KnowledgeEntry:
         """Pin `key`: automatic distillation and retention will neither change, tombstone nor delete it.
 
         Raises `KnowledgeNotFoundError` when the key is unknown here and
@@ -124,13 +122,13 @@ class KnowledgeMixin:
         """
         return self._set_pin(workspace, key, True)
 
-    def unpin(self: MemoryStore, workspace: WorkspaceLike, key: str) -> KnowledgeEntry:
+    def unpin(self, workspace: WorkspaceLike, key: str) -> KnowledgeEntry:
         """Remove the pin from `key`, making it subject to distillation and retention again."""
         return self._set_pin(workspace, key, False)
 
-    def _set_pin(self: MemoryStore, workspace: WorkspaceLike, key: str, pinned: bool) -> KnowledgeEntry:
+    def _set_pin(self, workspace: WorkspaceLike, key: str, pinned: bool) -> KnowledgeEntry:
         key = validate_key(key)
-        with self._write() as conn:
+        with self._db.write() as conn:
             row = self._entry_row(conn, workspace_scope(conn, workspace, write=True), key)
             if row[2] is not None and pinned:
                 raise KnowledgeForgottenError(f"Knowledge {key!r} is forgotten; remember it again before pinning it")
@@ -140,7 +138,7 @@ class KnowledgeMixin:
     # -- reads ------------------------------------------------------------------------
 
     def recall(
-        self: MemoryStore,
+        self,
         workspace: WorkspaceLike,
         *,
         cursor: str | None = None,
@@ -153,19 +151,19 @@ class KnowledgeMixin:
         Tombstoned entries are excluded unless `include_tombstones`.
         `max_bytes` must fit at least one largest entry.
         """
-        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MIN_PAGE_BYTES)
+        limit, max_bytes = self._db.page_limits(limit, max_bytes, min_bytes=MIN_PAGE_BYTES)
         where, params = "", ()
         if cursor is not None:
             if not isinstance(cursor, str):
                 raise InvalidInputError("a Knowledge cursor must be a string from a previous page")
             where, params = "AND (k.key, k.id) > (?, ?)", decode_cursor(cursor)
         live = "" if include_tombstones else "AND k.tombstoned_at IS NULL"
-        with self._read() as conn:
+        with self._db.read() as conn:
             scope = workspace_scope(conn, workspace)
             if scope is None:
                 return KnowledgePage([], None)
             rows = conn.execute(
-                f"SELECT {_ENTRY_COLUMNS} {_ENTRY_JOIN} WHERE k.workspace_id = ? {live} "
+                f"SELECT {_ENTRY_COLUMNS} {ENTRY_JOIN} WHERE k.workspace_id = ? {live} "
                 f"{where} ORDER BY k.key, k.id LIMIT ?",
                 (scope, *params, limit + 1),
             ).fetchall()
@@ -179,15 +177,15 @@ class KnowledgeMixin:
         more = len(entries) < len(rows)
         return KnowledgePage(entries, encode_cursor(last[1], last[0]) if more and last else None)
 
-    def get_knowledge(self: MemoryStore, workspace: WorkspaceLike, key: str) -> KnowledgeEntry:
+    def get_knowledge(self, workspace: WorkspaceLike, key: str) -> KnowledgeEntry:
         """Return one entry of the workspace, tombstoned or not; raise `KnowledgeNotFoundError` if there is none."""
         key = validate_key(key)
-        with self._read() as conn:
+        with self._db.read() as conn:
             row = self._entry_row(conn, workspace_scope(conn, workspace), key)
             return self._entry_by_id(conn, row[0])
 
     def knowledge_history(
-        self: MemoryStore,
+        self,
         workspace: WorkspaceLike,
         key: str,
         after_version: int = 0,
@@ -200,10 +198,10 @@ class KnowledgeMixin:
         Versions older than the retention limits may have been pruned by
         `maintain`, so the first version returned can be later than 1.
         """
-        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MIN_PAGE_BYTES)
+        limit, max_bytes = self._db.page_limits(limit, max_bytes, min_bytes=MIN_PAGE_BYTES)
         check_position(after_version, "after_version")
         key = validate_key(key)
-        with self._read() as conn:
+        with self._db.read() as conn:
             entry_id = self._entry_row(conn, workspace_scope(conn, workspace), key)[0]
             rows = conn.execute(
                 f"SELECT {VERSION_COLUMNS} FROM knowledge_versions v WHERE v.knowledge_id = ? AND v.version > ? "
@@ -219,15 +217,15 @@ class KnowledgeMixin:
         done = len(versions) == len(rows)
         return KnowledgeHistoryPage(versions, versions[-1].version if versions else after_version, done)
 
-    def knowledge_source(self: MemoryStore, session_id: str, first_seq: int, last_seq: int) -> KnowledgeSource:
+    def knowledge_source(self, session_id: str, first_seq: int, last_seq: int) -> KnowledgeSource:
         """Build provenance for events `first_seq..last_seq` of a Session by computing their source digest.
 
         The range must exist and hold at most `knowledge_source_max_bytes`;
         raises `InvalidKnowledgeError` otherwise.
         """
         probe = validate_source(KnowledgeSource(session_id, first_seq, last_seq, "0" * 64))
-        with self._read() as conn:
-            rowid = self._session_rowid(conn, session_id)
+        with self._db.read() as conn:
+            rowid = session_rowid(conn, session_id)
             self._check_source_size(conn, rowid, probe)
             digest = source_digest(conn, rowid, session_id, first_seq, last_seq)
         if digest is None:
@@ -238,7 +236,7 @@ class KnowledgeMixin:
 
     # -- internals shared with distillation and maintain ------------------------------------------
 
-    def _entry_row(self: MemoryStore, conn: apsw.Connection, scope: Scope | None, key: str) -> tuple:
+    def _entry_row(self, conn: apsw.Connection, scope: Scope | None, key: str) -> tuple:
         """`(id, head_version, tombstoned_at, pinned)` of `key` in `scope`, or raise `KnowledgeNotFoundError`
         (also when `scope` is None: the directory is no known workspace)."""
         row = conn.execute(
@@ -251,12 +249,12 @@ class KnowledgeMixin:
             )
         return row
 
-    def _entry_by_id(self: MemoryStore, conn: apsw.Connection, entry_id: int) -> KnowledgeEntry:
-        row = conn.execute(f"SELECT {_ENTRY_COLUMNS} {_ENTRY_JOIN} WHERE k.id = ?", (entry_id,)).fetchone()
+    def _entry_by_id(self, conn: apsw.Connection, entry_id: int) -> KnowledgeEntry:
+        row = conn.execute(f"SELECT {_ENTRY_COLUMNS} {ENTRY_JOIN} WHERE k.id = ?", (entry_id,)).fetchone()
         return entry_from_row(row)
 
     def _source_columns(
-        self: MemoryStore, conn: apsw.Connection, source: KnowledgeSource | None, scope: Scope
+        self, conn: apsw.Connection, source: KnowledgeSource | None, scope: Scope
     ) -> SourceColumns:
         """Inside a transaction: verify provenance against the transcript; return the columns to store."""
         if source is None:
@@ -282,95 +280,10 @@ class KnowledgeMixin:
             )
         return (rowid, source.session_id, source.first_seq, source.last_seq, source.digest)
 
-    def _check_source_size(self: MemoryStore, conn: apsw.Connection, rowid: int, source: KnowledgeSource) -> None:
+    def _check_source_size(self, conn: apsw.Connection, rowid: int, source: KnowledgeSource) -> None:
         size = source_bytes(conn, rowid, source.first_seq, source.last_seq)
-        if size > self.settings.knowledge_source_max_bytes:
+        if size > self._db.settings.knowledge_source_max_bytes:
             raise InvalidKnowledgeError(
                 f"events {source.first_seq}..{source.last_seq} of Session {source.session_id} hold {size} bytes, "
                 "over knowledge_source_max_bytes; cite a narrower range"
             )
-
-    def _upsert_version(
-        self: MemoryStore,
-        conn: apsw.Connection,
-        scope: Scope,
-        key: str,
-        content: str,
-        confidence: float,
-        origin: str,
-        src: SourceColumns,
-    ) -> KnowledgeVersion:
-        """Inside a transaction: append an upsert version unless it would repeat the live head; return the head."""
-        now = self.clock()
-        row = conn.execute(
-            "SELECT k.id, k.head_version, v.tombstone, v.content, v.confidence, v.source_session_uuid, "
-            "v.source_first_seq, v.source_last_seq, v.source_digest "
-            f"{_ENTRY_JOIN} WHERE k.workspace_id = ? AND k.key = ?",
-            (scope, key),
-        ).fetchone()
-        if row is None:
-            entry_id = conn.execute(
-                "INSERT INTO knowledge (workspace_id, key, head_version, created_at, updated_at) "
-                "VALUES (?, ?, 1, ?, ?) RETURNING id",
-                (scope, key, now, now),
-            ).fetchone()[0]
-            version = 1
-        else:
-            entry_id, head = row[0], row[1]
-            if not row[2] and (row[3], row[4], *row[5:]) == (content, confidence, *src[1:]):
-                return self._version(conn, entry_id, key, head)
-            version = head + 1
-            conn.execute(
-                "UPDATE knowledge SET head_version = ?, tombstoned_at = NULL, updated_at = ? WHERE id = ?",
-                (version, now, entry_id),
-            )
-        size = len(key.encode("utf-8")) + len(content.encode("utf-8"))
-        self._insert_version(conn, entry_id, version, content, size, confidence, origin, src, now)
-        return self._version(conn, entry_id, key, version)
-
-    def _tombstone_version(
-        self: MemoryStore, conn: apsw.Connection, row: tuple, key: str, origin: str
-    ) -> KnowledgeVersion:
-        """Inside a transaction: tombstone the entry `row` (from `_entry_row`), keeping its confidence and source."""
-        entry_id, head, tombstoned_at, _pinned = row
-        if tombstoned_at is not None:
-            return self._version(conn, entry_id, key, head)
-        now = self.clock()
-        confidence, *src = conn.execute(
-            "SELECT confidence, source_session_id, source_session_uuid, source_first_seq, source_last_seq, "
-            "source_digest FROM knowledge_versions WHERE knowledge_id = ? AND version = ?",
-            (entry_id, head),
-        ).fetchone()
-        conn.execute(
-            "UPDATE knowledge SET head_version = ?, tombstoned_at = ?, updated_at = ? WHERE id = ?",
-            (head + 1, now, now, entry_id),
-        )
-        self._insert_version(conn, entry_id, head + 1, None, len(key.encode("utf-8")), confidence, origin, src, now)
-        return self._version(conn, entry_id, key, head + 1)
-
-    @staticmethod
-    def _insert_version(
-        conn: apsw.Connection,
-        entry_id: int,
-        version: int,
-        content: str | None,
-        size: int,
-        confidence: float,
-        origin: str,
-        src: SourceColumns,
-        now: float,
-    ) -> None:
-        conn.execute(
-            "INSERT INTO knowledge_versions (knowledge_id, version, tombstone, content, size, confidence, origin, "
-            "source_session_id, source_session_uuid, source_first_seq, source_last_seq, source_digest, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (entry_id, version, int(content is None), content, size, confidence, origin, *src, now),
-        )
-
-    @staticmethod
-    def _version(conn: apsw.Connection, entry_id: int, key: str, version: int) -> KnowledgeVersion:
-        row = conn.execute(
-            f"SELECT {VERSION_COLUMNS} FROM knowledge_versions v WHERE v.knowledge_id = ? AND v.version = ?",
-            (entry_id, version),
-        ).fetchone()
-        return version_from_row(key, row)

@@ -18,17 +18,17 @@ in the WAL until a checkpoint and `VACUUM` (see `maintain`) overwrite them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import apsw
 
 from ..assets.refs import DEFAULT_GRACE_S
 from ..assets.collection import AssetCollection, collect_entries
+from ..assets.service import remove_asset_files
 from ..errors import EmelexError, SessionBusyError
 from ..core.io_errors import with_committed
 
-if TYPE_CHECKING:
-    from ..store import MemoryStore
+from ..core.database import Database
+from ..sessions.rows import session_rowid
 
 
 @dataclass(frozen=True)
@@ -72,10 +72,14 @@ def check_not_busy(
         )
 
 
-class DeletionMixin:
-    """`MemoryStore.delete_session`."""
+class Deletion:
+    """Deleting one Session (`MemoryStore.delete_session`)."""
 
-    def delete_session(self: MemoryStore, session_id: str) -> SessionDeletion:
+    def __init__(self, db: Database) -> None:
+        """Serve `db`."""
+        self._db = db
+
+    def delete_session(self, session_id: str) -> SessionDeletion:
         """Delete a Session transactionally, and the assets that become unreferenced; return what was removed.
 
         Refuses with `SessionBusyError` (deleting nothing) while the Session
@@ -89,11 +93,11 @@ class DeletionMixin:
         I/O failure is raised, saying so), the Session is deleted all the
         same and the files stay as orphans that a later collection removes.
         """
-        with self._write() as conn:
-            rowid = self._session_rowid(conn, session_id)
-            deletion, emptied = self._delete_session_in(conn, rowid, session_id, self.clock())
+        with self._db.write() as conn:
+            rowid = session_rowid(conn, session_id)
+            deletion, emptied = delete_session_in(conn, rowid, session_id, self._db.clock())
         try:
-            removed = self._remove_unnamed_files(emptied)
+            removed = remove_asset_files(self._db, emptied)
         except EmelexError as exc:
             raise with_committed(
                 exc, f"Session {session_id} was deleted all the same (that had committed); its asset files stay as "
@@ -104,26 +108,27 @@ class DeletionMixin:
             deletion.asset_entries, removed.removed_files, removed.freed_bytes,
         )
 
-    def _delete_session_in(
-        self: MemoryStore, conn: apsw.Connection, rowid: int, session_id: str, now: float
-    ) -> tuple[SessionDeletion, list[str]]:
-        """Inside a write transaction: delete the Session and the catalog entries only it referenced.
 
-        Returns the counts and the digests no entry names any more, whose
-        files the caller removes once this transaction has committed.
-        """
-        check_not_busy(conn, rowid, session_id, now)
-        updated = conn.execute("SELECT updated_at FROM session_heads WHERE id = ?", (rowid,)).fetchone()[0]
-        count = lambda sql: conn.execute(sql, (rowid,)).fetchone()[0]  # noqa: E731
-        events = count("SELECT count(*) FROM events WHERE session_id = ?")
-        jobs = count("SELECT count(*) FROM jobs WHERE session_id = ?")
-        detached = count("SELECT count(*) FROM knowledge_versions WHERE source_session_id = ?")
-        linked = conn.execute("SELECT DISTINCT digest FROM event_assets WHERE session_id = ?", (rowid,))
-        digests = [d for (d,) in linked]
-        conn.execute("DELETE FROM sessions WHERE id = ?", (rowid,))
-        # An asset put or linked within the asset grace period, or since the Session's last update, may be about
-        # to be linked by another writer: it is left to `maintain`'s collection.
-        cutoff = min(now - DEFAULT_GRACE_S, updated)
-        collected = AssetCollection()
-        emptied = collect_entries(conn, cutoff, len(digests), digests, collected)
-        return SessionDeletion(session_id, events, jobs, detached, collected.removed_entries, 0, 0), emptied
+def delete_session_in(
+    conn: apsw.Connection, rowid: int, session_id: str, now: float
+) -> tuple[SessionDeletion, list[str]]:
+    """Inside a write transaction: delete the Session and the catalog entries only it referenced.
+
+    Returns the counts and the digests no entry names any more, whose
+    files the caller removes once this transaction has committed.
+    """
+    check_not_busy(conn, rowid, session_id, now)
+    updated = conn.execute("SELECT updated_at FROM session_heads WHERE id = ?", (rowid,)).fetchone()[0]
+    count = lambda sql: conn.execute(sql, (rowid,)).fetchone()[0]  # noqa: E731
+    events = count("SELECT count(*) FROM events WHERE session_id = ?")
+    jobs = count("SELECT count(*) FROM jobs WHERE session_id = ?")
+    detached = count("SELECT count(*) FROM knowledge_versions WHERE source_session_id = ?")
+    linked = conn.execute("SELECT DISTINCT digest FROM event_assets WHERE session_id = ?", (rowid,))
+    digests = [d for (d,) in linked]
+    conn.execute("DELETE FROM sessions WHERE id = ?", (rowid,))
+    # An asset put or linked within the asset grace period, or since the Session's last update, may be about
+    # to be linked by another writer: it is left to `maintain`'s collection.
+    cutoff = min(now - DEFAULT_GRACE_S, updated)
+    collected = AssetCollection()
+    emptied = collect_entries(conn, cutoff, len(digests), digests, collected)
+    return SessionDeletion(session_id, events, jobs, detached, collected.removed_entries, 0, 0), emptied

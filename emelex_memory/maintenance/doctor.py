@@ -7,19 +7,21 @@ store marker is recreated, no folder created, no migration run, so every check r
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import apsw
 
 from ..assets.refs import asset_dir_for
+from ..assets.service import AssetStore
 from ..core.connection import DBCONFIG, PRAGMAS, read_dbconfig, read_pragmas
+from ..core.database import Database
 from ..errors import EmelexError, InvalidInputError, NoStoreError
 from ..core.private_files import absolute, check_home, check_no_symlinks, check_private_dir, check_private_file, describe_mode
 from ..core.migrations import APPLICATION_ID, MIGRATIONS
-from ..core.opening import check_missing_database, locate_database, open_as_is, sidecar_path
+from ..core.opening import STORE_MARKER, check_missing_database, locate_database, open_as_is, sidecar_path
 from ..settings import Settings
-from ..store import STORE_MARKER, MemoryStore
 
 DOCTOR_ASSET_ENTRIES = 1000  # asset entries one doctor run re-hashes at most
 DOCTOR_ASSET_BYTES = 256 * 1024 * 1024  # and the bytes it hashes at most (at least one file is checked)
@@ -126,8 +128,8 @@ def _locate(settings: Settings, db: Path, standard: bool) -> None:
     locate_database(db, marker=marker, evidence=evidence, where=home)
 
 
-def _check_pragmas(report: DoctorReport, store: MemoryStore) -> None:
-    with store._read() as conn:
+def _check_pragmas(report: DoctorReport, db: Database) -> None:
+    with db.read() as conn:
         live = read_pragmas(conn)
         config = read_dbconfig(conn)
     report.facts["pragmas"] = live
@@ -138,9 +140,9 @@ def _check_pragmas(report: DoctorReport, store: MemoryStore) -> None:
     report.add("connection settings", not wrong, "; ".join(wrong) or ", ".join(f"{k}={v}" for k, v in config.items()))
 
 
-def _check_schema(report: DoctorReport, store: MemoryStore) -> bool:
+def _check_schema(report: DoctorReport, db: Database) -> bool:
     """Report the schema version; True when it is the current one (the checks that read tables rely on it)."""
-    with store._read() as conn:
+    with db.read() as conn:
         version = conn.execute("PRAGMA user_version").fetchall()[0][0]
         app_id = conn.execute("PRAGMA application_id").fetchall()[0][0]
     report.facts["schema_version"] = version
@@ -157,8 +159,8 @@ def _check_schema(report: DoctorReport, store: MemoryStore) -> bool:
     return current
 
 
-def _check_integrity(report: DoctorReport, store: MemoryStore) -> None:
-    with store._read() as conn:
+def _check_integrity(report: DoctorReport, db: Database) -> None:
+    with db.read() as conn:
         problems = [r[0] for r in conn.execute("PRAGMA integrity_check(20)")]
     ok = problems == ["ok"]
     report.add("integrity", ok, "ok" if ok else "; ".join(problems) + "; restore the database from a backup")
@@ -172,9 +174,9 @@ _BROKEN_TRANSCRIPT = (
 )
 
 
-def _check_transcripts(report: DoctorReport, store: MemoryStore) -> None:
+def _check_transcripts(report: DoctorReport, db: Database) -> None:
     """Every Session's seqs run 1, 2, 3, ... and each event's byte_end is the running total its head relies on."""
-    with store._read() as conn:
+    with db.read() as conn:
         broken = conn.execute(_BROKEN_TRANSCRIPT).fetchall()
     detail = "; ".join(f"Session {sid} at seq {seq}" for sid, seq in broken)
     report.add(
@@ -192,9 +194,9 @@ _BAD_PAYLOADS = (
 )
 
 
-def _check_payloads(report: DoctorReport, store: MemoryStore) -> None:
+def _check_payloads(report: DoctorReport, db: Database) -> None:
     """Every event payload is valid JSON (a full scan, as the integrity check is; the first 5 offenders named)."""
-    with store._read() as conn:
+    with db.read() as conn:
         bad = conn.execute(_BAD_PAYLOADS).fetchall()
     detail = "; ".join(f"Session {sid} at seq {seq}" for sid, seq in bad)
     report.add(
@@ -205,16 +207,16 @@ def _check_payloads(report: DoctorReport, store: MemoryStore) -> None:
     )
 
 
-def _check_assets(report: DoctorReport, store: MemoryStore, max_entries: int, max_bytes: int) -> None:
+def _check_assets(report: DoctorReport, db: Database, max_entries: int, max_bytes: int) -> None:
     """Re-hash catalogued asset files in catalog order, at most `max_entries` entries and about `max_bytes` bytes
     (one file more at most), with `verify_assets`; never creates the asset folder."""
-    total = store.asset_totals().entries
+    total = AssetStore(db).asset_totals().entries
     checked = hashed = 0
     problems = []
     cursor = None
     while checked < max_entries and hashed < max_bytes:
-        limit = min(max_entries - checked, store.settings.max_page_items)
-        page = store.verify_assets(cursor=cursor, limit=limit, max_hash_bytes=max_bytes - hashed)
+        limit = min(max_entries - checked, db.settings.max_page_items)
+        page = AssetStore(db).verify_assets(cursor=cursor, limit=limit, max_hash_bytes=max_bytes - hashed)
         checked, hashed, cursor = checked + page.checked, hashed + page.hashed_bytes, page.next_cursor
         problems += page.problems
         if cursor is None:
@@ -229,17 +231,17 @@ def _check_assets(report: DoctorReport, store: MemoryStore, max_entries: int, ma
     report.add("assets", True, f"{counted}, all intact{rest}")
 
 
-def _count_contents(report: DoctorReport, store: MemoryStore) -> None:
-    with store._read() as conn:
+def _count_contents(report: DoctorReport, db: Database) -> None:
+    with db.read() as conn:
         sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
         events = conn.execute("SELECT count(*) FROM events").fetchone()[0]
         live_leases = conn.execute(
-            "SELECT count(*) FROM session_leases WHERE state = 'active' AND expires_at > ?", (store.clock(),)
+            "SELECT count(*) FROM session_leases WHERE state = 'active' AND expires_at > ?", (db.clock(),)
         ).fetchone()[0]
         summaries, reverted = conn.execute(
             "SELECT count(*), count(reverted_at) FROM summaries"  # reverted ones stay stored; replay skips them
         ).fetchone()
-    assets = store.asset_totals()
+    assets = AssetStore(db).asset_totals()
     report.facts.update(
         sessions=sessions, events=events, live_leases=live_leases, summaries=summaries, reverted_summaries=reverted,
         assets=assets.files, asset_entries=assets.entries, asset_bytes=assets.bytes,
@@ -298,14 +300,14 @@ def diagnose(
     _check_files(report, settings, db, standard)
     try:
         conn, _ = open_as_is(db, busy_timeout_ms=settings.busy_timeout_ms)
-        store = MemoryStore(conn, db, settings)
+        database = Database.wrap(conn, db, settings, time.time)
     except _PROBLEMS as exc:
         report.add("open", False, _describe(exc))
         return report
-    with store:
+    try:
         report.add("open", True, f"opened {db} as it is")
-        _run(report, "pragmas", lambda: _check_pragmas(report, store))
-        if not _run(report, "schema", lambda: _check_schema(report, store)):
+        _run(report, "pragmas", lambda: _check_pragmas(report, database))
+        if not _run(report, "schema", lambda: _check_schema(report, database)):
             return report
         for name, check in (
             ("integrity", _check_integrity),
@@ -314,7 +316,9 @@ def diagnose(
             ("assets", lambda r, s: _check_assets(r, s, max_asset_entries, max_asset_bytes)),
             ("contents", _count_contents),
         ):
-            _run(report, name, lambda: check(report, store))
+            _run(report, name, lambda: check(report, database))
+    finally:
+        database.close()
     return report
 
 

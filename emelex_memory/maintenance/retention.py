@@ -35,15 +35,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import apsw
 
+from ..assets.service import AssetStore, remove_asset_files
+from ..core.database import Database
 from ..errors import EmelexError, MaintenanceError, StoreClosedError
-from ..queue.service import RESCUE_BATCH
-
-if TYPE_CHECKING:
-    from ..store import MemoryStore
+from ..knowledge.versions import tombstone_version
+from ..queue.service import RESCUE_BATCH, JobQueue
+from .deletion import delete_session_in
 
 DAY_S = 86_400.0
 STEPS = ("leases", "jobs", "sessions", "knowledge_tombstones", "knowledge_purge", "versions", "assets", "database")
@@ -80,10 +80,16 @@ class _DryRun(Exception):
     """Raised at the end of a dry run to roll its transaction back."""
 
 
-class MaintenanceMixin:
-    """`MemoryStore.maintain`."""
+class Maintenance:
+    """Bounded housekeeping (`MemoryStore.maintain`)."""
 
-    def maintain(self: MemoryStore, *, vacuum: bool = False, dry_run: bool = False) -> MaintenanceReport:
+    def __init__(self, db: Database, assets: AssetStore, jobs: JobQueue) -> None:
+        """Maintain `db`, collecting through `assets` and rescuing claims through `jobs`."""
+        self._db = db
+        self._assets = assets
+        self._jobs = jobs
+
+    def maintain(self, *, vacuum: bool = False, dry_run: bool = False) -> MaintenanceReport:
         """Run bounded maintenance (see the module docstring) and return a report of what was done.
 
         Each step commits on its own and is safe to re-run. When one fails
@@ -96,7 +102,7 @@ class MaintenanceMixin:
         database file, dropping free pages.
         """
         report = MaintenanceReport(dry_run=dry_run)
-        now = self.clock()
+        now = self._db.clock()
         steps: list[tuple[str, Callable[[], None]]] = [
             ("leases", lambda: self._fail_stale_leases(report, now)),
             ("jobs", lambda: self._rescue_claims(report)),
@@ -110,7 +116,7 @@ class MaintenanceMixin:
             self._run_steps(report, [*steps, ("database", lambda: self._maintain_file(report, vacuum))])
             return report
         try:
-            with self._write():
+            with self._db.write():
                 self._run_steps(report, steps)
                 raise _DryRun
         except _DryRun:
@@ -136,10 +142,10 @@ class MaintenanceMixin:
                 ) from exc
             report.steps_completed.append(name)
 
-    def _fail_stale_leases(self: MemoryStore, report: MaintenanceReport, now: float) -> None:
+    def _fail_stale_leases(self, report: MaintenanceReport, now: float) -> None:
         """Step 1, one transaction."""
-        batch = self.settings.maintain_batch
-        with self._write() as conn:
+        batch = self._db.settings.maintain_batch
+        with self._db.write() as conn:
             report.leases_failed = len(conn.execute(
                 "UPDATE session_leases SET state = 'failed', failure = 'expired', ended_at = ? WHERE session_id IN "
                 "(SELECT session_id FROM session_leases WHERE state = 'active' AND expires_at <= ? "
@@ -148,37 +154,37 @@ class MaintenanceMixin:
             ).fetchall())
         report.more |= report.leases_failed == batch
 
-    def _rescue_claims(self: MemoryStore, report: MaintenanceReport) -> None:
+    def _rescue_claims(self, report: MaintenanceReport) -> None:
         """Step 2, one transaction per rescue batch."""
-        batch = self.settings.maintain_batch
+        batch = self._db.settings.maintain_batch
         while report.jobs_rescued < batch:
-            rescued = self.rescue_expired_jobs()
+            rescued = self._jobs.rescue_expired_jobs()
             report.jobs_rescued += rescued
             if rescued < RESCUE_BATCH:
                 break
         else:
             report.more = True
 
-    def _tombstone_stale(self: MemoryStore, report: MaintenanceReport, now: float) -> None:
+    def _tombstone_stale(self, report: MaintenanceReport, now: float) -> None:
         """Step 4, one transaction."""
-        s = self.settings
+        s = self._db.settings
         if s.knowledge_retention_days <= 0:
             return
-        with self._write() as conn:
+        with self._db.write() as conn:
             rows = conn.execute(
                 "SELECT id, head_version, tombstoned_at, pinned, key FROM knowledge WHERE pinned = 0 "
                 "AND tombstoned_at IS NULL AND updated_at < ? ORDER BY updated_at, id LIMIT ?",
                 (now - s.knowledge_retention_days * DAY_S, s.maintain_batch),
             ).fetchall()
             for row in rows:
-                self._tombstone_version(conn, row[:4], row[4], "retention")
+                tombstone_version(conn, row[:4], row[4], "retention", self._db.clock())
         report.knowledge_tombstoned = len(rows)
         report.more |= len(rows) == s.maintain_batch
 
-    def _purge_tombstones(self: MemoryStore, report: MaintenanceReport, now: float) -> None:
+    def _purge_tombstones(self, report: MaintenanceReport, now: float) -> None:
         """Step 5, one transaction."""
-        s = self.settings
-        with self._write() as conn:
+        s = self._db.settings
+        with self._db.write() as conn:
             report.knowledge_purged = len(conn.execute(
                 "DELETE FROM knowledge WHERE id IN (SELECT id FROM knowledge WHERE tombstoned_at < ? AND pinned = 0 "
                 "ORDER BY tombstoned_at LIMIT ?) RETURNING 1",
@@ -186,10 +192,10 @@ class MaintenanceMixin:
             ).fetchall())
         report.more |= report.knowledge_purged == s.maintain_batch
 
-    def _prune_versions(self: MemoryStore, report: MaintenanceReport, now: float) -> None:
+    def _prune_versions(self, report: MaintenanceReport, now: float) -> None:
         """Step 6, one transaction."""
-        s = self.settings
-        with self._write() as conn:
+        s = self._db.settings
+        with self._db.write() as conn:
             report.versions_pruned = len(conn.execute(
                 "DELETE FROM knowledge_versions WHERE id IN (SELECT v.id FROM knowledge_versions v "
                 "JOIN knowledge k ON k.id = v.knowledge_id "
@@ -200,22 +206,22 @@ class MaintenanceMixin:
             ).fetchall())
         report.more |= report.versions_pruned == s.maintain_batch
 
-    def _collect_unreferenced(self: MemoryStore, report: MaintenanceReport) -> None:
+    def _collect_unreferenced(self, report: MaintenanceReport) -> None:
         """Step 7, as `collect_assets` commits."""
-        collected = self.collect_assets(limit=min(self.settings.maintain_batch, self.settings.max_page_items))
+        collected = self._assets.collect_assets(limit=min(self._db.settings.maintain_batch, self._db.settings.max_page_items))
         report.asset_entries_removed += collected.removed_entries
         report.asset_files_removed += collected.removed_files
         report.asset_bytes_freed += collected.freed_bytes
         report.more |= collected.more
 
-    def _retain_sessions(self: MemoryStore, report: MaintenanceReport, now: float, *, remove_files: bool) -> None:
+    def _retain_sessions(self, report: MaintenanceReport, now: float, *, remove_files: bool) -> None:
         """Step 3: delete idle, not busy Sessions in one transaction; then, when `remove_files`, the files of the
         assets only they referenced."""
-        s = self.settings
+        s = self._db.settings
         if s.session_retention_days <= 0:
             return
         digests: list[str] = []
-        with self._write() as conn:
+        with self._db.write() as conn:
             rows = conn.execute(
                 "SELECT s.id, s.uuid FROM session_heads s WHERE s.updated_at < ? "
                 "AND NOT EXISTS (SELECT 1 FROM session_leases l WHERE l.session_id = s.id AND l.state = 'active' "
@@ -225,19 +231,19 @@ class MaintenanceMixin:
                 (now - s.session_retention_days * DAY_S, now, now, s.maintain_batch),
             ).fetchall()
             for rowid, session_id in rows:
-                deletion, emptied = self._delete_session_in(conn, rowid, session_id, now)
+                deletion, emptied = delete_session_in(conn, rowid, session_id, now)
                 digests.extend(emptied)
                 report.asset_entries_removed += deletion.asset_entries
         report.sessions_deleted = len(rows)
         report.more |= len(rows) == s.maintain_batch
         if remove_files:  # the deletion has committed
-            removed = self._remove_unnamed_files(list(dict.fromkeys(digests)))
+            removed = remove_asset_files(self._db, list(dict.fromkeys(digests)))
             report.asset_files_removed += removed.removed_files
             report.asset_bytes_freed += removed.freed_bytes
 
-    def _maintain_file(self: MemoryStore, report: MaintenanceReport, vacuum: bool) -> None:
+    def _maintain_file(self, report: MaintenanceReport, vacuum: bool) -> None:
         """Step 8, outside any transaction: optimize, optionally VACUUM, then truncate the WAL."""
-        with self._read() as conn:
+        with self._db.read() as conn:
             conn.execute("PRAGMA optimize").fetchall()
             report.optimized = True
             if vacuum:

@@ -11,15 +11,12 @@ attempt.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import InvalidInputError, WorkerLeaseLostError
-from .jobs import Job, claimed_job, encode_json, stored_json
+from .jobs import Job, Store, claimed_job, encode_json, stored_json
 
 MAX_COST_BYTES = 1024
-
-if TYPE_CHECKING:
-    from ..store import MemoryStore
 
 
 class JobClaim:
@@ -37,7 +34,7 @@ class JobClaim:
     )
 
     def __init__(
-        self, store: MemoryStore, row: tuple, holder: str, claimed_at: float, digest: bytes, expires_at: float
+        self, store: Store, row: tuple, holder: str, claimed_at: float, digest: bytes, expires_at: float
     ) -> None:
         """Wrap a claim `MemoryStore.claim_job` just made: its `CLAIM_RETURNING` row, the lease holder label, when it
         was made, the SHA-256 of the worker lease token and the lease expiry."""
@@ -88,7 +85,7 @@ class JobClaim:
         return self._unsure_at is not None
 
     @property
-    def store(self) -> MemoryStore:
+    def store(self) -> Store:
         """The store the job was claimed from, e.g. to read the job's source."""
         return self._store
 

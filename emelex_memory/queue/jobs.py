@@ -19,16 +19,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import apsw
 
-from ..errors import InvalidInputError, InvalidJobSourceError, UnknownJobKindError
 from ..core.jsonbound import encode_canonical
+from ..core.utf8 import is_utf8
+from ..errors import InvalidInputError, InvalidJobSourceError, JobNotFoundError, UnknownJobKindError
 
-if TYPE_CHECKING:
-    from ..store import MemoryStore
 
+Store = Any  # the `MemoryStore` facade; typed loosely because feature packages never import store.py
 M003_JOBS = """
 CREATE TABLE jobs (
     id INTEGER PRIMARY KEY,              -- internal key; list cursors page by it
@@ -135,7 +135,7 @@ class CompletionContext:
     """
 
     conn: apsw.Connection
-    store: MemoryStore
+    store: Store
     job: Job
     job_rowid: int
     session_rowid: int
@@ -342,3 +342,18 @@ def done_job(row: tuple, due_at: float, result: dict[str, Any] | None, now: floa
 def job_size(row: tuple) -> int:
     """A generous byte estimate of one job row, for byte-bounded pages."""
     return 300 + len(row[5]) + len(row[11]) + len(row[12] or "")
+
+
+def job_row(conn: apsw.Connection, job_id: str) -> tuple:
+    """The `JOB_COLUMNS` row of job `job_id`; raise `JobNotFoundError` naming the list command if there is none."""
+    row = None
+    if is_utf8(job_id):  # a non-UTF-8 ID (from the command line) names no job and cannot be bound
+        row = conn.execute(f"SELECT {JOB_COLUMNS} FROM {JOB_FROM} WHERE j.uuid = ?", (job_id,)).fetchone()
+    if row is None:
+        raise JobNotFoundError(f"no job {job_id!r}; list them with `emelex memory jobs list`")
+    return row
+
+
+def job_by_rowid(conn: apsw.Connection, rowid: int) -> Job:
+    """The job with rowid `rowid`, which the caller knows exists."""
+    return job_from_row(conn.execute(f"SELECT {JOB_COLUMNS} FROM {JOB_FROM} WHERE j.id = ?", (rowid,)).fetchone())

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import tenacity
 from tenacity.wait import wait_base
@@ -43,13 +43,11 @@ from ..errors import (
     TransientJobError,
     WorkerLeaseLostError,
 )
-from .jobs import Job, frozen, job_kind
+from .jobs import Job, Store, frozen, job_kind
 from .service import JobClaim
 from .renewal import RENEWER
 from ..core.retry import bounded_retrying
 
-if TYPE_CHECKING:
-    from ..store import MemoryStore
 
 JobHandler = Callable[[JobClaim], Any]
 TRANSIENT_ATTEMPTS = 3
@@ -77,7 +75,7 @@ def describe(exc: BaseException) -> str:
 
 
 def run_one_job(
-    store: MemoryStore,
+    store: Store,
     handler: JobHandler,
     *,
     kinds: str | Iterable[str] | None = None,

@@ -16,11 +16,13 @@ import math
 import os
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import apsw
 
 from ..core.cursors import cursor_int
+from ..core.database import Database
+from ..sessions.rows import session_rowid
 from ..errors import (
     CommitOutcomeUnknownError,
     InvalidInputError,
@@ -43,23 +45,25 @@ from .jobs import (
     Enqueued,
     Job,
     JobPage,
+    Store,
     append_diagnostic,
     done_job,
     encode_json,
+    job_by_rowid,
     job_from_row,
+    job_row,
     job_kind,
     job_size,
     registered_kinds,
     stored_json,
 )
+from ..core.id_prefix import resolve_id
 from ..core.io_errors import restated
 from .claim import JobClaim
 from ..sessions.leases import holder_label
 from ..core.retry import RETRY_SCHEDULE
-from ..core.utf8 import check_utf8, is_utf8
+from ..core.utf8 import check_utf8
 
-if TYPE_CHECKING:
-    from ..store import MemoryStore
 
 RESCUE_BATCH = 100
 _ACTIVE = "state IN ('pending', 'claimed')"  # repeats the partial index's WHERE so SQLite uses jobs_active
@@ -69,7 +73,7 @@ _LIVE_SESSION_OF_JOB = (
 )
 
 
-def _failure_update(attempts: int, diagnostics: str, event: str, message: str, now: float, permanent: bool,
+def failure_update(attempts: int, diagnostics: str, event: str, message: str, now: float, permanent: bool,
                     cost: Mapping[str, Any] | None = None):
     """The new (state, attempts, due_at, finished_at, diagnostics) of a job after one counted failure."""
     failed = attempts + 1
@@ -114,19 +118,24 @@ def _relabel() -> None:
 os.register_at_fork(after_in_child=_relabel)  # a forked child claims under its own pid
 
 
-_RECORD_FAILURE = (
+RECORD_FAILURE = (
     "UPDATE jobs SET state = ?, attempts = ?, due_at = ?, finished_at = ?, diagnostics = ?, lease_hash = NULL, "
     "lease_holder = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?"
 )
 
 
-class JobQueueMixin:
-    """Work-queue methods of `MemoryStore`."""
+class JobQueue:
+    """The work queues (`store.jobs`): enqueue, claim, complete, fail, release, cancel, retry and list jobs."""
+
+    def __init__(self, db: Database, owner: Store) -> None:
+        """Serve `db`; `owner` is the `MemoryStore` handed to claims (`JobClaim.store`) and completion functions."""
+        self._db = db
+        self._owner = owner
 
     # -- enqueueing and reading --------------------------------------------------------
 
     def enqueue_job(
-        self: MemoryStore,
+        self,
         kind: str,
         session_id: str,
         source: Mapping[str, Any],
@@ -155,9 +164,9 @@ class JobQueueMixin:
         if due_at is not None and (isinstance(due_at, bool) or not isinstance(due_at, (int, float))
                                    or not math.isfinite(due_at)):
             raise InvalidInputError(f"due_at must be a finite timestamp, got {due_at!r}")
-        with self._write() as conn:
-            rowid = self._session_rowid(conn, session_id)
-            now = self.clock()
+        with self._db.write() as conn:
+            rowid = session_rowid(conn, session_id)
+            now = self._db.clock()
             inserted = conn.execute(
                 "INSERT INTO jobs (uuid, kind, session_id, source_key, source, state, due_at, created_at, updated_at) "
                 "VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?) ON CONFLICT (kind, session_id, source_key) DO NOTHING "
@@ -170,15 +179,15 @@ class JobQueueMixin:
                 job_rowid = conn.execute(
                     "SELECT id FROM jobs WHERE kind = ? AND session_id = ? AND source_key = ?", (kind, rowid, key)
                 ).fetchone()[0]
-            return Enqueued(self._job_by_rowid(conn, job_rowid), bool(inserted))
+            return Enqueued(job_by_rowid(conn, job_rowid), bool(inserted))
 
-    def get_job(self: MemoryStore, job_id: str) -> Job:
+    def get_job(self, job_id: str) -> Job:
         """A snapshot of one job by its public ID; raise `JobNotFoundError` if there is none."""
-        with self._read() as conn:
-            return job_from_row(self._job_row(conn, job_id))
+        with self._db.read() as conn:
+            return job_from_row(job_row(conn, job_id))
 
     def list_jobs(
-        self: MemoryStore,
+        self,
         *,
         state: str | None = None,
         kind: str | None = None,
@@ -209,7 +218,7 @@ class JobQueueMixin:
         return self._job_page(where, params, cursor, limit, max_bytes)
 
     def failed_jobs(
-        self: MemoryStore,
+        self,
         *,
         kind: str | None = None,
         cursor: str | None = None,
@@ -226,8 +235,8 @@ class JobQueueMixin:
             params.append(kind)
         return self._job_page(where, params, cursor, limit, max_bytes)
 
-    def _job_page(self: MemoryStore, where: list[str], params: list, cursor, limit, max_bytes) -> JobPage:
-        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MAX_JOB_ROW_BYTES)
+    def _job_page(self, where: list[str], params: list, cursor, limit, max_bytes) -> JobPage:
+        limit, max_bytes = self._db.page_limits(limit, max_bytes, min_bytes=MAX_JOB_ROW_BYTES)
         if cursor is not None:
             try:
                 where = [*where, "j.id < ?"]
@@ -235,7 +244,7 @@ class JobQueueMixin:
             except (TypeError, ValueError):
                 raise InvalidInputError(f"bad job cursor {cursor!r}; pass a next_cursor from a previous page") from None
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        with self._read() as conn:
+        with self._db.read() as conn:
             rows = conn.execute(
                 f"SELECT {JOB_COLUMNS} FROM {JOB_FROM} {clause} ORDER BY j.id DESC LIMIT ?", (*params, limit + 1)
             ).fetchall()
@@ -249,21 +258,10 @@ class JobQueueMixin:
         more = len(jobs) < len(rows)
         return JobPage(jobs, str(last[0]) if more and last else None)
 
-    def _job_row(self: MemoryStore, conn: apsw.Connection, job_id: str) -> tuple:
-        row = None
-        if is_utf8(job_id):  # a non-UTF-8 ID (from the command line) names no job and cannot be bound
-            row = conn.execute(f"SELECT {JOB_COLUMNS} FROM {JOB_FROM} WHERE j.uuid = ?", (job_id,)).fetchone()
-        if row is None:
-            raise JobNotFoundError(f"no job {job_id!r}; list them with `emelex memory jobs list`")
-        return row
-
-    def _job_by_rowid(self: MemoryStore, conn: apsw.Connection, rowid: int) -> Job:
-        return job_from_row(conn.execute(f"SELECT {JOB_COLUMNS} FROM {JOB_FROM} WHERE j.id = ?", (rowid,)).fetchone())
-
     # -- claiming ------------------------------------------------------------------
 
     def claim_job(
-        self: MemoryStore, kinds: str | Iterable[str] | None = None, *, ttl_s: float | None = None
+        self, kinds: str | Iterable[str] | None = None, *, ttl_s: float | None = None
     ) -> JobClaim | None:
         """Claim the oldest due pending job of `kinds` (default: every registered kind); None when there is none.
 
@@ -282,8 +280,8 @@ class JobQueueMixin:
         # claim object holds the digest and is the authority.
         digest = hashlib.sha256(os.urandom(32)).digest()
         holder = _holder
-        with self._write() as conn:
-            now = self.clock()
+        with self._db.write() as conn:
+            now = self._db.clock()
             expires = now + ttl
             params = (digest, holder, expires, expires, now, now, *names, now)
             # Rescue first, in one statement with the claim in the common case: the guarded claim claims nothing
@@ -294,14 +292,14 @@ class JobQueueMixin:
                 row = conn.execute(_claim_sql(len(names), False), params).fetchone()
         if row is None:
             return None
-        return JobClaim(self, row, holder, now, digest, expires)
+        return JobClaim(self._owner, row, holder, now, digest, expires)
 
-    def rescue_expired_jobs(self: MemoryStore) -> int:
+    def rescue_expired_jobs(self) -> int:
         """Turn up to 100 expired claims into counted failures (as every claim does first); return how many."""
-        with self._write() as conn:
-            return self._rescue(conn, self.clock())
+        with self._db.write() as conn:
+            return self._rescue(conn, self._db.clock())
 
-    def _rescue(self: MemoryStore, conn: apsw.Connection, now: float) -> int:
+    def _rescue(self, conn: apsw.Connection, now: float) -> int:
         rows = conn.execute(
             f"SELECT id, attempts, diagnostics, lease_holder, lease_expires_at {_EXPIRED_CLAIMS} "
             f"ORDER BY due_at LIMIT {RESCUE_BATCH}",
@@ -309,24 +307,24 @@ class JobQueueMixin:
         ).fetchall()  # a literal LIMIT: a bound one makes this probe, which usually finds nothing, 4x slower
         for rowid, attempts, diags, holder, expired in rows:
             message = f"worker lease of {holder} expired at {expired:.3f} without an outcome"
-            state, failed, due, finished, diags = _failure_update(attempts, diags, "expired", message, now, False)
-            conn.execute(_RECORD_FAILURE, (state, failed, due, finished, diags, now, rowid))
+            state, failed, due, finished, diags = failure_update(attempts, diags, "expired", message, now, False)
+            conn.execute(RECORD_FAILURE, (state, failed, due, finished, diags, now, rowid))
         return len(rows)
 
-    def _worker_ttl(self: MemoryStore, ttl_s: float | None) -> float:
-        ttl = self.settings.worker_lease_ttl_s if ttl_s is None else ttl_s
+    def _worker_ttl(self, ttl_s: float | None) -> float:
+        ttl = self._db.settings.worker_lease_ttl_s if ttl_s is None else ttl_s
         if not 0 < ttl <= 86_400:
             raise InvalidInputError(f"worker lease TTL must be between 0 and 86400 seconds, got {ttl}")
         return ttl
 
     # -- the worker's transitions --------------------------------------------------------
 
-    def _held(self: MemoryStore, conn: apsw.Connection, claim: JobClaim) -> tuple[tuple, float]:
+    def _held(self, conn: apsw.Connection, claim: JobClaim) -> tuple[tuple, float]:
         """Inside a write transaction: verify `claim` still holds its job; return (attempts, diagnostics), now."""
-        now = self.clock()
+        now = self._db.clock()
         return self._check_held(conn, claim, now), now
 
-    def _check_held(self: MemoryStore, conn: apsw.Connection, claim: JobClaim, now: float) -> tuple:
+    def _check_held(self, conn: apsw.Connection, claim: JobClaim, now: float) -> tuple:
         if claim.ended:
             raise WorkerLeaseLostError(f"the claim on job {claim.id} has already ended")
         row = conn.execute(
@@ -343,7 +341,7 @@ class JobQueueMixin:
             )
         return row[3:]
 
-    def complete_job(self: MemoryStore, claim: JobClaim, result: Any = None) -> Job:
+    def complete_job(self, claim: JobClaim, result: Any = None) -> Job:
         """Complete a claimed job in one transaction: re-check the worker lease and that the Session is not live,
         apply `result` through the kind's completion function, and mark the job done.
 
@@ -360,8 +358,8 @@ class JobQueueMixin:
         if claim._unsure_at is not None and (settled := self._settled(claim)) is not None:
             return settled
         try:
-            with self._write() as conn:
-                now = self.clock()
+            with self._db.write() as conn:
+                now = self._db.clock()
                 # One statement re-checks the worker lease and the Session's liveness and marks the job done; the
                 # kind's effect follows in the same transaction, so any failure below rolls all of it back.
                 completed = False
@@ -376,7 +374,7 @@ class JobQueueMixin:
                     )
                 outcome = result
                 if kind.complete is not None:
-                    ctx = CompletionContext(conn, self, claim.job, claim._rowid, claim._session_rowid, now)
+                    ctx = CompletionContext(conn, self._owner, claim.job, claim._rowid, claim._session_rowid, now)
                     outcome = kind.complete(ctx, result)
                 text = None
                 if outcome is not None and not isinstance(outcome, Mapping):
@@ -389,7 +387,7 @@ class JobQueueMixin:
         except CommitOutcomeUnknownError as exc:
             claim._unsure_at = now
             raise restated(
-                exc, self.path, f"the completion of job {claim.id}",
+                exc, self._db.path, f"the completion of job {claim.id}",
                 "call complete, fail or release on the claim again: it re-reads the job first and returns it when "
                 "that completion is durable (never completing it twice)",
             ) from exc.__cause__
@@ -399,7 +397,7 @@ class JobQueueMixin:
         claim._job = job
         return job
 
-    def fail_job(self: MemoryStore, claim: JobClaim, message: str, *, permanent: bool = False) -> Job:
+    def fail_job(self, claim: JobClaim, message: str, *, permanent: bool = False) -> Job:
         """Record one counted failure of a claimed job with a bounded diagnostic `message`.
 
         A retryable failure returns the job to pending with the next retry
@@ -413,17 +411,17 @@ class JobQueueMixin:
             raise InvalidInputError("a job failure needs a non-empty message")
         if claim._unsure_at is not None and (settled := self._settled(claim)) is not None:
             return settled
-        with self._write() as conn:
+        with self._db.write() as conn:
             (attempts, diags), now = self._held(conn, claim)
             event = "permanent" if permanent else "failure"
-            update = _failure_update(attempts, diags, event, message, now, permanent, claim.cost)
-            row = conn.execute(f"{_RECORD_FAILURE} RETURNING {JOB_RETURNING}", (*update, now, claim._rowid)).fetchone()
+            update = failure_update(attempts, diags, event, message, now, permanent, claim.cost)
+            row = conn.execute(f"{RECORD_FAILURE} RETURNING {JOB_RETURNING}", (*update, now, claim._rowid)).fetchone()
             job = job_from_row(row)
         claim.ended = True
         claim.job = job
         return job
 
-    def release_job(self: MemoryStore, claim: JobClaim, reason: str = "released by the worker") -> Job:
+    def release_job(self, claim: JobClaim, reason: str = "released by the worker") -> Job:
         """Return a claimed job to pending without consuming an attempt (Session went live, worker shutting down).
 
         Raises `WorkerLeaseLostError` (writing nothing) when this worker no
@@ -435,7 +433,7 @@ class JobQueueMixin:
             raise InvalidInputError("releasing a job needs a non-empty reason")
         if claim._unsure_at is not None and (settled := self._settled(claim)) is not None:
             return settled
-        with self._write() as conn:
+        with self._db.write() as conn:
             (attempts, diags), now = self._held(conn, claim)
             job = job_from_row(conn.execute(
                 "UPDATE jobs SET state = 'pending', due_at = ?, diagnostics = ?, lease_hash = NULL, "
@@ -446,10 +444,10 @@ class JobQueueMixin:
         claim.job = job
         return job
 
-    def _settled(self: MemoryStore, claim: JobClaim) -> Job | None:
+    def _settled(self, claim: JobClaim) -> Job | None:
         """For a claim whose completion had an unknown outcome: the done job, ending the claim, when that completion
         is durable (the job is done and finished at that completion's time); None when it is not."""
-        with self._read() as conn:
+        with self._db.read() as conn:
             row = conn.execute(f"SELECT {JOB_COLUMNS} FROM {JOB_FROM} WHERE j.id = ?", (claim._rowid,)).fetchone()
         if row is None or row[6] != "done" or row[15] != claim._unsure_at:
             return None
@@ -458,10 +456,10 @@ class JobQueueMixin:
         claim.job = job
         return job
 
-    def renew_job(self: MemoryStore, claim: JobClaim, ttl_s: float | None = None) -> float:
+    def renew_job(self, claim: JobClaim, ttl_s: float | None = None) -> float:
         """Extend a held worker lease by `ttl_s` (default `worker_lease_ttl_s`) from now; return the new expiry."""
         ttl = self._worker_ttl(ttl_s)
-        with self._write() as conn:
+        with self._db.write() as conn:
             _, now = self._held(conn, claim)
             conn.execute(
                 "UPDATE jobs SET lease_expires_at = ?, due_at = ?, updated_at = ? WHERE id = ?",
@@ -472,39 +470,48 @@ class JobQueueMixin:
 
     # -- the operator's transitions ---------------------------------------------------------
 
-    def cancel_job(self: MemoryStore, job_id: str, *, reason: str = "cancelled by the operator") -> Job:
+    def cancel_job(self, job_id: str, *, reason: str = "cancelled by the operator") -> Job:
         """Cancel a pending or claimed job: it becomes terminal ('cancelled') without consuming an attempt.
 
         A worker holding it loses its authority (its late write is refused).
         Raises `JobStateError` for a job that is already done, failed or
         cancelled. `retry_failed_job` puts a cancelled job back in the queue.
         """
-        with self._write() as conn:
-            row = self._job_row(conn, job_id)
+        with self._db.write() as conn:
+            row = job_row(conn, job_id)
             if row[6] not in ("pending", "claimed"):
                 raise JobStateError(f"job {job_id} is {row[6]}; only pending or claimed jobs can be cancelled")
-            now = self.clock()
+            now = self._db.clock()
             return job_from_row(conn.execute(
                 "UPDATE jobs SET state = 'cancelled', finished_at = ?, diagnostics = ?, lease_hash = NULL, "
                 f"lease_holder = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ? RETURNING {JOB_RETURNING}",
                 (now, append_diagnostic(row[11], now, row[7], "cancelled", reason), now, row[0]),
             ).fetchone())
 
-    def retry_failed_job(self: MemoryStore, job_id: str) -> Job:
+    def retry_failed_job(self, job_id: str) -> Job:
         """Reset one terminal (failed or cancelled) job to pending, due now, with its failed-attempt count cleared.
 
         Its ID, kind, Session and source provenance stay exactly as they
         were; the diagnostics keep their history plus a "reset" entry. Raises
         `JobStateError` for a job that is pending, claimed or done.
         """
-        with self._write() as conn:
-            row = self._job_row(conn, job_id)
+        with self._db.write() as conn:
+            row = job_row(conn, job_id)
             if row[6] not in TERMINAL_FAILED_STATES:
                 raise JobStateError(f"job {job_id} is {row[6]}; only failed or cancelled jobs can be retried")
-            now = self.clock()
+            now = self._db.clock()
             diags = append_diagnostic(row[11], now, row[7], "reset", f"reset to pending from {row[6]}")
             return job_from_row(conn.execute(
                 "UPDATE jobs SET state = 'pending', attempts = 0, due_at = ?, finished_at = NULL, diagnostics = ?, "
                 f"updated_at = ? WHERE id = ? RETURNING {JOB_RETURNING}",
                 (now, diags, now, row[0]),
             ).fetchone())
+
+    def resolve_job_id(self, prefix: str) -> str:
+        """The full ID of the one job whose ID is `prefix` or starts with it (at least 4 characters, any case).
+
+        Raises `JobNotFoundError` when none matches and `AmbiguousIdError`
+        when the prefix is too short or matches several (listing them).
+        """
+        with self._db.read() as conn:
+            return resolve_id(conn, "jobs", prefix, "job", JobNotFoundError, "list them with `emelex memory jobs list`")

@@ -18,15 +18,14 @@ import os
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from ..core.database import Database
+from ..sessions.rows import session_rowid
 from ..errors import InvalidInputError, JobStateError
-from .jobs import JOB_COLUMNS, JOB_FROM, JOB_RETURNING, Job, job_from_row, job_kind, registered_kinds
+from .jobs import JOB_COLUMNS, JOB_FROM, JOB_RETURNING, Job, job_from_row, job_kind, job_row, registered_kinds
 from ..knowledge.source_digest import source_bytes
-from .service import _RECORD_FAILURE, _failure_update
+from .service import RECORD_FAILURE, failure_update
 
-if TYPE_CHECKING:
-    from ..store import MemoryStore
 
 MAX_WAITING = 100
 
@@ -74,11 +73,15 @@ def holder_is_dead(holder: str | None) -> bool:
     return False
 
 
-class JobStatusMixin:
+class JobStatus:
     """Job status methods of `MemoryStore`."""
 
+    def __init__(self, db: Database) -> None:
+        """Serve `db`."""
+        self._db = db
+
     def waiting_jobs(
-        self: MemoryStore, *, kinds: Iterable[str] | None = None, limit: int = 20
+        self, *, kinds: Iterable[str] | None = None, limit: int = 20
     ) -> WaitingPage:
         """The pending and claimed jobs of `kinds` (default: every registered kind), soonest due first, at most
         `limit` (1-100) of them, each with why it waits; and how many wait in all. Read-only."""
@@ -90,8 +93,8 @@ class JobStatusMixin:
         if not names:
             return WaitingPage([], 0)
         marks = ", ".join("?" * len(names))
-        with self._read() as conn:
-            now = self.clock()
+        with self._db.read() as conn:
+            now = self._db.clock()
             rows = conn.execute(
                 f"SELECT {JOB_COLUMNS}, l.holder, l.expires_at FROM {JOB_FROM} LEFT JOIN session_leases l "
                 "ON l.session_id = j.session_id AND l.state = 'active' AND l.expires_at > ? "
@@ -103,7 +106,7 @@ class JobStatusMixin:
             ).fetchone()[0]
         return WaitingPage([_waiting(job_from_row(row[:-2]), row[-2], row[-1], now) for row in rows], total)
 
-    def rescue_dead_claim(self: MemoryStore, job_id: str) -> Job:
+    def rescue_dead_claim(self, job_id: str) -> Job:
         """Free a job claimed by a worker that died on this host, before its lease expires: record one counted
         failure, as the next claim would after the expiry (the job retries by the schedule, or fails terminally
         at its third failure).
@@ -112,8 +115,8 @@ class JobStatusMixin:
         and its holder is provably dead (`holder_is_dead`), and
         `JobNotFoundError` for an unknown job.
         """
-        with self._write() as conn:
-            row = self._job_row(conn, job_id)
+        with self._db.write() as conn:
+            row = job_row(conn, job_id)
             state, holder = row[6], row[9]
             if state != "claimed":
                 raise JobStateError(f"job {job_id} is {state}, not claimed: no worker holds it")
@@ -123,20 +126,20 @@ class JobStatusMixin:
                     f"({socket.gethostname()}); wait for its lease to expire (the next run rescues it), or cancel "
                     f"it with `emelex memory jobs cancel {job_id}`"
                 )
-            now = self.clock()
+            now = self._db.clock()
             message = f"worker {holder} died (no such process on this host); rescued before its lease expired"
-            update = _failure_update(row[7], row[11], "expired", message, now, False)
-            done = conn.execute(f"{_RECORD_FAILURE} RETURNING {JOB_RETURNING}", (*update, now, row[0])).fetchone()
+            update = failure_update(row[7], row[11], "expired", message, now, False)
+            done = conn.execute(f"{RECORD_FAILURE} RETURNING {JOB_RETURNING}", (*update, now, row[0])).fetchone()
             return job_from_row(done)
 
-    def job_source_bytes(self: MemoryStore, job: Job) -> int | None:
+    def job_source_bytes(self, job: Job) -> int | None:
         """The stored size in bytes of the events a job's source names by `first_seq`..`last_seq` (a distill
         job's), or None for a source that names no such range."""
         first, last = job.source.get("first_seq"), job.source.get("last_seq")
         if not isinstance(first, int) or not isinstance(last, int):
             return None
-        with self._read() as conn:
-            return source_bytes(conn, self._session_rowid(conn, job.session_id), first, last)
+        with self._db.read() as conn:
+            return source_bytes(conn, session_rowid(conn, job.session_id), first, last)
 
 
 def _waiting(job: Job, lease_holder: str | None, lease_expires: float | None, now: float) -> WaitingJob:

@@ -22,12 +22,14 @@ import secrets
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from stat import S_ISDIR
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import apsw
 
+from ..assets.folder import open_asset_folder
 from ..assets.links import check_replay_media, check_view_media, link_turn_assets, turn_assets
 from ..core.connection import connect
+from ..core.database import Database
 from ..errors import (
     CommitOutcomeUnknownError,
     InvalidInputError,
@@ -40,11 +42,10 @@ from ..errors import (
     WorkspaceReplacedError,
 )
 from ..core.io_errors import file_error, restated
+from ..settings import Settings
 from .identity import WorkspaceIdentity, rebind_advice
+from .replay import replay_page
 from .transcript import AppendedTurn, Event, NewEvent, ReplayPage, encode_turn, media_of
-
-if TYPE_CHECKING:
-    from ..store import MemoryStore
 
 MAX_FAILURE_CHARS = 2000
 T = TypeVar("T")
@@ -74,6 +75,14 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
+def lease_ttl(settings: Settings, ttl_s: float | None) -> float:
+    """A lease's TTL: `ttl_s`, or the configured one for None; refused outside (0, 86400] seconds."""
+    ttl = settings.session_lease_ttl_s if ttl_s is None else ttl_s
+    if not 0 < ttl <= 86_400:
+        raise InvalidInputError(f"lease TTL must be between 0 and 86400 seconds, got {ttl}")
+    return ttl
+
+
 def holder_label() -> str:
     """`pid@host`, recorded with a lease for diagnostics."""
     return f"{os.getpid()}@{socket.gethostname()}"[:200]
@@ -84,7 +93,7 @@ class SessionLease:
 
     def __init__(
         self,
-        store: MemoryStore,
+        db: Database,
         session_rowid: int,
         session_id: str,
         token: str,
@@ -94,7 +103,7 @@ class SessionLease:
         epoch: int,
         pin: int,
     ) -> None:
-        self._store = store
+        self._db = db
         self._rowid = session_rowid
         self.session_id = session_id
         self._token = token
@@ -144,7 +153,7 @@ class SessionLease:
         `ReplayMediaCapError` and does not advance the cursor.
         """
         start = self._cursor if after_seq is None else after_seq
-        page = self._store._replay_page(self._rowid, start, limit, max_bytes)
+        page = replay_page(self._db, self._rowid, start, limit, max_bytes)
         if start <= self._cursor:  # contiguous with what this holder has seen
             seen = self._cursor
             media = page.media_bytes if start == seen else media_of(e for e in page.events if e.seq > seen)
@@ -195,13 +204,13 @@ class SessionLease:
             )
         expected = self._cursor if expected_seq is None else expected_seq
         events = list(events)
-        encoded = encode_turn(events, self._store.settings)
+        encoded = encode_turn(events, self._db.settings)
         linked = turn_assets(events)
         media = {position: sum(ref.size for ref in refs) for position, refs in linked} if linked else None
-        store = self._store
+        db = self._db
         rowid = self._rowid
         try:
-            with store._write() as conn:
+            with db.write() as conn:
                 row = conn.execute(_AUTHORITY_SQL, (rowid,)).fetchone()
                 now = self._check_authority(row)
                 last_seq = row[5] or 0
@@ -233,12 +242,12 @@ class SessionLease:
                 last_id = conn.last_insert_rowid()
                 ids = tuple(range(last_id - len(rows) + 1, last_id + 1))
                 if linked:
-                    with store._asset_folder() as folder:
+                    with open_asset_folder(db) as folder:
                         link_turn_assets(conn, folder, rowid, last_seq + 1, linked, now)
         except CommitOutcomeUnknownError as exc:
             self._replayed = False  # the cursor check makes the retry safe once the holder has looked again
             raise restated(
-                exc, store.path, f"a turn to Session {self.session_id}",
+                exc, db.path, f"a turn to Session {self.session_id}",
                 f"replay this lease to the end, then append the turn again with expected_seq={expected} (a "
                 "StaleCursorError then means it was committed)",
             ) from exc.__cause__
@@ -251,7 +260,7 @@ class SessionLease:
     def _check_authority(self, row: tuple | None) -> float:
         """Inside a write transaction: verify the lease token and expiry, and the workspace, of an `_AUTHORITY_SQL`
         row (None when the Session or its lease row is gone); return the store's time."""
-        now = self._store.clock()
+        now = self._db.clock()
         if row is None or row[2] != self._digest or row[3] != "active":
             raise LeaseLostError(f"this lease on Session {self.session_id} is no longer held; acquire a new one")
         if row[4] <= now:
@@ -294,8 +303,8 @@ class SessionLease:
 
     def renew(self, ttl_s: float | None = None) -> float:
         """Extend a live lease by `ttl_s` (default: the configured TTL) from now; return the new expiry."""
-        ttl = self._store._lease_ttl(ttl_s)
-        with self._store._write() as conn:
+        ttl = lease_ttl(self._db.settings, ttl_s)
+        with self._db.write() as conn:
             now = self._check_authority(conn.execute(_AUTHORITY_SQL, (self._rowid,)).fetchone())
             conn.execute(
                 "UPDATE session_leases SET expires_at = ? WHERE session_id = ?", (now + ttl, self._rowid)
@@ -332,8 +341,8 @@ class SessionLease:
         if self._ended:
             raise LeaseLostError(f"this lease on Session {self.session_id} has already ended")
         self._unpin()
-        with self._store._write() as conn:
-            now = self._store.clock()
+        with self._db.write() as conn:
+            now = self._db.clock()
             row = conn.execute(
                 "SELECT expires_at FROM session_leases WHERE session_id = ? AND token_hash = ? AND state = 'active'",
                 (self._rowid, self._digest),
@@ -367,7 +376,7 @@ class SessionLease:
         if self._ended:
             return
         try:
-            conn = connect(self._store.path, busy_timeout_ms=0)
+            conn = connect(self._db.path, busy_timeout_ms=0)
         except Exception:
             return
         try:
@@ -375,7 +384,7 @@ class SessionLease:
                 conn.execute(
                     "UPDATE session_leases SET state = 'released', ended_at = ? "
                     "WHERE session_id = ? AND token_hash = ? AND state = 'active'",
-                    (self._store.clock(), self._rowid, self._digest),
+                    (self._db.clock(), self._rowid, self._digest),
                 )
             self._ended = True
         except Exception:

@@ -14,7 +14,6 @@ import os
 import pwd
 import socket
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..errors import (
     ConfirmationRequiredError,
@@ -28,8 +27,7 @@ from ..errors import (
 from .identity import WorkspaceIdentity
 from .workspaces import WORKSPACE_COLUMNS, find_workspace, identity_of, settle_workspace
 
-if TYPE_CHECKING:
-    from ..store import MemoryStore
+from ..core.database import Database
 
 MAX_WORKSPACE_ROW_BYTES = 8192  # bound of one row in a page estimate (a path is at most 4096 bytes)
 MAX_REBIND_ROW_BYTES = 16384  # bound of one rebind record in a page estimate (two paths, who)
@@ -154,17 +152,21 @@ def _decode_cursor(cursor: object) -> int:
     return int(cursor)
 
 
-class WorkspaceAdminMixin:
+class WorkspaceAdmin:
     """`MemoryStore` methods to list known workspaces and rebind one."""
 
+    def __init__(self, db: Database) -> None:
+        """Serve `db`."""
+        self._db = db
+
     def list_workspaces(
-        self: MemoryStore, *, cursor: str | None = None, limit: int | None = None, max_bytes: int | None = None
+        self, *, cursor: str | None = None, limit: int | None = None, max_bytes: int | None = None
     ) -> WorkspacePage:
         """Page through the known workspaces in ID order, bounded in items and bytes, with each one's status
         (inspected now, see `WorkspaceInfo`) and its Session, live Knowledge and rebind counts. Writes nothing."""
-        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MAX_WORKSPACE_ROW_BYTES)
+        limit, max_bytes = self._db.page_limits(limit, max_bytes, min_bytes=MAX_WORKSPACE_ROW_BYTES)
         after = 0 if cursor is None else _decode_cursor(cursor)
-        with self._read() as conn:
+        with self._db.read() as conn:
             rows = conn.execute(
                 f"SELECT {WORKSPACE_COLUMNS}, created_at FROM workspaces WHERE id > ? ORDER BY id LIMIT ?",
                 (after, limit + 1),
@@ -179,11 +181,11 @@ class WorkspaceAdminMixin:
         more = len(found) < len(rows)
         return WorkspacePage(found, str(found[-1].id) if more and found else None)
 
-    def get_workspace(self: MemoryStore, workspace_id: int) -> WorkspaceInfo:
+    def get_workspace(self, workspace_id: int) -> WorkspaceInfo:
         """One known workspace as `list_workspaces` shows it (its status inspected now); raise
         `WorkspaceNotFoundError` for an unknown ID. Writes nothing."""
         workspace_id = _check_id(workspace_id)
-        with self._read() as conn:
+        with self._db.read() as conn:
             row = conn.execute(
                 f"SELECT {WORKSPACE_COLUMNS}, created_at FROM workspaces WHERE id = ?", (workspace_id,)
             ).fetchone()
@@ -195,16 +197,16 @@ class WorkspaceAdminMixin:
         return WorkspaceInfo(*row, _status(row), *counts)
 
     def workspace_rebinds(
-        self: MemoryStore, workspace_id: int, *, cursor: str | None = None, limit: int | None = None,
+        self, workspace_id: int, *, cursor: str | None = None, limit: int | None = None,
         max_bytes: int | None = None,
     ) -> WorkspaceRebindPage:
         """Page through the audit records of workspace `workspace_id`'s rebinds, oldest first, bounded in items
         and bytes (who, when, the identity before and after, a workspace it retired). Raises
         `WorkspaceNotFoundError` for an unknown ID. Writes nothing."""
         workspace_id = _check_id(workspace_id)
-        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MAX_REBIND_ROW_BYTES)
+        limit, max_bytes = self._db.page_limits(limit, max_bytes, min_bytes=MAX_REBIND_ROW_BYTES)
         after = 0 if cursor is None else _decode_cursor(cursor)
-        with self._read() as conn:
+        with self._db.read() as conn:
             if conn.execute("SELECT 1 FROM workspaces WHERE id = ?", (workspace_id,)).fetchone() is None:
                 raise WorkspaceNotFoundError(
                     f"no workspace {workspace_id}; list them with `emelex memory workspaces list`"
@@ -225,7 +227,7 @@ class WorkspaceAdminMixin:
         return WorkspaceRebindPage(found, str(last) if more and last is not None else None)
 
     def rebind_workspace(
-        self: MemoryStore, workspace_id: int, directory: str | os.PathLike[str], *, confirm: bool = False
+        self, workspace_id: int, directory: str | os.PathLike[str], *, confirm: bool = False
     ) -> WorkspaceRebind:
         """Point known workspace `workspace_id` at `directory`, so its Sessions and Knowledge belong there.
 
@@ -244,8 +246,8 @@ class WorkspaceAdminMixin:
         """
         workspace_id = _check_id(workspace_id)
         found = WorkspaceIdentity.inspect(directory)
-        now = self.clock()
-        with self._write() as conn:
+        now = self._db.clock()
+        with self._db.write() as conn:
             row = conn.execute(f"SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE id = ?", (workspace_id,)).fetchone()
             if row is None:
                 raise WorkspaceNotFoundError(

@@ -1,12 +1,11 @@
-"""Session -> model snapshot references: binding a model to a Session, and the guard that keeps referenced
-snapshots installed.
+"""Session -> model snapshot references: binding a model to a Session, and counting a snapshot's references.
 
 `MemoryStore.bind_session_model` takes the Home-wide snapshot-mutation lock,
 revalidates the `InstalledModel` (manifest, then the owned stamp or the linked
 target's identity, inventory and full hash), derives its reference and exact
 snapshot ID from disk, and records them for the Session in one `BEGIN
 IMMEDIATE` transaction committed before the lock is released. Removal takes
-the same lock and asks `MemorySnapshotReferenceGuard`, so no process can
+the same lock and asks `MemorySnapshotReferenceGuard` (`snapshot_guard.py`), so no process can
 remove a snapshot between another's check and commit. A reference lasts as
 long as its Session: deleting the Session (or retention doing so) releases it.
 """
@@ -15,14 +14,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from ..errors import InvalidInputError, ModelInUseError, NoStoreError
+from ..core.database import Database
+from ..errors import InvalidInputError
+from ..sessions.rows import session_rowid
 from .installed import InstalledModel, revalidate, snapshot_mutation_lock
-from ..settings import Settings
-
-if TYPE_CHECKING:
-    from ..store import MemoryStore
 
 M005_MODEL_REFS = """
 CREATE TABLE session_model_refs (
@@ -70,11 +66,15 @@ class BoundModel:
     ref: SessionModelRef
 
 
-class ModelRefMixin:
+class SessionModelRefs:
     """Model-binding methods of `MemoryStore`."""
 
+    def __init__(self, db: Database) -> None:
+        """Serve `db`."""
+        self._db = db
+
     def bind_session_model(
-        self: MemoryStore, session_id: str, model: InstalledModel, *, lock_timeout_s: float | None = None
+        self, session_id: str, model: InstalledModel, *, lock_timeout_s: float | None = None
     ) -> BoundModel:
         """Validate `model` and record that the Session uses it, holding the snapshot lock through the commit.
 
@@ -88,18 +88,18 @@ class ModelRefMixin:
             raise InvalidInputError(
                 f"model binding accepts an InstalledModel from ModelManager, not a {type(model).__name__}"
             )
-        home = self.settings.home_dir
-        if model.home != home or self.path != self.settings.database_path:
+        home = self._db.settings.home_dir
+        if model.home != home or self._db.path != self._db.settings.database_path:
             raise InvalidInputError(
                 f"models installed under {model.home} bind only to the standard database of that Home "
-                f"({model.home}/memory/emelex.sqlite3), not {self.path}; open the store with MemoryStore.open"
+                f"({model.home}/memory/emelex.sqlite3), not {self._db.path}; open the store with MemoryStore.open"
             )
-        timeout = self.settings.model_lock_timeout_s if lock_timeout_s is None else lock_timeout_s
+        timeout = self._db.settings.model_lock_timeout_s if lock_timeout_s is None else lock_timeout_s
         with snapshot_mutation_lock(home, timeout_s=timeout):
             current = revalidate(model)
-            with self._write() as conn:
-                rowid = self._session_rowid(conn, session_id)
-                now = self.clock()
+            with self._db.write() as conn:
+                rowid = session_rowid(conn, session_id)
+                now = self._db.clock()
                 first, last = conn.execute(
                     "INSERT INTO session_model_refs (session_id, snapshot_id, reference, first_bound_at, "
                     "last_bound_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, snapshot_id) DO UPDATE SET "
@@ -110,7 +110,7 @@ class ModelRefMixin:
         return BoundModel(current, SessionModelRef(session_id, current.reference, current.snapshot_id, first, last))
 
     def session_model_refs(
-        self: MemoryStore,
+        self,
         session_id: str,
         *,
         cursor: str | None = None,
@@ -123,11 +123,11 @@ class ModelRefMixin:
         holds at least one reference. Pass `next_cursor` back to continue; it
         is None after the last page.
         """
-        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MIN_REF_PAGE_BYTES)
+        limit, max_bytes = self._db.page_limits(limit, max_bytes, min_bytes=MIN_REF_PAGE_BYTES)
         if cursor is not None and (not isinstance(cursor, str) or not _SNAPSHOT_ID.match(cursor)):
             raise InvalidInputError(f"bad model reference cursor {cursor!r}; pass a next_cursor from a previous page")
-        with self._read() as conn:
-            rowid = self._session_rowid(conn, session_id)
+        with self._db.read() as conn:
+            rowid = session_rowid(conn, session_id)
             rows = conn.execute(
                 "SELECT reference, snapshot_id, first_bound_at, last_bound_at FROM session_model_refs "
                 "WHERE session_id = ? AND snapshot_id > ? ORDER BY snapshot_id LIMIT ?",
@@ -142,10 +142,10 @@ class ModelRefMixin:
         return SessionModelRefPage(refs, refs[-1].snapshot_id if len(refs) < len(rows) else None)
 
     def snapshot_references(
-        self: MemoryStore, snapshot_id: str, *, limit: int = REFERENCE_EXAMPLES
+        self, snapshot_id: str, *, limit: int = REFERENCE_EXAMPLES
     ) -> tuple[int, list[str]]:
         """(how many retained Sessions reference `snapshot_id`, up to `limit` of their IDs)."""
-        with self._read() as conn:
+        with self._db.read() as conn:
             count = conn.execute(
                 "SELECT count(*) FROM session_model_refs WHERE snapshot_id = ?", (snapshot_id,)
             ).fetchone()[0]
@@ -157,12 +157,12 @@ class ModelRefMixin:
         return count, ids
 
     def model_name_references(
-        self: MemoryStore, name: str, *, limit: int = REFERENCE_EXAMPLES
+        self, name: str, *, limit: int = REFERENCE_EXAMPLES
     ) -> tuple[int, list[str]]:
         """(how many retained Sessions reference any snapshot installed as model `name`, up to `limit` of their IDs),
         read from the references' `<name>@` prefix."""
         low, high = f"{name}@", f"{name}A"  # "A" follows "@": every reference of this name, and no other
-        with self._read() as conn:
+        with self._db.read() as conn:
             count = conn.execute(
                 "SELECT count(DISTINCT session_id) FROM session_model_refs WHERE reference >= ? AND reference < ?",
                 (low, high),
@@ -173,66 +173,3 @@ class ModelRefMixin:
                 (low, high, limit),
             )]
         return count, ids
-
-
-class MemorySnapshotReferenceGuard:
-    """The default removal guard: refuses to remove a snapshot that a retained Session of Home's standard
-    database references.
-
-    Lazy: the database is opened on the first check, not at construction,
-    and never created: a Home where no store was ever created has no
-    references. A store whose database was deleted fails closed
-    (`DatabaseDeletedError`), judged by the same evidence the opener uses
-    (`opening.store_evidence`: the marked sidecar, `<Home>/.memory-store`,
-    the asset folder), so a deleted but restorable store keeps its
-    references. Call `close()` when done.
-    """
-
-    def __init__(self, settings: Settings) -> None:
-        """Guard the standard database of `settings.home_dir`; nothing is opened yet."""
-        self.settings = settings
-        self._store: MemoryStore | None = None
-
-    def check_removable(self, model: InstalledModel) -> None:
-        """Raise `ModelInUseError` when a retained Session references `model`'s snapshot; call under the lock."""
-        store = self._open()
-        if store is None:
-            return
-        count, ids = store.snapshot_references(model.snapshot_id)
-        if count:
-            more = f" and {count - len(ids)} more" if count > len(ids) else ""
-            raise ModelInUseError(
-                f"model {model.name!r} is referenced by {count} retained Session(s) ({', '.join(ids)}{more}); "
-                "delete them with `emelex memory sessions delete SESSION` first, or keep the model"
-            )
-
-    def check_name_removable(self, name: str) -> None:
-        """Raise `ModelInUseError` when a retained Session references any snapshot installed as model `name`: what
-        removing a damaged model, whose snapshot ID cannot be read, must respect. Call under the lock."""
-        store = self._open()
-        if store is None:
-            return
-        count, ids = store.model_name_references(name)
-        if count:
-            more = f" and {count - len(ids)} more" if count > len(ids) else ""
-            raise ModelInUseError(
-                f"model {name!r} is damaged, so which snapshot it holds is unknown, and {count} retained Session(s) "
-                f"({', '.join(ids)}{more}) were bound to a model named {name!r}; delete them with `emelex memory "
-                "sessions delete SESSION` first, or restore the model's directory from a backup"
-            )
-
-    def _open(self) -> MemoryStore | None:
-        if self._store is None:
-            from ..store import MemoryStore  # it imports migrations, which imports this module
-
-            try:
-                self._store = MemoryStore.open(self.settings, create=False)
-            except NoStoreError:
-                return None
-        return self._store
-
-    def close(self) -> None:
-        """Close the database if a check opened it."""
-        if self._store is not None:
-            self._store.close()
-            self._store = None

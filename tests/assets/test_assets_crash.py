@@ -78,7 +78,7 @@ def _arm(point: str, store: MemoryStore, db: str) -> None:
                 die()
             return apsw.SQLITE_OK
 
-        store._conn.set_wal_hook(hook)
+        store.db.conn.set_wal_hook(hook)
     elif point in ("before_unlink", "after_unlink"):
         real = os.unlink
 

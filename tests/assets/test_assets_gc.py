@@ -114,12 +114,12 @@ def test_inside_a_transaction_only_entries_go_and_roll_back_with_it(gc_store: Me
         pass
 
     with pytest.raises(Abort):
-        with gc_store._write():
+        with gc_store.db.write():
             report = gc_store.collect_assets()
             assert (report.removed_entries, report.deferred_files, report.removed_files) == (1, 1, 0)
             raise Abort
     assert gc_store.read_asset(ref) == b"maybe"  # the entry came back and the file never left
-    with gc_store._write():
+    with gc_store.db.write():
         assert gc_store.collect_assets().deferred_files == 1
     assert (gc_store.asset_dir / ref.digest).exists()
     assert gc_store.collect_assets().removed_orphans == 1  # the next call outside a transaction removes it

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from emelex_memory.sessions.rows import session_rowid
 from emelex_memory import (
     COMPACTION_KIND,
     CompactionPolicy,
@@ -105,8 +106,8 @@ def test_the_plan_records_the_exact_source_prefix_on_turn_boundaries(cstore: Mem
     events, _ = view(cstore, sid)
     assert (src["first_event_id"], src["last_event_id"]) == (events[0].id, events[11].id)
     assert events[11].turn != events[12].turn  # the boundary falls between turns
-    with cstore._read() as conn:
-        facts = digest_prefix(conn, cstore._session_rowid(conn, sid), None, 0, 12)
+    with cstore.db.read() as conn:
+        facts = digest_prefix(conn, session_rowid(conn, sid), None, 0, 12)
     assert facts.digest == src["digest"] and len(src["digest"]) == 64
     keep6 = CompactionPolicy(preserve_turns=6)
     forced = cstore.plan_compaction(sid, context_window=100 * WINDOW, count_tokens=tokens, force=True, policy=keep6)
@@ -230,7 +231,7 @@ def test_completion_after_the_source_bytes_changed_commits_nothing(
 ) -> None:
     cstore.queue_compaction(sid, context_window=WINDOW, count_tokens=tokens)
     claim = cstore.claim_job(COMPACTION_KIND)
-    with cstore._write() as conn:
+    with cstore.db.write() as conn:
         conn.execute("UPDATE events SET payload = '{\"text\":\"rewritten\"}' WHERE seq = 3")
     before = table_rows(db_path)
     with pytest.raises(SourceChangedError):
@@ -308,7 +309,7 @@ def test_a_tampered_summary_or_source_fails_verification(
     cstore: MemoryStore, sid: str, workspace: Path, what: str
 ) -> None:
     compact(cstore, sid)
-    with cstore._write() as conn:
+    with cstore.db.write() as conn:
         conn.execute(TAMPERING[what])
     with pytest.raises(SummaryProvenanceError, match="does not verify"):
         cstore.replay(sid)
@@ -322,7 +323,7 @@ def test_a_tampered_summary_or_source_fails_verification(
 
 def test_deleting_a_compacted_session_removes_its_summaries_and_jobs(cstore: MemoryStore, sid: str) -> None:
     compact(cstore, sid)
-    with cstore._write() as conn:
+    with cstore.db.write() as conn:
         conn.execute("DELETE FROM sessions")
         left = [conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("events", "summaries", "jobs")]
     assert left == [0, 0, 0]
@@ -344,7 +345,7 @@ def test_the_source_digest_covers_the_asset_references_of_compacted_events(
     assert first.assets == (picture,)  # the summarizer sees the media of the prefix
     compact_result = run_one_job(cstore, compaction_handler(summarize)).job.result
     assert view(cstore, session.id)[0][0].id == compact_result["summary_event_id"]
-    with cstore._write() as conn:  # same bytes, other claimed size: only the asset reference text changes
+    with cstore.db.write() as conn:  # same bytes, other claimed size: only the asset reference text changes
         conn.execute("UPDATE events SET asset_refs = replace(asset_refs, ?, ?) WHERE seq = 1",
                      (f",{picture.size},", f",{picture.size + 1},"))
         assert conn.changes() == 1

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from emelex_memory.sessions.rows import session_rowid
 from emelex_memory import (
     COMPACTION_KIND,
     InvalidJobSourceError,
@@ -44,7 +45,7 @@ def test_the_only_summary_without_its_provenance_record_is_refused_not_skipped(
     cstore: MemoryStore, sid: str, workspace: Path
 ) -> None:
     compact(cstore, sid)
-    with cstore._write() as conn:
+    with cstore.db.write() as conn:
         conn.execute("DELETE FROM summaries")
     assert_replay_refused(cstore, sid, workspace)
 
@@ -55,7 +56,7 @@ def test_the_newest_summary_without_its_record_never_falls_back_to_an_older_one(
     first = compact(cstore, sid)
     add_turns(cstore, sid, workspace, 5, label="u")
     second = compact(cstore, sid)
-    with cstore._write() as conn:
+    with cstore.db.write() as conn:
         conn.execute("DELETE FROM summaries WHERE event_id = ?", (second["summary_event_id"],))
         assert conn.execute("SELECT event_id FROM summaries").fetchall() == [(first["summary_event_id"],)]
     assert_replay_refused(cstore, sid, workspace)
@@ -65,7 +66,7 @@ def test_an_older_summary_without_its_record_is_refused(cstore: MemoryStore, sid
     first = compact(cstore, sid)
     add_turns(cstore, sid, workspace, 5, label="u")
     compact(cstore, sid)
-    with cstore._write() as conn:
+    with cstore.db.write() as conn:
         conn.execute("DELETE FROM summaries WHERE event_id = ?", (first["summary_event_id"],))
     with pytest.raises(SummaryProvenanceError, match=f"Summary event {first['summary_event_id']}"):
         cstore.replay(sid)
@@ -73,7 +74,7 @@ def test_an_older_summary_without_its_record_is_refused(cstore: MemoryStore, sid
 
 def test_a_summary_turned_into_an_ordinary_event_is_refused(cstore: MemoryStore, sid: str, workspace: Path) -> None:
     compact(cstore, sid)
-    with cstore._write() as conn:
+    with cstore.db.write() as conn:
         conn.execute("UPDATE events SET kind = 'assistant' WHERE kind = 'summary'")
     assert_replay_refused(cstore, sid, workspace)
 
@@ -81,8 +82,8 @@ def test_a_summary_turned_into_an_ordinary_event_is_refused(cstore: MemoryStore,
 def test_a_summary_event_written_without_compaction_is_refused(
     cstore: MemoryStore, sid: str, workspace: Path
 ) -> None:
-    with cstore._write() as conn:
-        rowid = cstore._session_rowid(conn, sid)
+    with cstore.db.write() as conn:
+        rowid = session_rowid(conn, sid)
         assert session_head(conn, rowid)[:2] == (20, 10)
         conn.execute(
             "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, created_at) "
@@ -100,8 +101,8 @@ def test_a_summary_event_written_without_compaction_is_refused(
 def forged(store: MemoryStore, session_id: str, through: int, **changes) -> dict:
     """A well-formed compaction source over raw seqs 1..`through` whose digest matches the events."""
     source = dict(store.plan_compaction(session_id, context_window=WINDOW, count_tokens=tokens).source)
-    with store._read() as conn:
-        facts = digest_prefix(conn, store._session_rowid(conn, session_id), None, 0, through)
+    with store.db.read() as conn:
+        facts = digest_prefix(conn, session_rowid(conn, session_id), None, 0, through)
     source.update(count=facts.count, first_event_id=facts.first_event_id, last_event_id=facts.last_event_id,
                   digest=facts.digest, through_seq=through, goal_through_seq=through)
     source.update(changes)
@@ -139,8 +140,8 @@ def test_completion_refuses_a_source_of_nothing_but_the_base_summary(
 ) -> None:
     first = compact(cstore, sid)
     base = first["summary_event_id"]
-    with cstore._read() as conn:
-        facts = digest_prefix(conn, cstore._session_rowid(conn, sid), base, COVERED, COVERED)
+    with cstore.db.read() as conn:
+        facts = digest_prefix(conn, session_rowid(conn, sid), base, COVERED, COVERED)
     source = dict(cstore.list_jobs().jobs[0].source, base_summary_id=base, count=facts.count, digest=facts.digest,
                   first_event_id=base, last_event_id=base)
     cstore.enqueue_job(COMPACTION_KIND, sid, source)

@@ -216,7 +216,7 @@ def test_redo_re_verifies_the_summary_and_refuses_a_tampered_one(
 ) -> None:
     compact(cstore, sid)
     cstore.revert_compaction(sid)
-    with cstore._write() as conn:
+    with cstore.db.write() as conn:
         conn.execute("UPDATE events SET payload = replace(payload, 'summary of', 'forged by') WHERE kind = 'summary'")
     before = table_rows(db_path)
     with pytest.raises(SummaryProvenanceError, match="differs from the digest"):
@@ -226,7 +226,7 @@ def test_redo_re_verifies_the_summary_and_refuses_a_tampered_one(
 
 def test_revert_refuses_a_summary_that_does_not_verify(cstore: MemoryStore, sid: str, db_path: Path) -> None:
     compact(cstore, sid)
-    with cstore._write() as conn:
+    with cstore.db.write() as conn:
         conn.execute("UPDATE events SET payload = replace(payload, 'question', 'questlon') WHERE seq = 3")
     before = table_rows(db_path)
     with pytest.raises(SummaryProvenanceError):

@@ -27,7 +27,7 @@ CHILD = textwrap.dedent(
     if point == "commit":
         def hook(conn, name, pages):  # called once the commit is in the WAL
             die()
-        store._conn.set_wal_hook(hook)
+        store.db.conn.set_wal_hook(hook)
     else:
         seen = []
         def tracer(cursor, sql, bindings):  # runs before each statement: die at the one after `point`
@@ -36,7 +36,7 @@ CHILD = textwrap.dedent(
             if sql.startswith(point):
                 seen.append(sql)
             return True
-        store._conn.exec_trace = tracer
+        store.db.conn.exec_trace = tracer
     getattr(store, action + "_compaction")(session_id)
     sys.exit(3)  # the point was never reached
     """

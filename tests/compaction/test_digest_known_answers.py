@@ -94,7 +94,7 @@ def test_compaction_source_digest_without_a_base_summary(compacted) -> None:
     store, sid, ref, job, _ = compacted
     assert job.id == "00000000-0000-4000-8000-000000000002" and job.source["base_summary_id"] is None
     assert job.source["digest"] == SOURCE_NO_BASE
-    with store._read() as conn:
+    with store.db.read() as conn:
         rows = conn.execute(
             "SELECT id, seq, turn, position, kind, payload, coalesce(asset_refs, '') FROM events "
             "WHERE session_id = 1 AND seq <= ? ORDER BY seq", (job.source["through_seq"],)
@@ -107,7 +107,7 @@ def test_compaction_source_digest_without_a_base_summary(compacted) -> None:
 
 def test_summary_digest(compacted) -> None:
     store, _, _, job, _ = compacted
-    with store._read() as conn:
+    with store.db.read() as conn:
         payload, stored = conn.execute(
             "SELECT e.payload, s.summary_digest FROM summaries s JOIN events e ON e.id = s.event_id"
         ).fetchone()
@@ -122,7 +122,7 @@ def test_compaction_source_digest_with_a_base_summary(compacted) -> None:
     store, _, _, first, second = compacted
     base, through = second.source["base_summary_id"], second.source["through_seq"]
     assert base is not None and second.source["digest"] == SOURCE_WITH_BASE
-    with store._read() as conn:
+    with store.db.read() as conn:
         base_through = conn.execute("SELECT through_seq FROM summaries WHERE event_id = ?", (base,)).fetchone()[0]
         columns = "id, seq, turn, position, kind, payload, coalesce(asset_refs, '')"
         rows = conn.execute(f"SELECT {columns} FROM events WHERE id = ?", (base,)).fetchall() + conn.execute(
@@ -138,7 +138,7 @@ def test_knowledge_source_digest(compacted) -> None:
     source = store.knowledge_source(sid, 1, 4)
     assert source.digest == KNOWLEDGE_SOURCE
     body = sid.encode() + b"\n"
-    with store._read() as conn:
+    with store.db.read() as conn:
         rows = conn.execute("SELECT seq, kind, size, payload FROM events WHERE session_id = 1 AND seq BETWEEN 1 AND 4 "
                             "ORDER BY seq").fetchall()
     for seq, kind, size, payload in rows:
@@ -147,10 +147,10 @@ def test_knowledge_source_digest(compacted) -> None:
 
 
 def test_lease_token_digest(fixed_ids: None, store: MemoryStore, workspace: Path, monkeypatch) -> None:
-    monkeypatch.setattr("emelex_memory.store.new_token", lambda: "emelex-known-answer-lease-token")
+    monkeypatch.setattr("emelex_memory.sessions.service.new_token", lambda: "emelex-known-answer-lease-token")
     session = store.create_session(workspace)
     lease = store.acquire_lease(session.id, workspace)
-    with store._read() as conn:
+    with store.db.read() as conn:
         stored = conn.execute("SELECT token_hash FROM session_leases").fetchone()[0]
     assert lease.token == "emelex-known-answer-lease-token"
     assert stored.hex() == token_digest(lease.token).hex() == LEASE_TOKEN

@@ -51,7 +51,7 @@ def fstore(faulty_vfs: FaultyVFS, db_path: Path, settings: Settings, clock: Cloc
 
 
 def _checkpoint_every_commit(store: MemoryStore) -> None:
-    store._conn.execute("PRAGMA wal_autocheckpoint=1").fetchall()
+    store.db.conn.execute("PRAGMA wal_autocheckpoint=1").fetchall()
 
 
 def _texts(store: MemoryStore, session_id: str) -> list[str]:
@@ -280,7 +280,7 @@ def test_the_worker_reports_a_durable_compaction_as_done_with_one_summary_and_co
     faulty_vfs.disarm()
     assert faulty_vfs.fired == 1
     assert (outcome.status, outcome.job.attempts) == (status, attempts), outcome.detail
-    with fstore._read() as conn:
+    with fstore.db.read() as conn:
         summaries = conn.execute("SELECT count(*) FROM events WHERE kind = 'summary'").fetchone()[0]
     assert summaries == (1 if status == "done" else 0)
     if status == "retrying":

@@ -92,7 +92,7 @@ def test_job_ids_resolve_the_same_way(store: MemoryStore, workspace: Path, fixed
 
 
 def test_resolution_is_one_range_read_of_the_unique_index(store: MemoryStore) -> None:
-    with store._read() as conn:
+    with store.db.read() as conn:
         for table in ("sessions", "jobs"):
             plan = " ".join(r[3] for r in conn.execute(
                 f"EXPLAIN QUERY PLAN SELECT uuid FROM {table} WHERE uuid >= ? AND uuid < ? ORDER BY uuid LIMIT 11",

@@ -40,7 +40,7 @@ def _mode(p: Path) -> int:
 def test_standard_open_creates_private_home_and_database(settings: Settings) -> None:
     with MemoryStore.open(settings) as store:
         assert store.path == settings.home_dir / "memory" / "emelex.sqlite3"
-        with store._read() as conn:
+        with store.db.read() as conn:
             live = read_pragmas(conn)
             config = read_dbconfig(conn)
             qpsg = conn.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, -1)
@@ -53,7 +53,7 @@ def test_standard_open_creates_private_home_and_database(settings: Settings) -> 
 
 
 def test_schema_version_and_application_id_are_set(store: MemoryStore) -> None:
-    with store._read() as conn:
+    with store.db.read() as conn:
         assert conn.execute("PRAGMA user_version").fetchall()[0][0] == len(MIGRATIONS)
         assert conn.execute("PRAGMA application_id").fetchall()[0][0] == APPLICATION_ID
         assert applied(conn) == [m.name for m in MIGRATIONS]
@@ -339,7 +339,7 @@ def test_reinitialize_moves_the_old_asset_folder_aside(settings: Settings) -> No
 
 
 def _first_open(db: str, home: str, results) -> None:
-    with MemoryStore.open_path(db, Settings(home=home)) as store, store._read() as conn:
+    with MemoryStore.open_path(db, Settings(home=home)) as store, store.db.read() as conn:
         results.put(conn.execute("SELECT value FROM store_meta WHERE key = 'store_id'").fetchone()[0])
 
 
@@ -354,7 +354,7 @@ def test_concurrent_first_opens_create_one_store(db_path: Path, settings: Settin
         p.join(60)
         assert p.exitcode == 0
     assert len(ids) == 1
-    with MemoryStore.open_path(db_path, settings) as store, store._read() as conn:
+    with MemoryStore.open_path(db_path, settings) as store, store.db.read() as conn:
         assert applied(conn) == [m.name for m in MIGRATIONS]
 
 
@@ -381,7 +381,7 @@ def test_loose_wal_file_is_refused(db_path: Path, settings: Settings) -> None:
 
 
 def test_connections_refuse_double_quoted_strings(store: MemoryStore) -> None:
-    with store._read() as conn:
+    with store.db.read() as conn:
         with pytest.raises(apsw.SQLError, match="no such column"):
             conn.execute('SELECT "not a string literal"').fetchall()
 

@@ -18,7 +18,7 @@ from emelex_memory.knowledge.distillation import (
     validate_candidates,
 )
 from emelex_memory.errors import InvalidCandidateError
-from emelex_memory.knowledge.service import KnowledgeMixin
+from emelex_memory.knowledge import distillation
 
 from ..support import table_rows
 
@@ -194,15 +194,15 @@ def test_candidates_apply_all_or_none_failure_at_the_100th(store, workspace, db_
     store.queue_distillation(sid)
     before = knowledge_rows(db_path)
     calls = {"n": 0}
-    real = KnowledgeMixin._upsert_version
+    real = distillation.upsert_version
 
-    def failing(self, *args, **kwargs):
+    def failing(*args, **kwargs):
         calls["n"] += 1
         if calls["n"] == 100:
             raise RuntimeError("injected failure at the 100th candidate")
-        return real(self, *args, **kwargs)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(KnowledgeMixin, "_upsert_version", failing)
+    monkeypatch.setattr(distillation, "upsert_version", failing)
     outcome = store.work_distillation(returning(upserts(120)))
     assert calls["n"] == 100
     assert outcome.status == "retrying" and outcome.job.attempts == 1

@@ -229,7 +229,7 @@ def test_the_workspace_is_rechecked_inside_the_writing_transaction(kstore, works
     ident = WorkspaceIdentity.inspect(workspace)
     kstore.remember(ident, "k", "v")
     before = table_rows(db_path)
-    original = kstore._write
+    original = kstore.db.write
 
     @contextmanager
     def swap_then_write():
@@ -238,7 +238,7 @@ def test_the_workspace_is_rechecked_inside_the_writing_transaction(kstore, works
         with original() as conn:
             yield conn
 
-    monkeypatch.setattr(kstore, "_write", swap_then_write)
+    monkeypatch.setattr(kstore.db, "write", swap_then_write)
     with pytest.raises(WorkspaceReplacedError):
         kstore.remember(ident, "k", "raced")
     monkeypatch.undo()

@@ -326,7 +326,7 @@ def test_diagnostics_are_capped_in_length_and_count(cstore: MemoryStore, session
             claim = cstore.claim_job()
         claim.fail('"\\' * 2000)
         clock.now += 1000
-    with cstore._read() as conn:
+    with cstore.db.read() as conn:
         stored = conn.execute("SELECT diagnostics FROM jobs").fetchone()[0]
     assert len(stored) <= MAX_DIAGNOSTICS_BYTES
     assert cstore.get_job(job.id).diagnostics[-1].message == '"\\' * (MAX_DIAGNOSTIC_CHARS // 2)
@@ -364,6 +364,6 @@ def test_failed_jobs_and_list_page_with_a_cursor(cstore: MemoryStore, session_id
 
 def test_deleting_a_session_deletes_its_jobs(cstore: MemoryStore, session_id: str) -> None:
     _enqueue(cstore, session_id)
-    with cstore._write() as conn:
+    with cstore.db.write() as conn:
         conn.execute("DELETE FROM sessions")
     assert cstore.list_jobs().jobs == []

@@ -70,7 +70,7 @@ def test_one_claim_rescues_an_expired_claim_and_claims_a_due_job(
 def test_more_expired_claims_than_one_rescue_batch_still_let_a_due_job_be_claimed(
     cstore: MemoryStore, session_id: str, clock: Clock
 ) -> None:
-    with cstore._write():
+    with cstore.db.write():
         for n in range(RESCUE_BATCH + 2):
             cstore.enqueue_job("noop", session_id, {"n": n})
     for _ in range(RESCUE_BATCH + 1):
@@ -103,14 +103,14 @@ def test_the_state_checks_still_refuse_inconsistent_rows(
 ) -> None:
     job = cstore.enqueue_job("noop", session_id, {"n": 1}).job
     before = table_rows(db_path)
-    with pytest.raises(apsw.ConstraintError), cstore._write() as conn:
+    with pytest.raises(apsw.ConstraintError), cstore.db.write() as conn:
         conn.execute(f"UPDATE jobs SET {update} WHERE uuid = ?", (job.id,))
     assert table_rows(db_path) == before
 
 
 def test_queue_transitions_build_no_temporary_btree_for_their_checks(cstore: MemoryStore) -> None:
     def ephemeral(sql: str) -> int:
-        ops = cstore._conn.execute("EXPLAIN " + sql, (None,) * sql.count("?")).fetchall()
+        ops = cstore.db.conn.execute("EXPLAIN " + sql, (None,) * sql.count("?")).fetchall()
         return sum(op[1] == "OpenEphemeral" for op in ops)
 
     assert ephemeral(_claim_sql(1, True)) == 1  # the RETURNING buffer only

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from emelex_memory.sessions.rows import session_rowid
 from emelex_memory import InvalidInputError, MemoryStore, register_job_kind
 from emelex_memory.queue.jobs import MAX_JOB_ROW_BYTES
 from emelex_memory.snapshots.refs import MIN_REF_PAGE_BYTES, REF_ROW_BYTES
@@ -21,8 +22,8 @@ def test_model_reference_pages_refuse_a_byte_bound_below_one_row_and_never_excee
 ) -> None:
     session = store.create_session(workspace)
     refs = [(f"sha256:{i:064x}", f"model{i}@sha256:{'a' * 64}" + "x" * (20 * i)) for i in range(5)]
-    with store._write() as conn:
-        rowid = store._session_rowid(conn, session.id)
+    with store.db.write() as conn:
+        rowid = session_rowid(conn, session.id)
         for snapshot, reference in refs:
             conn.execute("INSERT INTO session_model_refs VALUES (?, ?, ?, 1, 1)", (rowid, snapshot, reference))
     before = table_rows(db_path)

@@ -92,7 +92,7 @@ def test_a_malformed_source_already_stored_fails_its_job_at_once_and_readers_rai
 ) -> None:
     compaction = store.enqueue_job(COMPACTION_KIND, sid, compaction_source).job
     distill = store.queue_distillation(sid).job
-    with store._write() as conn:  # written by an older version, or by hand: bypasses enqueue's check
+    with store.db.write() as conn:  # written by an older version, or by hand: bypasses enqueue's check
         conn.execute("UPDATE jobs SET source = '{\"hello\":\"world\"}'")
     with pytest.raises(InvalidJobSourceError):
         store.compaction_source(compaction.id)

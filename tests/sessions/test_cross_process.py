@@ -103,7 +103,7 @@ APPENDER = textwrap.dedent(
             if kill_after and inserts == kill_after:
                 os.kill(os.getpid(), signal.SIGKILL)
         return True
-    store._conn.exec_trace = tracer
+    store.db.conn.exec_trace = tracer
     print("ready", flush=True)
     turn = 0
     while True:
@@ -165,7 +165,7 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_turn(
         assert turns >= total
         total = turns
         with MemoryStore.open_path(db_path, settings) as store:  # the dead holder's lease must be expired away
-            with store._write() as conn:
+            with store.db.write() as conn:
                 conn.execute("UPDATE session_leases SET expires_at = 0")
 
 

@@ -98,7 +98,7 @@ def test_after_an_unknown_commit_outcome_finishing_again_queues_exactly_once(
     store = MemoryStore.open_path(db_path, settings)
     try:
         if durable:
-            store._conn.execute("PRAGMA wal_autocheckpoint=1").fetchall()  # checkpoint (and fail) after the commit
+            store.db.conn.execute("PRAGMA wal_autocheckpoint=1").fetchall()  # checkpoint (and fail) after the commit
         with pytest.raises(CommitOutcomeUnknownError, match=r"call finish_session\(lease\) again") as caught:
             with leased(store, workspace) as lease:
                 faulty_vfs.arm(Fault("xSync", "db" if durable else "wal"))

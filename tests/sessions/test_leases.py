@@ -204,7 +204,7 @@ def test_renew_extends_expiry(cstore: MemoryStore, workspace: Path, clock: Clock
 def test_release_and_fail_are_durable_and_final(store: MemoryStore, workspace: Path) -> None:
     session, lease = _ready(store, workspace)
     lease.fail("model crashed")
-    with store._read() as conn:
+    with store.db.read() as conn:
         assert conn.execute("SELECT state, failure FROM session_leases").fetchall() == [("failed", "model crashed")]
     with pytest.raises(LeaseLostError):
         lease.append_turn(_turn())

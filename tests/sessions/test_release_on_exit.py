@@ -71,7 +71,7 @@ def hammers(db_path: Path, store: MemoryStore, tmp_path: Path) -> Iterator[None]
 
 
 def _lease_states(store: MemoryStore) -> list[str]:
-    with store._read() as conn:
+    with store.db.read() as conn:
         return [row[0] for row in conn.execute("SELECT state FROM session_leases")]
 
 

@@ -19,6 +19,9 @@ from emelex_memory import (
 from emelex_memory.settings import MiB
 from emelex_workers.cli import app
 
+from emelex_memory.compaction import planning
+from emelex_memory.sessions import leases, replay, service
+
 from ..support import seed_session, table_rows
 
 BIG = int(2.5 * MiB)  # one event's payload: over a 2 MiB page, within the 3 MiB event cap it was written with
@@ -48,14 +51,15 @@ def _seed(settings: Settings, workspace: Path) -> str:
 
 def _count_pages(store: MemoryStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail (instead of hanging) when a paging loop asks for more than MAX_PAGES pages."""
-    real, calls = store._replay_page, []
+    real, calls = replay.replay_page, []
 
     def counted(*args, **kwargs):
         calls.append(1)
         assert len(calls) <= MAX_PAGES, "the paging loop does not progress"
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(store, "_replay_page", counted)
+    for module in (service, leases, planning):  # every module that reads replay pages
+        monkeypatch.setattr(module, "replay_page", counted)
 
 
 def _assert_names_event_and_setting(exc: PageTooSmallError, session_id: str, seq: int, limit: int) -> None:

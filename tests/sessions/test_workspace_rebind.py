@@ -41,7 +41,7 @@ def test_rebind_makes_the_new_directory_the_workspace_and_keeps_sessions_and_kno
     assert (r.old_path, r.old_device, r.old_inode, r.old_generation, r.old_birth_ns) == (
         old.path, old.device, old.inode, old.generation, old.birth_ns)
     assert f"pid {os.getpid()}" in r.rebound_by and r.rebound_at == clock.now
-    with store._read() as conn:
+    with store.db.read() as conn:
         audit = conn.execute("SELECT workspace_id, old_path, new_path, new_inode, rebound_by FROM workspace_rebinds")
         assert audit.fetchall() == [(1, old.path, r.new.path, r.new.inode, r.rebound_by)]
     with store.acquire_lease(sid, workspace) as lease:
