@@ -23,6 +23,10 @@ source are cut, an unterminated tail is trimmed). A degenerate Summary is a
 carries a digest of the output; when a later attempt returns output with a
 digest an earlier diagnostic names, it is a `RepeatedOutputError`,
 terminal: retrying a summarizer that does not vary its output cannot help.
+A summarizer that made no model call on the attempt (rule-based, such as the
+built-in extractive mode) computes the same output again, so its degenerate
+Summary is a `DeterministicOutputError` at once, terminal, naming the setting
+that lets a model write it instead.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from itertools import islice
 
 from emelex_memory import (
     DegenerateOutputError,
+    DeterministicOutputError,
     DistillationResult,
     Event,
     InvalidKnowledgeError,
@@ -106,18 +111,27 @@ def output_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
-def guard_summary(text: str, *, job: Job, events: Iterable[Event], examples: Sequence[str] = ()) -> str:
-    """The cleaned Summary `text` for `job`, or `DegenerateOutputError` / `RepeatedOutputError` (see the module
-    docstring)."""
+def guard_summary(text: str, *, job: Job, events: Iterable[Event], examples: Sequence[str] = (),
+                  model_called: bool = True) -> str:
+    """The cleaned Summary `text` for `job`, or `DegenerateOutputError` / `RepeatedOutputError` when the summarizer
+    called the model (`model_called`), `DeterministicOutputError` when it did not (see the module docstring)."""
     check = fx.check_summary(text, sources=source_texts(events), examples=examples)
     if check.problem is None:
         return check.text
     digest = output_digest(text)
     marker = f"output {digest}"
+    if not model_called:
+        raise DeterministicOutputError(
+            f"degenerate Summary ({marker}): {check.problem}; the summarizer made no model call, so a retry would "
+            "compute the same output and none is made: set EMELEX_SUMMARY_MODE=abstractive (summary_mode) to let "
+            f"the model write it, or choose another summarizer (EMELEX_SUMMARIZER), then `emelex memory jobs retry "
+            f"{job.id}`"
+        )
     if any(marker in d.message for d in job.diagnostics):
         raise RepeatedOutputError(
             f"attempt {job.attempts + 1} returned the same degenerate Summary ({marker}) as an earlier attempt: "
             f"{check.problem}; the summarizer does not vary its output on retry, so use a larger model "
             "(emelex models install PATH) or another summarizer, then retry the job"
         )
-    raise DegenerateOutputError(f"degenerate Summary ({marker}): {check.problem}; the retry samples differently")
+    raise DegenerateOutputError(f"degenerate Summary ({marker}): {check.problem}; a retry asks the summarizer to vary "
+                                "its sampling")

@@ -233,13 +233,15 @@ class Worker:
 
             def run(events, job) -> str:
                 request = SummaryRequest(job, tuple(events), budget, binding, job.attempts, self.settings)
+                calls = binding.cost.model_calls
                 text = _plugin_call(self._summarizer, lambda: summarize(request))
+                called = binding.cost.model_calls > calls
                 if not isinstance(text, str) or not text.strip():
                     raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} returned no text")
                 if count_text(binding, plugin, text) > budget:
                     raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} exceeded the "
                                           f"Summary budget of {budget} tokens")
-                return guard_summary(text, job=job, events=events, examples=component.examples)
+                return guard_summary(text, job=job, events=events, examples=component.examples, model_called=called)
 
             handler = compaction_handler(run, model_ref=model.reference, context_window=self._window,
                                          count_tokens=count)
