@@ -149,3 +149,23 @@ def test_generate_falls_back_to_the_protocols_chat_on_other_bindings() -> None:
     assert generate(binding, [{"role": "user", "content": "hi"}], max_tokens=5, attempt=2) == Completion(
         "hello", "unknown")
     assert prompts.complete_sentences("One. Two") == "One." and prompts.complete_sentences("One") == "One"
+
+
+def _event(seq: int, kind: str, text: str):
+    """A replayed event built by hand, as replay would return it."""
+    from emelex_memory import Event
+
+    body = json.dumps({"text": text})
+    return Event((seq, seq, seq, 0, kind, body, len(body), 0, 0.0, None))
+
+
+PREVIOUS_SUMMARY = ("summary: The orders service runs PostgreSQL 16 on db-1.\n"
+                    "user: Migration scripts live in db/migrations/ since release 3.2.")
+
+
+def test_a_step_does_not_repeat_the_previous_summarys_labels() -> None:
+    events = (_event(1, "summary", PREVIOUS_SUMMARY), _event(2, "user", "Backups run nightly at 02:00 with pg_dump."))
+    text = extractive.summarize(SummaryRequest(None, events, 200, ScriptedBinding()))
+    assert "summary: The orders service runs PostgreSQL 16 on db-1." in text.splitlines()
+    assert not any(line.startswith(("summary: summary:", "user: user:")) for line in text.splitlines())
+
