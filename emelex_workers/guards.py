@@ -14,7 +14,10 @@ and drops, counting each under its reason in the job's result:
   proposed (the first one is kept).
 
 Tombstone proposals carry no content and pass unchanged. The checks are
-defined in `faithfulness.py`.
+defined in `faithfulness.py`. A candidate is checked against the source's
+conversation events only: a Summary event in the range (a compaction landed
+inside it) is the pipeline's own output, not something the conversation said,
+so it never supports a fact.
 
 `guard_summary` cleans a Summary with `faithfulness.check_summary` (repeated
 and looping sentences, worked-example echoes and names absent from the
@@ -47,6 +50,7 @@ from emelex_memory import (
     RepeatedOutputError,
 )
 from emelex_memory.distillation import MAX_RAW_CANDIDATES
+from emelex_memory.transcript import SUMMARY_KIND
 from emelex_memory.knowledge_model import validate_content, validate_key
 
 from . import faithfulness as fx
@@ -56,8 +60,13 @@ REASONS = ("confidence", "invalid", "vacuous", "example", "unsupported", "confli
 
 
 def source_texts(events: Iterable[Event]) -> list[str]:
-    """The texts the guards check against: each event's `event_body`."""
+    """The texts the Summary guard checks against: each event's `event_body` (a base Summary included)."""
     return [event_body(e) for e in events]
+
+
+def fact_sources(events: Iterable[Event]) -> list[str]:
+    """The texts Knowledge candidates are checked against: the `event_body` of each event that is not a Summary."""
+    return [event_body(e) for e in events if e.kind != SUMMARY_KIND]
 
 
 def _reason(c: KnowledgeCandidate, sources: Sequence[str], examples: Sequence[str]) -> str | None:
@@ -94,7 +103,7 @@ def guard_candidates(proposals: object, *, events: Iterable[Event], examples: Se
     raw = list(islice(proposals, MAX_RAW_CANDIDATES + 1))
     if len(raw) > MAX_RAW_CANDIDATES or not all(isinstance(c, KnowledgeCandidate) for c in raw):
         return raw
-    sources = source_texts(events)
+    sources = fact_sources(events)
     counts = dict.fromkeys(REASONS, 0)
     kept: dict[str, KnowledgeCandidate] = {}
     for c in raw:

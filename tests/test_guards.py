@@ -207,3 +207,14 @@ def test_guard_candidates_leaves_what_is_not_a_candidate_batch_to_validation() -
     assert guard_candidates("text", events=[]) == "text"
     assert guard_candidates([1, 2], events=[]) == [1, 2]
     assert guard_candidates(None, events=[]) is None
+
+
+def test_a_summary_event_does_not_support_a_knowledge_candidate(store: MemoryStore, workspace: Path) -> None:
+    session = store.create_session(workspace)
+    with store.acquire_lease(session.id, workspace) as lease:
+        list(lease.replay_all())
+        lease.append_turn([NewEvent("user", {"text": "Backups run nightly with pg_dump."})])
+        lease.release()
+    summary = store.replay(session.id).events[0]._replace(kind="summary")
+    said = KnowledgeCandidate("backups", "Backups run nightly with pg_dump.", 0.5)
+    assert guard_candidates([said], events=[summary]).rejected["rejected_unsupported"] == 1

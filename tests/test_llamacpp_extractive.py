@@ -169,3 +169,8 @@ def test_a_step_does_not_repeat_the_previous_summarys_labels() -> None:
     assert "summary: The orders service runs PostgreSQL 16 on db-1." in text.splitlines()
     assert not any(line.startswith(("summary: summary:", "user: user:")) for line in text.splitlines())
 
+
+def test_facts_never_come_from_a_summary_event() -> None:
+    events = (_event(1, "summary", PREVIOUS_SUMMARY), _event(2, "user", "Backups run nightly at 02:00 with pg_dump."))
+    assert [c.text for c in candidates(events, facts=True)] == ["Backups run nightly at 02:00 with pg_dump."]
+    assert "The orders service runs PostgreSQL 16 on db-1." in [c.text for c in candidates(events, facts=False)]

@@ -9,7 +9,9 @@ other side answers with a rejection ("No, ...", "Not now", "Absolutely not").
 Lines of an earlier Summary count as sentences of the speaker their label
 names ("user: ...", "assistant: ...", "summary: ..."; a line without one is
 the Summary's own, speaker "summary"), the label itself not part of any
-sentence. Duplicates (once normalized) are kept once, first occurrence.
+sentence. Fact candidates never come from a Summary event: it is the
+pipeline's own output, not what the conversation said. Duplicates (once
+normalized) are kept once, first occurrence.
 """
 
 from __future__ import annotations
@@ -45,12 +47,15 @@ class Candidate:
     speaker: str
 
 
-def _statements(events: Sequence[Event]) -> list[tuple[int, str, list[str]]]:
-    """(event index, speaker, sentences) per event; an earlier Summary's labelled lines keep their speaker."""
+def _statements(events: Sequence[Event], *, summaries: bool) -> list[tuple[int, str, list[str]]]:
+    """(event index, speaker, sentences) per event, Summary events only with `summaries`; an earlier Summary's
+    labelled lines keep their speaker."""
     out = []
     for index, event in enumerate(events):
         body = event_body(event)
         if event.kind == "summary":
+            if not summaries:
+                continue
             for line in body.splitlines():
                 match = SPEAKER_LABEL.match(line)
                 speaker = match.group(0)[:-2].lower() if match else "summary"
@@ -66,9 +71,9 @@ def chatter(sentence: str) -> bool:
 
 
 def candidates(events: Sequence[Event], *, facts: bool) -> list[Candidate]:
-    """The candidate statements of `events` in source order (see the module docstring); `facts` adds the
-    proposal and rejection filters."""
-    statements = _statements(events)
+    """The candidate statements of `events` in source order (see the module docstring); `facts` leaves Summary
+    events out and adds the proposal and rejection filters."""
+    statements = _statements(events, summaries=not facts)
     rejected: set[tuple[int, str]] = set()
     if facts:
         for (i, speaker, parts), (_j, other, reply) in zip(statements, statements[1:], strict=False):

@@ -172,7 +172,7 @@ def _unique_key(label: str, statement: str, taken: set[str]) -> str:
 def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
     """Every fact candidate of the source as Knowledge, labelled by the model (see the module docstring)."""
     found = candidates(request.data.events, facts=True)[: request.max_candidates]
-    sources = [event_body(e) for e in request.data.events]
+    sources = [event_body(e) for e in request.data.events if e.kind != "summary"]  # a Summary supports nothing
     taken: set[str] = set()
     out: list[KnowledgeCandidate] = []
     for start in range(0, len(found), LABEL_BATCH):
