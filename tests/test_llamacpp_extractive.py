@@ -174,3 +174,21 @@ def test_facts_never_come_from_a_summary_event() -> None:
     events = (_event(1, "summary", PREVIOUS_SUMMARY), _event(2, "user", "Backups run nightly at 02:00 with pg_dump."))
     assert [c.text for c in candidates(events, facts=True)] == ["Backups run nightly at 02:00 with pg_dump."]
     assert "The orders service runs PostgreSQL 16 on db-1." in [c.text for c in candidates(events, facts=False)]
+
+
+def test_the_extractive_summary_fills_the_jobs_budget_not_a_fixed_cap() -> None:
+    events = tuple(_event(i, "user" if i % 2 else "assistant", f"Module m{i} keeps its retry count of {i} in "
+                          f"config/m{i}.toml and logs to logs/m{i}.log every night.") for i in range(1, 121))
+    binding = ScriptedBinding()
+    text = extractive.summarize(SummaryRequest(None, events, 900, binding))
+    assert 800 < binding.count_tokens(text) <= 900  # half the source's ~1700 tokens, within the budget
+
+
+def test_a_step_favours_its_new_slice_over_the_previous_summary() -> None:
+    previous = "\n".join(f"user: Shard s{i} uses db{i}.internal port 54{i:02d}." for i in range(12))
+    fresh = ["We moved the nightly billing export to the new warehouse cluster on Tuesday.",
+             "The finance team now reads those billing reports from the shared warehouse_exports schema."]
+    events = (_event(1, "summary", previous), *(_event(2 + i, "user", t) for i, t in enumerate(fresh)))
+    text = extractive.summarize(SummaryRequest(None, events, 40, ScriptedBinding()))
+    assert all(t in text for t in fresh), text
+    assert "Shard s" in text  # what room is left keeps the previous Summary's lines

@@ -6,12 +6,20 @@ are verbatim sentences of its events.
 *Summary.* The statements that carry the most of what a compacted history
 must keep are chosen greedily: each step takes the statement with the most
 new key names (identifiers, file names, numbers; weighted 3) plus new
-content words per token, until the Summary reaches its length: a third of
-the source's tokens (at least 48, at most the job's budget and 384). They
-are written in source order, one line per event, `speaker: sentence ...`,
-with a full stop added to a sentence that had no terminal punctuation. No
+content words per token, until the Summary reaches its length: half the
+source's tokens (at least 48), at most the job's Summary budget. A step of
+a long compaction summarizes the previous Summary and a new slice of the
+conversation: every statement of the new slice that adds anything is taken
+first (by the same rule), and the previous Summary's lines fill the room
+left, so a step never just repeats the previous Summary. Ties go to the
+earlier statement. They are
+written in source order, one line per event, `speaker: sentence ...`,
+verbatim but for one thing: a sentence without terminal punctuation (the
+end of a line or message) gets a full stop, so that sentences written on one
+line stay apart for the guards and for the next step's Summary. No
 model call: on the quality benchmark's development set the 135M model's own
-choices were no better than chance (see benchmarks/RESULTS.md).
+choices were no better than chance (see benchmarks/RESULTS.md), so the
+Summary's content is chosen by these rules alone.
 
 *Knowledge.* Every fact candidate becomes a Knowledge candidate with that
 statement, verbatim, as its content. The model labels each with a topic
@@ -39,7 +47,6 @@ from .prompts import MAX_KEY_CHARS, fit, slug
 
 SUMMARY_SHARE = 1 / 2
 MIN_SUMMARY_TOKENS = 48
-MAX_SUMMARY_TOKENS = 384
 KEY_NAME_WEIGHT = 3
 LABEL_BATCH = 24
 LABEL_OPTIONS = 8
@@ -91,9 +98,10 @@ def summarize(request: SummaryRequest) -> str:
     """An extractive Summary of the job's source (see the module docstring), within `request.budget_tokens`."""
     model = request.model
     source_tokens = sum(model.count_tokens(event_body(e)) for e in request.events)
-    target = min(request.budget_tokens, MAX_SUMMARY_TOKENS,
-                 max(MIN_SUMMARY_TOKENS, math.ceil(SUMMARY_SHARE * source_tokens)))
+    target = min(request.budget_tokens, max(MIN_SUMMARY_TOKENS, math.ceil(SUMMARY_SHARE * source_tokens)))
     pool = _pool(request)
+    fresh = {id(c): request.events[c.event].kind != "summary" for c in pool}
+    order = {id(c): -i for i, c in enumerate(pool)}
     cost = {id(c): model.count_tokens(c.text) + 2 for c in pool}
     chosen: list[Candidate] = []
     covered: set[str] = set()
@@ -101,7 +109,8 @@ def summarize(request: SummaryRequest) -> str:
     used = 0
     remaining = list(pool)
     while remaining:
-        best = max(remaining, key=lambda c: (_gain(c, covered, seen) / cost[id(c)], -pool.index(c)))
+        best = max(remaining, key=lambda c: (fresh[id(c)] and _gain(c, covered, seen) > 0,
+                                             _gain(c, covered, seen) / cost[id(c)], order[id(c)]))
         remaining.remove(best)
         if _gain(best, covered, seen) == 0:
             break
