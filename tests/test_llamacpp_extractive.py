@@ -100,7 +100,8 @@ def test_extractive_knowledge_quotes_statements_labelled_from_their_own_words(
     binding = ScriptedBinding([json.dumps(labels)])
     found = extractive.distill(DistillRequest(job, store_input(store, job, events), 128, binding))
     sources = [event_body(e) for e in events]
-    assert [c.key for c in found] == ["pypi", "hatchling", "src-tool-main-py", "nobody", "setup-py"]
+    assert [c.key for c in found] == ["pypi-packaging", "hatchling-pyproject-toml", "src-tool-main-py-entry",
+                                      "nobody-runs", "setup-py-remove"]  # 2 words each; a file name is one
     assert all(fx.quoted(c.content, sources) and 0.5 <= c.confidence <= 0.9 for c in found)
     assert len({c.confidence for c in found}) > 1  # measured per statement, not a constant
     schema = binding.calls[0][2]
@@ -109,24 +110,45 @@ def test_extractive_knowledge_quotes_statements_labelled_from_their_own_words(
     assert schema["required"] == ["1", "2", "3", "4", "5"]
 
 
-def store_input(store: MemoryStore, job, events):
-    """The DistillationInput the worker would build for `job`."""
+def store_input(store: MemoryStore, job, events, knowledge=()):
+    """The DistillationInput the worker would build for `job`, shown `knowledge`."""
     from emelex_memory import DistillationInput
     from emelex_memory.knowledge_model import KnowledgeSource
 
     s = job.source
     return DistillationInput(job.session_id, str(store.get_session(job.session_id).workspace.path),
                              KnowledgeSource(job.session_id, s["first_seq"], s["last_seq"], s["digest"]),
-                             events, ())
+                             events, knowledge)
 
 
-def test_keys_of_statements_labelled_alike_are_made_unique() -> None:
-    taken: set[str] = set()
+def test_keys_of_statements_labelled_alike_are_two_to_four_words_and_distinct() -> None:
+    taken: dict[str, str] = {}
     keys = []
-    for statement in ("The Friday portion is frozen.", "The Friday box thaws on Thursday.", "Friday friday."):
-        keys.append(extractive._unique_key("friday", statement, taken))
-        taken.add(keys[-1])
-    assert keys == ["friday", "friday-box", "friday-2"]
+    for statement in ("The Friday portion is frozen.", "The Friday portion thaws on Thursday.",
+                      "The Friday portion thaws on Thursday evenings.", "Friday portion thaws Thursday."):
+        keys.append(extractive.knowledge_key("friday", statement, taken))
+        taken[keys[-1]] = fx.normalize(statement)
+    assert keys == ["friday-portion", "friday-portion-thaws", "friday-portion-thaws-thursday",
+                    "friday-portion-thaws-thursday-2"]
+    assert extractive.knowledge_key("portion", "The Friday portion is frozen.", taken) == "friday-portion"
+
+
+def test_a_later_job_keeps_a_statements_key_and_never_overwrites_another_statement(
+    store: MemoryStore, workspace: Path
+) -> None:
+    job, events = _events(store, workspace)
+    labels = json.dumps({"1": "pypi", "2": "hatchling", "3": "src/tool/__main__.py", "4": "nobody", "5": "setup.py"})
+    first = extractive.distill(DistillRequest(job, store_input(store, job, events), 128, ScriptedBinding([labels])))
+    for c in first:
+        store.remember(workspace, c.key, c.content, confidence=c.confidence)
+    other = _event(99, "user", "We publish to PyPI from the release branch only.")  # labelled "pypi" too
+    known = store_input(store, job, (*events, other), knowledge=tuple(store.recall(workspace).entries))
+    relabelled = json.dumps({"1": "packaging", "2": "hatchling", "3": "entry", "4": "nobody", "5": "setup.py",
+                             "6": "pypi"})
+    again = extractive.distill(DistillRequest(job, known, 128, ScriptedBinding([relabelled])))
+    stored = {e.key: e.content for e in store.recall(workspace).entries}
+    assert {c.key: c.content for c in again if c.key in stored} == {c.key: c.content for c in first}
+    assert [c.key for c in again if c.key not in stored] == ["pypi-publish"]
 
 
 def test_the_modes_are_settings_and_abstractive_stays_available(store: MemoryStore, workspace: Path) -> None:

@@ -26,8 +26,13 @@ statement, verbatim, as its content. The model labels each with a topic
 chosen from the statement's own words: one grammar-constrained call per 24
 statements, whose JSON schema gives every statement an `enum` of its key
 names and content words, so the label too can only quote the statement.
-The key is the label's slug (made unique with the statement's next word).
-The confidence is measured, not chosen: 0.5 + 0.4 x the statement's
+The key (`knowledge_key`) is 2 to 4 words of the statement (a key name
+such as `setup.py` counts as one word), the label first, then the
+statement's other topic options in order; the same statement
+always gets the key it already has in the workspace's Knowledge, and a key
+that already names a different statement (in the workspace's Knowledge as
+the distiller is shown it, or earlier in the job) is never reused: the key
+grows by a word, up to 4, then takes a number. The confidence is measured, not chosen: 0.5 + 0.4 x the statement's
 corroboration (`faithfulness.corroboration`), rounded to two decimals.
 """
 
@@ -38,7 +43,15 @@ import math
 import re
 
 from emelex_memory import KnowledgeCandidate
-from emelex_workers.faithfulness import STOP_WORDS, content_words, corroboration, key_names, terminated, words
+from emelex_workers.faithfulness import (
+    STOP_WORDS,
+    content_words,
+    corroboration,
+    key_names,
+    normalize,
+    terminated,
+    words,
+)
 from emelex_workers.plugin_api import DistillRequest, SummaryRequest, event_body
 
 from .binding import generate
@@ -165,16 +178,32 @@ def _labels(request: DistillRequest, batch: list[Candidate]) -> list[str]:
     return [chosen.get(str(i + 1)) if chosen.get(str(i + 1)) in opts else opts[0] for i, opts in enumerate(options)]
 
 
-def _unique_key(label: str, statement: str, taken: set[str]) -> str:
-    """`label`'s slug; when taken, with the statement's next option appended, else with a number."""
-    key = slug(label)
-    for extra in label_options(statement):
-        if key not in taken:
+MIN_KEY_WORDS, MAX_KEY_WORDS = 2, 4
+MAX_KEY_LENGTH = 64
+
+
+def knowledge_key(label: str, statement: str, taken: dict[str, str]) -> str:
+    """The key for `statement` labelled `label` (see the module docstring). `taken` maps the keys already in use
+    (the workspace's Knowledge and this job's keys) to their normalized content; a key whose content is the
+    statement's is reused, one with other content never."""
+    norm = normalize(statement)
+    for key, content in taken.items():
+        if content == norm:
             return key
-        key = slug(f"{label} {extra}") if extra != label else key
-    base, n = key, 2
-    while key in taken:
-        key, n = f"{base}-{n}", n + 1
+    parts: list[str] = []  # slugs of whole words: a key name such as "setup.py" is one word, "setup-py"
+    for option in [label, *label_options(statement)]:
+        part = slug(option)
+        if part and not set(part.split("-")) <= {w for p in parts for w in p.split("-")}:
+            parts.append(part)
+    parts = parts or ["fact"]
+    key = parts[0]
+    for n in range(MIN_KEY_WORDS, MAX_KEY_WORDS + 1):
+        key = "-".join(parts[:n])[:MAX_KEY_LENGTH].strip("-")
+        if n >= len(parts) or key not in taken:
+            break
+    base, number = key, 2
+    while taken.get(key, norm) != norm:
+        key, number = f"{base}-{number}", number + 1
     return key
 
 
@@ -182,12 +211,12 @@ def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
     """Every fact candidate of the source as Knowledge, labelled by the model (see the module docstring)."""
     found = candidates(request.data.events, facts=True)[: request.max_candidates]
     sources = [event_body(e) for e in request.data.events if e.kind != "summary"]  # a Summary supports nothing
-    taken: set[str] = set()
+    taken = {e.key: normalize(e.content) for e in request.data.knowledge if e.content is not None}
     out: list[KnowledgeCandidate] = []
     for start in range(0, len(found), LABEL_BATCH):
         batch = found[start : start + LABEL_BATCH]
         for c, label in zip(batch, _labels(request, batch), strict=True):
-            key = _unique_key(label, c.text, taken)
-            taken.add(key)
+            key = knowledge_key(label, c.text, taken)
+            taken[key] = normalize(c.text)
             out.append(KnowledgeCandidate(key, c.text, round(0.5 + 0.4 * corroboration(c.text, sources), 2)))
     return out
