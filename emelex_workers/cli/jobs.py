@@ -21,7 +21,17 @@ from emelex_memory import CompactionPolicy, Job, MemoryStore
 from emelex_memory.jobs import STATES
 
 from ..planning import default_model_budget
-from .framework import EmelexTyper, JsonFlag, echo_json, one_of, page_limit, settings_of, share, usage_error
+from .framework import (
+    EmelexTyper,
+    JsonFlag,
+    echo_json,
+    known_kind,
+    one_of,
+    page_limit,
+    settings_of,
+    share,
+    usage_error,
+)
 from .pages import echo_page
 from .work_display import cost_text
 
@@ -74,7 +84,7 @@ def jobs_list(
     state: Annotated[Optional[str], typer.Option(
         metavar="STATE", callback=one_of(*STATES), help="pending, claimed, done, failed or cancelled.")] = None,
     kind: Annotated[Optional[str], typer.Option(
-        metavar="KIND", help="Only jobs of this kind, e.g. compaction.")] = None,
+        metavar="KIND", callback=known_kind, help="Only jobs of this kind, e.g. compaction.")] = None,
     session: Annotated[Optional[str], typer.Option(
         metavar="SESSION", help="Only jobs of this Session (ID or unique prefix).")] = None,
     limit: LimitOpt = 50,
