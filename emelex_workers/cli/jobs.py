@@ -33,6 +33,7 @@ from .framework import (
     usage_error,
 )
 from .pages import echo_page
+from ..work_report import done_detail
 from .work_display import cost_text
 
 jobs_app = EmelexTyper(help="Inspect and steer the compaction and distillation work queues.")
@@ -69,8 +70,10 @@ def _line(job: Job) -> str:
     held = f" by {job.lease_holder} until {_when(job.lease_expires_at)}" if job.state == "claimed" else ""
     label, cost = cost_of(job)
     spent = f"  {label}: {cost_text(cost)}, {cost.get('seconds', 0):.1f}s" if cost else ""
+    said = done_detail(job.result) if job.state == "done" else "completed"
+    outcome = "" if said == "completed" else f"  {said}"
     return (f"{job.id}  {job.kind:<12} {job.state:<9} attempts {job.attempts}{due}{held}  Session {job.session_id}"
-            f"{spent}")
+            f"{spent}{outcome}")
 
 
 def _line_with_diagnostics(job: Job) -> str:
