@@ -279,3 +279,20 @@ def test_what_a_done_distillation_saved_is_shown_at_the_end_of_work_and_in_jobs_
     assert len(outcome) == 1 and outcome[0].endswith(f": {said}")
     listed = CliRunner().invoke(app, ["memory", "jobs", "list", "--kind", "distill"])
     assert listed.stdout.rstrip().endswith(said)
+
+
+def test_a_dead_pid_is_a_dead_holder_only_on_this_boot_and_in_this_pid_namespace() -> None:
+    import socket
+
+    from emelex_memory.leases import process_identity
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait(timeout=60)  # its pid is now free
+    identity = process_identity()
+    assert identity, "this platform exposes a boot ID and a pid namespace"
+    here = f"{proc.pid}@{socket.gethostname()}"
+    assert holder_is_dead(f"{here}#{identity}")
+    assert not holder_is_dead(here)  # no identity: it could be a process of another container or boot
+    assert not holder_is_dead(f"{here}#00000000.{identity.split('.')[1]}")  # another boot
+    assert not holder_is_dead(f"{here}#{identity.split('.')[0]}.1")  # another pid namespace
+    assert holder_label() == f"{os.getpid()}@{socket.gethostname()}#{identity}"
