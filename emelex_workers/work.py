@@ -62,7 +62,7 @@ from .models import ModelManager
 from .plugin_api import DistillRequest, SummaryRequest
 from .plugins import EmelexPluginManager, Registered, bind_model, choose, distillers, get_plugin_manager, summarizers
 from .planning import context_window, count_text, event_counter
-from .work_report import JobReport, JobStart, WorkObserver, WorkReport
+from .work_report import JobReport, JobStart, WorkObserver, WorkReport, done_detail
 
 KINDS = (COMPACTION_KIND, DISTILL_KIND)
 REPORTED_WAITING = 20  # waiting jobs a report lists (it counts them all)
@@ -233,13 +233,15 @@ class Worker:
 
             def run(events, job) -> str:
                 request = SummaryRequest(job, tuple(events), budget, binding, job.attempts, self.settings)
+                calls = binding.cost.model_calls
                 text = _plugin_call(self._summarizer, lambda: summarize(request))
+                called = binding.cost.model_calls > calls
                 if not isinstance(text, str) or not text.strip():
                     raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} returned no text")
                 if count_text(binding, plugin, text) > budget:
                     raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} exceeded the "
                                           f"Summary budget of {budget} tokens")
-                return guard_summary(text, job=job, events=events, examples=component.examples)
+                return guard_summary(text, job=job, events=events, examples=component.examples, model_called=called)
 
             handler = compaction_handler(run, model_ref=model.reference, context_window=self._window,
                                          count_tokens=count)
@@ -319,7 +321,7 @@ class Worker:
         if outcome is None:
             return False
         job = outcome.job
-        record(job, outcome.status, _done_detail(job) if outcome.status == "done" else outcome.detail)
+        record(job, outcome.status, done_detail(job.result) if outcome.status == "done" else outcome.detail)
         return True
 
     def _start(self, job: Job) -> JobStart:
@@ -346,17 +348,6 @@ class Worker:
         self._notify("job_finished", job)
         if self._on_job is not None:
             self._on_job(job)
-
-
-def _done_detail(job: Any) -> str:
-    """"completed", plus for a distillation what it applied and what the guards rejected, or why it saved nothing."""
-    result = job.result if isinstance(job.result, dict) else {}
-    if "nothing_saved" in result:
-        return f"completed; {result['nothing_saved']}"
-    if "applied" not in result:
-        return "completed"
-    rejected = sum(v for k, v in result.items() if k.startswith("rejected_") and isinstance(v, int))
-    return f"completed; {result['applied']} applied, {rejected} rejected by the faithfulness guards"
 
 
 def _release(claim: JobClaim, reason: str) -> None:

@@ -100,6 +100,18 @@ class WorkReport:
                 f"stopped: {self.stopped}")
 
 
+def done_detail(result: Any) -> str:
+    """What a done job's `result` says: "completed", plus for a distillation what it applied and what the
+    faithfulness guards rejected, or why it saved nothing."""
+    result = result if isinstance(result, dict) else {}
+    if "nothing_saved" in result:
+        return f"completed; {result['nothing_saved']}"
+    if "applied" not in result:
+        return "completed"
+    rejected = sum(v for k, v in result.items() if k.startswith("rejected_") and isinstance(v, int))
+    return f"completed; {result['applied']} applied, {rejected} rejected by the faithfulness guards"
+
+
 def waiting_dict(waiting: WaitingJob) -> dict[str, Any]:
     """A waiting job as JSON-ready data: the job's ID, kind, Session, state and failed attempts, and why it waits
     (`reason`, `holder`, `until`, `holder_dead`; see `WaitingJob`)."""

@@ -94,6 +94,7 @@ def test_version_is_the_installed_distributions() -> None:
     (["memory", "jobs", "list", "--state", "weird"], "error: Invalid value for '--state': must be one of pending"),
     (["memory", "compact", "abcd", "--target-ratio", "0.9"], "error: --target-ratio (0.9) must not exceed"),
     (["memory", "work", "--kind", "other"], "error: Invalid value for '--kind': must be one of compaction"),
+    (["memory", "jobs", "list", "--kind", "bogus"], "error: Invalid value for '--kind': must be one of "),
     (["memory", "sesions"], "error: No such command 'sesions'."),
 ])
 def test_a_usage_error_is_one_line_naming_the_flag_and_a_hint_with_exit_2(home: Path, args, message) -> None:

@@ -99,3 +99,4 @@ def test_every_figure_is_in_the_results_file_the_docs_link_to() -> None:
         text = (ROOT / "docs" / name).read_text()
         assert "(../benchmarks/RESULTS.md#" in text, name
         assert not re.search(r"\d+(\.\d+)? ?(ms|MiB/s|jobs/s)\b", text), name  # measured figures stay there
+        assert not re.search(r"\bon \d{4}-\d\d-\d\d\b", text), name  # nor figures copied by hand on a date

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from emelex_memory import Settings
+from emelex_memory import Settings, registered_kinds
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -54,6 +54,14 @@ def one_of(*choices: str):
         return value
 
     return check
+
+
+def known_kind(value: str | None) -> str | None:
+    """Option callback: a registered job kind (or no value), else a usage error naming the flag and the kinds."""
+    kinds = registered_kinds()
+    if value is not None and value not in kinds:
+        raise typer.BadParameter(f"must be one of {', '.join(kinds)}, got {value!r}")
+    return value
 
 
 def share(value: float) -> float:

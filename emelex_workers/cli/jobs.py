@@ -21,8 +21,19 @@ from emelex_memory import CompactionPolicy, Job, MemoryStore
 from emelex_memory.jobs import STATES
 
 from ..planning import default_model_budget
-from .framework import EmelexTyper, JsonFlag, echo_json, one_of, page_limit, settings_of, share, usage_error
+from .framework import (
+    EmelexTyper,
+    JsonFlag,
+    echo_json,
+    known_kind,
+    one_of,
+    page_limit,
+    settings_of,
+    share,
+    usage_error,
+)
 from .pages import echo_page
+from ..work_report import done_detail
 from .work_display import cost_text
 
 jobs_app = EmelexTyper(help="Inspect and steer the compaction and distillation work queues.")
@@ -59,8 +70,10 @@ def _line(job: Job) -> str:
     held = f" by {job.lease_holder} until {_when(job.lease_expires_at)}" if job.state == "claimed" else ""
     label, cost = cost_of(job)
     spent = f"  {label}: {cost_text(cost)}, {cost.get('seconds', 0):.1f}s" if cost else ""
+    said = done_detail(job.result) if job.state == "done" else "completed"
+    outcome = "" if said == "completed" else f"  {said}"
     return (f"{job.id}  {job.kind:<12} {job.state:<9} attempts {job.attempts}{due}{held}  Session {job.session_id}"
-            f"{spent}")
+            f"{spent}{outcome}")
 
 
 def _line_with_diagnostics(job: Job) -> str:
@@ -74,7 +87,7 @@ def jobs_list(
     state: Annotated[Optional[str], typer.Option(
         metavar="STATE", callback=one_of(*STATES), help="pending, claimed, done, failed or cancelled.")] = None,
     kind: Annotated[Optional[str], typer.Option(
-        metavar="KIND", help="Only jobs of this kind, e.g. compaction.")] = None,
+        metavar="KIND", callback=known_kind, help="Only jobs of this kind, e.g. compaction.")] = None,
     session: Annotated[Optional[str], typer.Option(
         metavar="SESSION", help="Only jobs of this Session (ID or unique prefix).")] = None,
     limit: LimitOpt = 50,
