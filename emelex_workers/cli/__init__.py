@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from emelex_memory import EmelexError, Settings
 
-from .framework import (
+from .common import (
     EXIT_ERROR,
     EXIT_USAGE,
     Abort,

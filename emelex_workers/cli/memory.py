@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,12 +13,23 @@ from emelex_memory.cursors import MAX_SQL_INT
 from emelex_memory.doctor import DOCTOR_ASSET_ENTRIES, diagnose
 
 from .assets import assets_app
+from .common import (
+    CursorOpt,
+    EmelexTyper,
+    JsonFlag,
+    SessionArg,
+    echo_json,
+    echo_page,
+    error_text,
+    open_store,
+    page_limit,
+    settings_of,
+    when,
+)
 from .compaction import compaction_app
-from .framework import EmelexTyper, JsonFlag, echo_json, error_text, page_limit, settings_of
 from .jobs import compact, jobs_app
 from .knowledge import knowledge_app
 from .maintain import maintain
-from .pages import echo_page
 from .work import work
 from .workspaces import workspaces_app
 
@@ -34,14 +44,6 @@ memory_app.add_typer(jobs_app, name="jobs")
 memory_app.command("compact")(compact)
 memory_app.add_typer(compaction_app, name="compaction")
 memory_app.command("work")(work)
-
-SessionArg = Annotated[str, typer.Argument(
-    metavar="SESSION", help="Session ID, or a unique prefix of it (at least 4 characters).", show_default=False,
-)]
-
-
-def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 def _session_dict(s) -> dict:
@@ -61,16 +63,15 @@ def _session_dict(s) -> dict:
 def sessions_list(
     ctx: typer.Context,
     limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Sessions per page.")] = 50,
-    cursor: Annotated[Optional[str], typer.Option(
-        metavar="CURSOR", help="next_cursor printed by the previous page.")] = None,
+    cursor: CursorOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List Sessions, newest first."""
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         page = store.list_sessions(cursor=cursor, limit=limit)
     echo_page(
         "sessions", page.sessions, page.next_cursor, as_json, as_dict=_session_dict, empty="no Sessions",
-        line=lambda s: f"{s.id}  {_when(s.updated_at)}  {s.last_turn:>5} turns  {s.title or '-'}  [{s.workspace.path}]",
+        line=lambda s: f"{s.id}  {when(s.updated_at)}  {s.last_turn:>5} turns  {s.title or '-'}  [{s.workspace.path}]",
     )
 
 
@@ -88,7 +89,7 @@ def sessions_show(
 ) -> None:
     """Show one Session and a page of its transcript: what replay shows (a Summary, then the turns after it), or
     with --raw everything stored."""
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         s = store.get_session(store.resolve_session_id(session))
         page = store.raw_events(s.id, after, limit=limit) if raw else store.replay(s.id, after, limit=limit)
     events = [_raw_dict(e) if raw else _event_dict(e) for e in page.events]
@@ -99,7 +100,7 @@ def sessions_show(
         typer.echo(f"Session {s.id}")
         typer.echo(f"  title:     {s.title or '-'}")
         typer.echo(f"  workspace: {s.workspace.path}")
-        typer.echo(f"  created:   {_when(s.created_at)}   updated: {_when(s.updated_at)}")
+        typer.echo(f"  created:   {when(s.created_at)}   updated: {when(s.updated_at)}")
         typer.echo(f"  history:   {s.last_seq} events in {s.last_turn} turns, {s.event_bytes} bytes")
         if raw:
             typer.echo("  raw:       every stored event; [replaced by Summary #N]: replay shows Summary #N instead")
@@ -145,7 +146,7 @@ def _summary_title(e: dict, source: dict) -> str:
         return "Summary without a provenance record: the database was altered; restore it from a backup"
     base = f" and Summary #{record['base_seq']}" if record["base_seq"] is not None else ""
     state = {"compacted again": f"compacted again by #{record['replaced_by']}",
-             "reverted": f"reverted {_when(record['reverted_at'])}"}.get(record["state"], record["state"])
+             "reverted": f"reverted {when(record['reverted_at'])}"}.get(record["state"], record["state"])
     return f"Summary of #{record['first_seq']}-#{record['through_seq']}{base} ({state})"
 
 
@@ -177,7 +178,7 @@ def sessions_delete(
 
     Not forensic erasure: freed pages and WAL bytes remain until `emelex memory maintain --vacuum`.
     """
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         session = store.resolve_session_id(session)
         if not yes:
             s = store.get_session(session)

@@ -1,4 +1,5 @@
-"""What every `emelex` command shares: plain `--help` with placeholders, and errors as one line or one JSON object.
+"""What every `emelex` command shares: plain `--help` with placeholders, errors as one line or one JSON object,
+the common arguments and options, timestamps, and printing one page of a paged listing.
 
 Help is rendered the same way whatever typer and rich versions are
 installed: `Usage: emelex memory sessions show [OPTIONS] SESSION`, then the
@@ -13,13 +14,15 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
-from typing import Annotated, Any
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from emelex_memory import Settings
+if TYPE_CHECKING:
+    from emelex_memory import MemoryStore, Settings
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -30,12 +33,31 @@ UsageError: type[Exception] = CLICK_EXCEPTIONS.UsageError
 Abort: type[BaseException] = typer.Abort
 NoArgsIsHelpError: type[Exception] | None = getattr(CLICK_EXCEPTIONS, "NoArgsIsHelpError", None)
 
+T = TypeVar("T")
+
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines (errors too, on stderr).")]
+SessionArg = Annotated[str, typer.Argument(
+    metavar="SESSION", help="Session ID, or a unique prefix of it (at least 4 characters).", show_default=False,
+)]
+CursorOpt = Annotated[Optional[str], typer.Option(metavar="CURSOR", help="next_cursor printed by the previous page.")]
+
+
+def when(ts: float | None, missing: str = "-") -> str:
+    """A timestamp as local `YYYY-MM-DD HH:MM:SS`, or `missing` when there is none."""
+    return missing if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 def settings_of(ctx: typer.Context) -> Settings:
     """The `Settings` the root command built for this invocation."""
     return ctx.find_root().obj
+
+
+def open_store(ctx: typer.Context) -> MemoryStore:
+    """The existing store of this invocation's Home, opened (never created: `NoStoreError` when there is none); use
+    it as a context manager."""
+    from emelex_memory import MemoryStore  # imported here: `emelex --help` does not load the storage core
+
+    return MemoryStore.open(settings_of(ctx), create=False)
 
 
 def page_limit(ctx: typer.Context, value: int | None) -> int | None:
@@ -85,6 +107,30 @@ def error_text(kind: str, message: str, as_json: bool) -> str:
 def echo_json(outcome: str, data: dict[str, Any]) -> None:
     """Print one JSON object on stdout: `{"outcome": outcome, **data}`."""
     typer.echo(json.dumps({"outcome": outcome, **data}, default=str))
+
+
+def echo_page(
+    name: str,
+    items: Sequence[T],
+    next_cursor: str | None,
+    as_json: bool,
+    *,
+    as_dict: Callable[[T], dict],
+    line: Callable[[T], str],
+    empty: str,
+) -> None:
+    """Print a page: with `as_json` one JSON object `{"outcome": "listed", name: [as_dict(item)...],
+    "next_cursor": ...}`; otherwise `line(item)` for each item, `empty` when there are none, and the `--cursor` to
+    pass for the next page."""
+    if as_json:
+        echo_json("listed", {name: [as_dict(i) for i in items], "next_cursor": next_cursor})
+        return
+    for item in items:
+        typer.echo(line(item))
+    if not items:
+        typer.echo(empty)
+    if next_cursor:
+        typer.echo(f"more: --cursor {next_cursor}")
 
 
 def usage_error_text(exc: Exception, as_json: bool) -> str:
