@@ -12,11 +12,12 @@ with the same exit status.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, NamedTuple, Optional, TypeVar
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -206,13 +207,71 @@ class EmelexGroup(PlainHelp, TyperGroup):
     """Every `emelex` command group: plain help."""
 
 
+class Lazy(NamedTuple):
+    """A subcommand imported only when it runs or its own help is asked for: `target` is "module:attribute", a
+    `typer.Typer` (a group) or a command function; `help` is the first paragraph of its help, which the parent's
+    `--help` lists without importing it (a test checks the two agree)."""
+
+    target: str
+    help: str
+
+
+class LazyGroup(EmelexGroup):
+    """A command group whose subcommands in `lazy_commands` (name: `Lazy`, in listing order) are imported on first
+    use, so a command pays only for the modules it runs; they are listed after any registered directly."""
+
+    lazy_commands: ClassVar[dict[str, Lazy]] = {}
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """The registered subcommands, then the lazy ones not yet loaded."""
+        return [*super().list_commands(ctx), *(n for n in self.lazy_commands if n not in self.commands)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        """The subcommand `cmd_name`, importing it first when it is lazy."""
+        if cmd_name not in self.commands and cmd_name in self.lazy_commands:
+            self.add_command(load_command(cmd_name, self.lazy_commands[cmd_name].target), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The Commands section, as click writes it, taking a lazy subcommand's help from its `Lazy` entry."""
+        rows = [(name, self.command_summary(ctx, name)) for name in self.list_commands(ctx)]
+        rows = [(name, cmd) for name, cmd in rows if cmd is not None and not cmd.hidden]
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in rows])
+
+    def command_summary(self, ctx: Any, name: str) -> Any:
+        """The subcommand `name` if it is loaded, else a stand-in carrying its `Lazy` help (nothing is imported)."""
+        if name in self.commands or name not in self.lazy_commands:
+            return super().get_command(ctx, name)
+        return EmelexCommand(name=name, help=self.lazy_commands[name].help)
+
+
+def load_command(name: str, target: str) -> Any:
+    """Import `target` ("module:attribute") and make it the click command `name`: a `typer.Typer` becomes a group,
+    a function a command."""
+    module, _, attribute = target.partition(":")
+    obj = getattr(importlib.import_module(module), attribute)
+    if isinstance(obj, typer.Typer):
+        command = typer.main.get_group(obj)
+    else:
+        single = EmelexTyper()
+        single.command(name)(obj)
+        command = typer.main.get_command(single)
+    command.name = name
+    return command
+
+
 class EmelexTyper(typer.Typer):
     """A `typer.Typer` whose groups and commands print plain help; groups show their help when given no command."""
 
     def __init__(self, **kwargs: Any) -> None:
-        """As `typer.Typer`, defaulting `cls` to `EmelexGroup` and `no_args_is_help` to True."""
+        """As `typer.Typer`, defaulting `cls` to `EmelexGroup`, `no_args_is_help` to True and `add_completion` to
+        False."""
         kwargs.setdefault("cls", EmelexGroup)
         kwargs.setdefault("no_args_is_help", True)
+        kwargs.setdefault("add_completion", False)
         super().__init__(**kwargs)
 
     def command(self, name: str | None = None, *, cls: type | None = None, **kwargs: Any) -> Any:
