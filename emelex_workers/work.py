@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emelex_memory import (
     COMPACTION_KIND,
@@ -56,13 +56,11 @@ from emelex_memory import (
 from emelex_memory.distillation import DISTILL_RESERVE_TOKENS, MAX_CANDIDATES, MAX_RAW_CANDIDATES
 from emelex_memory.worker import describe
 
-from .guards import guard_candidates, guard_summary
-from .metering import MeteredBinding
-from .models import ModelManager
-from .plugin_api import DistillRequest, SummaryRequest
-from .plugins import EmelexPluginManager, Registered, bind_model, choose, distillers, get_plugin_manager, summarizers
-from .planning import context_window, count_text, event_counter
 from .work_report import JobReport, JobStart, WorkObserver, WorkReport
+
+if TYPE_CHECKING:  # the plugin and model layers are imported once there is work (an idle run loads neither)
+    from .metering import MeteredBinding
+    from .plugins import EmelexPluginManager, Registered
 
 KINDS = (COMPACTION_KIND, DISTILL_KIND)
 REPORTED_WAITING = 20  # waiting jobs a report lists (it counts them all)
@@ -169,6 +167,9 @@ class Worker:
 
     def prepare(self) -> None:
         """Resolve the plugins, the model, the summarizer and the distiller this run needs (no model load)."""
+        from .models import ModelManager
+        from .plugins import choose, distillers, get_plugin_manager, summarizers
+
         if self._pm is None:
             self._pm = get_plugin_manager(self.settings)
         if self._model is None:
@@ -181,6 +182,10 @@ class Worker:
 
     def _bound(self, claim: JobClaim) -> InstalledModel:
         """Bind the model to the job's Session, then (once per run) through the plugins, and load it."""
+        from .metering import MeteredBinding
+        from .planning import context_window
+        from .plugins import bind_model
+
         self.prepare()
         bound = self.store.bind_session_model(claim.job.session_id, self._model)
         if self._binding is None:
@@ -223,6 +228,10 @@ class Worker:
             raise
 
     def _dispatch(self, claim: JobClaim, model: InstalledModel) -> Any:
+        from .guards import guard_candidates, guard_summary
+        from .planning import count_text, event_counter
+        from .plugin_api import DistillRequest, SummaryRequest
+
         binding, plugin = self._binding, self._binding_plugin
         count = event_counter(binding, plugin)
 

@@ -10,15 +10,17 @@ tokens per second. Elsewhere the same start and end lines are printed plainly.
 from __future__ import annotations
 
 import time
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import typer
 
 from emelex_memory import WaitingJob
 
-from ..plugin_api import GenerationProgress
 from ..work_report import JobReport, JobStart, WorkObserver
 from .common import when
+
+if TYPE_CHECKING:
+    from ..plugin_api import GenerationProgress
 
 REFRESH_S = 0.1  # redraw at most this often (the first report of every model call is always drawn)
 
