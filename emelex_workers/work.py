@@ -377,17 +377,11 @@ def _release(claim: JobClaim, reason: str) -> None:
 
 
 def _plugin_call(registered: Registered, call: Callable[[], Any]) -> Any:
-    """Run a plugin's summarizer or distiller; keep `EmelexError`s (they carry retry rules), name the plugin in
-    anything else."""
-    try:
-        return call()
-    except EmelexError:
-        raise
-    except Exception as exc:
-        kind = type(registered.component).__name__.lower()
-        raise PluginHookError(
-            f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed: {describe(exc)}"
-        ) from None
+    """Run a plugin's summarizer or distiller through `plugin_call`, naming the component and its plugin."""
+    from .plugins import plugin_call
+
+    kind = type(registered.component).__name__.lower()
+    return plugin_call(call, f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed")
 
 
 def _bounded(proposals: Any) -> Any:
