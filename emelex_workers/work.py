@@ -197,10 +197,13 @@ class Worker:
         return bound.model
 
     def close(self) -> None:
-        """Free the model binding, if one was made."""
+        """Free the model binding, if one was made; a binding that fails to close is a `PluginHookError` naming its
+        plugin."""
+        from .planning import binding_call
+
         if self._binding is not None:
             try:
-                self._binding.close()
+                binding_call(self._binding_plugin, "close the model", self._binding.close)
             finally:
                 self._binding = None
 
