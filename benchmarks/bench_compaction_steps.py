@@ -17,12 +17,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from results import Figures
+
 from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent, Settings
 from emelex_workers.models import ModelManager, default_model_file
 from emelex_workers.planning import default_model_budget
 from emelex_workers.work import Worker
 
 TURNS = 150
+FIGURES = Figures("compaction-steps", "Compaction in steps (`bench_compaction_steps.py`)",
+                  "What is measured: [docs/queues.md](../docs/queues.md); the target is every job done within its "
+                  "source budget and the view within the target afterwards.")
 TOPICS = ("the lease table", "the asset folder", "the retry schedule", "the worker loop", "the plugin manager",
           "the migration list", "the replay cursor", "the Summary digest", "the Knowledge store", "the settings file")
 
@@ -39,13 +44,20 @@ def _turn(i: int) -> list[NewEvent]:
 
 def main() -> int:
     if importlib.util.find_spec("llama_cpp") is None:
-        print("compaction in steps: skipped (llama-cpp-python is not installed)")
+        FIGURES.add("compaction in steps: skipped (llama-cpp-python is not installed)")
         return 0
     try:
         default_model_file()
     except DefaultModelUnavailableError as exc:
-        print(f"compaction in steps: skipped ({exc})")
+        FIGURES.add(f"compaction in steps: skipped ({exc})")
         return 0
+    try:
+        return _run()
+    finally:
+        FIGURES.write()
+
+
+def _run() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         os.environ["EMELEX_HOME"] = str(root / "home")
@@ -70,8 +82,8 @@ def _compact(store: MemoryStore, settings: Settings, sid: str) -> int:
         count, window = budget.count_tokens, budget.context_window
         before = sum(map(count, store.replay(sid).events))
         queued = store.queue_compaction(sid, context_window=window, count_tokens=count)
-    print(f"{TURNS} turns, {before} tokens in a {window}-token window ({before / window:.1f} windows)")
-    print(f"planned: {queued.reason}")
+    FIGURES.add(f"{TURNS} turns, {before} tokens in a {window}-token window ({before / window:.1f} windows)")
+    FIGURES.add(f"planned: {queued.reason}")
     seconds: dict[str, float] = {}
     worker = Worker(store, settings, kinds=("compaction",), on_job=lambda job: seconds.__setitem__(job.id, job.seconds))
     started = time.monotonic()
@@ -87,16 +99,16 @@ def _compact(store: MemoryStore, settings: Settings, sid: str) -> int:
             recount = sum(map(budget.count_tokens, store.read_compaction_source(job)))
             fits = recount <= source["max_source_tokens"]
             ok = ok and fits and job.state == "done"
-            print(f"job {n}: {job.state}, source {recount} tokens of at most {source['max_source_tokens']} beside a "
+            FIGURES.add(f"job {n}: {job.state}, source {recount} tokens of at most {source['max_source_tokens']} beside a "
                   f"{source['summary_budget_tokens']}-token Summary, {seconds.get(job.id, 0):.0f}s"
                   + ("" if fits else "  OVER BUDGET"))
         view = store.replay(sid).events  # verifies the newest Summary's provenance
         after = sum(map(budget.count_tokens, view))
     target = jobs[0].source["target_tokens"] if jobs else 0
     ok = ok and after <= target and view[0].kind == "summary"
-    print(f"{len(jobs)} job(s) in {time.monotonic() - started:.0f}s; the view is {after} tokens, target {target}; "
+    FIGURES.add(f"{len(jobs)} job(s) in {time.monotonic() - started:.0f}s; the view is {after} tokens, target {target}; "
           f"replay verified the Summary: {'yes' if view[0].kind == 'summary' else 'no Summary'}")
-    print("result: OK" if ok else "result: FAILED")
+    FIGURES.add("result: OK" if ok else "result: FAILED")
     return 0 if ok else 1
 
 

@@ -67,9 +67,9 @@ def report(times: dict[str, list[float]]) -> str:
     ratio = {name: statistics.median(a / b for a, b in zip(times[name], times["deps"])) for name in ("help", "work")}
     core_own = ms["core"] - ms["core-deps"]
     verdict = {name: "met" if ratio[name] <= TARGET else "**not met**" for name in ratio}
-    return f"""## Start-up (`bench_startup.py`), {date.today().isoformat()}
+    return f"""## Start-up (`bench_startup.py`)
 
-Each probe a fresh interpreter, spawn to exit, {ROUNDS} rounds alternating the probes; medians. Baseline:
+Measured {date.today().isoformat()}. Each probe a fresh interpreter, spawn to exit, {ROUNDS} rounds alternating the probes; medians. Baseline:
 `python -c "import apsw, pluggy, pydantic_settings, typer"`. Produced by `python benchmarks/bench_startup.py`.
 
 | probe | time | ratio to the baseline | target |
