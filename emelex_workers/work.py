@@ -199,9 +199,9 @@ class Worker:
     def close(self) -> None:
         """Free the model binding, if one was made; a binding that fails to close is a `PluginHookError` naming its
         plugin."""
-        from .planning import binding_call
-
         if self._binding is not None:
+            from .planning import binding_call
+
             try:
                 binding_call(self._binding_plugin, "close the model", self._binding.close)
             finally:
