@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emelex_memory import (
     COMPACTION_KIND,
@@ -56,13 +56,11 @@ from emelex_memory import (
 from emelex_memory.distillation import DISTILL_RESERVE_TOKENS, MAX_CANDIDATES, MAX_RAW_CANDIDATES
 from emelex_memory.worker import describe
 
-from .guards import guard_candidates, guard_summary
-from .metering import MeteredBinding
-from .models import ModelManager
-from .plugin_api import DistillRequest, SummaryRequest
-from .plugins import EmelexPluginManager, Registered, bind_model, choose, distillers, get_plugin_manager, summarizers
-from .planning import context_window, count_text, event_counter
 from .work_report import JobReport, JobStart, WorkObserver, WorkReport, done_detail
+
+if TYPE_CHECKING:  # the plugin and model layers are imported once there is work (an idle run loads neither)
+    from .metering import MeteredBinding
+    from .plugins import EmelexPluginManager, Registered
 
 KINDS = (COMPACTION_KIND, DISTILL_KIND)
 REPORTED_WAITING = 20  # waiting jobs a report lists (it counts them all)
@@ -169,6 +167,9 @@ class Worker:
 
     def prepare(self) -> None:
         """Resolve the plugins, the model, the summarizer and the distiller this run needs (no model load)."""
+        from .models import ModelManager
+        from .plugins import choose, distillers, get_plugin_manager, summarizers
+
         if self._pm is None:
             self._pm = get_plugin_manager(self.settings)
         if self._model is None:
@@ -181,6 +182,10 @@ class Worker:
 
     def _bound(self, claim: JobClaim) -> InstalledModel:
         """Bind the model to the job's Session, then (once per run) through the plugins, and load it."""
+        from .metering import MeteredBinding
+        from .planning import context_window
+        from .plugins import bind_model
+
         self.prepare()
         bound = self.store.bind_session_model(claim.job.session_id, self._model)
         if self._binding is None:
@@ -192,10 +197,13 @@ class Worker:
         return bound.model
 
     def close(self) -> None:
-        """Free the model binding, if one was made."""
+        """Free the model binding, if one was made; a binding that fails to close is a `PluginHookError` naming its
+        plugin."""
         if self._binding is not None:
+            from .planning import binding_call
+
             try:
-                self._binding.close()
+                binding_call(self._binding_plugin, "close the model", self._binding.close)
             finally:
                 self._binding = None
 
@@ -223,6 +231,10 @@ class Worker:
             raise
 
     def _dispatch(self, claim: JobClaim, model: InstalledModel) -> Any:
+        from .guards import guard_candidates, guard_summary
+        from .planning import count_text, event_counter
+        from .plugin_api import DistillRequest, SummaryRequest
+
         binding, plugin = self._binding, self._binding_plugin
         count = event_counter(binding, plugin)
 
@@ -359,17 +371,11 @@ def _release(claim: JobClaim, reason: str) -> None:
 
 
 def _plugin_call(registered: Registered, call: Callable[[], Any]) -> Any:
-    """Run a plugin's summarizer or distiller; keep `EmelexError`s (they carry retry rules), name the plugin in
-    anything else."""
-    try:
-        return call()
-    except EmelexError:
-        raise
-    except Exception as exc:
-        kind = type(registered.component).__name__.lower()
-        raise PluginHookError(
-            f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed: {describe(exc)}"
-        ) from None
+    """Run a plugin's summarizer or distiller through `plugin_call`, naming the component and its plugin."""
+    from .plugins import plugin_call
+
+    kind = type(registered.component).__name__.lower()
+    return plugin_call(call, f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed")
 
 
 def _bounded(proposals: Any) -> Any:

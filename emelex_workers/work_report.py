@@ -7,11 +7,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emelex_memory import WaitingJob, WaitingPage
 
-from .plugin_api import GenerationProgress
+if TYPE_CHECKING:
+    from .plugin_api import GenerationProgress
+
 
 MAX_REPORTED_JOBS = 1000
 

@@ -42,13 +42,12 @@ def run(*args: str):
 
 
 def _leaves(command, path: tuple[str, ...] = ()):
-    """(path, click command) of every command that runs something, depth first."""
-    subcommands = getattr(command, "commands", None)
-    if not subcommands:
+    """(path, click command) of every command that runs something, depth first (loading lazy subcommands)."""
+    if not hasattr(command, "list_commands"):
         yield path, command
         return
-    for name, sub in subcommands.items():
-        yield from _leaves(sub, (*path, name))
+    for name in command.list_commands(None):
+        yield from _leaves(command.get_command(None, name), (*path, name))
 
 
 LEAVES = list(_leaves(typer.main.get_command(app)))

@@ -31,7 +31,7 @@ from emelex_memory import COMPACTION_KIND, DISTILL_KIND, MemoryStore, NoStoreErr
 
 from ..work import GracefulStop, Worker
 from ..work_report import WorkObserver, WorkReport
-from .framework import JsonFlag, echo_json, one_of, settings_of
+from .common import JsonFlag, echo_json, one_of, settings_of
 from .work_display import LiveProgress, PlainLines, waiting_line
 
 EXIT_JOB_FAILED = 3

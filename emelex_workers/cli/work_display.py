@@ -10,20 +10,19 @@ tokens per second. Elsewhere the same start and end lines are printed plainly.
 from __future__ import annotations
 
 import time
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import typer
 
 from emelex_memory import WaitingJob
 
-from ..plugin_api import GenerationProgress
 from ..work_report import JobReport, JobStart, WorkObserver
+from .common import when
+
+if TYPE_CHECKING:
+    from ..plugin_api import GenerationProgress
 
 REFRESH_S = 0.1  # redraw at most this often (the first report of every model call is always drawn)
-
-
-def _when(ts: float | None) -> str:
-    return "?" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 def start_line(job: JobStart) -> str:
@@ -56,15 +55,16 @@ def waiting_line(waiting: WaitingJob, stopped: str) -> str:
     """Why one job was left waiting, with the command that frees it when its worker is dead."""
     job = waiting.job
     head = f"waiting: {job.kind} job {job.id}  Session {job.session_id}: "
+    until = when(waiting.until, "?")
     if waiting.reason == "held":
         if waiting.holder_dead:
-            return (head + f"held by worker {waiting.holder} until {_when(waiting.until)}, but that process is gone "
+            return (head + f"held by worker {waiting.holder} until {until}, but that process is gone "
                     f"(no such pid on this host); free it now with `emelex memory jobs rescue {job.id}`")
-        return head + f"held by worker {waiting.holder} until {_when(waiting.until)}"
+        return head + f"held by worker {waiting.holder} until {until}"
     if waiting.reason == "session-in-use":
-        return head + f"Session in use by {waiting.holder} until {_when(waiting.until)}"
+        return head + f"Session in use by {waiting.holder} until {until}"
     if waiting.reason == "not-due":
-        return head + f"retrying after {job.attempts} failed attempt(s); due at {_when(waiting.until)}"
+        return head + f"retrying after {job.attempts} failed attempt(s); due at {until}"
     return head + f"due now, not run: this run stopped ({stopped})"
 
 
