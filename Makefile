@@ -1,4 +1,5 @@
-# Two entry points: `make demo` (the main job over a real demo store) and `make test`.
+# Two entry points: `make demo` (the main job over a real demo store) and `make test`; `make bench` writes
+# benchmarks/RESULTS.md and `make docs` regenerates docs/cli.md from the commands' --help.
 # Both create .venv and install the project with its extras on first use.
 PYTHON ?= python3
 VENV := .venv
@@ -6,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_HOME := $(CURDIR)/.demo/home
 
-.PHONY: test demo bench clean
+.PHONY: test demo bench docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +26,9 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	for script in benchmarks/bench_*.py; do $(BIN)/python $$script || exit 1; done
+
+docs: $(STAMP)
+	$(BIN)/python -m emelex_workers.cli.reference docs/cli.md
 
 clean:
 	rm -rf $(VENV) .demo

@@ -24,6 +24,19 @@ instead of waiting for it). Then, per conversation:
   (identifiers, file names, numbers; listed in the data) that occur in it;
   it *loops* when a sentence repeats an earlier one or repeats itself
   (`faithfulness.looping`); *compression* is its words over the source's.
+- Keys: a key is *good* when it has two or more hyphen-separated words, not
+  all numbers, each a word of the entry's content (`key_quality`).
+- Guard-independent checks, plain string tests that use no `faithfulness`
+  function: an entry or a Summary sentence (speaker label aside) *occurs in
+  the source* when its casefolded, space-collapsed text, final full stop
+  aside, is a substring of one source text; numbers (`\d+(.\d+)*`) an entry
+  or a Summary names that no source text contains are counted.
+
+Then (not with `--no-shared`) the *shared-workspace* run: the same
+conversations as Sessions of one workspace, each distilled by its own job
+against the Knowledge the earlier jobs saved. It reports the entries, the
+*overwrites* (Knowledge versions that replaced a key's content with a
+different statement; target 0), key quality and the facts recovered.
 
 Prints a table and writes the "quality" section of benchmarks/RESULTS.md
 (not with `--dev` or `--no-write`). `--set KEY=VALUE` overrides a setting
@@ -79,9 +92,9 @@ def _sources(conv: dict[str, Any]) -> list[str]:
     return [text for turn in conv["turns"] for text in turn]
 
 
-def _seed(store: MemoryStore, root: Path, conv: dict[str, Any], budget) -> tuple[str, Path]:
-    workspace = root / "workspaces" / conv["id"]
-    workspace.mkdir(parents=True)
+def _seed(store: MemoryStore, root: Path, conv: dict[str, Any], budget, shared: bool) -> tuple[str, Path]:
+    workspace = root / "workspaces" / ("shared" if shared else conv["id"])
+    workspace.mkdir(parents=True, exist_ok=True)
     session = store.create_session(workspace, title=conv["id"])
     lease = store.acquire_lease(session.id, workspace)
     list(lease.replay_all())
@@ -94,8 +107,10 @@ def _seed(store: MemoryStore, root: Path, conv: dict[str, Any], budget) -> tuple
     return session.id, workspace
 
 
-def run_pipeline(convs: list[dict[str, Any]], overrides: dict[str, str]) -> tuple[list[Outcome], dict[str, Any]]:
-    """Run compaction and distillation of every conversation through the worker; return outcomes and run facts."""
+def run_pipeline(convs: list[dict[str, Any]], overrides: dict[str, str], *, shared: bool = False
+                 ) -> tuple[list[Outcome], dict[str, Any]]:
+    """Run compaction and distillation of every conversation through the worker, each in its own workspace or all
+    in one (`shared`); return outcomes and run facts (with `shared`, the workspace's overwrites)."""
     offset = [0.0]
 
     def clock() -> float:
@@ -108,7 +123,7 @@ def run_pipeline(convs: list[dict[str, Any]], overrides: dict[str, str]) -> tupl
         with default_model_budget(settings) as budget:
             window = budget.context_window
             with MemoryStore.open(settings, clock=clock) as store:
-                seeded = [(conv, *_seed(store, root, conv, budget)) for conv in convs]
+                seeded = [(conv, *_seed(store, root, conv, budget, shared)) for conv in convs]
         pm = get_plugin_manager(settings)
         examples = (choose(summarizers(pm), settings.summarizer, "summarizer").component,
                     choose(distillers(pm), settings.distiller, "distiller").component)
@@ -136,9 +151,56 @@ def run_pipeline(convs: list[dict[str, Any]], overrides: dict[str, str]) -> tupl
                     out.jobs.append({"kind": job.kind, "state": job.state, "attempts": job.attempts,
                                      "result": job.result, "diagnostics": [d.message for d in job.diagnostics]})
                 outcomes.append(out)
+            overwrites = _overwrites(store, {w for _c, _s, w in seeded})
     run = {"model": model.name, "model_file": model.model_file.name, "reference": model.reference,
-           "context_window": window, "seconds": seconds, "examples": _examples(examples)}
+           "context_window": window, "seconds": seconds, "examples": _examples(examples), "overwrites": overwrites}
     return outcomes, run
+
+
+def _overwrites(store: MemoryStore, workspaces: set[Path]) -> int:
+    """How many Knowledge versions replaced a live version of their key with different content."""
+    count = 0
+    for workspace in workspaces:
+        for entry in store.recall(workspace, limit=1000, include_tombstones=True).entries:
+            page = store.knowledge_history(workspace, entry.key, limit=1000)
+            contents = [v.content for v in page.versions]
+            count += sum(1 for a, b in zip(contents, contents[1:]) if a is not None and b is not None and a != b)
+    return count
+
+
+def key_quality(key: str, content: str) -> bool:
+    """True when `key` is a good key for `content`: at least two hyphen-separated words, not all numbers, every
+    one a word of `content` (ignoring case): it names the statement by its own words, more than one of them."""
+    parts = key.split("-")
+    said = set(re.findall(r"[a-z0-9]+", content.lower()))
+    return len(parts) >= 2 and not all(p.isdigit() for p in parts) and set(parts) <= said
+
+
+def _plain(text: str) -> str:
+    """`text` casefolded with runs of white space made one space: for checks that use no guard function."""
+    return " ".join(text.casefold().split())
+
+
+def in_source(text: str, sources: list[str]) -> bool:
+    """True when `text` (ignoring case, spacing and a final full stop) occurs in one source text: a plain
+    substring test, independent of the guards' `faithfulness` functions."""
+    needle = _plain(text).rstrip(".")
+    return bool(needle) and any(needle in _plain(source) for source in sources)
+
+
+def unsaid_numbers(text: str, sources: list[str]) -> list[str]:
+    """The numbers in `text` that no source text contains (plain regex, independent of the guards)."""
+    said = {n for source in sources for n in re.findall(r"\d+(?:\.\d+)*", source)}
+    return [n for n in re.findall(r"\d+(?:\.\d+)*", text) if n not in said]
+
+
+def _summary_sentences(summary: str) -> list[str]:
+    """The sentences of a Summary's lines, each without its speaker label (plain regex)."""
+    out = []
+    for line in summary.splitlines():
+        line = re.sub(r"^(?:user|assistant|summary|system|tool): ", "", line)
+        out += [p for p in re.split(r"(?<=[.!?])\s+", line) if p.strip()]
+    return out
 
 
 def _examples(components) -> tuple[str, ...]:
@@ -173,6 +235,12 @@ def score(out: Outcome, examples: tuple[str, ...]) -> dict[str, Any]:
         "unterminated": bool(parts) and not fx.terminated(parts[-1]),
         "compression": len(fx.words(summary)) / max(1, len(fx.words(" ".join(sources)))),
         "jobs": out.jobs,
+        "good_keys": sum(key_quality(k, c) for k, c, _conf in out.entries),
+        "plain_quoted": sum(in_source(c, sources) for c in contents),
+        "unsaid_numbers": sum(bool(unsaid_numbers(c, sources)) for c in contents),
+        "summary_sentences": len(_summary_sentences(summary)),
+        "summary_unquoted": sum(not in_source(p, sources) for p in _summary_sentences(summary)),
+        "summary_unsaid_numbers": len(unsaid_numbers(summary, sources)),
     }
 
 
@@ -199,6 +267,8 @@ def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "unterminated": sum(r["unterminated"] for r in rows),
         "compression": sum(r["compression"] for r in summarized) / max(1, len(summarized)),
         "jobs": Counter(f"{j['kind']}:{j['state']}" for j in jobs),
+        **{k: sum(r[k] for r in rows) for k in ("good_keys", "plain_quoted", "unsaid_numbers", "summary_sentences",
+                                                "summary_unquoted", "summary_unsaid_numbers")},
         "retries": sum(j["attempts"] for j in jobs),
     }
 
@@ -245,6 +315,19 @@ def report(rows: list[dict[str, Any]], t: dict[str, Any], run: dict[str, Any], s
         f"| Summaries echoing a worked example | {t['summary_examples']} | |",
         f"| Summaries ending mid-sentence | {t['unterminated']} | |",
         f"| Summary length, words, over the source's (mean) | {t['compression']:.2f} | |",
+        f"| Knowledge keys of two or more of the entry's own words | {t['good_keys']} of {t['entries']} | |",
+        "",
+        "Guard-independent checks (plain string tests that use none of `faithfulness.py`, so a flaw in the guards' "
+        "own support test cannot hide here):",
+        "",
+        "| check | value |",
+        "| --- | --- |",
+        f"| entries whose text occurs in the source (ignoring case, spacing, a final full stop) | "
+        f"{t['plain_quoted']} of {t['entries']} |",
+        f"| entries naming a number the source does not | {t['unsaid_numbers']} |",
+        f"| Summary sentences (speaker labels aside) not found in the source | {t['summary_unquoted']} of "
+        f"{t['summary_sentences']} |",
+        f"| numbers in Summaries the source does not contain | {t['summary_unsaid_numbers']} |",
         "",
         "| conversation | entries | recovered | supported | rejected as true | key-name coverage | loops |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -255,12 +338,45 @@ def report(rows: list[dict[str, Any]], t: dict[str, Any], run: dict[str, Any], s
     return "\n".join(lines)
 
 
+def shared_scores(outcomes: list[Outcome], run: dict[str, Any]) -> dict[str, Any]:
+    """The figures of the shared-workspace run: every Session distilled into one workspace."""
+    entries = outcomes[0].entries if outcomes else []
+    contents = [c for _k, c, _conf in entries]
+    sources = [text for o in outcomes for text in _sources(o.conv)]
+    facts = [f for o in outcomes for f in o.conv["facts"]]
+    return {"sessions": len(outcomes), "entries": len(entries), "overwrites": run["overwrites"],
+            "good_keys": sum(key_quality(k, c) for k, c, _conf in entries),
+            "recovered": sum(any(all(has_term(t, c) for t in f["terms"]) for c in contents) for f in facts),
+            "facts": len(facts), "plain_quoted": sum(in_source(c, sources) for c in contents),
+            "seconds": run["seconds"]}
+
+
+def shared_report(sh: dict[str, Any], separate_entries: int) -> list[str]:
+    """The shared-workspace lines of the section."""
+    met = "met" if sh["overwrites"] == 0 else "**not met**"
+    return [
+        "",
+        f"Shared workspace: the same {sh['sessions']} conversations as Sessions of *one* workspace, each distilled "
+        f"by its own job against the Knowledge the earlier jobs saved ({sh['seconds']:.0f} s of worker time).",
+        "",
+        "| figure | value | target |",
+        "| --- | --- | --- |",
+        f"| Knowledge entries in the workspace | {sh['entries']} (separate workspaces: {separate_entries}) | |",
+        f"| versions that replaced an entry's content with a different statement (overwrites) | "
+        f"{sh['overwrites']} | 0 ({met}) |",
+        f"| keys of two or more of the entry's own words | {sh['good_keys']} of {sh['entries']} | |",
+        f"| known facts recovered | {sh['recovered']} of {sh['facts']} | |",
+        f"| entries whose text occurs in the source (guard-independent) | {sh['plain_quoted']} of {sh['entries']} | |",
+    ]
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dev", action="store_true", help="run the development set (never written to RESULTS.md)")
     parser.add_argument("--only", action="append", default=[], help="run only this conversation ID (repeatable)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
     parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    parser.add_argument("--no-shared", action="store_true", help="skip the shared-workspace run")
     parser.add_argument("--dump", type=Path, help="write every conversation's outputs and figures as JSON here")
     parser.add_argument("--section", default="quality", help="RESULTS.md section to write (default: quality)")
     parser.add_argument("--title", default="Quality", help="the section's heading (default: Quality)")
@@ -296,6 +412,9 @@ def main(argv: list[str]) -> None:
     note = ", ".join(f"`{k}={v}`" for k, v in overrides.items()) or "defaults"
     command = " ".join(["python", "benchmarks/bench_quality.py", *(shlex.quote(a) for a in argv)])
     section = report(rows, t, run, note, data_file, args.title, command)
+    if not args.no_shared:
+        shared, shared_run = run_pipeline(convs, overrides, shared=True)
+        section += "\n" + "\n".join(shared_report(shared_scores(shared, shared_run), t["entries"]))
     print("\n" + section)
     if args.dump:
         args.dump.write_text(json.dumps({"run": run, "rows": [{k: v for k, v in r.items() if k != "conv"}

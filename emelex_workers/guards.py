@@ -14,7 +14,10 @@ and drops, counting each under its reason in the job's result:
   proposed (the first one is kept).
 
 Tombstone proposals carry no content and pass unchanged. The checks are
-defined in `faithfulness.py`.
+defined in `faithfulness.py`. A candidate is checked against the source's
+conversation events only: a Summary event in the range (a compaction landed
+inside it) is the pipeline's own output, not something the conversation said,
+so it never supports a fact.
 
 `guard_summary` cleans a Summary with `faithfulness.check_summary` (repeated
 and looping sentences, worked-example echoes and names absent from the
@@ -23,6 +26,10 @@ source are cut, an unterminated tail is trimmed). A degenerate Summary is a
 carries a digest of the output; when a later attempt returns output with a
 digest an earlier diagnostic names, it is a `RepeatedOutputError`,
 terminal: retrying a summarizer that does not vary its output cannot help.
+A summarizer that made no model call on the attempt (rule-based, such as the
+built-in extractive mode) computes the same output again, so its degenerate
+Summary is a `DeterministicOutputError` at once, terminal, naming the setting
+that lets a model write it instead.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from itertools import islice
 
 from emelex_memory import (
     DegenerateOutputError,
+    DeterministicOutputError,
     DistillationResult,
     Event,
     InvalidKnowledgeError,
@@ -42,6 +50,7 @@ from emelex_memory import (
     RepeatedOutputError,
 )
 from emelex_memory.knowledge.distillation import MAX_RAW_CANDIDATES
+from emelex_memory.sessions.transcript import SUMMARY_KIND
 from emelex_memory.knowledge.values import validate_content, validate_key
 
 from . import faithfulness as fx
@@ -51,8 +60,13 @@ REASONS = ("confidence", "invalid", "vacuous", "example", "unsupported", "confli
 
 
 def source_texts(events: Iterable[Event]) -> list[str]:
-    """The texts the guards check against: each event's `event_body`."""
+    """The texts the Summary guard checks against: each event's `event_body` (a base Summary included)."""
     return [event_body(e) for e in events]
+
+
+def fact_sources(events: Iterable[Event]) -> list[str]:
+    """The texts Knowledge candidates are checked against: the `event_body` of each event that is not a Summary."""
+    return [event_body(e) for e in events if e.kind != SUMMARY_KIND]
 
 
 def _reason(c: KnowledgeCandidate, sources: Sequence[str], examples: Sequence[str]) -> str | None:
@@ -89,7 +103,7 @@ def guard_candidates(proposals: object, *, events: Iterable[Event], examples: Se
     raw = list(islice(proposals, MAX_RAW_CANDIDATES + 1))
     if len(raw) > MAX_RAW_CANDIDATES or not all(isinstance(c, KnowledgeCandidate) for c in raw):
         return raw
-    sources = source_texts(events)
+    sources = fact_sources(events)
     counts = dict.fromkeys(REASONS, 0)
     kept: dict[str, KnowledgeCandidate] = {}
     for c in raw:
@@ -106,18 +120,27 @@ def output_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
-def guard_summary(text: str, *, job: Job, events: Iterable[Event], examples: Sequence[str] = ()) -> str:
-    """The cleaned Summary `text` for `job`, or `DegenerateOutputError` / `RepeatedOutputError` (see the module
-    docstring)."""
+def guard_summary(text: str, *, job: Job, events: Iterable[Event], examples: Sequence[str] = (),
+                  model_called: bool = True) -> str:
+    """The cleaned Summary `text` for `job`, or `DegenerateOutputError` / `RepeatedOutputError` when the summarizer
+    called the model (`model_called`), `DeterministicOutputError` when it did not (see the module docstring)."""
     check = fx.check_summary(text, sources=source_texts(events), examples=examples)
     if check.problem is None:
         return check.text
     digest = output_digest(text)
     marker = f"output {digest}"
+    if not model_called:
+        raise DeterministicOutputError(
+            f"degenerate Summary ({marker}): {check.problem}; the summarizer made no model call, so a retry would "
+            "compute the same output and none is made: set EMELEX_SUMMARY_MODE=abstractive (summary_mode) to let "
+            f"the model write it, or choose another summarizer (EMELEX_SUMMARIZER), then `emelex memory jobs retry "
+            f"{job.id}`"
+        )
     if any(marker in d.message for d in job.diagnostics):
         raise RepeatedOutputError(
             f"attempt {job.attempts + 1} returned the same degenerate Summary ({marker}) as an earlier attempt: "
             f"{check.problem}; the summarizer does not vary its output on retry, so use a larger model "
             "(emelex models install PATH) or another summarizer, then retry the job"
         )
-    raise DegenerateOutputError(f"degenerate Summary ({marker}): {check.problem}; the retry samples differently")
+    raise DegenerateOutputError(f"degenerate Summary ({marker}): {check.problem}; a retry asks the summarizer to vary "
+                                "its sampling")

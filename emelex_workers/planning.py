@@ -16,31 +16,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
-from emelex_memory import EmelexError, Event, InstalledModel, PluginHookError, Settings
+from emelex_memory import Event, InstalledModel, PluginHookError, Settings
 from emelex_memory.snapshots.installed import revalidate, snapshot_mutation_lock
-from emelex_memory.queue.runner import describe
 
 from .models import ModelManager
 from .plugin_api import ModelBinding, event_text
-from .plugins import bind_model, get_plugin_manager
+from .plugins import bind_model, get_plugin_manager, plugin_call
 
 EVENT_OVERHEAD_TOKENS = 4  # chat-template tokens around each event line, a generous allowance
-MAX_DETAIL = 300  # characters of a binding's own error text in our one-line messages
 
 T = TypeVar("T")
 
 
 def binding_call(plugin: str, what: str, call: Callable[[], T]) -> T:
-    """Run `call` (one use of a model binding); keep `EmelexError`s, turn anything else into a `PluginHookError`
-    naming `plugin` and `what` was being done."""
-    try:
-        return call()
-    except EmelexError:
-        raise
-    except Exception as exc:
-        detail = describe(exc)
-        detail = detail if len(detail) <= MAX_DETAIL else detail[: MAX_DETAIL - 3] + "..."
-        raise PluginHookError(f"the model binding of plugin {plugin!r} failed to {what}: {detail}") from None
+    """Run `call` (one use of a model binding) through `plugin_call`: a failure is a `PluginHookError` naming
+    `plugin` and `what` was being done."""
+    return plugin_call(call, f"the model binding of plugin {plugin!r} failed to {what}")
 
 
 def context_window(binding: ModelBinding, plugin: str, settings: Settings) -> int:

@@ -104,7 +104,9 @@ class Summarizer:
     is a retryable job failure with a bounded diagnostic naming the plugin.
     `examples` are the texts of the worked examples its prompts show the
     model: the worker cuts Summary sentences that echo them (see
-    `emelex_workers.faithfulness`).
+    `emelex_workers.faithfulness`). A summarizer that makes no model call
+    (through `request.model.chat`) on an attempt is taken to be rule-based:
+    a degenerate Summary from it fails the job permanently, unretried.
     """
 
     name: str

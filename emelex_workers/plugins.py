@@ -14,13 +14,15 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
+from typing import Any, TypeVar
 
 import pluggy
 
 from emelex_memory import (
+    EmelexError,
     InstalledModel,
     PluginError,
     PluginHookError,
@@ -38,6 +40,8 @@ BUILTIN_PLUGINS = (("llamacpp", "emelex_llamacpp.plugin"),)  # (entry-point name
 BUILTIN_DISTRIBUTION = "emelex-memory"
 BINDING_MEMBERS = ("model", "context_window", "count_tokens", "chat", "close")
 MAX_MESSAGE = 300  # characters of a plugin's own error text in our one-line messages
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,23 @@ class EmelexPluginManager(pluggy.PluginManager):
 def _short(exc: BaseException) -> str:
     text = describe(exc)
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
+
+
+def plugin_call(call: Callable[[], T], failed: str, keep: type[Exception] = EmelexError) -> T:
+    """Run `call`, which runs plugin code (a hook, a summarizer, a distiller, a model binding), and return its result.
+
+    Every call into a plugin goes through here. An exception of type `keep`
+    (by default any `EmelexError`: a plugin's typed errors carry their retry
+    rules) passes through; any other becomes one `PluginHookError` reading
+    `<failed>: <exception type>: <its message, cut at MAX_MESSAGE>`, where
+    `failed` names the plugin and what it was doing.
+    """
+    try:
+        return call()
+    except keep:
+        raise
+    except Exception as exc:
+        raise PluginHookError(f"{failed}: {_short(exc)}") from None
 
 
 def _load_message(info: PluginInfo, exc: BaseException) -> str:
@@ -156,12 +177,8 @@ def call_one(pm: EmelexPluginManager, hook: str, impl: Any, **kwargs: Any) -> An
     Any exception but a `PluginError` becomes `PluginHookError` naming the plugin.
     """
     others = [p for p in pm.get_plugins() if p is not impl.plugin]
-    try:
-        return pm.subset_hook_caller(hook, others)(**kwargs)
-    except PluginError:
-        raise
-    except Exception as exc:
-        raise PluginHookError(f"plugin {impl.plugin_name!r} failed in hook {hook}: {_short(exc)}") from None
+    return plugin_call(lambda: pm.subset_hook_caller(hook, others)(**kwargs),
+                       f"plugin {impl.plugin_name!r} failed in hook {hook}", keep=PluginError)
 
 
 @dataclass(frozen=True)

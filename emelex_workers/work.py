@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emelex_memory import (
     COMPACTION_KIND,
@@ -56,13 +56,11 @@ from emelex_memory import (
 from emelex_memory.knowledge.distillation import DISTILL_RESERVE_TOKENS, MAX_CANDIDATES, MAX_RAW_CANDIDATES
 from emelex_memory.queue.runner import describe
 
-from .guards import guard_candidates, guard_summary
-from .metering import MeteredBinding
-from .models import ModelManager
-from .plugin_api import DistillRequest, SummaryRequest
-from .plugins import EmelexPluginManager, Registered, bind_model, choose, distillers, get_plugin_manager, summarizers
-from .planning import context_window, count_text, event_counter
-from .work_report import JobReport, JobStart, WorkObserver, WorkReport
+from .work_report import JobReport, JobStart, WorkObserver, WorkReport, done_detail
+
+if TYPE_CHECKING:  # the plugin and model layers are imported once there is work (an idle run loads neither)
+    from .metering import MeteredBinding
+    from .plugins import EmelexPluginManager, Registered
 
 KINDS = (COMPACTION_KIND, DISTILL_KIND)
 REPORTED_WAITING = 20  # waiting jobs a report lists (it counts them all)
@@ -169,6 +167,9 @@ class Worker:
 
     def prepare(self) -> None:
         """Resolve the plugins, the model, the summarizer and the distiller this run needs (no model load)."""
+        from .models import ModelManager
+        from .plugins import choose, distillers, get_plugin_manager, summarizers
+
         if self._pm is None:
             self._pm = get_plugin_manager(self.settings)
         if self._model is None:
@@ -181,6 +182,10 @@ class Worker:
 
     def _bound(self, claim: JobClaim) -> InstalledModel:
         """Bind the model to the job's Session, then (once per run) through the plugins, and load it."""
+        from .metering import MeteredBinding
+        from .planning import context_window
+        from .plugins import bind_model
+
         self.prepare()
         bound = self.store.bind_session_model(claim.job.session_id, self._model)
         if self._binding is None:
@@ -192,10 +197,13 @@ class Worker:
         return bound.model
 
     def close(self) -> None:
-        """Free the model binding, if one was made."""
+        """Free the model binding, if one was made; a binding that fails to close is a `PluginHookError` naming its
+        plugin."""
         if self._binding is not None:
+            from .planning import binding_call
+
             try:
-                self._binding.close()
+                binding_call(self._binding_plugin, "close the model", self._binding.close)
             finally:
                 self._binding = None
 
@@ -223,6 +231,10 @@ class Worker:
             raise
 
     def _dispatch(self, claim: JobClaim, model: InstalledModel) -> Any:
+        from .guards import guard_candidates, guard_summary
+        from .planning import count_text, event_counter
+        from .plugin_api import DistillRequest, SummaryRequest
+
         binding, plugin = self._binding, self._binding_plugin
         count = event_counter(binding, plugin)
 
@@ -233,13 +245,15 @@ class Worker:
 
             def run(events, job) -> str:
                 request = SummaryRequest(job, tuple(events), budget, binding, job.attempts, self.settings)
+                calls = binding.cost.model_calls
                 text = _plugin_call(self._summarizer, lambda: summarize(request))
+                called = binding.cost.model_calls > calls
                 if not isinstance(text, str) or not text.strip():
                     raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} returned no text")
                 if count_text(binding, plugin, text) > budget:
                     raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} exceeded the "
                                           f"Summary budget of {budget} tokens")
-                return guard_summary(text, job=job, events=events, examples=component.examples)
+                return guard_summary(text, job=job, events=events, examples=component.examples, model_called=called)
 
             handler = compaction_handler(run, model_ref=model.reference, context_window=self._window,
                                          count_tokens=count)
@@ -319,7 +333,7 @@ class Worker:
         if outcome is None:
             return False
         job = outcome.job
-        record(job, outcome.status, _done_detail(job) if outcome.status == "done" else outcome.detail)
+        record(job, outcome.status, done_detail(job.result) if outcome.status == "done" else outcome.detail)
         return True
 
     def _start(self, job: Job) -> JobStart:
@@ -348,17 +362,6 @@ class Worker:
             self._on_job(job)
 
 
-def _done_detail(job: Any) -> str:
-    """"completed", plus for a distillation what it applied and what the guards rejected, or why it saved nothing."""
-    result = job.result if isinstance(job.result, dict) else {}
-    if "nothing_saved" in result:
-        return f"completed; {result['nothing_saved']}"
-    if "applied" not in result:
-        return "completed"
-    rejected = sum(v for k, v in result.items() if k.startswith("rejected_") and isinstance(v, int))
-    return f"completed; {result['applied']} applied, {rejected} rejected by the faithfulness guards"
-
-
 def _release(claim: JobClaim, reason: str) -> None:
     """Give the job back to pending without consuming an attempt (nothing to do if the lease is already gone)."""
     try:
@@ -368,17 +371,11 @@ def _release(claim: JobClaim, reason: str) -> None:
 
 
 def _plugin_call(registered: Registered, call: Callable[[], Any]) -> Any:
-    """Run a plugin's summarizer or distiller; keep `EmelexError`s (they carry retry rules), name the plugin in
-    anything else."""
-    try:
-        return call()
-    except EmelexError:
-        raise
-    except Exception as exc:
-        kind = type(registered.component).__name__.lower()
-        raise PluginHookError(
-            f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed: {describe(exc)}"
-        ) from None
+    """Run a plugin's summarizer or distiller through `plugin_call`, naming the component and its plugin."""
+    from .plugins import plugin_call
+
+    kind = type(registered.component).__name__.lower()
+    return plugin_call(call, f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed")
 
 
 def _bounded(proposals: Any) -> Any:

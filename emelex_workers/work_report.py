@@ -7,11 +7,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emelex_memory import WaitingJob, WaitingPage
 
-from .plugin_api import GenerationProgress
+if TYPE_CHECKING:
+    from .plugin_api import GenerationProgress
+
 
 MAX_REPORTED_JOBS = 1000
 
@@ -98,6 +100,18 @@ class WorkReport:
         rescued = f"; rescued {self.rescued} expired claim(s)" if self.rescued else ""
         return (f"emelex work: {self.claimed} job(s) in {self.seconds:.1f}s ({parts or 'none'}){rescued}; "
                 f"stopped: {self.stopped}")
+
+
+def done_detail(result: Any) -> str:
+    """What a done job's `result` says: "completed", plus for a distillation what it applied and what the
+    faithfulness guards rejected, or why it saved nothing."""
+    result = result if isinstance(result, dict) else {}
+    if "nothing_saved" in result:
+        return f"completed; {result['nothing_saved']}"
+    if "applied" not in result:
+        return "completed"
+    rejected = sum(v for k, v in result.items() if k.startswith("rejected_") and isinstance(v, int))
+    return f"completed; {result['applied']} applied, {rejected} rejected by the faithfulness guards"
 
 
 def waiting_dict(waiting: WaitingJob) -> dict[str, Any]:

@@ -42,13 +42,12 @@ def run(*args: str):
 
 
 def _leaves(command, path: tuple[str, ...] = ()):
-    """(path, click command) of every command that runs something, depth first."""
-    subcommands = getattr(command, "commands", None)
-    if not subcommands:
+    """(path, click command) of every command that runs something, depth first (loading lazy subcommands)."""
+    if not hasattr(command, "list_commands"):
         yield path, command
         return
-    for name, sub in subcommands.items():
-        yield from _leaves(sub, (*path, name))
+    for name in command.list_commands(None):
+        yield from _leaves(command.get_command(None, name), (*path, name))
 
 
 LEAVES = list(_leaves(typer.main.get_command(app)))
@@ -94,6 +93,7 @@ def test_version_is_the_installed_distributions() -> None:
     (["memory", "jobs", "list", "--state", "weird"], "error: Invalid value for '--state': must be one of pending"),
     (["memory", "compact", "abcd", "--target-ratio", "0.9"], "error: --target-ratio (0.9) must not exceed"),
     (["memory", "work", "--kind", "other"], "error: Invalid value for '--kind': must be one of compaction"),
+    (["memory", "jobs", "list", "--kind", "bogus"], "error: Invalid value for '--kind': must be one of "),
     (["memory", "sesions"], "error: No such command 'sesions'."),
 ])
 def test_a_usage_error_is_one_line_naming_the_flag_and_a_hint_with_exit_2(home: Path, args, message) -> None:

@@ -84,3 +84,22 @@ def test_mostly_repetition_or_nothing_left_is_degenerate() -> None:
     echoed = fx.check_summary(EXAMPLE, sources=SOURCE, examples=[EXAMPLE])
     assert echoed.text == "" and echoed.echoed == 2 and echoed.problem.startswith("nothing is left")
     assert fx.check_summary("   ", sources=SOURCE).problem is not None
+
+
+def test_a_summary_keeps_its_lines_and_speaker_labels() -> None:
+    check = fx.check_summary(
+        "user: We're moving the orders service from MySQL to PostgreSQL 16. We're moving the orders service from "
+        "MySQL to PostgreSQL 16.\nassistant: Gunicorn listens on port 8000 inside the container. Retries stop after "
+        "5 attempts.\nsummary: Request bodies are never logged.", sources=SOURCE)
+    assert check.text == ("user: We're moving the orders service from MySQL to PostgreSQL 16.\n"
+                          "assistant: Gunicorn listens on port 8000 inside the container. Retries stop after 5 "
+                          "attempts.\nsummary: Request bodies are never logged.")
+    assert (check.sentences, check.repeated, check.problem) == (5, 1, None)
+
+
+def test_a_sentence_quoted_from_the_source_is_not_cut_as_looping() -> None:
+    chant = "Check the lock, check the lock, check the lock before you deploy."
+    assert fx.looping(chant)
+    check = fx.check_summary(f"user: {chant}", sources=[chant, *SOURCE])
+    assert (check.text, check.repeated, check.problem) == (f"user: {chant}", 0, None)
+    assert fx.check_summary(chant, sources=SOURCE).problem is not None  # not quoted: still cut

@@ -27,15 +27,19 @@ EXAMPLE = "The server listens on port 8080."
 
 
 class Scripted:
-    """A plugin whose summarizer and distiller return what the test scripts, per attempt; it records requests."""
+    """A plugin whose summarizer and distiller return what the test scripts, per attempt; it records requests.
+    Its summarizer calls the model first, as a model-based one does, unless `rule_based`."""
 
-    def __init__(self, summaries=(), proposals=()) -> None:
+    def __init__(self, summaries=(), proposals=(), *, rule_based=False) -> None:
         self.summaries, self.proposals, self.requests = list(summaries), list(proposals), []
+        self.rule_based = rule_based
 
     @hookimpl
     def register_summarizers(self, register):
         def summarize(request):
             self.requests.append(request)
+            if not self.rule_based:
+                request.model.chat([{"role": "user", "content": "summarize"}], max_tokens=1)
             return self.summaries[min(request.attempt, len(self.summaries) - 1)]
 
         register(Summarizer("scripted", summarize, examples=(EXAMPLE,)))
@@ -184,7 +188,33 @@ def test_a_retry_repeating_a_rejected_summary_fails_for_good(env: Settings, work
     assert "emelex models install PATH" in message
 
 
+def test_a_degenerate_summary_from_a_summarizer_that_made_no_model_call_fails_for_good_naming_the_mode(
+    env: Settings, workspace: Path
+) -> None:
+    plugin = Scripted(summaries=[EXAMPLE], rule_based=True)  # a retry would compute the same output
+    with MemoryStore.open(env) as store:
+        sid = _seed(store, workspace, compact=True)
+        report = _run(store, env, plugin)
+        job = _job(store, "compaction")
+        assert all(e.kind != "summary" for e in store.replay(sid).events)
+    assert report.counts["failed"] == 1 and job.state == "failed" and job.attempts == 1
+    message = job.diagnostics[-1].message
+    assert message.startswith("DeterministicOutputError: degenerate Summary (output ")
+    assert "EMELEX_SUMMARY_MODE=abstractive" in message and f"emelex memory jobs retry {job.id}" in message
+
+
 def test_guard_candidates_leaves_what_is_not_a_candidate_batch_to_validation() -> None:
     assert guard_candidates("text", events=[]) == "text"
     assert guard_candidates([1, 2], events=[]) == [1, 2]
     assert guard_candidates(None, events=[]) is None
+
+
+def test_a_summary_event_does_not_support_a_knowledge_candidate(store: MemoryStore, workspace: Path) -> None:
+    session = store.create_session(workspace)
+    with store.acquire_lease(session.id, workspace) as lease:
+        list(lease.replay_all())
+        lease.append_turn([NewEvent("user", {"text": "Backups run nightly with pg_dump."})])
+        lease.release()
+    summary = store.replay(session.id).events[0]._replace(kind="summary")
+    said = KnowledgeCandidate("backups", "Backups run nightly with pg_dump.", 0.5)
+    assert guard_candidates([said], events=[summary]).rejected["rejected_unsupported"] == 1

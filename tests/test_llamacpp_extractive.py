@@ -100,7 +100,8 @@ def test_extractive_knowledge_quotes_statements_labelled_from_their_own_words(
     binding = ScriptedBinding([json.dumps(labels)])
     found = extractive.distill(DistillRequest(job, store_input(store, job, events), 128, binding))
     sources = [event_body(e) for e in events]
-    assert [c.key for c in found] == ["pypi", "hatchling", "src-tool-main-py", "nobody", "setup-py"]
+    assert [c.key for c in found] == ["pypi-packaging", "hatchling-pyproject-toml", "src-tool-main-py-entry",
+                                      "nobody-runs", "setup-py-remove"]  # 2 words each; a file name is one
     assert all(fx.quoted(c.content, sources) and 0.5 <= c.confidence <= 0.9 for c in found)
     assert len({c.confidence for c in found}) > 1  # measured per statement, not a constant
     schema = binding.calls[0][2]
@@ -109,24 +110,45 @@ def test_extractive_knowledge_quotes_statements_labelled_from_their_own_words(
     assert schema["required"] == ["1", "2", "3", "4", "5"]
 
 
-def store_input(store: MemoryStore, job, events):
-    """The DistillationInput the worker would build for `job`."""
+def store_input(store: MemoryStore, job, events, knowledge=()):
+    """The DistillationInput the worker would build for `job`, shown `knowledge`."""
     from emelex_memory import DistillationInput
     from emelex_memory.knowledge.values import KnowledgeSource
 
     s = job.source
     return DistillationInput(job.session_id, str(store.get_session(job.session_id).workspace.path),
                              KnowledgeSource(job.session_id, s["first_seq"], s["last_seq"], s["digest"]),
-                             events, ())
+                             events, knowledge)
 
 
-def test_keys_of_statements_labelled_alike_are_made_unique() -> None:
-    taken: set[str] = set()
+def test_keys_of_statements_labelled_alike_are_two_to_four_words_and_distinct() -> None:
+    taken: dict[str, str] = {}
     keys = []
-    for statement in ("The Friday portion is frozen.", "The Friday box thaws on Thursday.", "Friday friday."):
-        keys.append(extractive._unique_key("friday", statement, taken))
-        taken.add(keys[-1])
-    assert keys == ["friday", "friday-box", "friday-2"]
+    for statement in ("The Friday portion is frozen.", "The Friday portion thaws on Thursday.",
+                      "The Friday portion thaws on Thursday evenings.", "Friday portion thaws Thursday."):
+        keys.append(extractive.knowledge_key("friday", statement, taken))
+        taken[keys[-1]] = fx.normalize(statement)
+    assert keys == ["friday-portion", "friday-portion-thaws", "friday-portion-thaws-thursday",
+                    "friday-portion-thaws-thursday-2"]
+    assert extractive.knowledge_key("portion", "The Friday portion is frozen.", taken) == "friday-portion"
+
+
+def test_a_later_job_keeps_a_statements_key_and_never_overwrites_another_statement(
+    store: MemoryStore, workspace: Path
+) -> None:
+    job, events = _events(store, workspace)
+    labels = json.dumps({"1": "pypi", "2": "hatchling", "3": "src/tool/__main__.py", "4": "nobody", "5": "setup.py"})
+    first = extractive.distill(DistillRequest(job, store_input(store, job, events), 128, ScriptedBinding([labels])))
+    for c in first:
+        store.remember(workspace, c.key, c.content, confidence=c.confidence)
+    other = _event(99, "user", "We publish to PyPI from the release branch only.")  # labelled "pypi" too
+    known = store_input(store, job, (*events, other), knowledge=tuple(store.recall(workspace).entries))
+    relabelled = json.dumps({"1": "packaging", "2": "hatchling", "3": "entry", "4": "nobody", "5": "setup.py",
+                             "6": "pypi"})
+    again = extractive.distill(DistillRequest(job, known, 128, ScriptedBinding([relabelled])))
+    stored = {e.key: e.content for e in store.recall(workspace).entries}
+    assert {c.key: c.content for c in again if c.key in stored} == {c.key: c.content for c in first}
+    assert [c.key for c in again if c.key not in stored] == ["pypi-publish"]
 
 
 def test_the_modes_are_settings_and_abstractive_stays_available(store: MemoryStore, workspace: Path) -> None:
@@ -149,3 +171,46 @@ def test_generate_falls_back_to_the_protocols_chat_on_other_bindings() -> None:
     assert generate(binding, [{"role": "user", "content": "hi"}], max_tokens=5, attempt=2) == Completion(
         "hello", "unknown")
     assert prompts.complete_sentences("One. Two") == "One." and prompts.complete_sentences("One") == "One"
+
+
+def _event(seq: int, kind: str, text: str):
+    """A replayed event built by hand, as replay would return it."""
+    from emelex_memory import Event
+
+    body = json.dumps({"text": text})
+    return Event((seq, seq, seq, 0, kind, body, len(body), 0, 0.0, None))
+
+
+PREVIOUS_SUMMARY = ("summary: The orders service runs PostgreSQL 16 on db-1.\n"
+                    "user: Migration scripts live in db/migrations/ since release 3.2.")
+
+
+def test_a_step_does_not_repeat_the_previous_summarys_labels() -> None:
+    events = (_event(1, "summary", PREVIOUS_SUMMARY), _event(2, "user", "Backups run nightly at 02:00 with pg_dump."))
+    text = extractive.summarize(SummaryRequest(None, events, 200, ScriptedBinding()))
+    assert "summary: The orders service runs PostgreSQL 16 on db-1." in text.splitlines()
+    assert not any(line.startswith(("summary: summary:", "user: user:")) for line in text.splitlines())
+
+
+def test_facts_never_come_from_a_summary_event() -> None:
+    events = (_event(1, "summary", PREVIOUS_SUMMARY), _event(2, "user", "Backups run nightly at 02:00 with pg_dump."))
+    assert [c.text for c in candidates(events, facts=True)] == ["Backups run nightly at 02:00 with pg_dump."]
+    assert "The orders service runs PostgreSQL 16 on db-1." in [c.text for c in candidates(events, facts=False)]
+
+
+def test_the_extractive_summary_fills_the_jobs_budget_not_a_fixed_cap() -> None:
+    events = tuple(_event(i, "user" if i % 2 else "assistant", f"Module m{i} keeps its retry count of {i} in "
+                          f"config/m{i}.toml and logs to logs/m{i}.log every night.") for i in range(1, 121))
+    binding = ScriptedBinding()
+    text = extractive.summarize(SummaryRequest(None, events, 900, binding))
+    assert 800 < binding.count_tokens(text) <= 900  # half the source's ~1700 tokens, within the budget
+
+
+def test_a_step_favours_its_new_slice_over_the_previous_summary() -> None:
+    previous = "\n".join(f"user: Shard s{i} uses db{i}.internal port 54{i:02d}." for i in range(12))
+    fresh = ["We moved the nightly billing export to the new warehouse cluster on Tuesday.",
+             "The finance team now reads those billing reports from the shared warehouse_exports schema."]
+    events = (_event(1, "summary", previous), *(_event(2 + i, "user", t) for i, t in enumerate(fresh)))
+    text = extractive.summarize(SummaryRequest(None, events, 40, ScriptedBinding()))
+    assert all(t in text for t in fresh), text
+    assert "Shard s" in text  # what room is left keeps the previous Summary's lines

@@ -226,7 +226,8 @@ def test_cli_is_quiet_when_idle_and_prints_one_line_otherwise(env: Settings, wor
     result = runner.invoke(app, ["memory", "work", "--kind", "distill"])
     assert result.exit_code == 0
     assert result.stdout.startswith("emelex work: 1 job(s) in ")
-    assert result.stdout.endswith("(1 done); stopped: empty\n")  # the compaction job is waiting: another --kind
+    summary, saved = result.stdout.splitlines()  # the compaction job is waiting: another --kind
+    assert summary.endswith("(1 done); stopped: empty") and saved.startswith("done: distill job ")
     started, ended = result.stderr.splitlines()  # not a terminal: a plain line as each job starts and ends
     assert started.startswith("[distill] job ") and " done in " in ended
     data = json.loads(runner.invoke(app, ["memory", "work", "--json", "--max-jobs", "5"]).output)

@@ -100,8 +100,8 @@ def test_a_snapshot_lock_timeout_stops_the_run(env: Settings, workspace: Path):
 
 
 class FailingBinding:
-    """A plugin answering model_binding first; fails in the hook, at load (context_window) or while counting, as
-    configured. The binding is a separate object: registering a plugin may read its attributes (pluggy < 1.7 does)."""
+    """A plugin answering model_binding first; fails in the hook, at load (context_window), while counting or when
+    closed, as configured. The binding is a separate object: registering a plugin may read its attributes (pluggy < 1.7 does)."""
 
     def __init__(self, where: str) -> None:
         self.where = where
@@ -125,13 +125,16 @@ class _Binding:
         return 4096
 
     def count_tokens(self, text: str) -> int:
-        raise RuntimeError("tokenizer broke")
+        if self.where == "count":
+            raise RuntimeError("tokenizer broke")
+        return len(text) // 4 + 1
 
     def chat(self, messages, *, max_tokens, json_schema=None) -> str:
         return "{}"
 
     def close(self) -> None:
-        pass
+        if self.where == "close":
+            raise RuntimeError("close broke")
 
 
 @pytest.mark.parametrize("where, message", [
@@ -159,6 +162,18 @@ def test_a_tokenizer_failure_is_a_counted_job_failure_naming_the_plugin(env: Set
         assert report.counts["retrying"] == 1 and job.attempts == 1
         assert "the model binding of plugin 'failing' failed to count tokens: RuntimeError: tokenizer broke" in (
             job.diagnostics[-1].message)
+
+
+def test_a_binding_that_fails_to_close_names_the_plugin_after_the_jobs_were_recorded(env: Settings, workspace: Path):
+    pm = get_plugin_manager(env)
+    pm.add_plugin(FailingBinding("close"), PluginInfo("failing", "test", "0", "test", False))
+    with MemoryStore.open(env) as store:
+        seed(store, workspace, compact=False)
+        with pytest.raises(PluginHookError) as raised:
+            work(store, env, pm=pm)
+        assert str(raised.value).startswith(
+            "the model binding of plugin 'failing' failed to close the model: RuntimeError: close broke")
+        assert jobs(store)["distill"].state != "claimed"  # its outcome was recorded before the binding was closed
 
 
 def test_the_context_window_is_capped_and_a_long_session_is_distilled_in_parts(

@@ -18,7 +18,7 @@ from emelex_memory.sessions.leases import holder_label
 from emelex_workers.cli import app
 from emelex_workers.plugin_api import GenerationProgress
 from emelex_workers.work import work
-from emelex_workers.work_report import JobReport, JobStart, WorkObserver
+from emelex_workers.work_report import JobReport, JobStart, WorkObserver, done_detail
 
 from .support import table_rows
 from .test_work import env, jobs, seed  # noqa: F401 - `env` is a fixture
@@ -261,3 +261,38 @@ def test_waiting_jobs_refuses_a_bad_limit(env: Settings, workspace: Path) -> Non
             lease.replay()
             lease.append_turn([NewEvent("user", {"text": "still here"})])
             assert store.waiting_jobs().jobs[0].reason == "session-in-use"
+
+
+def test_what_a_done_distillation_saved_is_shown_at_the_end_of_work_and_in_jobs_list(
+    env: Settings, workspace: Path
+) -> None:
+    with MemoryStore.open(env) as store:
+        seed(store, workspace)
+    result = CliRunner().invoke(app, ["memory", "work"])
+    assert result.exit_code == 0, result.output
+    ended = [line for line in result.stderr.splitlines() if line.startswith("[distill]") and " done in " in line]
+    with MemoryStore.open(env) as store:
+        said = done_detail(jobs(store)["distill"].result)
+    assert said.startswith("completed; ") and " applied, " in said and said.endswith("by the faithfulness guards")
+    assert len(ended) == 1 and ended[0].endswith(f": {said}")
+    outcome = [line for line in result.stdout.splitlines() if line.startswith("done: distill job ")]
+    assert len(outcome) == 1 and outcome[0].endswith(f": {said}")
+    listed = CliRunner().invoke(app, ["memory", "jobs", "list", "--kind", "distill"])
+    assert listed.stdout.rstrip().endswith(said)
+
+
+def test_a_dead_pid_is_a_dead_holder_only_on_this_boot_and_in_this_pid_namespace() -> None:
+    import socket
+
+    from emelex_memory.sessions.leases import process_identity
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait(timeout=60)  # its pid is now free
+    identity = process_identity()
+    assert identity, "this platform exposes a boot ID and a pid namespace"
+    here = f"{proc.pid}@{socket.gethostname()}"
+    assert holder_is_dead(f"{here}#{identity}")
+    assert not holder_is_dead(here)  # no identity: it could be a process of another container or boot
+    assert not holder_is_dead(f"{here}#00000000.{identity.split('.')[1]}")  # another boot
+    assert not holder_is_dead(f"{here}#{identity.split('.')[0]}.1")  # another pid namespace
+    assert holder_label() == f"{os.getpid()}@{socket.gethostname()}#{identity}"

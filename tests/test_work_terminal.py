@@ -65,3 +65,23 @@ def test_work_without_a_terminal_prints_plain_lines(proc_env: dict, home: Path, 
     assert started.startswith("[compaction] job ") and " done in " in ended
     assert "\x1b[" not in proc.stderr and "tok/s" not in proc.stderr
     assert proc.stdout.startswith("emelex work: 1 job(s) in ")
+
+
+def test_the_live_bar_appears_only_once_the_model_reports_and_goes_with_its_job() -> None:
+    import io
+
+    from emelex_workers.cli.work_display import LiveProgress
+    from emelex_workers.plugin_api import GenerationProgress
+    from emelex_workers.work_report import JobReport, JobStart
+
+    start = JobStart("j" * 36, "compaction", "s" * 36, 1, 100)
+    with LiveProgress(io.StringIO()) as live:
+        live.job_started(start)
+        assert live.progress.tasks == []  # no model has run: no "evaluating prompt" bar
+        live.job_finished(JobReport(start.id, "compaction", start.session_id, "done", "completed", 0.1))
+        live.job_started(start)
+        live.generating(start, GenerationProgress(9, 3), 64)
+        (task,) = live.progress.tasks
+        assert task.completed == 3 and task.total == 64
+        live.job_finished(JobReport(start.id, "compaction", start.session_id, "done", "completed", 0.1))
+        assert live.progress.tasks == []  # no stale bar is left for the next job

@@ -24,6 +24,7 @@ from ..sessions.rows import session_rowid
 from ..errors import InvalidInputError, JobStateError
 from .jobs import JOB_COLUMNS, JOB_FROM, JOB_RETURNING, Job, job_from_row, job_kind, job_row, registered_kinds
 from ..knowledge.source_digest import source_bytes
+from ..sessions.leases import process_identity
 from .service import RECORD_FAILURE, failure_update
 
 
@@ -56,13 +57,15 @@ class WaitingPage:
 
 
 def holder_is_dead(holder: str | None) -> bool:
-    """True when `holder` ("pid@host", as leases and claims record it) names this host and no process has that
-    pid: `os.kill(pid, 0)` raises `ProcessLookupError`. Anything else (another host, a live or reused pid, a
-    label it cannot parse) is False: never presumed dead."""
+    """True when `holder` ("pid@host#identity", as `leases.holder_label` records it) names this host, this boot
+    and this pid namespace (`leases.process_identity`), and no process has that pid: `os.kill(pid, 0)` raises
+    `ProcessLookupError`. Anything else (another host, boot or container, a label without the identity this
+    process has, a live or reused pid, a label it cannot parse) is False: never presumed dead."""
     if not holder or "@" not in holder:
         return False
-    pid, host = holder.split("@", 1)
-    if not pid.isdigit() or int(pid) <= 0 or host != socket.gethostname():
+    pid, place = holder.split("@", 1)
+    host, _, identity = place.partition("#")
+    if not pid.isdigit() or int(pid) <= 0 or host != socket.gethostname() or identity != process_identity():
         return False
     try:
         os.kill(int(pid), 0)

@@ -13,27 +13,21 @@ import sys
 from importlib import metadata
 from typing import Annotated, Any
 
-import apsw
 import typer
-from pydantic import ValidationError
 
-from emelex_memory import EmelexError, Settings
-
-from .framework import (
+from .common import (
     EXIT_ERROR,
     EXIT_USAGE,
     Abort,
-    EmelexGroup,
     EmelexTyper,
+    Lazy,
+    LazyGroup,
     NoArgsIsHelpError,
     UsageError,
     error_text,
     json_requested,
     usage_error_text,
 )
-from .memory import memory_app
-from .models import models_app
-from .plugins import plugins_app
 
 EXIT_PIPE_CLOSED = 128 + 13  # 128 + SIGPIPE: what a shell reports for a writer killed by a closed pipe
 DISTRIBUTION = "emelex-memory"
@@ -43,11 +37,16 @@ class StdoutClosed(BaseException):  # noqa: N818 - like SystemExit, a way out ra
     """Raised when the reader of stdout went away (a closed pipe): `main` exits quietly with status 141."""
 
 
-class _Root(EmelexGroup):
+class _Root(LazyGroup):
     """Root group: every expected failure becomes one line (or one JSON object under `--json`) on stderr with its
-    exit status, whichever subcommand raised it."""
+    exit status, whichever subcommand raised it. Its groups are imported when used (`emelex --help` imports none)."""
 
     json_errors = False
+    lazy_commands = {
+        "memory": Lazy("emelex_workers.cli.memory:memory_app", "Inspect and maintain the memory store."),
+        "models": Lazy("emelex_workers.cli.models:models_app", "Install, list, verify and remove local GGUF models."),
+        "plugins": Lazy("emelex_workers.cli.plugins:plugins_app", "Inspect the plugins Emelex loads."),
+    }
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
@@ -71,6 +70,11 @@ class _Root(EmelexGroup):
 
     def invoke(self, ctx: typer.Context) -> Any:
         """Invoke the subcommand, turning its expected failures into one line (or JSON object) and exit status 1."""
+        import apsw  # imported here, with the storage core, only once a command runs
+        from pydantic import ValidationError
+
+        from emelex_memory import EmelexError
+
         try:
             return super().invoke(ctx)
         except BrokenPipeError:
@@ -96,9 +100,6 @@ app = EmelexTyper(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.add_typer(memory_app, name="memory")
-app.add_typer(models_app, name="models")
-app.add_typer(plugins_app, name="plugins")
 
 
 def version() -> str:
@@ -123,6 +124,8 @@ def _root(
     )] = False,
 ) -> None:
     """Emelex: durable local memory for a local-LLM agent. Settings come from EMELEX_* and <home>/config.toml."""
+    from emelex_memory import Settings
+
     ctx.obj = ctx.obj or Settings()
 
 

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import AssetInfo, AssetNotFoundError, EmelexError, MemoryStore
+from emelex_memory import AssetInfo, AssetNotFoundError, EmelexError
 
-from .framework import EmelexTyper, JsonFlag, echo_json, page_limit, settings_of
-from .pages import echo_page
+from .common import CursorOpt, EmelexTyper, JsonFlag, echo_json, echo_page, open_store, page_limit, when
 
 assets_app = EmelexTyper(help="List, show and verify stored media assets.")
 
 SHOWN_ENTRIES = 100  # media kinds of one digest that `show` prints
 MAX_JSON_PROBLEMS = 1000  # problems `verify --json` lists; it counts them all
-
-
-def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 def _entry_dict(info: AssetInfo) -> dict:
@@ -37,12 +31,11 @@ def _entry_dict(info: AssetInfo) -> dict:
 def assets_list(
     ctx: typer.Context,
     limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Entries per page.")] = 100,
-    cursor: Annotated[Optional[str], typer.Option(
-        metavar="CURSOR", help="next_cursor printed by the previous page.")] = None,
+    cursor: CursorOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List catalogued assets in digest order: digest, media kind, bytes and how many events link each."""
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         page = store.list_assets(cursor=cursor, limit=limit)
     echo_page(
         "assets", page.assets, page.next_cursor, as_json, as_dict=_entry_dict, empty="no assets",
@@ -59,7 +52,7 @@ def assets_show(
     as_json: JsonFlag = False,
 ) -> None:
     """Show one asset: its catalog entries, its file, whether the file verifies, and the events linking it."""
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         page = store.asset_entries(digest, limit=SHOWN_ENTRIES)
         entries = page.assets
         if not entries:
@@ -89,8 +82,8 @@ def assets_show(
         typer.echo(f"  size:     {entries[0].ref.size} bytes")
         typer.echo(f"  verified: {verdict}")
         for e in entries:
-            typer.echo(f"  entry:    {e.ref.media_kind}  {e.links} links  created {_when(e.created_at)}  "
-                       f"last used {_when(e.touched_at)}")
+            typer.echo(f"  entry:    {e.ref.media_kind}  {e.links} links  created {when(e.created_at)}  "
+                       f"last used {when(e.touched_at)}")
         if page.next_cursor:
             typer.echo(f"  entry:    ... more than {len(entries)} media kinds; see `emelex memory assets list`")
         for x in linked.links:
@@ -119,7 +112,7 @@ def assets_verify(
     """
     checked = hashed = found = 0
     listed: list[dict] = []
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         while True:
             page = store.verify_assets(cursor=cursor, limit=page_size)
             checked, hashed, found = checked + page.checked, hashed + page.hashed_bytes, found + len(page.problems)

@@ -14,17 +14,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import CompactionReversal, MemoryStore
+from emelex_memory import CompactionReversal
 
-from .framework import EmelexTyper, JsonFlag, echo_json, settings_of
+from .common import EmelexTyper, JsonFlag, SessionArg, echo_json, open_store
 
 compaction_app = EmelexTyper(
     help="Undo and redo compactions: revert a Summary (replay shows what it replaced again), redo it.",
 )
-
-SessionArg = Annotated[str, typer.Argument(
-    metavar="SESSION", help="Session ID, or a unique prefix of it (at least 4 characters).", show_default=False,
-)]
 
 
 def _echo(done: CompactionReversal, as_json: bool, verb: str, after: str) -> None:
@@ -51,7 +47,7 @@ def revert(
 
     The Summary stays stored with its provenance; `redo` brings it back. Refused while the Session is in use.
     """
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         done = store.revert_compaction(store.resolve_session_id(session), summary)
     _echo(done, as_json, "reverted",
           f"; `emelex memory compaction redo {done.session_id}` brings it back")
@@ -70,6 +66,6 @@ def redo(
 
     Refused while the Session is in use, or when replay no longer starts from the Summary it compacted.
     """
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         done = store.redo_compaction(store.resolve_session_id(session), summary)
     _echo(done, as_json, "restored", "")

@@ -11,7 +11,6 @@ the tokenizer-free estimate of one token per 4 bytes and no model at all.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict
 from typing import Annotated, Optional
 
@@ -21,8 +20,23 @@ from emelex_memory import CompactionPolicy, Job, MemoryStore
 from emelex_memory.queue.jobs import STATES
 
 from ..planning import default_model_budget
-from .framework import EmelexTyper, JsonFlag, echo_json, one_of, page_limit, settings_of, share, usage_error
-from .pages import echo_page
+from ..work_report import done_detail
+from .common import (
+    CursorOpt,
+    EmelexTyper,
+    JsonFlag,
+    SessionArg,
+    echo_json,
+    echo_page,
+    known_kind,
+    one_of,
+    open_store,
+    page_limit,
+    settings_of,
+    share,
+    usage_error,
+    when,
+)
 from .work_display import cost_text
 
 jobs_app = EmelexTyper(help="Inspect and steer the compaction and distillation work queues.")
@@ -31,11 +45,6 @@ JobArg = Annotated[str, typer.Argument(
     metavar="JOB", help="Job ID, or a unique prefix of it (at least 4 characters).", show_default=False,
 )]
 LimitOpt = Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Jobs per page.")]
-CursorOpt = Annotated[Optional[str], typer.Option(metavar="CURSOR", help="next_cursor printed by the previous page.")]
-
-
-def _when(ts: float | None) -> str:
-    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 def job_dict(job: Job) -> dict:
@@ -55,16 +64,18 @@ def cost_of(job: Job) -> tuple[str, dict | None]:
 
 
 def _line(job: Job) -> str:
-    due = f" due {_when(job.due_at)}" if job.state == "pending" else ""
-    held = f" by {job.lease_holder} until {_when(job.lease_expires_at)}" if job.state == "claimed" else ""
+    due = f" due {when(job.due_at)}" if job.state == "pending" else ""
+    held = f" by {job.lease_holder} until {when(job.lease_expires_at)}" if job.state == "claimed" else ""
     label, cost = cost_of(job)
     spent = f"  {label}: {cost_text(cost)}, {cost.get('seconds', 0):.1f}s" if cost else ""
+    said = done_detail(job.result) if job.state == "done" else "completed"
+    outcome = "" if said == "completed" else f"  {said}"
     return (f"{job.id}  {job.kind:<12} {job.state:<9} attempts {job.attempts}{due}{held}  Session {job.session_id}"
-            f"{spent}")
+            f"{spent}{outcome}")
 
 
 def _line_with_diagnostics(job: Job) -> str:
-    diagnostics = [f"    {_when(d.at)}  {d.event:<9} after {d.attempts} failed  {d.message}" for d in job.diagnostics]
+    diagnostics = [f"    {when(d.at)}  {d.event:<9} after {d.attempts} failed  {d.message}" for d in job.diagnostics]
     return "\n".join([_line(job), *diagnostics])
 
 
@@ -74,7 +85,7 @@ def jobs_list(
     state: Annotated[Optional[str], typer.Option(
         metavar="STATE", callback=one_of(*STATES), help="pending, claimed, done, failed or cancelled.")] = None,
     kind: Annotated[Optional[str], typer.Option(
-        metavar="KIND", help="Only jobs of this kind, e.g. compaction.")] = None,
+        metavar="KIND", callback=known_kind, help="Only jobs of this kind, e.g. compaction.")] = None,
     session: Annotated[Optional[str], typer.Option(
         metavar="SESSION", help="Only jobs of this Session (ID or unique prefix).")] = None,
     limit: LimitOpt = 50,
@@ -82,7 +93,7 @@ def jobs_list(
     as_json: JsonFlag = False,
 ) -> None:
     """List jobs, newest first."""
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         session = None if session is None else store.resolve_session_id(session)
         page = store.list_jobs(state=state, kind=kind, session_id=session, cursor=cursor, limit=limit)
     echo_page("jobs", page.jobs, page.next_cursor, as_json, as_dict=job_dict, line=_line, empty="no jobs")
@@ -97,7 +108,7 @@ def jobs_failed(
     as_json: JsonFlag = False,
 ) -> None:
     """List terminal jobs (failed, or cancelled) with their diagnostics, newest first."""
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         page = store.failed_jobs(kind=kind, cursor=cursor, limit=limit)
     echo_page(
         "jobs", page.jobs, page.next_cursor, as_json,
@@ -108,7 +119,7 @@ def jobs_failed(
 @jobs_app.command("retry")
 def jobs_retry(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> None:
     """Reset a failed or cancelled job to pending (same ID and source, failed attempts cleared)."""
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         done = store.retry_failed_job(store.resolve_job_id(job))
     if as_json:
         echo_json("retried", job_dict(done))
@@ -119,7 +130,7 @@ def jobs_retry(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> No
 @jobs_app.command("cancel")
 def jobs_cancel(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> None:
     """Cancel a pending or claimed job without consuming an attempt; `jobs retry` brings it back."""
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         done = store.cancel_job(store.resolve_job_id(job))
     if as_json:
         echo_json("cancelled", job_dict(done))
@@ -136,21 +147,19 @@ def jobs_rescue(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> N
     one counted failure, retried by the schedule. `emelex memory work` names
     such jobs and this command.
     """
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         done = store.rescue_dead_claim(store.resolve_job_id(job))
     if as_json:
         echo_json("rescued", job_dict(done))
     elif done.state == "failed":
         typer.echo(f"job {done.id} rescued; that was its last attempt: it failed (`emelex memory jobs retry` it)")
     else:
-        typer.echo(f"job {done.id} rescued from its dead worker; pending again, due {_when(done.due_at)}")
+        typer.echo(f"job {done.id} rescued from its dead worker; pending again, due {when(done.due_at)}")
 
 
 def compact(
     ctx: typer.Context,
-    session: Annotated[str, typer.Argument(
-        metavar="SESSION", help="Session ID, or a unique prefix of it (at least 4 characters).", show_default=False,
-    )],
+    session: SessionArg,
     context_window: Annotated[Optional[int], typer.Option(
         metavar="TOKENS", min=1,
         help="Plan for this window (tokens), estimating 4 bytes per token, instead of the default model's.",

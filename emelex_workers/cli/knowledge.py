@@ -7,27 +7,21 @@ identity, so another directory never sees it.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from emelex_memory import KnowledgeEntry, KnowledgeVersion, MemoryStore
 from emelex_memory.core.cursors import MAX_SQL_INT
 
-from .framework import EmelexTyper, JsonFlag, echo_json, page_limit, settings_of
-from .pages import echo_page
+from .common import CursorOpt, EmelexTyper, JsonFlag, echo_json, echo_page, open_store, page_limit, settings_of, when
 
 knowledge_app = EmelexTyper(help="Inspect and curate the current workspace's Knowledge.")
 
 WorkspaceOpt = Annotated[Path, typer.Option(
     "--workspace", "-w", metavar="DIR", show_default=False, help="Workspace directory (default: current).")]
 KeyArg = Annotated[str, typer.Argument(metavar="KEY", help="Knowledge key.", show_default=False)]
-
-
-def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 def version_dict(v: KnowledgeVersion) -> dict:
@@ -84,12 +78,11 @@ def knowledge_list(
     workspace: WorkspaceOpt = Path("."),
     include_forgotten: Annotated[bool, typer.Option("--all", help="Include forgotten (tombstoned) entries.")] = False,
     limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Entries per page.")] = 50,
-    cursor: Annotated[Optional[str], typer.Option(
-        metavar="CURSOR", help="next_cursor printed by the previous page.")] = None,
+    cursor: CursorOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List the workspace's Knowledge by key."""
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         page = store.recall(workspace, cursor=cursor, limit=limit, include_tombstones=include_forgotten)
     echo_page(
         "entries", page.entries, page.next_cursor, as_json,
@@ -102,14 +95,14 @@ def knowledge_show(
     ctx: typer.Context, key: KeyArg, workspace: WorkspaceOpt = Path("."), as_json: JsonFlag = False
 ) -> None:
     """Show one entry, forgotten or not, with its provenance."""
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         e = store.get_knowledge(workspace, key)
     if as_json:
         echo_json("found", entry_dict(e))
         return
     typer.echo(f"Knowledge {e.key}")
     typer.echo(f"  state:      {'forgotten' if e.tombstoned else 'live'}{', pinned' if e.pinned else ''}")
-    typer.echo(f"  version:    {e.head.version} by {e.head.origin}, {_when(e.head.created_at)}")
+    typer.echo(f"  version:    {e.head.version} by {e.head.origin}, {when(e.head.created_at)}")
     typer.echo(f"  confidence: {e.confidence:.2f}")
     typer.echo(f"  source:     {_source_line(e.head)}")
     if e.content is not None:
@@ -127,7 +120,7 @@ def knowledge_history(
     as_json: JsonFlag = False,
 ) -> None:
     """Show an entry's immutable versions, oldest first."""
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         page = store.knowledge_history(workspace, key, after, limit=limit)
     if as_json:
         versions = [version_dict(v) for v in page.versions]
@@ -135,7 +128,7 @@ def knowledge_history(
         return
     for v in page.versions:
         what = "TOMBSTONE" if v.tombstone else (v.content or "").replace("\n", " ")[:120]
-        typer.echo(f"v{v.version:<4} {_when(v.created_at)}  {v.origin:<12} conf {v.confidence:.2f}  {what}")
+        typer.echo(f"v{v.version:<4} {when(v.created_at)}  {v.origin:<12} conf {v.confidence:.2f}  {what}")
         typer.echo(f"      source: {_source_line(v)}")
     if not page.done:
         typer.echo(f"more: --after {page.next_cursor}")
@@ -165,7 +158,7 @@ def knowledge_remember(
 
 
 def _set_pin(ctx: typer.Context, key: str, workspace: Path, pinned: bool, as_json: bool) -> None:
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         entry = store.pin(workspace, key) if pinned else store.unpin(workspace, key)
     outcome = "pinned" if pinned else "unpinned"
     if as_json:
@@ -195,7 +188,7 @@ def knowledge_forget(
     ctx: typer.Context, key: KeyArg, workspace: WorkspaceOpt = Path("."), as_json: JsonFlag = False
 ) -> None:
     """Forget an entry: appends a tombstone (history stays until `maintain` purges it after the grace period)."""
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         v = store.forget(workspace, key)
     if as_json:
         echo_json("forgotten", {"key": key, **version_dict(v)})

@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from emelex_memory import MaintenanceError, MaintenanceReport, MemoryStore
+from emelex_memory import MaintenanceError, MaintenanceReport
 
-from .framework import JsonFlag, echo_json, error_text, settings_of
+from .common import JsonFlag, echo_json, error_text, open_store
 
 _LINES = (
     ("leases_failed", "stale Session leases marked failed"),
@@ -39,7 +39,7 @@ def maintain(
     Knowledge. Retention periods are settings (see docs/knowledge.md).
     """
     failure = None
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         try:
             report = store.maintain(vacuum=vacuum, dry_run=dry_run)
         except MaintenanceError as exc:

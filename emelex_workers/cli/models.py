@@ -12,7 +12,7 @@ import typer
 from emelex_memory import InstalledModel
 
 from ..models import DamagedModel, ModelManager
-from .framework import EmelexTyper, JsonFlag, echo_json, settings_of, usage_error
+from .common import EmelexTyper, JsonFlag, echo_json, settings_of, usage_error
 
 models_app = EmelexTyper(help="Install, list, verify and remove local GGUF models.")
 NameArg = Annotated[str, typer.Argument(

@@ -3,7 +3,9 @@
 Output. On stderr, a line when each job starts (kind, job, Session, source
 tokens) and when it ends (outcome, seconds, prompt and generated tokens); on a
 terminal, a live bar of the tokens generated and tokens per second in between.
-On stdout, one summary line when any job ran, then a line for every job left
+On stdout, one summary line when any job ran, then a line for every done job
+whose result says more than "completed" (what a distillation applied, what
+the guards rejected, or why it saved nothing), then a line for every job left
 waiting and why (held by a worker, its Session in use, a retry not yet due),
 with the command that frees a job whose worker died on this host. Nothing at
 all when there was nothing to do (a Home without a store yet is such an idle
@@ -29,7 +31,7 @@ from emelex_memory import COMPACTION_KIND, DISTILL_KIND, MemoryStore, NoStoreErr
 
 from ..work import GracefulStop, Worker
 from ..work_report import WorkObserver, WorkReport
-from .framework import JsonFlag, echo_json, one_of, settings_of
+from .common import JsonFlag, echo_json, one_of, settings_of
 from .work_display import LiveProgress, PlainLines, waiting_line
 
 EXIT_JOB_FAILED = 3
@@ -95,10 +97,16 @@ def work(
 
 
 def _print(report: WorkReport, quiet: bool) -> None:
-    """The summary line when anything ran, then (unless `quiet`) why each job left waiting waits."""
+    """The summary line when anything ran, then (unless `quiet`) what each done job that saved something or
+    nothing says (`done: distill job J: completed; 3 applied, ...`) and why each job left waiting waits."""
     if not report.idle:
         typer.echo(report.summary_line())
-    if quiet or report.waiting is None:
+    if quiet:
+        return
+    for job in report.jobs:
+        if job.status == "done" and job.detail != "completed":
+            typer.echo(f"done: {job.kind} job {job.id}: {job.detail}")
+    if report.waiting is None:
         return
     for waiting in report.waiting.jobs:
         typer.echo(waiting_line(waiting, report.stopped))

@@ -10,20 +10,19 @@ tokens per second. Elsewhere the same start and end lines are printed plainly.
 from __future__ import annotations
 
 import time
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import typer
 
 from emelex_memory import WaitingJob
 
-from ..plugin_api import GenerationProgress
 from ..work_report import JobReport, JobStart, WorkObserver
+from .common import when
+
+if TYPE_CHECKING:
+    from ..plugin_api import GenerationProgress
 
 REFRESH_S = 0.1  # redraw at most this often (the first report of every model call is always drawn)
-
-
-def _when(ts: float | None) -> str:
-    return "?" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 def start_line(job: JobStart) -> str:
@@ -44,9 +43,10 @@ def cost_text(cost: dict[str, Any] | None) -> str:
 
 
 def end_line(report: JobReport) -> str:
-    """`[compaction] job J  done in 3.2s (812 prompt + 64 generated tokens)`, plus the detail of a failure."""
+    """`[compaction] job J  done in 3.2s (812 prompt + 64 generated tokens)`, plus the detail of a failure or of
+    what a done job saved (`completed; 3 applied, ...`; nothing for a plain "completed")."""
     spent = cost_text(report.cost)
-    detail = "" if report.status == "done" else f": {report.detail[:160]}"
+    detail = "" if report.detail == "completed" else f": {report.detail[:160]}"
     return (f"[{report.kind}] job {report.id}  {report.status} in {report.seconds:.1f}s"
             f"{f' ({spent})' if spent else ''}{detail}")
 
@@ -55,15 +55,16 @@ def waiting_line(waiting: WaitingJob, stopped: str) -> str:
     """Why one job was left waiting, with the command that frees it when its worker is dead."""
     job = waiting.job
     head = f"waiting: {job.kind} job {job.id}  Session {job.session_id}: "
+    until = when(waiting.until, "?")
     if waiting.reason == "held":
         if waiting.holder_dead:
-            return (head + f"held by worker {waiting.holder} until {_when(waiting.until)}, but that process is gone "
+            return (head + f"held by worker {waiting.holder} until {until}, but that process is gone "
                     f"(no such pid on this host); free it now with `emelex memory jobs rescue {job.id}`")
-        return head + f"held by worker {waiting.holder} until {_when(waiting.until)}"
+        return head + f"held by worker {waiting.holder} until {until}"
     if waiting.reason == "session-in-use":
-        return head + f"Session in use by {waiting.holder} until {_when(waiting.until)}"
+        return head + f"Session in use by {waiting.holder} until {until}"
     if waiting.reason == "not-due":
-        return head + f"retrying after {job.attempts} failed attempt(s); due at {_when(waiting.until)}"
+        return head + f"retrying after {job.attempts} failed attempt(s); due at {until}"
     return head + f"due now, not run: this run stopped ({stopped})"
 
 
@@ -109,16 +110,16 @@ class LiveProgress(WorkObserver):
         self.progress.stop()
 
     def job_started(self, job: JobStart) -> None:
-        """Print the start line and show the job's bar, waiting for the model's first token."""
+        """Print the start line; the job's bar appears with the model's first report (a job that runs no model
+        gets none)."""
+        self._drop_bar()
         self.progress.console.print(start_line(job), markup=False, highlight=False)
-        self._task = self.progress.add_task(f"[{job.kind}] {job.id[:8]}", total=None, tokens="evaluating prompt",
-                                            rate="")
         self._last_generated = -1
 
     def generating(self, job: JobStart, progress: GenerationProgress, max_tokens: int | None) -> None:
-        """Move the bar: tokens generated of at most `max_tokens`, and tokens per second in this call."""
+        """Show or move the bar: tokens generated of at most `max_tokens`, and tokens per second in this call."""
         if self._task is None:
-            return
+            self._task = self.progress.add_task(f"[{job.kind}] {job.id[:8]}", total=max_tokens, tokens="", rate="")
         now = self.clock()
         first = progress.generated_tokens < self._last_generated or self._last_generated < 0
         if first:
@@ -136,7 +137,12 @@ class LiveProgress(WorkObserver):
 
     def job_finished(self, report: JobReport) -> None:
         """Remove the bar and print the end line."""
+        self._drop_bar()
+        self.progress.console.print(end_line(report), markup=False, highlight=False)
+
+    def _drop_bar(self) -> None:
+        """Remove the current bar, if any, and redraw, so none outlives its job."""
         if self._task is not None:
             self.progress.remove_task(self._task)
             self._task = None
-        self.progress.console.print(end_line(report), markup=False, highlight=False)
+            self.progress.refresh()

@@ -4,16 +4,14 @@ directory (audited)."""
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from emelex_memory import MemoryStore, WorkspaceInfo
+from emelex_memory import WorkspaceInfo
 
-from .framework import EmelexTyper, JsonFlag, echo_json, page_limit, settings_of
-from .pages import echo_page
+from .common import CursorOpt, EmelexTyper, JsonFlag, echo_json, echo_page, open_store, page_limit, when
 
 workspaces_app = EmelexTyper(help="List known workspaces; rebind one whose directory was replaced (e.g. re-cloned).")
 
@@ -21,10 +19,6 @@ workspaces_app = EmelexTyper(help="List known workspaces; rebind one whose direc
 def _line(w: WorkspaceInfo) -> str:
     return (f"{w.id:>4}  {w.status:<10} {w.sessions:>4} Sessions  {w.knowledge:>4} Knowledge  {w.rebinds:>3} rebinds  "
             f"{w.path or '(path unknown)'}")
-
-
-def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 def _identity(path: str | None, device: int, inode: int, generation: int | None, birth_ns: int | None) -> str:
@@ -36,13 +30,12 @@ def _identity(path: str | None, device: int, inode: int, generation: int | None,
 def workspaces_list(
     ctx: typer.Context,
     limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Workspaces per page.")] = 50,
-    cursor: Annotated[Optional[str], typer.Option(
-        metavar="CURSOR", help="next_cursor printed by the previous page.")] = None,
+    cursor: CursorOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """List known workspaces: ID, whether the path still is that directory (present), another one (replaced) or
     nothing (missing), and their Session and live Knowledge counts."""
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         page = store.list_workspaces(cursor=cursor, limit=limit)
     echo_page("workspaces", page.workspaces, page.next_cursor, as_json,
               as_dict=dataclasses.asdict, line=_line, empty="no known workspaces")
@@ -54,13 +47,12 @@ def workspaces_show(
     workspace_id: Annotated[int, typer.Argument(
         metavar="WORKSPACE_ID", show_default=False, help="ID from `workspaces list`.")],
     limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Rebind records per page.")] = 50,
-    cursor: Annotated[Optional[str], typer.Option(
-        metavar="CURSOR", help="next_cursor printed by the previous page.")] = None,
+    cursor: CursorOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Show one workspace: its identity, status and counts, and its rebind history (who, when, from what), oldest
     first."""
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         w = store.get_workspace(workspace_id)
         page = store.workspace_rebinds(workspace_id, cursor=cursor, limit=limit)
     if as_json:
@@ -69,10 +61,10 @@ def workspaces_show(
         return
     typer.echo(f"workspace {w.id}: {w.status}, {w.sessions} Sessions, {w.knowledge} Knowledge, {w.rebinds} rebinds")
     typer.echo(f"  directory: {_identity(w.path, w.device, w.inode, w.generation, w.birth_ns)}")
-    typer.echo(f"  known since {_when(w.created_at)}")
+    typer.echo(f"  known since {when(w.created_at)}")
     for r in page.rebinds:
         retired = f"; retired the empty workspace {r.retired}" if r.retired else ""
-        typer.echo(f"  rebound {_when(r.rebound_at)} by {r.rebound_by}{retired}")
+        typer.echo(f"  rebound {when(r.rebound_at)} by {r.rebound_by}{retired}")
         typer.echo(f"    from {_identity(r.old_path, r.old_device, r.old_inode, r.old_generation, r.old_birth_ns)}")
         typer.echo(f"    to   {_identity(r.new.path, r.new.device, r.new.inode, r.new.generation, r.new.birth_ns)}")
     if page.next_cursor:
@@ -91,7 +83,7 @@ def workspaces_rebind(
 ) -> None:
     """Make DIRECTORY workspace WORKSPACE_ID: its Sessions resume and its Knowledge is recalled there. Recorded with
     who, when and both identities. Refused while one of its Sessions is leased or DIRECTORY is another workspace."""
-    with MemoryStore.open(settings_of(ctx), create=False) as store:
+    with open_store(ctx) as store:
         r = store.rebind_workspace(workspace_id, directory, confirm=yes)
     if as_json:
         echo_json("rebound" if r.changed else "unchanged", dataclasses.asdict(r))

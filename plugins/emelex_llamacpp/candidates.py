@@ -6,8 +6,12 @@ pure conversation (only words like "thanks", "sure", "noted"), and sentences
 over `MAX_CANDIDATE_CHARS`. For facts, also dropped: proposals ("We could
 ...", "Maybe ...", "How about ...") and the last sentence of an event the
 other side answers with a rejection ("No, ...", "Not now", "Absolutely not").
-Lines of an earlier extractive Summary ("user: ...") count as sentences of
-that speaker. Duplicates (once normalized) are kept once, first occurrence.
+Lines of an earlier Summary count as sentences of the speaker their label
+names ("user: ...", "assistant: ...", "summary: ..."; a line without one is
+the Summary's own, speaker "summary"), the label itself not part of any
+sentence. Fact candidates never come from a Summary event: it is the
+pipeline's own output, not what the conversation said. Duplicates (once
+normalized) are kept once, first occurrence.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from emelex_memory import Event
-from emelex_workers.faithfulness import content_words, normalize, sentences, stem
+from emelex_workers.faithfulness import SPEAKER_LABEL, content_words, normalize, sentences, stem
 from emelex_workers.plugin_api import event_body
 
 MAX_CANDIDATE_CHARS = 240
@@ -32,7 +36,6 @@ _PROPOSAL = re.compile(
     r"do you want\b|want to\b|let's consider\b|one option\b)", re.IGNORECASE)
 _REJECTION = re.compile(r"^(?:no\b|nope\b|not now\b|not yet\b|absolutely not\b|don't\b|do not\b|rather not\b|"
                         r"never\b|let's not\b)", re.IGNORECASE)
-_SPEAKER_LINE = re.compile(r"^(user|assistant): ", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -44,15 +47,18 @@ class Candidate:
     speaker: str
 
 
-def _statements(events: Sequence[Event]) -> list[tuple[int, str, list[str]]]:
-    """(event index, speaker, sentences) per event; an earlier Summary's "speaker: " lines keep their speaker."""
+def _statements(events: Sequence[Event], *, summaries: bool) -> list[tuple[int, str, list[str]]]:
+    """(event index, speaker, sentences) per event, Summary events only with `summaries`; an earlier Summary's
+    labelled lines keep their speaker."""
     out = []
     for index, event in enumerate(events):
         body = event_body(event)
         if event.kind == "summary":
+            if not summaries:
+                continue
             for line in body.splitlines():
-                match = _SPEAKER_LINE.match(line)
-                speaker = match.group(1).lower() if match else "summary"
+                match = SPEAKER_LABEL.match(line)
+                speaker = match.group(0)[:-2].lower() if match else "summary"
                 out.append((index, speaker, sentences(line[match.end():] if match else line)))
         else:
             out.append((index, event.kind, sentences(body)))
@@ -65,9 +71,9 @@ def chatter(sentence: str) -> bool:
 
 
 def candidates(events: Sequence[Event], *, facts: bool) -> list[Candidate]:
-    """The candidate statements of `events` in source order (see the module docstring); `facts` adds the
-    proposal and rejection filters."""
-    statements = _statements(events)
+    """The candidate statements of `events` in source order (see the module docstring); `facts` leaves Summary
+    events out and adds the proposal and rejection filters."""
+    statements = _statements(events, summaries=not facts)
     rejected: set[tuple[int, str]] = set()
     if facts:
         for (i, speaker, parts), (_j, other, reply) in zip(statements, statements[1:], strict=False):

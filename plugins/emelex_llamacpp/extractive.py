@@ -6,20 +6,33 @@ are verbatim sentences of its events.
 *Summary.* The statements that carry the most of what a compacted history
 must keep are chosen greedily: each step takes the statement with the most
 new key names (identifiers, file names, numbers; weighted 3) plus new
-content words per token, until the Summary reaches its length: a third of
-the source's tokens (at least 48, at most the job's budget and 384). They
-are written in source order, one line per event, `speaker: sentence ...`,
-with a full stop added to a sentence that had no terminal punctuation. No
+content words per token, until the Summary reaches its length: half the
+source's tokens (at least 48), at most the job's Summary budget. A step of
+a long compaction summarizes the previous Summary and a new slice of the
+conversation: every statement of the new slice that adds anything is taken
+first (by the same rule), and the previous Summary's lines fill the room
+left, so a step never just repeats the previous Summary. Ties go to the
+earlier statement. They are
+written in source order, one line per event, `speaker: sentence ...`,
+verbatim but for one thing: a sentence without terminal punctuation (the
+end of a line or message) gets a full stop, so that sentences written on one
+line stay apart for the guards and for the next step's Summary. No
 model call: on the quality benchmark's development set the 135M model's own
-choices were no better than chance (see benchmarks/RESULTS.md).
+choices were no better than chance (see benchmarks/RESULTS.md), so the
+Summary's content is chosen by these rules alone.
 
 *Knowledge.* Every fact candidate becomes a Knowledge candidate with that
 statement, verbatim, as its content. The model labels each with a topic
 chosen from the statement's own words: one grammar-constrained call per 24
 statements, whose JSON schema gives every statement an `enum` of its key
 names and content words, so the label too can only quote the statement.
-The key is the label's slug (made unique with the statement's next word).
-The confidence is measured, not chosen: 0.5 + 0.4 x the statement's
+The key (`knowledge_key`) is 2 to 4 words of the statement (a key name
+such as `setup.py` counts as one word), the label first, then the
+statement's other topic options in order; the same statement
+always gets the key it already has in the workspace's Knowledge, and a key
+that already names a different statement (in the workspace's Knowledge as
+the distiller is shown it, or earlier in the job) is never reused: the key
+grows by a word, up to 4, then takes a number. The confidence is measured, not chosen: 0.5 + 0.4 x the statement's
 corroboration (`faithfulness.corroboration`), rounded to two decimals.
 """
 
@@ -30,7 +43,15 @@ import math
 import re
 
 from emelex_memory import KnowledgeCandidate
-from emelex_workers.faithfulness import STOP_WORDS, content_words, corroboration, key_names, terminated, words
+from emelex_workers.faithfulness import (
+    STOP_WORDS,
+    content_words,
+    corroboration,
+    key_names,
+    normalize,
+    terminated,
+    words,
+)
 from emelex_workers.plugin_api import DistillRequest, SummaryRequest, event_body
 
 from .binding import generate
@@ -39,7 +60,6 @@ from .prompts import MAX_KEY_CHARS, fit, slug
 
 SUMMARY_SHARE = 1 / 2
 MIN_SUMMARY_TOKENS = 48
-MAX_SUMMARY_TOKENS = 384
 KEY_NAME_WEIGHT = 3
 LABEL_BATCH = 24
 LABEL_OPTIONS = 8
@@ -91,9 +111,10 @@ def summarize(request: SummaryRequest) -> str:
     """An extractive Summary of the job's source (see the module docstring), within `request.budget_tokens`."""
     model = request.model
     source_tokens = sum(model.count_tokens(event_body(e)) for e in request.events)
-    target = min(request.budget_tokens, MAX_SUMMARY_TOKENS,
-                 max(MIN_SUMMARY_TOKENS, math.ceil(SUMMARY_SHARE * source_tokens)))
+    target = min(request.budget_tokens, max(MIN_SUMMARY_TOKENS, math.ceil(SUMMARY_SHARE * source_tokens)))
     pool = _pool(request)
+    fresh = {id(c): request.events[c.event].kind != "summary" for c in pool}
+    order = {id(c): -i for i, c in enumerate(pool)}
     cost = {id(c): model.count_tokens(c.text) + 2 for c in pool}
     chosen: list[Candidate] = []
     covered: set[str] = set()
@@ -101,7 +122,8 @@ def summarize(request: SummaryRequest) -> str:
     used = 0
     remaining = list(pool)
     while remaining:
-        best = max(remaining, key=lambda c: (_gain(c, covered, seen) / cost[id(c)], -pool.index(c)))
+        best = max(remaining, key=lambda c: (fresh[id(c)] and _gain(c, covered, seen) > 0,
+                                             _gain(c, covered, seen) / cost[id(c)], order[id(c)]))
         remaining.remove(best)
         if _gain(best, covered, seen) == 0:
             break
@@ -156,29 +178,45 @@ def _labels(request: DistillRequest, batch: list[Candidate]) -> list[str]:
     return [chosen.get(str(i + 1)) if chosen.get(str(i + 1)) in opts else opts[0] for i, opts in enumerate(options)]
 
 
-def _unique_key(label: str, statement: str, taken: set[str]) -> str:
-    """`label`'s slug; when taken, with the statement's next option appended, else with a number."""
-    key = slug(label)
-    for extra in label_options(statement):
-        if key not in taken:
+MIN_KEY_WORDS, MAX_KEY_WORDS = 2, 4
+MAX_KEY_LENGTH = 64
+
+
+def knowledge_key(label: str, statement: str, taken: dict[str, str]) -> str:
+    """The key for `statement` labelled `label` (see the module docstring). `taken` maps the keys already in use
+    (the workspace's Knowledge and this job's keys) to their normalized content; a key whose content is the
+    statement's is reused, one with other content never."""
+    norm = normalize(statement)
+    for key, content in taken.items():
+        if content == norm:
             return key
-        key = slug(f"{label} {extra}") if extra != label else key
-    base, n = key, 2
-    while key in taken:
-        key, n = f"{base}-{n}", n + 1
+    parts: list[str] = []  # slugs of whole words: a key name such as "setup.py" is one word, "setup-py"
+    for option in [label, *label_options(statement)]:
+        part = slug(option)
+        if part and not set(part.split("-")) <= {w for p in parts for w in p.split("-")}:
+            parts.append(part)
+    parts = parts or ["fact"]
+    key = parts[0]
+    for n in range(MIN_KEY_WORDS, MAX_KEY_WORDS + 1):
+        key = "-".join(parts[:n])[:MAX_KEY_LENGTH].strip("-")
+        if n >= len(parts) or key not in taken:
+            break
+    base, number = key, 2
+    while taken.get(key, norm) != norm:
+        key, number = f"{base}-{number}", number + 1
     return key
 
 
 def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
     """Every fact candidate of the source as Knowledge, labelled by the model (see the module docstring)."""
     found = candidates(request.data.events, facts=True)[: request.max_candidates]
-    sources = [event_body(e) for e in request.data.events]
-    taken: set[str] = set()
+    sources = [event_body(e) for e in request.data.events if e.kind != "summary"]  # a Summary supports nothing
+    taken = {e.key: normalize(e.content) for e in request.data.knowledge if e.content is not None}
     out: list[KnowledgeCandidate] = []
     for start in range(0, len(found), LABEL_BATCH):
         batch = found[start : start + LABEL_BATCH]
         for c, label in zip(batch, _labels(request, batch), strict=True):
-            key = _unique_key(label, c.text, taken)
-            taken.add(key)
+            key = knowledge_key(label, c.text, taken)
+            taken[key] = normalize(c.text)
             out.append(KnowledgeCandidate(key, c.text, round(0.5 + 0.4 * corroboration(c.text, sources), 2)))
     return out

@@ -133,13 +133,14 @@ def slug(key: str) -> str:
 def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
     """Ask the model for facts under a JSON schema; keep the first per key, with a measured confidence."""
     model, data = request.model, request.data
+    said = [e for e in data.events if e.kind != "summary"]  # a Summary is the pipeline's output, not a source of facts
     known = "\n".join(f"- {e.key}: {e.content}" for e in data.knowledge[:50]) or "(none)"
     limit = max(1, min(MAX_FACTS, request.max_candidates))
     messages = [
         {"role": "system", "content": f"{DISTILL_SYSTEM} Already known:\n{known}"},
         {"role": "user", "content": f"Conversation:\n{EXAMPLE_CONVERSATION}\n\nFacts as JSON:"},
         {"role": "assistant", "content": EXAMPLE_FACTS},
-        {"role": "user", "content": f"Conversation:\n{_transcript(data.events)}\n\nFacts as JSON:"},
+        {"role": "user", "content": f"Conversation:\n{_transcript(said)}\n\nFacts as JSON:"},
     ]
     raw = generate(model, messages, max_tokens=fit(model, messages, DISTILL_MAX_TOKENS, "distillation"),
                    json_schema=fact_schema(limit), attempt=request.attempt).text
@@ -147,7 +148,7 @@ def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
         facts = json.loads(raw)["facts"]
     except (ValueError, KeyError, TypeError):
         raise ValueError(f"the model's distillation output is not the JSON asked for: {raw[:200]!r}") from None
-    sources = [event_body(e) for e in data.events]
+    sources = [event_body(e) for e in said]
     candidates: dict[str, KnowledgeCandidate] = {}
     for fact in facts if isinstance(facts, list) else []:
         if not isinstance(fact, dict):

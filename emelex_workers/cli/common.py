@@ -1,4 +1,5 @@
-"""What every `emelex` command shares: plain `--help` with placeholders, and errors as one line or one JSON object.
+"""What every `emelex` command shares: plain `--help` with placeholders, errors as one line or one JSON object,
+the common arguments and options, timestamps, and printing one page of a paged listing.
 
 Help is rendered the same way whatever typer and rich versions are
 installed: `Usage: emelex memory sessions show [OPTIONS] SESSION`, then the
@@ -11,15 +12,18 @@ with the same exit status.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
-from collections.abc import Sequence
-from typing import Annotated, Any
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, NamedTuple, Optional, TypeVar
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from emelex_memory import Settings
+if TYPE_CHECKING:
+    from emelex_memory import MemoryStore, Settings
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -30,12 +34,31 @@ UsageError: type[Exception] = CLICK_EXCEPTIONS.UsageError
 Abort: type[BaseException] = typer.Abort
 NoArgsIsHelpError: type[Exception] | None = getattr(CLICK_EXCEPTIONS, "NoArgsIsHelpError", None)
 
+T = TypeVar("T")
+
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for machines (errors too, on stderr).")]
+SessionArg = Annotated[str, typer.Argument(
+    metavar="SESSION", help="Session ID, or a unique prefix of it (at least 4 characters).", show_default=False,
+)]
+CursorOpt = Annotated[Optional[str], typer.Option(metavar="CURSOR", help="next_cursor printed by the previous page.")]
+
+
+def when(ts: float | None, missing: str = "-") -> str:
+    """A timestamp as local `YYYY-MM-DD HH:MM:SS`, or `missing` when there is none."""
+    return missing if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 def settings_of(ctx: typer.Context) -> Settings:
     """The `Settings` the root command built for this invocation."""
     return ctx.find_root().obj
+
+
+def open_store(ctx: typer.Context) -> MemoryStore:
+    """The existing store of this invocation's Home, opened (never created: `NoStoreError` when there is none); use
+    it as a context manager."""
+    from emelex_memory import MemoryStore  # imported here: `emelex --help` does not load the storage core
+
+    return MemoryStore.open(settings_of(ctx), create=False)
 
 
 def page_limit(ctx: typer.Context, value: int | None) -> int | None:
@@ -54,6 +77,16 @@ def one_of(*choices: str):
         return value
 
     return check
+
+
+def known_kind(value: str | None) -> str | None:
+    """Option callback: a registered job kind (or no value), else a usage error naming the flag and the kinds."""
+    from emelex_memory import registered_kinds  # here: importing the CLI must not import the core
+
+    kinds = registered_kinds()
+    if value is not None and value not in kinds:
+        raise typer.BadParameter(f"must be one of {', '.join(kinds)}, got {value!r}")
+    return value
 
 
 def share(value: float) -> float:
@@ -85,6 +118,30 @@ def error_text(kind: str, message: str, as_json: bool) -> str:
 def echo_json(outcome: str, data: dict[str, Any]) -> None:
     """Print one JSON object on stdout: `{"outcome": outcome, **data}`."""
     typer.echo(json.dumps({"outcome": outcome, **data}, default=str))
+
+
+def echo_page(
+    name: str,
+    items: Sequence[T],
+    next_cursor: str | None,
+    as_json: bool,
+    *,
+    as_dict: Callable[[T], dict],
+    line: Callable[[T], str],
+    empty: str,
+) -> None:
+    """Print a page: with `as_json` one JSON object `{"outcome": "listed", name: [as_dict(item)...],
+    "next_cursor": ...}`; otherwise `line(item)` for each item, `empty` when there are none, and the `--cursor` to
+    pass for the next page."""
+    if as_json:
+        echo_json("listed", {name: [as_dict(i) for i in items], "next_cursor": next_cursor})
+        return
+    for item in items:
+        typer.echo(line(item))
+    if not items:
+        typer.echo(empty)
+    if next_cursor:
+        typer.echo(f"more: --cursor {next_cursor}")
 
 
 def usage_error_text(exc: Exception, as_json: bool) -> str:
@@ -160,13 +217,71 @@ class EmelexGroup(PlainHelp, TyperGroup):
     """Every `emelex` command group: plain help."""
 
 
+class Lazy(NamedTuple):
+    """A subcommand imported only when it runs or its own help is asked for: `target` is "module:attribute", a
+    `typer.Typer` (a group) or a command function; `help` is the first paragraph of its help, which the parent's
+    `--help` lists without importing it (a test checks the two agree)."""
+
+    target: str
+    help: str
+
+
+class LazyGroup(EmelexGroup):
+    """A command group whose subcommands in `lazy_commands` (name: `Lazy`, in listing order) are imported on first
+    use, so a command pays only for the modules it runs; they are listed after any registered directly."""
+
+    lazy_commands: ClassVar[dict[str, Lazy]] = {}
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """The registered subcommands, then the lazy ones not yet loaded."""
+        return [*super().list_commands(ctx), *(n for n in self.lazy_commands if n not in self.commands)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        """The subcommand `cmd_name`, importing it first when it is lazy."""
+        if cmd_name not in self.commands and cmd_name in self.lazy_commands:
+            self.add_command(load_command(cmd_name, self.lazy_commands[cmd_name].target), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The Commands section, as click writes it, taking a lazy subcommand's help from its `Lazy` entry."""
+        rows = [(name, self.command_summary(ctx, name)) for name in self.list_commands(ctx)]
+        rows = [(name, cmd) for name, cmd in rows if cmd is not None and not cmd.hidden]
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in rows])
+
+    def command_summary(self, ctx: Any, name: str) -> Any:
+        """The subcommand `name` if it is loaded, else a stand-in carrying its `Lazy` help (nothing is imported)."""
+        if name in self.commands or name not in self.lazy_commands:
+            return super().get_command(ctx, name)
+        return EmelexCommand(name=name, help=self.lazy_commands[name].help)
+
+
+def load_command(name: str, target: str) -> Any:
+    """Import `target` ("module:attribute") and make it the click command `name`: a `typer.Typer` becomes a group,
+    a function a command."""
+    module, _, attribute = target.partition(":")
+    obj = getattr(importlib.import_module(module), attribute)
+    if isinstance(obj, typer.Typer):
+        command = typer.main.get_group(obj)
+    else:
+        single = EmelexTyper()
+        single.command(name)(obj)
+        command = typer.main.get_command(single)
+    command.name = name
+    return command
+
+
 class EmelexTyper(typer.Typer):
     """A `typer.Typer` whose groups and commands print plain help; groups show their help when given no command."""
 
     def __init__(self, **kwargs: Any) -> None:
-        """As `typer.Typer`, defaulting `cls` to `EmelexGroup` and `no_args_is_help` to True."""
+        """As `typer.Typer`, defaulting `cls` to `EmelexGroup`, `no_args_is_help` to True and `add_completion` to
+        False."""
         kwargs.setdefault("cls", EmelexGroup)
         kwargs.setdefault("no_args_is_help", True)
+        kwargs.setdefault("add_completion", False)
         super().__init__(**kwargs)
 
     def command(self, name: str | None = None, *, cls: type | None = None, **kwargs: Any) -> Any:

@@ -1,0 +1,98 @@
+"""Start-up: `emelex --help` and `emelex memory work` on an empty queue against importing our dependencies alone.
+
+Each probe is a fresh interpreter, timed from spawn to exit:
+
+- deps: `python -c "import apsw, pluggy, pydantic_settings, typer"`, the baseline;
+- help: `emelex --help`;
+- work: `emelex memory work` on a store with an empty queue;
+- core: `python -c "import emelex_memory"`, and core-deps: `python -c "import apsw, pydantic_settings"`, whose
+  difference is the storage core's own import, the share of `work` the CLI cannot make lazy.
+
+The probes run in rounds, one of each per round in a rotating order, so the machine's load hits all alike;
+each figure is the median over the rounds, and a ratio is the median of the per-round ratios. Writes the
+`startup` section of benchmarks/RESULTS.md (target: each ratio at most 1.3).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+from results import write_section
+
+from emelex_memory import MemoryStore, Settings
+
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "21"))
+TARGET = 1.3
+CLI = [sys.executable, "-c", "from emelex_workers.cli import main; main()"]
+PROBES = {
+    "deps": [sys.executable, "-c", "import apsw, pluggy, pydantic_settings, typer"],
+    "help": [*CLI, "--help"],
+    "work": [*CLI, "memory", "work"],
+    "core": [sys.executable, "-c", "import emelex_memory"],
+    "core-deps": [sys.executable, "-c", "import apsw, pydantic_settings"],
+}
+
+
+def _run(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def measure(home: Path) -> dict[str, list[float]]:
+    """Seconds per probe and round, the probes alternating within each round."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMELEX_")}
+    env["EMELEX_HOME"] = str(home)
+    MemoryStore.open(Settings(home=home)).close()
+    names = list(PROBES)
+    for name in names:  # warm the OS caches and the bytecode
+        _run(PROBES[name], env)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(ROUNDS):
+        for name in names[i % len(names):] + names[: i % len(names)]:
+            times[name].append(_run(PROBES[name], env))
+    return times
+
+
+def report(times: dict[str, list[float]]) -> str:
+    """The `startup` section: the medians, the two ratios and the core's share."""
+    ms = {name: statistics.median(t) * 1000 for name, t in times.items()}
+    ratio = {name: statistics.median(a / b for a, b in zip(times[name], times["deps"])) for name in ("help", "work")}
+    core_own = ms["core"] - ms["core-deps"]
+    verdict = {name: "met" if ratio[name] <= TARGET else "**not met**" for name in ratio}
+    return f"""## Start-up (`bench_startup.py`)
+
+Measured {date.today().isoformat()}. Each probe a fresh interpreter, spawn to exit, {ROUNDS} rounds alternating the probes; medians. Baseline:
+`python -c "import apsw, pluggy, pydantic_settings, typer"`. Produced by `python benchmarks/bench_startup.py`.
+
+| probe | time | ratio to the baseline | target |
+| --- | --- | --- | --- |
+| dependencies alone (baseline) | {ms['deps']:.0f} ms | 1 | |
+| `emelex --help` | {ms['help']:.0f} ms | {ratio['help']:.2f} | <= {TARGET} ({verdict['help']}) |
+| `emelex memory work`, empty queue | {ms['work']:.0f} ms | {ratio['work']:.2f} | <= {TARGET} ({verdict['work']}) |
+
+Of `emelex memory work`, the storage core's own import (`import emelex_memory`, {ms['core']:.0f} ms, less
+`import apsw, pydantic_settings`, {ms['core-deps']:.0f} ms) is {core_own:.0f} ms, about
+{100 * core_own / max(ms['work'] - ms['deps'], 1e-9):.0f}% of what the command costs beyond the baseline
+({ms['work'] - ms['deps']:.0f} ms). The command line imports a command's module only when it runs
+(`emelex --help` imports no storage, plugin or model code); an idle worker imports neither the plugin
+manager nor the model layer.
+"""
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="emelex-bench-startup-") as tmp:
+        text = report(measure(Path(tmp) / "home"))
+    print(text)
+    write_section("startup", text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""`emelex memory sessions list|show|delete`: Sessions and their transcripts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Annotated
+
+import typer
+
+from emelex_memory import CorruptEventError, Event, RawEvent
+from emelex_memory.core.cursors import MAX_SQL_INT
+
+from .common import (
+    CursorOpt,
+    EmelexTyper,
+    JsonFlag,
+    SessionArg,
+    echo_json,
+    echo_page,
+    error_text,
+    open_store,
+    page_limit,
+    when,
+)
+
+sessions_app = EmelexTyper(help="List and inspect Sessions.")
+
+
+def _session_dict(s) -> dict:
+    return {
+        "id": s.id,
+        "title": s.title,
+        "workspace": s.workspace.path,
+        "created_at": s.created_at,
+        "updated_at": s.updated_at,
+        "events": s.last_seq,
+        "turns": s.last_turn,
+        "bytes": s.event_bytes,
+    }
+
+
+@sessions_app.command("list")
+def sessions_list(
+    ctx: typer.Context,
+    limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Sessions per page.")] = 50,
+    cursor: CursorOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List Sessions, newest first."""
+    with open_store(ctx) as store:
+        page = store.list_sessions(cursor=cursor, limit=limit)
+    echo_page(
+        "sessions", page.sessions, page.next_cursor, as_json, as_dict=_session_dict, empty="no Sessions",
+        line=lambda s: f"{s.id}  {when(s.updated_at)}  {s.last_turn:>5} turns  {s.title or '-'}  [{s.workspace.path}]",
+    )
+
+
+@sessions_app.command("show")
+def sessions_show(
+    ctx: typer.Context,
+    session: SessionArg,
+    after: Annotated[int, typer.Option(
+        metavar="SEQ", min=0, max=MAX_SQL_INT, help="Show events after this seq.")] = 0,
+    limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Events to show.")] = 50,
+    raw: Annotated[bool, typer.Option(
+        "--raw", help="Every stored event, also those a Summary replaced, marked with the Summary covering each.",
+    )] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Show one Session and a page of its transcript: what replay shows (a Summary, then the turns after it), or
+    with --raw everything stored."""
+    with open_store(ctx) as store:
+        s = store.get_session(store.resolve_session_id(session))
+        page = store.raw_events(s.id, after, limit=limit) if raw else store.replay(s.id, after, limit=limit)
+    events = [_raw_dict(e) if raw else _event_dict(e) for e in page.events]
+    corrupt = [str(e["seq"]) for e in events if "payload_error" in e]
+    if as_json:
+        echo_json("found", {"session": _session_dict(s), "events": events, "next_cursor": page.next_cursor})
+    else:
+        typer.echo(f"Session {s.id}")
+        typer.echo(f"  title:     {s.title or '-'}")
+        typer.echo(f"  workspace: {s.workspace.path}")
+        typer.echo(f"  created:   {when(s.created_at)}   updated: {when(s.updated_at)}")
+        typer.echo(f"  history:   {s.last_seq} events in {s.last_turn} turns, {s.event_bytes} bytes")
+        if raw:
+            typer.echo("  raw:       every stored event; [replaced by Summary #N]: replay shows Summary #N instead")
+        for e in events:
+            for line in _event_lines(e):
+                typer.echo(line)
+            for a in e["assets"]:
+                typer.echo(f"         asset {a['digest'][:12]}  {a['size']} bytes  {a['media_kind']}")
+        if not page.done:
+            typer.echo(f"  more: --after {page.next_cursor}")
+    if corrupt:
+        message = (f"the payload of event seq {', '.join(corrupt)} of Session {s.id} is not valid JSON; "
+                   "restore the database from a backup")
+        typer.echo(error_text(CorruptEventError.__name__, message, as_json), err=True)
+        raise typer.Exit(1)
+
+
+def _event_lines(e: dict) -> list[str]:
+    """The text lines of one event: a Summary's title (the range it replaces), its whole text and its provenance on
+    lines of their own; any other event's payload as JSON cut to 200 characters, with the Summary covering it."""
+    head = f"  #{e['seq']:<5} turn {e['turn']:<4} {e['kind']:<12} "
+    if "payload_error" in e:
+        return [head + "<payload is not valid JSON: the database was altered; restore the database from a backup>"]
+    payload = e["payload"]
+    if e["kind"] == "summary" and isinstance(payload, dict) and isinstance(payload.get("text"), str):
+        prov = payload.get("provenance") or {}
+        source = prov.get("source") or {}
+        provenance = (f"provenance: job {prov.get('job')}, model {prov.get('model') or 'not recorded'}, "
+                      f"{source.get('count')} source events")
+        body = [f"         {line}" for line in payload["text"].splitlines() or [""]]
+        return [head + _summary_title(e, source), *body, f"         {provenance}"]
+    covered = f"   [replaced by Summary #{e['covered_by']}]" if e.get("covered_by") else ""
+    return [head + json.dumps(payload, ensure_ascii=False)[:200] + covered]
+
+
+def _summary_title(e: dict, source: dict) -> str:
+    """What a Summary replaces: in the replay view everything through its covered seq (through its base Summary);
+    in the raw history its own range, its base and its state."""
+    if "summary" not in e:
+        return f"Summary of #1-#{source.get('through_seq')}"
+    record = e["summary"]
+    if record is None:
+        return "Summary without a provenance record: the database was altered; restore it from a backup"
+    base = f" and Summary #{record['base_seq']}" if record["base_seq"] is not None else ""
+    state = {"compacted again": f"compacted again by #{record['replaced_by']}",
+             "reverted": f"reverted {when(record['reverted_at'])}"}.get(record["state"], record["state"])
+    return f"Summary of #{record['first_seq']}-#{record['through_seq']}{base} ({state})"
+
+
+def _raw_dict(r: RawEvent) -> dict:
+    """An event of the raw history: `_event_dict` plus the seq of the Summary covering it and a Summary's record."""
+    return {**_event_dict(r.event), "covered_by": r.covered_by,
+            "summary": None if r.summary is None else dataclasses.asdict(r.summary)}
+
+
+def _event_dict(e: Event) -> dict:
+    """An event for `sessions show`; a payload that is not valid JSON is null, with `payload_error` saying so."""
+    out = {"seq": e.seq, "turn": e.turn, "kind": e.kind, "payload": None, "created_at": e.created_at,
+           "assets": [{"digest": a.digest, "size": a.size, "media_kind": a.media_kind} for a in e.assets]}
+    try:
+        out["payload"] = e.payload
+    except CorruptEventError as exc:
+        out["payload_error"] = str(exc)
+    return out
+
+
+@sessions_app.command("delete")
+def sessions_delete(
+    ctx: typer.Context,
+    session: SessionArg,
+    yes: Annotated[bool, typer.Option("--yes", help="Delete without asking.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Delete a Session with its transcript, jobs and the assets only it used; Knowledge keeps its audit fields.
+
+    Not forensic erasure: freed pages and WAL bytes remain until `emelex memory maintain --vacuum`.
+    """
+    with open_store(ctx) as store:
+        session = store.resolve_session_id(session)
+        if not yes:
+            s = store.get_session(session)
+            typer.confirm(f"Delete Session {s.id} ({s.last_seq} events, {s.title or 'untitled'})?", abort=True)
+        d = store.delete_session(session)
+    if as_json:
+        echo_json("deleted", dataclasses.asdict(d))
+        return
+    typer.echo(
+        f"deleted Session {d.session_id}: {d.events} events, {d.jobs} jobs, {d.asset_entries} assets "
+        f"({d.asset_bytes} bytes freed); {d.knowledge_versions_detached} Knowledge versions keep its ID for audit"
+    )
