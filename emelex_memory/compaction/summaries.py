@@ -39,37 +39,6 @@ from ..core.jsonbound import encode_canonical
 from .prefix_digest import MAX_COVERED_BYTES, SourceFacts, digest_prefix, summary_digest
 from ..sessions.transcript import SUMMARY_KIND, Event, ReplayPage, media_of, read_page, session_head
 
-M003_SUMMARIES = """
-CREATE TABLE summaries (
-    event_id INTEGER PRIMARY KEY REFERENCES events (id) ON DELETE CASCADE,  -- the Summary event itself
-    session_id INTEGER NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-    job_id INTEGER NOT NULL REFERENCES jobs (id),  -- the compaction job; it cannot be deleted while this row exists
-    base_event_id INTEGER,               -- the Summary this one compacted again; NULL for a Session's first
-    through_seq INTEGER NOT NULL CHECK (through_seq >= 1),  -- newest raw seq covered; replay shows later events
-    source_count INTEGER NOT NULL CHECK (source_count >= 1),  -- events in the source prefix (base Summary included)
-    first_event_id INTEGER NOT NULL,
-    last_event_id INTEGER NOT NULL,
-    source_digest BLOB NOT NULL CHECK (length(source_digest) = 32),    -- see prefix_digest.py
-    summary_digest BLOB NOT NULL CHECK (length(summary_digest) = 32),  -- over the Summary event's payload bytes
-    model_ref TEXT CHECK (model_ref IS NULL OR length(model_ref) <= 512),  -- model snapshot reference, when known
-    created_at REAL NOT NULL
-) STRICT;
-CREATE INDEX summaries_by_session ON summaries (session_id, event_id);
-"""
-
-M006_SUMMARY_EVENTS = """
--- A Session's Summary events by seq: replay finds the newest one (or learns there is none) with one probe, so a
--- Summary event whose provenance record is missing cannot be skipped unnoticed.
-CREATE INDEX events_summaries ON events (session_id, seq) WHERE kind = 'summary';
-"""
-
-M010_SUMMARY_REVERSIONS = """
--- A reverted Summary stays stored with its provenance, and replay skips it (see compaction/revert.py). The Summaries
--- in effect are indexed by event ID (replay starts from the newest) and by covered seq (which one covers an event).
-ALTER TABLE summaries ADD COLUMN reverted_at REAL;  -- NULL while in effect; when it was reverted (a redo clears it)
-CREATE INDEX summaries_in_effect ON summaries (session_id, event_id) WHERE reverted_at IS NULL;
-CREATE INDEX summaries_in_effect_by_seq ON summaries (session_id, through_seq) WHERE reverted_at IS NULL;
-"""
 
 SOURCE_FIELDS = ("base_summary_id", "count", "digest", "first_event_id", "last_event_id", "through_seq")
 T = TypeVar("T")

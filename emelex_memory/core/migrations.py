@@ -1,4 +1,5 @@
-"""Schema migrations: a named, ordered list, each applied with its bookkeeping row in one transaction.
+"""Schema migrations: the named, ordered steps in `schema/*.sql`, each applied with its bookkeeping row in one
+transaction.
 
 `PRAGMA user_version` always equals the number of applied migrations and
 `PRAGMA application_id` marks the file as an Emelex database. A database that
@@ -14,13 +15,8 @@ from dataclasses import dataclass
 
 import apsw
 
-from ..assets.refs import M002_ASSETS
 from ..errors import ForeignKeyViolationError, NotAnEmelexDatabaseError, SchemaTooNewError, StoreError
-from ..queue.jobs import M003_JOBS
-from ..knowledge.values import M004_KNOWLEDGE
-from ..snapshots.refs import M005_MODEL_REFS
-from ..compaction.summaries import M003_SUMMARIES, M006_SUMMARY_EVENTS, M010_SUMMARY_REVERSIONS
-from ..sessions.workspaces import M009_WORKSPACES, M011_WORKSPACE_EPOCHS_AND_RETIREMENTS
+from .schema import REBUILDS_TABLES, steps
 
 APPLICATION_ID = 0x454D4C58  # "EMLX"
 
@@ -40,110 +36,10 @@ class Migration:
     rebuilds_tables: bool = False
 
 
-M001_CORE = """
-CREATE TABLE store_meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-) STRICT;
-INSERT INTO store_meta (key, value) VALUES
-    ('store_id', lower(hex(randomblob(16)))),              -- identifies this store; never changes
-    ('created_at', CAST(unixepoch('subsec') AS TEXT));
-
-CREATE TABLE sessions (
-    id INTEGER PRIMARY KEY,              -- internal key; list cursor is (created_at, id)
-    uuid TEXT NOT NULL UNIQUE,           -- the public Session ID
-    title TEXT CHECK (title IS NULL OR length(title) <= 512),
-    workspace_path TEXT NOT NULL,        -- canonical path; follows renames of the same directory
-    workspace_dev INTEGER NOT NULL,      -- device + inode identify the directory, not its spelling
-    workspace_ino INTEGER NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    last_seq INTEGER NOT NULL DEFAULT 0 CHECK (last_seq >= 0),    -- raw sequence cursor (newest seq)
-    last_turn INTEGER NOT NULL DEFAULT 0 CHECK (last_turn >= 0),  -- newest turn ID
-    event_bytes INTEGER NOT NULL DEFAULT 0 CHECK (event_bytes >= 0)
-) STRICT;
-CREATE INDEX sessions_by_created ON sessions (created_at, id);
-
-CREATE TABLE session_leases (
-    session_id INTEGER PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
-    token_hash BLOB NOT NULL,            -- SHA-256 of the opaque token; the token is never stored
-    holder TEXT NOT NULL,                -- "pid@host", for diagnostics only
-    state TEXT NOT NULL CHECK (state IN ('active', 'released', 'failed')),
-    acquired_at REAL NOT NULL,
-    expires_at REAL NOT NULL,            -- an 'active' lease past this is no longer live
-    ended_at REAL,
-    failure TEXT CHECK (failure IS NULL OR length(failure) <= 2000)
-) STRICT;
-
-CREATE TABLE events (
-    id INTEGER PRIMARY KEY,              -- global event ID
-    session_id INTEGER NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-    seq INTEGER NOT NULL CHECK (seq >= 1),            -- consecutive per Session
-    turn INTEGER NOT NULL CHECK (turn >= 1),          -- turn ID, consecutive per Session
-    position INTEGER NOT NULL CHECK (position >= 0),  -- index of the event within its turn
-    kind TEXT NOT NULL CHECK (length(kind) BETWEEN 1 AND 32),
-    payload TEXT NOT NULL,               -- canonical JSON, see core/jsonbound.py
-    size INTEGER NOT NULL CHECK (size >= 0),          -- UTF-8 bytes of payload, for byte-bounded pages
-    created_at REAL NOT NULL,
-    UNIQUE (session_id, seq)
-) STRICT;
-"""
-
-M007_EVENT_BYTE_ENDS = """
--- Each event records the Session's transcript bytes through itself, so the Session head (newest seq and turn,
--- total bytes, last activity) is read from its newest event: an append writes its events and nothing else, and a
--- replay page's byte total is its last byte_end minus its first byte_end plus its first size.
-ALTER TABLE events ADD COLUMN byte_end INTEGER NOT NULL DEFAULT 0 CHECK (byte_end >= 0);
-UPDATE events SET byte_end = w.total
-    FROM (SELECT id, sum(size) OVER (PARTITION BY session_id ORDER BY seq) AS total FROM events) AS w
-    WHERE events.id = w.id;
-ALTER TABLE sessions DROP COLUMN last_seq;
-ALTER TABLE sessions DROP COLUMN last_turn;
-ALTER TABLE sessions DROP COLUMN event_bytes;
--- The events that record assets, so a replay page learns with one probe that none of its events has any.
-CREATE INDEX events_with_assets ON events (session_id, seq) WHERE asset_refs IS NOT NULL;
--- Appends no longer touch sessions.updated_at; the view's updated_at is the later of it and the newest event.
-CREATE VIEW session_heads AS
-SELECT s.id AS id, s.uuid AS uuid, s.title AS title, s.workspace_path AS workspace_path,
-       s.workspace_dev AS workspace_dev, s.workspace_ino AS workspace_ino, s.created_at AS created_at,
-       max(s.updated_at, coalesce(e.created_at, s.updated_at)) AS updated_at,
-       coalesce(e.seq, 0) AS last_seq, coalesce(e.turn, 0) AS last_turn, coalesce(e.byte_end, 0) AS event_bytes
-FROM sessions s LEFT JOIN events e ON e.id = (SELECT id FROM events WHERE session_id = s.id ORDER BY seq DESC LIMIT 1);
-"""
-
-M008_EVENT_MEDIA_ENDS = """
--- Each event records the media bytes its Session's events refer to through itself (the running total of the sizes
--- in asset_refs), so an append checks the replay view's aggregate media cap from its newest event and the event its
--- newest Summary covers up to, without summing the transcript.
-ALTER TABLE events ADD COLUMN media_end INTEGER NOT NULL DEFAULT 0 CHECK (media_end >= 0);
-UPDATE events SET media_end = w.total
-    FROM (SELECT e.id, sum(coalesce((SELECT sum(json_extract(r.value, '$[1]')) FROM json_each(e.asset_refs) r), 0))
-          OVER (PARTITION BY e.session_id ORDER BY e.seq) AS total FROM events e) AS w
-    WHERE events.id = w.id AND w.total > 0;
-"""
-
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration("m001_core", M001_CORE),
-    Migration("m002_assets", M002_ASSETS),
-    Migration("m003_jobs", M003_JOBS + M003_SUMMARIES),
-    Migration("m004_knowledge", M004_KNOWLEDGE),
-    Migration("m005_model_refs", M005_MODEL_REFS),
-    Migration("m006_summary_events", M006_SUMMARY_EVENTS),
-    Migration("m007_event_byte_ends", M007_EVENT_BYTE_ENDS),
-    Migration("m008_event_media_ends", M008_EVENT_MEDIA_ENDS),
-    Migration("m009_workspaces", M009_WORKSPACES, rebuilds_tables=True),
-    Migration("m010_summary_reversions", M010_SUMMARY_REVERSIONS),
-    Migration("m011_workspace_epochs_and_retirements", M011_WORKSPACE_EPOCHS_AND_RETIREMENTS),
+MIGRATIONS: tuple[Migration, ...] = tuple(
+    Migration(name, sql, rebuilds_tables=name in REBUILDS_TABLES) for name, sql in steps()
 )
 
-
-def _check_unique(migrations: tuple[Migration, ...]) -> None:
-    names = [m.name for m in migrations]
-    if len(set(names)) != len(names):
-        raise ValueError(f"duplicate migration names in {names}")
-
-
-_check_unique(MIGRATIONS)
 
 _BOOKKEEPING = """
 CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -29,38 +29,6 @@ from ..errors import InvalidInputError, InvalidJobSourceError, JobNotFoundError,
 
 
 Store = Any  # the `MemoryStore` facade; typed loosely because feature packages never import store.py
-M003_JOBS = """
-CREATE TABLE jobs (
-    id INTEGER PRIMARY KEY,              -- internal key; list cursors page by it
-    uuid TEXT NOT NULL UNIQUE,           -- the public job ID; never changes, not even on retry
-    kind TEXT NOT NULL CHECK (length(kind) BETWEEN 1 AND 32),   -- a registered job kind, e.g. 'compaction'
-    session_id INTEGER NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-    source_key TEXT NOT NULL CHECK (length(source_key) BETWEEN 1 AND 128),  -- idempotency key within (kind, Session)
-    source TEXT NOT NULL CHECK (length(source) <= 16384),   -- canonical JSON: the exact description of the work
-    state TEXT NOT NULL CHECK (state = 'pending' OR state = 'claimed' OR state = 'done' OR state = 'failed'
-                               OR state = 'cancelled'),  -- no IN list: see the note below the table
-    attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),  -- failed attempts; reset only by retry_failed_job
-    due_at REAL NOT NULL,                -- next attention: pending, the retry deadline; claimed, the lease expiry
-    lease_hash BLOB CHECK (lease_hash IS NULL OR length(lease_hash) = 32),  -- SHA-256 of the worker lease token
-    lease_holder TEXT CHECK (lease_holder IS NULL OR length(lease_holder) <= 200),  -- "pid@host", diagnostics only
-    lease_expires_at REAL,               -- a claim past this is rescued by the next claim as a counted failure
-    diagnostics TEXT NOT NULL DEFAULT '[]' CHECK (length(diagnostics) <= 8192),  -- canonical JSON list, newest last
-    result TEXT CHECK (result IS NULL OR length(result) <= 16384),  -- canonical JSON outcome of a done job
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    finished_at REAL,                    -- when the job became done, failed or cancelled
-    UNIQUE (kind, session_id, source_key),
-    CHECK ((state = 'claimed') =
-           (lease_hash IS NOT NULL AND lease_holder IS NOT NULL AND lease_expires_at IS NOT NULL)),
-    CHECK (state != 'claimed' OR due_at = lease_expires_at),  -- one index orders retry deadlines and lease expiries
-    CHECK ((state = 'done' OR state = 'failed' OR state = 'cancelled') = (finished_at IS NOT NULL)),
-    CHECK (state = 'done' OR result IS NULL)
-) STRICT;
--- The CHECKs spell state tests out with OR: SQLite evaluates an IN list of three or more constants through a
--- temporary b-tree it builds on every execution of a statement, a fixed cost on each queue transition.
-CREATE INDEX jobs_active ON jobs (state, due_at, id) WHERE state IN ('pending', 'claimed');
-CREATE INDEX jobs_by_session ON jobs (session_id, kind);  -- no state: transitions leave it untouched
-"""
 
 STATES = ("pending", "claimed", "done", "failed", "cancelled")
 TERMINAL_FAILED_STATES = ("failed", "cancelled")
