@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import apsw
 
@@ -27,8 +27,31 @@ from ..errors import (
     SessionNotFoundError,
 )
 
-if TYPE_CHECKING:
-    from ..sessions.transcript import Event, NewEvent
+E = TypeVar("E", bound="StoredEvent")
+
+
+class NewEvent(Protocol):
+    """What `turn_assets` reads of an event about to be appended (`sessions.transcript.NewEvent`)."""
+
+    @property
+    def assets(self) -> Any: ...
+
+
+class StoredEvent(Protocol):
+    """What a replay page's checks read of a stored event (`sessions.transcript.Event`); the assets package never
+    imports the transcript, which imports it."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def asset_refs(self) -> Any: ...
+
+    def _replace(self: E, **changes: Any) -> E: ...
+
 
 def turn_assets(events: Sequence[NewEvent]) -> list[tuple[int, tuple[AssetRef, ...]]]:
     """Validate the assets of a turn's events before any write; return (position, refs) for events that have some."""
@@ -102,7 +125,7 @@ _LINKS_SQL = (
 )
 
 
-def attach_assets(conn: apsw.Connection, session_rowid: int, events: list[Event]) -> tuple[list[Event], int]:
+def attach_assets(conn: apsw.Connection, session_rowid: int, events: list[E]) -> tuple[list[E], int]:
     """Verify and attach the assets of a replay page's events; return the events, possibly fewer, and their media.
 
     Each event's recorded refs must match its links exactly (count, ordinals,
@@ -122,7 +145,7 @@ def attach_assets(conn: apsw.Connection, session_rowid: int, events: list[Event]
     by_seq: dict[int, list[tuple]] = {}
     for link in links:
         by_seq.setdefault(link[0], []).append(link)
-    out: list[Event] = []
+    out: list[E] = []
     media = 0
     for event in events:
         found = by_seq.get(event.seq, [])
@@ -193,13 +216,13 @@ def check_replay_media(total: int, session_id: str) -> None:
         )
 
 
-def _mismatch(event: Event, what: str) -> AssetLinkMismatchError:
+def _mismatch(event: StoredEvent, what: str) -> AssetLinkMismatchError:
     return AssetLinkMismatchError(
         f"transcript event seq {event.seq} {what}; the database was altered, restore it from a backup"
     )
 
 
-def _decode(event: Event) -> tuple[AssetRef, ...]:
+def _decode(event: StoredEvent) -> tuple[AssetRef, ...]:
     try:
         raw: Any = json.loads(event.asset_refs)  # type: ignore[arg-type]
         return tuple(AssetRef(d, s, k) for d, s, k in raw)
@@ -207,7 +230,7 @@ def _decode(event: Event) -> tuple[AssetRef, ...]:
         raise _mismatch(event, "has malformed recorded assets") from None
 
 
-def _check_links(event: Event, refs: tuple[AssetRef, ...], found: list[tuple]) -> None:
+def _check_links(event: StoredEvent, refs: tuple[AssetRef, ...], found: list[tuple]) -> None:
     if len(found) != len(refs):
         raise _mismatch(event, f"records {len(refs)} assets but has {len(found)} links")
     for ordinal, (ref, link) in enumerate(zip(refs, found)):

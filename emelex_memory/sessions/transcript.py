@@ -199,7 +199,7 @@ def read_page(
     """Read up to `limit` events after `after_seq` whose sizes add up to at most `max_bytes`.
 
     Assets are verified against their links, and a page refers to at most
-    256 MiB of media (see `assets_links.attach_assets`), counted in
+    256 MiB of media (see `assets/links.py: attach_assets`), counted in
     `media_bytes`. A page always
     progresses: when the next event alone is larger than `max_bytes` (the
     page settings were lowered after it was stored) this raises
