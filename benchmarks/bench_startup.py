@@ -5,7 +5,8 @@ Each probe is a fresh interpreter, timed from spawn to exit:
 - deps: `python -c "import apsw, pluggy, pydantic_settings, typer"`, the baseline;
 - help: `emelex --help`;
 - work: `emelex memory work` on a store with an empty queue;
-- core: `python -c "import emelex_memory"`, and core-deps: `python -c "import apsw, pydantic_settings"`, whose
+- core: `python -c "from emelex_memory import MemoryStore"` (the package itself imports its modules lazily), and
+  core-deps: `python -c "import apsw, pydantic_settings"`, whose
   difference is the storage core's own import, the share of `work` the CLI cannot make lazy.
 
 The probes run in rounds, one of each per round in a rotating order, so the machine's load hits all alike;
@@ -35,7 +36,7 @@ PROBES = {
     "deps": [sys.executable, "-c", "import apsw, pluggy, pydantic_settings, typer"],
     "help": [*CLI, "--help"],
     "work": [*CLI, "memory", "work"],
-    "core": [sys.executable, "-c", "import emelex_memory"],
+    "core": [sys.executable, "-c", "from emelex_memory import MemoryStore"],
     "core-deps": [sys.executable, "-c", "import apsw, pydantic_settings"],
 }
 
@@ -78,7 +79,7 @@ Measured {date.today().isoformat()}. Each probe a fresh interpreter, spawn to ex
 | `emelex --help` | {ms['help']:.0f} ms | {ratio['help']:.2f} | <= {TARGET} ({verdict['help']}) |
 | `emelex memory work`, empty queue | {ms['work']:.0f} ms | {ratio['work']:.2f} | <= {TARGET} ({verdict['work']}) |
 
-Of `emelex memory work`, the storage core's own import (`import emelex_memory`, {ms['core']:.0f} ms, less
+Of `emelex memory work`, the storage core's own import (`from emelex_memory import MemoryStore`, {ms['core']:.0f} ms, less
 `import apsw, pydantic_settings`, {ms['core-deps']:.0f} ms) is {core_own:.0f} ms, about
 {100 * core_own / max(ms['work'] - ms['deps'], 1e-9):.0f}% of what the command costs beyond the baseline
 ({ms['work'] - ms['deps']:.0f} ms). The command line imports a command's module only when it runs
