@@ -1,17 +1,38 @@
-"""The job-kind registry with Emelex's built-in kinds registered: what `emelex_memory` exports as
-`register_job_kind` and `registered_kinds`.
+"""The built-in job kinds and the default registry: what `emelex_memory` exports as `register_job_kind` and
+`registered_kinds`.
 
-A kind is registered when the module that handles it is imported (`compaction/planning.py`,
-`knowledge/distillation.py`); the package imports its modules lazily, so the registry is reached through here,
-which imports both first.
+`builtin_kinds()` is a new `JobKindRegistry` with compaction and distillation, registered by where they live
+(`compaction/planning.py: COMPACTION_JOB_KIND`, `knowledge/distillation.py: DISTILL_JOB_KIND`), so building
+it imports neither: a store that never completes or validates such a job never loads those modules.
+`DEFAULT_KINDS` is the one every store uses unless it is given its own.
 """
 
 from __future__ import annotations
 
-from .compaction.planning import COMPACTION_KIND
-from .knowledge.distillation import DISTILL_KIND
-from .queue.jobs import register_job_kind, registered_kinds
+from .queue.kinds import JobKindRegistry
 
+COMPACTION_KIND = "compaction"
+DISTILL_KIND = "distill"
 BUILT_IN_KINDS = (COMPACTION_KIND, DISTILL_KIND)
+_WHERE = {
+    COMPACTION_KIND: "emelex_memory.compaction.planning:COMPACTION_JOB_KIND",
+    DISTILL_KIND: "emelex_memory.knowledge.distillation:DISTILL_JOB_KIND",
+}
 
-__all__ = ["BUILT_IN_KINDS", "register_job_kind", "registered_kinds"]
+
+def builtin_kinds() -> JobKindRegistry:
+    """A new registry holding exactly the built-in kinds (compaction and distill); add test or plugin kinds to it."""
+    registry = JobKindRegistry()
+    for name, where in _WHERE.items():
+        registry.register_deferred(name, where)
+    return registry
+
+
+DEFAULT_KINDS = builtin_kinds()
+register_job_kind = DEFAULT_KINDS.register
+registered_kinds = DEFAULT_KINDS.names
+
+__all__ = [
+    "BUILT_IN_KINDS", "COMPACTION_KIND", "DEFAULT_KINDS", "DISTILL_KIND", "builtin_kinds", "register_job_kind",
+    "registered_kinds",
+]

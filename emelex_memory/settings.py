@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -76,6 +75,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
         os.close(fd)
     if size > MAX_CONFIG_BYTES:
         raise SettingsFileError(f"{path} is larger than {MAX_CONFIG_BYTES} bytes; shorten it")
+    import tomllib  # here: a run without a settings file never needs it
+
     try:
         return tomllib.loads(b"".join(chunks).decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

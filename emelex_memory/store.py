@@ -19,35 +19,41 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import time
+from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .assets.refs import asset_dir_for
-from .assets.service import AssetStore
-from .compaction.planning import Compaction
-from .compaction.raw_history import RawHistory
-from .compaction.revert import CompactionRevert
 from .core.database import Clock, Database
 from .core.io_errors import restated
 from .core.opening import STORE_MARKER, check_missing_database, open_database, reinitialize_database
 from .core.private_files import absolute, check_home, check_no_symlinks, check_private_dir, ensure_private_dir
 from .errors import CommitOutcomeUnknownError, InvalidInputError, LeaseLostError
-from .knowledge.distillation import DISTILL_KIND, DistillFunction, Distillation, TokenCounter, distillation_handler
-from .knowledge.service import Knowledge
-from .maintenance.deletion import Deletion
-from .maintenance.retention import Maintenance
-from .queue.jobs import Enqueued
-from .queue.runner import JobOutcome, run_one_job
-from .queue.service import JobQueue
-from .queue.status import JobStatus
-from .sessions.leases import SessionLease
-from .sessions.service import SessionPage, Sessions
-from .sessions.workspace_admin import WorkspaceAdmin
+from .job_kinds import DEFAULT_KINDS, DISTILL_KIND
+from .queue.kinds import JobKindRegistry
 from .settings import Settings
-from .snapshots.refs import SessionModelRefs
 
-__all__ = ["STORE_MARKER", "MemoryStore", "SessionPage"]
+if TYPE_CHECKING:
+    from .assets.service import AssetStore
+    from .compaction.planning import Compaction
+    from .compaction.raw_history import RawHistory
+    from .compaction.revert import CompactionRevert
+    from .knowledge.distillation import DistillFunction, Distillation, TokenCounter
+    from .knowledge.service import Knowledge
+    from .maintenance.deletion import Deletion
+    from .maintenance.retention import Maintenance
+    from .queue.jobs import Enqueued
+    from .queue.runner import JobOutcome
+    from .queue.service import JobQueue
+    from .queue.status import JobStatus
+    from .sessions.leases import SessionLease
+    from .sessions.service import Sessions
+    from .sessions.workspace_admin import WorkspaceAdmin
+    from .snapshots.refs import SessionModelRefs
+
+__all__ = ["STORE_MARKER", "MemoryStore", "SessionPage"]  # SessionPage: see __getattr__ below
 
 # Which service answers each method of the store's public API.
 _API = {
@@ -83,29 +89,33 @@ def _check_database_path(path: Path) -> None:
 class MemoryStore:
     """One open Emelex database. Thread-safe; use it as a context manager or call `close()`."""
 
+    # The services, each built on first use (`_SERVICES` below); `_API` forwards the public methods to them.
+    sessions: Sessions
+    workspaces: WorkspaceAdmin
+    assets: AssetStore
+    jobs: JobQueue
+    job_status: JobStatus
+    compaction: Compaction
+    compaction_revert: CompactionRevert
+    raw_history: RawHistory
+    knowledge: Knowledge
+    distillation: Distillation
+    model_refs: SessionModelRefs
+    deletion: Deletion
+    maintenance: Maintenance
+
     def __init__(self, conn: Any, path: Path, settings: Settings, clock: Clock = time.time) -> None:
         """Wrap an already opened and migrated connection (closing it if this fails); use `open` or `open_path`.
 
         Opens the database's directory and keeps its descriptor until
         `close()`: asset files are reached through it, never by path.
         """
-        self.db = db = Database.wrap(conn, path, settings, clock)
+        self.db = Database.wrap(conn, path, settings, clock)
         self.path = path
         self.settings = settings
         self.clock = clock
-        self.sessions = Sessions(db)
-        self.workspaces = WorkspaceAdmin(db)
-        self.assets = AssetStore(db)
-        self.jobs = JobQueue(db, self)
-        self.job_status = JobStatus(db)
-        self.compaction = Compaction(db, self.jobs)
-        self.compaction_revert = CompactionRevert(db, self.jobs)
-        self.raw_history = RawHistory(db)
-        self.knowledge = Knowledge(db)
-        self.distillation = Distillation(db, self.jobs)
-        self.model_refs = SessionModelRefs(db)
-        self.deletion = Deletion(db)
-        self.maintenance = Maintenance(db, self.assets, self.jobs)
+        self.job_kinds = DEFAULT_KINDS
+        self._building = threading.RLock()  # services are built on first use, once (see `_Service`)
 
     # -- opening --------------------------------------------------------------
 
@@ -245,29 +255,90 @@ class MemoryStore:
         See `distillation_handler` for the token budget and `worker.run_one_job`
         for how failures count.
         """
+        from .knowledge.distillation import distillation_handler
+        from .queue.runner import run_one_job
+
         handler = distillation_handler(distill, safe_context_tokens=safe_context_tokens, count_tokens=count_tokens)
         return run_one_job(self, handler, kinds=DISTILL_KIND, ttl_s=ttl_s)
 
 
-def _forward(service: str, name: str) -> Any:
-    """The store's method (or property) `name`: the same one of `store.<service>`, with its docstring."""
-    target = getattr(_SERVICES[service], name)
-    if isinstance(target, property):
-        return property(lambda self: getattr(getattr(self, service), name), doc=target.__doc__)
+class _Service:
+    """The store's attribute for one service: built over `store.db` on first use, then a plain attribute."""
 
-    @functools.wraps(target)
-    def method(self: MemoryStore, *args: Any, **kwargs: Any) -> Any:
-        return getattr(getattr(self, service), name)(*args, **kwargs)
+    def __init__(self, module: str, cls: str, needs: tuple[str, ...] = ()) -> None:
+        self.module, self.cls, self.needs = module, cls, needs
 
-    return method
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def service_class(self) -> type:
+        """The service's class (importing its module)."""
+        return getattr(import_module(self.module, __package__), self.cls)
+
+    def __get__(self, store: MemoryStore | None, owner: type | None = None) -> Any:
+        if store is None:
+            return self
+        with store._building:
+            built = store.__dict__.get(self.name)
+            if built is None:
+                needs = [store if need == "store" else getattr(store, need) for need in self.needs]
+                built = store.__dict__[self.name] = self.service_class()(store.db, *needs)
+        return built
 
 
-_SERVICES = {
-    "sessions": Sessions, "workspaces": WorkspaceAdmin, "assets": AssetStore, "jobs": JobQueue,
-    "job_status": JobStatus, "compaction": Compaction, "compaction_revert": CompactionRevert,
-    "raw_history": RawHistory, "knowledge": Knowledge, "distillation": Distillation,
-    "model_refs": SessionModelRefs, "deletion": Deletion, "maintenance": Maintenance,
+class _Forwarded:
+    """A method (or property) of the store's public API: the same one of the service that owns it."""
+
+    def __init__(self, service: str, name: str) -> None:
+        self.service, self.name = service, name
+
+    @functools.cached_property
+    def unbound(self) -> Any:
+        """What `MemoryStore.<name>` shows: a function (or property) with the service's signature and docstring."""
+        target = getattr(_SERVICES[self.service].service_class(), self.name)
+        service, name = self.service, self.name
+        if isinstance(target, property):
+            return property(lambda store: getattr(getattr(store, service), name), doc=target.__doc__)
+
+        @functools.wraps(target)
+        def method(store: MemoryStore, *args: Any, **kwargs: Any) -> Any:
+            return getattr(getattr(store, service), name)(*args, **kwargs)
+
+        return method
+
+    def __get__(self, store: MemoryStore | None, owner: type | None = None) -> Any:
+        if store is None:
+            return self.unbound
+        return getattr(getattr(store, self.service), self.name)
+
+
+_SERVICES = {  # attribute: the service's module and class, and what its constructor takes after the Database
+    "sessions": _Service(".sessions.service", "Sessions"),
+    "workspaces": _Service(".sessions.workspace_admin", "WorkspaceAdmin"),
+    "assets": _Service(".assets.service", "AssetStore"),
+    "jobs": _Service(".queue.service", "JobQueue", ("store", "job_kinds")),
+    "job_status": _Service(".queue.status", "JobStatus", ("job_kinds",)),
+    "compaction": _Service(".compaction.planning", "Compaction", ("jobs",)),
+    "compaction_revert": _Service(".compaction.revert", "CompactionRevert", ("jobs",)),
+    "raw_history": _Service(".compaction.raw_history", "RawHistory"),
+    "knowledge": _Service(".knowledge.service", "Knowledge"),
+    "distillation": _Service(".knowledge.distillation", "Distillation", ("jobs",)),
+    "model_refs": _Service(".snapshots.refs", "SessionModelRefs"),
+    "deletion": _Service(".maintenance.deletion", "Deletion"),
+    "maintenance": _Service(".maintenance.retention", "Maintenance", ("assets", "jobs")),
 }
+for _attribute, _descriptor in _SERVICES.items():
+    setattr(MemoryStore, _attribute, _descriptor)
+    _descriptor.__set_name__(MemoryStore, _attribute)
 for _service, _names in _API.items():
     for _name in _names:
-        setattr(MemoryStore, _name, _forward(_service, _name))
+        setattr(MemoryStore, _name, _Forwarded(_service, _name))
+
+
+def __getattr__(name: str) -> object:
+    """`SessionPage`, re-exported from `sessions/service.py` on first use."""
+    if name == "SessionPage":
+        from .sessions.service import SessionPage
+
+        return SessionPage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

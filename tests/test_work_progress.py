@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from emelex_memory import JobStateError, MemoryStore, NewEvent, Settings, holder_is_dead
-from emelex_memory.sessions.leases import holder_label
+from emelex_memory.sessions.holders import holder_label
 from emelex_workers.cli import app
 from emelex_workers.plugin_api import GenerationProgress
 from emelex_workers.work import work
@@ -284,7 +284,7 @@ def test_what_a_done_distillation_saved_is_shown_at_the_end_of_work_and_in_jobs_
 def test_a_dead_pid_is_a_dead_holder_only_on_this_boot_and_in_this_pid_namespace() -> None:
     import socket
 
-    from emelex_memory.sessions.leases import process_identity
+    from emelex_memory.sessions.holders import process_identity
 
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait(timeout=60)  # its pid is now free

@@ -38,7 +38,8 @@ from ..sessions.replay import replay_page
 from ..sessions.rows import session_rowid
 from ..errors import InvalidInputError, InvalidJobSourceError, SourceChangedError, SourceTooLargeError, TurnTooLargeError
 from ..queue.sources import check_fields
-from ..queue.jobs import CompletionContext, Job, register_job_kind
+from ..queue.jobs import CompletionContext, Job
+from ..queue.kinds import JobKind
 from .prefix_digest import digest_prefix
 from .summaries import append_summary, newest_summary, read_source_page, summary_payload
 from ..sessions.transcript import SUMMARY_KIND, Event, ReplayPage
@@ -134,7 +135,7 @@ def _complete_compaction(ctx: CompletionContext, result: Any) -> dict[str, Any]:
     return done
 
 
-register_job_kind(COMPACTION_KIND, _complete_compaction, validate=validate_compaction_source)
+COMPACTION_JOB_KIND = JobKind(COMPACTION_KIND, _complete_compaction, validate=validate_compaction_source)
 
 
 def compaction_handler(

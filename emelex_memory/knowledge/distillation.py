@@ -36,7 +36,8 @@ from ..errors import (
 )
 from .splitting import DistillationSplit, byte_budget, byte_ranges, complete_split, token_ranges
 from ..queue.sources import check_fields
-from ..queue.jobs import CompletionContext, Enqueued, Job, register_job_kind
+from ..queue.jobs import CompletionContext, Enqueued, Job
+from ..queue.kinds import JobKind
 from .source_digest import source_bytes, source_digest
 from .values import (
     KnowledgeEntry,
@@ -239,7 +240,7 @@ def _workspace_failure(exc: WorkspaceError, workspace_id: int, path: str) -> Per
     return PermanentJobError(f"{exc}; resume the Session from its workspace, then retry the job")
 
 
-register_job_kind(DISTILL_KIND, _complete_distillation, validate=validate_distill_source)
+DISTILL_JOB_KIND = JobKind(DISTILL_KIND, _complete_distillation, validate=validate_distill_source)
 
 
 def distillation_handler(

@@ -10,14 +10,14 @@ distillation, ...). States:
        |                  \\--release (Session went live, shutdown; not counted)--> pending
        +--retry_failed_job-- failed / cancelled <--cancel_job (operator; not counted)-- pending / claimed
 
-The store methods live in `queue/service.py`; this module holds the schema, the
-registry of job kinds with their completion functions, and the records.
+The store methods live in `queue/service.py`, the registry of job kinds in `queue/kinds.py`; this module holds
+the records and the encoding helpers the queue shares.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -25,7 +25,7 @@ import apsw
 
 from ..core.jsonbound import encode_canonical
 from ..core.utf8 import is_utf8
-from ..errors import InvalidInputError, InvalidJobSourceError, JobNotFoundError, UnknownJobKindError
+from ..errors import InvalidInputError, JobNotFoundError
 
 
 Store = Any  # the `MemoryStore` facade; typed loosely because feature packages never import store.py
@@ -108,83 +108,6 @@ class CompletionContext:
     job_rowid: int
     session_rowid: int
     now: float
-
-
-CompleteFn = Callable[[CompletionContext, Any], "Mapping[str, Any] | None"]
-ValidateFn = Callable[["Mapping[str, Any]"], None]
-
-
-@dataclass(frozen=True)
-class JobKind:
-    """A registered job kind: its name and the function that applies a worker's result when the job completes.
-
-    `complete(ctx, result)` runs inside the completion transaction, writes the
-    kind's effect (e.g. a Summary event) and returns a small JSON mapping that
-    is recorded as the job's result; raising rolls everything back. With
-    `complete=None` the result itself (None or a JSON mapping) is recorded.
-
-    `validate(source)`, when given, checks a source's shape and raises
-    `InvalidJobSourceError` (or another `InvalidInputError`) for a bad one:
-    `enqueue_job` runs it before writing anything, and `run_one_job` before
-    the handler (a bad stored source fails the job permanently at once).
-    """
-
-    name: str
-    complete: CompleteFn | None = None
-    validate: ValidateFn | None = None
-
-    def check_source(self, source: Mapping[str, Any]) -> None:
-        """Run the kind's source validator, if any; whatever it raises is reported as `InvalidJobSourceError`."""
-        if self.validate is None:
-            return
-        try:
-            self.validate(source)
-        except InvalidJobSourceError:
-            raise
-        except InvalidInputError as exc:
-            raise InvalidJobSourceError(str(exc)) from None
-        except Exception as exc:
-            text = " ".join(str(exc).split())
-            raise InvalidJobSourceError(
-                f"a {self.name} job source does not validate ({type(exc).__name__}: {text:.200}); fix the source"
-            ) from None
-
-
-_KINDS: dict[str, JobKind] = {}
-
-
-def register_job_kind(
-    name: str, complete: CompleteFn | None = None, *, validate: ValidateFn | None = None, replace: bool = False
-) -> JobKind:
-    """Register a job kind (a lowercase identifier of 1-32 characters) for this process; return it.
-
-    `complete` and the optional source validator `validate` are described
-    at `JobKind`. Re-registering an existing name with other functions needs
-    `replace=True`. Workers only claim registered kinds, so register a kind
-    before enqueueing or working it.
-    """
-    if not isinstance(name, str) or not name.isidentifier() or not name.islower() or not 1 <= len(name) <= 32:
-        raise InvalidInputError(f"a job kind is a lowercase identifier of 1-32 characters, got {name!r}")
-    known = _KINDS.get(name)
-    if known is not None and not replace and (known.complete is not complete or known.validate is not validate):
-        raise InvalidInputError(f"job kind {name!r} is already registered; pass replace=True to replace it")
-    kind = JobKind(name, complete, validate)
-    _KINDS[name] = kind
-    return kind
-
-
-def job_kind(name: str) -> JobKind:
-    """The registered kind `name`; raise `UnknownJobKindError` if there is none."""
-    try:
-        return _KINDS[name]
-    except KeyError:
-        known = ", ".join(sorted(_KINDS)) or "none"
-        raise UnknownJobKindError(f"no job kind {name!r} is registered (known: {known})") from None
-
-
-def registered_kinds() -> tuple[str, ...]:
-    """Names of the job kinds registered in this process, sorted."""
-    return tuple(sorted(_KINDS))
 
 
 # -- encoding helpers shared by the queue ------------------------------------------

@@ -43,7 +43,7 @@ from ..errors import (
     TransientJobError,
     WorkerLeaseLostError,
 )
-from .jobs import Job, Store, frozen, job_kind
+from .jobs import Job, Store, frozen
 from .service import JobClaim
 from .renewal import RENEWER
 from ..core.retry import bounded_retrying
@@ -99,7 +99,7 @@ def run_one_job(
         return None
     with claim:
         try:
-            kind = job_kind(claim._kind)
+            kind = store.jobs.kinds.get(claim._kind)
             if kind.validate is not None:  # a malformed stored source is a permanent failure, never a KeyError later
                 kind.check_source(claim.job.source)
             RENEWER.add(claim, ttl)  # `with renewing(claim, ttl)`, without the context manager object

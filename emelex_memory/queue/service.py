@@ -52,16 +52,14 @@ from .jobs import (
     job_by_rowid,
     job_from_row,
     job_row,
-    job_kind,
     job_size,
-    registered_kinds,
     stored_json,
 )
 from ..core.id_prefix import resolve_id
 from ..core.io_errors import restated
 from .claim import JobClaim
-from ..sessions.leases import holder_label
-from ..core.retry import RETRY_SCHEDULE
+from .kinds import JobKindRegistry
+from ..sessions.holders import holder_label
 from ..core.utf8 import check_utf8
 
 
@@ -76,6 +74,8 @@ _LIVE_SESSION_OF_JOB = (
 def failure_update(attempts: int, diagnostics: str, event: str, message: str, now: float, permanent: bool,
                     cost: Mapping[str, Any] | None = None):
     """The new (state, attempts, due_at, finished_at, diagnostics) of a job after one counted failure."""
+    from ..core.retry import RETRY_SCHEDULE  # here: tenacity is imported only by a run that records a failure
+
     failed = attempts + 1
     terminal = permanent or RETRY_SCHEDULE.is_terminal(failed)
     due = now if terminal else now + RETRY_SCHEDULE.delay(failed)
@@ -127,10 +127,12 @@ RECORD_FAILURE = (
 class JobQueue:
     """The work queues (`store.jobs`): enqueue, claim, complete, fail, release, cancel, retry and list jobs."""
 
-    def __init__(self, db: Database, owner: Store) -> None:
-        """Serve `db`; `owner` is the `MemoryStore` handed to claims (`JobClaim.store`) and completion functions."""
+    def __init__(self, db: Database, owner: Store, kinds: JobKindRegistry) -> None:
+        """Serve `db` for the job kinds registered in `kinds`; `owner` is the `MemoryStore` handed to claims
+        (`JobClaim.store`) and completion functions."""
         self._db = db
         self._owner = owner
+        self.kinds = kinds
 
     # -- enqueueing and reading --------------------------------------------------------
 
@@ -153,7 +155,7 @@ class JobQueue:
         validator checks the source (as it will be stored) first; a bad one
         raises `InvalidJobSourceError` and nothing is written.
         """
-        registered = job_kind(kind)
+        registered = self.kinds.get(kind)
         if not isinstance(source, Mapping):
             raise InvalidInputError("a job source must be a JSON object (a mapping)")
         source_json = encode_json(dict(source), max_bytes=MAX_SOURCE_BYTES, what="the job source")
@@ -270,9 +272,9 @@ class JobQueue:
         skipping jobs whose Session has a live execution lease. The worker
         lease lasts `ttl_s` (default `worker_lease_ttl_s`).
         """
-        names = registered_kinds() if kinds is None else (kinds,) if isinstance(kinds, str) else tuple(kinds)
+        names = self.kinds.names() if kinds is None else (kinds,) if isinstance(kinds, str) else tuple(kinds)
         for name in names:
-            job_kind(name)
+            self.kinds.check(name)
         if not names:
             raise InvalidInputError("claim_job needs at least one job kind")
         ttl = self._worker_ttl(ttl_s)
@@ -354,7 +356,7 @@ class JobQueue:
         `release` first re-reads the job, returning it when that completion
         is durable.
         """
-        kind = job_kind(claim._kind)
+        kind = self.kinds.get(claim._kind)
         if claim._unsure_at is not None and (settled := self._settled(claim)) is not None:
             return settled
         try:

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from ..core.database import Database
 from ..sessions.rows import session_rowid
 from ..errors import InvalidInputError, JobStateError
-from .jobs import JOB_COLUMNS, JOB_FROM, JOB_RETURNING, Job, job_from_row, job_kind, job_row, registered_kinds
-from ..knowledge.source_digest import source_bytes
-from ..sessions.leases import process_identity
+from .jobs import JOB_COLUMNS, JOB_FROM, JOB_RETURNING, Job, job_from_row, job_row
+from .kinds import JobKindRegistry
+from ..sessions.holders import process_identity
 from .service import RECORD_FAILURE, failure_update
 
 
@@ -79,18 +79,19 @@ def holder_is_dead(holder: str | None) -> bool:
 class JobStatus:
     """Job status methods of `MemoryStore`."""
 
-    def __init__(self, db: Database) -> None:
-        """Serve `db`."""
+    def __init__(self, db: Database, kinds: JobKindRegistry) -> None:
+        """Serve `db` for the job kinds registered in `kinds`."""
         self._db = db
+        self._kinds = kinds
 
     def waiting_jobs(
         self, *, kinds: Iterable[str] | None = None, limit: int = 20
     ) -> WaitingPage:
         """The pending and claimed jobs of `kinds` (default: every registered kind), soonest due first, at most
         `limit` (1-100) of them, each with why it waits; and how many wait in all. Read-only."""
-        names = registered_kinds() if kinds is None else tuple(kinds)
+        names = self._kinds.names() if kinds is None else tuple(kinds)
         for name in names:
-            job_kind(name)
+            self._kinds.check(name)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_WAITING:
             raise InvalidInputError(f"limit must be between 1 and {MAX_WAITING}, got {limit!r}")
         if not names:
@@ -141,6 +142,8 @@ class JobStatus:
         first, last = job.source.get("first_seq"), job.source.get("last_seq")
         if not isinstance(first, int) or not isinstance(last, int):
             return None
+        from ..knowledge.source_digest import source_bytes  # here: an idle worker never needs it
+
         with self._db.read() as conn:
             return source_bytes(conn, session_rowid(conn, job.session_id), first, last)
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-import socket
 from collections.abc import Callable, Iterator, Sequence
 from stat import S_ISDIR
 from typing import TypeVar
@@ -75,32 +74,12 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def process_identity() -> str:
-    """What tells this process's pid apart from the same number elsewhere on a host of the same name: the kernel's
-    boot ID (first 8 hex digits) and the pid namespace's inode, `1a2b3c4d.4026531836`; "" where the platform
-    exposes neither (then only host and pid can be compared)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-            boot = f.read().strip().replace("-", "")[:8]
-        namespace = os.stat("/proc/self/ns/pid").st_ino
-    except (OSError, ValueError):
-        return ""
-    return f"{boot}.{namespace}"
-
-
 def lease_ttl(settings: Settings, ttl_s: float | None) -> float:
     """A lease's TTL: `ttl_s`, or the configured one for None; refused outside (0, 86400] seconds."""
     ttl = settings.session_lease_ttl_s if ttl_s is None else ttl_s
     if not 0 < ttl <= 86_400:
         raise InvalidInputError(f"lease TTL must be between 0 and 86400 seconds, got {ttl}")
     return ttl
-
-
-def holder_label() -> str:
-    """`pid@host#identity` (`process_identity`; `pid@host` where it is ""), recorded with a lease or a claim so
-    that `holder_is_dead` can tell whether the holder is a process it can see."""
-    identity = process_identity()
-    return f"{os.getpid()}@{socket.gethostname()}{'#' + identity if identity else ''}"[:200]
 
 
 class SessionLease:

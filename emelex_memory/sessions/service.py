@@ -19,7 +19,8 @@ from ..errors import (
     WorkspaceReplacedError,
 )
 from .identity import SESSION_COLUMNS, Session, WorkspaceIdentity, not_the_workspace, session_from_row
-from .leases import SessionLease, holder_label, lease_ttl, new_token, token_digest
+from .holders import holder_label
+from .leases import SessionLease, lease_ttl, new_token, token_digest
 from .replay import replay_page
 from .rows import session_rowid
 from .transcript import ReplayPage

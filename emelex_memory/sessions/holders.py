@@ -1,0 +1,29 @@
+"""Who holds a Session lease or a job claim: the holder label recorded with it and the process identity in it.
+
+Kept apart from `leases.py` so that the queue, which records the same labels, does not import the transcript.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+
+def process_identity() -> str:
+    """What tells this process's pid apart from the same number elsewhere on a host of the same name: the kernel's
+    boot ID (first 8 hex digits) and the pid namespace's inode, `1a2b3c4d.4026531836`; "" where the platform
+    exposes neither (then only host and pid can be compared)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            boot = f.read().strip().replace("-", "")[:8]
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except (OSError, ValueError):
+        return ""
+    return f"{boot}.{namespace}"
+
+
+def holder_label() -> str:
+    """`pid@host#identity` (`process_identity`; `pid@host` where it is ""), recorded with a lease or a claim so
+    that `holder_is_dead` can tell whether the holder is a process it can see."""
+    identity = process_identity()
+    return f"{os.getpid()}@{socket.gethostname()}{'#' + identity if identity else ''}"[:200]
