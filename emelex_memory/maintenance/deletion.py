@@ -28,6 +28,7 @@ from ..errors import EmelexError, SessionBusyError
 from ..core.io_errors import with_committed
 
 from ..core.database import Database
+from ..sessions.holders import live_lease
 from ..sessions.rows import session_rowid
 
 
@@ -52,7 +53,7 @@ def check_not_busy(
     """Inside a transaction: raise `SessionBusyError` while the Session has a live lease or a live worker claim (on a
     job of `kind`, when given); the message ends with `unchanged`."""
     held = conn.execute(
-        "SELECT holder, expires_at FROM session_leases WHERE session_id = ? AND state = 'active' AND expires_at > ?",
+        f"SELECT holder, expires_at FROM session_leases WHERE session_id = ? AND {live_lease()}",
         (rowid, now),
     ).fetchone()
     if held:

@@ -21,6 +21,7 @@ from ..errors import EmelexError, InvalidInputError, NoStoreError
 from ..core.private_files import absolute, check_home, check_no_symlinks, check_private_dir, check_private_file, describe_mode
 from ..core.migrations import APPLICATION_ID, MIGRATIONS
 from ..core.opening import STORE_MARKER, check_missing_database, locate_database, open_as_is, sidecar_path
+from ..sessions.holders import live_lease
 from ..settings import Settings
 
 DOCTOR_ASSET_ENTRIES = 1000  # asset entries one doctor run re-hashes at most
@@ -236,7 +237,7 @@ def _count_contents(report: DoctorReport, db: Database) -> None:
         sessions = conn.execute("SELECT count(*) FROM sessions").fetchone()[0]
         events = conn.execute("SELECT count(*) FROM events").fetchone()[0]
         live_leases = conn.execute(
-            "SELECT count(*) FROM session_leases WHERE state = 'active' AND expires_at > ?", (db.clock(),)
+            f"SELECT count(*) FROM session_leases WHERE {live_lease()}", (db.clock(),)
         ).fetchone()[0]
         summaries, reverted = conn.execute(
             "SELECT count(*), count(reverted_at) FROM summaries"  # reverted ones stay stored; replay skips them

@@ -43,6 +43,7 @@ from ..core.database import Database
 from ..errors import EmelexError, MaintenanceError, StoreClosedError
 from ..knowledge.versions import tombstone_version
 from ..queue.service import RESCUE_BATCH, JobQueue
+from ..sessions.holders import live_lease
 from .deletion import delete_session_in
 
 DAY_S = 86_400.0
@@ -224,8 +225,7 @@ class Maintenance:
         with self._db.write() as conn:
             rows = conn.execute(
                 "SELECT s.id, s.uuid FROM session_heads s WHERE s.updated_at < ? "
-                "AND NOT EXISTS (SELECT 1 FROM session_leases l WHERE l.session_id = s.id AND l.state = 'active' "
-                "AND l.expires_at > ?) "
+                f"AND NOT EXISTS (SELECT 1 FROM session_leases l WHERE l.session_id = s.id AND {live_lease('l')}) "
                 "AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.session_id = s.id AND j.state = 'claimed' "
                 "AND j.lease_expires_at > ?) ORDER BY s.updated_at, s.id LIMIT ?",
                 (now - s.session_retention_days * DAY_S, now, now, s.maintain_batch),

@@ -59,16 +59,14 @@ from ..core.id_prefix import resolve_id
 from ..core.io_errors import restated
 from .claim import JobClaim
 from .kinds import JobKindRegistry
-from ..sessions.holders import holder_label
+from ..sessions.holders import holder_label, live_lease
 from ..core.utf8 import check_utf8
 
 
 RESCUE_BATCH = 100
 _ACTIVE = "state IN ('pending', 'claimed')"  # repeats the partial index's WHERE so SQLite uses jobs_active
 _EXPIRED_CLAIMS = f"FROM jobs WHERE {_ACTIVE} AND state = 'claimed' AND due_at <= ?"  # worker lease expired by ?
-_LIVE_SESSION_OF_JOB = (
-    "SELECT 1 FROM session_leases l WHERE l.session_id = jobs.session_id AND l.state = 'active' AND l.expires_at > ?"
-)
+_LIVE_SESSION_OF_JOB = f"SELECT 1 FROM session_leases l WHERE l.session_id = jobs.session_id AND {live_lease('l')}"
 
 
 def failure_update(attempts: int, diagnostics: str, event: str, message: str, now: float, permanent: bool,
@@ -102,7 +100,7 @@ def _claim_sql(kind_count: int, guarded: bool) -> str:
         "UPDATE jobs SET state = 'claimed', lease_hash = ?, lease_holder = ?, lease_expires_at = ?, due_at = ?, "
         f"updated_at = ? WHERE id = (SELECT j.id FROM jobs j WHERE {_ACTIVE} AND j.state = 'pending' "
         f"AND j.due_at <= ? AND j.kind IN ({marks}) AND NOT EXISTS (SELECT 1 FROM session_leases l "
-        "WHERE l.session_id = j.session_id AND l.state = 'active' AND l.expires_at > ?) "
+        f"WHERE l.session_id = j.session_id AND {live_lease('l')}) "
         f"ORDER BY j.due_at, j.id LIMIT 1) {guard}RETURNING {CLAIM_RETURNING}"
     )
 

@@ -24,7 +24,7 @@ from ..sessions.rows import session_rowid
 from ..errors import InvalidInputError, JobStateError
 from .jobs import JOB_COLUMNS, JOB_FROM, JOB_RETURNING, Job, job_from_row, job_row
 from .kinds import JobKindRegistry
-from ..sessions.holders import process_identity
+from ..sessions.holders import live_lease, process_identity
 from .service import RECORD_FAILURE, failure_update
 
 
@@ -101,7 +101,7 @@ class JobStatus:
             now = self._db.clock()
             rows = conn.execute(
                 f"SELECT {JOB_COLUMNS}, l.holder, l.expires_at FROM {JOB_FROM} LEFT JOIN session_leases l "
-                "ON l.session_id = j.session_id AND l.state = 'active' AND l.expires_at > ? "
+                f"ON l.session_id = j.session_id AND {live_lease('l')} "
                 f"WHERE j.state IN ('pending', 'claimed') AND j.kind IN ({marks}) ORDER BY j.due_at, j.id LIMIT ?",
                 (now, *names, limit),
             ).fetchall()

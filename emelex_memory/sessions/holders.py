@@ -1,4 +1,5 @@
-"""Who holds a Session lease or a job claim: the holder label recorded with it and the process identity in it.
+"""Who holds a Session lease or a job claim: the live-lease predicate, the holder label recorded with a lease or
+a claim, and the process identity in it.
 
 Kept apart from `leases.py` so that the queue, which records the same labels, does not import the transcript.
 """
@@ -27,3 +28,10 @@ def holder_label() -> str:
     that `holder_is_dead` can tell whether the holder is a process it can see."""
     identity = process_identity()
     return f"{os.getpid()}@{socket.gethostname()}{'#' + identity if identity else ''}"[:200]
+
+
+def live_lease(alias: str = "") -> str:
+    """The one SQL condition "this `session_leases` row (named `alias`, if given) is a live lease": active and not
+    expired at the `?` it leaves to bind (the caller's now). Every query asking whether a Session is held uses it."""
+    p = f"{alias}." if alias else ""
+    return f"{p}state = 'active' AND {p}expires_at > ?"

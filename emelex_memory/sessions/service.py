@@ -19,7 +19,7 @@ from ..errors import (
     WorkspaceReplacedError,
 )
 from .identity import SESSION_COLUMNS, Session, WorkspaceIdentity, not_the_workspace, session_from_row
-from .holders import holder_label
+from .holders import holder_label, live_lease
 from .leases import SessionLease, lease_ttl, new_token, token_digest
 from .replay import replay_page
 from .rows import session_rowid
@@ -151,8 +151,7 @@ class Sessions:
                 raise WorkspaceReplacedError(not_the_workspace(found.path, session_id, row[0], row[1]))
             now = self._db.clock()
             held = conn.execute(
-                "SELECT holder, expires_at FROM session_leases WHERE session_id = ? AND state = 'active' "
-                "AND expires_at > ?",
+                f"SELECT holder, expires_at FROM session_leases WHERE session_id = ? AND {live_lease()}",
                 (rowid, now),
             ).fetchone()
             if held:

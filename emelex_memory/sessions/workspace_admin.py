@@ -24,6 +24,7 @@ from ..errors import (
     WorkspaceMissingError,
     WorkspaceNotFoundError,
 )
+from .holders import live_lease
 from .identity import WorkspaceIdentity
 from .workspaces import WORKSPACE_COLUMNS, find_workspace, identity_of, settle_workspace
 
@@ -266,7 +267,7 @@ class WorkspaceAdmin:
                 retired, other = other[0], None  # empty: the rebind retires it
             held = conn.execute(
                 "SELECT s.uuid, l.holder, l.expires_at FROM sessions s JOIN session_leases l ON l.session_id = s.id "
-                "WHERE s.workspace_id = ? AND l.state = 'active' AND l.expires_at > ? LIMIT 1",
+                f"WHERE s.workspace_id = ? AND {live_lease('l')} LIMIT 1",
                 (workspace_id, now),
             ).fetchone()
             if held:
