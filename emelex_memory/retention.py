@@ -139,13 +139,16 @@ class MaintenanceMixin:
     def _fail_stale_leases(self: MemoryStore, report: MaintenanceReport, now: float) -> None:
         """Step 1, one transaction."""
         batch = self.settings.maintain_batch
-        with self._write() as conn:
-            report.leases_failed = len(conn.execute(
-                "UPDATE session_leases SET state = 'failed', failure = 'expired', ended_at = ? WHERE session_id IN "
-                "(SELECT session_id FROM session_leases WHERE state = 'active' AND expires_at <= ? "
-                "ORDER BY expires_at LIMIT ?) RETURNING 1",
-                (now, now, batch),
-            ).fetchall())
+        with self._write() as conn:  # select, then update by key: the planner never scans the table for the IN list
+            stale = conn.execute(
+                "SELECT session_id FROM session_leases WHERE state = 'active' AND expires_at <= ? "
+                "ORDER BY expires_at LIMIT ?", (now, batch),
+            ).fetchall()
+            conn.executemany(
+                "UPDATE session_leases SET state = 'failed', failure = 'expired', ended_at = ? WHERE session_id = ?",
+                [(now, rowid) for (rowid,) in stale],
+            )
+        report.leases_failed = len(stale)
         report.more |= report.leases_failed == batch
 
     def _rescue_claims(self: MemoryStore, report: MaintenanceReport) -> None:
@@ -179,25 +182,36 @@ class MaintenanceMixin:
         """Step 5, one transaction."""
         s = self.settings
         with self._write() as conn:
-            report.knowledge_purged = len(conn.execute(
-                "DELETE FROM knowledge WHERE id IN (SELECT id FROM knowledge WHERE tombstoned_at < ? AND pinned = 0 "
-                "ORDER BY tombstoned_at LIMIT ?) RETURNING 1",
+            purged = conn.execute(
+                "SELECT id FROM knowledge WHERE tombstoned_at < ? AND pinned = 0 ORDER BY tombstoned_at LIMIT ?",
                 (now - s.knowledge_grace_days * DAY_S, s.maintain_batch),
-            ).fetchall())
+            ).fetchall()
+            conn.executemany("DELETE FROM knowledge WHERE id = ?", purged)
+        report.knowledge_purged = len(purged)
         report.more |= report.knowledge_purged == s.maintain_batch
 
     def _prune_versions(self: MemoryStore, report: MaintenanceReport, now: float) -> None:
-        """Step 6, one transaction."""
+        """Step 6, one transaction. Only entries storing more than `knowledge_keep_versions` versions are read (the
+        `knowledge_prunable` index); each pruned entry's `first_version` then moves to its oldest remaining one."""
         s = self.settings
+        keep = s.knowledge_keep_versions
         with self._write() as conn:
-            report.versions_pruned = len(conn.execute(
-                "DELETE FROM knowledge_versions WHERE id IN (SELECT v.id FROM knowledge_versions v "
-                "JOIN knowledge k ON k.id = v.knowledge_id "
-                "JOIN knowledge_versions n ON n.knowledge_id = v.knowledge_id AND n.version = v.version + 1 "
-                "WHERE k.pinned = 0 AND v.version <= k.head_version - ? AND n.created_at < ? ORDER BY v.id LIMIT ?) "
-                "RETURNING 1",
-                (s.knowledge_keep_versions, now - s.knowledge_grace_days * DAY_S, s.maintain_batch),
-            ).fetchall())
+            pruned = conn.execute(  # CROSS JOIN: read the few prunable entries first, then their old versions
+                "SELECT v.id, k.id FROM knowledge k "
+                "CROSS JOIN knowledge_versions v ON v.knowledge_id = k.id AND v.version BETWEEN k.first_version "
+                "AND k.head_version - ?1 "
+                "JOIN knowledge_versions n ON n.knowledge_id = k.id AND n.version = v.version + 1 "
+                "WHERE k.pinned = 0 AND k.head_version - k.first_version >= ?1 AND n.created_at < ?2 "
+                "ORDER BY v.id LIMIT ?3",
+                (keep, now - s.knowledge_grace_days * DAY_S, s.maintain_batch),
+            ).fetchall()
+            conn.executemany("DELETE FROM knowledge_versions WHERE id = ?", [(vid,) for vid, _ in pruned])
+            conn.executemany(
+                "UPDATE knowledge SET first_version = (SELECT min(version) FROM knowledge_versions "
+                "WHERE knowledge_id = ?1) WHERE id = ?1",
+                [(k,) for k in dict.fromkeys(kid for _, kid in pruned)],
+            )
+        report.versions_pruned = len(pruned)
         report.more |= report.versions_pruned == s.maintain_batch
 
     def _collect_unreferenced(self: MemoryStore, report: MaintenanceReport) -> None:
