@@ -18,6 +18,7 @@ from .compaction import compaction_app
 from .framework import EmelexTyper, JsonFlag, echo_json, error_text, page_limit, settings_of
 from .jobs import compact, jobs_app
 from .knowledge import knowledge_app
+from .backup import backup, restore
 from .maintain import maintain
 from .pages import echo_page
 from .work import work
@@ -29,6 +30,8 @@ memory_app.add_typer(sessions_app, name="sessions")
 memory_app.add_typer(knowledge_app, name="knowledge")
 memory_app.add_typer(workspaces_app, name="workspaces")
 memory_app.command("maintain")(maintain)
+memory_app.command("backup")(backup)
+memory_app.command("restore")(restore)
 memory_app.add_typer(assets_app, name="assets")
 memory_app.add_typer(jobs_app, name="jobs")
 memory_app.command("compact")(compact)

@@ -1,0 +1,45 @@
+"""`emelex memory backup DEST` / `backup --verify DEST` and `emelex memory restore SRC`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from emelex_memory import MemoryStore
+from emelex_memory.backup import backup_store, restore_backup, verify_backup
+
+from .framework import settings_of
+
+
+def _say(what: str, report) -> None:
+    typer.echo(f"{what} {report.path}: database {report.database_bytes} bytes (sha256 {report.database_sha256[:12]}), "
+               f"{report.counts.get('events', 0)} events, {report.assets} assets ({report.asset_bytes} bytes"
+               f"{f', {report.assets_copied} copied' if what == 'backed up to' else ''}), {report.models} model manifests")
+
+
+def backup(
+    ctx: typer.Context,
+    dest: Annotated[Path, typer.Argument(help="A new or empty directory outside Emelex Home, or an earlier backup.")],
+    verify: Annotated[bool, typer.Option("--verify", help="Only re-check the backup at DEST; change nothing.")] = False,
+) -> None:
+    """Write a consistent, verified copy of the store, its assets and model manifests to DEST (incremental).
+
+    Other processes may keep writing meanwhile. The manifest with every digest is written last: a backup
+    without it (interrupted) is refused by --verify and restore.
+    """
+    if verify:
+        _say("verified", verify_backup(dest))
+        return
+    with MemoryStore.open(settings_of(ctx), create=False) as store:
+        _say("backed up to", backup_store(store, dest))
+
+
+def restore(
+    ctx: typer.Context,
+    src: Annotated[Path, typer.Argument(help="A complete backup made by `emelex memory backup`.")],
+) -> None:
+    """Verify the backup at SRC, then restore it into Emelex Home, which must be empty (never over a store)."""
+    report = restore_backup(src, settings_of(ctx))
+    _say("restored from", report)
