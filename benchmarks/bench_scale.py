@@ -18,7 +18,7 @@ sparse source files (runs of zero bytes of distinct lengths, so distinct
 digests); `put_asset` streams them into the store, so the store's asset files
 are ordinary files of real bytes, 10 GiB on disk.
 
-The small store (100 Sessions of 100 events, 100 Knowledge versions, a few
+The small store (100 Sessions of 100 events, 1,200 Knowledge versions (60 entries, so a page of 50 is full on both sides), a few
 assets and jobs) is built fresh in every run. Each operation then alternates
 between the two stores call by call, and the median time of each side is
 compared; the target is a ratio <= 2. The inherently proportional costs (the
@@ -285,7 +285,7 @@ def main() -> int:
     build_s = time.perf_counter() - started
     with tempfile.TemporaryDirectory(dir=Path(__file__).resolve().parent, prefix=".bench-") as tmp:
         small_root = Path(tmp) / "small"
-        build(small_root, 100, 100, 5, 20, 3, 1024, 2 * ROUNDS + 10)
+        build(small_root, 100, 100, 60, 20, 3, 1024, 2 * ROUNDS + 10)
         small, big = Side(small_root), Side(big_root)
         try:
             rows = []
