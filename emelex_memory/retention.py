@@ -12,7 +12,11 @@ report says `more`), in this order and under these names:
 5. `knowledge_purge`: tombstoned entries older than `knowledge_grace_days` are deleted;
 6. `versions`: versions beyond the newest `knowledge_keep_versions` of an
    unpinned entry, superseded more than `knowledge_grace_days` ago, are pruned;
-7. `assets`: unreferenced assets are collected (the asset grace period applies);
+7. `assets`: unreferenced assets are collected (the asset grace period applies); the
+   scans of the asset folder for crash orphans and abandoned temporary files,
+   whose cost grows with the number of files, start a new pass at most once per
+   `assets_gc.FOLDER_SCAN_INTERVAL_S` (an hour, the grace period orphans wait
+   anyway) and continue run by run until the pass completes;
 8. `database`: `PRAGMA optimize`, optional `VACUUM`, then `wal_checkpoint(TRUNCATE)`.
 
 Each step commits on its own: steps 1 and 3-6 in one transaction each, step 2
@@ -39,6 +43,7 @@ from typing import TYPE_CHECKING
 
 import apsw
 
+from .assets_gc import folder_scan_due, schedule_folder_scan
 from .errors import EmelexError, MaintenanceError, StoreClosedError
 from .queue import RESCUE_BATCH
 
@@ -104,7 +109,7 @@ class MaintenanceMixin:
             ("knowledge_tombstones", lambda: self._tombstone_stale(report, now)),
             ("knowledge_purge", lambda: self._purge_tombstones(report, now)),
             ("versions", lambda: self._prune_versions(report, now)),
-            ("assets", lambda: self._collect_unreferenced(report)),
+            ("assets", lambda: self._collect_unreferenced(report, now)),
         ]
         if not dry_run:
             self._run_steps(report, [*steps, ("database", lambda: self._maintain_file(report, vacuum))])
@@ -214,9 +219,15 @@ class MaintenanceMixin:
         report.versions_pruned = len(pruned)
         report.more |= report.versions_pruned == s.maintain_batch
 
-    def _collect_unreferenced(self: MemoryStore, report: MaintenanceReport) -> None:
-        """Step 7, as `collect_assets` commits."""
-        collected = self.collect_assets(limit=min(self.settings.maintain_batch, self.settings.max_page_items))
+    def _collect_unreferenced(self: MemoryStore, report: MaintenanceReport, now: float) -> None:
+        """Step 7, as `collect_assets` commits; its folder scans only when due (see `assets_gc.folder_scan_due`)."""
+        with self._read() as conn:
+            scan = folder_scan_due(conn, now)
+        limit = min(self.settings.maintain_batch, self.settings.max_page_items)
+        collected = self.collect_assets(limit=limit, scan_folder=scan)
+        if scan and not report.dry_run:
+            with self._write() as conn:
+                schedule_folder_scan(conn, now)
         report.asset_entries_removed += collected.removed_entries
         report.asset_files_removed += collected.removed_files
         report.asset_bytes_freed += collected.freed_bytes
