@@ -27,6 +27,8 @@ from emelex_memory import (
     register_job_kind,
     run_one_job,
 )
+from emelex_memory import doctor as doctor_module
+from emelex_memory.doctor import diagnose
 
 from .conftest import Clock
 
@@ -216,3 +218,33 @@ def test_hot_statements_never_scan_a_whole_table(busy_store, stats: str) -> None
                 failures.setdefault(name, []).append(f"{' '.join(sql.split())} -> {bad}")
     assert set(recorder.statements) >= {"acquire, replay and append", "claim and complete", "maintain"}
     assert not failures, "\n".join(f"{k}:\n  " + "\n  ".join(v) for k, v in failures.items())
+
+
+def test_doctor_counts_the_events_exactly_in_its_payload_scan_not_in_a_scan_of_its_own(busy_store, monkeypatch) -> None:
+    """The events table, the one that grows fastest, is read in full by doctor's full-read checks (transcripts,
+    payloads) only: the exact event count comes from the payload check's scan, not from a scan of its own."""
+    store, ws, _ = busy_store
+    gone = store.list_sessions(limit=1).sessions[0].id
+    store.delete_session(gone)  # leaves a gap in the event IDs: a count from max(id) would be wrong
+    with store._read() as conn:
+        stored = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    recorder = Recorder()
+    recorder.operation = "doctor"
+    real_open = doctor_module.open_as_is
+
+    def open_traced(*args, **kwargs):
+        conn, info = real_open(*args, **kwargs)
+        conn.exec_trace = recorder
+        return conn, info
+
+    monkeypatch.setattr(doctor_module, "open_as_is", open_traced)
+    report = diagnose(store.settings, database=store.path)
+    assert report.healthy, report.checks
+    assert report.facts["events"] == stored
+    statements = recorder.statements["doctor"]
+    events_reads = [
+        sql for sql, bindings in statements.items() if not _skip(sql)
+        and any(_table_of(store._conn, m.group(1), sql) == "events"
+                for d in full_scans(store._conn, sql, bindings) if (m := _SCAN.match(d)))
+    ]
+    assert len(events_reads) == 2, events_reads  # the transcripts check and the payload check
