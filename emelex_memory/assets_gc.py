@@ -43,7 +43,7 @@ from pathlib import Path
 
 import apsw
 
-from .assets import TEMP_MIN_AGE_S
+from .assets import DEFAULT_GRACE_S, TEMP_MIN_AGE_S
 from .assets_files import TEMP_SUFFIX
 from .directories import Directory
 from .errors import FileSystemError, InsecurePathError
@@ -52,6 +52,8 @@ MAX_STRAYS = 20
 _SCAN_KEY = "asset_scan_after"  # store_meta: the orphan scan resumes after this file name
 TEMP_SCAN_KEY = "asset_temp_scan_after"  # store_meta: the temporary-file scan resumes after this file name
 _HEX_NAME = re.compile(r"[0-9a-f]{64}\Z")
+_DUE_KEY = "asset_folder_scan_due_at"  # store_meta: when `maintain` next starts a pass over the asset folder
+FOLDER_SCAN_INTERVAL_S = DEFAULT_GRACE_S  # orphans wait out a grace period anyway: one pass per period suffices
 
 
 @dataclass
@@ -280,3 +282,30 @@ def _remove_unlocked(tmp: Directory, name: str, st: os.stat_result, report: Asse
             report.freed_bytes += held.st_size
     finally:
         os.close(fd)
+
+
+def folder_scan_due(conn: apsw.Connection, now: float) -> bool:
+    """Whether `maintain` should scan the asset folder (orphans, temporary files) now.
+
+    Due when no pass was ever scheduled, when the scheduled time has come, or
+    when the clock went back by more than an interval. A pass that stopped at
+    its cap stays due until it completes (see `schedule_folder_scan`).
+    """
+    row = conn.execute("SELECT value FROM store_meta WHERE key = ?", (_DUE_KEY,)).fetchone()
+    if row is None:
+        return True
+    due = float(row[0])
+    return now >= due or due - now > FOLDER_SCAN_INTERVAL_S
+
+
+def schedule_folder_scan(conn: apsw.Connection, now: float) -> None:
+    """Inside a write transaction, after a scanning collection: once both folder scans have completed their pass
+    (their positions wrapped to the start), schedule the next pass `FOLDER_SCAN_INTERVAL_S` after `now`."""
+    positions = conn.execute(
+        "SELECT value FROM store_meta WHERE key IN (?, ?) AND value != ''", (_SCAN_KEY, TEMP_SCAN_KEY)
+    ).fetchall()
+    if not positions:
+        conn.execute(
+            "INSERT INTO store_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (_DUE_KEY, repr(now + FOLDER_SCAN_INTERVAL_S)),
+        )

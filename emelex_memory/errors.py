@@ -444,3 +444,26 @@ class UnknownPluginComponentError(PluginError):
 
 class InvalidJobSourceError(PermanentJobError, InvalidInputError):
     """A job source is malformed or would replace turns it may not: queue it via queue_compaction/queue_distillation."""
+
+
+# --- Backups -------------------------------------------------------------------------------
+
+
+class BackupError(EmelexError):
+    """A backup or restore was refused or failed; nothing in the store or the Home changed: follow the message."""
+
+
+class BackupDestinationError(BackupError):
+    """The destination cannot hold a backup: choose a new or empty directory outside Emelex Home, or an old backup."""
+
+
+class NotABackupError(BackupError):
+    """The directory holds no complete backup (no manifest: partial or never one): make a new backup."""
+
+
+class BackupVerificationError(BackupError):
+    """A backup does not match its manifest (tampered or damaged): make a new backup; do not restore this one."""
+
+
+class RestoreTargetError(BackupError):
+    """Restore only fills an empty Emelex Home: set EMELEX_HOME (or --home) to a new or empty directory."""

@@ -121,6 +121,18 @@ UPDATE events SET media_end = w.total
           OVER (PARTITION BY e.session_id ORDER BY e.seq) AS total FROM events e) AS w
     WHERE events.id = w.id AND w.total > 0;
 """
+# Indexes that keep the costs of a store flat at a lifetime's size. `maintain`'s stale-lease sweep reads only active
+# leases past their expiry. Version pruning reads only the entries storing more versions than it keeps:
+# `first_version` is the oldest version an entry still stores (pruning deletes the oldest first and advances it;
+# no other writer deletes single versions). The claim finds the oldest due pending job in `jobs_due`'s own order.
+M013_SCALE_INDEXES = """
+CREATE INDEX session_leases_active ON session_leases (expires_at) WHERE state = 'active';
+ALTER TABLE knowledge ADD COLUMN first_version INTEGER NOT NULL DEFAULT 1 CHECK (first_version >= 1);
+UPDATE knowledge SET first_version = coalesce(
+    (SELECT min(version) FROM knowledge_versions v WHERE v.knowledge_id = knowledge.id), 1);
+CREATE INDEX knowledge_prunable ON knowledge (head_version - first_version) WHERE pinned = 0;
+CREATE INDEX jobs_due ON jobs (due_at, id) WHERE state = 'pending';
+"""
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("m001_core", M001_CORE),
@@ -134,6 +146,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("m009_workspaces", M009_WORKSPACES, rebuilds_tables=True),
     Migration("m010_summary_reversions", M010_SUMMARY_REVERSIONS),
     Migration("m011_workspace_epochs_and_retirements", M011_WORKSPACE_EPOCHS_AND_RETIREMENTS),
+    Migration("m013_scale_indexes", M013_SCALE_INDEXES),
 )
 
 
