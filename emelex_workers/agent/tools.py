@@ -19,15 +19,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from emelex_memory import AssetRef, EmelexError, MemoryStore, PluginHookError
+from emelex_memory.agent.snapshot import ToolAuthority
 from emelex_workers.plugins import EmelexPluginManager, call_one, hook_order
 
 from .schema import check_schema
-
-if TYPE_CHECKING:
-    from emelex_memory.agent.snapshot import ToolAuthority
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,47}\Z")
 MAX_DESCRIPTION = 1024  # characters
@@ -86,8 +84,6 @@ class RegisteredTool:
 
     def authority(self) -> ToolAuthority:
         """The tool's exact authority as a Session snapshot records it."""
-        from emelex_memory.agent.snapshot import ToolAuthority
-
         spec = self.spec
         return ToolAuthority(spec.name, spec.description, spec.input_schema, spec.approval, self.plugin,
                              self.plugin_version)
@@ -173,13 +169,15 @@ def run_tool(tool: RegisteredTool, invocation: ToolInvocation) -> ToolOutput:
         return output
     preview = bounded(data[:PREVIEW_BYTES].decode("utf-8", "ignore"), PREVIEW_BYTES)
     kind = "text/plain" if isinstance(output.text, str) else "application/json"
-    try:
-        if invocation.store is None:
-            raise OSError("no store to keep it in")
-        ref = invocation.store.put_asset(data, kind)
-    except (EmelexError, OSError) as exc:
+    problem = "this agent has no store to keep it in" if invocation.store is None else None
+    if invocation.store is not None:
+        try:
+            ref = invocation.store.put_asset(data, kind)
+        except EmelexError as exc:
+            problem = bounded(str(exc), 200)
+    if problem is not None:
         note = f"the output ({len(data)} bytes) was over {tool.spec.max_output_bytes} bytes and could not be " \
-               f"stored ({bounded(str(exc), 200)}); its first bytes:\n{preview}"
+               f"stored ({problem}); its first bytes:\n{preview}"
         return ToolOutput(note, is_error=True, assets=output.assets)
     note = f"the output ({len(data)} bytes) was over {tool.spec.max_output_bytes} bytes and is stored as asset " \
            f"sha256:{ref.digest} ({kind}); its first bytes:\n{preview}"
