@@ -6,6 +6,15 @@ or `MemoryStore.open_path(path)`.
 """
 
 from .errors import (
+    AgentError,
+    AgentPoisonedError,
+    JournalStateError,
+    SessionNotEmptyError,
+    SnapshotMismatchError,
+    SnapshotMissingError,
+    TurnInProgressError,
+    UnknownEffectsError,
+    UnknownToolError,
     AmbiguousIdError,
     AssetError,
     AssetLinkMismatchError,
@@ -97,6 +106,8 @@ from .errors import (
     WorkspaceNotFoundError,
     WorkspaceReplacedError,
 )
+from .agent.journal import JournalCall, OpenTurn, Reconciled
+from .agent.snapshot import SessionSnapshot, ToolAuthority
 from .assets import MAX_ASSET_BYTES, MAX_REPLAY_MEDIA_BYTES, AssetRef
 from .assets_catalog import (
     AssetInfo,
@@ -157,6 +168,20 @@ from .worker import JobOutcome, run_one_job
 from .workspace_admin import WorkspaceInfo, WorkspacePage, WorkspaceRebind, WorkspaceRebindPage
 
 __all__ = [
+    "AgentError",
+    "AgentPoisonedError",
+    "JournalStateError",
+    "SessionNotEmptyError",
+    "SnapshotMismatchError",
+    "SnapshotMissingError",
+    "TurnInProgressError",
+    "UnknownEffectsError",
+    "UnknownToolError",
+    "JournalCall",
+    "OpenTurn",
+    "Reconciled",
+    "SessionSnapshot",
+    "ToolAuthority",
     "AmbiguousIdError",
     "AppendedTurn",
     "AssetCollection",
