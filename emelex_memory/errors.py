@@ -478,9 +478,6 @@ class TurnInProgressError(AgentError):
     """Another turn of this agent Session is still running: await it (or interrupt it) first."""
 
 
-class UnknownToolError(AgentError, InvalidInputError):
-    """The tool is not in the Session's snapshot, so it cannot be enabled or disabled: list the tools it has."""
-
 
 # --- Job sources and compaction boundaries -----------------------------------------------
 
