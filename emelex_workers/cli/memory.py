@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from emelex_memory import CorruptEventError, Event, MemoryStore, RawEvent
+from emelex_memory.agent.journal import read_journal
 from emelex_memory.cursors import MAX_SQL_INT
 from emelex_memory.doctor import DOCTOR_ASSET_ENTRIES, diagnose
 
@@ -20,6 +21,7 @@ from .jobs import compact, jobs_app
 from .knowledge import knowledge_app
 from .maintain import maintain
 from .pages import echo_page
+from .recover import journal_lines, recover
 from .work import work
 from .workspaces import workspaces_app
 
@@ -34,6 +36,7 @@ memory_app.add_typer(jobs_app, name="jobs")
 memory_app.command("compact")(compact)
 memory_app.add_typer(compaction_app, name="compaction")
 memory_app.command("work")(work)
+sessions_app.command("recover")(recover)
 
 SessionArg = Annotated[str, typer.Argument(
     metavar="SESSION", help="Session ID, or a unique prefix of it (at least 4 characters).", show_default=False,
@@ -91,10 +94,12 @@ def sessions_show(
     with MemoryStore.open(settings_of(ctx), create=False) as store:
         s = store.get_session(store.resolve_session_id(session))
         page = store.raw_events(s.id, after, limit=limit) if raw else store.replay(s.id, after, limit=limit)
+        turn = read_journal(store, s.id)
     events = [_raw_dict(e) if raw else _event_dict(e) for e in page.events]
     corrupt = [str(e["seq"]) for e in events if "payload_error" in e]
     if as_json:
-        echo_json("found", {"session": _session_dict(s), "events": events, "next_cursor": page.next_cursor})
+        echo_json("found", {"session": _session_dict(s), "events": events, "next_cursor": page.next_cursor,
+                            "agent_journal": None if turn is None else turn.to_json()})
     else:
         typer.echo(f"Session {s.id}")
         typer.echo(f"  title:     {s.title or '-'}")
@@ -103,6 +108,9 @@ def sessions_show(
         typer.echo(f"  history:   {s.last_seq} events in {s.last_turn} turns, {s.event_bytes} bytes")
         if raw:
             typer.echo("  raw:       every stored event; [replaced by Summary #N]: replay shows Summary #N instead")
+        if turn is not None:
+            for line in journal_lines(turn):
+                typer.echo(line)
         for e in events:
             for line in _event_lines(e):
                 typer.echo(line)
