@@ -26,7 +26,7 @@ from .schema import validate
 from .tools import bounded
 
 PROTOCOL_VERSION = "emelex-tools/1"
-MAX_ANSWER_CHARS = 8192
+MAX_ANSWER_CHARS = 500
 MAX_CALLS_PER_BATCH = 16
 EXCERPT_BYTES = 300
 

@@ -2,8 +2,8 @@
 
 `check_schema(schema)` accepts only what `LlamaGrammar.from_json_schema`
 turns into a grammar faithfully: objects with `properties`, `required` and
-`additionalProperties: false`, strings with a `maxLength` (bounded, so a
-model cannot run away inside one), arrays with a `maxItems`, integers,
+`additionalProperties: false`, strings with a `maxLength` of at most 1000 (bounded, so
+a model cannot run away inside one; llama.cpp refuses longer repetitions), arrays with a `maxItems`, integers,
 numbers, booleans, `enum`, `const` and `anyOf`. Numeric `minimum`/`maximum`
 are refused because the converter ignores them. `validate(value, schema)`
 checks a value against a schema that passed `check_schema` and returns the
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-MAX_STRING_LENGTH = 65_536
+MAX_STRING_LENGTH = 1000  # llama.cpp refuses a grammar repeating a character rule much more often
 MAX_ARRAY_ITEMS = 1_000
 MAX_DEPTH = 8
 _COMMON = {"description", "title"}

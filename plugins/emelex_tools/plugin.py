@@ -11,7 +11,7 @@ from .files import list_dir, read_file, search_text, write_file
 from .paths import MAX_PATH_CHARS
 
 NAME = "tools"
-MAX_CONTENT_CHARS = 65_536
+MAX_CONTENT_CHARS = 1000
 PATH = {"type": "string", "maxLength": MAX_PATH_CHARS, "description": "relative to the workspace"}
 
 
@@ -33,7 +33,7 @@ def tool_specs() -> list[ToolSpec]:
                  _object(["path", "content"], path=PATH, content={"type": "string", "maxLength": MAX_CONTENT_CHARS}),
                  write_file, approval="always"),
         ToolSpec("run_command", f"Run a shell command in the workspace (stopped after {TIMEOUT_S} s).",
-                 _object(["command"], command={"type": "string", "minLength": 1, "maxLength": 2000}), run_command,
+                 _object(["command"], command={"type": "string", "minLength": 1, "maxLength": 500}), run_command,
                  approval="always"),
     ]
 
