@@ -31,6 +31,7 @@ from .framework import (
     json_requested,
     usage_error_text,
 )
+from .chat import chat
 from .memory import memory_app
 from .models import models_app
 from .plugins import plugins_app
@@ -99,6 +100,7 @@ app = EmelexTyper(
 app.add_typer(memory_app, name="memory")
 app.add_typer(models_app, name="models")
 app.add_typer(plugins_app, name="plugins")
+app.command("chat")(chat)
 
 
 def version() -> str:
