@@ -189,3 +189,42 @@ def test_journal_to_json_lists_calls(store: MemoryStore, workspace):
     shown = j.read_journal(store, session.id).to_json()
     assert [(c["call_id"], c["state"]) for c in shown["calls"]] == [("c1", "started"), ("c2", "planned")]
     assert json.dumps(shown)
+
+
+def test_a_due_compaction_job_waits_for_an_open_journal(cstore: MemoryStore, clock, workspace, db_path):
+    from emelex_memory import COMPACTION_KIND, NewEvent, SessionLiveError, SummaryDraft, compaction_handler, run_one_job
+
+    def summarize(events, job):
+        return "summary of " + ",".join(str(e.id) for e in events)
+
+    def plan():
+        return cstore.queue_compaction(session.id, context_window=2000, count_tokens=lambda e: 100)
+
+    session, lease = leased_session(cstore, workspace)
+    for i in range(10):  # 100 tokens an event: 10 turns over a 2000-token window plan a compaction
+        lease.append_turn([NewEvent("user", {"text": f"t{i} question"}), NewEvent("assistant", {"text": f"t{i} a"})])
+    lease.release()
+    claim = cstore.claim_job(COMPACTION_KIND) if plan().job else None  # claimed before the journal opened ...
+    assert claim is not None
+    clock.now += 1
+    with cstore.acquire_lease(session.id, workspace) as again:
+        list(again.replay_all())
+        j.open_turn(cstore, again, "hello")
+        again.release()
+    before = table_rows(db_path)
+    with pytest.raises(SessionLiveError):  # ... commits nothing while it is open
+        claim.complete(SummaryDraft("summary"))
+    assert table_rows(db_path) == before
+    claim.release("the Session has an open agent journal")
+    queued = plan()
+    assert queued.job is not None and queued.job.state == "pending"
+    before = table_rows(db_path)
+    assert run_one_job(cstore, compaction_handler(summarize), kinds=COMPACTION_KIND) is None  # due, not claimed
+    assert table_rows(db_path) == before
+    clock.now += 1
+    with cstore.acquire_lease(session.id, workspace) as again:
+        list(again.replay_all())
+        j.reconcile(cstore, again)
+        again.release()
+    outcome = run_one_job(cstore, compaction_handler(summarize), kinds=COMPACTION_KIND)
+    assert outcome is not None and outcome.status == "done" and outcome.job.id == queued.job.id
