@@ -478,6 +478,12 @@ class TurnInProgressError(AgentError):
     """Another turn of this agent Session is still running: await it (or interrupt it) first."""
 
 
+class OpenJournalError(AgentError):
+    """The Session has an open agent journal (a turn that did not finish; a tool may have run): deleting it would
+    destroy that record. Reconcile it first with `emelex memory sessions recover SESSION` (or resume the agent), or
+    delete it anyway with `--discard-journal` (`discard_journal=True`)."""
+
+
 
 # --- Job sources and compaction boundaries -----------------------------------------------
 

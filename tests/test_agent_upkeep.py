@@ -29,3 +29,46 @@ def test_a_job_of_a_session_with_an_open_journal_says_it_waits_on_the_journal(cs
     assert (job.reason, job.holder, job.until) == ("agent-journal", None, None)
     line = waiting_line(job, "no more due jobs")
     assert "open agent journal" in line and f"`emelex memory sessions recover {session.id}`" in line
+
+
+def test_delete_session_refuses_an_open_journal_unless_discarded(store: MemoryStore, workspace, db_path):
+    from emelex_memory import OpenJournalError
+
+    session = interrupted(store, workspace)
+    before = table_rows(db_path)
+    with pytest.raises(OpenJournalError, match=f"sessions recover {session.id}"):
+        store.delete_session(session.id)
+    assert table_rows(db_path) == before
+    deleted = store.delete_session(session.id, discard_journal=True)
+    assert deleted.events == 1 and not table_rows(db_path)["agent_turns"]
+
+
+def test_the_cli_refuses_to_delete_an_open_journal_unless_discarded(home, workspace, monkeypatch):
+    from typer.testing import CliRunner
+
+    from emelex_memory import Settings
+    from emelex_workers.cli import app
+
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    with MemoryStore.open(Settings()) as store:
+        session = interrupted(store, workspace)
+    refused = CliRunner().invoke(app, ["memory", "sessions", "delete", session.id, "--yes"])
+    assert refused.exit_code != 0 and "sessions recover" in refused.output and "Traceback" not in refused.output
+    with MemoryStore.open(Settings()) as store:
+        assert store.get_session(session.id).id == session.id
+    done = CliRunner().invoke(app, ["memory", "sessions", "delete", session.id, "--yes", "--discard-journal"])
+    assert done.exit_code == 0, done.output
+    assert f"deleted Session {session.id}" in done.output
+
+
+def test_retention_skips_a_session_with_an_open_journal(db_path, home, clock, workspace):
+    from emelex_memory import Settings
+
+    with MemoryStore.open_path(db_path, Settings(home=home, session_retention_days=30), clock=clock) as store:
+        kept = interrupted(store, workspace)
+        idle = store.create_session(workspace)
+        clock.now += 31 * 86_400
+        report = store.maintain()
+        assert report.sessions_deleted == 1
+        assert [s.id for s in store.list_sessions().sessions] == [kept.id] != [idle.id]
+        assert j.read_journal(store, kept.id) is not None

@@ -179,9 +179,14 @@ def sessions_delete(
     ctx: typer.Context,
     session: SessionArg,
     yes: Annotated[bool, typer.Option("--yes", help="Delete without asking.")] = False,
+    discard_journal: Annotated[bool, typer.Option(
+        "--discard-journal", help="Delete even with an open agent journal (its record of possibly-run tools).")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Delete a Session with its transcript, jobs and the assets only it used; Knowledge keeps its audit fields.
+
+    Refused while the Session has an open agent journal: run `emelex memory sessions recover` first, or pass
+    --discard-journal.
 
     Not forensic erasure: freed pages and WAL bytes remain until `emelex memory maintain --vacuum`.
     """
@@ -190,7 +195,7 @@ def sessions_delete(
         if not yes:
             s = store.get_session(session)
             typer.confirm(f"Delete Session {s.id} ({s.last_seq} events, {s.title or 'untitled'})?", abort=True)
-        d = store.delete_session(session)
+        d = store.delete_session(session, discard_journal=discard_journal)
     if as_json:
         echo_json("deleted", dataclasses.asdict(d))
         return
