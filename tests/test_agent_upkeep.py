@@ -72,3 +72,25 @@ def test_retention_skips_a_session_with_an_open_journal(db_path, home, clock, wo
         assert report.sessions_deleted == 1
         assert [s.id for s in store.list_sessions().sessions] == [kept.id] != [idle.id]
         assert j.read_journal(store, kept.id) is not None
+
+
+def test_an_asset_only_the_journal_names_outlives_the_grace_period(cstore: MemoryStore, clock, workspace, db_path):
+    from emelex_memory.agent.recovery import recover_session
+
+    session, lease = leased_session(cstore, workspace)
+    j.open_turn(cstore, lease, "do it")
+    j.plan_batch(cstore, lease, 1, "{}", [("c1", "effect", {"path": "big"})])
+    j.start_call(cstore, lease, "c1")
+    ref = cstore.put_asset(b"a large tool output", "text/plain")
+    result = {"call_id": "c1", "tool": "effect", "outcome": "ok", "output": f"stored as {ref.digest}",
+              "assets": [ref.digest]}
+    j.complete_call(cstore, lease, "c1", result, [ref])
+    lease.release()  # the process dies before the batch is published
+    clock.now += 10 * 86_400
+    collected = cstore.collect_assets()
+    assert collected.removed_entries == 0 and cstore.read_asset(ref) == b"a large tool output"
+    clock.now += 1
+    recovered = recover_session(cstore, session.id)
+    assert recovered.reconciled.results == (result,)
+    [published] = [e for e in cstore.replay(session.id).events if e.kind == "tool_result"]
+    assert published.assets == (ref,) and cstore.read_asset(ref) == b"a large tool output"

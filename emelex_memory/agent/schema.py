@@ -41,3 +41,10 @@ CREATE TABLE agent_calls (
     PRIMARY KEY (session_id, ordinal)
 ) STRICT;
 """
+
+# An asset that only an open journal names (a completed call's output, stored before its batch is published) is as
+# live as a linked one: asset collection adds this condition (correlated with the `assets` row it considers).
+NOT_IN_OPEN_JOURNAL = (
+    "NOT EXISTS (SELECT 1 FROM agent_calls c, json_each(c.assets) a "
+    "WHERE a.value ->> 0 = assets.digest AND a.value ->> 2 = assets.media_kind)"
+)
