@@ -228,3 +228,15 @@ def test_a_due_compaction_job_waits_for_an_open_journal(cstore: MemoryStore, clo
         again.release()
     outcome = run_one_job(cstore, compaction_handler(summarize), kinds=COMPACTION_KIND)
     assert outcome is not None and outcome.status == "done" and outcome.job.id == queued.job.id
+
+
+def test_the_agent_code_reaches_store_internals_only_through_its_seams():
+    from pathlib import Path
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    files = [*root.glob("emelex_memory/agent/*.py"), *root.glob("emelex_workers/agent/*.py"),
+             root / "emelex_workers/cli/recover.py"]
+    private = re.compile(r"\bstore\._[a-z]")
+    offenders = [f.name for f in files if f.name != "seams.py" and private.search(f.read_text())]
+    assert offenders == []

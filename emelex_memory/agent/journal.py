@@ -40,6 +40,7 @@ from ..errors import (
 )
 from ..transcript import AppendedTurn, NewEvent
 from ..utf8 import check_utf8
+from . import seams
 from .snapshot import SessionSnapshot, canonical_json
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ def record_snapshot(store: MemoryStore, lease: SessionLease, snapshot: SessionSn
     """Store `snapshot` for the lease's empty Session, in the transaction that proves it empty (no events, no
     snapshot); raises `SessionNotEmptyError` (writing nothing) otherwise."""
     text = snapshot.canonical_json().decode()
-    with store._write() as conn:
+    with seams.write(store) as conn:
         now = lease.check_authority(conn)
         rowid = _rowid(store, conn, lease)
         has_event = conn.execute("SELECT 1 FROM events WHERE session_id = ? LIMIT 1", (rowid,)).fetchone()
@@ -142,8 +143,8 @@ def record_snapshot(store: MemoryStore, lease: SessionLease, snapshot: SessionSn
 
 def stored_snapshot(store: MemoryStore, session_id: str) -> SessionSnapshot | None:
     """The Session's execution snapshot, or None when it has none. Read-only."""
-    with store._read() as conn:
-        rowid = store._session_rowid(conn, session_id)
+    with seams.read(store) as conn:
+        rowid = seams.session_rowid(store, conn, session_id)
         row = conn.execute("SELECT snapshot FROM session_snapshots WHERE session_id = ?", (rowid,)).fetchone()
     return None if row is None else SessionSnapshot.from_json(json.loads(row[0]))
 
@@ -158,7 +159,7 @@ def require_snapshot(store: MemoryStore, lease: SessionLease, snapshot: SessionS
     """
     stored = stored_snapshot(store, lease.session_id)
     if stored is None:
-        with store._read() as conn:
+        with seams.read(store) as conn:
             has_event = conn.execute(
                 "SELECT 1 FROM events WHERE session_id = ? LIMIT 1", (_rowid(store, conn, lease),)
             ).fetchone()
@@ -184,8 +185,8 @@ def require_snapshot(store: MemoryStore, lease: SessionLease, snapshot: SessionS
 
 def read_journal(store: MemoryStore, session_id: str) -> OpenTurn | None:
     """The Session's open agent turn with its journaled batch, or None when no turn is open. Read-only."""
-    with store._read() as conn:
-        return _open_turn(conn, store._session_rowid(conn, session_id))
+    with seams.read(store) as conn:
+        return _open_turn(conn, seams.session_rowid(store, conn, session_id))
 
 
 def _open_turn(conn: Any, rowid: int) -> OpenTurn | None:
@@ -207,7 +208,7 @@ def _open_turn(conn: Any, rowid: int) -> OpenTurn | None:
 
 
 def _rowid(store: MemoryStore, conn: Any, lease: SessionLease) -> int:
-    return store._session_rowid(conn, lease.session_id)
+    return seams.session_rowid(store, conn, lease.session_id)
 
 
 def _require_turn(conn: Any, rowid: int, lease: SessionLease) -> OpenTurn:
@@ -225,7 +226,7 @@ def open_turn(store: MemoryStore, lease: SessionLease, text: str) -> AppendedTur
     open (resume reconciles it first)."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidInputError("a turn needs non-empty input text")
-    with store._write() as conn:
+    with seams.write(store) as conn:
         lease.check_authority(conn)
         rowid = _rowid(store, conn, lease)
         if _open_turn(conn, rowid) is not None:
@@ -247,7 +248,7 @@ def plan_batch(
     if not calls:
         raise InvalidInputError("a tool batch needs at least one call")
     encoded = [(call_id, tool, canonical_json(arguments).decode()) for call_id, tool, arguments in calls]
-    with store._write() as conn:
+    with seams.write(store) as conn:
         now = lease.check_authority(conn)
         rowid = _rowid(store, conn, lease)
         turn = _require_turn(conn, rowid, lease)
@@ -270,7 +271,7 @@ def plan_batch(
 def start_call(store: MemoryStore, lease: SessionLease, call_id: str) -> float:
     """Mark a planned call `started` (right before it runs) and return its start time; repeating it is a no-op.
     Raises `JournalStateError` for an unknown or completed call."""
-    with store._write() as conn:
+    with seams.write(store) as conn:
         now = lease.check_authority(conn)
         conn.execute(
             "UPDATE agent_calls SET state = 'started', started_at = ? WHERE call_id = ? AND state = 'planned' "
@@ -292,7 +293,7 @@ def complete_call(
     with the identical result is a no-op; with another raises `JournalStateError`."""
     text = canonical_json(result).decode()
     refs = json.dumps([[a.digest, a.size, a.media_kind] for a in assets]) if assets else None
-    with store._write() as conn:
+    with seams.write(store) as conn:
         now = lease.check_authority(conn)
         conn.execute(
             "UPDATE agent_calls SET state = 'completed', result = ?, assets = ?, completed_at = ? "
@@ -329,7 +330,7 @@ def publish_batch(store: MemoryStore, lease: SessionLease) -> tuple[dict, ...]:
     """Append the journaled batch (every call completed) to the transcript and remove its journal rows, atomically;
     return the `tool_result` payloads in order. Raises `JournalStateError` when no batch is journaled or a call is not
     completed."""
-    with store._write() as conn:
+    with seams.write(store) as conn:
         lease.check_authority(conn)
         rowid = _rowid(store, conn, lease)
         turn = _require_turn(conn, rowid, lease)
@@ -354,7 +355,7 @@ def _clear_batch(conn: Any, rowid: int) -> None:
 def close_answer(store: MemoryStore, lease: SessionLease, text: str, audit: dict) -> AppendedTurn:
     """Close the open turn with its answer: the `assistant` event, then the non-delta `audit` event, and the turn's
     row removed, in one transaction. Raises `JournalStateError` while a batch is journaled or no turn is open."""
-    with store._write() as conn:
+    with seams.write(store) as conn:
         lease.check_authority(conn)
         rowid = _rowid(store, conn, lease)
         turn = _require_turn(conn, rowid, lease)
@@ -379,7 +380,7 @@ def close_failed(
     if reason not in FAILURE_REASONS:
         raise InvalidInputError(f"a turn failure reason must be one of {FAILURE_REASONS}, got {reason!r}")
     failure = {"reason": reason, "diagnostic": bounded(diagnostic)}
-    with store._write() as conn:
+    with seams.write(store) as conn:
         lease.check_authority(conn)
         rowid = _rowid(store, conn, lease)
         turn = _open_turn(conn, rowid)
@@ -432,7 +433,7 @@ def set_title(store: MemoryStore, lease: SessionLease, title: str | None) -> Non
     if title is not None and (not isinstance(title, str) or len(title) > 512):
         raise InvalidInputError("a Session title must be a string of at most 512 characters")
     check_utf8(title, "the Session title")
-    with store._write() as conn:
+    with seams.write(store) as conn:
         now = lease.check_authority(conn)
         conn.execute(
             "UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?", (title, now, _rowid(store, conn, lease))

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from emelex_memory import MemoryStore
-from emelex_memory.agent import journal
+from emelex_memory.agent import journal, seams
 from emelex_memory.agent.snapshot import SessionSnapshot
 from emelex_memory.compaction import CompactionQueued
 from emelex_memory.errors import (
@@ -141,7 +141,7 @@ class DurableAgentSession:
         lease. `tools` must provide exactly the snapshot's tool authority (`SnapshotMismatchError` otherwise)."""
         _check_tools(snapshot, tools)
         executors = cls._executors("new")
-        ttl = store._lease_ttl(ttl_s)
+        ttl = seams.lease_ttl(store, ttl_s)
 
         def setup() -> tuple[SessionLease, Path]:
             session = store.create_session(workspace, title=title)
@@ -167,7 +167,7 @@ class DurableAgentSession:
         `emelex memory sessions recover`). On any error the lease is released and nothing else changed."""
         _check_tools(snapshot, tools)
         executors = cls._executors(session_id[:8])
-        ttl = store._lease_ttl(ttl_s)
+        ttl = seams.lease_ttl(store, ttl_s)
 
         def setup() -> tuple[SessionLease, Path, list]:
             path = store.get_session(session_id).validate_workspace(workspace)
