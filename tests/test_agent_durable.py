@@ -331,3 +331,84 @@ def test_no_blocking_step_runs_on_the_loop_thread(store, workspace, tools, effec
 
     run(main())
     assert seen and not loop_threads & set(seen)
+
+
+def test_a_fresh_resume_enables_every_tool_and_history_keeps_a_disabled_tools_declaration(store, workspace, tools,
+                                                                                          effects):
+    binding = ScriptedBinding([calls(("peek", {"label": "a"})), answer("peeked"), answer("fine")])
+
+    async def first():
+        agent = await DurableAgentSession.create(store, workspace, binding, tools, snap(binding, tools))
+        await agent.turn("look")  # a complete tool round that called peek
+        agent.disable_tool("peek")
+        await agent.turn("and now?")
+        await agent.close()
+        return agent.session_id
+
+    sid = run(first())
+    later = binding.rounds[2]  # the round after peek was disabled
+    assert "peek" not in json.dumps(later["schema"])  # the grammar cannot propose it ...
+    system = later["messages"][0]["content"]
+    assert "- peek: Look at a label" in system  # ... but its declaration, needed to read the prior round, remains
+    assert any(m["role"] == "assistant" and '"name":"peek"' in m["content"] for m in later["messages"])
+    again = ScriptedBinding([answer("back")])
+
+    async def resumed():
+        agent = await DurableAgentSession.resume(store, sid, workspace, again, tools, snap(again, tools))
+        enabled = agent.enabled_tools
+        await agent.turn("hello again")
+        await agent.close()
+        return enabled
+
+    assert run(resumed()) == frozenset(NAMES)  # the subset was process-local: a fresh resume enables all
+    assert "peek" in json.dumps(again.rounds[0]["schema"])
+
+
+def test_every_persistence_step_runs_on_a_blocking_worker(store, workspace, tools, effects, monkeypatch):
+    from emelex_memory.leases import SessionLease
+    from emelex_workers.agent.tools import RegisteredTool, ToolOutput, ToolSpec
+
+    seen: dict[str, set[int]] = {}
+
+    def spy(owner, name):
+        real = getattr(owner, name)
+
+        def recorded(*args, **kwargs):
+            seen.setdefault(name, set()).add(threading.get_ident())
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, recorded)
+
+    for name in ("record_snapshot", "require_snapshot", "reconcile", "open_turn", "plan_batch", "start_call",
+                 "complete_call", "publish_batch", "close_answer", "close_failed", "set_title"):
+        spy(journal, name)
+    spy(MemoryStore, "put_asset")
+    spy(MemoryStore, "finish_session")
+    spy(SessionLease, "renew")
+    big = ToolSpec("big", "Print a lot.", tools["peek"].spec.input_schema,
+                   lambda inv: ToolOutput("x" * 5000), approval="never", max_output_bytes=1000)
+    all_tools = {**tools, "big": RegisteredTool(big, "test-tools", "1.0")}
+    binding = ScriptedBinding([calls(("big", {"label": "a"})), answer("stored")])  # then no output: a failed turn
+    loop_thread = set()
+
+    async def main():
+        loop_thread.add(threading.get_ident())
+        agent = await DurableAgentSession.create(store, workspace, binding, all_tools, snap(binding, all_tools),
+                                                 ttl_s=0.3)
+        assert (await agent.turn("go")).outcome == "answer"
+        assert (await agent.turn("fail")).outcome == "error"
+        await agent.set_title("named")
+        while "renew" not in seen:  # the renewer ticks every TTL/3
+            await asyncio.sleep(0.01)
+        await agent.close()
+        again = ScriptedBinding([])
+        resumed = await DurableAgentSession.resume(store, agent.session_id, workspace, again, all_tools,
+                                                   snap(again, all_tools))
+        await resumed.close()
+
+    run(main())
+    assert set(seen) == {"record_snapshot", "require_snapshot", "reconcile", "open_turn", "plan_batch", "start_call",
+                         "complete_call", "publish_batch", "close_answer", "close_failed", "set_title", "put_asset",
+                         "finish_session", "renew"}
+    assert not loop_thread & set().union(*seen.values())
+
