@@ -412,3 +412,28 @@ def test_every_persistence_step_runs_on_a_blocking_worker(store, workspace, tool
                          "finish_session", "renew"}
     assert not loop_thread & set().union(*seen.values())
 
+
+
+def test_resume_verifies_replay_and_changes_nothing_on_a_tampered_event(store, workspace, tools, effects, db_path):
+    import apsw
+
+    from emelex_memory import CorruptEventError
+
+    binding = ScriptedBinding([answer("first")])
+
+    async def first():
+        agent = await DurableAgentSession.create(store, workspace, binding, tools, snap(binding, tools))
+        await agent.turn("hello")
+        await agent.close()
+        return agent.session_id
+
+    sid = run(first())
+    conn = apsw.Connection(str(db_path), flags=apsw.SQLITE_OPEN_READWRITE)
+    conn.execute("""UPDATE events SET payload = '{"text": "fir' WHERE seq = 2""")
+    conn.close()
+    before = without_leases(table_rows(db_path))
+    with pytest.raises(CorruptEventError):
+        run(DurableAgentSession.resume(store, sid, workspace, binding, tools, snap(binding, tools)))
+    assert without_leases(table_rows(db_path)) == before
+    with store.acquire_lease(sid, workspace):  # the refused resume released its lease
+        pass

@@ -169,22 +169,22 @@ class DurableAgentSession:
         executors = cls._executors(session_id[:8])
         ttl = seams.lease_ttl(store, ttl_s)
 
-        def setup() -> tuple[SessionLease, Path, list]:
+        agent = AgentSession(binding, snapshot, tools)
+
+        def setup() -> tuple[SessionLease, Path]:
             path = store.get_session(session_id).validate_workspace(workspace)
             lease = store.acquire_lease(session_id, path, ttl_s=ttl)
             try:
-                events = list(lease.replay_all())
+                agent.load_history(lease.replay_all())  # decodes every payload: a corrupt one refuses here
                 journal.require_snapshot(store, lease, snapshot)
                 if journal.reconcile(store, lease) is not None:
-                    events = list(lease.replay_all())
+                    agent.load_history(lease.replay_all())
             except BaseException:
                 _release_quietly(lease)
                 raise
-            return lease, path, events
+            return lease, path
 
-        lease, path, events = await _on(executors[0], setup, shutdown=executors)
-        agent = AgentSession(binding, snapshot, tools)
-        agent.load_history(events)
+        lease, path = await _on(executors[0], setup, shutdown=executors)
         return cls(store, lease, agent, path, ttl, executors)
 
     # -- state ----------------------------------------------------------------------------------------------
