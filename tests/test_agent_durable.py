@@ -437,3 +437,86 @@ def test_resume_verifies_replay_and_changes_nothing_on_a_tampered_event(store, w
     assert without_leases(table_rows(db_path)) == before
     with store.acquire_lease(sid, workspace):  # the refused resume released its lease
         pass
+
+
+def test_a_checkpointed_batch_survives_a_later_failing_round_and_a_failing_consumer(store, workspace, tools, effects):
+    binding = ScriptedBinding([calls(("peek", {"label": "a"})), "not json"])
+
+    def consumer(piece):
+        raise RuntimeError("the screen went away")
+
+    async def main():
+        agent = await DurableAgentSession.create(store, workspace, binding, tools, snap(binding, tools))
+        result = await agent.turn("go", on_token=consumer)
+        messages = list(agent.agent.messages)
+        await agent.close()
+        return agent, result, messages
+
+    agent, result, messages = run(main())
+    assert result.outcome == "error" and result.calls == 1
+    assert kinds(store, agent.session_id) == ["user", "tool_calls", "tool_result", "turn_failed"]
+    assert any("Result of peek" in m["content"] for m in messages)  # the model history keeps the batch too
+
+
+def test_a_reenabled_tool_still_needs_approval_and_tools_must_match_the_snapshot(store, workspace, tools, effects):
+    from emelex_workers.agent.tools import RegisteredTool
+
+    binding = ScriptedBinding([calls(("effect", {"label": "a"})), answer("ok")])
+
+    async def main():
+        agent = await DurableAgentSession.create(store, workspace, binding, tools, snap(binding, tools))
+        agent.disable_tool("effect")
+        agent.enable_tool("effect")
+        await agent.turn("go")  # no approve callback: an approval-"always" call is denied
+        await agent.close()
+        return agent.session_id
+
+    sid = run(main())
+    [result] = [e.payload for e in store.replay(sid).events if e.kind == "tool_result"]
+    assert result["outcome"] == "denied" and lines(effects) == []
+    newer = {**tools, "peek": RegisteredTool(tools["peek"].spec, tools["peek"].plugin, "9.9")}
+    with pytest.raises(SnapshotMismatchError, match=r"tools\[peek\]\.plugin_version"):
+        run(DurableAgentSession.resume(store, sid, workspace, binding, newer, snap(binding, tools)))
+
+
+def test_lease_renewal_runs_during_inference(cstore, clock, workspace, tools, tmp_path, monkeypatch, effects):
+    generating, hold = tmp_path / "generating", tmp_path / "hold"
+    monkeypatch.setenv(agent_support.ENV, json.dumps({"effects": str(effects), "generating": str(generating),
+                                                      "hold_generation": str(hold)}))
+    binding = ScriptedBinding([answer("done")])
+
+    async def main():
+        agent = await DurableAgentSession.create(cstore, workspace, binding, tools, snap(binding, tools), ttl_s=0.3)
+        first = agent._lease.expires_at
+        task = agent.turn("go")
+        while not generating.exists():
+            await asyncio.sleep(0.01)
+        clock.now += 0.1
+        while agent._lease.expires_at == first:  # the renewer extended it while the model generated
+            await asyncio.sleep(0.01)
+        hold.write_text("go")
+        result = await task
+        await agent.close()
+        return result
+
+    assert run(main()).outcome == "answer"
+
+
+def test_clean_close_queues_distillation_idempotently(store, workspace, tools, effects):
+    binding = ScriptedBinding([answer("hi")])
+
+    async def first():
+        agent = await DurableAgentSession.create(store, workspace, binding, tools, snap(binding, tools))
+        await agent.turn("hello")
+        await agent.close()
+        await agent.close()
+        return agent.session_id
+
+    sid = run(first())
+
+    async def again():
+        agent = await DurableAgentSession.resume(store, sid, workspace, binding, tools, snap(binding, tools))
+        await agent.close()
+
+    run(again())  # nothing new since: the same source is queued once
+    assert [j.kind for j in store.list_jobs().jobs] == ["distill"]
