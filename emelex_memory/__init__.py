@@ -6,6 +6,15 @@ or `MemoryStore.open_path(path)`.
 """
 
 from .errors import (
+    AgentError,
+    AgentPoisonedError,
+    JournalStateError,
+    OpenJournalError,
+    SessionNotEmptyError,
+    SnapshotMismatchError,
+    SnapshotMissingError,
+    TurnInProgressError,
+    UnknownEffectsError,
     AmbiguousIdError,
     AssetError,
     AssetLinkMismatchError,
@@ -98,6 +107,8 @@ from .errors import (
     WorkspaceNotFoundError,
     WorkspaceReplacedError,
 )
+from .agent.journal import JournalCall, OpenTurn, Reconciled
+from .agent.snapshot import SessionSnapshot, ToolAuthority
 from .assets import MAX_ASSET_BYTES, MAX_REPLAY_MEDIA_BYTES, AssetRef
 from .assets_catalog import (
     AssetInfo,
@@ -158,6 +169,20 @@ from .worker import JobOutcome, run_one_job
 from .workspace_admin import WorkspaceInfo, WorkspacePage, WorkspaceRebind, WorkspaceRebindPage
 
 __all__ = [
+    "AgentError",
+    "AgentPoisonedError",
+    "JournalStateError",
+    "OpenJournalError",
+    "SessionNotEmptyError",
+    "SnapshotMismatchError",
+    "SnapshotMissingError",
+    "TurnInProgressError",
+    "UnknownEffectsError",
+    "JournalCall",
+    "OpenTurn",
+    "Reconciled",
+    "SessionSnapshot",
+    "ToolAuthority",
     "AmbiguousIdError",
     "AppendedTurn",
     "AssetCollection",

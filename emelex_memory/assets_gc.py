@@ -43,6 +43,7 @@ from pathlib import Path
 
 import apsw
 
+from .agent.schema import NOT_IN_OPEN_JOURNAL
 from .assets import DEFAULT_GRACE_S, TEMP_MIN_AGE_S
 from .assets_files import TEMP_SUFFIX
 from .directories import Directory
@@ -88,6 +89,9 @@ def collect_entries(
 ) -> list[str]:
     """Inside a write transaction: delete up to `limit` unreferenced entries untouched since `cutoff`.
 
+    An entry that an open agent journal names (a completed tool call's
+    output not yet published) counts as referenced.
+
     Returns the digests that no entry names any more. Their files are left
     alone: once this transaction has committed, the caller removes them with
     `remove_unnamed_files` (if it never commits, they stay with their
@@ -96,7 +100,8 @@ def collect_entries(
     """
     if digests is None:
         rows = conn.execute(
-            "SELECT digest, media_kind FROM assets WHERE links = 0 AND touched_at <= ? ORDER BY touched_at LIMIT ?",
+            f"SELECT digest, media_kind FROM assets WHERE links = 0 AND touched_at <= ? AND {NOT_IN_OPEN_JOURNAL} "
+            "ORDER BY touched_at LIMIT ?",
             (cutoff, limit + 1),
         ).fetchall()
         report.more = report.more or len(rows) > limit
@@ -106,7 +111,8 @@ def collect_entries(
             r
             for d in digests
             for r in conn.execute(
-                "SELECT digest, media_kind FROM assets WHERE digest = ? AND links = 0 AND touched_at <= ?", (d, cutoff)
+                f"SELECT digest, media_kind FROM assets WHERE digest = ? AND links = 0 AND touched_at <= ? "
+                f"AND {NOT_IN_OPEN_JOURNAL}", (d, cutoff)
             )
         ]
     emptied = []

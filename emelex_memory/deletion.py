@@ -24,7 +24,7 @@ import apsw
 
 from .assets import DEFAULT_GRACE_S
 from .assets_gc import AssetCollection, collect_entries
-from .errors import EmelexError, SessionBusyError
+from .errors import EmelexError, OpenJournalError, SessionBusyError
 from .io_errors import with_committed
 
 if TYPE_CHECKING:
@@ -72,14 +72,26 @@ def check_not_busy(
         )
 
 
+def check_no_open_journal(conn: apsw.Connection, rowid: int, session_id: str) -> None:
+    """Inside a transaction: raise `OpenJournalError` while the Session has an open agent journal."""
+    if conn.execute("SELECT 1 FROM agent_turns WHERE session_id = ?", (rowid,)).fetchone():
+        raise OpenJournalError(
+            f"Session {session_id} has an open agent turn whose tool calls may have run; reconcile it with "
+            f"`emelex memory sessions recover {session_id}`, or delete it anyway with --discard-journal; "
+            "nothing was deleted"
+        )
+
+
 class DeletionMixin:
     """`MemoryStore.delete_session`."""
 
-    def delete_session(self: MemoryStore, session_id: str) -> SessionDeletion:
+    def delete_session(self: MemoryStore, session_id: str, *, discard_journal: bool = False) -> SessionDeletion:
         """Delete a Session transactionally, and the assets that become unreferenced; return what was removed.
 
         Refuses with `SessionBusyError` (deleting nothing) while the Session
-        has a live lease or a worker holds a live claim on one of its jobs;
+        has a live lease or a worker holds a live claim on one of its jobs,
+        and with `OpenJournalError` while it has an open agent journal (the
+        record of a tool call that may have run) unless `discard_journal`;
         raises `SessionNotFoundError` for an unknown ID. Knowledge citing the
         Session keeps the source Session UUID, sequence range and digest.
         Assets put or linked within the asset grace period (one hour) or
@@ -91,6 +103,8 @@ class DeletionMixin:
         """
         with self._write() as conn:
             rowid = self._session_rowid(conn, session_id)
+            if not discard_journal:
+                check_no_open_journal(conn, rowid, session_id)
             deletion, emptied = self._delete_session_in(conn, rowid, session_id, self.clock())
         try:
             removed = self._remove_unnamed_files(emptied)

@@ -439,6 +439,58 @@ class UnknownPluginComponentError(PluginError):
     """No loaded plugin provides the summarizer, distiller or model binding asked for: install one or fix the setting."""
 
 
+
+# --- Agent: execution snapshots and the tool journal ---------------------------------------
+
+
+class AgentError(EmelexError):
+    """A durable agent operation was refused; the message says what to do."""
+
+
+class SnapshotMissingError(AgentError):
+    """A Session has history but no execution snapshot: it cannot be resumed as an agent Session (its semantics
+    would be adopted from today's configuration); read it with `emelex memory sessions show`, or start a new one."""
+
+
+class SnapshotMismatchError(AgentError):
+    """The current configuration differs from the Session's snapshot in the named field: restore that setting (model,
+    tool plugin version, system prompt, limits) or start a new Session. `field` names the first difference."""
+
+    field = ""
+
+
+class SessionNotEmptyError(AgentError):
+    """An execution snapshot can only be created for an empty Session that has none: start a new Session."""
+
+
+class UnknownEffectsError(AgentError):
+    """Tool calls started before a crash have no recorded result, so their effects are unknown: check what they did,
+    then run `emelex memory sessions recover SESSION --accept-unknown-effects`. `calls` lists them."""
+
+    calls: tuple = ()
+
+
+class JournalStateError(AgentError):
+    """A tool-journal step does not match the journal (no such call, or a conflicting outcome was recorded): the
+    adapter stops; resume the Session to reconcile it."""
+
+
+class AgentPoisonedError(AgentError):
+    """An agent turn was cancelled, dropped or failed without a durable close, so this adapter may not be reused:
+    close it and resume the Session in a new one, which reconciles the journal."""
+
+
+class TurnInProgressError(AgentError):
+    """Another turn of this agent Session is still running: await it (or interrupt it) first."""
+
+
+class OpenJournalError(AgentError):
+    """The Session has an open agent journal (a turn that did not finish; a tool may have run): deleting it would
+    destroy that record. Reconcile it first with `emelex memory sessions recover SESSION` (or resume the agent), or
+    delete it anyway with `--discard-journal` (`discard_journal=True`)."""
+
+
+
 # --- Job sources and compaction boundaries -----------------------------------------------
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import apsw
 
+from .agent.schema import M012_AGENT_JOURNAL
 from .assets import M002_ASSETS
 from .errors import ForeignKeyViolationError, NotAnEmelexDatabaseError, SchemaTooNewError, StoreError
 from .jobs import M003_JOBS
@@ -146,6 +147,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("m009_workspaces", M009_WORKSPACES, rebuilds_tables=True),
     Migration("m010_summary_reversions", M010_SUMMARY_REVERSIONS),
     Migration("m011_workspace_epochs_and_retirements", M011_WORKSPACE_EPOCHS_AND_RETIREMENTS),
+    Migration("m012_agent_journal", M012_AGENT_JOURNAL),
     Migration("m013_scale_indexes", M013_SCALE_INDEXES),
 )
 

@@ -65,7 +65,8 @@ RESCUE_BATCH = 100
 _ACTIVE = "state IN ('pending', 'claimed')"  # repeats the partial index's WHERE so SQLite uses jobs_active
 _EXPIRED_CLAIMS = f"FROM jobs WHERE {_ACTIVE} AND state = 'claimed' AND due_at <= ?"  # worker lease expired by ?
 _LIVE_SESSION_OF_JOB = (
-    "SELECT 1 FROM session_leases l WHERE l.session_id = jobs.session_id AND l.state = 'active' AND l.expires_at > ?"
+    "SELECT 1 FROM session_leases l WHERE l.session_id = jobs.session_id AND l.state = 'active' AND l.expires_at > ? "
+    "UNION ALL SELECT 1 FROM agent_turns t WHERE t.session_id = jobs.session_id"  # an open agent journal counts as live
 )
 
 
@@ -102,6 +103,7 @@ def _claim_sql(kind_count: int, guarded: bool) -> str:
         "updated_at = ? WHERE id = (SELECT j.id FROM jobs j WHERE j.state = 'pending' "
         f"AND j.due_at <= ? AND +j.kind IN ({marks}) AND NOT EXISTS (SELECT 1 FROM session_leases l "
         "WHERE l.session_id = j.session_id AND l.state = 'active' AND l.expires_at > ?) "
+        "AND NOT EXISTS (SELECT 1 FROM agent_turns t WHERE t.session_id = j.session_id) "  # nor an open agent journal
         f"ORDER BY j.due_at, j.id LIMIT 1) {guard}RETURNING {CLAIM_RETURNING}"
     )
 

@@ -6,7 +6,8 @@ report says `more`), in this order and under these names:
 1. `leases`: stale Session leases ('active' past their expiry) become 'failed' ("expired");
 2. `jobs`: expired worker claims are rescued through the queue (each a counted failure);
 3. `sessions`: Sessions idle longer than `session_retention_days` are deleted
-   like `delete_session` (never one with a live lease or live worker claim),
+   like `delete_session` (never one with a live lease, a live worker claim
+   or an open agent journal),
    and then the files of the assets only they referenced;
 4. `knowledge_tombstones`: unpinned Knowledge unchanged for `knowledge_retention_days` is tombstoned;
 5. `knowledge_purge`: tombstoned entries older than `knowledge_grace_days` are deleted;
@@ -234,7 +235,7 @@ class MaintenanceMixin:
         report.more |= collected.more
 
     def _retain_sessions(self: MemoryStore, report: MaintenanceReport, now: float, *, remove_files: bool) -> None:
-        """Step 3: delete idle, not busy Sessions in one transaction; then, when `remove_files`, the files of the
+        """Step 3: delete idle, not busy Sessions without an open agent journal in one transaction; then, when `remove_files`, the files of the
         assets only they referenced."""
         s = self.settings
         if s.session_retention_days <= 0:
@@ -246,7 +247,9 @@ class MaintenanceMixin:
                 "AND NOT EXISTS (SELECT 1 FROM session_leases l WHERE l.session_id = s.id AND l.state = 'active' "
                 "AND l.expires_at > ?) "
                 "AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.session_id = s.id AND j.state = 'claimed' "
-                "AND j.lease_expires_at > ?) ORDER BY s.updated_at, s.id LIMIT ?",
+                "AND j.lease_expires_at > ?) "
+                "AND NOT EXISTS (SELECT 1 FROM agent_turns t WHERE t.session_id = s.id) "  # nor an open agent journal
+                "ORDER BY s.updated_at, s.id LIMIT ?",
                 (now - s.session_retention_days * DAY_S, now, now, s.maintain_batch),
             ).fetchall()
             for rowid, session_id in rows:

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from emelex_memory import CorruptEventError, Event, RawEvent
+from emelex_memory.agent.journal import read_journal
 from emelex_memory.cursors import MAX_SQL_INT
 
 from .common import (
@@ -23,8 +24,10 @@ from .common import (
     page_limit,
     when,
 )
+from .recover import journal_lines, recover
 
 sessions_app = EmelexTyper(help="List and inspect Sessions.")
+sessions_app.command("recover")(recover)
 
 
 def _session_dict(s) -> dict:
@@ -73,10 +76,12 @@ def sessions_show(
     with open_store(ctx) as store:
         s = store.get_session(store.resolve_session_id(session))
         page = store.raw_events(s.id, after, limit=limit) if raw else store.replay(s.id, after, limit=limit)
+        turn = read_journal(store, s.id)
     events = [_raw_dict(e) if raw else _event_dict(e) for e in page.events]
     corrupt = [str(e["seq"]) for e in events if "payload_error" in e]
     if as_json:
-        echo_json("found", {"session": _session_dict(s), "events": events, "next_cursor": page.next_cursor})
+        echo_json("found", {"session": _session_dict(s), "events": events, "next_cursor": page.next_cursor,
+                            "agent_journal": None if turn is None else turn.to_json()})
     else:
         typer.echo(f"Session {s.id}")
         typer.echo(f"  title:     {s.title or '-'}")
@@ -85,6 +90,9 @@ def sessions_show(
         typer.echo(f"  history:   {s.last_seq} events in {s.last_turn} turns, {s.event_bytes} bytes")
         if raw:
             typer.echo("  raw:       every stored event; [replaced by Summary #N]: replay shows Summary #N instead")
+        if turn is not None:
+            for line in journal_lines(turn):
+                typer.echo(line)
         for e in events:
             for line in _event_lines(e):
                 typer.echo(line)
@@ -153,9 +161,14 @@ def sessions_delete(
     ctx: typer.Context,
     session: SessionArg,
     yes: Annotated[bool, typer.Option("--yes", help="Delete without asking.")] = False,
+    discard_journal: Annotated[bool, typer.Option(
+        "--discard-journal", help="Delete even with an open agent journal (its record of possibly-run tools).")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Delete a Session with its transcript, jobs and the assets only it used; Knowledge keeps its audit fields.
+
+    Refused while the Session has an open agent journal: run `emelex memory sessions recover` first, or pass
+    --discard-journal.
 
     Not forensic erasure: freed pages and WAL bytes remain until `emelex memory maintain --vacuum`.
     """
@@ -164,7 +177,7 @@ def sessions_delete(
         if not yes:
             s = store.get_session(session)
             typer.confirm(f"Delete Session {s.id} ({s.last_seq} events, {s.title or 'untitled'})?", abort=True)
-        d = store.delete_session(session)
+        d = store.delete_session(session, discard_journal=discard_journal)
     if as_json:
         echo_json("deleted", dataclasses.asdict(d))
         return

@@ -63,6 +63,9 @@ def waiting_line(waiting: WaitingJob, stopped: str) -> str:
         return head + f"held by worker {waiting.holder} until {until}"
     if waiting.reason == "session-in-use":
         return head + f"Session in use by {waiting.holder} until {until}"
+    if waiting.reason == "agent-journal":
+        return head + ("waiting on an open agent journal (an agent turn that did not finish); resume the Session, "
+                       f"or reconcile it with `emelex memory sessions recover {job.session_id}`")
     if waiting.reason == "not-due":
         return head + f"retrying after {job.attempts} failed attempt(s); due at {until}"
     return head + f"due now, not run: this run stopped ({stopped})"
