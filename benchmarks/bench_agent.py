@@ -22,9 +22,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchmarks.results import write_section  # noqa: E402
+from results import write_section  # noqa: E402
 from emelex_memory import DefaultModelUnavailableError, MemoryStore, Settings  # noqa: E402
 from emelex_memory.agent import journal  # noqa: E402
 from emelex_workers.agent.durable import build_snapshot  # noqa: E402
