@@ -73,6 +73,8 @@ def test_failed_retry_and_cancel(workspace: Path, home: Path) -> None:
         waiting = store.enqueue_job("noop", sid, {"n": 2}).job
     failed = mem("jobs", "failed")
     assert failed.exit_code == 0 and broken.id in failed.output and "model exploded with a traceback" in failed.output
+    assert f"{broken.id}  noop         failed    attempt 1 of 3  Session " in failed.output
+    assert "permanent attempt 1 of 3  model exploded" in failed.output  # one wording of attempts everywhere
     assert waiting.id not in failed.output
     data = json.loads(mem("jobs", "failed", "--json").output)
     assert [j["id"] for j in data["jobs"]] == [broken.id] and data["jobs"][0]["diagnostics"][0]["event"] == "permanent"
@@ -81,6 +83,7 @@ def test_failed_retry_and_cancel(workspace: Path, home: Path) -> None:
     assert retried.exit_code == 0 and "pending again" in retried.output
     cancelled = mem("jobs", "cancel", waiting.id)
     assert cancelled.exit_code == 0 and "cancelled" in cancelled.output
+    assert f"{broken.id}  noop         pending   attempt 1 of 3 due " in mem("jobs", "list").output
     states = {j["id"]: (j["state"], j["attempts"]) for j in json.loads(mem("jobs", "list", "--json").output)["jobs"]}
     assert states == {broken.id: ("pending", 0), waiting.id: ("cancelled", 0)}
 

@@ -20,6 +20,7 @@ import typer
 from emelex_memory import CompactionPolicy, Job, MemoryStore
 from emelex_memory.jobs import STATES
 
+from ..attempts import attempt_text, diagnostic_attempt, job_attempt
 from ..planning import default_model_budget
 from .framework import (
     EmelexTyper,
@@ -56,12 +57,12 @@ def job_dict(job: Job) -> dict:
 
 def cost_of(job: Job) -> tuple[str, dict | None]:
     """What the job's last attempt cost and how it is labelled: a done job's result "cost", else the newest
-    diagnostic that recorded one ("last attempt"); ("", None) when none did."""
+    diagnostic that recorded one ("attempt N of M cost"); ("", None) when none did."""
     if job.result and isinstance(job.result.get("cost"), dict):
         return "cost", job.result["cost"]
     for diagnostic in reversed(job.diagnostics):
         if diagnostic.cost:
-            return "last attempt", diagnostic.cost
+            return f"{attempt_text(diagnostic_attempt(diagnostic.event, diagnostic.attempts))} cost", diagnostic.cost
     return "", None
 
 
@@ -72,12 +73,13 @@ def _line(job: Job) -> str:
     spent = f"  {label}: {cost_text(cost)}, {cost.get('seconds', 0):.1f}s" if cost else ""
     said = done_detail(job.result) if job.state == "done" else "completed"
     outcome = "" if said == "completed" else f"  {said}"
-    return (f"{job.id}  {job.kind:<12} {job.state:<9} attempts {job.attempts}{due}{held}  Session {job.session_id}"
+    return (f"{job.id}  {job.kind:<12} {job.state:<9} {attempt_text(job_attempt(job))}{due}{held}  Session {job.session_id}"
             f"{spent}{outcome}")
 
 
 def _line_with_diagnostics(job: Job) -> str:
-    diagnostics = [f"    {_when(d.at)}  {d.event:<9} after {d.attempts} failed  {d.message}" for d in job.diagnostics]
+    diagnostics = [f"    {_when(d.at)}  {d.event:<9} {attempt_text(diagnostic_attempt(d.event, d.attempts))}  {d.message}"
+                   for d in job.diagnostics]
     return "\n".join([_line(job), *diagnostics])
 
 
@@ -154,9 +156,11 @@ def jobs_rescue(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> N
     if as_json:
         echo_json("rescued", job_dict(done))
     elif done.state == "failed":
-        typer.echo(f"job {done.id} rescued; that was its last attempt: it failed (`emelex memory jobs retry` it)")
+        typer.echo(f"job {done.id} rescued; that was {attempt_text(done.attempts)}, the last: it failed "
+                   f"(`emelex memory jobs retry {done.id}` runs it again)")
     else:
-        typer.echo(f"job {done.id} rescued from its dead worker; pending again, due {_when(done.due_at)}")
+        typer.echo(f"job {done.id} rescued from its dead worker; pending again: {attempt_text(job_attempt(done))} due "
+                   f"{_when(done.due_at)}")
 
 
 def compact(

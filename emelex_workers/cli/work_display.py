@@ -16,6 +16,7 @@ import typer
 
 from emelex_memory import WaitingJob
 
+from ..attempts import attempt_text
 from ..plugin_api import GenerationProgress
 from ..work_report import JobReport, JobStart, WorkObserver
 
@@ -27,10 +28,10 @@ def _when(ts: float | None) -> str:
 
 
 def start_line(job: JobStart) -> str:
-    """`[compaction] job J  Session S  attempt 1  source 9082 tokens` (`~N` for an estimate)."""
+    """`[compaction] job J  Session S  attempt 1 of 3  source 9082 tokens` (`~N` for an estimate)."""
     size = "source size unknown" if job.source_tokens is None else (
         f"source {'~' if job.source_estimated else ''}{job.source_tokens} tokens")
-    return f"[{job.kind}] job {job.id}  Session {job.session_id}  attempt {job.attempt}  {size}"
+    return f"[{job.kind}] job {job.id}  Session {job.session_id}  {attempt_text(job.attempt)}  {size}"
 
 
 def cost_text(cost: dict[str, Any] | None) -> str:
@@ -64,7 +65,7 @@ def waiting_line(waiting: WaitingJob, stopped: str) -> str:
     if waiting.reason == "session-in-use":
         return head + f"Session in use by {waiting.holder} until {_when(waiting.until)}"
     if waiting.reason == "not-due":
-        return head + f"retrying after {job.attempts} failed attempt(s); due at {_when(waiting.until)}"
+        return head + f"{attempt_text(job.attempts + 1)} due at {_when(waiting.until)}, after a failure"
     return head + f"due now, not run: this run stopped ({stopped})"
 
 
