@@ -22,12 +22,13 @@ not fit alone raises `TurnTooLargeError`: turns are never split.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
-from .compaction_policy import reserve_tokens, source_token_budget
+from .compaction_policy import MIN_SUMMARY_SHARE, PROMPT_RESERVE_TOKENS, reserve_tokens, source_token_budget
 from .errors import InvalidInputError, SourceChangedError, TurnTooLargeError
 from .source_digest import MAX_COVERED_BYTES, digest_source
 from .summaries import check_replaceable
@@ -115,13 +116,24 @@ def choose_slice(
     if steps.turns < min_turns:
         big = steps.overflow
         before = f" after the {steps.tokens}-token Summary before it" if steps.turns else ""
-        raise TurnTooLargeError(
+        fits = min_window(steps.tokens + big.tokens)
+        problem = (
             f"turn {big.turn} of Session {session_id} holds {big.tokens} tokens{before}, more than the "
             f"{max(steps.limit, 0)} a summarizer can read in a {window}-token window beside a {reserve}-token Summary, "
-            "and turns are never split: use a model with a larger context window (`emelex models install PATH`, "
-            "then set default_model; model_max_context_tokens caps any model's window)"
+            f"and turns are never split; a window of {fits} tokens or more fits it"
+        )
+        raise TurnTooLargeError(
+            f"{problem}: use a model with a context window that large (`emelex models install PATH`, then set "
+            "default_model; model_max_context_tokens caps any model's window)",
+            problem=problem, min_context_window=fits,
         )
     return Slice(steps.turns, steps.events, steps.tokens, steps.last, reserve, True)
+
+
+def min_window(source_tokens: int) -> int:
+    """A context window that fits `source_tokens` beside the largest Summary reserve and the prompt's allowance:
+    the reserve is at most `MIN_SUMMARY_SHARE` of the window, so this much always suffices."""
+    return math.ceil((source_tokens + PROMPT_RESERVE_TOKENS) / (1 - MIN_SUMMARY_SHARE))
 
 
 @dataclass(frozen=True)

@@ -108,3 +108,17 @@ def test_jobs_list_pages_with_a_cursor(workspace: Path) -> None:
     second = mem("jobs", "list", "--limit", "2", "--cursor", cursor)
     assert ids[0] in second.output and "more:" not in second.output
     assert mem("jobs", "list", "--state", "failed").output.strip() == "no jobs"
+
+
+def test_a_turn_too_large_for_the_window_names_the_flag_and_a_window_that_fits(workspace: Path, home: Path) -> None:
+    sid = _seed(workspace, turns=6)  # each turn about 200 estimated tokens
+    before = table_rows(home / "memory" / "emelex.sqlite3")
+    refused = mem("compact", sid, "--context-window", "400", "--force")
+    assert refused.exit_code == 1 and refused.output.startswith("error: turn 1 of Session "), refused.output
+    assert refused.output.count("\n") == 1  # one line
+    fits = int(refused.output.split("`--context-window ")[1].split("`")[0])
+    assert f"re-run with `--context-window {fits}` or more" in refused.output
+    assert "model_max_context_tokens" in refused.output and "emelex models install PATH" in refused.output
+    assert table_rows(home / "memory" / "emelex.sqlite3") == before  # nothing queued
+    queued = mem("compact", sid, "--context-window", str(fits), "--force")
+    assert queued.exit_code == 0 and queued.output.startswith("queued compaction job "), queued.output

@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import CompactionPolicy, Job, MemoryStore
+from emelex_memory import CompactionPolicy, Job, MemoryStore, TurnTooLargeError
 from emelex_memory.jobs import STATES
 
 from ..attempts import attempt_text, diagnostic_attempt, job_attempt
@@ -163,6 +163,18 @@ def jobs_rescue(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> N
                    f"{_when(done.due_at)}")
 
 
+def _too_large_advice(exc: TurnTooLargeError, window_given: bool, settings) -> TurnTooLargeError:
+    """`exc` with a remedy for `compact`: the flag or settings to change, and the window that would fit the turn."""
+    fits = exc.min_context_window
+    model = (f"the worker's model needs a window of {fits} tokens or more (`emelex models install PATH`, then set "
+             f"default_model) and model_max_context_tokens (now {settings.model_max_context_tokens}) at least {fits}")
+    if window_given:
+        remedy = f"re-run with `--context-window {fits}` or more; for the job to run, {model}"
+    else:
+        remedy = f"{model}; then run `emelex memory compact` again"
+    return TurnTooLargeError(f"{exc.problem}: {remedy}", problem=exc.problem, min_context_window=fits)
+
+
 def compact(
     ctx: typer.Context,
     session: Annotated[str, typer.Argument(
@@ -198,13 +210,16 @@ def compact(
     model = None
     with MemoryStore.open(settings, create=False) as store:
         session = store.resolve_session_id(session)  # an unknown Session fails before the model is loaded
-        if context_window is not None:
-            queued = store.queue_compaction(session, context_window=context_window, policy=policy, force=force)
-        else:
-            with default_model_budget(settings) as budget:
-                model = budget.model.reference
-                queued = store.queue_compaction(session, context_window=budget.context_window,
-                                                count_tokens=budget.count_tokens, policy=policy, force=force)
+        try:
+            if context_window is not None:
+                queued = store.queue_compaction(session, context_window=context_window, policy=policy, force=force)
+            else:
+                with default_model_budget(settings) as budget:
+                    model = budget.model.reference
+                    queued = store.queue_compaction(session, context_window=budget.context_window,
+                                                    count_tokens=budget.count_tokens, policy=policy, force=force)
+        except TurnTooLargeError as exc:
+            raise _too_large_advice(exc, context_window is not None, settings) from None
     if as_json:
         outcome = "queued" if queued.created else "already-queued" if queued.job else "not-needed"
         echo_json(outcome, {"plan": asdict(queued.plan), "job": queued.job and job_dict(queued.job),
