@@ -122,3 +122,22 @@ def test_a_turn_too_large_for_the_window_names_the_flag_and_a_window_that_fits(w
     assert table_rows(home / "memory" / "emelex.sqlite3") == before  # nothing queued
     queued = mem("compact", sid, "--context-window", str(fits), "--force")
     assert queued.exit_code == 0 and queued.output.startswith("queued compaction job "), queued.output
+
+
+@pytest.mark.parametrize("ending", ["failed", "cancelled"])
+def test_compact_never_reports_a_plan_that_already_failed_as_queued(workspace: Path, home: Path, ending: str) -> None:
+    sid = _seed(workspace)
+    first = json.loads(mem("compact", sid, "--context-window", "2000", "--json").output)["job"]["id"]
+    with MemoryStore.open(Settings()) as store:
+        if ending == "failed":
+            store.claim_job("compaction").fail("the summarizer exploded", permanent=True)
+        else:
+            store.cancel_job(first)
+    before = table_rows(home / "memory" / "emelex.sqlite3")
+    again = mem("compact", sid, "--context-window", "2000")
+    assert again.exit_code == 1, again.output  # nothing was queued: not a success
+    assert again.output.startswith(f"nothing queued: this exact plan already {ending} as compaction job {first}")
+    assert f"`emelex memory jobs retry {first}` runs it again" in again.output
+    data = json.loads(mem("compact", sid, "--context-window", "2000", "--json").output)
+    assert (data["outcome"], data["created"], data["job"]["state"]) == (ending, False, ending)
+    assert table_rows(home / "memory" / "emelex.sqlite3") == before

@@ -220,11 +220,23 @@ def compact(
                                                     count_tokens=budget.count_tokens, policy=policy, force=force)
         except TurnTooLargeError as exc:
             raise _too_large_advice(exc, context_window is not None, settings) from None
+    ended = _ended(queued)
     if as_json:
-        outcome = "queued" if queued.created else "already-queued" if queued.job else "not-needed"
+        outcome = "queued" if queued.created else ended or ("already-queued" if queued.job else "not-needed")
         echo_json(outcome, {"plan": asdict(queued.plan), "job": queued.job and job_dict(queued.job),
                             "created": queued.created, "reason": queued.reason, "model": model})
     else:
         planned = f"{model}, {queued.plan.context_window}-token window" if model else (
             f"{queued.plan.context_window}-token window, estimated tokens")
-        typer.echo(f"{queued.reason} [planned for {planned}]")
+        typer.echo(f"{'nothing queued: ' if ended else ''}{queued.reason} [planned for {planned}]")
+    if ended:
+        raise typer.Exit(1)
+
+
+def _ended(queued) -> str | None:
+    """How the earlier job of exactly this plan ended, when that is why nothing was queued ("failed",
+    "cancelled", or "reverted" for a done job whose Summary was reverted); None otherwise."""
+    job = queued.job
+    if queued.created or job is None or job.state in ("pending", "claimed"):
+        return None
+    return "reverted" if job.state == "done" else job.state
