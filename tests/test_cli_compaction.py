@@ -114,3 +114,36 @@ def test_cli_refusals_are_one_line_and_change_nothing(workspace: Path, home: Pat
     assert table_rows(db)["summaries"] == before["summaries"]
     helped = memory("compaction", "--help").output
     assert "revert" in helped and "redo" in helped
+
+
+LEASER = """
+import sys, time
+from pathlib import Path
+from emelex_memory import MemoryStore, Settings
+store = MemoryStore.open(Settings())
+lease = store.acquire_lease(sys.argv[1], Path(sys.argv[2]))
+print(lease.expires_at, flush=True)
+time.sleep(120)
+"""
+
+
+def test_revert_blocked_by_a_dead_holders_lease_says_it_is_dead_and_when_it_frees(workspace: Path, home: Path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    sid, _ = compacted(workspace)
+    proc = subprocess.Popen([sys.executable, "-c", LEASER, sid, str(workspace)], stdout=subprocess.PIPE, text=True,
+                            env=os.environ)
+    proc.stdout.readline()
+    os.kill(proc.pid, signal.SIGKILL)  # the holder dies with its Session lease live
+    proc.wait(timeout=60)
+    proc.stdout.close()
+    before = table_rows(home / "memory" / "emelex.sqlite3")
+    busy = memory("compaction", "revert", sid)
+    assert busy.exit_code == 1 and busy.output.count("\n") == 1, busy.output
+    assert f"is leased by {proc.pid}@" in busy.output
+    assert "but that process is gone (no such pid on this host)" in busy.output
+    assert "its lease frees at " in busy.output and "run this command again then, nothing was reverted" in busy.output
+    assert table_rows(home / "memory" / "emelex.sqlite3") == before
