@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 COMPACTION_KIND = "compaction"
 MAX_MODEL_REF_CHARS = 512
+MAX_STOP_CHARS = 2048
 
 TokenCounter = Callable[[Event], int]
 
@@ -84,11 +85,13 @@ class CompactionQueued:
 @dataclass(frozen=True)
 class SummaryDraft:
     """A worker's result for a compaction job: the Summary text, the model snapshot reference when known, and, for
-    a step of a compaction in steps, the next step to queue with it (`plan_next_compaction_step`)."""
+    a step of a compaction in steps, the next step to queue with it (`plan_next_compaction_step`), or why the chain
+    of steps stops here short of its goal (`chain_stopped`, recorded in the done job's result)."""
 
     text: str
     model_ref: str | None = None
     next_step: NextStep | None = None
+    chain_stopped: str | None = None
 
 
 COMPACTION_SOURCE_FIELDS = {
@@ -125,9 +128,14 @@ def _complete_compaction(ctx: CompletionContext, result: Any) -> dict[str, Any]:
         raise InvalidInputError(f"a model snapshot reference is a string of 1-{MAX_MODEL_REF_CHARS} characters")
     if result.next_step is not None and not isinstance(result.next_step, NextStep):
         raise InvalidInputError(f"a SummaryDraft's next step is a NextStep, got {type(result.next_step).__name__}")
+    stopped = result.chain_stopped
+    if stopped is not None and (not isinstance(stopped, str) or not 1 <= len(stopped) <= MAX_STOP_CHARS):
+        raise InvalidInputError(f"why a compaction chain stopped is a string of 1-{MAX_STOP_CHARS} characters")
     done = append_summary(ctx, result.text, ref)
     if result.next_step is not None:
         done["next_job"] = queue_next_step(ctx, result.next_step, done["summary_event_id"], COMPACTION_KIND)
+    elif stopped is not None:
+        done["chain_stopped"] = stopped
     return done
 
 
@@ -152,7 +160,9 @@ def compaction_handler(
     recorded at planning); a larger one raises `SourceTooLargeError`, a
     permanent failure. With `context_window`, a job that is a step of a
     compaction in steps also plans the next step (counting with
-    `count_tokens`, default `estimate_tokens`), which its completion queues.
+    `count_tokens`, default `estimate_tokens`), which its completion queues;
+    when the next turn cannot fit the model, the step's Summary still lands
+    and the chain stops, its done job's result saying why (`chain_stopped`).
     """
 
     def handle(claim: JobClaim) -> SummaryDraft:
@@ -166,15 +176,15 @@ def compaction_handler(
             if tokens > limit:
                 raise SourceTooLargeError(_too_large(job, tokens, limit, context_window))
         text = summarize(events, job)
-        step = None
+        step = stopped = None
         if context_window is not None:
             try:
                 step = claim.store.plan_next_compaction_step(
                     job, text, model_ref, context_window=context_window, count_tokens=count_tokens or estimate_tokens
                 )
-            except TurnTooLargeError:
-                step = None  # this step's Summary still lands; planning again explains what does not fit
-        return SummaryDraft(text, model_ref, step)
+            except TurnTooLargeError as exc:  # this step's Summary still lands; the chain stops here, saying why
+                stopped = f"the compaction chain stopped short of its goal: {exc}"[:MAX_STOP_CHARS]
+        return SummaryDraft(text, model_ref, step, stopped)
 
     return handle
 

@@ -102,8 +102,10 @@ class WorkReport:
 
 def done_detail(result: Any) -> str:
     """What a done job's `result` says: "completed", plus for a distillation what it applied and what the
-    faithfulness guards rejected, or why it saved nothing."""
+    faithfulness guards rejected, or why it saved nothing; for a compaction step, why its chain stopped."""
     result = result if isinstance(result, dict) else {}
+    if isinstance(result.get("chain_stopped"), str):
+        return f"completed; {result['chain_stopped']}"
     if "nothing_saved" in result:
         return f"completed; {result['nothing_saved']}"
     if "applied" not in result:

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from emelex_memory import MemoryStore, NewEvent, Settings
 from emelex_memory.compaction_policy import PROMPT_RESERVE_TOKENS
 from emelex_workers.cli import app
+from emelex_workers.cli.work_display import end_line
 from emelex_workers.hookspecs import hookimpl
 from emelex_workers.plugin_api import Summarizer
 from emelex_workers.plugins import PluginInfo, get_plugin_manager
@@ -141,3 +142,31 @@ def test_compact_after_a_job_failed_for_size_plans_a_new_job_that_fits(wide: Set
         for step in done:
             assert_fits(store, step)
         assert view_tokens(store, sid, fake_tokens) <= TARGET
+
+
+def test_a_chain_stopped_by_a_turn_too_large_says_why_in_its_done_job_jobs_list_and_the_work_end_line(
+    wide: Settings, workspace
+) -> None:
+    with MemoryStore.open(wide) as store:
+        sid = long_session(store, workspace, turns=60)
+        with store.acquire_lease(sid, workspace) as lease:  # a turn no summarizer in this window can read
+            list(lease.replay_all())
+            lease.append_turn([NewEvent("user", {"text": "Paste: " + "the log line repeats here. " * 1200})])
+            for i in range(8):
+                lease.append_turn([NewEvent("user", {"text": f"Later question {i} about module n{i}?"})])
+            lease.release()
+    planned = json.loads(run("compact", sid, "--force", "--json").output)
+    assert planned["created"] and planned["job"]["source"]["goal_through_seq"] > planned["job"]["source"]["through_seq"]
+
+    report = run_worker(wide)
+    with MemoryStore.open(wide) as store:
+        jobs = compaction_jobs(store, sid)
+    last = jobs[-1]
+    assert {j.state for j in jobs} == {"done"} and "next_job" not in last.result
+    stopped = last.result["chain_stopped"]
+    assert "stopped short of its goal" in stopped and "turns are never split" in stopped
+    ended = end_line(next(j for j in report.jobs if j.id == last.id))
+    assert stopped in ended
+    listed = run("jobs", "list", "--session", sid)
+    line = next(x for x in listed.output.splitlines() if x.startswith(last.id))
+    assert stopped in line

@@ -46,9 +46,11 @@ def cost_text(cost: dict[str, Any] | None) -> str:
 
 def end_line(report: JobReport) -> str:
     """`[compaction] job J  done in 3.2s (812 prompt + 64 generated tokens)`, plus the detail of a failure or of
-    what a done job saved (`completed; 3 applied, ...`; nothing for a plain "completed")."""
+    what a done job saved or why its compaction chain stopped (`completed; 3 applied, ...`, in full; nothing for a
+    plain "completed")."""
     spent = cost_text(report.cost)
-    detail = "" if report.detail == "completed" else f": {report.detail[:160]}"
+    said = report.detail if report.status == "done" else report.detail[:160]
+    detail = "" if report.detail == "completed" else f": {said}"
     return (f"[{report.kind}] job {report.id}  {report.status} in {report.seconds:.1f}s"
             f"{f' ({spent})' if spent else ''}{detail}")
 
