@@ -145,7 +145,7 @@ register_job_kind(COMPACTION_KIND, _complete_compaction, validate=validate_compa
 def compaction_handler(
     summarize: Callable[[list[Event], Job], str],
     *,
-    model_ref: str | None = None,
+    model_ref: str | Callable[[], str | None] | None = None,
     safe_context_tokens: int | None = None,
     count_tokens: TokenCounter | None = None,
     context_window: int | None = None,
@@ -153,7 +153,9 @@ def compaction_handler(
     """A worker handler for compaction jobs: read the source, check it fits the model, call `summarize`.
 
     `summarize(events, job)` gets the source prefix in replay order and
-    returns the Summary text. The source may hold at most
+    returns the Summary text, recorded with `model_ref`, or what a callable
+    `model_ref` returns once `summarize` has (a worker returns None for a
+    summarizer that made no model call). The source may hold at most
     `safe_context_tokens` tokens or, given the model's `context_window`
     instead, `source_token_budget(context_window, the job's Summary budget)`
     (the limit planning uses); counted with `count_tokens` (default: the count
@@ -176,15 +178,16 @@ def compaction_handler(
             if tokens > limit:
                 raise SourceTooLargeError(_too_large(job, tokens, limit, context_window))
         text = summarize(events, job)
+        ref = model_ref() if callable(model_ref) else model_ref
         step = stopped = None
         if context_window is not None:
             try:
                 step = claim.store.plan_next_compaction_step(
-                    job, text, model_ref, context_window=context_window, count_tokens=count_tokens or estimate_tokens
+                    job, text, ref, context_window=context_window, count_tokens=count_tokens or estimate_tokens
                 )
             except TurnTooLargeError as exc:  # this step's Summary still lands; the chain stops here, saying why
                 stopped = f"the compaction chain stopped short of its goal: {exc}"[:MAX_STOP_CHARS]
-        return SummaryDraft(text, model_ref, step, stopped)
+        return SummaryDraft(text, ref, step, stopped)
 
     return handle
 

@@ -230,8 +230,10 @@ class Worker:
             budget = int(claim.job.source["summary_budget_tokens"])
             component = self._summarizer.component
             name, summarize = component.name, component.summarize
+            called = False
 
             def run(events, job) -> str:
+                nonlocal called
                 request = SummaryRequest(job, tuple(events), budget, binding, job.attempts, self.settings)
                 calls = binding.cost.model_calls
                 text = _plugin_call(self._summarizer, lambda: summarize(request))
@@ -243,8 +245,10 @@ class Worker:
                                           f"Summary budget of {budget} tokens")
                 return guard_summary(text, job=job, events=events, examples=component.examples, model_called=called)
 
-            handler = compaction_handler(run, model_ref=model.reference, context_window=self._window,
-                                         count_tokens=count)
+            def model_ref() -> str | None:  # a rule-based summarizer's Summary names no model
+                return model.reference if called else None
+
+            handler = compaction_handler(run, model_ref=model_ref, context_window=self._window, count_tokens=count)
             return handler(claim)
         distiller = self._distiller.component
 

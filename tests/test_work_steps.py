@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_memory import MemoryStore, NewEvent, Settings, SummaryStateError, compaction_handler, run_one_job
 from emelex_memory.compaction_policy import PROMPT_RESERVE_TOKENS
 from emelex_workers.cli import app
 from emelex_workers.cli.work_display import end_line
@@ -28,6 +28,7 @@ from .test_work import env  # noqa: F401 - the fake model and plugin of the work
 from .test_work_planning import fake_tokens, view_tokens
 
 WINDOW = 8192
+MODEL_REF = "smollm2-135m-instruct@sha256:" + "a" * 64
 TARGET = WINDOW // 2
 
 
@@ -170,3 +171,41 @@ def test_a_chain_stopped_by_a_turn_too_large_says_why_in_its_done_job_jobs_list_
     listed = run("jobs", "list", "--session", sid)
     line = next(x for x in listed.output.splitlines() if x.startswith(last.id))
     assert stopped in line
+
+
+def test_a_summary_whose_summarizer_made_no_model_call_names_no_model_and_earlier_ones_naming_it_still_verify(
+    wide: Settings, workspace
+) -> None:
+    with MemoryStore.open(wide) as store:
+        sid = long_session(store, workspace, turns=60)
+        first = store.queue_compaction(sid, context_window=WINDOW, count_tokens=fake_tokens, force=True).job
+        earlier = compaction_handler(lambda events, job: events[-1].payload["text"], model_ref=MODEL_REF)
+        assert run_one_job(store, earlier, kinds="compaction").status == "done"
+        assert store.replay(sid).events[0].payload["provenance"]["model"] == MODEL_REF
+        for i in range(60, 120):
+            with store.acquire_lease(sid, workspace) as lease:
+                list(lease.replay_all())
+                lease.append_turn([NewEvent("user", {"text": f"Question {i} on module m{i}?"}),
+                                   NewEvent("assistant", {"text": f"Module m{i} retries {i % 4 + 2} times."})])
+                lease.release()
+        store.queue_compaction(sid, context_window=WINDOW, count_tokens=fake_tokens, force=True)
+
+    report = run_worker(wide)  # "quoting" makes no model call: the job line says so
+    assert report.counts["done"] >= 1 and all(j.cost["model_calls"] == 0 for j in report.jobs)
+    assert "model none (a rule-based summarizer, or not recorded)" in run("sessions", "show", sid).output
+    with MemoryStore.open(wide) as store:
+        summary = store.replay(sid).events[0]  # verifies it, and the chain back to the earlier Summary
+        assert summary.kind == "summary" and summary.payload["provenance"]["model"] is None
+        assert summary.payload["provenance"]["job"] != first.id
+        while True:
+            try:
+                store.revert_compaction(sid)
+            except SummaryStateError:
+                break
+            view = store.replay(sid).events  # every Summary restored verifies, the earlier one naming the model too
+            if view[0].kind == "summary" and view[0].payload["provenance"]["job"] == first.id:
+                assert view[0].payload["provenance"]["model"] == MODEL_REF
+                break
+        else:
+            pytest.fail("the earlier Summary was never restored")
+    assert f"model {MODEL_REF}," in run("sessions", "show", sid).output

@@ -23,6 +23,8 @@ from .pages import echo_page
 from .work import work
 from .workspaces import workspaces_app
 
+NO_MODEL = "none (a rule-based summarizer, or not recorded)"  # a Summary whose provenance names no model
+
 memory_app = EmelexTyper(help="Inspect and maintain the memory store.")
 sessions_app = EmelexTyper(help="List and inspect Sessions.")
 memory_app.add_typer(sessions_app, name="sessions")
@@ -129,7 +131,7 @@ def _event_lines(e: dict) -> list[str]:
     if e["kind"] == "summary" and isinstance(payload, dict) and isinstance(payload.get("text"), str):
         prov = payload.get("provenance") or {}
         source = prov.get("source") or {}
-        provenance = (f"provenance: job {prov.get('job')}, model {prov.get('model') or 'not recorded'}, "
+        provenance = (f"provenance: job {prov.get('job')}, model {prov.get('model') or NO_MODEL}, "
                       f"{source.get('count')} source events")
         body = [f"         {line}" for line in payload["text"].splitlines() or [""]]
         return [at + _summary_title(e, source), *body, f"         {provenance}"]
