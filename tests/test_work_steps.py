@@ -66,14 +66,14 @@ class Quoting:
         register(Summarizer("quoting", lambda request: request.events[-1].payload["text"]))
 
 
-def run_worker(settings: Settings):
+def run_worker(settings: Settings, **options):
     """One run of the worker on compaction jobs, as `emelex memory work --kind compaction` runs it, summarizing
     with "quoting"."""
     settings = settings.model_copy(update={"summarizer": "quoting"})
     pm = get_plugin_manager(settings)
     pm.add_plugin(Quoting(), PluginInfo("quoting", "test", "0", "test", False))
     with MemoryStore.open(settings) as store:
-        return work(store, settings, pm=pm, kinds=("compaction",))
+        return work(store, settings, pm=pm, kinds=("compaction",), **options)
 
 
 def run(*args: str):
@@ -209,3 +209,31 @@ def test_a_summary_whose_summarizer_made_no_model_call_names_no_model_and_earlie
         else:
             pytest.fail("the earlier Summary was never restored")
     assert f"model {MODEL_REF}," in run("sessions", "show", sid).output
+
+
+def test_a_chain_of_steps_reverted_then_redone_continues_to_its_goal(wide: Settings, workspace) -> None:
+    with MemoryStore.open(wide) as store:
+        sid = long_session(store, workspace)
+    first = json.loads(run("compact", sid, "--json").output)["job"]
+    assert first["source"]["goal_through_seq"] > first["source"]["through_seq"]  # a chain of 2+ steps
+    assert run_worker(wide, max_jobs=1).counts["done"] == 1
+    with MemoryStore.open(wide) as store:
+        step = store.get_job(first["id"]).result["next_job"]
+        assert store.get_job(step).state == "pending"
+
+    reverted = run("compaction", "revert", sid)
+    assert reverted.exit_code == 0 and f"cancelled compaction job {step}" in reverted.output
+    redone = run("compaction", "redo", sid, "--json")
+    assert redone.exit_code == 0, redone.output
+    assert json.loads(redone.output)["requeued_jobs"] == [step]
+    with MemoryStore.open(wide) as store:
+        assert store.get_job(step).state == "pending"
+
+    run_worker(wide)
+    with MemoryStore.open(wide) as store:
+        jobs = compaction_jobs(store, sid)
+        assert len(jobs) >= 2 and {j.state for j in jobs} == {"done"}
+        assert jobs[-1].source["through_seq"] == first["source"]["goal_through_seq"]  # the chain reached its goal
+        view = store.replay(sid).events  # verifies the last Summary and its chain
+        assert view[0].id == jobs[-1].result["summary_event_id"]
+        assert view_tokens(store, sid, fake_tokens) <= TARGET
