@@ -55,6 +55,12 @@ def estimate_tokens(event: Event) -> int:
     return (event.size + 3) // 4
 
 
+def tokens_text(tokens: int, estimated: bool) -> str:
+    """`N tokens`, or `N tokens (estimated)` for a count made with `estimate_tokens`: the one way token figures
+    that are estimates are marked wherever they are shown."""
+    return f"{tokens} tokens (estimated)" if estimated else f"{tokens} tokens"
+
+
 @dataclass(frozen=True)
 class CompactionPlan:
     """What planning found: the view's size and, when compaction is due, the exact source to replace.
@@ -98,9 +104,10 @@ COMPACTION_SOURCE_FIELDS = {
     "base_summary_id": "id?", "count": "id", "digest": "digest", "first_event_id": "id", "last_event_id": "id",
     "through_seq": "id", "turns": "id", "preserve_turns": "count", "source_tokens": "count", "tail_tokens": "count",
     "context_window": "id", "target_tokens": "count", "summary_budget_tokens": "count",
-    "max_source_tokens": "count", "goal_through_seq": "id",
+    "max_source_tokens": "count", "goal_through_seq": "id", "tokens_estimated": "flag",
 }
-OPTIONAL_SOURCE_FIELDS = ("max_source_tokens", "goal_through_seq")  # absent from sources planned before steps existed
+# absent from sources planned before steps existed; "tokens_estimated" (true) only where the tokens are estimates
+OPTIONAL_SOURCE_FIELDS = ("max_source_tokens", "goal_through_seq", "tokens_estimated")
 
 
 def validate_compaction_source(source: Mapping[str, Any]) -> None:
@@ -221,11 +228,14 @@ class CompactionMixin:
         the preserved turns). The source never holds more than
         `source_token_budget(context_window, its Summary budget)` tokens: when
         the turns due do not fit, the plan is the first step of a compaction in
-        steps (see `compaction_steps.py`). Raises `TurnTooLargeError` when a
+        steps (see `compaction_steps.py`). Planned with `estimate_tokens`, the
+        source records `tokens_estimated: true` and the reason marks its token
+        figures "(estimated)". Raises `TurnTooLargeError` when a
         turn alone cannot fit, and `SummaryProvenanceError` when the newest
         Summary does not verify.
         """
         policy = policy or CompactionPolicy()
+        estimated = count_tokens is estimate_tokens
         selection = TurnSelection(policy, context_window, force=force)
         reserve = policy.summary_reserve(context_window)
         steps = LeadingRun(source_token_budget(context_window, reserve))
@@ -246,8 +256,8 @@ class CompactionMixin:
             if turns - policy.preserve_turns < min_turns:
                 return plan(None, f"{turns} turns in view; the newest {policy.preserve_turns} are always kept")
             share = math.floor(100 * total / context_window)
-            return plan(None, f"history uses {total} of {context_window} tokens ({share}%), under the "
-                              f"{policy.trigger_ratio:.0%} trigger")
+            return plan(None, f"history uses {tokens_text(total, estimated)} of {context_window} ({share}%), under "
+                              f"the {policy.trigger_ratio:.0%} trigger")
         goal = LeadingRun()
         goal.turns, goal.tokens, goal.events, goal.last = (
             k, total - selection.tail_tokens, selection.compacted_events, selection.boundary
@@ -269,17 +279,18 @@ class CompactionMixin:
             "source_tokens": chosen.tokens, "tail_tokens": tail, "context_window": context_window,
             "target_tokens": policy.target_tokens(context_window), "summary_budget_tokens": chosen.budget,
             "max_source_tokens": source_token_budget(context_window, chosen.budget),
-            "goal_through_seq": selection.boundary.last_seq,
+            "goal_through_seq": selection.boundary.last_seq, **({"tokens_estimated": True} if estimated else {}),
         }
         if (facts.count, facts.first_event_id, facts.last_event_id) != (chosen.events, first.first_id, last.last_id):
             raise SourceChangedError(f"the history of Session {session_id} changed while planning; plan again")
         if chosen.step:
             return plan(source, f"compact the oldest {chosen.turns} of the {k} turns due ({facts.count} events, "
-                                f"{chosen.tokens} tokens: all {goal.tokens} would not fit the model beside a Summary); "
+                                f"{tokens_text(chosen.tokens, estimated)}: all {tokens_text(goal.tokens, estimated)} would "
+                                "not fit the model beside a Summary); "
                                 "further steps follow as each Summary lands, until the view is under "
                                 f"{source['target_tokens']} tokens")
-        return plan(source, f"compact {k} of {turns} turns ({facts.count} events, {chosen.tokens} tokens); "
-                            f"{tail} tokens stay uncompacted")
+        return plan(source, f"compact {k} of {turns} turns ({facts.count} events, "
+                            f"{tokens_text(chosen.tokens, estimated)}); {tokens_text(tail, estimated)} stay uncompacted")
 
     def plan_next_compaction_step(
         self: MemoryStore,
@@ -295,7 +306,8 @@ class CompactionMixin:
         completion as `SummaryDraft.next_step`.
 
         None when `job` is not a step short of its goal, or when the view
-        will be at most the target once its Summary lands. Raises
+        will be at most the target once its Summary lands. Counted with
+        `estimate_tokens`, the step's source records `tokens_estimated`. Raises
         `TurnTooLargeError` when the next turn does not fit the model.
         """
         validate_compaction_source(job.source)
@@ -308,7 +320,8 @@ class CompactionMixin:
         with self._read() as conn:
             rowid = self._session_rowid(conn, job.session_id)
         later = self._view_turns(rowid, count_tokens, after=source["through_seq"])
-        return next_step(source, tokens, later, context_window, job.session_id)
+        return next_step(source, tokens, later, context_window, job.session_id,
+                         estimated=count_tokens is estimate_tokens)
 
     def _view_turns(self: MemoryStore, rowid: int, count_tokens: TokenCounter, after: int = 0) -> Iterator[ViewTurn]:
         """The Session's replay view after raw seq `after` as atomic turns with their tokens, oldest first, one turn

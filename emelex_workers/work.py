@@ -329,11 +329,12 @@ class Worker:
         return True
 
     def _start(self, job: Job) -> JobStart:
-        """The job as it starts, with its source's size: the tokens counted when it was queued (compaction), or
-        else an estimate from the stored bytes of its events."""
+        """The job as it starts, with its source's size: the tokens counted when it was queued (compaction; an
+        estimate when its source says so), or else an estimate from the stored bytes of its events."""
         tokens = job.source.get("source_tokens")
         if isinstance(tokens, int) and not isinstance(tokens, bool):
-            return JobStart(job.id, job.kind, job.session_id, job.attempts + 1, tokens)
+            return JobStart(job.id, job.kind, job.session_id, job.attempts + 1, tokens,
+                            job.source.get("tokens_estimated") is True)
         size = self.store.job_source_bytes(job)
         estimate = None if size is None else -(-size // BYTES_PER_TOKEN)
         return JobStart(job.id, job.kind, job.session_id, job.attempts + 1, estimate, estimate is not None)

@@ -19,7 +19,8 @@ MAX_REPORTED_JOBS = 1000
 @dataclass(frozen=True)
 class JobStart:
     """A job this run claimed, as it starts: its ID, kind, Session, which attempt this is, and its source's size
-    in tokens (`source_estimated`: from stored bytes, 4 per token, rather than counted when it was queued)."""
+    in tokens (`source_estimated`: an estimate of 4 bytes per token, made when it was queued or from the stored
+    bytes, rather than counted with the model's tokenizer)."""
 
     id: str
     kind: str

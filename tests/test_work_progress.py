@@ -56,7 +56,7 @@ def test_the_observer_hears_each_start_the_tokens_and_each_end(env: Settings, wo
     assert report.counts["done"] == 2
     starts = [e[1] for e in recorder.events if e[0] == "start"]
     assert [(s.kind, s.session_id, s.attempt) for s in starts] == [("compaction", sid, 1), ("distill", sid, 1)]
-    assert starts[0].source_tokens == planned and not starts[0].source_estimated
+    assert starts[0].source_tokens == planned and starts[0].source_estimated  # seed plans with estimate_tokens
     with MemoryStore.open(env) as store:
         distill_bytes = store.job_source_bytes(jobs(store)["distill"])
     assert starts[1].source_tokens == -(-distill_bytes // 4) and starts[1].source_estimated

@@ -237,3 +237,30 @@ def test_a_chain_of_steps_reverted_then_redone_continues_to_its_goal(wide: Setti
         view = store.replay(sid).events  # verifies the last Summary and its chain
         assert view[0].id == jobs[-1].result["summary_event_id"]
         assert view_tokens(store, sid, fake_tokens) <= TARGET
+
+
+def test_token_figures_of_a_plan_made_with_the_estimate_are_marked_estimated_in_compact_jobs_list_and_work(
+    wide: Settings, workspace
+) -> None:
+    with MemoryStore.open(wide) as store:
+        sid = long_session(store, workspace, turns=40)
+    planned = run("compact", sid, "--context-window", str(WINDOW), "--force")
+    assert planned.exit_code == 0, planned.output
+    with MemoryStore.open(wide) as store:
+        job = compaction_jobs(store, sid)[-1]
+    tokens = job.source["source_tokens"]
+    assert job.source["tokens_estimated"] is True  # recorded with the job
+    assert f"{tokens} tokens (estimated)" in planned.output
+    line = next(x for x in run("jobs", "list").output.splitlines() if x.startswith(job.id))
+    assert f"source {tokens} tokens (estimated)" in line
+    started = run("work", "--kind", "compaction").stderr.splitlines()[0]
+    assert started.startswith(f"[compaction] job {job.id}") and started.endswith(f"source {tokens} tokens (estimated)")
+
+    with MemoryStore.open(wide) as store:  # planned with the model's tokenizer: exact counts, unmarked
+        other = long_session(store, workspace, turns=40)
+    exact = run("compact", other, "--force")
+    with MemoryStore.open(wide) as store:
+        counted = compaction_jobs(store, other)[-1]
+    assert "tokens_estimated" not in counted.source and "(estimated)" not in exact.output
+    line = next(x for x in run("jobs", "list").output.splitlines() if x.startswith(counted.id))
+    assert f"source {counted.source['source_tokens']} tokens" in line and "(estimated)" not in line

@@ -18,6 +18,7 @@ from typing import Annotated, Optional
 import typer
 
 from emelex_memory import CompactionPolicy, Job, MemoryStore, TurnTooLargeError
+from emelex_memory.compaction import tokens_text
 from emelex_memory.jobs import STATES
 
 from ..attempts import attempt_text, diagnostic_attempt, job_attempt
@@ -73,8 +74,11 @@ def _line(job: Job) -> str:
     spent = f"  {label}: {cost_text(cost)}, {cost.get('seconds', 0):.1f}s" if cost else ""
     said = done_detail(job.result) if job.state == "done" else "completed"
     outcome = "" if said == "completed" else f"  {said}"
+    tokens = job.source.get("source_tokens") if isinstance(job.source, dict) else None
+    size = f"  source {tokens_text(tokens, job.source.get('tokens_estimated') is True)}" if (
+        isinstance(tokens, int) and not isinstance(tokens, bool)) else ""
     return (f"{job.id}  {job.kind:<12} {job.state:<9} {attempt_text(job_attempt(job))}{due}{held}  Session {job.session_id}"
-            f"{spent}{outcome}")
+            f"{size}{spent}{outcome}")
 
 
 def _line_with_diagnostics(job: Job) -> str:

@@ -15,6 +15,7 @@ from typing import IO, Any
 import typer
 
 from emelex_memory import WaitingJob
+from emelex_memory.compaction import tokens_text
 
 from ..attempts import attempt_text
 from ..plugin_api import GenerationProgress
@@ -28,9 +29,10 @@ def _when(ts: float | None) -> str:
 
 
 def start_line(job: JobStart) -> str:
-    """`[compaction] job J  Session S  attempt 1 of 3  source 9082 tokens` (`~N` for an estimate)."""
+    """`[compaction] job J  Session S  attempt 1 of 3  source 9082 tokens` (`9082 tokens (estimated)` for an
+    estimate)."""
     size = "source size unknown" if job.source_tokens is None else (
-        f"source {'~' if job.source_estimated else ''}{job.source_tokens} tokens")
+        f"source {tokens_text(job.source_tokens, job.source_estimated)}")
     return f"[{job.kind}] job {job.id}  Session {job.session_id}  {attempt_text(job.attempt)}  {size}"
 
 
