@@ -17,6 +17,7 @@ in the WAL until a checkpoint and `VACUUM` (see `maintain`) overwrite them.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ from .assets import DEFAULT_GRACE_S
 from .assets_gc import AssetCollection, collect_entries
 from .errors import EmelexError, OpenJournalError, SessionBusyError
 from .io_errors import with_committed
+from .job_status import holder_is_dead
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -50,11 +52,17 @@ def check_not_busy(
     unchanged: str = "nothing was deleted",
 ) -> None:
     """Inside a transaction: raise `SessionBusyError` while the Session has a live lease or a live worker claim (on a
-    job of `kind`, when given); the message ends with `unchanged`."""
+    job of `kind`, when given); the message ends with `unchanged`. A holder that `holder_is_dead` is named as dead,
+    with when its lease frees (a Session lease) or the command that frees it now (a worker claim)."""
     held = conn.execute(
         "SELECT holder, expires_at FROM session_leases WHERE session_id = ? AND state = 'active' AND expires_at > ?",
         (rowid, now),
     ).fetchone()
+    if held and holder_is_dead(held[0]):
+        raise SessionBusyError(
+            f"Session {session_id} is leased by {held[0]}, but that process is gone (no such pid on this host); "
+            f"its lease frees at {_when(held[1])}, as nobody renews it: run this command again then, {unchanged}"
+        )
     if held:
         raise SessionBusyError(
             f"Session {session_id} is leased by {held[0]} for another {held[1] - now:.0f}s; "
@@ -65,6 +73,12 @@ def check_not_busy(
         "AND (?3 IS NULL OR kind = ?3)",
         (rowid, now, kind),
     ).fetchone()
+    if job and holder_is_dead(job[1]):
+        raise SessionBusyError(
+            f"worker {job[1]} holds {kind + ' ' if kind else ''}job {job[0]} on Session {session_id}, but that process "
+            f"is gone (no such pid on this host); free it now with `emelex memory jobs rescue {job[0]}`, then run this "
+            f"command again, {unchanged}"
+        )
     if job:
         raise SessionBusyError(
             f"worker {job[1]} is running {kind + ' ' if kind else ''}job {job[0]} on Session {session_id}; wait for "
@@ -80,6 +94,10 @@ def check_no_open_journal(conn: apsw.Connection, rowid: int, session_id: str) ->
             f"`emelex memory sessions recover {session_id}`, or delete it anyway with --discard-journal; "
             "nothing was deleted"
         )
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 class DeletionMixin:

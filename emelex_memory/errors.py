@@ -301,7 +301,16 @@ class SourceTooLargeError(PermanentJobError):
 
 class TurnTooLargeError(JobError):
     """A turn alone is more than the model's summarizer can read, and turns are never split: use a model with a
-    larger context window (`emelex models install PATH`, then set default_model)."""
+    context window of at least `min_context_window` tokens (`emelex models install PATH`, then set default_model).
+
+    `problem` is the message without its remedy, for a caller (the CLI) that names its own flag instead.
+    """
+
+    def __init__(self, message: str, *, problem: str | None = None, min_context_window: int | None = None) -> None:
+        """The one-line `message`; `problem` (default: the message) and the smallest window that fits the turn."""
+        super().__init__(message)
+        self.problem = message if problem is None else problem
+        self.min_context_window = min_context_window
 
 
 class InvalidCandidateError(InvalidKnowledgeError, PermanentJobError):

@@ -26,6 +26,8 @@ from .common import (
 )
 from .recover import journal_lines, recover
 
+NO_MODEL = "none (a rule-based summarizer, or not recorded)"  # a Summary whose provenance names no model
+
 sessions_app = EmelexTyper(help="List and inspect Sessions.")
 sessions_app.command("recover")(recover)
 
@@ -108,35 +110,38 @@ def sessions_show(
 
 
 def _event_lines(e: dict) -> list[str]:
-    """The text lines of one event: a Summary's title (the range it replaces), its whole text and its provenance on
-    lines of their own; any other event's payload as JSON cut to 200 characters, with the Summary covering it."""
-    head = f"  #{e['seq']:<5} turn {e['turn']:<4} {e['kind']:<12} "
+    """The text lines of one event: a Summary's title (the range it replaces, in the kind column, so "Summary" is
+    said once), its whole text and its provenance on lines of their own; any other event's payload as JSON cut to
+    200 characters, with the Summary covering it."""
+    at = f"  #{e['seq']:<5} turn {e['turn']:<4} "
+    head = f"{at}{e['kind']:<12} "
     if "payload_error" in e:
         return [head + "<payload is not valid JSON: the database was altered; restore the database from a backup>"]
     payload = e["payload"]
     if e["kind"] == "summary" and isinstance(payload, dict) and isinstance(payload.get("text"), str):
         prov = payload.get("provenance") or {}
         source = prov.get("source") or {}
-        provenance = (f"provenance: job {prov.get('job')}, model {prov.get('model') or 'not recorded'}, "
+        provenance = (f"provenance: job {prov.get('job')}, model {prov.get('model') or NO_MODEL}, "
                       f"{source.get('count')} source events")
         body = [f"         {line}" for line in payload["text"].splitlines() or [""]]
-        return [head + _summary_title(e, source), *body, f"         {provenance}"]
+        return [at + _summary_title(e, source), *body, f"         {provenance}"]
     covered = f"   [replaced by Summary #{e['covered_by']}]" if e.get("covered_by") else ""
     return [head + json.dumps(payload, ensure_ascii=False)[:200] + covered]
 
 
 def _summary_title(e: dict, source: dict) -> str:
     """What a Summary replaces: in the replay view everything through its covered seq (through its base Summary);
-    in the raw history its own range, its base and its state."""
+    in the raw history its base Summary's seq, its own range and its state ("Summary of #21 and #13-#25 (in
+    effect)")."""
     if "summary" not in e:
         return f"Summary of #1-#{source.get('through_seq')}"
     record = e["summary"]
     if record is None:
         return "Summary without a provenance record: the database was altered; restore it from a backup"
-    base = f" and Summary #{record['base_seq']}" if record["base_seq"] is not None else ""
+    base = f"#{record['base_seq']} and " if record["base_seq"] is not None else ""
     state = {"compacted again": f"compacted again by #{record['replaced_by']}",
              "reverted": f"reverted {when(record['reverted_at'])}"}.get(record["state"], record["state"])
-    return f"Summary of #{record['first_seq']}-#{record['through_seq']}{base} ({state})"
+    return f"Summary of {base}#{record['first_seq']}-#{record['through_seq']} ({state})"
 
 
 def _raw_dict(r: RawEvent) -> dict:
