@@ -22,7 +22,7 @@ from typing import Annotated
 
 import typer
 
-from emelex_memory import EmelexError, MemoryStore
+from emelex_memory import MemoryStore
 from emelex_memory.sessions import WorkspaceIdentity
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.errors import UnknownToolError
@@ -101,12 +101,14 @@ class Chat:
         self.in_tool = False
         self.interrupts = 0
         self.approval: asyncio.Future | None = None
+        self.ended = False
 
     async def read(self, prompt: str) -> str | None:
-        """The next input line (stripped), or None at end of input."""
+        """The next input line (stripped), or None at end of input (and at every read after it)."""
         sys.stdout.write(prompt)
         sys.stdout.flush()
-        line = await self.lines.get()
+        line = None if self.ended else await self.lines.get()
+        self.ended = line is None
         return None if line is None else line.strip()
 
     def on_sigint(self) -> None:
@@ -134,7 +136,8 @@ class Chat:
             self.approval = asyncio.get_running_loop().create_future()
             reader = asyncio.ensure_future(self.read("approve this call? [y]es / [n]o / [a]bort the turn: "))
             done, _ = await asyncio.wait({reader, self.approval}, return_when=asyncio.FIRST_COMPLETED)
-            if self.approval in done:
+            asked, self.approval = self.approval, None
+            if asked in done:
                 reader.cancel()
                 print()
                 return "abort"
@@ -263,10 +266,6 @@ def chat(
                                   model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT)
         try:
             code = asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id))
-        except EmelexError as exc:
-            if session_id is None:
-                raise
-            raise type(exc)(f"{exc}; to reconcile it: emelex memory sessions recover {session_id}") from None
         finally:
             binding.close()
     finally:
