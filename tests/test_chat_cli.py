@@ -55,6 +55,7 @@ def test_a_chat_turn_runs_an_approved_tool_and_streams_the_answer(env, home, wor
     assert out.returncode == 0, out.stderr
     assert "unknown command '/nonsense'" in out.stdout and "no tool named 'nope'" in out.stdout
     assert "please answer y, n or a" in out.stdout and 'done: "one"' in out.stdout
+    assert '-> effect {"label": "one"}' in out.stdout and "<- effect: ok\n     did one" in out.stdout
     assert effects.read_text().count(" one\n") == 1
     kinds = [k for k, _ in events(home)]
     assert kinds == ["user", "tool_calls", "tool_result", "assistant", "audit"]
@@ -69,6 +70,7 @@ def test_denied_and_aborted_calls_never_run(env, home, workspace, tmp_path) -> N
     results = [p["outcome"] for k, p in events(home) if k == "tool_result"]
     assert results == ["denied", "not_executed"]
     assert "[turn aborted" in out.stdout
+    assert "<- effect: denied" in out.stdout and "<- effect: not executed" in out.stdout
 
 
 def test_tools_can_be_listed_disabled_and_enabled_and_a_disabled_tool_is_refused(env, home, workspace, tmp_path) -> None:

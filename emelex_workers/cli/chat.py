@@ -12,25 +12,28 @@ from standard input, so a script can drive it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from emelex_memory import MemoryStore
+from emelex_memory import EmelexError, MemoryStore
 from emelex_memory.sessions import WorkspaceIdentity
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.errors import UnknownToolError
-from emelex_workers.agent.protocol import ProposedCall
+from emelex_workers.agent.protocol import ProposedCall, parse_round
 from emelex_workers.agent.tools import RegisteredTool, registered_tools
 from emelex_workers.models import ModelManager
 from emelex_workers.plugins import bind_model, get_plugin_manager
 
+from .chat_show import call_line, call_text, outcome_lines, showing
 from .framework import settings_of
 
 SYSTEM_PROMPT = ("You are a careful coding assistant working in the user's workspace. Use a tool when you need "
@@ -42,11 +45,12 @@ ANSWER_START = '"answer"'
 
 class AnswerStream:
     """Prints the answer text of a streamed round as it arrives (the JSON string after `"answer":`), nothing of a
-    tool-call round; `text` is everything received."""
+    tool-call round; `on_round` gets each complete round's text; `text` is what the current round received."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_round: Callable[[str], None] | None = None) -> None:
         self.text = ""
         self._shown = 0
+        self._on_round = on_round
 
     def feed(self, piece: str) -> None:
         """Take one streamed piece and print the answer characters it completes; a complete round is dropped so
@@ -59,6 +63,8 @@ class AnswerStream:
             except ValueError:
                 end = 0
             if end:
+                if self._on_round is not None:
+                    self._on_round(self.text.lstrip()[:end])
                 self.text, self._shown = self.text.lstrip()[end:], 0
 
     def _show(self) -> None:
@@ -130,26 +136,36 @@ class Chat:
 
     async def approve(self, call: ProposedCall, tool: RegisteredTool) -> str:
         """Ask once for one call: approve, deny, or abort the turn (end of input aborts)."""
-        arguments = json.dumps(call.arguments, ensure_ascii=False)
-        print(f"\n{call.tool} {arguments}")
+        print(call_text(call))
         while True:
             self.approval = asyncio.get_running_loop().create_future()
             reader = asyncio.ensure_future(self.read("approve this call? [y]es / [n]o / [a]bort the turn: "))
             done, _ = await asyncio.wait({reader, self.approval}, return_when=asyncio.FIRST_COMPLETED)
             asked, self.approval = self.approval, None
-            if asked in done:
+            if asked in done or reader.result() is None:
                 reader.cancel()
-                print()
+                print(f"\n{outcome_lines(call.tool, 'not executed', 'the turn is aborted')}")
                 return "abort"
             answer = reader.result()
-            if answer is None:
-                return "abort"
             decision = {"y": "approve", "yes": "approve", "n": "deny", "no": "deny", "a": "abort",
                         "abort": "abort"}.get(answer.lower())
             if decision is not None:
                 self.in_tool = decision == "approve"
+                if decision != "approve":
+                    print(outcome_lines(call.tool, "denied" if decision == "deny" else "not executed",
+                                        "the user denied this call" if decision == "deny" else "the turn is aborted"))
                 return decision
             print("please answer y, n or a")
+
+    def show_round(self, raw: str) -> None:
+        """Show the calls a complete model round proposed (and why the gate refuses any), before they run."""
+        try:
+            calls = parse_round(raw).calls
+        except EmelexError:
+            return  # the turn fails with the parse error, which run_turn shows
+        for call in calls:
+            refused = self.agent.agent.gate(call)
+            print(f"\n{call_line(call)}" + (f"\n{outcome_lines(call.tool, 'refused', refused)}" if refused else ""))
 
     async def command(self, line: str) -> bool:
         """Run one slash command; False when the chat should end."""
@@ -198,7 +214,7 @@ class Chat:
 
     async def run_turn(self, text: str) -> None:
         """One turn, streamed, then how it ended."""
-        stream = AnswerStream()
+        stream = AnswerStream(self.show_round)
         self.interrupts, self.in_tool = 0, False
 
         def on_token(piece: str) -> None:
@@ -225,6 +241,7 @@ def _reader(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue) -> None:
 async def _main(store, workspace, binding, tools, snapshot, resume: str | None) -> int:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue = asyncio.Queue()
+    tools = showing(tools, lambda text: loop.call_soon_threadsafe(functools.partial(print, text, flush=True)))
     if resume is None:
         agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot)
     else:
