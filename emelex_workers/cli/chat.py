@@ -12,11 +12,13 @@ from standard input, so a script can drive it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -26,11 +28,12 @@ from emelex_memory import EmelexError, MemoryStore
 from emelex_memory.sessions import WorkspaceIdentity
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.errors import UnknownToolError
-from emelex_workers.agent.protocol import ProposedCall
+from emelex_workers.agent.protocol import ProposedCall, parse_round
 from emelex_workers.agent.tools import RegisteredTool, registered_tools
 from emelex_workers.models import ModelManager
 from emelex_workers.plugins import bind_model, get_plugin_manager
 
+from .chat_show import call_line, call_text, outcome_lines, showing
 from .common import settings_of
 
 SYSTEM_PROMPT = ("You are a careful coding assistant working in the user's workspace. Use a tool when you need "
@@ -42,11 +45,12 @@ ANSWER_START = '"answer"'
 
 class AnswerStream:
     """Prints the answer text of a streamed round as it arrives (the JSON string after `"answer":`), nothing of a
-    tool-call round; `text` is everything received."""
+    tool-call round; `on_round` gets each complete round's text; `text` is what the current round received."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_round: Callable[[str], None] | None = None) -> None:
         self.text = ""
         self._shown = 0
+        self._on_round = on_round
 
     def feed(self, piece: str) -> None:
         """Take one streamed piece and print the answer characters it completes; a complete round is dropped so
@@ -59,6 +63,8 @@ class AnswerStream:
             except ValueError:
                 end = 0
             if end:
+                if self._on_round is not None:
+                    self._on_round(self.text.lstrip()[:end])
                 self.text, self._shown = self.text.lstrip()[end:], 0
 
     def _show(self) -> None:
@@ -101,12 +107,14 @@ class Chat:
         self.in_tool = False
         self.interrupts = 0
         self.approval: asyncio.Future | None = None
+        self.ended = False
 
     async def read(self, prompt: str) -> str | None:
-        """The next input line (stripped), or None at end of input."""
+        """The next input line (stripped), or None at end of input (and at every read after it)."""
         sys.stdout.write(prompt)
         sys.stdout.flush()
-        line = await self.lines.get()
+        line = None if self.ended else await self.lines.get()
+        self.ended = line is None
         return None if line is None else line.strip()
 
     def on_sigint(self) -> None:
@@ -128,25 +136,36 @@ class Chat:
 
     async def approve(self, call: ProposedCall, tool: RegisteredTool) -> str:
         """Ask once for one call: approve, deny, or abort the turn (end of input aborts)."""
-        arguments = json.dumps(call.arguments, ensure_ascii=False)
-        print(f"\n{call.tool} {arguments}")
+        print(call_text(call))
         while True:
             self.approval = asyncio.get_running_loop().create_future()
             reader = asyncio.ensure_future(self.read("approve this call? [y]es / [n]o / [a]bort the turn: "))
             done, _ = await asyncio.wait({reader, self.approval}, return_when=asyncio.FIRST_COMPLETED)
-            if self.approval in done:
+            asked, self.approval = self.approval, None
+            if asked in done or reader.result() is None:
                 reader.cancel()
-                print()
+                print(f"\n{outcome_lines(call.tool, 'not executed', 'the turn is aborted')}")
                 return "abort"
             answer = reader.result()
-            if answer is None:
-                return "abort"
             decision = {"y": "approve", "yes": "approve", "n": "deny", "no": "deny", "a": "abort",
                         "abort": "abort"}.get(answer.lower())
             if decision is not None:
                 self.in_tool = decision == "approve"
+                if decision != "approve":
+                    print(outcome_lines(call.tool, "denied" if decision == "deny" else "not executed",
+                                        "the user denied this call" if decision == "deny" else "the turn is aborted"))
                 return decision
             print("please answer y, n or a")
+
+    def show_round(self, raw: str) -> None:
+        """Show the calls a complete model round proposed (and why the gate refuses any), before they run."""
+        try:
+            calls = parse_round(raw).calls
+        except EmelexError:
+            return  # the turn fails with the parse error, which run_turn shows
+        for call in calls:
+            refused = self.agent.agent.gate(call)
+            print(f"\n{call_line(call)}" + (f"\n{outcome_lines(call.tool, 'refused', refused)}" if refused else ""))
 
     async def command(self, line: str) -> bool:
         """Run one slash command; False when the chat should end."""
@@ -195,7 +214,7 @@ class Chat:
 
     async def run_turn(self, text: str) -> None:
         """One turn, streamed, then how it ended."""
-        stream = AnswerStream()
+        stream = AnswerStream(self.show_round)
         self.interrupts, self.in_tool = 0, False
 
         def on_token(piece: str) -> None:
@@ -222,6 +241,7 @@ def _reader(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue) -> None:
 async def _main(store, workspace, binding, tools, snapshot, resume: str | None) -> int:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue = asyncio.Queue()
+    tools = showing(tools, lambda text: loop.call_soon_threadsafe(functools.partial(print, text, flush=True)))
     if resume is None:
         agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot)
     else:
@@ -263,10 +283,6 @@ def chat(
                                   model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT)
         try:
             code = asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id))
-        except EmelexError as exc:
-            if session_id is None:
-                raise
-            raise type(exc)(f"{exc}; to reconcile it: emelex memory sessions recover {session_id}") from None
         finally:
             binding.close()
     finally:
