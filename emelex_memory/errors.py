@@ -301,7 +301,16 @@ class SourceTooLargeError(PermanentJobError):
 
 class TurnTooLargeError(JobError):
     """A turn alone is more than the model's summarizer can read, and turns are never split: use a model with a
-    larger context window (`emelex models install PATH`, then set default_model)."""
+    context window of at least `min_context_window` tokens (`emelex models install PATH`, then set default_model).
+
+    `problem` is the message without its remedy, for a caller (the CLI) that names its own flag instead.
+    """
+
+    def __init__(self, message: str, *, problem: str | None = None, min_context_window: int | None = None) -> None:
+        """The one-line `message`; `problem` (default: the message) and the smallest window that fits the turn."""
+        super().__init__(message)
+        self.problem = message if problem is None else problem
+        self.min_context_window = min_context_window
 
 
 class InvalidCandidateError(InvalidKnowledgeError, PermanentJobError):
@@ -439,8 +448,83 @@ class UnknownPluginComponentError(PluginError):
     """No loaded plugin provides the summarizer, distiller or model binding asked for: install one or fix the setting."""
 
 
+
+# --- Agent: execution snapshots and the tool journal ---------------------------------------
+
+
+class AgentError(EmelexError):
+    """A durable agent operation was refused; the message says what to do."""
+
+
+class SnapshotMissingError(AgentError):
+    """A Session has history but no execution snapshot: it cannot be resumed as an agent Session (its semantics
+    would be adopted from today's configuration); read it with `emelex memory sessions show`, or start a new one."""
+
+
+class SnapshotMismatchError(AgentError):
+    """The current configuration differs from the Session's snapshot in the named field: restore that setting (model,
+    tool plugin version, system prompt, limits) or start a new Session. `field` names the first difference."""
+
+    field = ""
+
+
+class SessionNotEmptyError(AgentError):
+    """An execution snapshot can only be created for an empty Session that has none: start a new Session."""
+
+
+class UnknownEffectsError(AgentError):
+    """Tool calls started before a crash have no recorded result, so their effects are unknown: check what they did,
+    then run `emelex memory sessions recover SESSION --accept-unknown-effects`. `calls` lists them."""
+
+    calls: tuple = ()
+
+
+class JournalStateError(AgentError):
+    """A tool-journal step does not match the journal (no such call, or a conflicting outcome was recorded): the
+    adapter stops; resume the Session to reconcile it."""
+
+
+class AgentPoisonedError(AgentError):
+    """An agent turn was cancelled, dropped or failed without a durable close, so this adapter may not be reused:
+    close it and resume the Session in a new one, which reconciles the journal."""
+
+
+class TurnInProgressError(AgentError):
+    """Another turn of this agent Session is still running: await it (or interrupt it) first."""
+
+
+class OpenJournalError(AgentError):
+    """The Session has an open agent journal (a turn that did not finish; a tool may have run): deleting it would
+    destroy that record. Reconcile it first with `emelex memory sessions recover SESSION` (or resume the agent), or
+    delete it anyway with `--discard-journal` (`discard_journal=True`)."""
+
+
+
 # --- Job sources and compaction boundaries -----------------------------------------------
 
 
 class InvalidJobSourceError(PermanentJobError, InvalidInputError):
     """A job source is malformed or would replace turns it may not: queue it via queue_compaction/queue_distillation."""
+
+
+# --- Backups -------------------------------------------------------------------------------
+
+
+class BackupError(EmelexError):
+    """A backup or restore was refused or failed; nothing in the store or the Home changed: follow the message."""
+
+
+class BackupDestinationError(BackupError):
+    """The destination cannot hold a backup: choose a new or empty directory outside Emelex Home, or an old backup."""
+
+
+class NotABackupError(BackupError):
+    """The directory holds no complete backup (no manifest: partial or never one): make a new backup."""
+
+
+class BackupVerificationError(BackupError):
+    """A backup does not match its manifest (tampered or damaged): make a new backup; do not restore this one."""
+
+
+class RestoreTargetError(BackupError):
+    """Restore only fills an empty Emelex Home: set EMELEX_HOME (or --home) to a new or empty directory."""

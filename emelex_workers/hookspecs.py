@@ -9,12 +9,16 @@ arguments, by name.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pluggy
 
 from emelex_memory import InstalledModel, Settings
 
 from .plugin_api import Distiller, ModelBinding, Summarizer
+
+if TYPE_CHECKING:
+    from .agent.tools import ToolSpec
 
 PROJECT_NAME = "emelex"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
@@ -37,6 +41,16 @@ def register_distillers(register: Callable[[Distiller], None]) -> None:
 
     Names are unique across plugins, as for summarizers. The worker uses the
     one named by the `distiller` setting.
+    """
+
+
+@hookspec
+def register_tools(register: Callable[[ToolSpec], None]) -> None:
+    """Add agent tools: call `register(ToolSpec(...))` once for each. Return nothing.
+
+    Tool names match [a-z][a-z0-9_]{0,47} and are unique across all plugins;
+    an invalid spec or a name registered twice is a `PluginHookError` naming
+    the plugin (both plugins for a clash). See `emelex_workers.agent.tools`.
     """
 
 

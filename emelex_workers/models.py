@@ -102,6 +102,21 @@ class ModelInventory:
     damaged: list[DamagedModel]
 
 
+def _size_problem(model: InstalledModel) -> str | None:
+    """Why `model`'s file cannot be the one installed, judged by its size alone (None when the size matches)."""
+    fix = f"`emelex models remove {model.name}`, then install it again"
+    try:
+        size = os.stat(model.model_file).st_size
+    except FileNotFoundError:
+        return f"model file is missing: {model.model_file}; {fix}"
+    except OSError as exc:
+        return f"cannot read model file {model.model_file}: {exc.strerror or exc}; {fix}"
+    if size != model.files[0].size:
+        return (f"model file {model.model_file} is {size} bytes, its manifest says {model.files[0].size}: "
+                f"truncated or replaced; {fix}")
+    return None
+
+
 class ModelManager:
     """Installs, lists, verifies and removes models under the Emelex Home of `settings`.
 
@@ -147,13 +162,20 @@ class ModelManager:
 
     def inventory(self) -> ModelInventory:
         """Every installed model by name (at most 1000), a damaged one listed apart with its problem instead of
-        failing the whole listing."""
+        failing the whole listing: an unreadable manifest, or a model file that is missing or whose size differs
+        from the manifest's (a cheap check: nothing is hashed; `verify` hashes)."""
         models, damaged = [], []
         for name in installed_names(self.home):
             try:
-                models.append(read_installed(self.home, name))
+                model = read_installed(self.home, name)
             except ModelError as exc:
                 damaged.append(DamagedModel(name, str(exc)))
+                continue
+            problem = _size_problem(model)
+            if problem:
+                damaged.append(DamagedModel(name, problem))
+            else:
+                models.append(model)
         return ModelInventory(models, damaged)
 
     # -- installing ---------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ see docs/plugins.md for a complete example.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -13,7 +14,7 @@ from typing import Protocol
 from emelex_memory import DistillationInput, Event, InstalledModel, Job, KnowledgeCandidate, Settings
 
 __all__ = [
-    "DistillRequest", "Distiller", "GenerationProgress", "ModelBinding", "Summarizer", "SummaryRequest", "event_body",
+    "AgentBinding", "DistillRequest", "Distiller", "GenerationInterrupted", "GenerationProgress", "ModelBinding", "Summarizer", "SummaryRequest", "event_body",
     "event_text",
 ]
 
@@ -60,6 +61,37 @@ class ModelBinding(Protocol):
 
     def close(self) -> None:
         """Free the model; idempotent."""
+
+
+class GenerationInterrupted(Exception):
+    """Raised by `AgentBinding.stream_chat` when its `stop` event was set: generation stopped between two tokens
+    and the binding is ready for the next call. Not an error to show: the caller decides what an interrupted
+    round means (the agent closes the turn with a failure record)."""
+
+
+class AgentBinding(ModelBinding, Protocol):
+    """A `ModelBinding` that an agent can drive: grammar-constrained, interruptible streaming generation.
+
+    `template_digest` is the SHA-256 (hex) of the chat template the binding
+    renders messages with (a Session snapshot records it, so a resume on a
+    model that renders differently is refused). `stream_chat` runs one
+    completion constrained to `json_schema` (a grammar built from it for
+    this call; a schema the binding cannot enforce raises ValueError, never
+    falling back to free text), sampling with `temperature` and `seed`,
+    passing each piece of text to `on_text` as it is generated. It checks
+    `stop` between tokens and raises `GenerationInterrupted` once it is set
+    (prompt evaluation itself cannot be interrupted). Calls must not overlap:
+    the caller runs them on one thread at a time.
+    """
+
+    @property
+    def template_digest(self) -> str:
+        """SHA-256 hex of the chat template."""
+
+    def stream_chat(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict,
+                    stop: threading.Event, on_text: Callable[[str], None] | None = None,
+                    temperature: float = 0.0, seed: int = 42) -> str:
+        """The assistant text of one constrained completion; `GenerationInterrupted` when `stop` was set."""
 
 
 @dataclass(frozen=True)

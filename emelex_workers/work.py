@@ -240,8 +240,10 @@ class Worker:
             budget = int(claim.job.source["summary_budget_tokens"])
             component = self._summarizer.component
             name, summarize = component.name, component.summarize
+            called = False
 
             def run(events, job) -> str:
+                nonlocal called
                 request = SummaryRequest(job, tuple(events), budget, binding, job.attempts, self.settings)
                 calls = binding.cost.model_calls
                 text = _plugin_call(self._summarizer, lambda: summarize(request))
@@ -253,8 +255,10 @@ class Worker:
                                           f"Summary budget of {budget} tokens")
                 return guard_summary(text, job=job, events=events, examples=component.examples, model_called=called)
 
-            handler = compaction_handler(run, model_ref=model.reference, context_window=self._window,
-                                         count_tokens=count)
+            def model_ref() -> str | None:  # a rule-based summarizer's Summary names no model
+                return model.reference if called else None
+
+            handler = compaction_handler(run, model_ref=model_ref, context_window=self._window, count_tokens=count)
             return handler(claim)
         distiller = self._distiller.component
 
@@ -338,11 +342,12 @@ class Worker:
         return True
 
     def _start(self, job: Job) -> JobStart:
-        """The job as it starts, with its source's size: the tokens counted when it was queued (compaction), or
-        else an estimate from the stored bytes of its events."""
+        """The job as it starts, with its source's size: the tokens counted when it was queued (compaction; an
+        estimate when its source says so), or else an estimate from the stored bytes of its events."""
         tokens = job.source.get("source_tokens")
         if isinstance(tokens, int) and not isinstance(tokens, bool):
-            return JobStart(job.id, job.kind, job.session_id, job.attempts + 1, tokens)
+            return JobStart(job.id, job.kind, job.session_id, job.attempts + 1, tokens,
+                            job.source.get("tokens_estimated") is True)
         size = self.store.job_source_bytes(job)
         estimate = None if size is None else -(-size // BYTES_PER_TOKEN)
         return JobStart(job.id, job.kind, job.session_id, job.attempts + 1, estimate, estimate is not None)

@@ -21,7 +21,8 @@ MAX_REPORTED_JOBS = 1000
 @dataclass(frozen=True)
 class JobStart:
     """A job this run claimed, as it starts: its ID, kind, Session, which attempt this is, and its source's size
-    in tokens (`source_estimated`: from stored bytes, 4 per token, rather than counted when it was queued)."""
+    in tokens (`source_estimated`: an estimate of 4 bytes per token, made when it was queued or from the stored
+    bytes, rather than counted with the model's tokenizer)."""
 
     id: str
     kind: str
@@ -104,8 +105,10 @@ class WorkReport:
 
 def done_detail(result: Any) -> str:
     """What a done job's `result` says: "completed", plus for a distillation what it applied and what the
-    faithfulness guards rejected, or why it saved nothing."""
+    faithfulness guards rejected, or why it saved nothing; for a compaction step, why its chain stopped."""
     result = result if isinstance(result, dict) else {}
+    if isinstance(result.get("chain_stopped"), str):
+        return f"completed; {result['chain_stopped']}"
     if "nothing_saved" in result:
         return f"completed; {result['nothing_saved']}"
     if "applied" not in result:

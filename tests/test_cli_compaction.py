@@ -50,7 +50,7 @@ def test_show_prints_a_summarys_text_and_the_range_it_replaces_with_provenance_o
     assert shown.exit_code == 0, shown.output
     lines = shown.output.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("  #21 "))
-    assert lines[at].split()[3:] == ["summary", "Summary", "of", "#1-#12"]
+    assert lines[at].split()[3:] == ["Summary", "of", "#1-#12"]  # the label once, not "summary Summary of"
     assert lines[at + 1].strip() == "summary of " + ",".join(str(i) for i in range(1, 13))  # the whole text
     assert lines[at + 2].strip() == f"provenance: job {done['job']}, model m@sha256:{'a' * 64}, 12 source events"
     assert '"provenance"' not in shown.output
@@ -64,8 +64,9 @@ def test_show_raw_prints_every_event_with_the_summary_covering_it(workspace: Pat
     assert list(rows) == [f"#{i}" for i in range(1, 35)]
     assert rows["#3"].endswith("[replaced by Summary #21]") and rows["#13"].endswith("[replaced by Summary #34]")
     assert not rows["#26"].endswith("]")
-    assert rows["#21"].endswith("Summary of #1-#12 (compacted again by #34)")
-    assert rows["#34"].endswith("Summary of #13-#25 and Summary #21 (in effect)")
+    assert rows["#21"].endswith("turn 11   Summary of #1-#12 (compacted again by #34)")
+    assert rows["#34"].endswith("turn 18   Summary of #21 and #13-#25 (in effect)")
+    assert all(rows[s].lower().count("summary") == 1 for s in ("#21", "#34"))  # one "Summary" label a line
     data = json.loads(memory("sessions", "show", sid, "--raw", "--limit", "100", "--json").output)
     by_seq = {e["seq"]: e for e in data["events"]}
     assert by_seq[3]["covered_by"] == 21 and by_seq[26]["covered_by"] is None
@@ -81,7 +82,7 @@ def test_revert_and_redo_through_the_cli(workspace: Path) -> None:
     assert reverted.output.startswith(f"reverted Summary #34 of Session {sid}; replay now starts from Summary #21")
     assert f"`emelex memory compaction redo {sid}` brings it back" in reverted.output
     raw = memory("sessions", "show", sid, "--raw", "--limit", "100").output
-    assert "Summary of #13-#25 and Summary #21 (reverted " in raw
+    assert "Summary of #21 and #13-#25 (reverted " in raw
     doctor = json.loads(memory("doctor", "--json").output)  # a reverted Summary is a healthy state
     assert doctor["healthy"] and (doctor["facts"]["summaries"], doctor["facts"]["reverted_summaries"]) == (2, 1)
     data = json.loads(memory("compaction", "revert", sid, "--json").output)
@@ -113,3 +114,36 @@ def test_cli_refusals_are_one_line_and_change_nothing(workspace: Path, home: Pat
     assert table_rows(db)["summaries"] == before["summaries"]
     helped = memory("compaction", "--help").output
     assert "revert" in helped and "redo" in helped
+
+
+LEASER = """
+import sys, time
+from pathlib import Path
+from emelex_memory import MemoryStore, Settings
+store = MemoryStore.open(Settings())
+lease = store.acquire_lease(sys.argv[1], Path(sys.argv[2]))
+print(lease.expires_at, flush=True)
+time.sleep(120)
+"""
+
+
+def test_revert_blocked_by_a_dead_holders_lease_says_it_is_dead_and_when_it_frees(workspace: Path, home: Path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    sid, _ = compacted(workspace)
+    proc = subprocess.Popen([sys.executable, "-c", LEASER, sid, str(workspace)], stdout=subprocess.PIPE, text=True,
+                            env=os.environ)
+    proc.stdout.readline()
+    os.kill(proc.pid, signal.SIGKILL)  # the holder dies with its Session lease live
+    proc.wait(timeout=60)
+    proc.stdout.close()
+    before = table_rows(home / "memory" / "emelex.sqlite3")
+    busy = memory("compaction", "revert", sid)
+    assert busy.exit_code == 1 and busy.output.count("\n") == 1, busy.output
+    assert f"is leased by {proc.pid}@" in busy.output
+    assert "but that process is gone (no such pid on this host)" in busy.output
+    assert "its lease frees at " in busy.output and "run this command again then, nothing was reverted" in busy.output
+    assert table_rows(home / "memory" / "emelex.sqlite3") == before

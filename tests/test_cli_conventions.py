@@ -51,6 +51,7 @@ def _leaves(command, path: tuple[str, ...] = ()):
 
 
 LEAVES = list(_leaves(typer.main.get_command(app)))
+INTERACTIVE = {("chat",)}  # a conversation on stdin and stdout: no one JSON object to print
 
 
 def test_there_are_commands_to_check() -> None:
@@ -60,7 +61,8 @@ def test_there_are_commands_to_check() -> None:
 @pytest.mark.parametrize("path", [p for p, _ in LEAVES], ids=" ".join)
 def test_every_command_has_json_and_plain_help_with_placeholders(path: tuple[str, ...]) -> None:
     command = dict(LEAVES)[path]
-    assert any("--json" in p.opts for p in command.params), f"emelex {' '.join(path)} has no --json"
+    has_json = any("--json" in p.opts for p in command.params)
+    assert has_json != (path in INTERACTIVE), f"emelex {' '.join(path)} has no --json"
     result = run(*path, "--help")
     assert result.exit_code == 0, result.output
     usage = result.output.splitlines()[0]

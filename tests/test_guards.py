@@ -184,7 +184,7 @@ def test_a_retry_repeating_a_rejected_summary_fails_for_good(env: Settings, work
         assert all(e.kind != "summary" for e in store.replay(sid).events)
     assert report.counts["failed"] == 1 and job.state == "failed" and job.attempts == 2
     message = job.diagnostics[-1].message
-    assert message.startswith("RepeatedOutputError: attempt 2 returned the same degenerate Summary (output ")
+    assert message.startswith("RepeatedOutputError: attempt 2 of 3 returned the same degenerate Summary (output ")
     assert "emelex models install PATH" in message
 
 

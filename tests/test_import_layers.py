@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "emelex_memory"
-FEATURES = ("sessions", "assets", "queue", "compaction", "knowledge", "snapshots", "maintenance")
+FEATURES = ("sessions", "assets", "queue", "compaction", "knowledge", "snapshots", "maintenance", "agent")
 
 
 def _module_name(path: Path) -> str:

@@ -73,6 +73,8 @@ def test_failed_retry_and_cancel(workspace: Path, home: Path) -> None:
         waiting = store.enqueue_job("noop", sid, {"n": 2}).job
     failed = mem("jobs", "failed")
     assert failed.exit_code == 0 and broken.id in failed.output and "model exploded with a traceback" in failed.output
+    assert f"{broken.id}  noop         failed    attempt 1 of 3  Session " in failed.output
+    assert "permanent attempt 1 of 3  model exploded" in failed.output  # one wording of attempts everywhere
     assert waiting.id not in failed.output
     data = json.loads(mem("jobs", "failed", "--json").output)
     assert [j["id"] for j in data["jobs"]] == [broken.id] and data["jobs"][0]["diagnostics"][0]["event"] == "permanent"
@@ -81,6 +83,7 @@ def test_failed_retry_and_cancel(workspace: Path, home: Path) -> None:
     assert retried.exit_code == 0 and "pending again" in retried.output
     cancelled = mem("jobs", "cancel", waiting.id)
     assert cancelled.exit_code == 0 and "cancelled" in cancelled.output
+    assert f"{broken.id}  noop         pending   attempt 1 of 3 due " in mem("jobs", "list").output
     states = {j["id"]: (j["state"], j["attempts"]) for j in json.loads(mem("jobs", "list", "--json").output)["jobs"]}
     assert states == {broken.id: ("pending", 0), waiting.id: ("cancelled", 0)}
 
@@ -105,3 +108,36 @@ def test_jobs_list_pages_with_a_cursor(workspace: Path) -> None:
     second = mem("jobs", "list", "--limit", "2", "--cursor", cursor)
     assert ids[0] in second.output and "more:" not in second.output
     assert mem("jobs", "list", "--state", "failed").output.strip() == "no jobs"
+
+
+def test_a_turn_too_large_for_the_window_names_the_flag_and_a_window_that_fits(workspace: Path, home: Path) -> None:
+    sid = _seed(workspace, turns=6)  # each turn about 200 estimated tokens
+    before = table_rows(home / "memory" / "emelex.sqlite3")
+    refused = mem("compact", sid, "--context-window", "400", "--force")
+    assert refused.exit_code == 1 and refused.output.startswith("error: turn 1 of Session "), refused.output
+    assert refused.output.count("\n") == 1  # one line
+    fits = int(refused.output.split("`--context-window ")[1].split("`")[0])
+    assert f"re-run with `--context-window {fits}` or more" in refused.output
+    assert "model_max_context_tokens" in refused.output and "emelex models install PATH" in refused.output
+    assert table_rows(home / "memory" / "emelex.sqlite3") == before  # nothing queued
+    queued = mem("compact", sid, "--context-window", str(fits), "--force")
+    assert queued.exit_code == 0 and queued.output.startswith("queued compaction job "), queued.output
+
+
+@pytest.mark.parametrize("ending", ["failed", "cancelled"])
+def test_compact_never_reports_a_plan_that_already_failed_as_queued(workspace: Path, home: Path, ending: str) -> None:
+    sid = _seed(workspace)
+    first = json.loads(mem("compact", sid, "--context-window", "2000", "--json").output)["job"]["id"]
+    with MemoryStore.open(Settings()) as store:
+        if ending == "failed":
+            store.claim_job("compaction").fail("the summarizer exploded", permanent=True)
+        else:
+            store.cancel_job(first)
+    before = table_rows(home / "memory" / "emelex.sqlite3")
+    again = mem("compact", sid, "--context-window", "2000")
+    assert again.exit_code == 1, again.output  # nothing was queued: not a success
+    assert again.output.startswith(f"nothing queued: this exact plan already {ending} as compaction job {first}")
+    assert f"`emelex memory jobs retry {first}` runs it again" in again.output
+    data = json.loads(mem("compact", sid, "--context-window", "2000", "--json").output)
+    assert (data["outcome"], data["created"], data["job"]["state"]) == (ending, False, ending)
+    assert table_rows(home / "memory" / "emelex.sqlite3") == before

@@ -95,3 +95,25 @@ def test_list_flags_an_entry_that_is_no_directory_with_a_remedy(home: Path, tmp_
     lines = models("list").output.splitlines()
     assert lines[0].split()[0] == "alpha" and lines[1].startswith("! odd"), lines
     assert "damaged: model directory" in lines[1] and f"move {odd} out of {home / 'models'}" in lines[1]
+
+
+def test_list_flags_a_truncated_or_missing_model_file_without_hashing(home: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    with ModelManager(Settings()) as manager:
+        for name in ("cut", "gone", "whole"):
+            manager.install(fake_model_file(tmp_path / name), name=name)
+    cut = home / "models" / "cut" / "model.gguf"
+    size = cut.stat().st_size
+    with open(cut, "r+b") as f:
+        f.truncate(size // 2)
+    (home / "models" / "gone" / "model.gguf").unlink()
+    result = models("list")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [line.split()[0] for line in lines[:1]] == ["whole"]
+    flagged = {line.split()[1]: line for line in lines[1:]}
+    assert flagged["cut"].startswith("! cut") and f"is {size // 2} bytes, its manifest says {size}" in flagged["cut"]
+    assert flagged["gone"].startswith("! gone") and "model file is missing" in flagged["gone"]
+    assert all("`emelex models remove" in line for line in flagged.values())
+    data = json.loads(models("list", "--json").output)
+    assert [m["name"] for m in data["models"]] == ["whole"] and {d["name"] for d in data["damaged"]} == {"cut", "gone"}

@@ -54,7 +54,7 @@ def _pm_with(*plugins: object) -> EmelexPluginManager:
 
 
 def test_there_are_hooks() -> None:
-    assert HOOKS == ["model_binding", "register_distillers", "register_summarizers"]
+    assert HOOKS == ["model_binding", "register_distillers", "register_summarizers", "register_tools"]
 
 
 @pytest.mark.parametrize("hook", HOOKS)
@@ -76,6 +76,20 @@ def test_every_hook_has_a_test(hook: str) -> None:
 
 
 # -- the hooks --------------------------------------------------------------------------------------------
+
+
+def test_hook_register_tools(settings: Settings) -> None:
+    from emelex_workers.agent.tools import ToolOutput, ToolSpec, registered_tools
+
+    class One:
+        @hookimpl
+        def register_tools(self, register):
+            register(ToolSpec("alpha", "Alpha.", {"type": "object", "properties": {}}, lambda i: ToolOutput("a")))
+
+    pm = get_plugin_manager(settings)
+    pm.register(One(), name="one")
+    tools = registered_tools(pm)
+    assert tools["alpha"].plugin == "one" and "read_file" in tools
 
 
 def test_hook_register_summarizers() -> None:
@@ -179,7 +193,7 @@ def test_entry_point_plugins_and_the_builtin_are_loaded_with_their_distribution(
 
 def test_autoload_off_loads_only_the_builtins(fake_dist: Path, settings: Settings) -> None:
     pm = get_plugin_manager(Settings(home=settings.home, plugins_autoload=False))
-    assert list(pm.plugin_info) == ["llamacpp"] and pm.plugin_info["llamacpp"].builtin
+    assert list(pm.plugin_info) == ["llamacpp", "tools"] and pm.plugin_info["llamacpp"].builtin
     assert not pm.has_plugin("fake")
 
 

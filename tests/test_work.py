@@ -74,7 +74,10 @@ def jobs(store: MemoryStore):
     return {j.kind: j for j in store.list_jobs().jobs}
 
 
-def test_worker_commits_a_verified_summary_and_knowledge_with_provenance(env: Settings, workspace: Path) -> None:
+def test_worker_commits_a_verified_summary_and_knowledge_with_provenance(
+    env: Settings, workspace: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("EMELEX_FAKE_PLUGIN", json.dumps({"chat": 2}))  # the summarizer calls the model: it is named
     with MemoryStore.open(env) as store:
         sid = seed(store, workspace)
         report = work(store, env)

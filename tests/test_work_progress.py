@@ -56,7 +56,7 @@ def test_the_observer_hears_each_start_the_tokens_and_each_end(env: Settings, wo
     assert report.counts["done"] == 2
     starts = [e[1] for e in recorder.events if e[0] == "start"]
     assert [(s.kind, s.session_id, s.attempt) for s in starts] == [("compaction", sid, 1), ("distill", sid, 1)]
-    assert starts[0].source_tokens == planned and not starts[0].source_estimated
+    assert starts[0].source_tokens == planned and starts[0].source_estimated  # seed plans with estimate_tokens
     with MemoryStore.open(env) as store:
         distill_bytes = store.job_source_bytes(jobs(store)["distill"])
     assert starts[1].source_tokens == -(-distill_bytes // 4) and starts[1].source_estimated
@@ -110,7 +110,8 @@ def test_a_failed_attempts_cost_goes_into_its_diagnostic(env: Settings, workspac
     assert diagnostic.event == "failure" and diagnostic.cost["generated_tokens"] == 5
     assert report.jobs[0].cost == diagnostic.cost
     listed = CliRunner().invoke(app, ["memory", "jobs", "list"]).output
-    assert f"last attempt: {PROMPT_TOKENS} prompt + 5 generated tokens, " in listed
+    assert f"pending   attempt 2 of 3 due " in listed  # the next attempt, of the queue's three
+    assert f"attempt 1 of 3 cost: {PROMPT_TOKENS} prompt + 5 generated tokens, " in listed
 
 
 def test_an_observer_that_fails_is_dropped_and_the_jobs_still_run(env: Settings, workspace: Path) -> None:
@@ -145,7 +146,7 @@ def test_the_report_says_why_each_job_is_left_waiting(env: Settings, workspace: 
     assert result.exit_code == 0 and len(lines) == 2
     assert all(line.startswith("waiting: compaction job ") for line in lines)
     assert any(f"Session {busy}: Session in use by {holder_label()} until " in line for line in lines)
-    assert any(f"Session {retried}: retrying after 1 failed attempt(s); due at " in line for line in lines)
+    assert any(f"Session {retried}: attempt 2 of 3 due at " in line for line in lines)
     data = json.loads(CliRunner().invoke(app, ["memory", "work", "--json"]).output)
     assert {w["reason"] for w in data["waiting"]} == {"not-due"} and data["waiting_total"] == 2
 
@@ -173,7 +174,7 @@ def test_plain_lines_show_each_job_and_a_due_job_left_by_the_limit(env: Settings
     result = CliRunner().invoke(app, ["memory", "work", "--max-jobs", "1"])
     assert result.exit_code == 0
     started, ended = result.stderr.splitlines()
-    assert started.startswith("[compaction] job ") and f"Session {sid}  attempt 1  source " in started
+    assert started.startswith("[compaction] job ") and f"Session {sid}  attempt 1 of 3  source " in started
     assert " done in " in ended and f"({PROMPT_TOKENS} prompt + 5 generated tokens)" in ended
     summary, waiting = result.stdout.splitlines()
     assert summary.endswith("stopped: max-jobs") and waiting.startswith("waiting: distill job ")
@@ -219,7 +220,8 @@ def test_a_claim_whose_worker_died_is_named_with_the_command_that_frees_it(
     assert f"held by worker {holder} until " in line and "but that process is gone (no such pid on this host)" in line
     assert line.endswith(f"free it now with `emelex memory jobs rescue {job_id}`")
     rescued = CliRunner().invoke(app, ["memory", "jobs", "rescue", job_id[:8]])
-    assert rescued.exit_code == 0 and rescued.output.startswith(f"job {job_id} rescued from its dead worker; pending")
+    assert rescued.exit_code == 0 and rescued.output.startswith(
+        f"job {job_id} rescued from its dead worker; pending again: attempt 2 of 3 due ")
     with MemoryStore.open(env) as store:
         job = store.get_job(job_id)
     assert (job.state, job.attempts, job.diagnostics[-1].event) == ("pending", 1, "expired")  # counted, as on expiry

@@ -46,7 +46,7 @@ def test_work_on_a_terminal_shows_live_token_progress(proc_env: dict, home: Path
     proc_env.update(TERM="xterm-256color", EMELEX_FAKE_PLUGIN=json.dumps({"chat": TOKENS, "delay": DELAY_S}))
     status, output = _run_on_a_terminal(WORKER, proc_env)
     assert status == 0, output
-    assert "[compaction] job " in output and f"Session {sid}  attempt 1  source " in output  # the start line
+    assert "[compaction] job " in output and f"Session {sid}  attempt 1 of 3  source " in output  # the start line
     assert re.search(r"\[compaction\] [0-9a-f]{8} ", output)  # the live bar of the job
     assert "/64 tokens (prompt 9)" in output  # its tokens so far of the call's limit, and the prompt's
     assert "tok/s" in output  # and tokens per second

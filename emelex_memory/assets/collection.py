@@ -43,15 +43,23 @@ from pathlib import Path
 
 import apsw
 
-from .refs import TEMP_MIN_AGE_S
+from .refs import DEFAULT_GRACE_S, TEMP_MIN_AGE_S
 from .files import TEMP_SUFFIX
 from ..core.directories import Directory
 from ..errors import FileSystemError, InsecurePathError
 
 MAX_STRAYS = 20
+# An asset that only an open agent journal names (a completed call's output, stored before its batch is published) is
+# as live as a linked one: collection adds this condition (correlated with the `assets` row it considers).
+NOT_IN_OPEN_JOURNAL = (
+    "NOT EXISTS (SELECT 1 FROM agent_calls c, json_each(c.assets) a "
+    "WHERE a.value ->> 0 = assets.digest AND a.value ->> 2 = assets.media_kind)"
+)
 _SCAN_KEY = "asset_scan_after"  # store_meta: the orphan scan resumes after this file name
 TEMP_SCAN_KEY = "asset_temp_scan_after"  # store_meta: the temporary-file scan resumes after this file name
 _HEX_NAME = re.compile(r"[0-9a-f]{64}\Z")
+_DUE_KEY = "asset_folder_scan_due_at"  # store_meta: when `maintain` next starts a pass over the asset folder
+FOLDER_SCAN_INTERVAL_S = DEFAULT_GRACE_S  # orphans wait out a grace period anyway: one pass per period suffices
 
 
 @dataclass
@@ -86,6 +94,9 @@ def collect_entries(
 ) -> list[str]:
     """Inside a write transaction: delete up to `limit` unreferenced entries untouched since `cutoff`.
 
+    An entry that an open agent journal names (a completed tool call's
+    output not yet published) counts as referenced.
+
     Returns the digests that no entry names any more. Their files are left
     alone: once this transaction has committed, the caller removes them with
     `remove_unnamed_files` (if it never commits, they stay with their
@@ -94,7 +105,8 @@ def collect_entries(
     """
     if digests is None:
         rows = conn.execute(
-            "SELECT digest, media_kind FROM assets WHERE links = 0 AND touched_at <= ? ORDER BY touched_at LIMIT ?",
+            f"SELECT digest, media_kind FROM assets WHERE links = 0 AND touched_at <= ? AND {NOT_IN_OPEN_JOURNAL} "
+            "ORDER BY touched_at LIMIT ?",
             (cutoff, limit + 1),
         ).fetchall()
         report.more = report.more or len(rows) > limit
@@ -104,7 +116,8 @@ def collect_entries(
             r
             for d in digests
             for r in conn.execute(
-                "SELECT digest, media_kind FROM assets WHERE digest = ? AND links = 0 AND touched_at <= ?", (d, cutoff)
+                f"SELECT digest, media_kind FROM assets WHERE digest = ? AND links = 0 AND touched_at <= ? "
+                f"AND {NOT_IN_OPEN_JOURNAL}", (d, cutoff)
             )
         ]
     emptied = []
@@ -280,3 +293,30 @@ def _remove_unlocked(tmp: Directory, name: str, st: os.stat_result, report: Asse
             report.freed_bytes += held.st_size
     finally:
         os.close(fd)
+
+
+def folder_scan_due(conn: apsw.Connection, now: float) -> bool:
+    """Whether `maintain` should scan the asset folder (orphans, temporary files) now.
+
+    Due when no pass was ever scheduled, when the scheduled time has come, or
+    when the clock went back by more than an interval. A pass that stopped at
+    its cap stays due until it completes (see `schedule_folder_scan`).
+    """
+    row = conn.execute("SELECT value FROM store_meta WHERE key = ?", (_DUE_KEY,)).fetchone()
+    if row is None:
+        return True
+    due = float(row[0])
+    return now >= due or due - now > FOLDER_SCAN_INTERVAL_S
+
+
+def schedule_folder_scan(conn: apsw.Connection, now: float) -> None:
+    """Inside a write transaction, after a scanning collection: once both folder scans have completed their pass
+    (their positions wrapped to the start), schedule the next pass `FOLDER_SCAN_INTERVAL_S` after `now`."""
+    positions = conn.execute(
+        "SELECT value FROM store_meta WHERE key IN (?, ?) AND value != ''", (_SCAN_KEY, TEMP_SCAN_KEY)
+    ).fetchall()
+    if not positions:
+        conn.execute(
+            "INSERT INTO store_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (_DUE_KEY, repr(now + FOLDER_SCAN_INTERVAL_S)),
+        )

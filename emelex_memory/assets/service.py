@@ -246,7 +246,12 @@ class AssetStore:
 
     @translating("collecting assets", lambda self, **_: self.asset_dir)
     def collect_assets(
-        self, *, limit: int = 1000, grace_s: float = DEFAULT_GRACE_S, digests: Iterable[str] | None = None
+        self,
+        *,
+        limit: int = 1000,
+        grace_s: float = DEFAULT_GRACE_S,
+        digests: Iterable[str] | None = None,
+        scan_folder: bool = True,
     ) -> AssetCollection:
         """Collect unreferenced assets, bounded; return what was done (call again while `.more`).
 
@@ -258,7 +263,9 @@ class AssetStore:
         no writer holds locked. Files and temporary files are scanned from a
         saved position, so successive calls reach every one. `digests`
         restricts the call to those digests (e.g. the ones a deleted Session
-        linked) and skips temporary files.
+        linked) and skips temporary files. `scan_folder=False` skips the
+        orphan and temporary-file scans, the only part that lists the folder
+        (`maintain` paces them, see `assets_gc.folder_scan_due`).
 
         Safe to call from another process at any time. Called outside a
         transaction, catalog entries are deleted in one write transaction and
@@ -292,13 +299,14 @@ class AssetStore:
             try:
                 with self._db.write() as conn:  # the deletion has committed: the files are orphans now
                     remove_unnamed_files(conn, folder.files, emptied, report)
-                    collect_orphans(conn, folder.files, now, grace_s, limit, targets, report)
+                    if scan_folder:
+                        collect_orphans(conn, folder.files, now, grace_s, limit, targets, report)
             except EmelexError as exc:
                 raise with_committed(
                     exc, f"{report.removed_entries} unreferenced catalog entries were deleted all the same (that had "
                     "committed); their files stay as orphans that the next collection removes"
                 ) from exc
-            if targets is None and folder.tmp is not None:
+            if scan_folder and targets is None and folder.tmp is not None:
                 position = collect_temps(conn, folder.tmp, now, limit, report)
                 if position is not None:
                     with self._db.write() as conn:

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 COMPACTION_KIND = "compaction"
 MAX_MODEL_REF_CHARS = 512
+MAX_STOP_CHARS = 2048
 
 TokenCounter = Callable[[Event], int]
 
@@ -56,6 +57,12 @@ TokenCounter = Callable[[Event], int]
 def estimate_tokens(event: Event) -> int:
     """A tokenizer-free estimate: one token per 4 bytes of the event's canonical JSON, rounded up."""
     return (event.size + 3) // 4
+
+
+def tokens_text(tokens: int, estimated: bool) -> str:
+    """`N tokens`, or `N tokens (estimated)` for a count made with `estimate_tokens`: the one way token figures
+    that are estimates are marked wherever they are shown."""
+    return f"{tokens} tokens (estimated)" if estimated else f"{tokens} tokens"
 
 
 @dataclass(frozen=True)
@@ -88,20 +95,23 @@ class CompactionQueued:
 @dataclass(frozen=True)
 class SummaryDraft:
     """A worker's result for a compaction job: the Summary text, the model snapshot reference when known, and, for
-    a step of a compaction in steps, the next step to queue with it (`plan_next_compaction_step`)."""
+    a step of a compaction in steps, the next step to queue with it (`plan_next_compaction_step`), or why the chain
+    of steps stops here short of its goal (`chain_stopped`, recorded in the done job's result)."""
 
     text: str
     model_ref: str | None = None
     next_step: NextStep | None = None
+    chain_stopped: str | None = None
 
 
 COMPACTION_SOURCE_FIELDS = {
     "base_summary_id": "id?", "count": "id", "digest": "digest", "first_event_id": "id", "last_event_id": "id",
     "through_seq": "id", "turns": "id", "preserve_turns": "count", "source_tokens": "count", "tail_tokens": "count",
     "context_window": "id", "target_tokens": "count", "summary_budget_tokens": "count",
-    "max_source_tokens": "count", "goal_through_seq": "id",
+    "max_source_tokens": "count", "goal_through_seq": "id", "tokens_estimated": "flag",
 }
-OPTIONAL_SOURCE_FIELDS = ("max_source_tokens", "goal_through_seq")  # absent from sources planned before steps existed
+# absent from sources planned before steps existed; "tokens_estimated" (true) only where the tokens are estimates
+OPTIONAL_SOURCE_FIELDS = ("max_source_tokens", "goal_through_seq", "tokens_estimated")
 
 
 def validate_compaction_source(source: Mapping[str, Any]) -> None:
@@ -129,9 +139,14 @@ def _complete_compaction(ctx: CompletionContext, result: Any) -> dict[str, Any]:
         raise InvalidInputError(f"a model snapshot reference is a string of 1-{MAX_MODEL_REF_CHARS} characters")
     if result.next_step is not None and not isinstance(result.next_step, NextStep):
         raise InvalidInputError(f"a SummaryDraft's next step is a NextStep, got {type(result.next_step).__name__}")
+    stopped = result.chain_stopped
+    if stopped is not None and (not isinstance(stopped, str) or not 1 <= len(stopped) <= MAX_STOP_CHARS):
+        raise InvalidInputError(f"why a compaction chain stopped is a string of 1-{MAX_STOP_CHARS} characters")
     done = append_summary(ctx, result.text, ref)
     if result.next_step is not None:
         done["next_job"] = queue_next_step(ctx, result.next_step, done["summary_event_id"], COMPACTION_KIND)
+    elif stopped is not None:
+        done["chain_stopped"] = stopped
     return done
 
 
@@ -141,7 +156,7 @@ COMPACTION_JOB_KIND = JobKind(COMPACTION_KIND, _complete_compaction, validate=va
 def compaction_handler(
     summarize: Callable[[list[Event], Job], str],
     *,
-    model_ref: str | None = None,
+    model_ref: str | Callable[[], str | None] | None = None,
     safe_context_tokens: int | None = None,
     count_tokens: TokenCounter | None = None,
     context_window: int | None = None,
@@ -149,14 +164,18 @@ def compaction_handler(
     """A worker handler for compaction jobs: read the source, check it fits the model, call `summarize`.
 
     `summarize(events, job)` gets the source prefix in replay order and
-    returns the Summary text. The source may hold at most
+    returns the Summary text, recorded with `model_ref`, or what a callable
+    `model_ref` returns once `summarize` has (a worker returns None for a
+    summarizer that made no model call). The source may hold at most
     `safe_context_tokens` tokens or, given the model's `context_window`
     instead, `source_token_budget(context_window, the job's Summary budget)`
     (the limit planning uses); counted with `count_tokens` (default: the count
     recorded at planning); a larger one raises `SourceTooLargeError`, a
     permanent failure. With `context_window`, a job that is a step of a
     compaction in steps also plans the next step (counting with
-    `count_tokens`, default `estimate_tokens`), which its completion queues.
+    `count_tokens`, default `estimate_tokens`), which its completion queues;
+    when the next turn cannot fit the model, the step's Summary still lands
+    and the chain stops, its done job's result saying why (`chain_stopped`).
     """
 
     def handle(claim: JobClaim) -> SummaryDraft:
@@ -170,15 +189,16 @@ def compaction_handler(
             if tokens > limit:
                 raise SourceTooLargeError(_too_large(job, tokens, limit, context_window))
         text = summarize(events, job)
-        step = None
+        ref = model_ref() if callable(model_ref) else model_ref
+        step = stopped = None
         if context_window is not None:
             try:
                 step = claim.store.plan_next_compaction_step(
-                    job, text, model_ref, context_window=context_window, count_tokens=count_tokens or estimate_tokens
+                    job, text, ref, context_window=context_window, count_tokens=count_tokens or estimate_tokens
                 )
-            except TurnTooLargeError:
-                step = None  # this step's Summary still lands; planning again explains what does not fit
-        return SummaryDraft(text, model_ref, step)
+            except TurnTooLargeError as exc:  # this step's Summary still lands; the chain stops here, saying why
+                stopped = f"the compaction chain stopped short of its goal: {exc}"[:MAX_STOP_CHARS]
+        return SummaryDraft(text, ref, step, stopped)
 
     return handle
 
@@ -217,11 +237,14 @@ class Compaction:
         the preserved turns). The source never holds more than
         `source_token_budget(context_window, its Summary budget)` tokens: when
         the turns due do not fit, the plan is the first step of a compaction in
-        steps (see `compaction/steps.py`). Raises `TurnTooLargeError` when a
+        steps (see `compaction/steps.py`). Planned with `estimate_tokens`, the
+        source records `tokens_estimated: true` and the reason marks its token
+        figures "(estimated)". Raises `TurnTooLargeError` when a
         turn alone cannot fit, and `SummaryProvenanceError` when the newest
         Summary does not verify.
         """
         policy = policy or CompactionPolicy()
+        estimated = count_tokens is estimate_tokens
         selection = TurnSelection(policy, context_window, force=force)
         reserve = policy.summary_reserve(context_window)
         steps = LeadingRun(source_token_budget(context_window, reserve))
@@ -242,8 +265,8 @@ class Compaction:
             if turns - policy.preserve_turns < min_turns:
                 return plan(None, f"{turns} turns in view; the newest {policy.preserve_turns} are always kept")
             share = math.floor(100 * total / context_window)
-            return plan(None, f"history uses {total} of {context_window} tokens ({share}%), under the "
-                              f"{policy.trigger_ratio:.0%} trigger")
+            return plan(None, f"history uses {tokens_text(total, estimated)} of {context_window} ({share}%), under "
+                              f"the {policy.trigger_ratio:.0%} trigger")
         goal = LeadingRun()
         goal.turns, goal.tokens, goal.events, goal.last = (
             k, total - selection.tail_tokens, selection.compacted_events, selection.boundary
@@ -265,17 +288,18 @@ class Compaction:
             "source_tokens": chosen.tokens, "tail_tokens": tail, "context_window": context_window,
             "target_tokens": policy.target_tokens(context_window), "summary_budget_tokens": chosen.budget,
             "max_source_tokens": source_token_budget(context_window, chosen.budget),
-            "goal_through_seq": selection.boundary.last_seq,
+            "goal_through_seq": selection.boundary.last_seq, **({"tokens_estimated": True} if estimated else {}),
         }
         if (facts.count, facts.first_event_id, facts.last_event_id) != (chosen.events, first.first_id, last.last_id):
             raise SourceChangedError(f"the history of Session {session_id} changed while planning; plan again")
         if chosen.step:
             return plan(source, f"compact the oldest {chosen.turns} of the {k} turns due ({facts.count} events, "
-                                f"{chosen.tokens} tokens: all {goal.tokens} would not fit the model beside a Summary); "
+                                f"{tokens_text(chosen.tokens, estimated)}: all {tokens_text(goal.tokens, estimated)} would "
+                                "not fit the model beside a Summary); "
                                 "further steps follow as each Summary lands, until the view is under "
                                 f"{source['target_tokens']} tokens")
-        return plan(source, f"compact {k} of {turns} turns ({facts.count} events, {chosen.tokens} tokens); "
-                            f"{tail} tokens stay uncompacted")
+        return plan(source, f"compact {k} of {turns} turns ({facts.count} events, "
+                            f"{tokens_text(chosen.tokens, estimated)}); {tokens_text(tail, estimated)} stay uncompacted")
 
     def plan_next_compaction_step(
         self,
@@ -291,7 +315,8 @@ class Compaction:
         completion as `SummaryDraft.next_step`.
 
         None when `job` is not a step short of its goal, or when the view
-        will be at most the target once its Summary lands. Raises
+        will be at most the target once its Summary lands. Counted with
+        `estimate_tokens`, the step's source records `tokens_estimated`. Raises
         `TurnTooLargeError` when the next turn does not fit the model.
         """
         validate_compaction_source(job.source)
@@ -304,7 +329,8 @@ class Compaction:
         with self._db.read() as conn:
             rowid = session_rowid(conn, job.session_id)
         later = self._view_turns(rowid, count_tokens, after=source["through_seq"])
-        return next_step(source, tokens, later, context_window, job.session_id)
+        return next_step(source, tokens, later, context_window, job.session_id,
+                         estimated=count_tokens is estimate_tokens)
 
     def _view_turns(self, rowid: int, count_tokens: TokenCounter, after: int = 0) -> Iterator[ViewTurn]:
         """The Session's replay view after raw seq `after` as atomic turns with their tokens, oldest first, one turn

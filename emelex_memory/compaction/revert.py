@@ -24,6 +24,12 @@ jobs, verifies the Summary replay will start from (redo re-verifies the one it
 restores), refuses a revert that would take the replay view over the media
 cap, and cancels the Session's other compaction jobs still queued: they were
 planned on the view it changes and could only fail.
+
+Redo continues a compaction in steps as the original run did: when the job
+that produced the restored Summary had queued the next step (its result's
+`next_job`) and reverting cancelled that step, redo sets it pending again in
+the same transaction (its source is bound to the restored Summary, so it
+matches again), and the chain runs on to its goal.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from ..core.database import Database
 from ..queue.service import JobQueue
 from ..sessions.rows import session_rowid
 from ..errors import SummaryStateError
+from ..queue.jobs import decode_diagnostics
 from .summaries import check_recorded, newest_summary, verify_summary
 from ..sessions.transcript import session_head
 
@@ -58,8 +65,8 @@ _LAST_REVERTED = (  # the most recently reverted Summary whose base is ?2 (NULL:
 @dataclass(frozen=True)
 class CompactionReversal:
     """What `revert_compaction` or `redo_compaction` did: the Summary reverted or restored (its seq, event ID and
-    the newest raw seq it covers), the Summary replay now starts from (its seq; None: the raw history), and the
-    queued compaction jobs it cancelled."""
+    the newest raw seq it covers), the Summary replay now starts from (its seq; None: the raw history), the
+    queued compaction jobs it cancelled and, for a redo, the next step of a compaction in steps it queued again."""
 
     session_id: str
     summary_seq: int
@@ -67,6 +74,7 @@ class CompactionReversal:
     through_seq: int
     view_summary_seq: int | None
     cancelled_jobs: tuple[str, ...]
+    requeued_jobs: tuple[str, ...] = ()
 
 
 class CompactionRevert:
@@ -128,7 +136,8 @@ class CompactionRevert:
     def redo_compaction(self, session_id: str, summary_seq: int | None = None) -> CompactionReversal:
         """Put a reverted Summary back in effect, in one transaction, after re-verifying it: replay starts from it
         again. Without `summary_seq`, the most recently reverted Summary whose base is the newest Summary in effect
-        (or none); with it, that Summary, whose base must be.
+        (or none); with it, that Summary, whose base must be. The next step of a compaction in steps that
+        reverting the Summary cancelled is pending again (`requeued_jobs`).
 
         Raises `SummaryStateError` when there is no such Summary or its base is
         not where replay now starts (the message says what to revert or redo
@@ -164,7 +173,22 @@ class CompactionRevert:
             verify_summary(conn, rowid, event_id)
             seq = _seq(conn, event_id)
             through = conn.execute("SELECT through_seq FROM summaries WHERE event_id = ?", (event_id,)).fetchone()[0]
-            return CompactionReversal(session_id, seq, event_id, through, seq, cancelled)
+            requeued = self._requeue_next_step(conn, event_id)
+            return CompactionReversal(session_id, seq, event_id, through, seq, cancelled, requeued)
+
+    def _requeue_next_step(self, conn: apsw.Connection, event_id: int) -> tuple[str, ...]:
+        """Inside redo's transaction: set pending again the next step the job of Summary `event_id` queued, when a
+        revert cancelled it (the cancellation is its newest diagnostic); return its ID, if so."""
+        row = conn.execute(
+            "SELECT n.uuid, n.diagnostics FROM summaries s JOIN jobs j ON j.id = s.job_id "
+            "JOIN jobs n ON n.uuid = json_extract(j.result, '$.next_job') "
+            "WHERE s.event_id = ? AND n.session_id = j.session_id AND n.state = 'cancelled'",
+            (event_id,),
+        ).fetchone()
+        last = decode_diagnostics(row[1])[-1:] if row else ()
+        if not last or last[0].message != REVERTED_NOTE:
+            return ()
+        return (self._jobs.retry_failed_job(row[0]).id,)
 
     def _cancel_queued_compactions(self, conn: apsw.Connection, rowid: int) -> tuple[str, ...]:
         """Inside the transaction: cancel the Session's pending compaction jobs and claims whose worker lease expired

@@ -22,12 +22,13 @@ not fit alone raises `TurnTooLargeError`: turns are never split.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
-from .policy import reserve_tokens, source_token_budget
+from .policy import MIN_SUMMARY_SHARE, PROMPT_RESERVE_TOKENS, reserve_tokens, source_token_budget
 from ..errors import InvalidInputError, SourceChangedError, TurnTooLargeError
 from .prefix_digest import MAX_COVERED_BYTES, digest_prefix
 from .summaries import check_replaceable
@@ -115,13 +116,24 @@ def choose_slice(
     if steps.turns < min_turns:
         big = steps.overflow
         before = f" after the {steps.tokens}-token Summary before it" if steps.turns else ""
-        raise TurnTooLargeError(
+        fits = min_window(steps.tokens + big.tokens)
+        problem = (
             f"turn {big.turn} of Session {session_id} holds {big.tokens} tokens{before}, more than the "
             f"{max(steps.limit, 0)} a summarizer can read in a {window}-token window beside a {reserve}-token Summary, "
-            "and turns are never split: use a model with a larger context window (`emelex models install PATH`, "
-            "then set default_model; model_max_context_tokens caps any model's window)"
+            f"and turns are never split; a window of {fits} tokens or more fits it"
+        )
+        raise TurnTooLargeError(
+            f"{problem}: use a model with a context window that large (`emelex models install PATH`, then set "
+            "default_model; model_max_context_tokens caps any model's window)",
+            problem=problem, min_context_window=fits,
         )
     return Slice(steps.turns, steps.events, steps.tokens, steps.last, reserve, True)
+
+
+def min_window(source_tokens: int) -> int:
+    """A context window that fits `source_tokens` beside the largest Summary reserve and the prompt's allowance:
+    the reserve is at most `MIN_SUMMARY_SHARE` of the window, so this much always suffices."""
+    return math.ceil((source_tokens + PROMPT_RESERVE_TOKENS) / (1 - MIN_SUMMARY_SHARE))
 
 
 @dataclass(frozen=True)
@@ -133,7 +145,8 @@ class NextStep:
     events in all (the Summary included), the newest `last_event_id`, of
     `source_tokens` tokens with `tail_tokens` left uncompacted, summarized in
     `summary_budget_tokens`, planned for a `context_window`-token model toward
-    `goal_through_seq`. Completion binds it to the new Summary and queues it.
+    `goal_through_seq`, its tokens estimates when `tokens_estimated`.
+    Completion binds it to the new Summary and queues it.
     """
 
     through_seq: int
@@ -145,6 +158,7 @@ class NextStep:
     summary_budget_tokens: int
     context_window: int
     goal_through_seq: int
+    tokens_estimated: bool = False
 
 
 def goal_of(source: dict[str, Any]) -> int:
@@ -153,11 +167,13 @@ def goal_of(source: dict[str, Any]) -> int:
 
 
 def next_step(
-    source: dict[str, Any], summary_tokens: int, later: Iterable[ViewTurn], context_window: int, session_id: str
+    source: dict[str, Any], summary_tokens: int, later: Iterable[ViewTurn], context_window: int, session_id: str,
+    *, estimated: bool = False,
 ) -> NextStep | None:
     """The step after the one `source` describes, once its Summary of `summary_tokens` lands; `later` are the view's
     turns after `source["through_seq"]`, oldest first. None when `source` is no step short of its goal, or when the
-    view will be at most the target anyway. Raises `TurnTooLargeError` when the next turn cannot fit."""
+    view will be at most the target anyway. `estimated`: the tokens were counted with an estimate. Raises
+    `TurnTooLargeError` when the next turn cannot fit."""
     goal_seq, target = goal_of(source), source["target_tokens"]
     if goal_seq <= source["through_seq"]:
         return None
@@ -177,7 +193,7 @@ def next_step(
         return None
     chosen = choose_slice(goal, steps, max(target - tail, reserve), reserve, context_window, 2, session_id)
     return NextStep(chosen.last.last_seq, chosen.turns, chosen.events, chosen.last.last_id, chosen.tokens,
-                    total - chosen.tokens, chosen.budget, context_window, goal_seq)
+                    total - chosen.tokens, chosen.budget, context_window, goal_seq, estimated)
 
 
 def queue_next_step(ctx: CompletionContext, step: NextStep, summary_event_id: int, kind: str) -> str:
@@ -210,7 +226,7 @@ def queue_next_step(ctx: CompletionContext, step: NextStep, summary_event_id: in
         "source_tokens": step.source_tokens, "tail_tokens": step.tail_tokens, "context_window": step.context_window,
         "target_tokens": current["target_tokens"], "summary_budget_tokens": step.summary_budget_tokens,
         "max_source_tokens": source_token_budget(step.context_window, step.summary_budget_tokens),
-        "goal_through_seq": step.goal_through_seq,
+        "goal_through_seq": step.goal_through_seq, **({"tokens_estimated": True} if step.tokens_estimated else {}),
     }
     check_replaceable(ctx.conn, ctx.session_rowid, ctx.job.id, source, base_through)
     return ctx.store.enqueue_job(kind, ctx.job.session_id, source).job.id

@@ -17,6 +17,7 @@ in the WAL until a checkpoint and `VACUUM` (see `maintain`) overwrite them.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import apsw
@@ -24,11 +25,12 @@ import apsw
 from ..assets.refs import DEFAULT_GRACE_S
 from ..assets.collection import AssetCollection, collect_entries
 from ..assets.service import remove_asset_files
-from ..errors import EmelexError, SessionBusyError
+from ..errors import EmelexError, OpenJournalError, SessionBusyError
 from ..core.io_errors import with_committed
+from ..queue.status import holder_is_dead
 
 from ..core.database import Database
-from ..sessions.holders import live_lease
+from ..sessions.holders import live_lease, open_journal
 from ..sessions.rows import session_rowid
 
 
@@ -51,11 +53,17 @@ def check_not_busy(
     unchanged: str = "nothing was deleted",
 ) -> None:
     """Inside a transaction: raise `SessionBusyError` while the Session has a live lease or a live worker claim (on a
-    job of `kind`, when given); the message ends with `unchanged`."""
+    job of `kind`, when given); the message ends with `unchanged`. A holder that `holder_is_dead` is named as dead,
+    with when its lease frees (a Session lease) or the command that frees it now (a worker claim)."""
     held = conn.execute(
         f"SELECT holder, expires_at FROM session_leases WHERE session_id = ? AND {live_lease()}",
         (rowid, now),
     ).fetchone()
+    if held and holder_is_dead(held[0]):
+        raise SessionBusyError(
+            f"Session {session_id} is leased by {held[0]}, but that process is gone (no such pid on this host); "
+            f"its lease frees at {_when(held[1])}, as nobody renews it: run this command again then, {unchanged}"
+        )
     if held:
         raise SessionBusyError(
             f"Session {session_id} is leased by {held[0]} for another {held[1] - now:.0f}s; "
@@ -66,11 +74,31 @@ def check_not_busy(
         "AND (?3 IS NULL OR kind = ?3)",
         (rowid, now, kind),
     ).fetchone()
+    if job and holder_is_dead(job[1]):
+        raise SessionBusyError(
+            f"worker {job[1]} holds {kind + ' ' if kind else ''}job {job[0]} on Session {session_id}, but that process "
+            f"is gone (no such pid on this host); free it now with `emelex memory jobs rescue {job[0]}`, then run this "
+            f"command again, {unchanged}"
+        )
     if job:
         raise SessionBusyError(
             f"worker {job[1]} is running {kind + ' ' if kind else ''}job {job[0]} on Session {session_id}; wait for "
             f"it or cancel it with `emelex memory jobs cancel {job[0]}`, {unchanged}"
         )
+
+
+def check_no_open_journal(conn: apsw.Connection, rowid: int, session_id: str) -> None:
+    """Inside a transaction: raise `OpenJournalError` while the Session has an open agent journal."""
+    if conn.execute(f"SELECT {open_journal('?')}", (rowid,)).fetchone()[0]:
+        raise OpenJournalError(
+            f"Session {session_id} has an open agent turn whose tool calls may have run; reconcile it with "
+            f"`emelex memory sessions recover {session_id}`, or delete it anyway with --discard-journal; "
+            "nothing was deleted"
+        )
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
 class Deletion:
@@ -80,11 +108,13 @@ class Deletion:
         """Serve `db`."""
         self._db = db
 
-    def delete_session(self, session_id: str) -> SessionDeletion:
+    def delete_session(self, session_id: str, *, discard_journal: bool = False) -> SessionDeletion:
         """Delete a Session transactionally, and the assets that become unreferenced; return what was removed.
 
         Refuses with `SessionBusyError` (deleting nothing) while the Session
-        has a live lease or a worker holds a live claim on one of its jobs;
+        has a live lease or a worker holds a live claim on one of its jobs,
+        and with `OpenJournalError` while it has an open agent journal (the
+        record of a tool call that may have run) unless `discard_journal`;
         raises `SessionNotFoundError` for an unknown ID. Knowledge citing the
         Session keeps the source Session UUID, sequence range and digest.
         Assets put or linked within the asset grace period (one hour) or
@@ -96,6 +126,8 @@ class Deletion:
         """
         with self._db.write() as conn:
             rowid = session_rowid(conn, session_id)
+            if not discard_journal:
+                check_no_open_journal(conn, rowid, session_id)
             deletion, emptied = delete_session_in(conn, rowid, session_id, self._db.clock())
         try:
             removed = remove_asset_files(self._db, emptied)

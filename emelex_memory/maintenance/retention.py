@@ -6,13 +6,18 @@ report says `more`), in this order and under these names:
 1. `leases`: stale Session leases ('active' past their expiry) become 'failed' ("expired");
 2. `jobs`: expired worker claims are rescued through the queue (each a counted failure);
 3. `sessions`: Sessions idle longer than `session_retention_days` are deleted
-   like `delete_session` (never one with a live lease or live worker claim),
+   like `delete_session` (never one with a live lease, a live worker claim
+   or an open agent journal),
    and then the files of the assets only they referenced;
 4. `knowledge_tombstones`: unpinned Knowledge unchanged for `knowledge_retention_days` is tombstoned;
 5. `knowledge_purge`: tombstoned entries older than `knowledge_grace_days` are deleted;
 6. `versions`: versions beyond the newest `knowledge_keep_versions` of an
    unpinned entry, superseded more than `knowledge_grace_days` ago, are pruned;
-7. `assets`: unreferenced assets are collected (the asset grace period applies);
+7. `assets`: unreferenced assets are collected (the asset grace period applies); the
+   scans of the asset folder for crash orphans and abandoned temporary files,
+   whose cost grows with the number of files, start a new pass at most once per
+   `assets/collection.py: FOLDER_SCAN_INTERVAL_S` (an hour, the grace period orphans wait
+   anyway) and continue run by run until the pass completes;
 8. `database`: `PRAGMA optimize`, optional `VACUUM`, then `wal_checkpoint(TRUNCATE)`.
 
 Each step commits on its own: steps 1 and 3-6 in one transaction each, step 2
@@ -38,12 +43,13 @@ from dataclasses import dataclass, field
 
 import apsw
 
+from ..assets.collection import folder_scan_due, schedule_folder_scan
 from ..assets.service import AssetStore, remove_asset_files
 from ..core.database import Database
 from ..errors import EmelexError, MaintenanceError, StoreClosedError
 from ..knowledge.versions import tombstone_version
 from ..queue.service import RESCUE_BATCH, JobQueue
-from ..sessions.holders import live_lease
+from ..sessions.holders import live_lease, open_journal
 from .deletion import delete_session_in
 
 DAY_S = 86_400.0
@@ -111,7 +117,7 @@ class Maintenance:
             ("knowledge_tombstones", lambda: self._tombstone_stale(report, now)),
             ("knowledge_purge", lambda: self._purge_tombstones(report, now)),
             ("versions", lambda: self._prune_versions(report, now)),
-            ("assets", lambda: self._collect_unreferenced(report)),
+            ("assets", lambda: self._collect_unreferenced(report, now)),
         ]
         if not dry_run:
             self._run_steps(report, [*steps, ("database", lambda: self._maintain_file(report, vacuum))])
@@ -146,13 +152,16 @@ class Maintenance:
     def _fail_stale_leases(self, report: MaintenanceReport, now: float) -> None:
         """Step 1, one transaction."""
         batch = self._db.settings.maintain_batch
-        with self._db.write() as conn:
-            report.leases_failed = len(conn.execute(
-                "UPDATE session_leases SET state = 'failed', failure = 'expired', ended_at = ? WHERE session_id IN "
-                "(SELECT session_id FROM session_leases WHERE state = 'active' AND expires_at <= ? "
-                "ORDER BY expires_at LIMIT ?) RETURNING 1",
-                (now, now, batch),
-            ).fetchall())
+        with self._db.write() as conn:  # select, then update by key: the planner never scans the table for the IN list
+            stale = conn.execute(
+                "SELECT session_id FROM session_leases WHERE state = 'active' AND expires_at <= ? "
+                "ORDER BY expires_at LIMIT ?", (now, batch),
+            ).fetchall()
+            conn.executemany(
+                "UPDATE session_leases SET state = 'failed', failure = 'expired', ended_at = ? WHERE session_id = ?",
+                [(now, rowid) for (rowid,) in stale],
+            )
+        report.leases_failed = len(stale)
         report.more |= report.leases_failed == batch
 
     def _rescue_claims(self, report: MaintenanceReport) -> None:
@@ -186,38 +195,56 @@ class Maintenance:
         """Step 5, one transaction."""
         s = self._db.settings
         with self._db.write() as conn:
-            report.knowledge_purged = len(conn.execute(
-                "DELETE FROM knowledge WHERE id IN (SELECT id FROM knowledge WHERE tombstoned_at < ? AND pinned = 0 "
-                "ORDER BY tombstoned_at LIMIT ?) RETURNING 1",
+            purged = conn.execute(
+                "SELECT id FROM knowledge WHERE tombstoned_at < ? AND pinned = 0 ORDER BY tombstoned_at LIMIT ?",
                 (now - s.knowledge_grace_days * DAY_S, s.maintain_batch),
-            ).fetchall())
+            ).fetchall()
+            conn.executemany("DELETE FROM knowledge WHERE id = ?", purged)
+        report.knowledge_purged = len(purged)
         report.more |= report.knowledge_purged == s.maintain_batch
 
     def _prune_versions(self, report: MaintenanceReport, now: float) -> None:
-        """Step 6, one transaction."""
+        """Step 6, one transaction. Only entries storing more than `knowledge_keep_versions` versions are read (the
+        `knowledge_prunable` index); each pruned entry's `first_version` then moves to its oldest remaining one."""
         s = self._db.settings
+        keep = s.knowledge_keep_versions
         with self._db.write() as conn:
-            report.versions_pruned = len(conn.execute(
-                "DELETE FROM knowledge_versions WHERE id IN (SELECT v.id FROM knowledge_versions v "
-                "JOIN knowledge k ON k.id = v.knowledge_id "
-                "JOIN knowledge_versions n ON n.knowledge_id = v.knowledge_id AND n.version = v.version + 1 "
-                "WHERE k.pinned = 0 AND v.version <= k.head_version - ? AND n.created_at < ? ORDER BY v.id LIMIT ?) "
-                "RETURNING 1",
-                (s.knowledge_keep_versions, now - s.knowledge_grace_days * DAY_S, s.maintain_batch),
-            ).fetchall())
+            pruned = conn.execute(  # CROSS JOIN: read the few prunable entries first, then their old versions
+                "SELECT v.id, k.id FROM knowledge k "
+                "CROSS JOIN knowledge_versions v ON v.knowledge_id = k.id AND v.version BETWEEN k.first_version "
+                "AND k.head_version - ?1 "
+                "JOIN knowledge_versions n ON n.knowledge_id = k.id AND n.version = v.version + 1 "
+                "WHERE k.pinned = 0 AND k.head_version - k.first_version >= ?1 AND n.created_at < ?2 "
+                "ORDER BY v.id LIMIT ?3",
+                (keep, now - s.knowledge_grace_days * DAY_S, s.maintain_batch),
+            ).fetchall()
+            conn.executemany("DELETE FROM knowledge_versions WHERE id = ?", [(vid,) for vid, _ in pruned])
+            conn.executemany(
+                "UPDATE knowledge SET first_version = (SELECT min(version) FROM knowledge_versions "
+                "WHERE knowledge_id = ?1) WHERE id = ?1",
+                [(k,) for k in dict.fromkeys(kid for _, kid in pruned)],
+            )
+        report.versions_pruned = len(pruned)
         report.more |= report.versions_pruned == s.maintain_batch
 
-    def _collect_unreferenced(self, report: MaintenanceReport) -> None:
-        """Step 7, as `collect_assets` commits."""
-        collected = self._assets.collect_assets(limit=min(self._db.settings.maintain_batch, self._db.settings.max_page_items))
+    def _collect_unreferenced(self, report: MaintenanceReport, now: float) -> None:
+        """Step 7, as `collect_assets` commits; its folder scans only when due (`assets/collection.py:
+        folder_scan_due`)."""
+        with self._db.read() as conn:
+            scan = folder_scan_due(conn, now)
+        limit = min(self._db.settings.maintain_batch, self._db.settings.max_page_items)
+        collected = self._assets.collect_assets(limit=limit, scan_folder=scan)
+        if scan and not report.dry_run:
+            with self._db.write() as conn:
+                schedule_folder_scan(conn, now)
         report.asset_entries_removed += collected.removed_entries
         report.asset_files_removed += collected.removed_files
         report.asset_bytes_freed += collected.freed_bytes
         report.more |= collected.more
 
     def _retain_sessions(self, report: MaintenanceReport, now: float, *, remove_files: bool) -> None:
-        """Step 3: delete idle, not busy Sessions in one transaction; then, when `remove_files`, the files of the
-        assets only they referenced."""
+        """Step 3: delete idle, not busy Sessions without an open agent journal in one transaction; then, when
+        `remove_files`, the files of the assets only they referenced."""
         s = self._db.settings
         if s.session_retention_days <= 0:
             return
@@ -227,7 +254,9 @@ class Maintenance:
                 "SELECT s.id, s.uuid FROM session_heads s WHERE s.updated_at < ? "
                 f"AND NOT EXISTS (SELECT 1 FROM session_leases l WHERE l.session_id = s.id AND {live_lease('l')}) "
                 "AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.session_id = s.id AND j.state = 'claimed' "
-                "AND j.lease_expires_at > ?) ORDER BY s.updated_at, s.id LIMIT ?",
+                "AND j.lease_expires_at > ?) "
+                f"AND NOT {open_journal('s.id')} "  # nor an open agent journal
+                "ORDER BY s.updated_at, s.id LIMIT ?",
                 (now - s.session_retention_days * DAY_S, now, now, s.maintain_batch),
             ).fetchall()
             for rowid, session_id in rows:

@@ -59,14 +59,17 @@ from ..core.id_prefix import resolve_id
 from ..core.io_errors import restated
 from .claim import JobClaim
 from .kinds import JobKindRegistry
-from ..sessions.holders import holder_label, live_lease
+from ..sessions.holders import holder_label, live_lease, open_journal
 from ..core.utf8 import check_utf8
 
 
 RESCUE_BATCH = 100
 _ACTIVE = "state IN ('pending', 'claimed')"  # repeats the partial index's WHERE so SQLite uses jobs_active
 _EXPIRED_CLAIMS = f"FROM jobs WHERE {_ACTIVE} AND state = 'claimed' AND due_at <= ?"  # worker lease expired by ?
-_LIVE_SESSION_OF_JOB = f"SELECT 1 FROM session_leases l WHERE l.session_id = jobs.session_id AND {live_lease('l')}"
+_LIVE_SESSION_OF_JOB = (  # a live lease, or an open agent journal, which counts as live
+    f"SELECT 1 FROM session_leases l WHERE l.session_id = jobs.session_id AND {live_lease('l')} "
+    f"UNION ALL SELECT 1 WHERE {open_journal('jobs.session_id')}"
+)
 
 
 def failure_update(attempts: int, diagnostics: str, event: str, message: str, now: float, permanent: bool,
@@ -92,15 +95,19 @@ _COMPLETE = (  # re-checks the worker lease and that the Session is not live; ch
 def _claim_sql(kind_count: int, guarded: bool) -> str:
     """The claim: one `UPDATE ... RETURNING` of the oldest due pending job of the kinds whose Session is not live.
 
-    A `guarded` claim claims nothing while an expired claim waits to be rescued; see `claim_job`.
+    A `guarded` claim claims nothing while an expired claim waits to be rescued; see `claim_job`. The pending job is
+    found through `jobs_due`, whose order is the claim's: through `jobs_active`, once ANALYZE has run, the planner
+    walks that index's `state IN` list and sorts every due job to take the first. The unary `+` keeps the planner from looking the kinds up in the
+    (kind, Session, source key) index instead, which also sorts every due job of those kinds.
     """
     marks = ", ".join("?" * kind_count)
     guard = f"AND NOT EXISTS (SELECT 1 {_EXPIRED_CLAIMS}) " if guarded else ""
     return (
         "UPDATE jobs SET state = 'claimed', lease_hash = ?, lease_holder = ?, lease_expires_at = ?, due_at = ?, "
-        f"updated_at = ? WHERE id = (SELECT j.id FROM jobs j WHERE {_ACTIVE} AND j.state = 'pending' "
-        f"AND j.due_at <= ? AND j.kind IN ({marks}) AND NOT EXISTS (SELECT 1 FROM session_leases l "
+        "updated_at = ? WHERE id = (SELECT j.id FROM jobs j WHERE j.state = 'pending' "
+        f"AND j.due_at <= ? AND +j.kind IN ({marks}) AND NOT EXISTS (SELECT 1 FROM session_leases l "
         f"WHERE l.session_id = j.session_id AND {live_lease('l')}) "
+        f"AND NOT {open_journal('j.session_id')} "  # nor an open agent journal
         f"ORDER BY j.due_at, j.id LIMIT 1) {guard}RETURNING {CLAIM_RETURNING}"
     )
 

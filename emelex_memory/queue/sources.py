@@ -16,15 +16,17 @@ from ..errors import InvalidJobSourceError
 MAX_SOURCE_INT = 2**63 - 1  # the largest integer SQLite stores
 _HEX_DIGEST = re.compile(r"[0-9a-f]{64}\Z")
 
-# Field types: "id" an int >= 1, "id?" an int >= 1 or null, "count" an int >= 0, "digest" 64 lowercase hex digits.
+# Field types: "id" an int >= 1, "id?" an int >= 1 or null, "count" an int >= 0, "digest" 64 lowercase hex digits,
+# "flag" true or false.
 _CHECKS = {
     "id": lambda v: _is_int(v) and v >= 1,
     "id?": lambda v: v is None or (_is_int(v) and v >= 1),
     "count": lambda v: _is_int(v) and v >= 0,
     "digest": lambda v: isinstance(v, str) and _HEX_DIGEST.match(v) is not None,
+    "flag": lambda v: isinstance(v, bool),
 }
 _MEANING = {"id": "an integer >= 1", "id?": "null or an integer >= 1", "count": "an integer >= 0",
-            "digest": "64 lowercase hex digits"}
+            "digest": "64 lowercase hex digits", "flag": "true or false"}
 
 
 def _is_int(value: object) -> bool:

@@ -3,7 +3,8 @@
 `waiting_jobs` explains each pending or claimed job in one bounded read: held
 by a worker (`pid@host` until the claim expires), its Session in use
 (`pid@host` of the Session lease until it expires), not due yet (a retry
-backoff), or due. A worker on this host whose pid no longer exists is dead
+backoff), waiting on an open agent journal (a turn of a crashed or interrupted
+agent: resume the Session, or `emelex memory sessions recover` it), or due. A worker on this host whose pid no longer exists is dead
 (`holder_is_dead`), and `rescue_dead_claim` then frees its job at once, as the
 next claim would once its lease expired: a counted failure, retried by the
 schedule. A pid that exists (even reused by another process) or a worker on
@@ -24,7 +25,7 @@ from ..sessions.rows import session_rowid
 from ..errors import InvalidInputError, JobStateError
 from .jobs import JOB_COLUMNS, JOB_FROM, JOB_RETURNING, Job, job_from_row, job_row
 from .kinds import JobKindRegistry
-from ..sessions.holders import live_lease, process_identity
+from ..sessions.holders import live_lease, open_journal, process_identity
 from .service import RECORD_FAILURE, failure_update
 
 
@@ -36,8 +37,9 @@ class WaitingJob:
     """A pending or claimed job and why it waits.
 
     `reason`: "held" (claimed by the worker `holder` until `until`), "session-in-use" (the Session's lease is
-    held by `holder` until `until`), "not-due" (a retry after a failed attempt, due at `until`) or "due" (a
-    worker would claim it now). `holder_dead` is True when `holder` is a worker on this host whose process no
+    held by `holder` until `until`), "agent-journal" (no lease, but the Session has an open agent journal: workers
+    skip it until the agent resumes or `emelex memory sessions recover SESSION` reconciles it), "not-due" (a retry
+    after a failed attempt, due at `until`) or "due" (a worker would claim it now). `holder_dead` is True when `holder` is a worker on this host whose process no
     longer exists: `rescue_dead_claim` frees the job then.
     """
 
@@ -100,7 +102,8 @@ class JobStatus:
         with self._db.read() as conn:
             now = self._db.clock()
             rows = conn.execute(
-                f"SELECT {JOB_COLUMNS}, l.holder, l.expires_at FROM {JOB_FROM} LEFT JOIN session_leases l "
+                f"SELECT {JOB_COLUMNS}, l.holder, l.expires_at, {open_journal('j.session_id')} "
+                f"FROM {JOB_FROM} LEFT JOIN session_leases l "
                 f"ON l.session_id = j.session_id AND {live_lease('l')} "
                 f"WHERE j.state IN ('pending', 'claimed') AND j.kind IN ({marks}) ORDER BY j.due_at, j.id LIMIT ?",
                 (now, *names, limit),
@@ -108,7 +111,8 @@ class JobStatus:
             total = conn.execute(
                 f"SELECT count(*) FROM jobs WHERE state IN ('pending', 'claimed') AND kind IN ({marks})", names
             ).fetchone()[0]
-        return WaitingPage([_waiting(job_from_row(row[:-2]), row[-2], row[-1], now) for row in rows], total)
+        return WaitingPage([_waiting(job_from_row(row[:-3]), row[-3], row[-2], now, bool(row[-1])) for row in rows],
+                           total)
 
     def rescue_dead_claim(self, job_id: str) -> Job:
         """Free a job claimed by a worker that died on this host, before its lease expires: record one counted
@@ -148,11 +152,14 @@ class JobStatus:
             return source_bytes(conn, session_rowid(conn, job.session_id), first, last)
 
 
-def _waiting(job: Job, lease_holder: str | None, lease_expires: float | None, now: float) -> WaitingJob:
+def _waiting(job: Job, lease_holder: str | None, lease_expires: float | None, now: float,
+             open_journal: bool) -> WaitingJob:
     if job.state == "claimed":
         return WaitingJob(job, "held", job.lease_holder, job.lease_expires_at, holder_is_dead(job.lease_holder))
     if lease_holder is not None:
         return WaitingJob(job, "session-in-use", lease_holder, lease_expires)
+    if open_journal:
+        return WaitingJob(job, "agent-journal", None, None)
     if job.due_at > now:
         return WaitingJob(job, "not-due", None, job.due_at)
     return WaitingJob(job, "due", None, job.due_at)

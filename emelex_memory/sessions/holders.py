@@ -35,3 +35,10 @@ def live_lease(alias: str = "") -> str:
     expired at the `?` it leaves to bind (the caller's now). Every query asking whether a Session is held uses it."""
     p = f"{alias}." if alias else ""
     return f"{p}state = 'active' AND {p}expires_at > ?"
+
+
+def open_journal(session: str) -> str:
+    """The one SQL condition "the Session whose row ID is the column `session` has an open agent journal" (an
+    `agent_turns` row: a turn of a crashed or interrupted agent, closed by its resume or `sessions recover`). Workers,
+    retention and deletion treat such a Session as in use, as they do one with a live lease."""
+    return f"EXISTS (SELECT 1 FROM agent_turns t WHERE t.session_id = {session})"

@@ -251,6 +251,23 @@ class SessionLease:
             self._media += sum(media.values())
         return AppendedTurn(turn, last_seq + 1, new_seq, ids)
 
+    def check_authority(self, conn: apsw.Connection) -> float:
+        """Inside a write transaction on this lease's store (`conn`): re-check what `append_turn` re-checks (replayed,
+        lease token and expiry, workspace identity, the Session still at this lease's cursor), raising the same typed
+        errors; return the store's time. For writes that go with a Session but append no events (the agent journal)."""
+        if not self._replayed:
+            raise ReplayRequiredError(
+                f"lease on Session {self.session_id} has not replayed its history; replay to the end first"
+            )
+        row = conn.execute(_AUTHORITY_SQL, (self._rowid,)).fetchone()
+        now = self._check_authority(row)
+        if (row[5] or 0) != self._cursor:
+            raise StaleCursorError(
+                f"Session {self.session_id} is at seq {row[5] or 0} but this lease last saw {self._cursor}; "
+                "replay and retry"
+            )
+        return now
+
     def _check_authority(self, row: tuple | None) -> float:
         """Inside a write transaction: verify the lease token and expiry, and the workspace, of an `_AUTHORITY_SQL`
         row (None when the Session or its lease row is gone); return the store's time."""

@@ -46,6 +46,8 @@ class _Root(LazyGroup):
         "memory": Lazy("emelex_workers.cli.memory:memory_app", "Inspect and maintain the memory store."),
         "models": Lazy("emelex_workers.cli.models:models_app", "Install, list, verify and remove local GGUF models."),
         "plugins": Lazy("emelex_workers.cli.plugins:plugins_app", "Inspect the plugins Emelex loads."),
+        "chat": Lazy("emelex_workers.cli.chat:chat", "Chat with the local model and its tools in a durable Session (new, or --resume "
+                     "SESSION)."),
     }
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,

@@ -32,6 +32,9 @@ def _echo(done: CompactionReversal, as_json: bool, verb: str, after: str) -> Non
     for job in done.cancelled_jobs:
         typer.echo(f"cancelled compaction job {job}, planned on the previous view; `emelex memory compact "
                    f"{done.session_id}` plans again")
+    for job in done.requeued_jobs:
+        typer.echo(f"queued compaction job {job} again, the next step of this compaction; `emelex memory work` "
+                   "runs it")
 
 
 @compaction_app.command("revert")

@@ -16,9 +16,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import CompactionPolicy, Job, MemoryStore
+from emelex_memory import CompactionPolicy, Job, MemoryStore, TurnTooLargeError
+from emelex_memory.compaction.planning import tokens_text
 from emelex_memory.queue.jobs import STATES
 
+from ..attempts import attempt_text, diagnostic_attempt, job_attempt
 from ..planning import default_model_budget
 from ..work_report import done_detail
 from .common import (
@@ -54,12 +56,12 @@ def job_dict(job: Job) -> dict:
 
 def cost_of(job: Job) -> tuple[str, dict | None]:
     """What the job's last attempt cost and how it is labelled: a done job's result "cost", else the newest
-    diagnostic that recorded one ("last attempt"); ("", None) when none did."""
+    diagnostic that recorded one ("attempt N of M cost"); ("", None) when none did."""
     if job.result and isinstance(job.result.get("cost"), dict):
         return "cost", job.result["cost"]
     for diagnostic in reversed(job.diagnostics):
         if diagnostic.cost:
-            return "last attempt", diagnostic.cost
+            return f"{attempt_text(diagnostic_attempt(diagnostic.event, diagnostic.attempts))} cost", diagnostic.cost
     return "", None
 
 
@@ -70,12 +72,16 @@ def _line(job: Job) -> str:
     spent = f"  {label}: {cost_text(cost)}, {cost.get('seconds', 0):.1f}s" if cost else ""
     said = done_detail(job.result) if job.state == "done" else "completed"
     outcome = "" if said == "completed" else f"  {said}"
-    return (f"{job.id}  {job.kind:<12} {job.state:<9} attempts {job.attempts}{due}{held}  Session {job.session_id}"
-            f"{spent}{outcome}")
+    tokens = job.source.get("source_tokens") if isinstance(job.source, dict) else None
+    size = f"  source {tokens_text(tokens, job.source.get('tokens_estimated') is True)}" if (
+        isinstance(tokens, int) and not isinstance(tokens, bool)) else ""
+    return (f"{job.id}  {job.kind:<12} {job.state:<9} {attempt_text(job_attempt(job))}{due}{held}  Session {job.session_id}"
+            f"{size}{spent}{outcome}")
 
 
 def _line_with_diagnostics(job: Job) -> str:
-    diagnostics = [f"    {when(d.at)}  {d.event:<9} after {d.attempts} failed  {d.message}" for d in job.diagnostics]
+    diagnostics = [f"    {when(d.at)}  {d.event:<9} {attempt_text(diagnostic_attempt(d.event, d.attempts))}  {d.message}"
+                   for d in job.diagnostics]
     return "\n".join([_line(job), *diagnostics])
 
 
@@ -152,9 +158,23 @@ def jobs_rescue(ctx: typer.Context, job: JobArg, as_json: JsonFlag = False) -> N
     if as_json:
         echo_json("rescued", job_dict(done))
     elif done.state == "failed":
-        typer.echo(f"job {done.id} rescued; that was its last attempt: it failed (`emelex memory jobs retry` it)")
+        typer.echo(f"job {done.id} rescued; that was {attempt_text(done.attempts)}, the last: it failed "
+                   f"(`emelex memory jobs retry {done.id}` runs it again)")
     else:
-        typer.echo(f"job {done.id} rescued from its dead worker; pending again, due {when(done.due_at)}")
+        typer.echo(f"job {done.id} rescued from its dead worker; pending again: {attempt_text(job_attempt(done))} due "
+                   f"{when(done.due_at)}")
+
+
+def _too_large_advice(exc: TurnTooLargeError, window_given: bool, settings) -> TurnTooLargeError:
+    """`exc` with a remedy for `compact`: the flag or settings to change, and the window that would fit the turn."""
+    fits = exc.min_context_window
+    model = (f"the worker's model needs a window of {fits} tokens or more (`emelex models install PATH`, then set "
+             f"default_model) and model_max_context_tokens (now {settings.model_max_context_tokens}) at least {fits}")
+    if window_given:
+        remedy = f"re-run with `--context-window {fits}` or more; for the job to run, {model}"
+    else:
+        remedy = f"{model}; then run `emelex memory compact` again"
+    return TurnTooLargeError(f"{exc.problem}: {remedy}", problem=exc.problem, min_context_window=fits)
 
 
 def compact(
@@ -190,18 +210,33 @@ def compact(
     model = None
     with MemoryStore.open(settings, create=False) as store:
         session = store.resolve_session_id(session)  # an unknown Session fails before the model is loaded
-        if context_window is not None:
-            queued = store.queue_compaction(session, context_window=context_window, policy=policy, force=force)
-        else:
-            with default_model_budget(settings) as budget:
-                model = budget.model.reference
-                queued = store.queue_compaction(session, context_window=budget.context_window,
-                                                count_tokens=budget.count_tokens, policy=policy, force=force)
+        try:
+            if context_window is not None:
+                queued = store.queue_compaction(session, context_window=context_window, policy=policy, force=force)
+            else:
+                with default_model_budget(settings) as budget:
+                    model = budget.model.reference
+                    queued = store.queue_compaction(session, context_window=budget.context_window,
+                                                    count_tokens=budget.count_tokens, policy=policy, force=force)
+        except TurnTooLargeError as exc:
+            raise _too_large_advice(exc, context_window is not None, settings) from None
+    ended = _ended(queued)
     if as_json:
-        outcome = "queued" if queued.created else "already-queued" if queued.job else "not-needed"
+        outcome = "queued" if queued.created else ended or ("already-queued" if queued.job else "not-needed")
         echo_json(outcome, {"plan": asdict(queued.plan), "job": queued.job and job_dict(queued.job),
                             "created": queued.created, "reason": queued.reason, "model": model})
     else:
         planned = f"{model}, {queued.plan.context_window}-token window" if model else (
             f"{queued.plan.context_window}-token window, estimated tokens")
-        typer.echo(f"{queued.reason} [planned for {planned}]")
+        typer.echo(f"{'nothing queued: ' if ended else ''}{queued.reason} [planned for {planned}]")
+    if ended:
+        raise typer.Exit(1)
+
+
+def _ended(queued) -> str | None:
+    """How the earlier job of exactly this plan ended, when that is why nothing was queued ("failed",
+    "cancelled", or "reverted" for a done job whose Summary was reverted); None otherwise."""
+    job = queued.job
+    if queued.created or job is None or job.state in ("pending", "claimed"):
+        return None
+    return "reverted" if job.state == "done" else job.state

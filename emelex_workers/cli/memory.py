@@ -21,6 +21,11 @@ class MemoryCommands(LazyGroup):
         "doctor": Lazy(f"{_CLI}.doctor:doctor",
                        "Check Home, file modes, pragmas, connection settings, schema, integrity, transcripts, payloads "
                        "and a bounded number of asset files; exit 1 when anything is wrong."),
+        "backup": Lazy(f"{_CLI}.backup:backup",
+                       "Write a consistent, verified copy of the store, its assets and model manifests to DEST "
+                       "(incremental)."),
+        "restore": Lazy(f"{_CLI}.backup:restore", "Verify the backup at SRC, then restore it into Emelex Home, which must be empty (never over a "
+                        "store)."),
         "reinit": Lazy(f"{_CLI}.doctor:reinit",
                        "Start a new store where the database was deleted. Refuses while a database file exists."),
         "sessions": Lazy(f"{_CLI}.sessions:sessions_app", "List and inspect Sessions."),

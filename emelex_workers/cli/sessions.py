@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from emelex_memory import CorruptEventError, Event, RawEvent
+from emelex_memory.agent.journal import read_journal
 from emelex_memory.core.cursors import MAX_SQL_INT
 
 from .common import (
@@ -23,8 +24,12 @@ from .common import (
     page_limit,
     when,
 )
+from .recover import journal_lines, recover
+
+NO_MODEL = "none (a rule-based summarizer, or not recorded)"  # a Summary whose provenance names no model
 
 sessions_app = EmelexTyper(help="List and inspect Sessions.")
+sessions_app.command("recover")(recover)
 
 
 def _session_dict(s) -> dict:
@@ -73,10 +78,12 @@ def sessions_show(
     with open_store(ctx) as store:
         s = store.get_session(store.resolve_session_id(session))
         page = store.raw_events(s.id, after, limit=limit) if raw else store.replay(s.id, after, limit=limit)
+        turn = read_journal(store, s.id)
     events = [_raw_dict(e) if raw else _event_dict(e) for e in page.events]
     corrupt = [str(e["seq"]) for e in events if "payload_error" in e]
     if as_json:
-        echo_json("found", {"session": _session_dict(s), "events": events, "next_cursor": page.next_cursor})
+        echo_json("found", {"session": _session_dict(s), "events": events, "next_cursor": page.next_cursor,
+                            "agent_journal": None if turn is None else turn.to_json()})
     else:
         typer.echo(f"Session {s.id}")
         typer.echo(f"  title:     {s.title or '-'}")
@@ -85,6 +92,9 @@ def sessions_show(
         typer.echo(f"  history:   {s.last_seq} events in {s.last_turn} turns, {s.event_bytes} bytes")
         if raw:
             typer.echo("  raw:       every stored event; [replaced by Summary #N]: replay shows Summary #N instead")
+        if turn is not None:
+            for line in journal_lines(turn):
+                typer.echo(line)
         for e in events:
             for line in _event_lines(e):
                 typer.echo(line)
@@ -100,35 +110,38 @@ def sessions_show(
 
 
 def _event_lines(e: dict) -> list[str]:
-    """The text lines of one event: a Summary's title (the range it replaces), its whole text and its provenance on
-    lines of their own; any other event's payload as JSON cut to 200 characters, with the Summary covering it."""
-    head = f"  #{e['seq']:<5} turn {e['turn']:<4} {e['kind']:<12} "
+    """The text lines of one event: a Summary's title (the range it replaces, in the kind column, so "Summary" is
+    said once), its whole text and its provenance on lines of their own; any other event's payload as JSON cut to
+    200 characters, with the Summary covering it."""
+    at = f"  #{e['seq']:<5} turn {e['turn']:<4} "
+    head = f"{at}{e['kind']:<12} "
     if "payload_error" in e:
         return [head + "<payload is not valid JSON: the database was altered; restore the database from a backup>"]
     payload = e["payload"]
     if e["kind"] == "summary" and isinstance(payload, dict) and isinstance(payload.get("text"), str):
         prov = payload.get("provenance") or {}
         source = prov.get("source") or {}
-        provenance = (f"provenance: job {prov.get('job')}, model {prov.get('model') or 'not recorded'}, "
+        provenance = (f"provenance: job {prov.get('job')}, model {prov.get('model') or NO_MODEL}, "
                       f"{source.get('count')} source events")
         body = [f"         {line}" for line in payload["text"].splitlines() or [""]]
-        return [head + _summary_title(e, source), *body, f"         {provenance}"]
+        return [at + _summary_title(e, source), *body, f"         {provenance}"]
     covered = f"   [replaced by Summary #{e['covered_by']}]" if e.get("covered_by") else ""
     return [head + json.dumps(payload, ensure_ascii=False)[:200] + covered]
 
 
 def _summary_title(e: dict, source: dict) -> str:
     """What a Summary replaces: in the replay view everything through its covered seq (through its base Summary);
-    in the raw history its own range, its base and its state."""
+    in the raw history its base Summary's seq, its own range and its state ("Summary of #21 and #13-#25 (in
+    effect)")."""
     if "summary" not in e:
         return f"Summary of #1-#{source.get('through_seq')}"
     record = e["summary"]
     if record is None:
         return "Summary without a provenance record: the database was altered; restore it from a backup"
-    base = f" and Summary #{record['base_seq']}" if record["base_seq"] is not None else ""
+    base = f"#{record['base_seq']} and " if record["base_seq"] is not None else ""
     state = {"compacted again": f"compacted again by #{record['replaced_by']}",
              "reverted": f"reverted {when(record['reverted_at'])}"}.get(record["state"], record["state"])
-    return f"Summary of #{record['first_seq']}-#{record['through_seq']}{base} ({state})"
+    return f"Summary of {base}#{record['first_seq']}-#{record['through_seq']} ({state})"
 
 
 def _raw_dict(r: RawEvent) -> dict:
@@ -153,9 +166,14 @@ def sessions_delete(
     ctx: typer.Context,
     session: SessionArg,
     yes: Annotated[bool, typer.Option("--yes", help="Delete without asking.")] = False,
+    discard_journal: Annotated[bool, typer.Option(
+        "--discard-journal", help="Delete even with an open agent journal (its record of possibly-run tools).")] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Delete a Session with its transcript, jobs and the assets only it used; Knowledge keeps its audit fields.
+
+    Refused while the Session has an open agent journal: run `emelex memory sessions recover` first, or pass
+    --discard-journal.
 
     Not forensic erasure: freed pages and WAL bytes remain until `emelex memory maintain --vacuum`.
     """
@@ -164,7 +182,7 @@ def sessions_delete(
         if not yes:
             s = store.get_session(session)
             typer.confirm(f"Delete Session {s.id} ({s.last_seq} events, {s.title or 'untitled'})?", abort=True)
-        d = store.delete_session(session)
+        d = store.delete_session(session, discard_journal=discard_journal)
     if as_json:
         echo_json("deleted", dataclasses.asdict(d))
         return

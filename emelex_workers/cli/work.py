@@ -6,7 +6,8 @@ terminal, a live bar of the tokens generated and tokens per second in between.
 On stdout, one summary line when any job ran, then a line for every done job
 whose result says more than "completed" (what a distillation applied, what
 the guards rejected, or why it saved nothing), then a line for every job left
-waiting and why (held by a worker, its Session in use, a retry not yet due),
+waiting and why (held by a worker, its Session in use, an open agent journal,
+a retry not yet due),
 with the command that frees a job whose worker died on this host. Nothing at
 all when there was nothing to do (a Home without a store yet is such an idle
 run and creates nothing: cron may run it on a fresh machine). `--quiet` keeps

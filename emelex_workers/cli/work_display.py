@@ -16,6 +16,7 @@ import typer
 
 from emelex_memory import WaitingJob
 
+from ..attempts import attempt_text
 from ..work_report import JobReport, JobStart, WorkObserver
 from .common import when
 
@@ -26,10 +27,13 @@ REFRESH_S = 0.1  # redraw at most this often (the first report of every model ca
 
 
 def start_line(job: JobStart) -> str:
-    """`[compaction] job J  Session S  attempt 1  source 9082 tokens` (`~N` for an estimate)."""
+    """`[compaction] job J  Session S  attempt 1 of 3  source 9082 tokens` (`9082 tokens (estimated)` for an
+    estimate)."""
+    from emelex_memory.compaction.planning import tokens_text  # here: an idle worker loads no compaction code
+
     size = "source size unknown" if job.source_tokens is None else (
-        f"source {'~' if job.source_estimated else ''}{job.source_tokens} tokens")
-    return f"[{job.kind}] job {job.id}  Session {job.session_id}  attempt {job.attempt}  {size}"
+        f"source {tokens_text(job.source_tokens, job.source_estimated)}")
+    return f"[{job.kind}] job {job.id}  Session {job.session_id}  {attempt_text(job.attempt)}  {size}"
 
 
 def cost_text(cost: dict[str, Any] | None) -> str:
@@ -44,9 +48,11 @@ def cost_text(cost: dict[str, Any] | None) -> str:
 
 def end_line(report: JobReport) -> str:
     """`[compaction] job J  done in 3.2s (812 prompt + 64 generated tokens)`, plus the detail of a failure or of
-    what a done job saved (`completed; 3 applied, ...`; nothing for a plain "completed")."""
+    what a done job saved or why its compaction chain stopped (`completed; 3 applied, ...`, in full; nothing for a
+    plain "completed")."""
     spent = cost_text(report.cost)
-    detail = "" if report.detail == "completed" else f": {report.detail[:160]}"
+    said = report.detail if report.status == "done" else report.detail[:160]
+    detail = "" if report.detail == "completed" else f": {said}"
     return (f"[{report.kind}] job {report.id}  {report.status} in {report.seconds:.1f}s"
             f"{f' ({spent})' if spent else ''}{detail}")
 
@@ -63,8 +69,11 @@ def waiting_line(waiting: WaitingJob, stopped: str) -> str:
         return head + f"held by worker {waiting.holder} until {until}"
     if waiting.reason == "session-in-use":
         return head + f"Session in use by {waiting.holder} until {until}"
+    if waiting.reason == "agent-journal":
+        return head + ("waiting on an open agent journal (an agent turn that did not finish); resume the Session, "
+                       f"or reconcile it with `emelex memory sessions recover {job.session_id}`")
     if waiting.reason == "not-due":
-        return head + f"retrying after {job.attempts} failed attempt(s); due at {until}"
+        return head + f"{attempt_text(job.attempts + 1)} due at {until}, after a failure"
     return head + f"due now, not run: this run stopped ({stopped})"
 
 

@@ -11,6 +11,7 @@ protocol's `chat` (greedy, no stop reason).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -77,6 +78,19 @@ class LlamaBinding:
                                                temperature=temperature, seed=DEFAULT_SEED + max(0, attempt),
                                                repeat_penalty=repeat_penalty, on_token=report)
         return Completion(text, reason)
+
+    @property
+    def template_digest(self) -> str:
+        """SHA-256 hex of the model's chat template (loads the model)."""
+        return self._loaded().template_digest
+
+    def stream_chat(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict,
+                    stop: threading.Event, on_text: Callable[[str], None] | None = None,
+                    temperature: float = 0.0, seed: int = DEFAULT_SEED) -> str:
+        """The `AgentBinding` method: one constrained completion, interruptible between tokens (see
+        `emelex_workers.plugin_api.AgentBinding`)."""
+        return self._loaded().stream(messages, max_tokens=max_tokens, json_schema=json_schema, stop=stop,
+                                     on_text=on_text, temperature=temperature, seed=seed)
 
     def close(self) -> None:
         """Free the model; idempotent."""

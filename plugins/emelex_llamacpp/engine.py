@@ -7,6 +7,7 @@ the validated ``InstalledModel.model_file``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 import threading
@@ -202,6 +203,45 @@ class LlamaEngine:
                 on_token(seen[0] if seen else 0, len(seen), piece)
         on_token(seen[0] if seen else 0, len(seen), "")
         return "".join(pieces), reason
+
+    @property
+    def template_digest(self) -> str:
+        """SHA-256 hex of the GGUF's chat template (``tokenizer.chat_template``; "" when it has none)."""
+        template = self._model().metadata.get("tokenizer.chat_template", "")
+        return hashlib.sha256(template.encode()).hexdigest()
+
+    def stream(self, messages: list[dict], *, max_tokens: int, json_schema: dict, stop: threading.Event,
+               on_text: Callable[[str], None] | None = None, temperature: float = 0.0,
+               seed: int | None = None) -> str:
+        """One streamed completion constrained to ``json_schema`` (ValueError when the converter rejects it),
+        each piece passed to ``on_text``. ``stop`` is checked before each sampled piece: once it is set the
+        stream is closed (llama.cpp stops within one token; the next call is unaffected) and
+        ``GenerationInterrupted`` is raised. Prompt evaluation itself cannot be interrupted."""
+        from emelex_workers.plugin_api import GenerationInterrupted
+
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        try:
+            grammar = self._llama_cpp.LlamaGrammar.from_json_schema(json.dumps(json_schema), verbose=False)
+        except Exception as exc:  # the converter raises AssertionError/KeyError/...
+            raise ValueError(f"unsupported json_schema: {exc}") from exc
+        with self._lock:
+            chunks = self._model().create_chat_completion(
+                messages=messages, max_tokens=max_tokens, temperature=temperature, grammar=grammar,
+                seed=self._seed if seed is None else seed, stream=True)
+            pieces = []
+            try:
+                for chunk in chunks:
+                    if stop.is_set():
+                        raise GenerationInterrupted()
+                    piece = chunk["choices"][0]["delta"].get("content")
+                    if piece:
+                        pieces.append(piece)
+                        if on_text is not None:
+                            on_text(piece)
+            finally:
+                chunks.close()
+            return "".join(pieces)
 
     def close(self) -> None:
         """Free the model and context; idempotent. Later calls raise RuntimeError."""

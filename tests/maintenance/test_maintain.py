@@ -12,6 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from emelex_memory import KnowledgeNotFoundError, MemoryStore, NewEvent, Settings, register_job_kind
+from emelex_memory.assets.refs import DEFAULT_GRACE_S
+from emelex_memory.core.directories import Directory
 from emelex_memory.maintenance.retention import DAY_S
 from emelex_workers.cli import app
 
@@ -265,3 +267,72 @@ def test_maintain_leaves_a_lease_held_by_another_process_alone(db_path, home, wo
     clock.now += 31 * DAY_S  # idle again and no longer leased: now it goes
     assert store.maintain().sessions_deleted == 1
     store.close()
+
+
+# -- the asset folder scan is paced ------------------------------------------------------------
+
+
+def _statements_and_listings(store: MemoryStore, monkeypatch) -> tuple[list[str], list[str]]:
+    """Run `maintain` once; return the SQL statements it ran and the directories it listed (the real calls, seen)."""
+    statements: list[str] = []
+    listed: list[str] = []
+    real_names = Directory.names
+
+    def names(self):
+        listed.append(self.path.name)
+        return real_names(self)
+
+    monkeypatch.setattr(Directory, "names", names)
+    store.db.conn.exec_trace = lambda cursor, sql, bindings: statements.append(sql) or True
+    try:
+        store.maintain()
+    finally:
+        store.db.conn.exec_trace = None
+        monkeypatch.setattr(Directory, "names", real_names)
+    return statements, listed
+
+
+def test_maintain_does_per_file_work_only_when_the_folder_scan_is_due(tmp_path, workspace, clock, monkeypatch):
+    runs = {}
+    for files in (1, 40):
+        db = tmp_path / f"store-{files}.sqlite3"
+        with open_store(db, tmp_path / f"home-{files}", clock) as store:
+            seed(store, workspace, "kept", *[store.put_asset(f"asset {n}".encode(), "image/png") for n in range(files)])
+            first, first_listed = _statements_and_listings(store, monkeypatch)  # due: the first run scans
+            again, again_listed = _statements_and_listings(store, monkeypatch)
+            runs[files] = (first, first_listed, again, again_listed)
+    assert len(runs[40][0]) > len(runs[1][0]) and runs[40][1]  # the scan checks every file against the catalog
+    assert runs[1][2] == runs[40][2]  # not due: the same statements whatever the number of files
+    assert runs[1][3] == runs[40][3] == []  # and no directory is listed
+
+
+def test_maintain_removes_a_crash_orphan_once_the_scan_is_due_again(db_path, home, workspace, clock):
+    with open_store(db_path, home, clock) as store:
+        seed(store, workspace, "kept", store.put_asset(b"linked", "image/png"))
+        store.maintain()  # a complete pass: the next is due after the interval
+        orphan = store.asset_dir / ("ab" * 32)
+        orphan.write_bytes(b"linked by a put_asset killed before its commit")
+        orphan.chmod(0o600)
+        clock.now += DEFAULT_GRACE_S + 1  # past the orphan's grace period, and the scan is due again
+        assert store.maintain().asset_files_removed == 1 and not orphan.exists()
+
+
+def test_a_folder_scan_in_progress_continues_on_the_next_maintain(db_path, home, workspace, clock):
+    with open_store(db_path, home, clock, maintain_batch=2) as store:
+        linked = store.put_asset(b"linked", "image/png")
+        seed(store, workspace, "kept", linked)
+        store.maintain()
+        for n in range(5):
+            orphan = store.asset_dir / (f"{n:x}" * 64)
+            orphan.write_bytes(b"orphan %d" % n)
+            orphan.chmod(0o600)
+        clock.now += DEFAULT_GRACE_S + 1
+        removed, runs = 0, 0
+        while True:  # no further clock step: a pass that reached its cap goes on with the next run
+            runs += 1
+            report = store.maintain()
+            removed += report.asset_files_removed
+            if not report.more:
+                break
+        assert removed == 5 and runs == 3
+        assert [n for n in os.listdir(store.asset_dir) if n != "tmp"] == [linked.digest]

@@ -1,0 +1,174 @@
+"""Execution snapshots: the resolved semantic configuration and the exact tool authority of an agent Session.
+
+A `SessionSnapshot` is created once, for an empty Session, and never changes
+or compacts. Its digest is the SHA-256 of its canonical JSON (sorted keys, no
+whitespace, UTF-8; tools ordered by name), so neither key order nor the order
+tools were registered in changes it, and any change of any field does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ..errors import InvalidInputError
+
+SNAPSHOT_FORMAT = 1  # bumped only if the canonical JSON layout itself changes
+APPROVALS = ("always", "never")
+
+
+def canonical_json(value: Any) -> bytes:
+    """The canonical JSON bytes of `value`: sorted keys, no whitespace, UTF-8, finite numbers only."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"an execution snapshot must be plain JSON: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ToolAuthority:
+    """What a Session may do with one tool: its name, description, input schema, approval policy ("always": every
+    call needs the user's approval; "never": it runs unasked) and the plugin (name and version) that provides it."""
+
+    name: str
+    description: str
+    input_schema: dict
+    approval: str
+    plugin: str
+    plugin_version: str
+
+    def __post_init__(self) -> None:
+        for name in ("name", "description", "plugin", "plugin_version"):
+            if not isinstance(getattr(self, name), str):
+                raise InvalidInputError(f"tool authority field {name!r} must be a string")
+        if self.approval not in APPROVALS:
+            raise InvalidInputError(f"tool {self.name!r}: approval must be one of {APPROVALS}, got {self.approval!r}")
+        if not isinstance(self.input_schema, dict):
+            raise InvalidInputError(f"tool {self.name!r}: input_schema must be a JSON object")
+
+    def to_json(self) -> dict[str, Any]:
+        """The authority as a JSON object."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class SessionSnapshot:
+    """The immutable execution configuration of an agent Session; see the module docstring.
+
+    `protocol` is the tool-call protocol version, `template_digest` the
+    SHA-256 of the chat template the binding renders with, `round_tokens` the
+    token limit of one model round, `chain_limit` the most tool rounds in one
+    turn and `calls_per_batch` the most calls in one round. Construction
+    orders `tools` by name and refuses two tools of one name.
+    """
+
+    model_reference: str
+    model_snapshot_id: str
+    protocol: str
+    template_digest: str
+    context_size: int
+    temperature: float
+    seed: int
+    round_tokens: int
+    chain_limit: int
+    calls_per_batch: int
+    system_prompt: str
+    tools: tuple[ToolAuthority, ...]
+
+    def __post_init__(self) -> None:
+        for name in ("model_reference", "model_snapshot_id", "protocol", "template_digest", "system_prompt"):
+            if not isinstance(getattr(self, name), str):
+                raise InvalidInputError(f"snapshot field {name!r} must be a string")
+        for name in ("context_size", "seed", "round_tokens", "chain_limit", "calls_per_batch"):
+            value = getattr(self, name)
+            if type(value) is not int or value < (0 if name == "seed" else 1):
+                raise InvalidInputError(f"snapshot field {name!r} must be a positive integer, got {value!r}")
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
+                or not math.isfinite(self.temperature) or self.temperature < 0:
+            raise InvalidInputError(f"snapshot temperature must be a finite number >= 0, got {self.temperature!r}")
+        object.__setattr__(self, "temperature", float(self.temperature))
+        tools = tuple(sorted(self.tools, key=lambda t: t.name))
+        if any(not isinstance(t, ToolAuthority) for t in tools):
+            raise InvalidInputError("snapshot tools must be ToolAuthority values")
+        names = [t.name for t in tools]
+        if len(set(names)) != len(names):
+            raise InvalidInputError(f"snapshot tools have duplicate names: {names}")
+        object.__setattr__(self, "tools", tools)
+
+    def to_json(self) -> dict[str, Any]:
+        """The snapshot as a JSON object (tools as a list ordered by name), with its format number."""
+        value: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        value["tools"] = [t.to_json() for t in self.tools]
+        value["format"] = SNAPSHOT_FORMAT
+        return value
+
+    def canonical_json(self) -> bytes:
+        """The canonical JSON bytes the digest is taken over."""
+        return canonical_json(self.to_json())
+
+    @property
+    def digest(self) -> str:
+        """The lowercase hex SHA-256 of `canonical_json()`."""
+        return hashlib.sha256(self.canonical_json()).hexdigest()
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> SessionSnapshot:
+        """Rebuild a snapshot from `to_json()` output; raises `InvalidInputError` for anything else."""
+        try:
+            if value.get("format") != SNAPSHOT_FORMAT:
+                raise InvalidInputError(f"unknown snapshot format {value.get('format')!r}")
+            data = {f.name: value[f.name] for f in fields(cls)}
+            data["tools"] = tuple(ToolAuthority(**t) for t in value["tools"])
+        except (AttributeError, KeyError, TypeError) as exc:
+            raise InvalidInputError(f"a stored execution snapshot is malformed ({exc!r})") from None
+        return cls(**data)
+
+    def tool(self, name: str) -> ToolAuthority | None:
+        """The authority of tool `name`, or None when the snapshot has no such tool."""
+        return next((t for t in self.tools if t.name == name), None)
+
+    def differing_field(self, other: SessionSnapshot) -> str | None:
+        """The first field in which `other` differs, as a path such as `"temperature"`,
+        `"tools[read_file].description"` or `"tools[read_file].input_schema.properties.path.type"`;
+        None when both are identical (equal digests)."""
+        for f in fields(self):
+            if f.name == "tools":
+                continue
+            if canonical_json(getattr(self, f.name)) != canonical_json(getattr(other, f.name)):
+                return f.name
+        mine = {t.name: t for t in self.tools}
+        theirs = {t.name: t for t in other.tools}
+        for name in sorted(mine.keys() | theirs.keys()):
+            if name not in mine or name not in theirs:
+                return f"tools[{name}]"
+            a, b = mine[name].to_json(), theirs[name].to_json()
+            for key in sorted(a):
+                if key == "input_schema":
+                    path = _json_difference(a[key], b[key])
+                    if path is not None:
+                        return f"tools[{name}].input_schema{path}"
+                elif a[key] != b[key]:
+                    return f"tools[{name}].{key}"
+        return None
+
+
+def _json_difference(a: Any, b: Any, path: str = "") -> str | None:
+    """The path (".key" / "[i]" steps) of the first place where two JSON values differ, or None."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(a.keys() | b.keys()):
+            if key not in a or key not in b:
+                return f"{path}.{key}"
+            found = _json_difference(a[key], b[key], f"{path}.{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b)):
+            found = _json_difference(x, y, f"{path}[{i}]")
+            if found is not None:
+                return found
+        return None if len(a) == len(b) else f"{path}[{min(len(a), len(b))}]"
+    return None if canonical_json(a) == canonical_json(b) else path

@@ -1,0 +1,428 @@
+"""`DurableAgentSession`: an in-memory `AgentSession` paired with one Session lease and the tool journal.
+
+Every database write goes through one single-thread executor (so journal
+writes stay ordered), every model round through another, and every tool run
+through a third: SQLite, fsync and inference never run on the event loop
+thread. A daemon thread renews the lease every TTL/3 for the adapter's whole
+life, so renewal continues during inference, tool runs and approval prompts.
+
+`turn()` arms the poison flag synchronously, before the task exists, keeps
+a strong reference to the task, and only a turn that closed durably (an
+answer, or a recorded failure) clears it. A cancelled or dropped turn leaves
+the adapter poisoned: `turn()` refuses, `close()` releases without queueing
+distillation, and the next resume reconciles the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from emelex_memory import MemoryStore
+from emelex_memory.agent import journal
+from emelex_memory.sessions.leases import lease_ttl
+from emelex_memory.agent.snapshot import SessionSnapshot
+from emelex_memory.compaction.planning import CompactionQueued
+from emelex_memory.errors import (
+    AgentPoisonedError,
+    LeaseExpiredError,
+    LeaseLostError,
+    SnapshotMismatchError,
+    TurnInProgressError,
+)
+from emelex_memory.sessions.leases import SessionLease
+from emelex_workers.plugin_api import AgentBinding, GenerationInterrupted
+
+from .protocol import PROTOCOL_VERSION, ProposedCall
+from .session import AgentSession
+from .tools import RegisteredTool, ToolInvocation, run_tool
+
+Approve = Callable[[ProposedCall, RegisteredTool], "str | Awaitable[str]"]
+DECISIONS = ("approve", "deny", "abort")
+
+
+def build_snapshot(
+    binding: AgentBinding,
+    tools: Mapping[str, RegisteredTool],
+    *,
+    model_reference: str,
+    model_snapshot_id: str,
+    system_prompt: str,
+    context_size: int | None = None,
+    temperature: float = 0.0,
+    seed: int = 42,
+    round_tokens: int = 512,
+    chain_limit: int = 4,
+    calls_per_batch: int = 2,
+) -> SessionSnapshot:
+    """The snapshot of an agent over `binding` and `tools` (all of them) with these semantics; `context_size`
+    defaults to the binding's context window."""
+    return SessionSnapshot(
+        model_reference, model_snapshot_id, PROTOCOL_VERSION, binding.template_digest,
+        binding.context_window if context_size is None else context_size, temperature, seed, round_tokens,
+        chain_limit, calls_per_batch, system_prompt, tuple(t.authority() for t in tools.values()),
+    )
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """How a turn ended: `outcome` is "answer" (with `answer`), "interrupted", "aborted" or "error" (with a bounded
+    `diagnostic`); `rounds` model rounds ran and `calls` tool calls were published."""
+
+    outcome: str
+    answer: str | None
+    rounds: int
+    calls: int
+    diagnostic: str = ""
+
+
+class _Renewal(threading.Thread):
+    """Renews the lease through the database executor every `interval_s` until stopped or the lease is lost."""
+
+    def __init__(self, owner: DurableAgentSession, interval_s: float) -> None:
+        super().__init__(name=f"renew-session-{owner.session_id}", daemon=True)
+        self._owner = owner
+        self._interval = interval_s
+        self.stopped = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        owner = self._owner
+        while not self.stopped.wait(self._interval):
+            try:
+                owner._db.submit(owner._lease.renew, owner._ttl).result()
+            except (LeaseLostError, LeaseExpiredError) as exc:
+                self.error = exc
+                return
+            except RuntimeError:  # the executor shut down: the adapter closed
+                return
+            except Exception as exc:  # a busy or failing database: try again next interval
+                self.error = exc
+
+
+class DurableAgentSession:
+    """One durable agent Session; build it with `create` or `resume`, end it with `close`."""
+
+    def __init__(self, store: MemoryStore, lease: SessionLease, agent: AgentSession, workspace: Path,
+                 ttl_s: float, executors: tuple[ThreadPoolExecutor, ThreadPoolExecutor, ThreadPoolExecutor]) -> None:
+        """Internal: use `create` or `resume`."""
+        self.store = store
+        self._lease = lease
+        self.agent = agent
+        self.workspace = workspace
+        self._ttl = ttl_s
+        self._db, self._model, self._tools = executors
+        self._stop = threading.Event()
+        self._poisoned = False
+        self._closed = False
+        self._task: asyncio.Task | None = None
+        self._renewal = _Renewal(self, ttl_s / 3)
+        self._renewal.start()
+
+    # -- construction ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _executors(session: str) -> tuple[ThreadPoolExecutor, ThreadPoolExecutor, ThreadPoolExecutor]:
+        return (ThreadPoolExecutor(1, f"emelex-agent-db-{session}"), ThreadPoolExecutor(1, f"emelex-agent-model-{session}"),
+                ThreadPoolExecutor(1, f"emelex-agent-tool-{session}"))
+
+    @classmethod
+    async def create(cls, store: MemoryStore, workspace: str | Path, binding: AgentBinding,
+                     tools: Mapping[str, RegisteredTool], snapshot: SessionSnapshot, *, title: str | None = None,
+                     ttl_s: float | None = None) -> DurableAgentSession:
+        """A new Session in `workspace` with `snapshot` recorded in the transaction that proves it empty, and its
+        lease. `tools` must provide exactly the snapshot's tool authority (`SnapshotMismatchError` otherwise)."""
+        _check_tools(snapshot, tools)
+        executors = cls._executors("new")
+        ttl = lease_ttl(store.settings, ttl_s)
+
+        def setup() -> tuple[SessionLease, Path]:
+            session = store.create_session(workspace, title=title)
+            lease = store.acquire_lease(session.id, workspace, ttl_s=ttl)
+            try:
+                list(lease.replay_all())
+                journal.record_snapshot(store, lease, snapshot)
+            except BaseException:
+                lease.close()
+                raise
+            return lease, Path(lease.workspace.path)
+
+        lease, path = await _on(executors[0], setup, shutdown=executors)
+        return cls(store, lease, AgentSession(binding, snapshot, tools), path, ttl, executors)
+
+    @classmethod
+    async def resume(cls, store: MemoryStore, session_id: str, workspace: str | Path, binding: AgentBinding,
+                     tools: Mapping[str, RegisteredTool], snapshot: SessionSnapshot, *,
+                     ttl_s: float | None = None) -> DurableAgentSession:
+        """Resume a Session: workspace preflight, lease, verified replay, the identical snapshot (else
+        `SnapshotMismatchError` naming the field), then reconciliation of an interrupted turn without running any
+        tool (`UnknownEffectsError` when a started call has no result: recover it with
+        `emelex memory sessions recover`). On any error the lease is released and nothing else changed."""
+        _check_tools(snapshot, tools)
+        executors = cls._executors(session_id[:8])
+        ttl = lease_ttl(store.settings, ttl_s)
+
+        agent = AgentSession(binding, snapshot, tools)
+
+        def setup() -> tuple[SessionLease, Path]:
+            path = store.get_session(session_id).validate_workspace(workspace)
+            lease = store.acquire_lease(session_id, path, ttl_s=ttl)
+            try:
+                agent.load_history(lease.replay_all())  # decodes every payload: a corrupt one refuses here
+                journal.require_snapshot(store, lease, snapshot)
+                if journal.reconcile(store, lease) is not None:
+                    agent.load_history(lease.replay_all())
+            except BaseException:
+                _release_quietly(lease)
+                raise
+            return lease, path
+
+        lease, path = await _on(executors[0], setup, shutdown=executors)
+        return cls(store, lease, agent, path, ttl, executors)
+
+    # -- state ----------------------------------------------------------------------------------------------
+
+    @property
+    def session_id(self) -> str:
+        """The public Session ID."""
+        return self._lease.session_id
+
+    @property
+    def snapshot(self) -> SessionSnapshot:
+        """The Session's execution snapshot."""
+        return self.agent.snapshot
+
+    @property
+    def poisoned(self) -> bool:
+        """True while a turn is running and after one that did not close durably (cancelled, dropped, or its failure
+        could not be recorded): the adapter may then only be closed."""
+        return self._poisoned
+
+    @property
+    def enabled_tools(self) -> frozenset[str]:
+        """The snapshot tools the model may call now (process-local; a resume enables all)."""
+        return self.agent.enabled_tools
+
+    def disable_tool(self, name: str) -> None:
+        """Stop offering snapshot tool `name`; see `AgentSession.disable_tool`."""
+        self.agent.disable_tool(name)
+
+    def enable_tool(self, name: str) -> None:
+        """Offer snapshot tool `name` again; see `AgentSession.enable_tool`."""
+        self.agent.enable_tool(name)
+
+    # -- turns ------------------------------------------------------------------------------------------------
+
+    def turn(self, text: str, *, approve: Approve | None = None,
+             on_token: Callable[[str], None] | None = None) -> asyncio.Task[TurnResult]:
+        """Start one turn on the running loop and return its task (the adapter keeps a strong reference).
+
+        The poison flag is armed before the task is created, so cancelling or
+        dropping it at any point leaves the adapter poisoned. `approve(call,
+        tool)` (a value or an awaitable of "approve", "deny" or "abort") is
+        asked for every call whose snapshot approval is "always"; without it
+        such calls are denied. `on_token` gets streamed text on the loop.
+        Raises `AgentPoisonedError` when poisoned or closed and
+        `TurnInProgressError` while a turn runs.
+        """
+        if self._task is not None and not self._task.done():
+            raise TurnInProgressError(f"a turn of Session {self.session_id} is still running; await it first")
+        if self._poisoned or self._closed:
+            raise AgentPoisonedError(
+                f"this agent of Session {self.session_id} is {'closed' if self._closed else 'poisoned'}; close it and "
+                "resume the Session"
+            )
+        loop = asyncio.get_running_loop()
+        self._poisoned = True
+        self._stop.clear()
+        self._task = loop.create_task(self._run_turn(text, approve, on_token))
+        return self._task
+
+    def interrupt(self) -> None:
+        """Stop generation between tokens (and start no further tool call); the turn closes with a failure record."""
+        self._stop.set()
+
+    async def _offload(self, executor: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run `fn` on `executor` and await it: the one await of every blocking step of a turn."""
+        return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(fn, *args, **kwargs))
+
+    async def _run_turn(self, text: str, approve: Approve | None, on_token: Callable[[str], None] | None) -> TurnResult:
+        store, lease, agent = self.store, self._lease, self.agent
+        limit = agent.snapshot.chain_limit
+        await self._offload(self._db, journal.open_turn, store, lease, text)
+        agent.add_user(text)
+        rounds = calls = 0
+        try:
+            while True:
+                if self._stop.is_set():
+                    raise GenerationInterrupted()
+                out = await self._offload(self._model, agent.generate_round, stop=self._stop,
+                                          on_token=_on_loop(on_token))
+                rounds += 1
+                if out.answer is not None:
+                    audit = {"event": "answer", "rounds": rounds, "calls": calls,
+                             "model": agent.snapshot.model_reference}
+                    await self._offload(self._db, journal.close_answer, store, lease, out.answer, audit)
+                    agent.add_answer(out.answer)
+                    self._poisoned = False
+                    return TurnResult("answer", out.answer, rounds, calls)
+                if rounds > limit:
+                    return await self._fail("error", f"the model asked for more than {limit} tool rounds in one turn",
+                                            rounds, calls)
+                ended = await self._run_batch(rounds, out, approve)
+                calls += len(out.calls)
+                if ended is not None:
+                    return await self._fail(ended, _ENDINGS[ended], rounds, calls)
+        except GenerationInterrupted:
+            return await self._fail("interrupted", _ENDINGS["interrupted"], rounds, calls)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return await self._fail("error", f"{type(exc).__name__}: {exc}", rounds, calls, cause=exc)
+
+    async def _run_batch(self, round_: int, out: Any, approve: Approve | None) -> str | None:
+        """Journal, run and publish one batch; return "aborted" / "interrupted" when the turn must end after it."""
+        store, lease, agent = self.store, self._lease, self.agent
+        ids = [uuid.uuid4().hex for _ in out.calls]
+        await self._offload(self._db, journal.plan_batch, store, lease, round_, out.raw,
+                            [(cid, c.tool, c.arguments) for cid, c in zip(ids, out.calls)])
+        ended: str | None = None
+        for cid, call in zip(ids, out.calls):
+            if ended is None and self._stop.is_set():
+                ended = "interrupted"
+            result, assets = await self._decide(cid, call, approve) if ended is None else (None, ())
+            if result == "abort":
+                ended, result = "aborted", None
+            if result is None:
+                result = {"call_id": cid, "tool": call.tool, "outcome": "not_executed", "output": journal.NOT_EXECUTED}
+            await self._offload(self._db, journal.complete_call, store, lease, cid, result, assets)
+        results = await self._offload(self._db, journal.publish_batch, store, lease)
+        agent.add_batch(round_, list(zip(ids, out.calls)), results)
+        return ended
+
+    async def _decide(self, cid: str, call: ProposedCall, approve: Approve | None) -> tuple[Any, tuple]:
+        """Gate, ask, run one call: its `tool_result` payload and assets, or "abort"."""
+        reason = self.agent.gate(call)
+        if reason is not None:
+            return {"call_id": cid, "tool": call.tool, "outcome": "error", "output": reason}, ()
+        tool = self.agent.tools[call.tool]
+        if self.agent.snapshot.tool(call.tool).approval == "always":
+            decision = "deny" if approve is None else approve(call, tool)
+            if inspect.isawaitable(decision):
+                decision = await decision
+            if decision not in DECISIONS:
+                raise ValueError(f"approve() returned {decision!r}, not one of {DECISIONS}")
+            if decision == "abort":
+                return "abort", ()
+            if decision == "deny":
+                return {"call_id": cid, "tool": call.tool, "outcome": "denied", "output": "the user denied this call"}, ()
+        await self._offload(self._db, journal.start_call, self.store, self._lease, cid)
+        invocation = ToolInvocation(cid, call.tool, call.arguments, self.workspace, self.store)
+        output = await self._offload(self._tools, run_tool, tool, invocation)
+        result = {"call_id": cid, "tool": call.tool, "outcome": "error" if output.is_error else "ok",
+                  "output": output.text}
+        if output.assets:
+            result["assets"] = [ref.digest for ref in output.assets]
+        return result, tuple(output.assets)
+
+    async def _fail(self, reason: str, diagnostic: str, rounds: int, calls: int,
+                    cause: BaseException | None = None) -> TurnResult:
+        """Close the turn with a failure record (reconciling a journaled batch); the adapter stays poisoned when
+        that write fails, and the error is raised."""
+        try:
+            await self._offload(self._db, journal.close_failed, self.store, self._lease, reason, diagnostic)
+        except Exception as exc:
+            raise exc from cause
+        self.agent.load_history(await self._offload(self._db, lambda: list(self._lease.replay_all())))
+        self._poisoned = False
+        return TurnResult(reason, None, rounds, calls, journal.bounded(diagnostic))
+
+    # -- other uses of the lease ------------------------------------------------------------------------------
+
+    async def set_title(self, title: str | None) -> None:
+        """Change the Session's title through this adapter's own lease."""
+        await self._offload(self._db, journal.set_title, self.store, self._lease, title)
+
+    async def queue_compaction(self) -> CompactionQueued:
+        """Plan compaction for the snapshot's context size and queue it; never runs inference. The job waits
+        while this adapter holds the lease: close, run `emelex memory work`, then resume."""
+        return await self._offload(self._db, self.store.queue_compaction, self.session_id,
+                                   context_window=self.agent.snapshot.context_size)
+
+    async def close(self) -> None:
+        """End the adapter: an unpoisoned one queues idempotent distillation and releases the lease (one
+        transaction, `finish_session`); a poisoned one (or one with a turn still running, which is cancelled)
+        releases only. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._renewal.stopped.set()
+        try:
+            if self._poisoned:
+                await self._offload(self._db, _release_quietly, self._lease)
+            else:
+                await self._offload(self._db, self.store.finish_session, self._lease)
+        finally:
+            for executor in (self._db, self._model, self._tools):
+                executor.shutdown(wait=False)
+
+
+_ENDINGS = {
+    "interrupted": "the turn was interrupted",
+    "aborted": "the user aborted the turn at a tool call",
+}
+
+
+def _on_loop(callback: Callable[[str], None] | None) -> Callable[[str], None] | None:
+    """`callback`, called on the running loop from the model thread."""
+    if callback is None:
+        return None
+    loop = asyncio.get_running_loop()
+    return lambda piece: loop.call_soon_threadsafe(callback, piece)
+
+
+async def _on(executor: ThreadPoolExecutor, fn: Callable[[], Any], *, shutdown: tuple) -> Any:
+    """Run `fn` on `executor`; on failure shut `shutdown` down and re-raise."""
+    try:
+        return await asyncio.get_running_loop().run_in_executor(executor, fn)
+    except BaseException:
+        for e in shutdown:
+            e.shutdown(wait=False)
+        raise
+
+
+def _release_quietly(lease: SessionLease) -> None:
+    """Release a lease that may already be gone."""
+    try:
+        lease.release()
+    except (LeaseLostError, LeaseExpiredError):
+        pass
+
+
+def _check_tools(snapshot: SessionSnapshot, tools: Mapping[str, RegisteredTool]) -> None:
+    """Every snapshot tool must be registered with exactly the snapshot's authority."""
+    for authority in snapshot.tools:
+        tool = tools.get(authority.name)
+        if tool is None or tool.authority() != authority:
+            field = f"tools[{authority.name}]" if tool is None else None
+            if field is None:
+                probe = SessionSnapshot(**{**snapshot.__dict__, "tools": tuple(
+                    tool.authority() if t.name == authority.name else t for t in snapshot.tools)})
+                field = snapshot.differing_field(probe) or f"tools[{authority.name}]"
+            error = SnapshotMismatchError(
+                f"the registered tools differ from the Session's snapshot in {field}; install the plugin version the "
+                "Session was created with, or start a new Session"
+            )
+            error.field = field
+            raise error

@@ -1,0 +1,184 @@
+"""Tools as plugins: the types a tool plugin exchanges with the agent, the registry, and running one call.
+
+A plugin implements the `register_tools(register)` hook and calls
+`register(ToolSpec(...))` once per tool. `registered_tools(pm)` collects
+them, checking each spec (name pattern, bounded description, an input schema
+in the subset the grammar converter enforces, an approval policy) and that
+names are unique across plugins. The approval policy is the plugin's
+declaration and Emelex's rule: an "always" tool never runs without the
+user's approval, whatever the model says. `run_tool` runs one call: a
+tool's own exception becomes an error output, and output over the tool's
+`max_output_bytes` is stored as a content-addressed asset that the output
+names.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from emelex_memory import AssetRef, EmelexError, MemoryStore, PluginHookError
+from emelex_memory.agent.snapshot import ToolAuthority
+from emelex_workers.plugins import EmelexPluginManager, call_one, hook_order
+
+from .schema import check_schema
+
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,47}\Z")
+MAX_DESCRIPTION = 1024  # characters
+MAX_OUTPUT_BYTES = 16 * 1024 * 1024  # the largest max_output_bytes a tool may declare
+MAX_ERROR_TEXT = 2048  # bytes of an error output built from an exception
+PREVIEW_BYTES = 1024  # bytes of an oversized output kept in the text that names its asset
+APPROVALS = ("always", "never")
+
+
+@dataclass(frozen=True)
+class ToolInvocation:
+    """One call of a tool: its `call_id` (unique in the Session: an idempotency key), the tool's name, the
+    validated `arguments`, the Session's `workspace` directory (the tool must stay inside it) and the `store`
+    (for `put_asset`; None for an agent without a database)."""
+
+    call_id: str
+    tool: str
+    arguments: dict
+    workspace: Path
+    store: MemoryStore | None = None
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """What a call produced: `text` (a string or a JSON object) for the model, whether it is an error, and the
+    assets it refers to."""
+
+    text: str | dict
+    is_error: bool = False
+    assets: tuple[AssetRef, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool a plugin offers: `name` ([a-z][a-z0-9_]{0,47}, unique across plugins), `description` (at most
+    1024 characters, shown to the model), `input_schema` (a JSON-schema object in the subset of
+    `emelex_workers.agent.schema`), `run` (synchronous; runs on a worker thread), `approval` ("always": the
+    user approves each call; "never": read-only tools) and `max_output_bytes` (larger output becomes an
+    asset)."""
+
+    name: str
+    description: str
+    input_schema: dict
+    run: Callable[[ToolInvocation], ToolOutput]
+    approval: Literal["always", "never"] = "always"
+    max_output_bytes: int = 65_536
+
+
+@dataclass(frozen=True)
+class RegisteredTool:
+    """A checked `ToolSpec` and the plugin (and the plugin's distribution version) that registered it."""
+
+    spec: ToolSpec
+    plugin: str
+    plugin_version: str
+
+    def authority(self) -> ToolAuthority:
+        """The tool's exact authority as a Session snapshot records it."""
+        spec = self.spec
+        return ToolAuthority(spec.name, spec.description, spec.input_schema, spec.approval, self.plugin,
+                             self.plugin_version)
+
+
+def spec_problem(spec: object) -> str | None:
+    """None when `spec` is a valid `ToolSpec`; otherwise what is wrong with it, as a sentence."""
+    if not isinstance(spec, ToolSpec):
+        return f"{type(spec).__name__} is not a ToolSpec"
+    if not isinstance(spec.name, str) or not NAME_PATTERN.match(spec.name):
+        return f"tool name {spec.name!r} does not match [a-z][a-z0-9_]{{0,47}}"
+    if not isinstance(spec.description, str) or not 1 <= len(spec.description) <= MAX_DESCRIPTION:
+        return f"tool {spec.name!r} needs a description of 1 to {MAX_DESCRIPTION} characters"
+    if spec.approval not in APPROVALS:
+        return f"tool {spec.name!r} has approval {spec.approval!r}; use \"always\" or \"never\""
+    if not callable(spec.run):
+        return f"tool {spec.name!r} has a run that is not callable"
+    if type(spec.max_output_bytes) is not int or not 1 <= spec.max_output_bytes <= MAX_OUTPUT_BYTES:
+        return f"tool {spec.name!r} needs a max_output_bytes between 1 and {MAX_OUTPUT_BYTES}"
+    problem = check_schema(spec.input_schema)
+    return f"tool {spec.name!r}: {problem}" if problem else None
+
+
+def registered_tools(pm: EmelexPluginManager) -> dict[str, RegisteredTool]:
+    """Every tool registered through the `register_tools` hook, by name.
+
+    Raises `PluginHookError` naming the plugin for an invalid spec or a
+    failing hook, and naming both plugins when two register the same name.
+    """
+    found: dict[str, RegisteredTool] = {}
+    for impl in hook_order(pm, "register_tools"):
+        plugin = impl.plugin_name
+        info = pm.plugin_info.get(plugin)
+
+        def register(spec: object, plugin: str = plugin, version: str = info.version if info else "") -> None:
+            if problem := spec_problem(spec):
+                raise PluginHookError(f"plugin {plugin!r} registered an invalid tool: {problem}")
+            assert isinstance(spec, ToolSpec)
+            if spec.name in found:
+                raise PluginHookError(
+                    f"tool {spec.name!r} is registered by both {found[spec.name].plugin!r} and {plugin!r}; "
+                    "uninstall one of them"
+                )
+            found[spec.name] = RegisteredTool(spec, plugin, version)
+
+        call_one(pm, "register_tools", impl, register=register)
+    return found
+
+
+def output_bytes(text: str | dict) -> bytes:
+    """The bytes an output's text is measured and stored as: UTF-8, or canonical JSON for an object."""
+    if isinstance(text, str):
+        return text.encode("utf-8", "surrogatepass")
+    return json.dumps(text, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def bounded(text: str, limit: int = MAX_ERROR_TEXT) -> str:
+    """`text` cut to at most `limit` UTF-8 bytes (on a character boundary), marked with "..." when cut."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    return data[: limit - 3].decode("utf-8", "ignore") + "..."
+
+
+def run_tool(tool: RegisteredTool, invocation: ToolInvocation) -> ToolOutput:
+    """Run one call of `tool`; never raises for the tool's own failure.
+
+    An exception (or a result that is not a `ToolOutput`) becomes
+    `ToolOutput(is_error=True)` with a bounded text naming it. Output over the
+    tool's `max_output_bytes` is stored with `put_asset` and replaced by a text
+    naming the asset (digest and size) with a short preview; when the store is
+    missing or refuses, the text says so and keeps the preview only.
+    """
+    try:
+        output = tool.spec.run(invocation)
+    except Exception as exc:
+        return ToolOutput(bounded(f"tool {tool.spec.name!r} failed: {type(exc).__name__}: {exc}"), is_error=True)
+    if not isinstance(output, ToolOutput) or not isinstance(output.text, str | dict):
+        return ToolOutput(f"tool {tool.spec.name!r} returned a {type(output).__name__}, not a ToolOutput",
+                          is_error=True)
+    data = output_bytes(output.text)
+    if len(data) <= tool.spec.max_output_bytes:
+        return output
+    preview = bounded(data[:PREVIEW_BYTES].decode("utf-8", "ignore"), PREVIEW_BYTES)
+    kind = "text/plain" if isinstance(output.text, str) else "application/json"
+    problem = "this agent has no store to keep it in" if invocation.store is None else None
+    if invocation.store is not None:
+        try:
+            ref = invocation.store.put_asset(data, kind)
+        except EmelexError as exc:
+            problem = bounded(str(exc), 200)
+    if problem is not None:
+        note = f"the output ({len(data)} bytes) was over {tool.spec.max_output_bytes} bytes and could not be " \
+               f"stored ({problem}); its first bytes:\n{preview}"
+        return ToolOutput(note, is_error=True, assets=output.assets)
+    note = f"the output ({len(data)} bytes) was over {tool.spec.max_output_bytes} bytes and is stored as asset " \
+           f"sha256:{ref.digest} ({kind}); its first bytes:\n{preview}"
+    return ToolOutput(note, is_error=output.is_error, assets=(*output.assets, ref))

@@ -1,0 +1,290 @@
+"""`emelex chat`: an attended chat with the local model and the registered tools, on a durable agent Session.
+
+The workspace is checked before the model loads (for a resume, it must be
+the Session's workspace). Replies stream as they are generated. Every call
+of a tool whose approval policy is "always" is asked once: approve, deny,
+or abort the turn. Ctrl-C during generation interrupts the turn; during a
+tool it waits for the tool, and a second Ctrl-C exits at once, leaving the
+Session for `emelex memory sessions recover`. Input is read line by line
+from standard input, so a script can drive it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from emelex_memory import EmelexError, MemoryStore
+from emelex_memory.sessions.identity import WorkspaceIdentity
+from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
+from emelex_workers.agent.errors import UnknownToolError
+from emelex_workers.agent.protocol import ProposedCall, parse_round
+from emelex_workers.agent.tools import RegisteredTool, registered_tools
+from emelex_workers.models import ModelManager
+from emelex_workers.plugins import bind_model, get_plugin_manager
+
+from .chat_show import call_line, call_text, outcome_lines, showing
+from .common import settings_of
+
+SYSTEM_PROMPT = ("You are a careful coding assistant working in the user's workspace. Use a tool when you need "
+                 "to look at or change files; otherwise answer briefly.")
+HELP = "commands: /tools, /tools disable NAME, /tools enable NAME, /compact, /exit"
+EXIT_INTERRUPTED = 130
+ANSWER_START = '"answer"'
+
+
+class AnswerStream:
+    """Prints the answer text of a streamed round as it arrives (the JSON string after `"answer":`), nothing of a
+    tool-call round; `on_round` gets each complete round's text; `text` is what the current round received."""
+
+    def __init__(self, on_round: Callable[[str], None] | None = None) -> None:
+        self.text = ""
+        self._shown = 0
+        self._on_round = on_round
+
+    def feed(self, piece: str) -> None:
+        """Take one streamed piece and print the answer characters it completes; a complete round is dropped so
+        that the next round starts afresh."""
+        self.text += piece
+        self._show()
+        if piece.rstrip().endswith("}"):
+            try:
+                _, end = json.JSONDecoder().raw_decode(self.text.lstrip())
+            except ValueError:
+                end = 0
+            if end:
+                if self._on_round is not None:
+                    self._on_round(self.text.lstrip()[:end])
+                self.text, self._shown = self.text.lstrip()[end:], 0
+
+    def _show(self) -> None:
+        head = self.text.lstrip()
+        if not head.startswith("{") or ANSWER_START not in head[:16]:
+            return
+        start = self.text.index(ANSWER_START) + len(ANSWER_START)
+        quote = self.text.find('"', start)
+        if quote < 0:
+            return
+        body, shown = self.text[quote + 1:], []
+        index = 0
+        while index < len(body):
+            char = body[index]
+            if char == '"':
+                break
+            if char == "\\":
+                escape = body[index:index + (6 if body[index + 1:index + 2] == "u" else 2)]
+                if len(escape) < 2 or (escape[1] == "u" and len(escape) < 6):
+                    break  # the rest of the escape has not arrived yet
+                shown.append(json.loads(f'"{escape}"'))
+                index += len(escape)
+                continue
+            shown.append(char)
+            index += 1
+        text = "".join(shown)
+        sys.stdout.write(text[self._shown:])
+        sys.stdout.flush()
+        self._shown = len(text)
+
+
+class Chat:
+    """The interactive loop over one `DurableAgentSession`; see the module docstring."""
+
+    def __init__(self, agent: DurableAgentSession, lines: asyncio.Queue) -> None:
+        """Drive `agent` with input `lines` (str, or None at end of input)."""
+        self.agent = agent
+        self.lines = lines
+        self.turn: asyncio.Task | None = None
+        self.in_tool = False
+        self.interrupts = 0
+        self.approval: asyncio.Future | None = None
+        self.ended = False
+
+    async def read(self, prompt: str) -> str | None:
+        """The next input line (stripped), or None at end of input (and at every read after it)."""
+        sys.stdout.write(prompt)
+        sys.stdout.flush()
+        line = None if self.ended else await self.lines.get()
+        self.ended = line is None
+        return None if line is None else line.strip()
+
+    def on_sigint(self) -> None:
+        """Ctrl-C: abort an approval prompt, interrupt a turn (waiting for a running tool), exit on the second."""
+        if self.turn is None or self.turn.done():
+            self.lines.put_nowait(None)
+            return
+        self.interrupts += 1
+        if self.approval is not None and not self.approval.done():
+            self.approval.set_result("abort")
+            return
+        if self.interrupts >= 2:
+            print(f"\nexiting now; the Session stays open: run `emelex memory sessions recover "
+                  f"{self.agent.session_id}` before resuming it", flush=True)
+            os._exit(EXIT_INTERRUPTED)
+        self.agent.interrupt()
+        waiting = " (waiting for the running tool; Ctrl-C again to exit now)" if self.in_tool else ""
+        print(f"\ninterrupting the turn{waiting}", flush=True)
+
+    async def approve(self, call: ProposedCall, tool: RegisteredTool) -> str:
+        """Ask once for one call: approve, deny, or abort the turn (end of input aborts)."""
+        print(call_text(call))
+        while True:
+            self.approval = asyncio.get_running_loop().create_future()
+            reader = asyncio.ensure_future(self.read("approve this call? [y]es / [n]o / [a]bort the turn: "))
+            done, _ = await asyncio.wait({reader, self.approval}, return_when=asyncio.FIRST_COMPLETED)
+            asked, self.approval = self.approval, None
+            if asked in done or reader.result() is None:
+                reader.cancel()
+                print(f"\n{outcome_lines(call.tool, 'not executed', 'the turn is aborted')}")
+                return "abort"
+            answer = reader.result()
+            decision = {"y": "approve", "yes": "approve", "n": "deny", "no": "deny", "a": "abort",
+                        "abort": "abort"}.get(answer.lower())
+            if decision is not None:
+                self.in_tool = decision == "approve"
+                if decision != "approve":
+                    print(outcome_lines(call.tool, "denied" if decision == "deny" else "not executed",
+                                        "the user denied this call" if decision == "deny" else "the turn is aborted"))
+                return decision
+            print("please answer y, n or a")
+
+    def show_round(self, raw: str) -> None:
+        """Show the calls a complete model round proposed (and why the gate refuses any), before they run."""
+        try:
+            calls = parse_round(raw).calls
+        except EmelexError:
+            return  # the turn fails with the parse error, which run_turn shows
+        for call in calls:
+            refused = self.agent.agent.gate(call)
+            print(f"\n{call_line(call)}" + (f"\n{outcome_lines(call.tool, 'refused', refused)}" if refused else ""))
+
+    async def command(self, line: str) -> bool:
+        """Run one slash command; False when the chat should end."""
+        words = line.split()
+        if words == ["/exit"]:
+            return False
+        if words == ["/tools"]:
+            for authority in self.agent.snapshot.tools:
+                state = "enabled" if authority.name in self.agent.enabled_tools else "disabled"
+                ask = ", asks first" if authority.approval == "always" else ""
+                print(f"  {authority.name:<14} {state}{ask}  {authority.description}")
+        elif len(words) == 3 and words[:2] in (["/tools", "disable"], ["/tools", "enable"]):
+            try:
+                (self.agent.disable_tool if words[1] == "disable" else self.agent.enable_tool)(words[2])
+                print(f"{words[2]} {words[1]}d")
+            except UnknownToolError as exc:
+                print(f"error: {exc}")
+        elif words == ["/compact"]:
+            queued = await self.agent.queue_compaction()
+            if queued.job is None:
+                print(f"nothing to compact: {queued.reason}")
+            else:
+                print(f"compaction queued (job {queued.job.id}); it cannot run while this chat holds the Session: "
+                      f"/exit, run `emelex memory work`, then `emelex chat --resume {self.agent.session_id}`")
+        else:
+            print(f"unknown command {line!r}; {HELP}")
+        return True
+
+    async def run(self) -> int:
+        """The loop: read, run turns and commands until /exit or end of input; the exit status."""
+        print(f"session {self.agent.session_id}; {HELP}")
+        while True:
+            line = await self.read("> ")
+            if line is None:
+                break
+            if not line:
+                continue
+            if line.startswith("/"):
+                if not await self.command(line):
+                    break
+                continue
+            await self.run_turn(line)
+        await self.agent.close()
+        print(f"session {self.agent.session_id} closed")
+        return 0
+
+    async def run_turn(self, text: str) -> None:
+        """One turn, streamed, then how it ended."""
+        stream = AnswerStream(self.show_round)
+        self.interrupts, self.in_tool = 0, False
+
+        def on_token(piece: str) -> None:
+            self.in_tool = False
+            stream.feed(piece)
+
+        self.turn = self.agent.turn(text, approve=self.approve, on_token=on_token)
+        result = await self.turn
+        self.in_tool = False
+        if result.outcome == "answer":
+            print()
+        else:
+            print(f"\n[turn {result.outcome}: {result.diagnostic}]")
+        if result.calls:
+            print(f"[{result.calls} tool call{'s' if result.calls != 1 else ''}, {result.rounds} rounds]")
+
+
+def _reader(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue) -> None:
+    for line in sys.stdin:
+        loop.call_soon_threadsafe(lines.put_nowait, line)
+    loop.call_soon_threadsafe(lines.put_nowait, None)
+
+
+async def _main(store, workspace, binding, tools, snapshot, resume: str | None) -> int:
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue = asyncio.Queue()
+    tools = showing(tools, lambda text: loop.call_soon_threadsafe(functools.partial(print, text, flush=True)))
+    if resume is None:
+        agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot)
+    else:
+        agent = await DurableAgentSession.resume(store, resume, workspace, binding, tools, snapshot)
+    chat = Chat(agent, lines)
+    threading.Thread(target=_reader, args=(loop, lines), daemon=True).start()
+    loop.add_signal_handler(signal.SIGINT, chat.on_sigint)
+    try:
+        return await chat.run()
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+def chat(
+    ctx: typer.Context,
+    workspace: Annotated[Path, typer.Option("--workspace", metavar="DIR", help="The workspace (default: here).")]
+    = Path("."),
+    resume: Annotated[str | None, typer.Option("--resume", metavar="SESSION", help="Resume this Session.")] = None,
+    model: Annotated[str | None, typer.Option("--model", metavar="NAME", help="An installed model.")] = None,
+) -> None:
+    """Chat with the local model and its tools in a durable Session (new, or --resume SESSION)."""
+    settings = settings_of(ctx)
+    store = MemoryStore.open(settings)
+    try:
+        session_id = None
+        if resume is not None:
+            session_id = store.resolve_session_id(resume)
+            workspace = store.get_session(session_id).validate_workspace(workspace)
+        else:
+            WorkspaceIdentity.inspect(workspace)
+        pm = get_plugin_manager(settings)
+        tools = registered_tools(pm)
+        with ModelManager(settings) as manager:
+            installed = manager.get(model) if model else manager.default()
+        _, binding = bind_model(pm, installed, settings)
+        if not callable(getattr(binding, "stream_chat", None)):
+            raise typer.BadParameter(f"model {installed.name!r} has a binding without stream_chat; chat needs one")
+        snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
+                                  model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT)
+        try:
+            code = asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id))
+        finally:
+            binding.close()
+    finally:
+        store.close()
+    raise typer.Exit(code)

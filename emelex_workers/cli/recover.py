@@ -1,0 +1,68 @@
+"""`emelex memory sessions recover SESSION`: reconcile an agent turn a crash left open, never running a tool."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+
+from emelex_memory import OpenTurn
+from emelex_memory.agent.journal import read_journal
+from emelex_memory.agent.recovery import recover_session
+
+from .common import JsonFlag, echo_json, open_store
+
+
+def journal_lines(turn: OpenTurn) -> list[str]:
+    """The text lines of an open agent turn, as `sessions show` and `sessions recover` print it."""
+    lines = [f"  open agent turn: input at seq {turn.input_seq}, {turn.published} batch(es) published"
+             + (f", round {turn.round} journaled:" if turn.round is not None else ", no batch journaled")]
+    for c in turn.calls:
+        started = "" if c.started_at is None else \
+            f" started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(c.started_at))}"
+        effect = {"planned": "never ran", "started": "UNKNOWN EFFECT (started, no result)"}.get(
+            c.state, f"completed: {(c.result or {}).get('outcome')}")
+        lines.append(f"    call {c.call_id}  {c.tool} {c.arguments}{started}  {effect}")
+    return lines
+
+
+def recover(
+    ctx: typer.Context,
+    session: Annotated[str, typer.Argument(metavar="SESSION", help="Session ID, or a unique prefix of it.",
+                                           show_default=False)],
+    accept_unknown_effects: Annotated[bool, typer.Option(
+        "--accept-unknown-effects",
+        help="Record started tool calls without a result as 'unknown effect' (after you checked what they did).",
+    )] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Close an agent turn a crash left open, as resume would, without running any tool: completed calls keep their
+    results, calls that never started become 'not executed'. Calls that started without a result are listed and
+    nothing changes (exit 1) unless --accept-unknown-effects records them as 'unknown effect'."""
+    with open_store(ctx) as store:
+        sid = store.resolve_session_id(session)
+        if not accept_unknown_effects:
+            turn = read_journal(store, sid)
+            if turn is not None and turn.unknown:
+                if as_json:
+                    echo_json("unknown_effects", {"session": sid, "journal": turn.to_json()})
+                else:
+                    typer.echo(f"Session {sid}")
+                    for line in journal_lines(turn):
+                        typer.echo(line)
+        done = recover_session(store, sid, accept_unknown_effects=accept_unknown_effects)
+    outcome = "nothing_open" if done.open_turn is None else "recovered"
+    if as_json:
+        echo_json(outcome, {
+            "session": sid, "journal": None if done.open_turn is None else done.open_turn.to_json(),
+            "results": [] if done.reconciled is None else list(done.reconciled.results),
+        })
+        return
+    if done.open_turn is None:
+        typer.echo(f"Session {sid} has no open agent turn; nothing to recover")
+        return
+    typer.echo(f"Session {sid}: recovered the open turn")
+    for r in done.reconciled.results:
+        typer.echo(f"  call {r['call_id']}  {r['tool']}: {r['outcome']}")
+    typer.echo("  the turn is closed with an 'interrupted' record; resume the Session to go on")

@@ -1,0 +1,241 @@
+"""The chat part of `make demo`: `emelex chat` on the real default model, driven through its standard input.
+
+A first chat asks the model to run a slow command with `run_command` (the
+only enabled tool) and approves it; once the journal shows the call
+`started`, the chat process is killed with SIGKILL. Then: `emelex chat
+--resume` fails closed and names the recover command, `emelex memory
+sessions recover` refuses without the flag and changes nothing, recovery
+with `--accept-unknown-effects` records the unknown effect, and a resumed
+chat runs a turn with an approved tool call to its answer.
+
+The driver reacts to what the chat prints: it approves only the command it
+asked for (anything else is denied and said so), and every wait is bounded,
+so an unexpected proposal ends the demo with an honest note, never a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from emelex_memory import MemoryStore, Settings
+from emelex_memory.agent.journal import read_journal
+
+PROMPT, APPROVAL = "\n> ", "approve this call? [y]es / [n]o / [a]bort the turn: "
+ONLY_RUN_COMMAND = ["/tools disable read_file", "/tools disable list_dir", "/tools disable search_text",
+                    "/tools disable write_file"]
+SLOW, FAST = "sleep 20; echo done", "echo hello from the tool"
+QUESTION = "What did the echo command print?"  # asked with no tool enabled, so the model can only answer
+ROUND_WAIT_S = 120  # a model round on two busy cores, with the model load of a fresh process
+START_WAIT_S = 30
+LEASE_TTL_S = 10  # the chats' Session lease lifetime: a killed chat's lease expires this long after its last renewal
+EMELEX = [sys.executable, "-c", "from emelex_workers.cli import main; main()"]
+
+
+def ask_for(command: str) -> str:
+    """The user's request that makes SmolLM2-135M propose exactly `command` (found by trying the model)."""
+    return f'Call run_command with {{"command": "{command}"}}'
+
+
+class DrivenChat:
+    """One `emelex chat` subprocess: its output is echoed as it arrives and can be waited for."""
+
+    def __init__(self, env: dict[str, str], workspace: Path, *args: str) -> None:
+        """Start `emelex chat --workspace WORKSPACE ARGS` with `env`."""
+        print(f"\n$ emelex chat {' '.join(args)}", flush=True)
+        self.process = subprocess.Popen([*EMELEX, "chat", "--workspace", str(workspace), *args], env=env,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.output = ""
+        self._seen = 0
+        self._ended = False
+        self._changed = threading.Condition()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        while piece := os.read(self.process.stdout.fileno(), 4096):
+            text = piece.decode("utf-8", "replace")
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            with self._changed:
+                self.output += text
+                self._changed.notify_all()
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def expect(self, *marks: str, limit_s: float) -> str | None:
+        """Wait (at most `limit_s`) for the first of `marks` in output not yet consumed; consume up to it and
+        return it, or None on timeout or when the chat ended first."""
+        deadline = time.monotonic() + limit_s
+        with self._changed:
+            while True:
+                found = [(self.output.find(m, self._seen), m) for m in marks]
+                found = [(at, m) for at, m in found if at >= 0]
+                if found:
+                    at, mark = min(found)
+                    self._seen = at + len(mark)
+                    return mark
+                left = deadline - time.monotonic()
+                if left <= 0 or self._ended:
+                    return None
+                self._changed.wait(min(left, 0.5))
+
+    def consumed(self) -> str:
+        """Everything the chat printed up to the last mark `expect` returned."""
+        return self.output[:self._seen]
+
+    def send(self, line: str) -> None:
+        """Type `line` (it is echoed, since a pipe does not echo)."""
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        assert self.process.stdin is not None
+        self.process.stdin.write((line + "\n").encode())
+        self.process.stdin.flush()
+
+    def finish(self, limit_s: float = 60) -> int:
+        """Close its input and wait (bounded) for its exit status; kill it if it does not end."""
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            try:
+                self.process.stdin.close()
+            except BrokenPipeError:
+                pass
+        try:
+            return self.process.wait(limit_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+
+def note(text: str) -> None:
+    """A line of the demo's own commentary."""
+    print(f"\n[demo] {text}", flush=True)
+
+
+def proposed_command(chat: DrivenChat) -> str | None:
+    """The command of the last `run_command {...}` line before the approval prompt."""
+    calls = re.findall(r"run_command (\{.*\})\n", chat.consumed())
+    try:
+        return json.loads(calls[-1]).get("command") if calls else None
+    except ValueError:
+        return None
+
+
+def request(chat: DrivenChat, command: str, *, whole_turn: bool) -> bool:
+    """Ask for `command` and answer the approval prompts: approve it, deny any other command; once it ran, abort
+    the turn at the next proposal (SmolLM2-135M rarely stops calling tools on its own). With `whole_turn`, go on
+    until the turn ends; else return as soon as the call is approved. True when it was approved; False (with a
+    note) when the turn ended without it or the chat stopped answering."""
+    chat.send(ask_for(command))
+    approved = False
+    while True:
+        mark = chat.expect(APPROVAL, PROMPT, limit_s=ROUND_WAIT_S)
+        if mark is None:
+            note(f"the chat gave no prompt within {ROUND_WAIT_S} s")
+            return False
+        if mark == PROMPT:
+            if not approved:
+                note(f"the model ended the turn without proposing `{command}`; SmolLM2-135M is small")
+            return approved
+        proposed = proposed_command(chat)
+        if approved:
+            note(f"the model proposes another call ({proposed!r}); the demo aborts the turn")
+            chat.send("a")
+        elif proposed == command:
+            chat.send("y")
+            approved = True
+            if not whole_turn:
+                return True
+        else:
+            note(f"the model proposed {proposed!r}, not the command asked for; the demo denies it")
+            chat.send("n")
+
+
+def wait_started(settings: Settings, session_id: str) -> bool:
+    """Poll the Session's journal (at most `START_WAIT_S`) until a call is `started`."""
+    deadline = time.monotonic() + START_WAIT_S
+    with MemoryStore.open(settings) as store:
+        while time.monotonic() < deadline:
+            turn = read_journal(store, session_id)
+            if turn is not None and any(c.state == "started" for c in turn.calls):
+                return True
+            time.sleep(0.2)
+    return False
+
+
+def run_cli(env: dict[str, str], *args: str) -> int:
+    """Run `emelex ARGS` in a subprocess, its output shown; its exit status."""
+    print(f"\n$ emelex {' '.join(args)}", flush=True)
+    code = subprocess.run([*EMELEX, *args], env=env, stderr=subprocess.STDOUT).returncode
+    print(f"(exit status {code})", flush=True)
+    return code
+
+
+def killed_tool(env: dict[str, str], workspace: Path, settings: Settings) -> str | None:
+    """A chat whose approved slow command is killed mid-run; the Session ID, or None (with a note) when the model
+    did not propose it."""
+    chat = DrivenChat(env, workspace)
+    if chat.expect(PROMPT, limit_s=ROUND_WAIT_S) is None:
+        note("the chat did not start")
+        chat.finish()
+        return None
+    session_id = re.search(r"session (\S+);", chat.output).group(1)
+    for line in ONLY_RUN_COMMAND:
+        chat.send(line)
+        chat.expect(PROMPT, limit_s=30)
+    if not request(chat, SLOW, whole_turn=False):
+        chat.send("/exit")
+        chat.finish()
+        return None
+    if not wait_started(settings, session_id):
+        note("the journal never showed the call started")
+        chat.finish()
+        return None
+    chat.process.send_signal(signal.SIGKILL)
+    chat.finish()
+    note(f"the journal showed the call started; the chat process was killed with SIGKILL while `{SLOW}` ran. "
+         f"Waiting {LEASE_TTL_S + 1} s for its Session lease (TTL {LEASE_TTL_S} s) to expire")
+    time.sleep(LEASE_TTL_S + 1)
+    return session_id
+
+
+def recover_and_resume(env: dict[str, str], workspace: Path, session_id: str) -> None:
+    """The fail-closed resume, the refused and the accepted recovery, then a resumed chat with a tool call."""
+    run_cli(env, "memory", "sessions", "show", session_id)
+    chat = DrivenChat(env, workspace, "--resume", session_id)
+    note(f"the resume failed closed (exit status {chat.finish()})")
+    run_cli(env, "memory", "sessions", "recover", session_id)
+    run_cli(env, "memory", "sessions", "recover", session_id, "--accept-unknown-effects")
+    chat = DrivenChat(env, workspace, "--resume", session_id)
+    if chat.expect(PROMPT, limit_s=ROUND_WAIT_S) is None:
+        note("the resumed chat did not start")
+        chat.finish()
+        return
+    for line in ONLY_RUN_COMMAND:
+        chat.send(line)
+        chat.expect(PROMPT, limit_s=30)
+    if request(chat, FAST, whole_turn=True):
+        chat.send("/tools disable run_command")
+        chat.expect(PROMPT, limit_s=30)
+        chat.send(QUESTION)
+        if chat.expect(PROMPT, limit_s=ROUND_WAIT_S) is None:
+            note(f"no answer within {ROUND_WAIT_S} s")
+    chat.send("/exit")
+    chat.finish()
+
+
+def main(workspace: Path, settings: Settings) -> None:
+    """Run the chat part of the demo in `workspace` over the demo store of `settings`."""
+    env = {**os.environ, "EMELEX_HOME": str(settings.home_dir),
+           "EMELEX_MODEL_MAX_CONTEXT_TOKENS": str(settings.model_max_context_tokens),
+           "EMELEX_SESSION_LEASE_TTL_S": str(LEASE_TTL_S)}
+    session_id = killed_tool(env, workspace, settings)
+    if session_id is not None:
+        recover_and_resume(env, workspace, session_id)

