@@ -83,7 +83,7 @@ def main(argv: list[str]) -> None:
         first = store.replay(long_id, limit=1).events[0]  # replay verifies the Summary's provenance
         entries = store.recall(workspace, limit=1).entries
     if first.kind == "summary":
-        print(f"\nThe Summary replaces turns 1-4 (model {first.payload['provenance']['model'][:40]}...):")
+        print("\n" + summary_heading(first.payload))
         for line in first.payload["text"].splitlines():  # an extractive Summary has one line per quoted event
             print(f"  {line}")
     _run(settings, "memory", "knowledge", "list", "--workspace", str(workspace))
@@ -93,6 +93,13 @@ def main(argv: list[str]) -> None:
     demo_chat.main(workspace, settings)
     print(f"\nLook around the demo store yourself: export EMELEX_HOME={settings.home_dir}, then run "
           "`.venv/bin/emelex memory sessions list` (README.md, \"After `make demo`\", lists more).")
+
+
+def summary_heading(payload: dict) -> str:
+    """The line introducing the demo's Summary: the model that wrote it, or that a rule-based summarizer did."""
+    model = (payload.get("provenance") or {}).get("model")
+    by = f"model {model[:40]}..." if model else "rule-based: no model call"
+    return f"The Summary replaces turns 1-4 ({by}):"
 
 
 if __name__ == "__main__":
