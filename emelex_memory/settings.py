@@ -23,7 +23,7 @@ from pydantic_settings import (
 )
 
 from .errors import InvalidHomeError, SettingsFileError
-from .core.private_files import check_no_symlink_loop
+from .core.private_files import check_no_symlink_loop, open_for_reading
 from .core.io_errors import file_error
 
 MiB = 1024 * 1024
@@ -53,7 +53,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
     (`io_errors.file_error`), naming the file.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_for_reading(path)
     except (FileNotFoundError, NotADirectoryError):
         return {}
     except OSError as exc:

@@ -104,23 +104,39 @@ class MemoryStore:
     deletion: Deletion
     maintenance: Maintenance
 
-    def __init__(self, conn: Any, path: Path, settings: Settings, clock: Clock = time.time) -> None:
+    def __init__(
+        self,
+        conn: Any,
+        path: Path,
+        settings: Settings,
+        clock: Clock = time.time,
+        kinds: JobKindRegistry | None = None,
+    ) -> None:
         """Wrap an already opened and migrated connection (closing it if this fails); use `open` or `open_path`.
 
         Opens the database's directory and keeps its descriptor until
         `close()`: asset files are reached through it, never by path.
+        `kinds` is the job-kind registry the store queues, validates and
+        completes jobs by (`store.job_kinds`); None means `DEFAULT_KINDS`.
         """
         self.db = Database.wrap(conn, path, settings, clock)
         self.path = path
         self.settings = settings
         self.clock = clock
-        self.job_kinds = DEFAULT_KINDS
+        self.job_kinds = DEFAULT_KINDS if kinds is None else kinds
         self._building = threading.RLock()  # services are built on first use, once (see `_Service`)
 
     # -- opening --------------------------------------------------------------
 
     @classmethod
-    def open(cls, settings: Settings | None = None, *, create: bool = True, clock: Clock = time.time) -> MemoryStore:
+    def open(
+        cls,
+        settings: Settings | None = None,
+        *,
+        create: bool = True,
+        clock: Clock = time.time,
+        kinds: JobKindRegistry | None = None,
+    ) -> MemoryStore:
         """Open the standard database `<Emelex Home>/memory/emelex.sqlite3`, creating it on first use only.
 
         Home and its `memory/` directory are created mode 0700 when missing
@@ -128,7 +144,8 @@ class MemoryStore:
         `StoreError` subclass when anything is unsafe or the database of an
         existing store is missing. With `create=False` (for commands that
         only read) a Home without a store raises `NoStoreError` and nothing
-        at all is created.
+        at all is created. `kinds` is the store's job-kind registry
+        (default `DEFAULT_KINDS`, which `register_job_kind` adds to).
         """
         settings = settings or Settings()
         home = settings.home_dir
@@ -146,7 +163,7 @@ class MemoryStore:
             database, busy_timeout_ms=settings.busy_timeout_ms, marker=marker, evidence=evidence, create=create,
             where=home,
         )
-        return cls(conn, database, settings, clock)
+        return cls(conn, database, settings, clock, kinds)
 
     @classmethod
     def open_path(
@@ -156,10 +173,11 @@ class MemoryStore:
         *,
         create: bool = True,
         clock: Clock = time.time,
+        kinds: JobKindRegistry | None = None,
     ) -> MemoryStore:
         """Open the database file at `path` (its directory must exist and be private), creating it on first use.
 
-        With `create=False` a missing store raises `NoStoreError` and nothing is created.
+        With `create=False` a missing store raises `NoStoreError` and nothing is created. `kinds` as for `open`.
         """
         settings = settings or Settings()
         path = absolute(path, what="database")
@@ -167,7 +185,7 @@ class MemoryStore:
         conn = open_database(
             path, busy_timeout_ms=settings.busy_timeout_ms, evidence=(asset_dir_for(path),), create=create
         )
-        return cls(conn, path, settings, clock)
+        return cls(conn, path, settings, clock, kinds)
 
     @staticmethod
     def reinitialize(settings: Settings | None = None, *, confirm: bool = False) -> list[Path]:

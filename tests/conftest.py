@@ -8,6 +8,8 @@ import apsw
 import pytest
 
 from emelex_memory import MemoryStore, Settings
+from emelex_memory.job_kinds import builtin_kinds
+from emelex_memory.queue.kinds import JobKindRegistry
 
 from .support import Clock
 from .vfs_faults import FaultyVFS, installed
@@ -43,9 +45,17 @@ def faulty_vfs() -> FaultyVFS:
 
 
 @pytest.fixture
-def store(db_path: Path, settings: Settings):
-    """An open store at `db_path`."""
-    s = MemoryStore.open_path(db_path, settings)
+def kinds() -> JobKindRegistry:
+    """The job-kind registry the `store` and `cstore` fixtures use: the built-in kinds only. A test module that
+    needs a kind of its own overrides this fixture (see `support.kinds_with`) instead of registering on the
+    process-wide `DEFAULT_KINDS`."""
+    return builtin_kinds()
+
+
+@pytest.fixture
+def store(db_path: Path, settings: Settings, kinds: JobKindRegistry):
+    """An open store at `db_path`, its jobs' kinds in `kinds`."""
+    s = MemoryStore.open_path(db_path, settings, kinds=kinds)
     yield s
     s.close()
 
@@ -57,9 +67,9 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def cstore(db_path: Path, settings: Settings, clock: Clock):
-    """An open store at `db_path` whose time is `clock`."""
-    s = MemoryStore.open_path(db_path, settings, clock=clock)
+def cstore(db_path: Path, settings: Settings, clock: Clock, kinds: JobKindRegistry):
+    """An open store at `db_path` whose time is `clock`, its jobs' kinds in `kinds`."""
+    s = MemoryStore.open_path(db_path, settings, clock=clock, kinds=kinds)
     yield s
     s.close()
 

@@ -10,6 +10,7 @@ from .refs import AssetRef, check_digest, check_media_kind
 from .files import check_content, open_checked
 from .folder import AssetFolder
 from ..core.cursors import cursor_int
+from ..core.paging import Items, Page, take
 from ..errors import AssetError, AssetMismatchError, AssetNotFoundError, FileSystemError, InvalidInputError
 
 _ENTRY_COLUMNS = "digest, size, media_kind, links, created_at, touched_at"
@@ -31,11 +32,10 @@ class AssetInfo:
 
 
 @dataclass(frozen=True)
-class AssetPage:
+class AssetPage(Page[AssetInfo]):
     """A page of catalog entries in (digest, media kind) order; pass `next_cursor` back, None after the last page."""
 
-    assets: list[AssetInfo]
-    next_cursor: str | None
+    assets = Items[AssetInfo]()
 
 
 @dataclass(frozen=True)
@@ -49,11 +49,10 @@ class AssetLink:
 
 
 @dataclass(frozen=True)
-class AssetLinkPage:
+class AssetLinkPage(Page[AssetLink]):
     """A page of the events linking one asset; pass `next_cursor` back, None after the last page."""
 
-    links: list[AssetLink]
-    next_cursor: str | None
+    links = Items[AssetLink]()
 
 
 @dataclass(frozen=True)
@@ -136,15 +135,11 @@ def page_entries(
     rows = conn.execute(
         f"SELECT {_ENTRY_COLUMNS} FROM assets WHERE {where} ORDER BY digest, media_kind LIMIT ?", (*params, limit + 1)
     ).fetchall()
-    out: list[AssetInfo] = []
-    total = 0
-    for row in rows[:limit]:
-        total += _ENTRY_BYTES + len(row[2])
-        if out and total > max_bytes:
-            break
-        out.append(_info(row))
-    last = out[-1].ref if len(out) < len(rows) else None
-    return AssetPage(out, f"{last.digest}:{last.media_kind}" if last else None)
+    taken, next_cursor = take(
+        rows, limit, max_bytes, lambda row: _ENTRY_BYTES + len(row[2]), lambda row: f"{row[0]}:{row[2]}",
+        at_least_one=True,
+    )
+    return AssetPage([_info(row) for row in taken], next_cursor)
 
 
 def links_of(conn: apsw.Connection, digest: str, cursor: str | None, limit: int, max_bytes: int) -> AssetLinkPage:
@@ -167,15 +162,11 @@ def links_of(conn: apsw.Connection, digest: str, cursor: str | None, limit: int,
         "ORDER BY l.session_id, l.seq, l.ordinal LIMIT ?",
         (digest, *after, limit + 1),
     ).fetchall()
-    out: list[AssetLink] = []
-    total = 0
-    for row in rows[:limit]:
-        total += _LINK_BYTES + len(row[0]) + len(row[3])
-        if out and total > max_bytes:
-            break
-        out.append(AssetLink(*row[:4]))
-    last = rows[len(out) - 1] if len(out) < len(rows) else None
-    return AssetLinkPage(out, f"{last[4]}:{last[1]}:{last[2]}" if last else None)
+    taken, next_cursor = take(
+        rows, limit, max_bytes, lambda row: _LINK_BYTES + len(row[0]) + len(row[3]),
+        lambda row: f"{row[4]}:{row[1]}:{row[2]}", at_least_one=True,
+    )
+    return AssetLinkPage([AssetLink(*row[:4]) for row in taken], next_cursor)
 
 
 def totals(conn: apsw.Connection) -> AssetTotals:

@@ -22,13 +22,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import EmelexError
-from .private_files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, check_dir_stat
+from .private_files import OPEN_DIR_FLAGS, PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, check_dir_stat
 from .io_errors import file_error
 
 if not {os.open, os.link, os.unlink, os.stat, os.mkdir} <= os.supports_dir_fd or os.scandir not in os.supports_fd:
     raise ImportError("Emelex needs directory-relative system calls (openat, linkat, ...): run it on Linux or macOS")
-
-_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Directory:
@@ -89,7 +87,7 @@ class Directory:
     def _open(path: Path, name: str, dir_fd: int | None) -> Directory:
         """Open and check `name` (in `dir_fd`); lets `FileNotFoundError` through, any other failure is typed."""
         try:
-            fd = os.open(name, _OPEN_DIR, dir_fd=dir_fd)
+            fd = os.open(name, OPEN_DIR_FLAGS, dir_fd=dir_fd)
         except FileNotFoundError:
             raise
         except OSError as exc:

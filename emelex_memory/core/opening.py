@@ -41,6 +41,7 @@ from .private_files import (
     ensure_private_dir,
     fsync_dir,
     open_private_file,
+    write_private_file,
 )
 from .io_errors import file_error, translating
 from .migrations import check_compatible, migrate
@@ -79,13 +80,7 @@ def _mark(fd: int) -> None:
 
 
 def _record_marker(marker: Path, database: Path) -> None:
-    fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, _MARKER + f"{database}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_private_file(marker, _MARKER + f"{database}\n".encode())
     fsync_dir(marker.parent)
 
 

@@ -16,6 +16,12 @@ from .io_errors import file_error
 PRIVATE_FILE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
 
+# How we open what we own: never through a symlink, never inherited by a child process; a read is non-blocking,
+# so a FIFO or device planted where a file should be is refused instead of blocking the open.
+OPEN_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
 
 def describe_mode(st: os.stat_result) -> str:
     """Return a mode like `0600` for messages and reports."""
@@ -148,6 +154,38 @@ def ensure_private_dir(path: Path) -> os.stat_result:
     return check_private_dir(path)
 
 
+def is_private_file(st: os.stat_result) -> bool:
+    """Whether a stat (an `lstat`, or the `fstat` of an open descriptor) is a regular file owned by the current
+    user with mode exactly 0600."""
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == PRIVATE_FILE_MODE
+
+
+def open_for_reading(path: Path) -> int:
+    """`os.open` of `path` read-only with `READ_FLAGS`; return the descriptor.
+
+    Raises the `OSError` as it is (`ELOOP` for a symlink at `path`), so that each caller names the failure in
+    its own words.
+    """
+    return os.open(path, READ_FLAGS)
+
+
+def write_private_file(path: Path, data: bytes) -> None:
+    """Create `path` exclusively (mode 0600, never through a symlink) holding `data`, fsynced.
+
+    Its directory is not fsynced (the caller renames the file, or calls `fsync_dir`); the `OSError` of a failed
+    create or write is raised as it is, after the descriptor is closed.
+    """
+    fd = os.open(path, _CREATE_FLAGS, PRIVATE_FILE_MODE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def check_private_file(path: Path, *, what: str = "file") -> os.stat_result | None:
     """Verify an existing `path` is a regular file owned by us with mode exactly 0600.
 
@@ -176,12 +214,7 @@ def check_private_file(path: Path, *, what: str = "file") -> os.stat_result | No
 def create_private_file(path: Path) -> None:
     """Create an empty mode-0600 file exclusively, never following a symlink; fsync its directory."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
-        try:
-            os.fchmod(fd, PRIVATE_FILE_MODE)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_private_file(path, b"")
     except OSError as exc:
         raise file_error(exc, path, "creating it") from exc
     fsync_dir(path.parent)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import apsw
 
 from ..core.cursors import check_position
+from ..core.paging import take
 from ..errors import (
     InvalidInputError,
     InvalidKnowledgeError,
@@ -55,6 +56,11 @@ def entry_from_row(row: tuple) -> KnowledgeEntry:
     """Build a `KnowledgeEntry` from a row selected with `_ENTRY_COLUMNS`."""
     _, key, pinned, created, updated = row[:5]
     return KnowledgeEntry(key, bool(pinned), version_from_row(key, row[5:]), created, updated)
+
+
+def _row_size(row: tuple) -> int:
+    """The byte estimate of an entry or version row (its `size` column is last) in a page."""
+    return row[-1] + ROW_OVERHEAD
 
 
 class Knowledge:
@@ -167,15 +173,8 @@ class Knowledge:
                 f"{where} ORDER BY k.key, k.id LIMIT ?",
                 (scope, *params, limit + 1),
             ).fetchall()
-        entries, total, last = [], 0, None
-        for row in rows[:limit]:
-            total += row[-1] + ROW_OVERHEAD
-            if total > max_bytes:
-                break
-            entries.append(entry_from_row(row))
-            last = row
-        more = len(entries) < len(rows)
-        return KnowledgePage(entries, encode_cursor(last[1], last[0]) if more and last else None)
+        taken, next_cursor = take(rows, limit, max_bytes, _row_size, lambda row: encode_cursor(row[1], row[0]))
+        return KnowledgePage([entry_from_row(row) for row in taken], next_cursor)
 
     def get_knowledge(self, workspace: WorkspaceLike, key: str) -> KnowledgeEntry:
         """Return one entry of the workspace, tombstoned or not; raise `KnowledgeNotFoundError` if there is none."""
@@ -208,12 +207,8 @@ class Knowledge:
                 "ORDER BY v.version LIMIT ?",
                 (entry_id, after_version, limit + 1),
             ).fetchall()
-        versions, total = [], 0
-        for row in rows[:limit]:
-            total += row[-1] + ROW_OVERHEAD
-            if total > max_bytes:
-                break
-            versions.append(version_from_row(key, row))
+        taken, _ = take(rows, limit, max_bytes, _row_size, lambda row: row[0])
+        versions = [version_from_row(key, row) for row in taken]
         done = len(versions) == len(rows)
         return KnowledgeHistoryPage(versions, versions[-1].version if versions else after_version, done)
 

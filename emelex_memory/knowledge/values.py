@@ -16,6 +16,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from ..core.cursors import MAX_SQL_INT, cursor_int
+from ..core.paging import Items, Page
 from ..errors import InvalidInputError, InvalidKnowledgeError
 
 MAX_KEY_BYTES = 256
@@ -80,11 +81,10 @@ class KnowledgeEntry:
 
 
 @dataclass(frozen=True)
-class KnowledgePage:
+class KnowledgePage(Page[KnowledgeEntry]):
     """A page of entries ordered by key. Pass `next_cursor` back to continue; None after the last page."""
 
-    entries: list[KnowledgeEntry]
-    next_cursor: str | None
+    entries = Items[KnowledgeEntry]()
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import apsw
 
 from ..core.jsonbound import encode_canonical
+from ..core.paging import Items, Page
 from ..core.utf8 import is_utf8
 from ..errors import InvalidInputError, JobNotFoundError
 
@@ -79,11 +80,10 @@ class Job:
 
 
 @dataclass(frozen=True)
-class JobPage:
+class JobPage(Page[Job]):
     """A page of jobs, newest first. Pass `next_cursor` back to continue; it is None after the last page."""
 
-    jobs: list[Job]
-    next_cursor: str | None
+    jobs = Items[Job]()
 
 
 @dataclass(frozen=True)

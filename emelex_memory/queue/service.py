@@ -22,6 +22,7 @@ import apsw
 
 from ..core.cursors import cursor_int
 from ..core.database import Database
+from ..core.paging import take
 from ..sessions.rows import session_rowid
 from ..errors import (
     CommitOutcomeUnknownError,
@@ -255,15 +256,8 @@ class JobQueue:
             rows = conn.execute(
                 f"SELECT {JOB_COLUMNS} FROM {JOB_FROM} {clause} ORDER BY j.id DESC LIMIT ?", (*params, limit + 1)
             ).fetchall()
-        jobs, total, last = [], 0, None
-        for row in rows[:limit]:
-            total += job_size(row)
-            if total > max_bytes:  # never on the first row: max_bytes is at least the largest row
-                break
-            jobs.append(job_from_row(row))
-            last = row
-        more = len(jobs) < len(rows)
-        return JobPage(jobs, str(last[0]) if more and last else None)
+        taken, next_cursor = take(rows, limit, max_bytes, job_size, lambda row: str(row[0]))
+        return JobPage([job_from_row(row) for row in taken], next_cursor)
 
     # -- claiming ------------------------------------------------------------------
 

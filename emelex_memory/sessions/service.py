@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..core.cursors import cursor_float, cursor_int
 from ..core.database import Database
 from ..core.id_prefix import resolve_id
+from ..core.paging import Items, Page, take
 from ..core.io_errors import restated
 from ..core.utf8 import check_utf8, is_utf8
 from ..errors import (
@@ -30,11 +31,10 @@ MAX_SESSION_ROW_BYTES = 8192  # bound of one Session's row in a page estimate (t
 
 
 @dataclass(frozen=True)
-class SessionPage:
+class SessionPage(Page[Session]):
     """A page of Sessions, newest first. Pass `next_cursor` back to continue; it is None after the last page."""
 
-    sessions: list[Session]
-    next_cursor: str | None
+    sessions = Items[Session]()
 
 
 class Sessions:
@@ -97,15 +97,12 @@ class Sessions:
                 f"SELECT id, {SESSION_COLUMNS} FROM session_heads {where} ORDER BY created_at DESC, id DESC LIMIT ?",
                 (*params, limit + 1),
             ).fetchall()
-        sessions, total, last = [], 0, None
-        for row in rows[:limit]:
-            total += 200 + len((row[2] or "").encode()) + len(row[3].encode())  # generous per-row estimate
-            if total > max_bytes:
-                break
-            sessions.append(session_from_row(row[1:]))
-            last = row
-        more = len(sessions) < len(rows)
-        return SessionPage(sessions, f"{last[8]!r}:{last[0]}" if more and last else None)
+        taken, next_cursor = take(
+            rows, limit, max_bytes,
+            lambda row: 200 + len((row[2] or "").encode()) + len(row[3].encode()),  # generous per-row estimate
+            lambda row: f"{row[8]!r}:{row[0]}",
+        )
+        return SessionPage([session_from_row(row[1:]) for row in taken], next_cursor)
 
     # -- leases and replay --------------------------------------------------------
 

@@ -29,6 +29,7 @@ from .identity import WorkspaceIdentity
 from .workspaces import WORKSPACE_COLUMNS, find_workspace, identity_of, settle_workspace
 
 from ..core.database import Database
+from ..core.paging import Items, Page, take
 
 MAX_WORKSPACE_ROW_BYTES = 8192  # bound of one row in a page estimate (a path is at most 4096 bytes)
 MAX_REBIND_ROW_BYTES = 16384  # bound of one rebind record in a page estimate (two paths, who)
@@ -73,11 +74,10 @@ class WorkspaceInfo:
 
 
 @dataclass(frozen=True)
-class WorkspacePage:
+class WorkspacePage(Page[WorkspaceInfo]):
     """Known workspaces in ID order. Pass `next_cursor` back to continue; it is None after the last page."""
 
-    workspaces: list[WorkspaceInfo]
-    next_cursor: str | None
+    workspaces = Items[WorkspaceInfo]()
 
 
 @dataclass(frozen=True)
@@ -101,11 +101,10 @@ class WorkspaceRebind:
 
 
 @dataclass(frozen=True)
-class WorkspaceRebindPage:
+class WorkspaceRebindPage(Page[WorkspaceRebind]):
     """A workspace's rebind records oldest first. Pass `next_cursor` back to continue; None after the last page."""
 
-    rebinds: list[WorkspaceRebind]
-    next_cursor: str | None
+    rebinds = Items[WorkspaceRebind]()
 
 
 _REBIND_COLUMNS = (
@@ -172,15 +171,12 @@ class WorkspaceAdmin:
                 f"SELECT {WORKSPACE_COLUMNS}, created_at FROM workspaces WHERE id > ? ORDER BY id LIMIT ?",
                 (after, limit + 1),
             ).fetchall()
-            counted = [(row, conn.execute(_COUNTS_SQL, (row[0],)).fetchone()) for row in rows[:limit]]
-        found, total = [], 0
-        for row, counts in counted:
-            total += 300 + len((row[1] or "").encode("utf-8", "surrogateescape"))
-            if total > max_bytes:
-                break
-            found.append(WorkspaceInfo(*row, _status(row), *counts))
-        more = len(found) < len(rows)
-        return WorkspacePage(found, str(found[-1].id) if more and found else None)
+            taken, next_cursor = take(
+                rows, limit, max_bytes,
+                lambda row: 300 + len((row[1] or "").encode("utf-8", "surrogateescape")), lambda row: str(row[0]),
+            )
+            counted = [(row, conn.execute(_COUNTS_SQL, (row[0],)).fetchone()) for row in taken]
+        return WorkspacePage([WorkspaceInfo(*row, _status(row), *counts) for row, counts in counted], next_cursor)
 
     def get_workspace(self, workspace_id: int) -> WorkspaceInfo:
         """One known workspace as `list_workspaces` shows it (its status inspected now); raise
@@ -217,15 +213,12 @@ class WorkspaceAdmin:
                 "LIMIT ?",
                 (workspace_id, after, limit + 1),
             ).fetchall()
-        found, total, last = [], 0, None
-        for row in rows[:limit]:
-            total += 600 + len((row[2] or "").encode("utf-8", "surrogateescape")) + len(row[7].encode("utf-8"))
-            if total > max_bytes:
-                break
-            found.append(_rebind_from_row(row))
-            last = row[0]
-        more = len(found) < len(rows)
-        return WorkspaceRebindPage(found, str(last) if more and last is not None else None)
+        taken, next_cursor = take(
+            rows, limit, max_bytes,
+            lambda row: 600 + len((row[2] or "").encode("utf-8", "surrogateescape")) + len(row[7].encode("utf-8")),
+            lambda row: str(row[0]),
+        )
+        return WorkspaceRebindPage([_rebind_from_row(row) for row in taken], next_cursor)
 
     def rebind_workspace(
         self, workspace_id: int, directory: str | os.PathLike[str], *, confirm: bool = False

@@ -49,7 +49,16 @@ from ..errors import (
     SnapshotLockTimeoutError,
     UnsafeModelPathError,
 )
-from ..core.private_files import PRIVATE_FILE_MODE, check_home, check_private_dir, ensure_private_dir, fsync_dir, open_private_file
+from ..core.private_files import (
+    check_home,
+    check_private_dir,
+    ensure_private_dir,
+    fsync_dir,
+    is_private_file,
+    open_for_reading,
+    open_private_file,
+    write_private_file,
+)
 from ..core.io_errors import file_error, translating
 from ..core.jsonbound import encode_canonical
 
@@ -218,7 +227,7 @@ def open_regular(path: Path, *, what: str) -> int:
     (`ModelTamperedError`) instead of blocking the open.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = open_for_reading(path)
     except FileNotFoundError:
         raise ModelTamperedError(f"{what} {path} is missing; remove and reinstall the model") from None
     except OSError as exc:
@@ -289,19 +298,6 @@ def write_stamp(directory: Path, snapshot_id: str, names: Sequence[str]) -> None
     fsync_dir(directory)
 
 
-def write_private_file(path: Path, data: bytes) -> None:
-    """Create `path` exclusively (mode 0600, never through a symlink) holding `data`, fsynced."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PRIVATE_FILE_MODE)
-    try:
-        os.fchmod(fd, PRIVATE_FILE_MODE)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _identity(name: str, st: os.stat_result) -> dict[str, Any]:
     return {"name": name, "device": st.st_dev, "inode": st.st_ino, "size": st.st_size,
             "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
@@ -312,7 +308,7 @@ def read_private_json(path: Path, *, what: str) -> tuple[bytes, dict[str, Any]]:
     fd = open_regular(path, what=what)
     try:
         st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:
+        if not is_private_file(st):
             raise ModelTamperedError(f"{what} {path} is not a mode-0600 file of yours; remove and reinstall the model")
         data = os.pread(fd, MAX_MANIFEST_BYTES + 1, 0)
     finally:
@@ -455,7 +451,7 @@ def _check_stamp(model: InstalledModel) -> None:
             raise ModelTamperedError(
                 f"model file {path} is missing; remove and reinstall model {model.name!r}"
             ) from None
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:
+        if not is_private_file(st):
             raise ModelTamperedError(f"model file {path} is not a private regular file; reinstall model {model.name!r}")
         if st.st_size != f.size or _identity(f.name, st) != expected:
             raise ModelTamperedError(
@@ -474,7 +470,7 @@ def verify_owned_files(model: InstalledModel) -> None:
         fd = open_regular(path, what="model file")
         try:
             st = os.fstat(fd)
-            if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) != PRIVATE_FILE_MODE:
+            if not is_private_file(st):
                 raise ModelTamperedError(f"model file {path} is not a private file of yours; reinstall {model.name!r}")
             size, digest = hash_fd(fd)
         finally:

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from ..core.database import Database
+from ..core.paging import Items, Page, take
 from ..errors import InvalidInputError
 from ..sessions.rows import session_rowid
 from .installed import InstalledModel, revalidate, snapshot_mutation_lock
@@ -39,11 +40,10 @@ class SessionModelRef:
 
 
 @dataclass(frozen=True)
-class SessionModelRefPage:
+class SessionModelRefPage(Page[SessionModelRef]):
     """A page of a Session's model references by snapshot ID; `next_cursor` is None after the last page."""
 
-    refs: list[SessionModelRef]
-    next_cursor: str | None
+    refs = Items[SessionModelRef]()
 
 
 @dataclass(frozen=True)
@@ -121,13 +121,8 @@ class SessionModelRefs:
                 "WHERE session_id = ? AND snapshot_id > ? ORDER BY snapshot_id LIMIT ?",
                 (rowid, cursor or "", limit + 1),
             ).fetchall()
-        refs, total = [], 0
-        for row in rows[:limit]:
-            total += REF_ROW_BYTES + len(row[0])
-            if total > max_bytes:
-                break
-            refs.append(SessionModelRef(session_id, *row))
-        return SessionModelRefPage(refs, refs[-1].snapshot_id if len(refs) < len(rows) else None)
+        taken, next_cursor = take(rows, limit, max_bytes, lambda row: REF_ROW_BYTES + len(row[0]), lambda row: row[1])
+        return SessionModelRefPage([SessionModelRef(session_id, *row) for row in taken], next_cursor)
 
     def snapshot_references(
         self, snapshot_id: str, *, limit: int = REFERENCE_EXAMPLES

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import COMPACTION_KIND, MemoryStore, NewEvent, Settings, SummaryDraft, register_job_kind
+from emelex_memory import COMPACTION_KIND, MemoryStore, NewEvent, Settings, SummaryDraft
+from emelex_memory.queue.kinds import JobKindRegistry
 from emelex_memory.compaction import prefix_digest
 from emelex_memory.knowledge import source_digest as knowledge_digest
 from emelex_memory.snapshots import installed as model_snapshots
@@ -157,8 +158,8 @@ def test_lease_token_digest(fixed_ids: None, store: MemoryStore, workspace: Path
     assert hashlib.sha256(b"emelex-known-answer-lease-token").hexdigest() == LEASE_TOKEN
 
 
-def test_default_job_source_key(store: MemoryStore, workspace: Path) -> None:
-    register_job_kind("noop")  # as the queue tests register it
+def test_default_job_source_key(store: MemoryStore, kinds: JobKindRegistry, workspace: Path) -> None:
+    kinds.register("noop")  # as the queue tests register it
     session = store.create_session(workspace)
     job = store.enqueue_job("noop", session.id, {"b": 2, "a": [1, "x"], "t": "\u00e9"}).job
     assert job.source_key == JOB_SOURCE_KEY

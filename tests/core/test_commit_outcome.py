@@ -29,15 +29,23 @@ from emelex_memory import (
     Settings,
     StaleCursorError,
     compaction_handler,
-    register_job_kind,
     run_one_job,
 )
+from emelex_memory.job_kinds import builtin_kinds
+from emelex_memory.queue.kinds import JobKindRegistry
 
 from ..support import Clock, table_rows
 from ..compaction.test_compaction import WINDOW, add_turns, summarize, tokens
 from ..vfs_faults import Fault, FaultyVFS
 
-register_job_kind("outcome")
+KINDS = builtin_kinds()
+KINDS.register("outcome")
+
+
+@pytest.fixture
+def kinds() -> JobKindRegistry:
+    """The store fixtures' job kinds: the built-in ones and this module's."""
+    return KINDS
 WAL_FSYNC = Fault("xSync", "wal", 0)  # the commit's fsync of the WAL: the transaction is not durable (live)
 CHECKPOINT_FSYNC = Fault("xSync", "db", 0)  # the checkpoint's fsync after a durable commit
 
@@ -45,7 +53,7 @@ CHECKPOINT_FSYNC = Fault("xSync", "db", 0)  # the checkpoint's fsync after a dur
 @pytest.fixture
 def fstore(faulty_vfs: FaultyVFS, db_path: Path, settings: Settings, clock: Clock):
     """A store whose connection goes through the fault-injecting VFS."""
-    s = MemoryStore.open_path(db_path, settings, clock=clock)
+    s = MemoryStore.open_path(db_path, settings, clock=clock, kinds=KINDS)
     yield s
     s.close()
 
@@ -100,7 +108,7 @@ def test_a_failed_wal_fsync_at_commit_makes_the_lease_replay_and_a_retry_appends
     assert _texts(fstore, session.id) == ["first", "second"]
     lease.release()
     fstore.close()
-    with MemoryStore.open_path(db_path, fstore.settings) as again:
+    with MemoryStore.open_path(db_path, fstore.settings, kinds=KINDS) as again:
         assert _texts(again, session.id) == ["first", "second"]
 
 
@@ -146,7 +154,7 @@ _CHILD = textwrap.dedent("""
 def test_after_a_crash_the_next_open_recovers_the_turn_once_and_a_replayed_retry_does_not_duplicate_it(
     db_path: Path, settings: Settings, workspace: Path
 ) -> None:
-    with MemoryStore.open_path(db_path, settings) as store:
+    with MemoryStore.open_path(db_path, settings, kinds=KINDS) as store:
         session, lease = _leased(store, workspace)
         lease.release()
     root = str(Path(__file__).resolve().parents[2])
@@ -158,7 +166,7 @@ def test_after_a_crash_the_next_open_recovers_the_turn_once_and_a_replayed_retry
     report = json.loads(child.stdout)
     assert report["outcome"] == "CommitOutcomeUnknownError" and report["fired"] == 1
     later = Clock(time.time() + 3600)  # the dead child's lease has expired by then
-    with MemoryStore.open_path(db_path, settings, clock=later) as store:
+    with MemoryStore.open_path(db_path, settings, clock=later, kinds=KINDS) as store:
         assert _texts(store, session.id) == ["first", "second"]  # recovered from the WAL, exactly once
         lease = store.acquire_lease(session.id, workspace)
         lease.replay()

@@ -16,14 +16,22 @@ from emelex_memory import (
     NewEvent,
     SessionNotFoundError,
     Settings,
-    register_job_kind,
 )
+from emelex_memory.job_kinds import builtin_kinds
+from emelex_memory.queue.kinds import JobKindRegistry
 from emelex_memory.core.id_prefix import MAX_ID_CANDIDATES
 from emelex_workers.cli import app
 
 from ..support import table_rows
 
-register_job_kind("noop")
+KINDS = builtin_kinds()
+KINDS.register("noop")
+
+
+@pytest.fixture
+def kinds() -> JobKindRegistry:
+    """The store fixtures' job kinds: the built-in ones and this module's."""
+    return KINDS
 
 
 @pytest.fixture
@@ -108,7 +116,7 @@ def cli_store(home: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch, fixe
     """Home (via EMELEX_HOME) with Sessions A and B (ambiguous as "abcd") and C, each with one turn, and a noop job
     on C whose ID is the unique "feed" prefix."""
     monkeypatch.setenv("EMELEX_HOME", str(home))
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(Settings(), kinds=KINDS) as store:
         _sessions(store, workspace, [A, B, C], fixed_ids)
         for sid in (A, B, C):
             with store.acquire_lease(sid, workspace) as lease:

@@ -24,9 +24,9 @@ from emelex_memory import (
     NewEvent,
     Settings,
     compaction_handler,
-    register_job_kind,
     run_one_job,
 )
+from emelex_memory.job_kinds import builtin_kinds
 from emelex_memory.maintenance import doctor as doctor_module
 from emelex_memory.maintenance.doctor import diagnose
 
@@ -122,10 +122,11 @@ def busy_store(tmp_path: Path) -> tuple[MemoryStore, Path, Clock]:
     settings = Settings(home=tmp_path / "home", knowledge_keep_versions=2, knowledge_grace_days=1)
     d = tmp_path / "db"
     d.mkdir(mode=0o700)
-    store = MemoryStore.open_path(d / "plans.sqlite3", settings, clock=clock)
+    kinds = builtin_kinds()
+    kinds.register("plan_noop")
+    store = MemoryStore.open_path(d / "plans.sqlite3", settings, clock=clock, kinds=kinds)
     ws = tmp_path / "ws"
     ws.mkdir()
-    register_job_kind("plan_noop")
     for n in range(3):
         s = store.create_session(ws, title=f"s{n}")
         with store.acquire_lease(s.id, ws) as lease:

@@ -9,12 +9,21 @@ from pathlib import Path
 import apsw
 import pytest
 
-from emelex_memory import MemoryStore, NewEvent, Settings, StoreIOError, register_job_kind
+from emelex_memory import MemoryStore, NewEvent, Settings, StoreIOError
+from emelex_memory.job_kinds import builtin_kinds
+from emelex_memory.queue.kinds import JobKindRegistry
 
 from ..support import table_rows
 from ..vfs_faults import Fault, FaultyVFS
 
-register_job_kind("readfault")
+KINDS = builtin_kinds()
+KINDS.register("readfault")
+
+
+@pytest.fixture
+def kinds() -> JobKindRegistry:
+    """The store fixtures' job kinds: the built-in ones and this module's."""
+    return KINDS
 MAX_CALLS = 400  # far more read calls than any of these operations makes
 
 
@@ -22,7 +31,7 @@ MAX_CALLS = 400  # far more read calls than any of these operations makes
 def filled(db_path: Path, settings: Settings, workspace: Path) -> tuple[str, apsw.Connection]:
     """A Session with turns both in the database file and in the WAL, three queued jobs, and a connection held
     open (so closing a store does not checkpoint the WAL away); returns the Session ID and that connection."""
-    with MemoryStore.open_path(db_path, settings) as store:
+    with MemoryStore.open_path(db_path, settings, kinds=KINDS) as store:
         session = store.create_session(workspace)
         with store.acquire_lease(session.id, workspace) as lease:
             lease.replay()
@@ -31,7 +40,7 @@ def filled(db_path: Path, settings: Settings, workspace: Path) -> tuple[str, aps
             lease.release()
     keeper = apsw.Connection(str(db_path), flags=apsw.SQLITE_OPEN_READWRITE)
     keeper.execute("SELECT count(*) FROM sessions").fetchall()  # it now holds the WAL open: no close checkpoints
-    with MemoryStore.open_path(db_path, settings) as store:
+    with MemoryStore.open_path(db_path, settings, kinds=KINDS) as store:
         with store.acquire_lease(session.id, workspace) as lease:
             for _ in lease.replay_all():
                 pass
@@ -51,7 +60,7 @@ def _every_read_fault(
     until it runs without reaching the fault; return the type name of each error it raised."""
     errors = []
     for index in range(MAX_CALLS):
-        with MemoryStore.open_path(db_path, settings) as store:
+        with MemoryStore.open_path(db_path, settings, kinds=KINDS) as store:
             vfs.arm(Fault("xRead", kind, index))
             try:
                 operation(store)
@@ -108,7 +117,7 @@ def test_the_typed_io_error_names_the_database_and_what_to_do(
     faulty_vfs: FaultyVFS, db_path: Path, settings: Settings, filled
 ) -> None:
     session_id, _ = filled
-    with MemoryStore.open_path(db_path, settings) as store:
+    with MemoryStore.open_path(db_path, settings, kinds=KINDS) as store:
         faulty_vfs.arm(Fault("xRead", "db", 0, times=0))
         with pytest.raises(StoreIOError) as caught:
             store.replay(session_id)

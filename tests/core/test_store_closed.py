@@ -7,9 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import AssetRef, MemoryStore, NewEvent, Settings, StoreClosedError, register_job_kind
+from emelex_memory import AssetRef, MemoryStore, NewEvent, Settings, StoreClosedError
+from emelex_memory.job_kinds import builtin_kinds
+from emelex_memory.queue.kinds import JobKindRegistry
 
-register_job_kind("closedstore")
+KINDS = builtin_kinds()
+KINDS.register("closedstore")
+
+
+@pytest.fixture
+def kinds() -> JobKindRegistry:
+    """The store fixtures' job kinds: the built-in ones and this module's."""
+    return KINDS
 
 
 def _calls(store: MemoryStore, session: str, workspace: Path, ref: AssetRef):
@@ -37,7 +46,7 @@ def _calls(store: MemoryStore, session: str, workspace: Path, ref: AssetRef):
 
 def test_every_method_of_a_closed_store_raises_store_closed(db_path: Path, settings: Settings,
                                                              workspace: Path) -> None:
-    store = MemoryStore.open_path(db_path, settings)
+    store = MemoryStore.open_path(db_path, settings, kinds=KINDS)
     session = store.create_session(workspace).id
     ref = store.put_asset(b"bytes", "image/png")
     store.close()
@@ -51,7 +60,7 @@ def test_every_method_of_a_closed_store_raises_store_closed(db_path: Path, setti
 def test_a_lease_left_after_its_store_was_closed_is_no_error_and_is_released(
     db_path: Path, settings: Settings, workspace: Path
 ) -> None:
-    store = MemoryStore.open_path(db_path, settings)
+    store = MemoryStore.open_path(db_path, settings, kinds=KINDS)
     session = store.create_session(workspace).id
     with store.acquire_lease(session, workspace) as lease:
         lease.replay()
@@ -59,5 +68,5 @@ def test_a_lease_left_after_its_store_was_closed_is_no_error_and_is_released(
         store.close()
         with pytest.raises(StoreClosedError):
             lease.append_turn([NewEvent("user", "again")])
-    with MemoryStore.open_path(db_path, settings) as again:  # released best-effort on the way out
+    with MemoryStore.open_path(db_path, settings, kinds=KINDS) as again:  # released best-effort on the way out
         again.acquire_lease(session, workspace).release()

@@ -13,13 +13,21 @@ from emelex_memory import (
     NewEvent,
     SessionBusyError,
     SessionNotFoundError,
-    register_job_kind,
 )
+from emelex_memory.job_kinds import builtin_kinds
+from emelex_memory.queue.kinds import JobKindRegistry
 from emelex_memory.maintenance import deletion as deletion_module
 
 from ..support import Clock, table_rows
 
-register_job_kind("noop")  # a test-only kind: a claim on the Session, not compaction
+KINDS = builtin_kinds()
+KINDS.register("noop")  # a test-only kind: a claim on the Session, not compaction
+
+
+@pytest.fixture
+def kinds() -> JobKindRegistry:
+    """The store fixtures' job kinds: the built-in ones and this module's."""
+    return KINDS
 
 
 @pytest.fixture
@@ -156,7 +164,7 @@ def test_cli_sessions_delete(monkeypatch, home, workspace):
 
     monkeypatch.setenv("EMELEX_HOME", str(home))
     runner = CliRunner()
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(Settings(), kinds=KINDS) as store:
         sid = seed(store, workspace, say("hello"))
     db = home / "memory" / "emelex.sqlite3"
     before = table_rows(db)

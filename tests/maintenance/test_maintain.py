@@ -11,15 +11,24 @@ import apsw
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import KnowledgeNotFoundError, MemoryStore, NewEvent, Settings, register_job_kind
+from emelex_memory import KnowledgeNotFoundError, MemoryStore, NewEvent, Settings
 from emelex_memory.assets.refs import DEFAULT_GRACE_S
 from emelex_memory.core.directories import Directory
+from emelex_memory.job_kinds import builtin_kinds
+from emelex_memory.queue.kinds import JobKindRegistry
 from emelex_memory.maintenance.retention import DAY_S
 from emelex_workers.cli import app
 
 from ..support import Clock, file_state, table_rows
 
-register_job_kind("noop")  # a test-only kind: these tests need claims on jobs, not compaction
+KINDS = builtin_kinds()
+KINDS.register("noop")  # a test-only kind: these tests need claims on jobs, not compaction
+
+
+@pytest.fixture
+def kinds() -> JobKindRegistry:
+    """The store fixtures' job kinds: the built-in ones and this module's."""
+    return KINDS
 
 
 @pytest.fixture
@@ -29,7 +38,7 @@ def clock() -> Clock:
 
 
 def open_store(db_path: Path, home: Path, clock: Clock, **overrides) -> MemoryStore:
-    return MemoryStore.open_path(db_path, Settings(home=home, **overrides), clock=clock)
+    return MemoryStore.open_path(db_path, Settings(home=home, **overrides), clock=clock, kinds=KINDS)
 
 
 def seed(store: MemoryStore, workspace: Path, text: str, *assets) -> str:
@@ -202,7 +211,7 @@ def test_cli_maintain(monkeypatch, home, workspace, tmp_path):
     monkeypatch.setenv("EMELEX_HOME", str(home))
     monkeypatch.setenv("EMELEX_KNOWLEDGE_KEEP_VERSIONS", "1")
     runner = CliRunner()
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(Settings(), kinds=KINDS) as store:
         for i in range(3):
             store.remember(workspace, "k", f"v{i}")
         orphan = store.put_asset(b"never linked, past its grace period", "image/png")

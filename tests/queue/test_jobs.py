@@ -17,14 +17,22 @@ from emelex_memory import (
     Settings,
     UnknownJobKindError,
     WorkerLeaseLostError,
-    register_job_kind,
 )
+from emelex_memory.job_kinds import BUILT_IN_KINDS, DEFAULT_KINDS, builtin_kinds, registered_kinds
+from emelex_memory.queue.kinds import JobKindRegistry
 from emelex_memory.queue.jobs import MAX_DIAGNOSTIC_CHARS, MAX_DIAGNOSTICS, MAX_DIAGNOSTICS_BYTES, MAX_JOB_ROW_BYTES
 from emelex_memory.core.retry import bounded_retrying
 
 from ..support import Clock, table_rows
 
-register_job_kind("noop")
+KINDS = builtin_kinds()
+KINDS.register("noop")
+
+
+@pytest.fixture
+def kinds() -> JobKindRegistry:
+    """The store fixtures' job kinds: the built-in ones and this module's."""
+    return KINDS
 
 
 @pytest.fixture
@@ -367,3 +375,25 @@ def test_deleting_a_session_deletes_its_jobs(cstore: MemoryStore, session_id: st
     with cstore.db.write() as conn:
         conn.execute("DELETE FROM sessions")
     assert cstore.list_jobs().jobs == []
+
+
+def test_a_kind_registered_on_an_injected_registry_is_that_stores_alone(
+    db_path: Path, settings: Settings, workspace: Path
+) -> None:
+    mine = builtin_kinds()
+    mine.register("private")
+    with MemoryStore.open_path(db_path, settings, kinds=mine) as store:
+        assert store.job_kinds is mine
+        sid = store.create_session(workspace).id
+        assert store.enqueue_job("private", sid, {"n": 1}).created
+    with MemoryStore.open_path(db_path, settings) as plain:
+        assert plain.job_kinds is DEFAULT_KINDS
+        before = table_rows(db_path)
+        with pytest.raises(UnknownJobKindError, match="no job kind 'private'"):
+            plain.enqueue_job("private", sid, {"n": 2})
+        assert table_rows(db_path) == before
+
+
+def test_no_test_module_registers_a_kind_on_the_process_wide_registry() -> None:
+    # every test module is imported before any test runs: a module-level `register_job_kind(...)` shows here
+    assert registered_kinds() == tuple(sorted(BUILT_IN_KINDS))

@@ -13,15 +13,24 @@ from pathlib import Path
 import apsw
 import pytest
 
-from emelex_memory import Job, JobOutcome, MemoryStore, Settings, register_job_kind, run_one_job
+from emelex_memory import Job, JobOutcome, MemoryStore, Settings, run_one_job
+from emelex_memory.job_kinds import builtin_kinds
+from emelex_memory.queue.kinds import JobKindRegistry
 from emelex_memory.core.connection import BusyWait, connect
 from emelex_memory.queue.service import _COMPLETE, RESCUE_BATCH, _claim_sql
 from emelex_memory.queue.renewal import IDLE_NAME, renewing
 
 from ..support import Clock, table_rows
 
-register_job_kind("noop")
-register_job_kind("noted", lambda ctx, result: {"noted": result})
+KINDS = builtin_kinds()
+KINDS.register("noop")
+KINDS.register("noted", lambda ctx, result: {"noted": result})
+
+
+@pytest.fixture
+def kinds() -> JobKindRegistry:
+    """The store fixtures' job kinds: the built-in ones and this module's."""
+    return KINDS
 
 
 @pytest.fixture
@@ -125,7 +134,7 @@ def test_one_shared_thread_renews_every_running_claim_and_none_after_its_block(
     db_path: Path, settings: Settings, workspace: Path
 ) -> None:
     ttl = 0.3
-    with MemoryStore.open_path(db_path, settings) as store:
+    with MemoryStore.open_path(db_path, settings, kinds=KINDS) as store:
         session = store.create_session(workspace)
         for n in range(2):
             store.enqueue_job("noop", session.id, {"n": n})

@@ -8,15 +8,25 @@ import signal
 import time
 from pathlib import Path
 
-from emelex_memory import JobClaim, MemoryStore, Settings, register_job_kind, run_one_job
+import pytest
+
+from emelex_memory import JobClaim, MemoryStore, Settings, run_one_job
+from emelex_memory.job_kinds import builtin_kinds
+from emelex_memory.queue.kinds import JobKindRegistry
 
 CTX = multiprocessing.get_context("spawn")
-register_job_kind("noop")
+KINDS = builtin_kinds()
+KINDS.register("noop")
+
+
+@pytest.fixture
+def kinds() -> JobKindRegistry:
+    """The store fixtures' job kinds: the built-in ones and this module's."""
+    return KINDS
 
 
 def _drain(db: str, home: str, start, results) -> None:
-    register_job_kind("noop")
-    store = MemoryStore.open_path(db, Settings(home=home))
+    store = MemoryStore.open_path(db, Settings(home=home), kinds=KINDS)
     ran: list[str] = []
 
     def handler(claim: JobClaim) -> dict:
@@ -34,7 +44,7 @@ def test_two_worker_processes_racing_never_claim_the_same_job(
     db_path: Path, settings: Settings, workspace: Path
 ) -> None:
     n = 80
-    with MemoryStore.open_path(db_path, settings) as store:
+    with MemoryStore.open_path(db_path, settings, kinds=KINDS) as store:
         session = store.create_session(workspace)
         ids = {store.enqueue_job("noop", session.id, {"n": i}).job.id for i in range(n)}
     start, results = CTX.Barrier(2), CTX.Queue()
@@ -47,15 +57,14 @@ def test_two_worker_processes_racing_never_claim_the_same_job(
         assert p.exitcode == 0
     assert not set(ran[0]) & set(ran[1])
     assert sorted(ran[0] + ran[1]) == sorted(ids)  # every job ran exactly once
-    with MemoryStore.open_path(db_path, settings) as store:
+    with MemoryStore.open_path(db_path, settings, kinds=KINDS) as store:
         jobs = store.list_jobs(limit=n + 1).jobs
     assert len(jobs) == n and all(j.state == "done" and j.attempts == 0 for j in jobs)
     assert {j.result["pid"] for j in jobs} <= {p.pid for p in procs}
 
 
 def _claim_and_hang(db: str, home: str, claimed) -> None:
-    register_job_kind("noop")
-    store = MemoryStore.open_path(db, Settings(home=home))
+    store = MemoryStore.open_path(db, Settings(home=home), kinds=KINDS)
     claim = store.claim_job("noop", ttl_s=5)
     claimed.put(claim.id)
     time.sleep(600)  # "running the model" until killed
@@ -64,7 +73,7 @@ def _claim_and_hang(db: str, home: str, claimed) -> None:
 def test_a_worker_killed_mid_job_is_rescued_and_the_job_retried(
     db_path: Path, settings: Settings, workspace: Path
 ) -> None:
-    with MemoryStore.open_path(db_path, settings) as store:
+    with MemoryStore.open_path(db_path, settings, kinds=KINDS) as store:
         session = store.create_session(workspace)
         job = store.enqueue_job("noop", session.id, {"work": "summarize"}).job
     claimed = CTX.Queue()
@@ -76,7 +85,7 @@ def test_a_worker_killed_mid_job_is_rescued_and_the_job_retried(
     assert worker.exitcode == -signal.SIGKILL
 
     offset = [0.0]
-    with MemoryStore.open_path(db_path, settings, clock=lambda: time.time() + offset[0]) as store:
+    with MemoryStore.open_path(db_path, settings, clock=lambda: time.time() + offset[0], kinds=KINDS) as store:
         assert store.get_job(job.id).state == "claimed"
         assert store.claim_job("noop") is None  # the lease is still live: nobody else may take it
         offset[0] = 6  # past the killed worker's lease

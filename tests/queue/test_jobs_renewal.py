@@ -8,10 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import JobClaim, MemoryStore, Settings, register_job_kind, run_one_job
+from emelex_memory import JobClaim, MemoryStore, Settings, run_one_job
+from emelex_memory.job_kinds import builtin_kinds
+from emelex_memory.queue.kinds import JobKindRegistry
 from emelex_memory.queue.renewal import renewing
 
-register_job_kind("noop")
+KINDS = builtin_kinds()
+KINDS.register("noop")
+
+
+@pytest.fixture
+def kinds() -> JobKindRegistry:
+    """The store fixtures' job kinds: the built-in ones and this module's."""
+    return KINDS
 TTL = 0.5  # real seconds: renewed every third of it
 
 
@@ -22,7 +31,7 @@ def renewal_threads() -> list[threading.Thread]:
 
 @pytest.fixture
 def store(db_path: Path, settings: Settings):
-    s = MemoryStore.open_path(db_path, settings)  # the real clock: renewal runs in real time
+    s = MemoryStore.open_path(db_path, settings, kinds=KINDS)  # the real clock: renewal runs in real time
     yield s
     s.close()
 
@@ -39,7 +48,7 @@ def test_a_handler_slower_than_its_lease_completes_without_being_rescued(
 
     def slow(claim: JobClaim) -> dict:
         time.sleep(2.4 * TTL)  # well past the lease it was claimed with
-        with MemoryStore.open_path(db_path, settings) as other:  # another worker's claim would rescue it now
+        with MemoryStore.open_path(db_path, settings, kinds=KINDS) as other:  # another worker's claim would rescue it now
             seen["rescued"] = other.rescue_expired_jobs()
             seen["job"] = other.get_job(claim.id)
         seen["threads"] = len(renewal_threads())

@@ -14,9 +14,10 @@ from emelex_memory import (
     JobClaim,
     MemoryStore,
     compaction_handler,
-    register_job_kind,
     run_one_job,
 )
+
+from emelex_memory.queue.kinds import JobKindRegistry
 
 from ..support import seed_session, table_rows
 
@@ -114,7 +115,9 @@ def test_a_malformed_source_already_stored_fails_its_job_at_once_and_readers_rai
     assert run_one_job(store, compaction_handler(lambda events, job: "x")) is None
 
 
-def test_custom_kinds_may_register_a_source_validator(store: MemoryStore, sid: str, db_path: Path) -> None:
+def test_custom_kinds_may_register_a_source_validator(
+    store: MemoryStore, kinds: JobKindRegistry, sid: str, db_path: Path
+) -> None:
     def needs_url(source) -> None:
         if not isinstance(source.get("url"), str):
             raise InvalidJobSourceError("a fetch job source needs a url; pass {'url': ...}")
@@ -122,8 +125,8 @@ def test_custom_kinds_may_register_a_source_validator(store: MemoryStore, sid: s
     def sloppy(source) -> None:
         source["missing"]  # a validator that raises an untyped error is still reported as a typed one
 
-    register_job_kind("fetch", validate=needs_url, replace=True)
-    register_job_kind("sloppy", validate=sloppy, replace=True)
+    kinds.register("fetch", validate=needs_url)
+    kinds.register("sloppy", validate=sloppy)
     assert store.enqueue_job("fetch", sid, {"url": "https://example.org"}).created
     before = table_rows(db_path)
     with pytest.raises(InvalidJobSourceError, match="needs a url"):

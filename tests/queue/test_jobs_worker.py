@@ -12,13 +12,21 @@ from emelex_memory import (
     MemoryStore,
     PermanentJobError,
     TransientJobError,
-    register_job_kind,
     run_one_job,
 )
+from emelex_memory.job_kinds import builtin_kinds
+from emelex_memory.queue.kinds import JobKindRegistry
 
 from ..support import Clock
 
-register_job_kind("noop")
+KINDS = builtin_kinds()
+KINDS.register("noop")
+
+
+@pytest.fixture
+def kinds() -> JobKindRegistry:
+    """The store fixtures' job kinds: the built-in ones and this module's."""
+    return KINDS
 NO_WAIT = tenacity.wait_none()
 
 

@@ -23,14 +23,22 @@ from emelex_memory import (
     MemoryStore,
     NewEvent,
     Settings,
-    register_job_kind,
     run_one_job,
 )
+from emelex_memory.job_kinds import builtin_kinds
+from emelex_memory.queue.kinds import JobKindRegistry
 
 from ..support import Clock, table_rows
 from ..vfs_faults import Fault, FaultyVFS
 
-register_job_kind("exiting")
+KINDS = builtin_kinds()
+KINDS.register("exiting")
+
+
+@pytest.fixture
+def kinds() -> JobKindRegistry:
+    """The store fixtures' job kinds: the built-in ones and this module's."""
+    return KINDS
 HAMMERS = 2
 
 _HAMMER = textwrap.dedent("""
@@ -146,7 +154,7 @@ def test_leaving_a_block_with_a_lost_or_expired_lease_is_no_error(
 def test_a_failing_release_never_replaces_the_exception_leaving_the_block(
     faulty_vfs: FaultyVFS, db_path: Path, settings: Settings, workspace: Path
 ) -> None:
-    with MemoryStore.open_path(db_path, settings) as store:
+    with MemoryStore.open_path(db_path, settings, kinds=KINDS) as store:
         session = store.create_session(workspace)
         worked = store.create_session(workspace)  # its jobs, claimable whatever became of the lease on `session`
         for n in range(2):
