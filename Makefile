@@ -1,5 +1,6 @@
 # Two entry points: `make demo` (the main job over a real demo store) and `make test`; `make bench` writes
-# benchmarks/RESULTS.md and `make docs` regenerates docs/cli.md from the commands' --help.
+# benchmarks/RESULTS.md, `make docs` regenerates docs/cli.md from the commands' --help and `make schema`
+# regenerates docs/schema.sql from a migrated database.
 # Both create .venv and install the project with its extras on first use.
 PYTHON ?= python3
 VENV := .venv
@@ -7,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_HOME := $(CURDIR)/.demo/home
 
-.PHONY: test demo bench docs clean
+.PHONY: test demo bench docs schema clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +30,9 @@ bench: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/python -m emelex_workers.cli.reference docs/cli.md
+
+schema: $(STAMP)
+	$(BIN)/python -m emelex_memory.core.schema docs/schema.sql
 
 clean:
 	rm -rf $(VENV) .demo

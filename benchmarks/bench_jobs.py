@@ -27,7 +27,7 @@ from pathlib import Path
 from results import Figures
 
 from emelex_memory import MemoryStore, Settings, register_job_kind, run_one_job
-from emelex_memory.connection import connect
+from emelex_memory.core.connection import connect
 
 JOBS_PER_ROUND = 1000
 CHUNK = 100  # jobs per phase; phases alternate between the two sides
@@ -123,7 +123,7 @@ def bench(root: Path, workers: int) -> float:
         raw.execute(RAW_TABLE)
     ratios, round_ratios, raw_rates, our_rates = [], [], [], []
     for r in range(ROUNDS):
-        with store._write():  # one transaction; each enqueue nests as a savepoint
+        with store.db.write():  # one transaction; each enqueue nests as a savepoint
             for i in range(JOBS_PER_ROUND):
                 store.enqueue_job("noop", session.id, {"round": r, "n": i})
         with raw:
@@ -138,7 +138,7 @@ def bench(root: Path, workers: int) -> float:
         for p in procs:
             p.join(60)
             assert p.exitcode == 0
-        with store._read() as conn:
+        with store.db.read() as conn:
             assert conn.execute("SELECT count(*) FROM jobs WHERE state = 'pending'").fetchone()[0] == 0
         # Every worker waits at the same barriers, so worker 0's phase times are the phases' times.
         pairs = [raw_s / ours_s for raw_s, ours_s in zip(done[0][1], done[0][2])]

@@ -52,9 +52,9 @@ from emelex_memory import (
     register_job_kind,
     run_one_job,
 )
-from emelex_memory import doctor as doctor_module
-from emelex_memory.doctor import diagnose
-from emelex_memory.transcript import encode_turn
+from emelex_memory.maintenance import doctor as doctor_module
+from emelex_memory.maintenance.doctor import diagnose
+from emelex_memory.sessions.transcript import encode_turn
 
 sys.path.insert(0, str(Path(__file__).parent))
 from results import write_section  # noqa: E402
@@ -86,7 +86,7 @@ def _bulk_events(store: MemoryStore, rowids: list[int], per_session: int) -> Non
     settings = store.settings
     encoded = [encode_turn(_turn(t), settings) for t in range(per_session // 2)]
     now = time.time()
-    with store._write() as conn:
+    with store.db.write() as conn:
         for rowid in rowids:
             head = conn.execute("SELECT seq, turn, byte_end, media_end FROM events WHERE session_id = ? "
                                 "ORDER BY seq DESC LIMIT 1", (rowid,)).fetchone() or (0, 0, 0, 0)
@@ -107,7 +107,7 @@ def _bulk_knowledge(store: MemoryStore, workspace: Path, entries: int, versions:
     """Entries of `versions` versions each, as `remember` writes them (one is written through it first)."""
     store.remember(workspace, "seed", "the first entry, through the API")
     now = time.time()
-    with store._write() as conn:
+    with store.db.write() as conn:
         ws_id = conn.execute("SELECT workspace_id FROM knowledge WHERE key = 'seed'").fetchone()[0]
         for n in range(entries):
             key = f"fact-{n}"
@@ -125,7 +125,7 @@ def _bulk_knowledge(store: MemoryStore, workspace: Path, entries: int, versions:
 
 def _bulk_leases_and_jobs(store: MemoryStore, rowids: list[int], backlog: int) -> None:
     now = time.time()
-    with store._write() as conn:
+    with store.db.write() as conn:
         conn.executemany(
             "INSERT OR IGNORE INTO session_leases (session_id, token_hash, holder, state, acquired_at, expires_at, "
             "ended_at) VALUES (?, ?, 'bench@host', 'released', ?, ?, ?)",
@@ -163,7 +163,7 @@ def build(root: Path, sessions: int, per_session: int, entries: int, versions: i
             lease.release()
     source.unlink(missing_ok=True)
     log(f"{assets} assets: {time.perf_counter() - t0:.0f} s")
-    with store._read() as conn:
+    with store.db.read() as conn:
         rowids = [r for (r,) in conn.execute("SELECT id FROM sessions ORDER BY id")]
     for i in range(0, len(rowids), 500):
         _bulk_events(store, rowids[i:i + 500], per_session)
@@ -312,7 +312,7 @@ def main() -> int:
                     setattr(doctor_module, n, f)
             db = big_root / "store.sqlite3"
             mb = _mb(db)
-            integrity_s = _timed(lambda: big.store._conn.execute("PRAGMA integrity_check").fetchall())
+            integrity_s = _timed(lambda: big.store.db.conn.execute("PRAGMA integrity_check").fetchall())
             doctor_s = _timed(lambda: diagnose(Settings(home=big_root / "home"), database=db, max_asset_entries=1,
                                                max_asset_bytes=1))
             plain_events = EVENTS_PER_SESSION
@@ -323,7 +323,7 @@ def main() -> int:
             scan_s = min(_timed(lambda: big.store.collect_assets(limit=1000)) for _ in range(3))
             replay_peak = _traced_peak(lambda: _replay_plain(big, assets=True))
             collect_peak = _traced_peak(lambda: big.store.collect_assets())
-            vacuum_s = _timed(lambda: big.store._conn.execute("VACUUM").fetchall())
+            vacuum_s = _timed(lambda: big.store.db.conn.execute("VACUUM").fetchall())
         finally:
             small.close()
             big.close()
@@ -373,7 +373,7 @@ def _replay_plain(side: Side, assets: bool = False) -> None:
     """Replay the uncompacted Session page by page (with `assets`: an asset Session, reading each asset's bytes)."""
     session = side.store.list_sessions(cursor=side.middle, limit=1).sessions[0].id if not assets else None
     if assets:
-        with side.store._read() as conn:
+        with side.store.db.read() as conn:
             session = conn.execute("SELECT s.uuid FROM sessions s JOIN event_assets a ON a.session_id = s.id "
                                    "LIMIT 1").fetchone()[0]
     after = 0

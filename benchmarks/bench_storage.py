@@ -26,8 +26,9 @@ from pathlib import Path
 from results import Figures
 
 from emelex_memory import MemoryStore, NewEvent, Settings
-from emelex_memory.connection import connect
-from emelex_memory.transcript import encode_turn
+from emelex_memory.core.connection import connect
+from emelex_memory.sessions.rows import session_rowid
+from emelex_memory.sessions.transcript import encode_turn
 
 TURNS_PER_ROUND = 500
 ROUNDS = 7
@@ -130,8 +131,8 @@ def bench_append(root: Path) -> float:
 def bench_replay(root: Path) -> float:
     settings = Settings(home=root / "home")
     store, session, lease, _ = _leased_store(root, "replay", settings)
-    with store._write() as conn:  # bulk load: 25,000 4-event turns in one transaction
-        rowid = store._session_rowid(conn, session.id)
+    with store.db.write() as conn:  # bulk load: 25,000 4-event turns in one transaction
+        rowid = session_rowid(conn, session.id)
         rows, byte_end = [], 0
         for t in range(REPLAY_EVENTS // 4):
             for k, e in enumerate(encode_turn(_turn(t), settings)):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,8 +23,8 @@ from pydantic_settings import (
 )
 
 from .errors import InvalidHomeError, SettingsFileError
-from .files import check_no_symlink_loop
-from .io_errors import file_error
+from .core.private_files import check_no_symlink_loop, open_for_reading
+from .core.io_errors import file_error
 
 MiB = 1024 * 1024
 MAX_CONFIG_BYTES = MiB  # config.toml is read whole; a larger one is refused
@@ -54,7 +53,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
     (`io_errors.file_error`), naming the file.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_for_reading(path)
     except (FileNotFoundError, NotADirectoryError):
         return {}
     except OSError as exc:
@@ -76,6 +75,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
         os.close(fd)
     if size > MAX_CONFIG_BYTES:
         raise SettingsFileError(f"{path} is larger than {MAX_CONFIG_BYTES} bytes; shorten it")
+    import tomllib  # here: a run without a settings file never needs it
+
     try:
         return tomllib.loads(b"".join(chunks).decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -1,224 +1,142 @@
-"""`MemoryStore`: the entry point to one Emelex database."""
+"""`MemoryStore`: the entry point to one Emelex database, composed of a `Database` and one service per concept.
+
+    store.db            the connection, lock, clock, settings and transactions (`core/database.py`)
+    store.sessions      Sessions, leases and replay (`sessions/`)
+    store.workspaces    the known workspaces and their rebinding (`sessions/workspace_admin.py`)
+    store.assets        content-addressed media (`assets/`)
+    store.jobs          the work queues; `store.job_status`: why a job waits (`queue/`)
+    store.compaction    planning and queueing compaction; `store.compaction_revert`; `store.raw_history`
+    store.knowledge     versioned workspace Knowledge; `store.distillation` (`knowledge/`)
+    store.model_refs    Session -> model snapshot references (`snapshots/`)
+    store.deletion, store.maintenance   `delete_session` and `maintain` (`maintenance/`)
+
+Every method the documentation shows on the store (`store.put_asset`, `store.claim_job`, ...) stays there: the
+table `_API` below names the service that answers it, and the store forwards the call unchanged. `finish_session`
+and `work_distillation` are the store's own, as they span a lease, the queue and the runner.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import apsw
-
-from .assets import asset_dir_for
-from .assets_store import AssetStoreMixin
-from .compaction import CompactionMixin
-from .compaction_revert import CompactionRevertMixin
-from .cursors import check_position, cursor_float, cursor_int
-from .deletion import DeletionMixin
-from .directories import Directory
-from .distillation import DistillationMixin
-from .errors import (
-    CommitOutcomeUnknownError,
-    EmelexError,
-    InvalidInputError,
-    LeaseHeldError,
-    SessionNotFoundError,
-    StoreClosedError,
-    WorkspaceReplacedError,
-)
-from .files import absolute, check_home, check_no_symlinks, check_private_dir, ensure_private_dir
-from .id_prefix import IdPrefixMixin
-from .io_errors import IO_ERRORS, commit_unknown, detail_of, failure_remedy, restated, sqlite_error
-from .job_status import JobStatusMixin
-from .knowledge import KnowledgeMixin
-from .leases import SessionLease, holder_label, new_token, token_digest
-from .model_refs import ModelRefMixin
-from .opening import check_missing_database, open_database, reinitialize_database
-from .queue import JobQueueMixin
-from .raw_history import RawHistoryMixin
-from .retention import MaintenanceMixin
-from .sessions import SESSION_COLUMNS, Session, WorkspaceIdentity, not_the_workspace, session_from_row
+from .assets.refs import asset_dir_for
+from .core.database import Clock, Database
+from .core.io_errors import restated
+from .core.opening import STORE_MARKER, check_missing_database, open_database, reinitialize_database
+from .core.private_files import absolute, check_home, check_no_symlinks, check_private_dir, ensure_private_dir
+from .errors import CommitOutcomeUnknownError, InvalidInputError, LeaseLostError
+from .job_kinds import DEFAULT_KINDS, DISTILL_KIND
+from .queue.kinds import JobKindRegistry
 from .settings import Settings
-from .summaries import read_view_page
-from .transcript import ReplayPage
-from .utf8 import check_utf8, is_utf8
-from .workspace_admin import WorkspaceAdminMixin
-from .workspaces import WORKSPACE_COLUMNS, identity_of, register_workspace, settle_workspace
 
-Clock = Callable[[], float]
-STORE_MARKER = ".memory-store"  # in Emelex Home: records that the standard store was created
-MAX_SESSION_ROW_BYTES = 8192  # bound of one Session's row in a page estimate (title <= 512 chars, path <= 4096 bytes)
+if TYPE_CHECKING:
+    from .assets.service import AssetStore
+    from .compaction.planning import Compaction
+    from .compaction.raw_history import RawHistory
+    from .compaction.revert import CompactionRevert
+    from .knowledge.distillation import DistillFunction, Distillation, TokenCounter
+    from .knowledge.service import Knowledge
+    from .maintenance.deletion import Deletion
+    from .maintenance.retention import Maintenance
+    from .queue.jobs import Enqueued
+    from .queue.runner import JobOutcome
+    from .queue.service import JobQueue
+    from .queue.status import JobStatus
+    from .sessions.leases import SessionLease
+    from .sessions.service import Sessions
+    from .sessions.workspace_admin import WorkspaceAdmin
+    from .snapshots.refs import SessionModelRefs
 
+__all__ = ["STORE_MARKER", "MemoryStore", "SessionPage"]  # SessionPage: see __getattr__ below
 
-@dataclass(frozen=True)
-class SessionPage:
-    """A page of Sessions, newest first. Pass `next_cursor` back to continue; it is None after the last page."""
-
-    sessions: list[Session]
-    next_cursor: str | None
-
-
-def _closed(path: Path) -> StoreClosedError:
-    return StoreClosedError(f"the store {path} was closed; open it again")
-
-
-class _ReadAccess:
-    """`with store._read() as conn:` holds the store's lock around reads on its connection. One stateless
-    instance per store serves every use, from any thread: a plain class rather than a generator context
-    manager halves the fixed Python cost, which every replay page and queue transaction pays. An I/O-class
-    SQLite error leaving the block is raised as its typed error (`io_errors.sqlite_error`), and the one of a
-    closed store as `StoreClosedError`."""
-
-    __slots__ = ("_lock", "_conn", "_path")
-
-    def __init__(self, lock: threading.RLock, conn: apsw.Connection, path: Path) -> None:
-        self._lock = lock
-        self._conn = conn
-        self._path = path
-
-    def __enter__(self) -> apsw.Connection:
-        self._lock.acquire()
-        return self._conn
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        self._lock.release()
-        if exc_type is not None:
-            if issubclass(exc_type, IO_ERRORS):
-                raise sqlite_error(exc, self._path, "reading", self._conn) from exc  # type: ignore[arg-type]
-            if issubclass(exc_type, apsw.ConnectionClosedError):
-                raise _closed(self._path) from None
-
-
-class _WriteTransaction(_ReadAccess):
-    """`with store._write() as conn:` holds the store's lock around one `BEGIN IMMEDIATE` transaction on its
-    connection (a savepoint when nested); like `_ReadAccess`, one instance serves every transaction.
-
-    An error in the block rolls back; if SQLite already rolled back itself (it does after some I/O errors),
-    the rollback's own complaint never replaces the error that caused it. An I/O-class error is raised as its
-    typed error, and nothing was written; only when the outermost COMMIT itself fails is the outcome unknown
-    (`CommitOutcomeUnknownError`, see `_failed_commit`).
-    """
-
-    __slots__ = ("_depth",)
-
-    def __init__(self, lock: threading.RLock, conn: apsw.Connection, path: Path) -> None:
-        super().__init__(lock, conn, path)
-        self._depth = 0  # open blocks; only read and changed under the lock
-
-    def __enter__(self) -> apsw.Connection:
-        self._lock.acquire()
-        try:
-            conn = self._conn.__enter__()
-        except BaseException as exc:
-            self._lock.release()
-            if isinstance(exc, IO_ERRORS):
-                raise sqlite_error(exc, self._path, "beginning a write", self._conn) from exc
-            if isinstance(exc, apsw.ConnectionClosedError):
-                raise _closed(self._path) from None
-            raise
-        self._depth += 1
-        return conn
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        self._depth -= 1
-        try:
-            if exc_type is None:
-                try:
-                    self._conn.__exit__(None, None, None)
-                except apsw.Error as failure:
-                    replacement = self._failed_commit(failure)
-                    if replacement is None:
-                        raise
-                    raise replacement from failure
-                return
-            self._roll_back(exc_type, exc, tb)
-        finally:
-            self._lock.release()
-        if issubclass(exc_type, IO_ERRORS):
-            raise sqlite_error(exc, self._path, "writing", self._conn) from exc  # type: ignore[arg-type]
-
-    def _roll_back(self, exc_type: type[BaseException], exc: BaseException | None, tb: object) -> None:
-        """Roll the block back after `exc`; a failure to do so is not reported, so `exc` propagates."""
-        try:
-            self._conn.__exit__(exc_type, exc, tb)
-        except apsw.Error:  # "cannot rollback - no transaction is active": SQLite rolled back already
-            self._abandon()
-
-    def _abandon(self) -> None:
-        """After a failed COMMIT or rollback of the outermost block: make sure no transaction stays open."""
-        if self._depth == 0 and self._conn.in_transaction:
-            try:
-                self._conn.execute("ROLLBACK")
-            except apsw.Error:
-                pass  # the connection reports the failure on its next use
-
-    def _failed_commit(self, failure: apsw.Error) -> EmelexError | None:
-        """The error to raise for `failure` of a block's COMMIT (or savepoint release); None: raise it unchanged.
-
-        An I/O-class failure of the outermost COMMIT has an unknown outcome (`CommitOutcomeUnknownError`): in WAL
-        mode a failed fsync leaves the transaction's frames in the -wal file beyond what the wal-index records, so
-        this connection no longer sees them and its next write overwrites them, but the next open after a crash
-        recovers them. Any other failure left the transaction rolled back.
-        """
-        self._abandon()
-        if not isinstance(failure, IO_ERRORS):
-            return None  # busy, constraint: SQLite refused the commit and the transaction was rolled back
-        if self._depth:  # a savepoint's release: the outermost block has not committed yet
-            return sqlite_error(failure, self._path, "writing", self._conn)
-        return commit_unknown(
-            detail_of(failure, self._conn), self._path, "a write", "re-read what it wrote before retrying it",
-            failure_remedy(failure),
-        )
+# Which service answers each method of the store's public API.
+_API = {
+    "sessions": ("create_session", "get_session", "list_sessions", "acquire_lease", "replay", "resolve_session_id"),
+    "workspaces": ("list_workspaces", "get_workspace", "workspace_rebinds", "rebind_workspace"),
+    "assets": (
+        "asset_dir", "put_asset", "read_asset", "open_asset", "asset_entries", "asset_links", "list_assets",
+        "asset_totals", "verify_assets", "collect_assets",
+    ),
+    "jobs": (
+        "enqueue_job", "get_job", "list_jobs", "failed_jobs", "claim_job", "rescue_expired_jobs", "renew_job",
+        "complete_job", "fail_job", "release_job", "cancel_job", "retry_failed_job", "resolve_job_id",
+    ),
+    "job_status": ("waiting_jobs", "rescue_dead_claim", "job_source_bytes"),
+    "compaction": (
+        "plan_compaction", "plan_next_compaction_step", "queue_compaction", "compaction_source",
+        "read_compaction_source",
+    ),
+    "compaction_revert": ("revert_compaction", "redo_compaction"),
+    "raw_history": ("raw_events",),
+    "knowledge": ("remember", "recall", "get_knowledge", "knowledge_history", "knowledge_source", "pin", "unpin", "forget"),
+    "distillation": ("queue_distillation", "read_distillation_source"),
+    "model_refs": ("bind_session_model", "session_model_refs", "snapshot_references", "model_name_references"),
+    "deletion": ("delete_session",),
+    "maintenance": ("maintain",),
+}
 
 
 def _check_database_path(path: Path) -> None:
     check_no_symlinks(path, what="database", fix="open {real} instead")
 
 
-class MemoryStore(
-    ModelRefMixin,
-    KnowledgeMixin,
-    DeletionMixin,
-    DistillationMixin,
-    MaintenanceMixin,
-    JobQueueMixin,
-    CompactionMixin,
-    CompactionRevertMixin,
-    RawHistoryMixin,
-    AssetStoreMixin,
-    WorkspaceAdminMixin,
-    IdPrefixMixin,
-    JobStatusMixin,
-):
+class MemoryStore:
     """One open Emelex database. Thread-safe; use it as a context manager or call `close()`."""
 
-    def __init__(self, conn: apsw.Connection, path: Path, settings: Settings, clock: Clock = time.time) -> None:
+    # The services, each built on first use (`_SERVICES` below); `_API` forwards the public methods to them.
+    sessions: Sessions
+    workspaces: WorkspaceAdmin
+    assets: AssetStore
+    jobs: JobQueue
+    job_status: JobStatus
+    compaction: Compaction
+    compaction_revert: CompactionRevert
+    raw_history: RawHistory
+    knowledge: Knowledge
+    distillation: Distillation
+    model_refs: SessionModelRefs
+    deletion: Deletion
+    maintenance: Maintenance
+
+    def __init__(
+        self,
+        conn: Any,
+        path: Path,
+        settings: Settings,
+        clock: Clock = time.time,
+        kinds: JobKindRegistry | None = None,
+    ) -> None:
         """Wrap an already opened and migrated connection (closing it if this fails); use `open` or `open_path`.
-        (`doctor` also wraps a connection opened as it is, unmigrated, for its reads.)
 
         Opens the database's directory and keeps its descriptor until
         `close()`: asset files are reached through it, never by path.
+        `kinds` is the job-kind registry the store queues, validates and
+        completes jobs by (`store.job_kinds`); None means `DEFAULT_KINDS`.
         """
-        try:
-            self._dir = Directory.open(path.parent)
-        except BaseException:
-            conn.close()
-            raise
-        self._conn = conn
+        self.db = Database.wrap(conn, path, settings, clock)
         self.path = path
         self.settings = settings
         self.clock = clock
-        self._lock = threading.RLock()
-        self._transaction = _WriteTransaction(self._lock, conn, path)
-        self._reader = _ReadAccess(self._lock, conn, path)
+        self.job_kinds = DEFAULT_KINDS if kinds is None else kinds
+        self._building = threading.RLock()  # services are built on first use, once (see `_Service`)
 
     # -- opening --------------------------------------------------------------
 
     @classmethod
-    def open(cls, settings: Settings | None = None, *, create: bool = True, clock: Clock = time.time) -> MemoryStore:
+    def open(
+        cls,
+        settings: Settings | None = None,
+        *,
+        create: bool = True,
+        clock: Clock = time.time,
+        kinds: JobKindRegistry | None = None,
+    ) -> MemoryStore:
         """Open the standard database `<Emelex Home>/memory/emelex.sqlite3`, creating it on first use only.
 
         Home and its `memory/` directory are created mode 0700 when missing
@@ -226,7 +144,8 @@ class MemoryStore(
         `StoreError` subclass when anything is unsafe or the database of an
         existing store is missing. With `create=False` (for commands that
         only read) a Home without a store raises `NoStoreError` and nothing
-        at all is created.
+        at all is created. `kinds` is the store's job-kind registry
+        (default `DEFAULT_KINDS`, which `register_job_kind` adds to).
         """
         settings = settings or Settings()
         home = settings.home_dir
@@ -244,7 +163,7 @@ class MemoryStore(
             database, busy_timeout_ms=settings.busy_timeout_ms, marker=marker, evidence=evidence, create=create,
             where=home,
         )
-        return cls(conn, database, settings, clock)
+        return cls(conn, database, settings, clock, kinds)
 
     @classmethod
     def open_path(
@@ -254,10 +173,11 @@ class MemoryStore(
         *,
         create: bool = True,
         clock: Clock = time.time,
+        kinds: JobKindRegistry | None = None,
     ) -> MemoryStore:
         """Open the database file at `path` (its directory must exist and be private), creating it on first use.
 
-        With `create=False` a missing store raises `NoStoreError` and nothing is created.
+        With `create=False` a missing store raises `NoStoreError` and nothing is created. `kinds` as for `open`.
         """
         settings = settings or Settings()
         path = absolute(path, what="database")
@@ -265,7 +185,7 @@ class MemoryStore(
         conn = open_database(
             path, busy_timeout_ms=settings.busy_timeout_ms, evidence=(asset_dir_for(path),), create=create
         )
-        return cls(conn, path, settings, clock)
+        return cls(conn, path, settings, clock, kinds)
 
     @staticmethod
     def reinitialize(settings: Settings | None = None, *, confirm: bool = False) -> list[Path]:
@@ -295,9 +215,7 @@ class MemoryStore(
 
     def close(self) -> None:
         """Close the connection. Leases taken through this store stay durable until released or expired."""
-        with self._lock:
-            self._conn.close()
-            self._dir.close()
+        self.db.close()
 
     def __enter__(self) -> MemoryStore:
         return self
@@ -305,184 +223,140 @@ class MemoryStore(
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- internals shared with the feature modules ---------------------------------
+    def finish_session(self, lease: SessionLease) -> Enqueued | None:
+        """Clean exit: queue distillation of the lease's Session and durably release the lease, in one transaction.
 
-    def _write(self) -> _WriteTransaction:
-        """One `BEGIN IMMEDIATE` transaction: commits on success, rolls back completely on any error raised before
-        the commit; a failed commit raises `CommitOutcomeUnknownError`."""
-        return self._transaction
-
-    def _read(self) -> _ReadAccess:
-        """`with store._read() as conn:` holds the connection, for reads, against concurrent use by other threads."""
-        return self._reader
-
-    def _lease_ttl(self, ttl_s: float | None) -> float:
-        ttl = self.settings.session_lease_ttl_s if ttl_s is None else ttl_s
-        if not 0 < ttl <= 86_400:
-            raise InvalidInputError(f"lease TTL must be between 0 and 86400 seconds, got {ttl}")
-        return ttl
-
-    def _page_limits(self, limit: int | None, max_bytes: int | None, *, min_bytes: int = 0) -> tuple[int, int]:
-        s = self.settings
-        limit = s.page_items if limit is None else limit
-        max_bytes = s.page_bytes if max_bytes is None else max_bytes
-        if not 1 <= limit <= s.max_page_items:
-            raise InvalidInputError(f"limit must be between 1 and {s.max_page_items}, got {limit}")
-        if not max(min_bytes, 1) <= max_bytes <= s.page_bytes:
-            raise InvalidInputError(f"max_bytes must be between {max(min_bytes, 1)} and {s.page_bytes}, got {max_bytes}")
-        return limit, max_bytes
-
-    def _session_rowid(self, conn: apsw.Connection, session_id: str) -> int:
-        row = None
-        if is_utf8(session_id):  # a non-UTF-8 ID (from the command line) names no Session and cannot be bound
-            row = conn.execute("SELECT id FROM sessions WHERE uuid = ?", (session_id,)).fetchone()
-        if row is None:
-            raise SessionNotFoundError(f"no Session {session_id!r}; list them with `emelex memory sessions list`")
-        return row[0]
-
-    # -- Sessions ---------------------------------------------------------------
-
-    def create_session(
-        self, workspace: str | os.PathLike[str], *, title: str | None = None, new_workspace: bool = False
-    ) -> Session:
-        """Create a Session in the canonical `workspace` directory: the known workspace that directory is, or a new
-        one recorded with its identity (see `WorkspaceIdentity`).
-
-        A directory at the path where another known workspace was last seen
-        (a re-clone, say) raises `WorkspaceReplacedError` naming the rebind
-        command, unless `new_workspace` says it is a new, unrelated workspace.
+        Both happen or neither. An error raised before the commit queues
+        nothing and leaves the lease held, and the lease object stays usable,
+        so finishing again is safe. When the commit itself fails in its I/O
+        (`CommitOutcomeUnknownError`) both may have happened; leaving the
+        lease's `with` block then releases the lease without queueing if
+        they did not. Either way, call `finish_session(lease)` again: after
+        an unknown outcome it completes what is missing (it queues the
+        distillation unless that commit did, which queueing's idempotence
+        tells, and releases the lease if still held) and returns the job.
+        Otherwise raises `LeaseLostError`, queueing nothing, when the lease
+        was no longer held (call `queue_distillation` to distill the Session
+        anyway). Call this only for a Session whose history is consistent (no
+        interrupted turn), on the store that acquired the lease.
         """
-        if title is not None and (not isinstance(title, str) or len(title) > 512):
-            raise InvalidInputError("a Session title must be a string of at most 512 characters")
-        check_utf8(title, "the Session title")
-        found = WorkspaceIdentity.inspect(workspace)
-        now = self.clock()
-        session_id = str(uuid.uuid4())
-        with self._write() as conn:
-            workspace_id, ident = register_workspace(conn, found, now, new_workspace=new_workspace)
-            conn.execute(
-                "INSERT INTO sessions (uuid, title, workspace_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?)",
-                (session_id, title, workspace_id, now, now),
+        if lease._db is not self.db:
+            raise InvalidInputError(
+                f"the lease on Session {lease.session_id} belongs to another MemoryStore; call finish_session on "
+                "the store that acquired it"
             )
-        return Session(session_id, title, ident, now, now, 0, 0, 0, workspace_id)
-
-    def get_session(self, session_id: str) -> Session:
-        """Return a snapshot of one Session; raise `SessionNotFoundError` if there is none."""
-        row = None
-        if is_utf8(session_id):
-            with self._read() as conn:
-                row = conn.execute(f"SELECT {SESSION_COLUMNS} FROM session_heads WHERE uuid = ?", (session_id,)).fetchone()
-        if row is None:
-            raise SessionNotFoundError(f"no Session {session_id!r}; list them with `emelex memory sessions list`")
-        return session_from_row(row)
-
-    def list_sessions(
-        self, *, cursor: str | None = None, limit: int | None = None, max_bytes: int | None = None
-    ) -> SessionPage:
-        """Page through Sessions newest first with a stable `(created_at, id)` cursor, bounded in items and bytes."""
-        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=MAX_SESSION_ROW_BYTES)
-        where, params = "", ()
-        if cursor is not None:
+        if lease._finish_unknown:  # an earlier finish may have committed: queueing again is idempotent
             try:
-                created, rowid = cursor.split(":")
-                where, params = "WHERE (created_at, id) < (?, ?)", (cursor_float(created), cursor_int(rowid))
-            except (AttributeError, ValueError):
-                raise InvalidInputError(f"bad Session cursor {cursor!r}; pass a next_cursor from a previous page") from None
-        with self._read() as conn:
-            rows = conn.execute(
-                f"SELECT id, {SESSION_COLUMNS} FROM session_heads {where} ORDER BY created_at DESC, id DESC LIMIT ?",
-                (*params, limit + 1),
-            ).fetchall()
-        sessions, total, last = [], 0, None
-        for row in rows[:limit]:
-            total += 200 + len((row[2] or "").encode()) + len(row[3].encode())  # generous per-row estimate
-            if total > max_bytes:
-                break
-            sessions.append(session_from_row(row[1:]))
-            last = row
-        more = len(sessions) < len(rows)
-        return SessionPage(sessions, f"{last[8]!r}:{last[0]}" if more and last else None)
-
-    # -- leases and replay --------------------------------------------------------
-
-    def acquire_lease(
-        self, session_id: str, workspace: str | os.PathLike[str], *, ttl_s: float | None = None
-    ) -> SessionLease:
-        """Take the one live lease on a Session from `workspace` (its current path).
-
-        Validates the workspace identity first (a renamed directory is
-        accepted and the stored path updated; components the workspace did
-        not record yet are recorded). Raises `WorkspaceReplacedError` when the
-        directory is not the Session's workspace, `LeaseHeldError` while
-        another holder's lease is live; an expired lease is replaced (its
-        holder's later writes are refused with `LeaseLostError`). The new
-        lease must replay before appending. It keeps the directory open until
-        it ends, so that its inode number cannot be reused meanwhile.
-        """
-        ttl = self._lease_ttl(ttl_s)
-        found, fd = WorkspaceIdentity.open(workspace)
+                return lease._end_with("released", None, lambda conn: self.queue_distillation(lease.session_id))
+            except LeaseLostError:  # released by that commit, or when its `with` block was left
+                return self.queue_distillation(lease.session_id)
         try:
-            return self._acquire_lease(session_id, found, fd, ttl)
+            return lease._end_with("released", None, lambda conn: self.queue_distillation(lease.session_id))
         except CommitOutcomeUnknownError as exc:
-            os.close(fd)
+            lease._finish_unknown = True
             raise restated(
-                exc, self.path, f"a lease on Session {session_id}",
-                f"if it is durable, its token never reached you and the Session stays leased until it expires (at "
-                f"most {ttl:g}s); acquire it again: a LeaseHeldError then means it was, and acquiring succeeds once "
-                "that lease has expired",
+                exc, self.path, f"finishing Session {lease.session_id} (queue distillation, release)",
+                "call finish_session(lease) again: it queues the distillation unless this commit did, and releases "
+                "the lease if it is still held",
             ) from exc.__cause__
-        except BaseException:
-            os.close(fd)
-            raise
 
-    def _acquire_lease(self, session_id: str, found: WorkspaceIdentity, fd: int, ttl: float) -> SessionLease:
-        token = new_token()
-        with self._write() as conn:
-            rowid = self._session_rowid(conn, session_id)
-            row = conn.execute(
-                f"SELECT {WORKSPACE_COLUMNS} FROM workspaces WHERE id = (SELECT workspace_id FROM sessions WHERE id = ?)",
-                (rowid,),
-            ).fetchone()
-            if not found.same_directory(identity_of(row)):
-                raise WorkspaceReplacedError(not_the_workspace(found.path, session_id, row[0], row[1]))
-            now = self.clock()
-            held = conn.execute(
-                "SELECT holder, expires_at FROM session_leases WHERE session_id = ? AND state = 'active' "
-                "AND expires_at > ?",
-                (rowid, now),
-            ).fetchone()
-            if held:
-                raise LeaseHeldError(
-                    f"Session {session_id} is leased by {held[0]} for another {held[1] - now:.0f}s; "
-                    "wait for it to finish or expire"
-                )
-            ident = settle_workspace(conn, row, found)
-            epoch = conn.execute("SELECT workspace_epoch FROM sessions WHERE id = ?", (rowid,)).fetchone()[0]
-            conn.execute(
-                "INSERT INTO session_leases (session_id, token_hash, holder, state, acquired_at, expires_at) "
-                "VALUES (?, ?, ?, 'active', ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
-                "token_hash = excluded.token_hash, holder = excluded.holder, state = 'active', "
-                "acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, ended_at = NULL, failure = NULL",
-                (rowid, token_digest(token), holder_label(), now, now + ttl),
-            )
-        return SessionLease(self, rowid, session_id, token, now + ttl, ident, row[0], epoch, fd)
+    def work_distillation(
+        self,
+        distill: DistillFunction,
+        *,
+        safe_context_tokens: int | None = None,
+        count_tokens: TokenCounter | None = None,
+        ttl_s: float | None = None,
+    ) -> JobOutcome | None:
+        """Claim and run one due distill job with `distill` and record the outcome; None when none is due.
 
-    def replay(
-        self, session_id: str, after_seq: int = 0, *, limit: int | None = None, max_bytes: int | None = None
-    ) -> ReplayPage:
-        """Read one page of a Session's transcript after `after_seq` (exclusive), bounded in items and bytes.
-
-        `max_bytes` must be at least the per-event cap so every page can make
-        progress. Read-only: this does not satisfy a lease's replay duty.
+        See `distillation_handler` for the token budget and `worker.run_one_job`
+        for how failures count.
         """
-        return self._replay_page(session_id, after_seq, limit, max_bytes)
+        from .knowledge.distillation import distillation_handler
+        from .queue.runner import run_one_job
 
-    def _replay_page(
-        self, session: int | str, after_seq: int, limit: int | None, max_bytes: int | None
-    ) -> ReplayPage:
-        """`replay` of a Session given by its rowid (a lease's) or its public ID."""
-        limit, max_bytes = self._page_limits(limit, max_bytes, min_bytes=self.settings.max_event_bytes)
-        check_position(after_seq, "after_seq")
-        with self._read() as conn:
-            rowid = session if type(session) is int else self._session_rowid(conn, session)  # type: ignore[arg-type]
-            return read_view_page(conn, rowid, after_seq, limit, max_bytes)
+        handler = distillation_handler(distill, safe_context_tokens=safe_context_tokens, count_tokens=count_tokens)
+        return run_one_job(self, handler, kinds=DISTILL_KIND, ttl_s=ttl_s)
+
+
+class _Service:
+    """The store's attribute for one service: built over `store.db` on first use, then a plain attribute."""
+
+    def __init__(self, module: str, cls: str, needs: tuple[str, ...] = ()) -> None:
+        self.module, self.cls, self.needs = module, cls, needs
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def service_class(self) -> type:
+        """The service's class (importing its module)."""
+        return getattr(import_module(self.module, __package__), self.cls)
+
+    def __get__(self, store: MemoryStore | None, owner: type | None = None) -> Any:
+        if store is None:
+            return self
+        with store._building:
+            built = store.__dict__.get(self.name)
+            if built is None:
+                needs = [store if need == "store" else getattr(store, need) for need in self.needs]
+                built = store.__dict__[self.name] = self.service_class()(store.db, *needs)
+        return built
+
+
+class _Forwarded:
+    """A method (or property) of the store's public API: the same one of the service that owns it."""
+
+    def __init__(self, service: str, name: str) -> None:
+        self.service, self.name = service, name
+
+    @functools.cached_property
+    def unbound(self) -> Any:
+        """What `MemoryStore.<name>` shows: a function (or property) with the service's signature and docstring."""
+        target = getattr(_SERVICES[self.service].service_class(), self.name)
+        service, name = self.service, self.name
+        if isinstance(target, property):
+            return property(lambda store: getattr(getattr(store, service), name), doc=target.__doc__)
+
+        @functools.wraps(target)
+        def method(store: MemoryStore, *args: Any, **kwargs: Any) -> Any:
+            return getattr(getattr(store, service), name)(*args, **kwargs)
+
+        return method
+
+    def __get__(self, store: MemoryStore | None, owner: type | None = None) -> Any:
+        if store is None:
+            return self.unbound
+        return getattr(getattr(store, self.service), self.name)
+
+
+_SERVICES = {  # attribute: the service's module and class, and what its constructor takes after the Database
+    "sessions": _Service(".sessions.service", "Sessions"),
+    "workspaces": _Service(".sessions.workspace_admin", "WorkspaceAdmin"),
+    "assets": _Service(".assets.service", "AssetStore"),
+    "jobs": _Service(".queue.service", "JobQueue", ("store", "job_kinds")),
+    "job_status": _Service(".queue.status", "JobStatus", ("job_kinds",)),
+    "compaction": _Service(".compaction.planning", "Compaction", ("jobs",)),
+    "compaction_revert": _Service(".compaction.revert", "CompactionRevert", ("jobs",)),
+    "raw_history": _Service(".compaction.raw_history", "RawHistory"),
+    "knowledge": _Service(".knowledge.service", "Knowledge"),
+    "distillation": _Service(".knowledge.distillation", "Distillation", ("jobs",)),
+    "model_refs": _Service(".snapshots.refs", "SessionModelRefs"),
+    "deletion": _Service(".maintenance.deletion", "Deletion"),
+    "maintenance": _Service(".maintenance.retention", "Maintenance", ("assets", "jobs")),
+}
+for _attribute, _descriptor in _SERVICES.items():
+    setattr(MemoryStore, _attribute, _descriptor)
+    _descriptor.__set_name__(MemoryStore, _attribute)
+for _service, _names in _API.items():
+    for _name in _names:
+        setattr(MemoryStore, _name, _Forwarded(_service, _name))
+
+
+def __getattr__(name: str) -> object:
+    """`SessionPage`, re-exported from `sessions/service.py` on first use."""
+    if name == "SessionPage":
+        from .sessions.service import SessionPage
+
+        return SessionPage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

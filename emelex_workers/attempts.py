@@ -9,7 +9,7 @@ the last one for a failed job.
 from __future__ import annotations
 
 from emelex_memory import Job
-from emelex_memory.retry import MAX_FAILED_ATTEMPTS
+from emelex_memory.core.retry import MAX_FAILED_ATTEMPTS
 
 COUNTED_EVENTS = frozenset({"failure", "permanent", "expired"})  # diagnostics that record a counted failure
 

@@ -49,9 +49,9 @@ from emelex_memory import (
     KnowledgeCandidate,
     RepeatedOutputError,
 )
-from emelex_memory.distillation import MAX_RAW_CANDIDATES
-from emelex_memory.transcript import SUMMARY_KIND
-from emelex_memory.knowledge_model import validate_content, validate_key
+from emelex_memory.knowledge.distillation import MAX_RAW_CANDIDATES
+from emelex_memory.sessions.transcript import SUMMARY_KIND
+from emelex_memory.knowledge.values import validate_content, validate_key
 
 from . import faithfulness as fx
 from .attempts import attempt_text

@@ -5,7 +5,7 @@ temporary directory, then publishes it with one rename while holding the
 Home-wide snapshot-mutation lock. Removal holds the same lock and asks the
 reference guard first; `ModelManager` installs `MemorySnapshotReferenceGuard`
 unless given another guard, so a snapshot a retained Session references cannot
-be removed by any process. See `emelex_memory/models.py` for the layout.
+be removed by any process. See `emelex_memory/snapshots/installed.py` for the layout.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from emelex_memory import (
     Settings,
     SnapshotReferenceGuard,
 )
-from emelex_memory.files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, fsync_dir
-from emelex_memory.io_errors import translating
-from emelex_memory.models import (
+from emelex_memory.core.private_files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, fsync_dir
+from emelex_memory.core.io_errors import translating
+from emelex_memory.snapshots.installed import (
     CHUNK,
     MANIFEST_NAME,
     LinkedTarget,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from emelex_memory import Event, InstalledModel, PluginHookError, Settings
-from emelex_memory.models import revalidate, snapshot_mutation_lock
+from emelex_memory.snapshots.installed import revalidate, snapshot_mutation_lock
 
 from .models import ModelManager
 from .plugin_api import ModelBinding, event_text

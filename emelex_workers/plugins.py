@@ -30,7 +30,7 @@ from emelex_memory import (
     Settings,
     UnknownPluginComponentError,
 )
-from emelex_memory.worker import describe
+from emelex_memory.queue.runner import describe
 
 from . import hookspecs
 from .plugin_api import Distiller, ModelBinding, Summarizer

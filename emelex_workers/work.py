@@ -38,27 +38,20 @@ from emelex_memory import (
     COMPACTION_KIND,
     DISTILL_KIND,
     EmelexError,
-    InstalledModel,
     InvalidInputError,
-    Job,
-    JobClaim,
-    JobOutcome,
     MemoryStore,
     ModelError,
     PluginError,
     PluginHookError,
     Settings,
     WorkerLeaseLostError,
-    compaction_handler,
-    distillation_handler,
-    run_one_job,
 )
-from emelex_memory.distillation import DISTILL_RESERVE_TOKENS, MAX_CANDIDATES, MAX_RAW_CANDIDATES
-from emelex_memory.worker import describe
 
 from .work_report import JobReport, JobStart, WorkObserver, WorkReport, done_detail
 
-if TYPE_CHECKING:  # the plugin and model layers are imported once there is work (an idle run loads neither)
+if TYPE_CHECKING:  # the runner, the plugin and model layers are imported once there is work (an idle run loads none)
+    from emelex_memory import InstalledModel, Job, JobClaim, JobOutcome
+
     from .metering import MeteredBinding
     from .plugins import EmelexPluginManager, Registered
 
@@ -227,10 +220,15 @@ class Worker:
             _release(claim, f"worker stopped by {stopped.signal_name}; no attempt consumed")
             raise
         except ModelUnavailable as unavailable:
+            from emelex_memory.queue.runner import describe
+
             _release(claim, f"model unavailable, no attempt consumed: {describe(unavailable.error)}")
             raise
 
     def _dispatch(self, claim: JobClaim, model: InstalledModel) -> Any:
+        from emelex_memory import compaction_handler, distillation_handler
+        from emelex_memory.knowledge.distillation import DISTILL_RESERVE_TOKENS, MAX_CANDIDATES
+
         from .guards import guard_candidates, guard_summary
         from .planning import count_text, event_counter
         from .plugin_api import DistillRequest, SummaryRequest
@@ -324,6 +322,9 @@ class Worker:
             self._record(report, JobReport(job.id, job.kind, job.session_id, status, detail,
                                            self._clock() - began, cost))
 
+        from emelex_memory import run_one_job
+        from emelex_memory.queue.runner import describe
+
         try:
             outcome: JobOutcome | None = run_one_job(self.store, handler, kinds=self.kinds)
         except WorkerStopped as stopped:
@@ -386,6 +387,8 @@ def _plugin_call(registered: Registered, call: Callable[[], Any]) -> Any:
 def _bounded(proposals: Any) -> Any:
     """A distiller's proposals read into a list, at most one over the most a job may read; anything that is not
     an iterable is returned as it is (for validation to refuse)."""
+    from emelex_memory.knowledge.distillation import MAX_RAW_CANDIDATES
+
     if isinstance(proposals, (str, bytes)) or not isinstance(proposals, Iterable):
         return proposals
     return list(islice(proposals, MAX_RAW_CANDIDATES + 1))

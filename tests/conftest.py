@@ -1,16 +1,17 @@
-"""Shared fixtures: real database files under tmp_path, and helpers that prove nothing changed."""
+"""Shared fixtures: real database files under tmp_path (the helpers that prove nothing changed are in support.py)."""
 
 from __future__ import annotations
 
-import hashlib
-import os
 from pathlib import Path
 
 import apsw
 import pytest
 
 from emelex_memory import MemoryStore, Settings
+from emelex_memory.job_kinds import builtin_kinds
+from emelex_memory.queue.kinds import JobKindRegistry
 
+from .support import Clock
 from .vfs_faults import FaultyVFS, installed
 
 
@@ -44,21 +45,19 @@ def faulty_vfs() -> FaultyVFS:
 
 
 @pytest.fixture
-def store(db_path: Path, settings: Settings):
-    """An open store at `db_path`."""
-    s = MemoryStore.open_path(db_path, settings)
+def kinds() -> JobKindRegistry:
+    """The job-kind registry the `store` and `cstore` fixtures use: the built-in kinds only. A test module that
+    needs a kind of its own overrides this fixture (see `support.kinds_with`) instead of registering on the
+    process-wide `DEFAULT_KINDS`."""
+    return builtin_kinds()
+
+
+@pytest.fixture
+def store(db_path: Path, settings: Settings, kinds: JobKindRegistry):
+    """An open store at `db_path`, its jobs' kinds in `kinds`."""
+    s = MemoryStore.open_path(db_path, settings, kinds=kinds)
     yield s
     s.close()
-
-
-class Clock:
-    """A settable clock injected into a store: it moves only when a test sets or advances `now`."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -68,9 +67,9 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def cstore(db_path: Path, settings: Settings, clock: Clock):
-    """An open store at `db_path` whose time is `clock`."""
-    s = MemoryStore.open_path(db_path, settings, clock=clock)
+def cstore(db_path: Path, settings: Settings, clock: Clock, kinds: JobKindRegistry):
+    """An open store at `db_path` whose time is `clock`, its jobs' kinds in `kinds`."""
+    s = MemoryStore.open_path(db_path, settings, clock=clock, kinds=kinds)
     yield s
     s.close()
 
@@ -81,38 +80,3 @@ def workspace(tmp_path: Path) -> Path:
     w = tmp_path / "workspace"
     w.mkdir()
     return w
-
-
-def table_rows(db: Path) -> dict[str, list[tuple]]:
-    """Every row of every table: a logical snapshot of the database.
-
-    Read through a fresh read-write connection (no CREATE flag) so that, being the last to close, it removes
-    the WAL side files again instead of leaving new ones behind.
-    """
-    conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW)
-    try:
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")]
-        return {t: sorted(conn.execute(f'SELECT * FROM "{t}"').fetchall(), key=repr) for t in tables}
-    finally:
-        conn.close()
-
-
-def file_state(directory: Path) -> dict[str, tuple[int, int, str]]:
-    """Name -> (mode, size, sha256) of every entry in `directory`, without following symlinks."""
-    out = {}
-    for name in sorted(os.listdir(directory)):
-        p = directory / name
-        st = os.lstat(p)
-        digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() and not p.is_symlink() else ""
-        out[name] = (st.st_mode, st.st_size, digest)
-    return out
-
-
-def call_path(path: str | os.PathLike[str] | int, dir_fd: int | None = None) -> str | None:
-    """The absolute path an `os` call with `path` (relative to `dir_fd`, if given) acts on, for tests that wrap `os`
-    functions: Emelex reaches asset files by name through directory descriptors. None for a file descriptor."""
-    if isinstance(path, int):
-        return None
-    if dir_fd is None:
-        return os.path.abspath(path)
-    return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), os.fsdecode(path))

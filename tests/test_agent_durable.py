@@ -23,7 +23,7 @@ from emelex_workers.agent.tools import registered_tools
 from emelex_workers.plugins import get_plugin_manager
 from tests import agent_support
 from tests.agent_support import ScriptedBinding, answer, calls
-from tests.conftest import table_rows
+from tests.support import table_rows
 
 NAMES = ("effect", "peek", "boom")
 
@@ -365,7 +365,7 @@ def test_a_fresh_resume_enables_every_tool_and_history_keeps_a_disabled_tools_de
 
 
 def test_every_persistence_step_runs_on_a_blocking_worker(store, workspace, tools, effects, monkeypatch):
-    from emelex_memory.leases import SessionLease
+    from emelex_memory.sessions.leases import SessionLease
     from emelex_workers.agent.tools import RegisteredTool, ToolOutput, ToolSpec
 
     seen: dict[str, set[int]] = {}

@@ -23,7 +23,7 @@ from emelex_workers.agent.durable import DurableAgentSession
 from tests import agent_support
 from tests.agent_crash_child import snapshot_of, tools_of
 from tests.agent_support import answer, calls
-from tests.conftest import table_rows
+from tests.support import table_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 EMELEX = [sys.executable, "-c", "from emelex_workers.cli import main; main()"]
@@ -154,7 +154,7 @@ def test_recover_with_the_flag_on_the_command_line(tmp_path):
     settings, sid, workspace, effects, env = crash(tmp_path, "tool", ttl_s=0.5)
     with MemoryStore.open(settings) as store:
         while True:  # wait for the killed process's lease to expire (a wait, not a timing assertion)
-            with store._read() as conn:
+            with store.db.read() as conn:
                 expires = conn.execute("SELECT expires_at FROM session_leases").fetchone()[0]
             if expires <= time.time():
                 break

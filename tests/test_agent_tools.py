@@ -15,7 +15,7 @@ from emelex_tools import command, files
 from emelex_tools.plugin import tool_specs
 
 from . import agent_support
-from .conftest import file_state
+from .support import file_state
 
 BUILTIN = {spec.name: RegisteredTool(spec, "tools", "test") for spec in tool_specs()}
 

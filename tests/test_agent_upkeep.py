@@ -8,7 +8,7 @@ from emelex_memory import MemoryStore
 from emelex_memory.agent import journal as j
 from emelex_workers.cli.work_display import waiting_line
 from tests.agent_engine_support import leased_session
-from tests.conftest import table_rows
+from tests.support import table_rows
 
 
 def interrupted(store: MemoryStore, workspace):

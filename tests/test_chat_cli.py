@@ -18,7 +18,7 @@ import pytest
 from emelex_memory import MemoryStore, Settings
 
 from .agent_support import agent_plugin_distribution, answer, calls, scripted_model_file
-from .conftest import table_rows
+from .support import table_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 EMELEX = [sys.executable, "-c", "from emelex_workers.cli import main; main()"]

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from emelex_memory import MemoryStore, Settings, compaction_handler, run_one_job
 from emelex_workers.cli import app
 
-from .conftest import table_rows
-from .test_compaction import WINDOW, add_turns, summarize, tokens
+from .support import table_rows
+from .compaction.test_compaction import WINDOW, add_turns, summarize, tokens
 
 runner = CliRunner()
 

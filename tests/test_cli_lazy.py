@@ -52,6 +52,18 @@ def test_an_idle_worker_imports_only_its_own_command(tmp_path: Path) -> None:
         assert unused not in loaded, unused
 
 
+def test_an_idle_worker_builds_only_the_queue_services(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    MemoryStore.open(Settings(home=home)).close()
+    loaded = _modules_after(home, "memory", "work")
+    assert {"emelex_memory.store", "emelex_memory.queue.service", "emelex_memory.queue.status"} <= loaded
+    features = ("compaction", "knowledge", "maintenance", "snapshots")
+    assert {m for m in loaded if m.startswith(tuple(f"emelex_memory.{f}." for f in features))} == set()
+    unused = ("sessions.service", "sessions.leases", "sessions.transcript", "sessions.workspace_admin",
+              "assets.service", "assets.catalog", "queue.runner", "queue.renewal")
+    assert {f"emelex_memory.{m}" for m in unused} & loaded == set()
+
+
 def _lazy_groups(group: LazyGroup, path: str):
     yield path, group
     for name in group.lazy_commands:

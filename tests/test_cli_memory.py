@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from emelex_memory import MemoryStore, NewEvent, Settings
-from emelex_memory.connection import connect
+from emelex_memory.core.connection import connect
 from emelex_workers.cli import app
 
 runner = CliRunner()

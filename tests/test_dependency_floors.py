@@ -32,10 +32,10 @@ NOT_INSTALLED = {"llama-cpp-python"}  # the llama extra: a source build, far too
 # A part of the suite that exercises every dependency: apsw (leases, compaction), hypothesis (the policy's
 # properties), tenacity (in-process retries), pluggy (plugins), pydantic-settings and typer (the CLI).
 FLOOR_TESTS = (
-    "tests/test_leases.py",
-    "tests/test_compaction.py",
-    "tests/test_compaction_policy.py",
-    "tests/test_jobs_worker.py",
+    "tests/sessions/test_leases.py",
+    "tests/compaction/test_compaction.py",
+    "tests/compaction/test_compaction_policy.py",
+    "tests/queue/test_jobs_worker.py",
     "tests/test_plugins.py",
     "tests/test_cli_memory.py",
 )

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from emelex_memory import DefaultModelUnavailableError, DistillationInput, MemoryStore, NewEvent, Settings
-from emelex_memory.knowledge_model import KnowledgeSource
+from emelex_memory.knowledge.values import KnowledgeSource
 from emelex_workers import faithfulness as fx
 from emelex_workers.models import ModelManager, default_model_file
 from emelex_workers.plugin_api import DistillRequest, event_body

@@ -16,7 +16,7 @@ from emelex_workers.plugin_api import Distiller, Summarizer
 from emelex_workers.plugins import PluginInfo, get_plugin_manager
 from emelex_workers.work import work
 
-from .conftest import Clock
+from .support import Clock
 from .plugin_support import activate, fake_model_file, fake_plugin_distribution
 
 TURNS = [

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from emelex_memory import MemoryStore, NewEvent, Settings
 from emelex_workers.cli import app
 
-from .conftest import table_rows
+from .support import table_rows
 
 runner = CliRunner()
 

@@ -113,7 +113,7 @@ def test_extractive_knowledge_quotes_statements_labelled_from_their_own_words(
 def store_input(store: MemoryStore, job, events, knowledge=()):
     """The DistillationInput the worker would build for `job`, shown `knowledge`."""
     from emelex_memory import DistillationInput
-    from emelex_memory.knowledge_model import KnowledgeSource
+    from emelex_memory.knowledge.values import KnowledgeSource
 
     s = job.source
     return DistillationInput(job.session_id, str(store.get_session(job.session_id).workspace.path),

@@ -23,7 +23,7 @@ from emelex_workers.plugin_api import Summarizer
 from emelex_workers.plugins import PluginInfo, get_plugin_manager
 from emelex_workers.work import Worker, work
 
-from .conftest import table_rows
+from .support import table_rows
 from .plugin_support import activate, fake_model_file, fake_plugin_distribution
 
 FAKE_SETTINGS = {"EMELEX_DEFAULT_MODEL": "fake", "EMELEX_SUMMARIZER": "fake", "EMELEX_DISTILLER": "fake"}

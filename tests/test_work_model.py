@@ -19,7 +19,7 @@ from emelex_memory import (
     Settings,
     SnapshotLockTimeoutError,
 )
-from emelex_memory.models import snapshot_mutation_lock
+from emelex_memory.snapshots.installed import snapshot_mutation_lock
 from emelex_workers.cli import app
 from emelex_workers.hookspecs import hookimpl
 from emelex_workers.models import ModelManager

@@ -11,12 +11,12 @@ import pytest
 from typer.testing import CliRunner
 
 from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent, Settings
-from emelex_memory.compaction import estimate_tokens
+from emelex_memory.compaction.planning import estimate_tokens
 from emelex_workers.cli import app
 from emelex_workers.models import ModelManager, default_model_file
 from emelex_workers.plugin_api import event_text
 
-from .conftest import table_rows
+from .support import table_rows
 from .test_work import env, seed  # noqa: F401 - the fake model and plugin of the worker tests
 from .test_work_model import tamper
 

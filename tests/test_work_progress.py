@@ -14,13 +14,13 @@ import pytest
 from typer.testing import CliRunner
 
 from emelex_memory import JobStateError, MemoryStore, NewEvent, Settings, holder_is_dead
-from emelex_memory.leases import holder_label
+from emelex_memory.sessions.holders import holder_label
 from emelex_workers.cli import app
 from emelex_workers.plugin_api import GenerationProgress
 from emelex_workers.work import work
 from emelex_workers.work_report import JobReport, JobStart, WorkObserver, done_detail
 
-from .conftest import table_rows
+from .support import table_rows
 from .test_work import env, jobs, seed  # noqa: F401 - `env` is a fixture
 
 CHAT = {"chat": 5}
@@ -286,7 +286,7 @@ def test_what_a_done_distillation_saved_is_shown_at_the_end_of_work_and_in_jobs_
 def test_a_dead_pid_is_a_dead_holder_only_on_this_boot_and_in_this_pid_namespace() -> None:
     import socket
 
-    from emelex_memory.leases import process_identity
+    from emelex_memory.sessions.holders import process_identity
 
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait(timeout=60)  # its pid is now free

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from emelex_memory import MemoryStore, NewEvent, Settings, SummaryStateError, compaction_handler, run_one_job
-from emelex_memory.compaction_policy import PROMPT_RESERVE_TOKENS
+from emelex_memory.compaction.policy import PROMPT_RESERVE_TOKENS
 from emelex_workers.cli import app
 from emelex_workers.cli.work_display import end_line
 from emelex_workers.hookspecs import hookimpl

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..assets import AssetRef
+from ..assets.refs import AssetRef
 from ..errors import (
     InvalidInputError,
     JournalStateError,
@@ -38,14 +38,16 @@ from ..errors import (
     SnapshotMissingError,
     UnknownEffectsError,
 )
-from ..transcript import AppendedTurn, NewEvent
-from ..utf8 import check_utf8
-from . import seams
+from ..core.utf8 import check_utf8
+from ..sessions.rows import session_rowid
+from ..sessions.transcript import AppendedTurn, NewEvent
 from .snapshot import SessionSnapshot, canonical_json
 
 if TYPE_CHECKING:
-    from ..leases import SessionLease
-    from ..store import MemoryStore
+    from ..sessions.leases import SessionLease
+
+Store = Any  # the `MemoryStore` facade: the journal uses its `db` (the core `Database`); typed loosely because
+# feature packages never import store.py
 
 MAX_DIAGNOSTIC_BYTES = 2048
 FAILURE_REASONS = ("interrupted", "error", "aborted")
@@ -121,13 +123,13 @@ class Reconciled:
 # -- snapshots -------------------------------------------------------------------------------------------
 
 
-def record_snapshot(store: MemoryStore, lease: SessionLease, snapshot: SessionSnapshot) -> None:
+def record_snapshot(store: Store, lease: SessionLease, snapshot: SessionSnapshot) -> None:
     """Store `snapshot` for the lease's empty Session, in the transaction that proves it empty (no events, no
     snapshot); raises `SessionNotEmptyError` (writing nothing) otherwise."""
     text = snapshot.canonical_json().decode()
-    with seams.write(store) as conn:
+    with store.db.write() as conn:
         now = lease.check_authority(conn)
-        rowid = _rowid(store, conn, lease)
+        rowid = _rowid(conn, lease)
         has_event = conn.execute("SELECT 1 FROM events WHERE session_id = ? LIMIT 1", (rowid,)).fetchone()
         has_snapshot = conn.execute("SELECT 1 FROM session_snapshots WHERE session_id = ?", (rowid,)).fetchone()
         if has_event or has_snapshot:
@@ -141,15 +143,15 @@ def record_snapshot(store: MemoryStore, lease: SessionLease, snapshot: SessionSn
         )
 
 
-def stored_snapshot(store: MemoryStore, session_id: str) -> SessionSnapshot | None:
+def stored_snapshot(store: Store, session_id: str) -> SessionSnapshot | None:
     """The Session's execution snapshot, or None when it has none. Read-only."""
-    with seams.read(store) as conn:
-        rowid = seams.session_rowid(store, conn, session_id)
+    with store.db.read() as conn:
+        rowid = session_rowid(conn, session_id)
         row = conn.execute("SELECT snapshot FROM session_snapshots WHERE session_id = ?", (rowid,)).fetchone()
     return None if row is None else SessionSnapshot.from_json(json.loads(row[0]))
 
 
-def require_snapshot(store: MemoryStore, lease: SessionLease, snapshot: SessionSnapshot) -> None:
+def require_snapshot(store: Store, lease: SessionLease, snapshot: SessionSnapshot) -> None:
     """Resume's check: the Session's stored snapshot must be identical to `snapshot`.
 
     Raises `SnapshotMismatchError` naming the first differing field, and
@@ -159,9 +161,9 @@ def require_snapshot(store: MemoryStore, lease: SessionLease, snapshot: SessionS
     """
     stored = stored_snapshot(store, lease.session_id)
     if stored is None:
-        with seams.read(store) as conn:
+        with store.db.read() as conn:
             has_event = conn.execute(
-                "SELECT 1 FROM events WHERE session_id = ? LIMIT 1", (_rowid(store, conn, lease),)
+                "SELECT 1 FROM events WHERE session_id = ? LIMIT 1", (_rowid(conn, lease),)
             ).fetchone()
         if has_event:
             raise SnapshotMissingError(
@@ -183,10 +185,10 @@ def require_snapshot(store: MemoryStore, lease: SessionLease, snapshot: SessionS
 # -- reading the journal -----------------------------------------------------------------------------
 
 
-def read_journal(store: MemoryStore, session_id: str) -> OpenTurn | None:
+def read_journal(store: Store, session_id: str) -> OpenTurn | None:
     """The Session's open agent turn with its journaled batch, or None when no turn is open. Read-only."""
-    with seams.read(store) as conn:
-        return _open_turn(conn, seams.session_rowid(store, conn, session_id))
+    with store.db.read() as conn:
+        return _open_turn(conn, session_rowid(conn, session_id))
 
 
 def _open_turn(conn: Any, rowid: int) -> OpenTurn | None:
@@ -207,8 +209,8 @@ def _open_turn(conn: Any, rowid: int) -> OpenTurn | None:
     return OpenTurn(*row, calls)
 
 
-def _rowid(store: MemoryStore, conn: Any, lease: SessionLease) -> int:
-    return seams.session_rowid(store, conn, lease.session_id)
+def _rowid(conn: Any, lease: SessionLease) -> int:
+    return session_rowid(conn, lease.session_id)
 
 
 def _require_turn(conn: Any, rowid: int, lease: SessionLease) -> OpenTurn:
@@ -221,26 +223,26 @@ def _require_turn(conn: Any, rowid: int, lease: SessionLease) -> OpenTurn:
 # -- the steps of a turn -----------------------------------------------------------------------------
 
 
-def open_turn(store: MemoryStore, lease: SessionLease, text: str) -> AppendedTurn:
+def open_turn(store: Store, lease: SessionLease, text: str) -> AppendedTurn:
     """Record a turn's user input and open the turn, in one transaction; raises `JournalStateError` while a turn is
     open (resume reconciles it first)."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidInputError("a turn needs non-empty input text")
-    with seams.write(store) as conn:
+    with store.db.write() as conn:
         lease.check_authority(conn)
-        rowid = _rowid(store, conn, lease)
+        rowid = _rowid(conn, lease)
         if _open_turn(conn, rowid) is not None:
             raise JournalStateError(f"Session {lease.session_id} has an open agent turn; resume it to reconcile")
         appended = lease.append_turn([NewEvent("user", {"text": text})])
         conn.execute(
             "INSERT INTO agent_turns (session_id, input_seq, opened_at) VALUES (?, ?, ?)",
-            (rowid, appended.first_seq, store.clock()),
+            (rowid, appended.first_seq, store.db.clock()),
         )
     return appended
 
 
 def plan_batch(
-    store: MemoryStore, lease: SessionLease, round_: int, raw: str, calls: Sequence[tuple[str, str, dict]]
+    store: Store, lease: SessionLease, round_: int, raw: str, calls: Sequence[tuple[str, str, dict]]
 ) -> None:
     """Journal the whole proposed batch of round `round_`, every call `(call_id, tool, arguments)` as `planned`,
     before any runs. Repeating the same batch is a no-op; another batch while one is journaled raises
@@ -248,9 +250,9 @@ def plan_batch(
     if not calls:
         raise InvalidInputError("a tool batch needs at least one call")
     encoded = [(call_id, tool, canonical_json(arguments).decode()) for call_id, tool, arguments in calls]
-    with seams.write(store) as conn:
+    with store.db.write() as conn:
         now = lease.check_authority(conn)
-        rowid = _rowid(store, conn, lease)
+        rowid = _rowid(conn, lease)
         turn = _require_turn(conn, rowid, lease)
         if turn.round is not None:
             same = turn.round == round_ and [(c.call_id, c.tool, canonical_json(c.arguments).decode())
@@ -268,49 +270,49 @@ def plan_batch(
         )
 
 
-def start_call(store: MemoryStore, lease: SessionLease, call_id: str) -> float:
+def start_call(store: Store, lease: SessionLease, call_id: str) -> float:
     """Mark a planned call `started` (right before it runs) and return its start time; repeating it is a no-op.
     Raises `JournalStateError` for an unknown or completed call."""
-    with seams.write(store) as conn:
+    with store.db.write() as conn:
         now = lease.check_authority(conn)
         conn.execute(
             "UPDATE agent_calls SET state = 'started', started_at = ? WHERE call_id = ? AND state = 'planned' "
             "AND session_id = ?",
-            (now, call_id, _rowid(store, conn, lease)),
+            (now, call_id, _rowid(conn, lease)),
         )
         if conn.changes() == 1:
             return now
-        row = _call_row(conn, store, lease, call_id)
+        row = _call_row(conn, lease, call_id)
         if row[0] != "started":
             raise JournalStateError(f"tool call {call_id} is already {row[0]}; it cannot start again")
         return row[1]
 
 
 def complete_call(
-    store: MemoryStore, lease: SessionLease, call_id: str, result: dict, assets: Sequence[AssetRef] = ()
+    store: Store, lease: SessionLease, call_id: str, result: dict, assets: Sequence[AssetRef] = ()
 ) -> None:
     """Record a call's exact `tool_result` payload (and the assets it links) as `completed`. Completing it again
     with the identical result is a no-op; with another raises `JournalStateError`."""
     text = canonical_json(result).decode()
     refs = json.dumps([[a.digest, a.size, a.media_kind] for a in assets]) if assets else None
-    with seams.write(store) as conn:
+    with store.db.write() as conn:
         now = lease.check_authority(conn)
         conn.execute(
             "UPDATE agent_calls SET state = 'completed', result = ?, assets = ?, completed_at = ? "
             "WHERE call_id = ? AND state IN ('planned', 'started') AND session_id = ?",
-            (text, refs, now, call_id, _rowid(store, conn, lease)),
+            (text, refs, now, call_id, _rowid(conn, lease)),
         )
         if conn.changes() == 1:
             return
-        state, _, stored = _call_row(conn, store, lease, call_id)
+        state, _, stored = _call_row(conn, lease, call_id)
         if stored != text:
             raise JournalStateError(f"tool call {call_id} was already completed with another result")
 
 
-def _call_row(conn: Any, store: MemoryStore, lease: SessionLease, call_id: str) -> tuple:
+def _call_row(conn: Any, lease: SessionLease, call_id: str) -> tuple:
     row = conn.execute(
         "SELECT state, started_at, result FROM agent_calls WHERE call_id = ? AND session_id = ?",
-        (call_id, _rowid(store, conn, lease)),
+        (call_id, _rowid(conn, lease)),
     ).fetchone()
     if row is None:
         raise JournalStateError(f"no journaled tool call {call_id} in Session {lease.session_id}")
@@ -326,13 +328,13 @@ def batch_events(turn: OpenTurn, results: Sequence[dict]) -> list[NewEvent]:
     return events
 
 
-def publish_batch(store: MemoryStore, lease: SessionLease) -> tuple[dict, ...]:
+def publish_batch(store: Store, lease: SessionLease) -> tuple[dict, ...]:
     """Append the journaled batch (every call completed) to the transcript and remove its journal rows, atomically;
     return the `tool_result` payloads in order. Raises `JournalStateError` when no batch is journaled or a call is not
     completed."""
-    with seams.write(store) as conn:
+    with store.db.write() as conn:
         lease.check_authority(conn)
-        rowid = _rowid(store, conn, lease)
+        rowid = _rowid(conn, lease)
         turn = _require_turn(conn, rowid, lease)
         if turn.round is None:
             raise JournalStateError(f"Session {lease.session_id} journals no tool batch to publish")
@@ -352,12 +354,12 @@ def _clear_batch(conn: Any, rowid: int) -> None:
     conn.execute("DELETE FROM agent_calls WHERE session_id = ?", (rowid,))
 
 
-def close_answer(store: MemoryStore, lease: SessionLease, text: str, audit: dict) -> AppendedTurn:
+def close_answer(store: Store, lease: SessionLease, text: str, audit: dict) -> AppendedTurn:
     """Close the open turn with its answer: the `assistant` event, then the non-delta `audit` event, and the turn's
     row removed, in one transaction. Raises `JournalStateError` while a batch is journaled or no turn is open."""
-    with seams.write(store) as conn:
+    with store.db.write() as conn:
         lease.check_authority(conn)
-        rowid = _rowid(store, conn, lease)
+        rowid = _rowid(conn, lease)
         turn = _require_turn(conn, rowid, lease)
         if turn.round is not None:
             raise JournalStateError(f"Session {lease.session_id} journals an unpublished batch; resume to reconcile")
@@ -366,7 +368,7 @@ def close_answer(store: MemoryStore, lease: SessionLease, text: str, audit: dict
 
 
 def close_failed(
-    store: MemoryStore, lease: SessionLease, reason: str, diagnostic: str, *, accept_unknown_effects: bool = False
+    store: Store, lease: SessionLease, reason: str, diagnostic: str, *, accept_unknown_effects: bool = False
 ) -> Reconciled | None:
     """Close the open turn with a visible failure record, reconciling its journaled batch without running a tool.
 
@@ -380,9 +382,9 @@ def close_failed(
     if reason not in FAILURE_REASONS:
         raise InvalidInputError(f"a turn failure reason must be one of {FAILURE_REASONS}, got {reason!r}")
     failure = {"reason": reason, "diagnostic": bounded(diagnostic)}
-    with seams.write(store) as conn:
+    with store.db.write() as conn:
         lease.check_authority(conn)
-        rowid = _rowid(store, conn, lease)
+        rowid = _rowid(conn, lease)
         turn = _open_turn(conn, rowid)
         if turn is None:
             return None
@@ -397,7 +399,7 @@ def close_failed(
     return Reconciled(appended, results, failure)
 
 
-def reconcile(store: MemoryStore, lease: SessionLease, *, accept_unknown_effects: bool = False) -> Reconciled | None:
+def reconcile(store: Store, lease: SessionLease, *, accept_unknown_effects: bool = False) -> Reconciled | None:
     """Resume's and recovery's reconciliation: `close_failed` with reason "interrupted" (see there); None when the
     Session has no open turn."""
     return close_failed(
@@ -428,13 +430,13 @@ def unknown_effects_error(session_id: str, turn: OpenTurn) -> UnknownEffectsErro
     return error
 
 
-def set_title(store: MemoryStore, lease: SessionLease, title: str | None) -> None:
+def set_title(store: Store, lease: SessionLease, title: str | None) -> None:
     """Change the Session's title through the caller's live lease (re-checked in the same transaction)."""
     if title is not None and (not isinstance(title, str) or len(title) > 512):
         raise InvalidInputError("a Session title must be a string of at most 512 characters")
     check_utf8(title, "the Session title")
-    with seams.write(store) as conn:
+    with store.db.write() as conn:
         now = lease.check_authority(conn)
         conn.execute(
-            "UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?", (title, now, _rowid(store, conn, lease))
+            "UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?", (title, now, _rowid(conn, lease))
         )

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-from .journal import OpenTurn, Reconciled, read_journal, reconcile, unknown_effects_error
-
-if TYPE_CHECKING:
-    from ..store import MemoryStore
+from .journal import OpenTurn, Reconciled, Store, read_journal, reconcile, unknown_effects_error
 
 
 @dataclass(frozen=True)
@@ -21,7 +16,7 @@ class Recovery:
     reconciled: Reconciled | None
 
 
-def recover_session(store: MemoryStore, session_id: str, *, accept_unknown_effects: bool = False,
+def recover_session(store: Store, session_id: str, *, accept_unknown_effects: bool = False,
                     workspace: str | os.PathLike[str] | None = None) -> Recovery:
     """Reconcile the Session's open agent turn as resume would, without any model or tool.
 

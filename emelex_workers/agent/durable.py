@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from emelex_memory import MemoryStore
-from emelex_memory.agent import journal, seams
+from emelex_memory.agent import journal
+from emelex_memory.sessions.leases import lease_ttl
 from emelex_memory.agent.snapshot import SessionSnapshot
-from emelex_memory.compaction import CompactionQueued
+from emelex_memory.compaction.planning import CompactionQueued
 from emelex_memory.errors import (
     AgentPoisonedError,
     LeaseExpiredError,
@@ -37,7 +38,7 @@ from emelex_memory.errors import (
     SnapshotMismatchError,
     TurnInProgressError,
 )
-from emelex_memory.leases import SessionLease
+from emelex_memory.sessions.leases import SessionLease
 from emelex_workers.plugin_api import AgentBinding, GenerationInterrupted
 
 from .protocol import PROTOCOL_VERSION, ProposedCall
@@ -141,7 +142,7 @@ class DurableAgentSession:
         lease. `tools` must provide exactly the snapshot's tool authority (`SnapshotMismatchError` otherwise)."""
         _check_tools(snapshot, tools)
         executors = cls._executors("new")
-        ttl = seams.lease_ttl(store, ttl_s)
+        ttl = lease_ttl(store.settings, ttl_s)
 
         def setup() -> tuple[SessionLease, Path]:
             session = store.create_session(workspace, title=title)
@@ -167,7 +168,7 @@ class DurableAgentSession:
         `emelex memory sessions recover`). On any error the lease is released and nothing else changed."""
         _check_tools(snapshot, tools)
         executors = cls._executors(session_id[:8])
-        ttl = seams.lease_ttl(store, ttl_s)
+        ttl = lease_ttl(store.settings, ttl_s)
 
         agent = AgentSession(binding, snapshot, tools)
 

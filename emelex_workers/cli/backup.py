@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from emelex_memory.backup import backup_store, restore_backup, verify_backup
+from emelex_memory.maintenance.backup import backup_store, restore_backup, verify_backup
 
 from .common import JsonFlag, echo_json, open_store, settings_of
 

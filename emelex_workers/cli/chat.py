@@ -25,7 +25,7 @@ from typing import Annotated
 import typer
 
 from emelex_memory import EmelexError, MemoryStore
-from emelex_memory.sessions import WorkspaceIdentity
+from emelex_memory.sessions.identity import WorkspaceIdentity
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.errors import UnknownToolError
 from emelex_workers.agent.protocol import ProposedCall, parse_round

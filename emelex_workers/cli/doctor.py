@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from emelex_memory import MemoryStore
-from emelex_memory.doctor import DOCTOR_ASSET_ENTRIES, diagnose
+from emelex_memory.maintenance.doctor import DOCTOR_ASSET_ENTRIES, diagnose
 
 from .common import JsonFlag, echo_json, settings_of
 

@@ -17,8 +17,8 @@ from typing import Annotated, Optional
 import typer
 
 from emelex_memory import CompactionPolicy, Job, MemoryStore, TurnTooLargeError
-from emelex_memory.compaction import tokens_text
-from emelex_memory.jobs import STATES
+from emelex_memory.compaction.planning import tokens_text
+from emelex_memory.queue.jobs import STATES
 
 from ..attempts import attempt_text, diagnostic_attempt, job_attempt
 from ..planning import default_model_budget

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from emelex_memory import KnowledgeEntry, KnowledgeVersion, MemoryStore
-from emelex_memory.cursors import MAX_SQL_INT
+from emelex_memory.core.cursors import MAX_SQL_INT
 
 from .common import CursorOpt, EmelexTyper, JsonFlag, echo_json, echo_page, open_store, page_limit, settings_of, when
 

@@ -10,7 +10,7 @@ import typer
 
 from emelex_memory import CorruptEventError, Event, RawEvent
 from emelex_memory.agent.journal import read_journal
-from emelex_memory.cursors import MAX_SQL_INT
+from emelex_memory.core.cursors import MAX_SQL_INT
 
 from .common import (
     CursorOpt,

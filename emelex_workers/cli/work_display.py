@@ -15,7 +15,6 @@ from typing import IO, TYPE_CHECKING, Any
 import typer
 
 from emelex_memory import WaitingJob
-from emelex_memory.compaction import tokens_text
 
 from ..attempts import attempt_text
 from ..work_report import JobReport, JobStart, WorkObserver
@@ -30,6 +29,8 @@ REFRESH_S = 0.1  # redraw at most this often (the first report of every model ca
 def start_line(job: JobStart) -> str:
     """`[compaction] job J  Session S  attempt 1 of 3  source 9082 tokens` (`9082 tokens (estimated)` for an
     estimate)."""
+    from emelex_memory.compaction.planning import tokens_text  # here: an idle worker loads no compaction code
+
     size = "source size unknown" if job.source_tokens is None else (
         f"source {tokens_text(job.source_tokens, job.source_estimated)}")
     return f"[{job.kind}] job {job.id}  Session {job.session_id}  {attempt_text(job.attempt)}  {size}"

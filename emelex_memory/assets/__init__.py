@@ -1,0 +1,1 @@
+"""Content-addressed media assets: refs, files, the catalog, links from transcript events, and collection."""

@@ -1,0 +1,278 @@
+"""First open, reopen and explicit re-initialisation of a database file.
+
+Serialized by a process mutex plus an exclusive `flock` on a private sidecar,
+`.<database-name>.lock`, beside the database. Three things record that a
+store existed, so that a reopen which finds its database missing (or emptied)
+fails closed instead of recreating it: the sidecar (its name starts with a dot
+so `rm emelex.sqlite3*` does not take it too), an optional marker file
+elsewhere (the standard store keeps `<Home>/.memory-store`, which survives
+`rm -rf <Home>/memory`), and the store's asset folder, created with the store
+(so `rm db .db.lock` leaves it behind). `store_evidence` finds them; the
+removal guard of model snapshots asks the same question through an open
+that does not create. A refused open creates nothing, not even the sidecar.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import apsw
+
+from .connection import connect
+from ..errors import (
+    ConfirmationRequiredError,
+    DatabaseDeletedError,
+    DatabaseEmptiedError,
+    InsecurePathError,
+    NoStoreError,
+    NotAnEmelexDatabaseError,
+    StoreExistsError,
+)
+from .private_files import (
+    check_private_dir,
+    check_private_file,
+    create_private_file,
+    ensure_private_dir,
+    fsync_dir,
+    open_private_file,
+    write_private_file,
+)
+from .io_errors import file_error, translating
+from .migrations import check_compatible, migrate
+
+_PROCESS_MUTEX = threading.Lock()
+_MARKER = b"emelex-store 1\n"
+STORE_MARKER = ".memory-store"  # in Emelex Home: records that the standard store was created
+_SIDE_FILES = ("-wal", "-shm", "-journal")
+
+
+def sidecar_path(database: Path) -> Path:
+    """The lock-and-marker sidecar of `database`."""
+    return database.with_name(f".{database.name}.lock")
+
+
+@contextmanager
+def open_lock(database: Path) -> Iterator[int]:
+    """Hold the process mutex and an exclusive flock on the sidecar; yield the sidecar's fd."""
+    with _PROCESS_MUTEX:
+        fd = open_private_file(sidecar_path(database), os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield fd
+        finally:
+            os.close(fd)  # closing drops the flock
+
+
+def _marked(fd: int) -> bool:
+    return os.fstat(fd).st_size > 0
+
+
+def _mark(fd: int) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, _MARKER, 0)
+    os.fsync(fd)
+
+
+def _record_marker(marker: Path, database: Path) -> None:
+    write_private_file(marker, _MARKER + f"{database}\n".encode())
+    fsync_dir(marker.parent)
+
+
+def _check_side_files(database: Path) -> list[Path]:
+    found = []
+    for suffix in _SIDE_FILES:
+        side = Path(f"{database}{suffix}")
+        if check_private_file(side, what="database side file") is not None:
+            found.append(side)
+    return found
+
+
+def _probe(database: Path, busy_timeout_ms: int) -> int:
+    """Check a database through a read-only connection, before any pragma can write to a foreign file."""
+    probe = apsw.Connection(str(database), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_NOFOLLOW)
+    try:
+        probe.set_busy_timeout(busy_timeout_ms)
+        return check_compatible(probe)
+    except apsw.NotADBError:
+        raise NotAnEmelexDatabaseError(f"{database} is not an SQLite database; point Emelex at the right file") from None
+    finally:
+        probe.close()
+
+
+def deleted_error(database: Path) -> DatabaseDeletedError:
+    """The error for a store whose database is gone."""
+    return DatabaseDeletedError(
+        f"database {database} was deleted and nothing was recreated; restore it from a backup, "
+        "or start over with `emelex memory reinit --yes`"
+    )
+
+
+def store_evidence(database: Path, *, marker: Path | None = None, evidence: tuple[Path, ...] = ()) -> Path | None:
+    """The first trace found, without following symlinks, that a store was created for `database`: its marked
+    sidecar, the `marker` file, or one of the `evidence` paths (its asset folder); None when there is none.
+
+    The database file itself is not evidence: this answers "did a store
+    exist here" for a database that may be gone."""
+    sidecar = sidecar_path(database)
+    try:
+        if os.lstat(sidecar).st_size > 0:
+            return sidecar
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except OSError as exc:
+        raise file_error(exc, sidecar, "looking for the store") from exc
+    return next((p for p in (*([marker] if marker else []), *evidence) if os.path.lexists(p)), None)
+
+
+def check_missing_database(
+    database: Path, *, create: bool, where: Path | None = None, marker: Path | None = None,
+    evidence: tuple[Path, ...] = (),
+) -> None:
+    """For a `database` that does not exist: raise `DatabaseDeletedError` when a store existed there (see
+    `store_evidence`), `NoStoreError` (naming `where`, default the database) when none did and not `create`;
+    otherwise return, and the caller may create it."""
+    if store_evidence(database, marker=marker, evidence=evidence) is not None:
+        raise deleted_error(database)
+    if not create:
+        raise NoStoreError(
+            f"no store at {where or database} yet: it is created on first use (the first Session, or "
+            "`emelex memory knowledge remember`); nothing was created"
+        )
+
+
+@translating("opening the store", lambda database, **_: database)
+def open_database(
+    database: Path,
+    *,
+    busy_timeout_ms: int,
+    marker: Path | None = None,
+    evidence: tuple[Path, ...] = (),
+    create: bool = True,
+    where: Path | None = None,
+) -> apsw.Connection:
+    """Open (creating on first use, if `create`) and migrate the database at `database`; return a hardened
+    connection.
+
+    The parent directory must be private (see `files.check_private_dir`);
+    the file and its WAL side files must be ours with mode 0600. `marker` is
+    an extra private file recorded when the store is created; it and the
+    directories in `evidence` (the asset folder, created with the store)
+    prove that a store existed. A store that existed here but lost its
+    database raises `DatabaseDeletedError`; without `create`, a missing
+    store raises `NoStoreError` (naming `where`, default `database`). A
+    refused open creates nothing, not even the lock sidecar. A failing disk
+    or file system raises its typed error (`io_errors.translating`), naming
+    the file.
+    """
+    check_private_dir(database.parent)
+    check_private_file(database, what="database")  # refuse before the lock sidecar is created
+    if marker is not None:
+        check_private_file(marker, what="store marker")
+    if not os.path.lexists(database):
+        check_missing_database(database, create=create, where=where, marker=marker, evidence=evidence)
+    with open_lock(database) as fd:
+        marked = _marked(fd)
+        existed = marked or store_evidence(database, marker=marker, evidence=evidence) is not None
+        st = check_private_file(database, what="database")
+        side_files = _check_side_files(database)
+        if st is None:
+            if existed:
+                raise deleted_error(database)
+            check_missing_database(database, create=create, where=where)
+            if side_files:
+                raise InsecurePathError(
+                    f"{side_files[0]} is left over from a database that is gone; move it away before creating one"
+                )
+            create_private_file(database)
+        version = _probe(database, busy_timeout_ms)
+        if version == 0 and existed:
+            raise DatabaseEmptiedError(
+                f"database {database} was emptied (no schema) although a store existed here; restore a backup"
+            )
+        conn = connect(database, busy_timeout_ms=busy_timeout_ms)
+        try:
+            migrate(conn)
+            if marker is not None and not os.path.lexists(marker):
+                _record_marker(marker, database)
+            if not marked:
+                _mark(fd)
+            if create:
+                for folder in evidence:  # evidence that outlives `rm <db> .<db>.lock`
+                    ensure_private_dir(folder)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+
+def locate_database(
+    database: Path, *, marker: Path | None = None, evidence: tuple[Path, ...] = (), where: Path | None = None
+) -> None:
+    """Check, creating and opening nothing, what `open_database` checks before it takes the lock: the private
+    directory, the database file (and `marker`) ours with mode 0600, and, for a missing database,
+    `DatabaseDeletedError` when a store existed there or `NoStoreError` (naming `where`) when none did."""
+    check_private_dir(database.parent)
+    check_private_file(database, what="database")
+    if marker is not None:
+        check_private_file(marker, what="store marker")
+    if not os.path.lexists(database):
+        check_missing_database(database, create=False, where=where, marker=marker, evidence=evidence)
+
+
+@translating("opening the store for inspection", lambda database, **_: database)
+def open_as_is(database: Path, *, busy_timeout_ms: int) -> tuple[apsw.Connection, int]:
+    """Open the existing database at `database` as it is, for inspection (`doctor`): return a hardened connection
+    and the schema version (`user_version`) it has.
+
+    Unlike `open_database` it takes no lock and creates nothing (no
+    sidecar, marker or asset folder), and it migrates nothing: an older
+    schema stays as it is. Only SQLite's own -wal/-shm files may appear
+    while the connection is open. Call `locate_database` first. Raises like
+    `open_database` for a foreign or newer database.
+    """
+    version = _probe(database, busy_timeout_ms)
+    return connect(database, busy_timeout_ms=busy_timeout_ms), version
+
+
+@translating("re-initialising the store", lambda database, **_: database)
+def reinitialize_database(
+    database: Path, *, confirm: bool, marker: Path | None = None, asset_dir: Path | None = None
+) -> list[Path]:
+    """Forget that a store existed at `database` so the next open creates a new one.
+
+    Requires `confirm=True`. Refuses with `StoreExistsError` while the
+    database file is present (nothing is ever overwritten). Leftover WAL/SHM
+    files of the lost database and its asset folder are moved aside, never
+    deleted: a fresh database must not replay the old WAL, and its collector
+    must not treat the old store's media as orphans. Returns the new paths.
+    """
+    if not confirm:
+        raise ConfirmationRequiredError("re-initialising needs explicit confirmation: pass --yes")
+    check_private_dir(database.parent)
+    with open_lock(database) as fd:
+        if os.path.lexists(database):
+            raise StoreExistsError(
+                f"database {database} exists; re-initialise only replaces a deleted database, move it away first"
+            )
+        moved = []
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        leftovers = _check_side_files(database)
+        if asset_dir is not None and os.path.lexists(asset_dir):
+            leftovers.append(asset_dir)
+        for leftover in leftovers:
+            target = leftover.with_name(f"{leftover.name}.orphaned-{stamp}")
+            os.rename(leftover, target)
+            moved.append(target)
+        if marker is not None and os.path.lexists(marker):
+            os.unlink(marker)
+            fsync_dir(marker.parent)
+        os.ftruncate(fd, 0)
+        os.fsync(fd)
+        fsync_dir(database.parent)
+        return moved

@@ -1,0 +1,1 @@
+"""Housekeeping: retention (`maintain`), deleting a Session, and the `doctor` health report."""

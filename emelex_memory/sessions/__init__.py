@@ -1,0 +1,1 @@
+"""Sessions: workspace identity and the workspace registry, leases, transcript encoding and appending."""

@@ -1,0 +1,1 @@
+"""Installed model snapshots on disk, the snapshot lock, and the Sessions' references to them."""
