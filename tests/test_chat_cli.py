@@ -100,6 +100,13 @@ def test_a_resume_in_another_workspace_fails_before_the_model_loads(env, home, w
     assert again.returncode == 1 and again.stderr.startswith("error: ") and "Traceback" not in again.stderr
 
 
+def test_a_resume_on_a_home_without_a_store_says_so_and_creates_nothing(env, home, workspace, tmp_path) -> None:
+    before = sorted(p.relative_to(home) for p in home.rglob("*"))
+    out = chat(env, workspace, "", [], tmp_path / "effects", "--resume", "abcd1234")
+    assert out.returncode == 1 and out.stderr.startswith("error: no store at ") and "Traceback" not in out.stderr
+    assert sorted(p.relative_to(home) for p in home.rglob("*")) == before
+
+
 class Live:
     """`emelex chat` as a live subprocess: lines are typed one at a time and its output is awaited (bounded)."""
 

@@ -264,7 +264,7 @@ def chat(
 ) -> None:
     """Chat with the local model and its tools in a durable Session (new, or --resume SESSION)."""
     settings = settings_of(ctx)
-    store = MemoryStore.open(settings)
+    store = MemoryStore.open(settings, create=resume is None)  # a resume needs a store: never create one for it
     try:
         session_id = None
         if resume is not None:
