@@ -29,6 +29,7 @@ from emelex_memory import (
     ModelExistsError,
     ModelFile,
     ModelInUseError,
+    ModelNotInstalledError,
     ModelTamperedError,
     Settings,
     SnapshotReferenceGuard,
@@ -153,8 +154,16 @@ class ModelManager:
         return read_installed(self.home, name)
 
     def default(self) -> InstalledModel:
-        """The model named by the `default_model` setting."""
-        return self.get(self.settings.default_model)
+        """The model named by the `default_model` setting; when that is the embedded default model and it is not
+        installed, the `ModelNotInstalledError` names `emelex models install --default`."""
+        try:
+            return self.get(self.settings.default_model)
+        except ModelNotInstalledError as exc:
+            if self.settings.default_model != DEFAULT_MODEL_NAME:
+                raise
+            raise ModelNotInstalledError(
+                f"{exc}; the embedded default model installs with `emelex models install --default`"
+            ) from None
 
     def list(self) -> list[InstalledModel]:
         """Every installed model by name (at most 1000); a damaged manifest raises `ModelTamperedError`."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import Settings
+from emelex_memory import ModelNotInstalledError, Settings
 from emelex_workers.cli import app
 from emelex_workers.models import ModelManager
 
@@ -117,3 +117,11 @@ def test_list_flags_a_truncated_or_missing_model_file_without_hashing(home: Path
     assert all("`emelex models remove" in line for line in flagged.values())
     data = json.loads(models("list", "--json").output)
     assert [m["name"] for m in data["models"]] == ["whole"] and {d["name"] for d in data["damaged"]} == {"cut", "gone"}
+
+
+def test_a_missing_default_model_names_the_command_that_installs_it(home: Path, monkeypatch) -> None:
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    with pytest.raises(ModelNotInstalledError, match=r"`emelex models install --default`"):
+        with ModelManager(Settings()) as manager:
+            manager.default()
+    assert not home.exists() or list(home.iterdir()) == []
