@@ -147,3 +147,13 @@ def test_list_counts_rebinds_and_show_prints_the_history(workspace: Path, tmp_pa
     assert rest["rebinds"][0]["old_inode"] == page["rebinds"][0]["new"]["inode"]  # the second starts where the first ended
     missing = w("show", "9")
     assert missing.exit_code == 1 and missing.output.startswith("error: no workspace 9")
+
+
+def test_rebind_to_the_directory_it_already_is_needs_no_yes(workspace: Path) -> None:
+    history(workspace)
+    db = Settings().database_path
+    before = table_rows(db)
+    result = w("rebind", "1", str(workspace))
+    assert result.exit_code == 0, result.output
+    assert result.output == f"workspace 1 already is {workspace.resolve()}; nothing to rebind\n"
+    assert table_rows(db) == before
