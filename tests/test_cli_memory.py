@@ -13,6 +13,8 @@ from emelex_memory import MemoryStore, NewEvent, Settings
 from emelex_memory.core.connection import connect
 from emelex_workers.cli import app
 
+from .support import file_state
+
 runner = CliRunner()
 
 
@@ -80,8 +82,12 @@ def test_invalid_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_reinit_after_deletion(workspace: Path, home: Path) -> None:
     _seed(workspace)
     db = home / "memory" / "emelex.sqlite3"
-    refused = runner.invoke(app, ["memory", "reinit", "--yes"])
-    assert refused.exit_code == 1 and "exists" in refused.output
+    before = file_state(db.parent)
+    for args in (["memory", "reinit", "--yes"], ["memory", "reinit"]):  # refused before confirmation is asked
+        refused = runner.invoke(app, args)
+        assert refused.exit_code == 1 and refused.output.startswith(f"error: database {db} exists"), refused.output
+        assert refused.output.count("\n") == 1
+    assert file_state(db.parent) == before
     os.remove(db)
     deleted = runner.invoke(app, ["memory", "sessions", "list"])
     assert deleted.exit_code == 1 and "was deleted and nothing was recreated" in deleted.output

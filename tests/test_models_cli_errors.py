@@ -125,3 +125,17 @@ def test_a_missing_default_model_names_the_command_that_installs_it(home: Path, 
         with ModelManager(Settings()) as manager:
             manager.default()
     assert not home.exists() or list(home.iterdir()) == []
+
+
+@pytest.mark.parametrize("args", [["list"], ["list", "--json"], ["verify", "alpha"], ["remove", "alpha"]])
+def test_a_home_that_is_a_file_is_reported_not_listed_as_empty(home: Path, monkeypatch, args) -> None:
+    home.write_text("not a directory")
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    result = models(*args)
+    assert result.exit_code == 1, result.output
+    message = f"{home} is not a directory: move it away (or use another path) so that it can be one"
+    if "--json" in args:
+        assert json.loads(result.output) == {"error": {"type": "InsecurePathError", "message": message}}
+    else:
+        assert result.output == f"error: {message}\n"
+    assert home.read_text() == "not a directory"

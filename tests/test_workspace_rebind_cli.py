@@ -81,7 +81,6 @@ def test_rebind_refuses_without_yes_or_with_bad_input_and_changes_nothing(
         (["rebind", "1", str(workspace)], "needs explicit confirmation: pass --yes"),
         (["rebind", "7", str(workspace), "--yes"], "no workspace 7"),
         (["rebind", "1", str(tmp_path / "nope"), "--yes"], "does not exist"),
-        (["rebind", "0", str(workspace), "--yes"], "positive integer"),
         (["list", "--cursor", "99999999999999999999"], "bad workspace cursor"),
     ):
         result = w(*args)
@@ -147,3 +146,24 @@ def test_list_counts_rebinds_and_show_prints_the_history(workspace: Path, tmp_pa
     assert rest["rebinds"][0]["old_inode"] == page["rebinds"][0]["new"]["inode"]  # the second starts where the first ended
     missing = w("show", "9")
     assert missing.exit_code == 1 and missing.output.startswith("error: no workspace 9")
+
+
+def test_rebind_to_the_directory_it_already_is_needs_no_yes(workspace: Path) -> None:
+    history(workspace)
+    db = Settings().database_path
+    before = table_rows(db)
+    result = w("rebind", "1", str(workspace))
+    assert result.exit_code == 0, result.output
+    assert result.output == f"workspace 1 already is {workspace.resolve()}; nothing to rebind\n"
+    assert table_rows(db) == before
+
+
+@pytest.mark.parametrize("args", [["show", "0"], ["show", "--", "-1"], ["show", "abc"], ["rebind", "0", "."],
+                                  ["rebind", "--", "-1", "."], ["show", "99999999999999999999"]])
+def test_a_workspace_id_below_one_or_not_an_integer_is_a_usage_error(workspace: Path, home: Path, args) -> None:
+    history(workspace)
+    before = table_rows(Settings().database_path)
+    result = w(*args)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: Invalid value for 'WORKSPACE_ID'"), result.output
+    assert table_rows(Settings().database_path) == before

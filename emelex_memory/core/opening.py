@@ -240,26 +240,33 @@ def open_as_is(database: Path, *, busy_timeout_ms: int) -> tuple[apsw.Connection
     return connect(database, busy_timeout_ms=busy_timeout_ms), version
 
 
+def _store_exists(database: Path) -> StoreExistsError:
+    return StoreExistsError(
+        f"database {database} exists; re-initialise only replaces a deleted database, move it away first"
+    )
+
+
 @translating("re-initialising the store", lambda database, **_: database)
 def reinitialize_database(
     database: Path, *, confirm: bool, marker: Path | None = None, asset_dir: Path | None = None
 ) -> list[Path]:
     """Forget that a store existed at `database` so the next open creates a new one.
 
-    Requires `confirm=True`. Refuses with `StoreExistsError` while the
-    database file is present (nothing is ever overwritten). Leftover WAL/SHM
+    Refuses with `StoreExistsError` while the database file is present
+    (checked before confirmation is asked; nothing is ever overwritten), then
+    requires `confirm=True`. Leftover WAL/SHM
     files of the lost database and its asset folder are moved aside, never
     deleted: a fresh database must not replay the old WAL, and its collector
     must not treat the old store's media as orphans. Returns the new paths.
     """
+    if os.path.lexists(database):  # refused either way: say so before asking for confirmation
+        raise _store_exists(database)
     if not confirm:
         raise ConfirmationRequiredError("re-initialising needs explicit confirmation: pass --yes")
     check_private_dir(database.parent)
     with open_lock(database) as fd:
         if os.path.lexists(database):
-            raise StoreExistsError(
-                f"database {database} exists; re-initialise only replaces a deleted database, move it away first"
-            )
+            raise _store_exists(database)
         moved = []
         stamp = time.strftime("%Y%m%dT%H%M%S")
         leftovers = _check_side_files(database)

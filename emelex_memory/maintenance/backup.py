@@ -27,7 +27,7 @@ from ..assets.refs import asset_dir_for
 from ..core.connection import connect
 from ..core.io_errors import translating
 from ..core.opening import STORE_MARKER, open_database
-from ..core.private_files import ensure_private_dir, fsync_dir
+from ..core.private_files import PRIVATE_DIR_MODE, describe_mode, ensure_private_dir, fsync_dir
 from ..errors import AssetTamperedError, BackupDestinationError, BackupVerificationError, RestoreTargetError
 from ..settings import Settings
 from ..snapshots.installed import MANIFEST_NAME, models_dir
@@ -63,8 +63,16 @@ def _check_destination(dest: Path, store: BackupSource) -> None:
         return
     if not dest.is_dir() or dest.is_symlink():
         raise BackupDestinationError(f"{dest} is not a directory: name a new or empty directory, or an old backup")
-    if any(dest.iterdir()) and not os.path.lexists(dest / MARKER):
-        raise BackupDestinationError(f"{dest} is not empty and holds no backup: name a new or empty directory")
+    st = os.lstat(dest)
+    if st.st_uid != os.geteuid():
+        raise BackupDestinationError(f"{dest} is owned by uid {st.st_uid}, not you: name a path that does not exist yet")
+    if not any(dest.iterdir()):
+        return
+    if not os.path.lexists(dest / MARKER):
+        raise BackupDestinationError(f"{dest} is not empty and holds no backup: name a path that does not exist yet")
+    if st.st_mode & 0o077:
+        raise BackupDestinationError(f"the backup {dest} is not private (mode {describe_mode(st)}): run "
+                                     f"`chmod 700 {dest}`, or name a path that does not exist yet")
 
 
 def _private_file(path: Path) -> int:
@@ -139,12 +147,14 @@ def _model_manifests(home: Path) -> dict[str, Path]:
 def backup_store(store: BackupSource, dest: str | os.PathLike[str]) -> BackupReport:
     """Write a complete, verified backup of `store` to the directory `dest` and return its report.
 
-    `dest` is created (mode 0700) or must be empty or an earlier backup (then only new assets are copied); it may
-    not overlap Emelex Home or the database's directory (`BackupDestinationError`). Other processes may keep
-    writing meanwhile: the copy is one consistent snapshot. A failure, or a kill, leaves `dest` without a
+    `dest` is created (mode 0700), or must be an empty directory of yours (it is made 0700) or an earlier, private
+    backup (then only new assets are copied); it may not overlap Emelex Home or the database's directory
+    (`BackupDestinationError`). Other processes may keep writing meanwhile: the copy is one consistent snapshot. A failure, or a kill, leaves `dest` without a
     manifest (a partial backup, refused by `verify_backup` and restore) and the store untouched."""
     dest = Path(os.path.abspath(dest))
     _check_destination(dest, store)
+    if os.path.lexists(dest):
+        os.chmod(dest, PRIVATE_DIR_MODE)  # an empty directory of yours (or a private backup): it holds private data
     ensure_private_dir(dest)
     if os.path.lexists(dest / MANIFEST):
         os.unlink(dest / MANIFEST)  # from here until the new one is written, this is a partial backup

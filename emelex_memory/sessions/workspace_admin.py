@@ -225,7 +225,7 @@ class WorkspaceAdmin:
     ) -> WorkspaceRebind:
         """Point known workspace `workspace_id` at `directory`, so its Sessions and Knowledge belong there.
 
-        Needs `confirm=True`. Raises `WorkspaceNotFoundError` for an unknown ID,
+        Needs `confirm=True` to change the workspace's directory. Raises `WorkspaceNotFoundError` for an unknown ID,
         `WorkspaceMissingError` unless `directory` is a directory,
         `WorkspaceConflictError` when it already is another known workspace
         that anything belongs to (a Session, a Knowledge entry, forgotten ones
@@ -236,7 +236,8 @@ class WorkspaceAdmin:
         deleted) is retired: its row is deleted and its ID recorded with the
         rebind. Records the old and new identity, who and when in
         `workspace_rebinds`. Rebinding to the directory the workspace already
-        is changes nothing but following a rename and records nothing.
+        is changes nothing but following a rename, records nothing and needs
+        no confirmation.
         """
         workspace_id = _check_id(workspace_id)
         found = WorkspaceIdentity.inspect(directory)
@@ -268,14 +269,14 @@ class WorkspaceAdmin:
                     f"Session {held[0]} of workspace {workspace_id} is leased by {held[1]} for another "
                     f"{held[2] - now:.0f}s; nothing was changed: wait for it to finish or expire, then rebind"
                 )
+            who = _who()
+            if other is not None:  # already this workspace: at most a rename to follow, no confirmation needed
+                new = settle_workspace(conn, row, found)
+                return WorkspaceRebind(workspace_id, *row[1:], new, who, now, False)
             if not confirm:
                 raise ConfirmationRequiredError(
                     f"rebinding workspace {workspace_id} to {found.path} needs explicit confirmation: pass --yes"
                 )
-            who = _who()
-            if other is not None:  # already this workspace: at most a rename to follow
-                new = settle_workspace(conn, row, found)
-                return WorkspaceRebind(workspace_id, *row[1:], new, who, now, False)
             if retired is not None:
                 conn.execute("DELETE FROM workspaces WHERE id = ?", (retired,))
             conn.execute(

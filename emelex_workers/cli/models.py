@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from emelex_memory import InstalledModel
+from emelex_memory.core.private_files import check_private_dir
 
 from ..models import DamagedModel, ModelManager
 from .common import EmelexTyper, JsonFlag, echo_json, settings_of, usage_error
@@ -20,7 +22,12 @@ NameArg = Annotated[str, typer.Argument(
 
 
 def _manager(ctx: typer.Context) -> ModelManager:
-    return ModelManager(settings_of(ctx))
+    """The model manager of this invocation's Home; a Home that exists but is not a directory raises
+    `InsecurePathError` (as install does), so list, verify and remove do not report it as holding no models."""
+    settings = settings_of(ctx)
+    if os.path.lexists(settings.home_dir) and not settings.home_dir.is_dir():
+        check_private_dir(settings.home_dir)
+    return ModelManager(settings)
 
 
 def model_dict(m: InstalledModel) -> dict:

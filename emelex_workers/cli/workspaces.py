@@ -10,10 +10,13 @@ from typing import Annotated
 import typer
 
 from emelex_memory import WorkspaceInfo
+from emelex_memory.core.cursors import MAX_SQL_INT
 
 from .common import CursorOpt, EmelexTyper, JsonFlag, echo_json, echo_page, open_store, page_limit, when
 
 workspaces_app = EmelexTyper(help="List known workspaces; rebind one whose directory was replaced (e.g. re-cloned).")
+WorkspaceIdArg = Annotated[int, typer.Argument(  # an ID below 1 is a usage error (exit 2), like a non-integer
+    metavar="WORKSPACE_ID", min=1, max=MAX_SQL_INT, show_default=False, help="ID from `workspaces list`.")]
 
 
 def _line(w: WorkspaceInfo) -> str:
@@ -44,8 +47,7 @@ def workspaces_list(
 @workspaces_app.command("show")
 def workspaces_show(
     ctx: typer.Context,
-    workspace_id: Annotated[int, typer.Argument(
-        metavar="WORKSPACE_ID", show_default=False, help="ID from `workspaces list`.")],
+    workspace_id: WorkspaceIdArg,
     limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Rebind records per page.")] = 50,
     cursor: CursorOpt = None,
     as_json: JsonFlag = False,
@@ -74,8 +76,7 @@ def workspaces_show(
 @workspaces_app.command("rebind")
 def workspaces_rebind(
     ctx: typer.Context,
-    workspace_id: Annotated[int, typer.Argument(
-        metavar="WORKSPACE_ID", show_default=False, help="ID from `workspaces list`.")],
+    workspace_id: WorkspaceIdArg,
     directory: Annotated[Path, typer.Argument(
         metavar="DIRECTORY", show_default=False, help="The directory that now is this workspace.")],
     yes: Annotated[bool, typer.Option("--yes", help="Confirm: the directory takes over the workspace.")] = False,

@@ -185,3 +185,33 @@ def test_cli_backup_verify_restore(live, tmp_path: Path) -> None:
     assert refused.exit_code != 0 and "is not empty" in refused.output and "Traceback" not in refused.output
     done = runner.invoke(app, ["memory", "restore", str(tmp_path / "b")], env={"EMELEX_HOME": str(tmp_path / "r")})
     assert done.exit_code == 0, done.output
+
+
+def test_an_empty_directory_of_yours_is_made_private_and_backed_up_to(live, tmp_path: Path) -> None:
+    store, settings, ws = live
+    dest = tmp_path / "e755"
+    dest.mkdir(mode=0o755)
+    os.chmod(dest, 0o755)
+    report = backup_store(store, dest)
+    assert oct(os.stat(dest).st_mode & 0o777) == "0o700"
+    assert verify_backup(dest).counts == report.counts
+
+
+def test_a_directory_not_yours_or_a_loose_backup_is_refused_with_a_remedy(live, tmp_path: Path) -> None:
+    store, settings, ws = live
+    loose = tmp_path / "loose"
+    backup_store(store, loose)
+    os.chmod(loose, 0o755)
+    before = file_state(loose)
+    with pytest.raises(BackupDestinationError, match=r"chmod 700 .*loose"):
+        backup_store(store, loose)
+    assert file_state(loose) == before and os.stat(loose).st_mode & 0o777 == 0o755
+    if os.geteuid() != 0:
+        pytest.skip("making a directory owned by another user needs root")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(BackupDestinationError, match="does not exist yet") as refused:
+        backup_store(store, theirs)
+    assert "make a new backup" not in str(refused.value)
+    assert list(theirs.iterdir()) == [] and os.stat(theirs).st_uid == 65534
