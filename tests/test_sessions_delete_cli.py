@@ -41,3 +41,22 @@ def test_the_question_goes_to_stderr_so_the_json_stays_whole(sid: str) -> None:
     assert done.exit_code == 0, done.stderr
     assert json.loads(done.stdout)["outcome"] == "deleted"
     assert f"Delete Session {sid}" in done.stderr and "Delete" not in done.stdout
+
+
+def test_an_answer_that_is_neither_yes_nor_no_is_asked_again_saying_what_to_type(sid: str) -> None:
+    done = _delete(sid, answers="maybe\ny\n")
+    assert done.exit_code == 0, done.stderr
+    assert "invalid input" not in done.stderr
+    assert "answer y to delete Session" in done.stderr and done.stderr.count(f"Delete Session {sid}") == 2
+    assert f"deleted Session {sid}" in done.stdout
+
+
+@pytest.mark.parametrize("answers", ["n\n", "\n", "", "what\n"])  # no, the default, end of input, no valid answer
+def test_declining_deletes_nothing(sid: str, home: Path, answers: str) -> None:
+    db = home / "memory" / "emelex.sqlite3"
+    before = table_rows(db)
+    declined = _delete(sid, "--json", answers=answers)
+    assert declined.exit_code == 1 and declined.stdout == ""
+    error = {"error": {"type": "Aborted", "message": "not confirmed; nothing was deleted"}}
+    assert declined.stderr.endswith(json.dumps(error) + "\n")  # after the question (the terminal echoes the answer)
+    assert table_rows(db) == before

@@ -162,9 +162,10 @@ def _event_dict(e: Event) -> dict:
     return out
 
 
-def _confirm(question: str, as_json: bool) -> None:
-    """Ask `question` on stderr (stdout carries only the result, e.g. its JSON) until the answer is yes or no; return
-    on yes; on no, an empty answer or the end of input, say that nothing was deleted and exit 1."""
+def _confirm(question: str, session_id: str, as_json: bool) -> None:
+    """Ask `question` on stderr (stdout carries only the result, e.g. its JSON) until the answer is yes or no, saying
+    what to type after any other answer; return on yes; on no, an empty answer or the end of input, say that nothing
+    was deleted and exit 1."""
     while True:
         typer.echo(f"{question} [y/N]: ", nl=False, err=True)
         line = sys.stdin.readline()
@@ -176,7 +177,7 @@ def _confirm(question: str, as_json: bool) -> None:
                 typer.echo(err=True)
             typer.echo(error_text("Aborted", "not confirmed; nothing was deleted", as_json), err=True)
             raise typer.Exit(1)
-        typer.echo("Error: invalid input", err=True)
+        typer.echo(f"answer y to delete Session {session_id} or n to keep it (not {answer!r})", err=True)
 
 
 @sessions_app.command("delete")
@@ -201,7 +202,7 @@ def sessions_delete(
         session = store.resolve_session_id(session)
         if not yes:
             s = store.get_session(session)
-            _confirm(f"Delete Session {s.id} ({s.last_seq} events, {s.title or 'untitled'})?", as_json)
+            _confirm(f"Delete Session {s.id} ({s.last_seq} events, {s.title or 'untitled'})?", s.id, as_json)
         d = store.delete_session(session, discard_journal=discard_journal)
     if as_json:
         echo_json("deleted", dataclasses.asdict(d))
