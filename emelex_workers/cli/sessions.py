@@ -207,7 +207,9 @@ def sessions_delete(
     if as_json:
         echo_json("deleted", dataclasses.asdict(d))
         return
+    left = (f", {d.assets_left} asset{'' if d.assets_left == 1 else 's'} left for `emelex memory maintain` after the "
+            "grace period" if d.assets_left else "")
     typer.echo(
         f"deleted Session {d.session_id}: {d.events} events, {d.jobs} jobs, {d.asset_entries} assets "
-        f"({d.asset_bytes} bytes freed); {d.knowledge_versions_detached} Knowledge versions keep its ID for audit"
+        f"({d.asset_bytes} bytes freed){left}; {d.knowledge_versions_detached} Knowledge versions keep its ID for audit"
     )
