@@ -37,7 +37,9 @@ from ..sessions.rows import session_rowid
 @dataclass(frozen=True)
 class SessionDeletion:
     """What `delete_session` removed: counts of events and jobs, Knowledge versions whose source link was
-    cleared (their audit fields remain), asset catalog entries and files removed, and the bytes freed."""
+    cleared (their audit fields remain), asset catalog entries and files removed, and the bytes freed; and
+    `assets_left`, the catalog entries no Session uses any more that were put or linked too recently (within the
+    asset grace period) to remove now: a later `maintain` collects them."""
 
     session_id: str
     events: int
@@ -46,6 +48,7 @@ class SessionDeletion:
     asset_entries: int
     asset_files: int
     asset_bytes: int
+    assets_left: int
 
 
 def check_not_busy(
@@ -138,7 +141,7 @@ class Deletion:
             ) from exc
         return SessionDeletion(
             session_id, deletion.events, deletion.jobs, deletion.knowledge_versions_detached,
-            deletion.asset_entries, removed.removed_files, removed.freed_bytes,
+            deletion.asset_entries, removed.removed_files, removed.freed_bytes, deletion.assets_left,
         )
 
 
@@ -147,8 +150,9 @@ def delete_session_in(
 ) -> tuple[SessionDeletion, list[str]]:
     """Inside a write transaction: delete the Session and the catalog entries only it referenced.
 
-    Returns the counts and the digests no entry names any more, whose
-    files the caller removes once this transaction has committed.
+    Returns the counts (with the unused entries left for the grace period)
+    and the digests no entry names any more, whose files the caller removes
+    once this transaction has committed.
     """
     check_not_busy(conn, rowid, session_id, now)
     updated = conn.execute("SELECT updated_at FROM session_heads WHERE id = ?", (rowid,)).fetchone()[0]
@@ -164,4 +168,6 @@ def delete_session_in(
     cutoff = min(now - DEFAULT_GRACE_S, updated)
     collected = AssetCollection()
     emptied = collect_entries(conn, cutoff, len(digests), digests, collected)
-    return SessionDeletion(session_id, events, jobs, detached, collected.removed_entries, 0, 0), emptied
+    left = sum(conn.execute("SELECT count(*) FROM assets WHERE digest = ? AND links = 0", (d,)).fetchone()[0]
+               for d in digests)
+    return SessionDeletion(session_id, events, jobs, detached, collected.removed_entries, 0, 0, left), emptied

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .dir_identity import birth_ns, generation
-from ..errors import InsecurePathError, WorkspaceMissingError, WorkspaceReplacedError
+from ..errors import EmelexError, InsecurePathError, WorkspaceError, WorkspaceMissingError, WorkspaceReplacedError
 from ..core.io_errors import file_error
 from ..core.utf8 import utf8_path
 
@@ -148,22 +148,45 @@ class Session:
 
         Returns the canonical path. A renamed workspace directory is valid;
         raises `WorkspaceMissingError` when `path` is not an existing directory
-        and `WorkspaceReplacedError` when it is a different directory than the
-        Session's workspace (the same rule as `WorkspaceIdentity.same_directory`).
+        or the workspace's recorded path names nothing, and
+        `WorkspaceReplacedError` when it is a different directory than the
+        Session's workspace (the same rule as `WorkspaceIdentity.same_directory`);
+        the message says which (see `not_the_workspace`).
         This is the same preflight that lease acquisition runs, so a CLI can
         fail before loading a model.
         """
         found = WorkspaceIdentity.inspect(path)
         if not found.same_directory(self.workspace):
-            raise WorkspaceReplacedError(not_the_workspace(found.path, self.id, self.workspace_id, self.workspace.path))
+            raise not_the_workspace(found.path, self.id, self.workspace_id, self.workspace)
         return Path(found.path)
 
 
-def not_the_workspace(found: str, session_id: str, workspace_id: int, recorded: str) -> str:
-    """The message of a `WorkspaceReplacedError` for a directory that is not a Session's workspace."""
-    return (
-        f"{found} is not the workspace of Session {session_id} (workspace {workspace_id}, last seen at {recorded}, "
-        f"is a different directory); use that directory, or {rebind_advice(workspace_id, found)}"
+def not_the_workspace(found: str, session_id: str, workspace_id: int, recorded: WorkspaceIdentity) -> WorkspaceError:
+    """The error for a directory `found` that is not the Session's workspace `recorded`, by what the recorded path
+    names now: nothing (`WorkspaceMissingError`: restore it, or rebind the directory that now holds it), the
+    workspace itself (the caller is elsewhere: run from there), or another directory (`WorkspaceReplacedError` with
+    the rebind of the recorded path)."""
+    head = f"{found} is not the workspace of Session {session_id}"
+    if recorded.path is None:  # a migrated workspace never seen since
+        return WorkspaceReplacedError(f"{head}; run it from workspace {workspace_id}'s directory")
+    try:
+        there = WorkspaceIdentity.inspect(recorded.path)
+    except (WorkspaceMissingError, InsecurePathError):
+        return WorkspaceMissingError(
+            f"{head}: its workspace {workspace_id}, last seen at {recorded.path}, is missing (deleted or moved away); "
+            "restore it there, run it from the directory it was moved to, or, if another directory replaces it, "
+            f"adopt that one with `emelex memory workspaces rebind {workspace_id} DIRECTORY --yes`"
+        )
+    except EmelexError as exc:
+        return WorkspaceReplacedError(f"{head} (workspace {workspace_id}, last seen at {recorded.path}: {exc})")
+    if there.same_directory(recorded):
+        quoted = shlex.quote(recorded.path)
+        return WorkspaceReplacedError(
+            f"{head} (its workspace {workspace_id} is {recorded.path}); run it from {quoted} or pass --workspace {quoted}"
+        )
+    return WorkspaceReplacedError(
+        f"{head}: its workspace {workspace_id} was last seen at {recorded.path}, which is now a different directory; "
+        f"use the original directory, or {rebind_advice(workspace_id, recorded.path)}"
     )
 
 

@@ -17,7 +17,6 @@ from ..errors import (
     InvalidInputError,
     LeaseHeldError,
     SessionNotFoundError,
-    WorkspaceReplacedError,
 )
 from .identity import SESSION_COLUMNS, Session, WorkspaceIdentity, not_the_workspace, session_from_row
 from .holders import holder_label, live_lease
@@ -114,7 +113,8 @@ class Sessions:
         Validates the workspace identity first (a renamed directory is
         accepted and the stored path updated; components the workspace did
         not record yet are recorded). Raises `WorkspaceReplacedError` when the
-        directory is not the Session's workspace, `LeaseHeldError` while
+        directory is not the Session's workspace (`WorkspaceMissingError` when
+        the workspace's recorded path names nothing), `LeaseHeldError` while
         another holder's lease is live; an expired lease is replaced (its
         holder's later writes are refused with `LeaseLostError`). The new
         lease must replay before appending. It keeps the directory open until
@@ -145,7 +145,7 @@ class Sessions:
                 (rowid,),
             ).fetchone()
             if not found.same_directory(identity_of(row)):
-                raise WorkspaceReplacedError(not_the_workspace(found.path, session_id, row[0], row[1]))
+                raise not_the_workspace(found.path, session_id, row[0], identity_of(row))
             now = self._db.clock()
             held = conn.execute(
                 f"SELECT holder, expires_at FROM session_leases WHERE session_id = ? AND {live_lease()}",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from typing import Annotated
 
 import typer
@@ -161,6 +162,24 @@ def _event_dict(e: Event) -> dict:
     return out
 
 
+def _confirm(question: str, session_id: str, as_json: bool) -> None:
+    """Ask `question` on stderr (stdout carries only the result, e.g. its JSON) until the answer is yes or no, saying
+    what to type after any other answer; return on yes; on no, an empty answer or the end of input, say that nothing
+    was deleted and exit 1."""
+    while True:
+        typer.echo(f"{question} [y/N]: ", nl=False, err=True)
+        line = sys.stdin.readline()
+        answer = line.strip().lower()
+        if answer in ("y", "yes"):
+            return
+        if answer in ("", "n", "no"):
+            if not line:
+                typer.echo(err=True)
+            typer.echo(error_text("Aborted", "not confirmed; nothing was deleted", as_json), err=True)
+            raise typer.Exit(1)
+        typer.echo(f"answer y to delete Session {session_id} or n to keep it (not {answer!r})", err=True)
+
+
 @sessions_app.command("delete")
 def sessions_delete(
     ctx: typer.Context,
@@ -172,6 +191,8 @@ def sessions_delete(
 ) -> None:
     """Delete a Session with its transcript, jobs and the assets only it used; Knowledge keeps its audit fields.
 
+    Asks first (on stderr, so --json output stays one JSON object on stdout), unless --yes.
+
     Refused while the Session has an open agent journal: run `emelex memory sessions recover` first, or pass
     --discard-journal.
 
@@ -181,12 +202,14 @@ def sessions_delete(
         session = store.resolve_session_id(session)
         if not yes:
             s = store.get_session(session)
-            typer.confirm(f"Delete Session {s.id} ({s.last_seq} events, {s.title or 'untitled'})?", abort=True)
+            _confirm(f"Delete Session {s.id} ({s.last_seq} events, {s.title or 'untitled'})?", s.id, as_json)
         d = store.delete_session(session, discard_journal=discard_journal)
     if as_json:
         echo_json("deleted", dataclasses.asdict(d))
         return
+    left = (f", {d.assets_left} asset{'' if d.assets_left == 1 else 's'} left for `emelex memory maintain` after the "
+            "grace period" if d.assets_left else "")
     typer.echo(
         f"deleted Session {d.session_id}: {d.events} events, {d.jobs} jobs, {d.asset_entries} assets "
-        f"({d.asset_bytes} bytes freed); {d.knowledge_versions_detached} Knowledge versions keep its ID for audit"
+        f"({d.asset_bytes} bytes freed){left}; {d.knowledge_versions_detached} Knowledge versions keep its ID for audit"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 import apsw
@@ -185,3 +186,60 @@ def test_a_workspace_path_that_is_no_directory_is_refused_and_nothing_is_written
     with pytest.raises(WorkspaceMissingError, match="does not exist"):
         store.remember(tmp_path / "nope", "k", "v")
     assert table_rows(store.path) == before
+
+
+# -- the advice names what happened: missing, elsewhere, or replaced at its path ------------------------------
+
+
+def _refusals(store: MemoryStore, sid: str, directory: Path) -> list[str]:
+    """The messages of `validate_workspace` and `acquire_lease` from `directory`, each checked to change nothing."""
+    messages = []
+    before = table_rows(store.path)
+    for call in (store.get_session(sid).validate_workspace, lambda d: store.acquire_lease(sid, d)):
+        with pytest.raises((WorkspaceMissingError, WorkspaceReplacedError)) as raised:
+            call(directory)
+        messages.append(str(raised.value))
+    assert table_rows(store.path) == before
+    return messages
+
+
+def test_a_deleted_workspace_is_called_missing_and_its_parent_is_not_offered_to_rebind(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    ws = (tmp_path / "ws3").resolve()
+    ws.mkdir()
+    sid = with_history(store, ws)
+    shutil.rmtree(ws)
+    for message in _refusals(store, sid, tmp_path):
+        assert f"last seen at {ws}, is missing" in message
+        assert "restore it" in message
+        assert "workspaces rebind 1 DIRECTORY --yes" in message
+        assert f"rebind 1 {tmp_path.resolve()} " not in message and "is a different directory" not in message
+    with pytest.raises(WorkspaceMissingError):
+        store.get_session(sid).validate_workspace(tmp_path)
+
+
+def test_another_directory_while_the_workspace_exists_says_where_to_run_it(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    ws = (tmp_path / "ws3").resolve()
+    ws.mkdir()
+    sid = with_history(store, ws)
+    for message in _refusals(store, sid, tmp_path):
+        assert f"run it from {ws} or pass --workspace {ws}" in message
+        assert "rebind" not in message
+
+
+def test_only_a_directory_replaced_at_the_recorded_path_gets_the_rebind_advice(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    ws = (tmp_path / "ws3").resolve()
+    ws.mkdir()
+    sid = with_history(store, ws)
+    replace_directory(ws)
+    if WorkspaceIdentity.inspect(ws).same_directory(store.get_session(sid).workspace):
+        pytest.skip("this file system cannot tell the new directory from the old one")
+    for directory in (ws, tmp_path):  # from the replacement itself, or from elsewhere: the target is the recorded path
+        for message in _refusals(store, sid, directory):
+            assert rebind_hint(1, ws) in message
+            assert f"rebind 1 {tmp_path.resolve()} " not in message
