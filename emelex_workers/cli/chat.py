@@ -238,14 +238,14 @@ def _reader(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue) -> None:
     loop.call_soon_threadsafe(lines.put_nowait, None)
 
 
-async def _main(store, workspace, binding, tools, snapshot, resume: str | None) -> int:
+async def _main(store, workspace, binding, tools, snapshot, resume: str | None, model) -> int:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue = asyncio.Queue()
     tools = showing(tools, lambda text: loop.call_soon_threadsafe(functools.partial(print, text, flush=True)))
     if resume is None:
-        agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot)
+        agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot, model=model)
     else:
-        agent = await DurableAgentSession.resume(store, resume, workspace, binding, tools, snapshot)
+        agent = await DurableAgentSession.resume(store, resume, workspace, binding, tools, snapshot, model=model)
     chat = Chat(agent, lines)
     threading.Thread(target=_reader, args=(loop, lines), daemon=True).start()
     loop.add_signal_handler(signal.SIGINT, chat.on_sigint)
@@ -282,7 +282,7 @@ def chat(
         snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
                                   model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT)
         try:
-            code = asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id))
+            code = asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id, installed))
         finally:
             binding.close()
     finally:
