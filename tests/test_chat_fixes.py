@@ -4,10 +4,12 @@ Session's own model, `--new-workspace`, and a refused chat creates nothing."""
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
-from pathlib import Path
 
-from .test_chat_cli import EMELEX, chat, env  # noqa: F401  (env is a fixture)
+from .agent_support import answer
+from .test_chat_cli import EMELEX, Live, chat, env, events, wait_for_file  # noqa: F401  (env is a fixture)
 
 
 def session_of(out: subprocess.CompletedProcess) -> str:
@@ -20,4 +22,35 @@ def test_a_chat_sessions_model_cannot_be_removed(env, home, workspace, tmp_path)
     removed = subprocess.run([*EMELEX, "models", "remove", "scripted"], env=env, capture_output=True, text=True)
     assert removed.returncode == 1 and session_of(out)[:8] in removed.stderr, removed.stderr
     resumed = chat(env, workspace, "/exit\n", [], tmp_path / "effects", "--resume", session_of(out))
+    assert resumed.returncode == 0, resumed.stderr
+
+
+def test_sigterm_during_a_turn_releases_the_lease_at_once(env, home, workspace, tmp_path) -> None:
+    generating = tmp_path / "generating"
+    live = Live(env, workspace, {"outputs": [answer("never")], "generating": str(generating),
+                                 "hold_generation": str(tmp_path / "never"), "effects": str(tmp_path / "effects")})
+    session = live.session
+    live.type("go")
+    wait_for_file(generating)
+    live.process.send_signal(signal.SIGTERM)
+    assert live.wait() == 143
+    assert f"Session {session}'s lease is released" in live.process.stderr.read()
+    resumed = chat(env, workspace, "/exit\n", [], tmp_path / "effects", "--resume", session)
+    assert resumed.returncode == 0, resumed.stderr  # no "leased by": the lease is free; the turn was reconciled
+    assert [k for k, _ in events(home)] == ["user", "turn_failed"]
+
+
+def test_a_closed_stdout_releases_the_lease(env, home, workspace, tmp_path) -> None:
+    process = subprocess.Popen(
+        [*EMELEX, "chat", "--workspace", str(workspace), "--model", "scripted"],
+        env={**env, "EMELEX_AGENT_TEST": json.dumps({"outputs": [answer("a long answer " * 50)]})},
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    session = process.stdout.readline().split()[1].rstrip(";")
+    process.stdout.close()  # `emelex chat | head -1`
+    process.stdin.write("hello\n")
+    process.stdin.close()
+    assert process.wait(timeout=60) == 141
+    stderr = process.stderr.read()
+    assert "Traceback" not in stderr and f"Session {session}'s lease is released" in stderr, stderr
+    resumed = chat(env, workspace, "/exit\n", [], tmp_path / "effects", "--resume", session)
     assert resumed.returncode == 0, resumed.stderr

@@ -40,6 +40,8 @@ SYSTEM_PROMPT = ("You are a careful coding assistant working in the user's works
                  "to look at or change files; otherwise answer briefly.")
 HELP = "commands: /tools, /tools disable NAME, /tools enable NAME, /compact, /exit"
 EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141  # 128 + SIGPIPE: standard output was closed
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 ANSWER_START = '"answer"'
 
 
@@ -108,6 +110,21 @@ class Chat:
         self.interrupts = 0
         self.approval: asyncio.Future | None = None
         self.ended = False
+        self.stopped: int | None = None  # the exit status once SIGTERM or a closed stdout ends the chat
+
+    def stop(self, code: int) -> None:
+        """End the chat with exit status `code` (SIGTERM, or a closed standard output, which is then silenced):
+        stop reading, interrupt and cancel a running turn (leaving the adapter poisoned); `run` then releases the
+        lease. Idempotent."""
+        if self.stopped is not None:
+            return
+        self.stopped = code
+        if code == EXIT_PIPE:
+            _silence_stdout()
+        self.lines.put_nowait(None)
+        if self.turn is not None and not self.turn.done():
+            self.agent.interrupt()
+            self.turn.cancel()
 
     async def read(self, prompt: str) -> str | None:
         """The next input line (stripped), or None at end of input (and at every read after it)."""
@@ -195,7 +212,25 @@ class Chat:
         return True
 
     async def run(self) -> int:
-        """The loop: read, run turns and commands until /exit or end of input; the exit status."""
+        """The loop: read, run turns and commands until /exit or end of input (or `stop`), then close the adapter
+        (releasing the lease); the exit status."""
+        try:
+            await self._loop()
+        except BrokenPipeError:
+            self.stop(EXIT_PIPE)
+        except asyncio.CancelledError:  # the turn `stop` cancelled
+            if self.stopped is None:
+                raise
+        await self.agent.close()
+        if self.stopped is not None:
+            print(f"chat ended ({'standard output closed' if self.stopped == EXIT_PIPE else 'terminated'}); "
+                  f"Session {self.agent.session_id}'s lease is released: resume it with "
+                  f"`emelex chat --resume {self.agent.session_id}`", file=sys.stderr, flush=True)
+            return self.stopped
+        print(f"session {self.agent.session_id} closed")
+        return 0
+
+    async def _loop(self) -> None:
         print(f"session {self.agent.session_id}; {HELP}")
         while True:
             line = await self.read("> ")
@@ -208,9 +243,6 @@ class Chat:
                     break
                 continue
             await self.run_turn(line)
-        await self.agent.close()
-        print(f"session {self.agent.session_id} closed")
-        return 0
 
     async def run_turn(self, text: str) -> None:
         """One turn, streamed, then how it ended."""
@@ -232,6 +264,22 @@ class Chat:
             print(f"[{result.calls} tool call{'s' if result.calls != 1 else ''}, {result.rounds} rounds]")
 
 
+def _silence_stdout() -> None:
+    """Point standard output at the null device, so that nothing more written to a closed pipe fails."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _on_loop_error(chat: Chat, loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    """A closed standard output met in a loop callback (streamed text, a tool's lines) stops the chat; anything
+    else goes to the loop's default handler."""
+    if isinstance(context.get("exception"), BrokenPipeError):
+        chat.stop(EXIT_PIPE)
+    else:
+        loop.default_exception_handler(context)
+
+
 def _reader(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue) -> None:
     for line in sys.stdin:
         loop.call_soon_threadsafe(lines.put_nowait, line)
@@ -249,10 +297,13 @@ async def _main(store, workspace, binding, tools, snapshot, resume: str | None, 
     chat = Chat(agent, lines)
     threading.Thread(target=_reader, args=(loop, lines), daemon=True).start()
     loop.add_signal_handler(signal.SIGINT, chat.on_sigint)
+    loop.add_signal_handler(signal.SIGTERM, chat.stop, EXIT_TERMINATED)
+    loop.set_exception_handler(functools.partial(_on_loop_error, chat))
     try:
         return await chat.run()
     finally:
         loop.remove_signal_handler(signal.SIGINT)
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def chat(
