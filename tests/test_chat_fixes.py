@@ -54,3 +54,15 @@ def test_a_closed_stdout_releases_the_lease(env, home, workspace, tmp_path) -> N
     assert "Traceback" not in stderr and f"Session {session}'s lease is released" in stderr, stderr
     resumed = chat(env, workspace, "/exit\n", [], tmp_path / "effects", "--resume", session)
     assert resumed.returncode == 0, resumed.stderr
+
+
+def test_a_resume_refused_by_a_dead_holders_lease_says_so_and_when_it_frees(env, home, workspace, tmp_path) -> None:
+    env = {**env, "EMELEX_SESSION_LEASE_TTL_S": "600"}
+    live = Live(env, workspace, {"outputs": []})
+    session = live.session
+    live.process.kill()
+    live.process.wait(timeout=60)
+    resumed = chat(env, workspace, "/exit\n", [], tmp_path / "effects", "--resume", session)
+    assert resumed.returncode == 1 and "Traceback" not in resumed.stderr
+    assert f"is leased by {live.process.pid}@" in resumed.stderr and "but that process is gone" in resumed.stderr
+    assert "its lease frees in " in resumed.stderr, resumed.stderr
