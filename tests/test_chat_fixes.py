@@ -8,7 +8,7 @@ import json
 import signal
 import subprocess
 
-from .agent_support import answer
+from .agent_support import answer, scripted_model_file
 from .test_chat_cli import EMELEX, Live, chat, env, events, wait_for_file  # noqa: F401  (env is a fixture)
 
 
@@ -66,3 +66,20 @@ def test_a_resume_refused_by_a_dead_holders_lease_says_so_and_when_it_frees(env,
     assert resumed.returncode == 1 and "Traceback" not in resumed.stderr
     assert f"is leased by {live.process.pid}@" in resumed.stderr and "but that process is gone" in resumed.stderr
     assert "its lease frees in " in resumed.stderr, resumed.stderr
+
+
+def test_a_resume_uses_the_sessions_own_model_and_a_wrong_model_names_the_flag(env, home, workspace,
+                                                                               tmp_path) -> None:
+    other = scripted_model_file(tmp_path / "other", "other.gguf")
+    other.write_bytes(other.read_bytes() + b"\0")  # a different snapshot
+    subprocess.run([*EMELEX, "models", "install", str(other), "--name", "other"], env=env, check=True,
+                   capture_output=True)
+    session = session_of(chat(env, workspace, "/exit\n", [], tmp_path / "effects"))
+    options = {**env, "EMELEX_DEFAULT_MODEL": "other", "EMELEX_AGENT_TEST": json.dumps({"outputs": []})}
+    resumed = subprocess.run([*EMELEX, "chat", "--workspace", str(workspace), "--resume", session], input="/exit\n",
+                             env=options, capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    wrong = subprocess.run([*EMELEX, "chat", "--workspace", str(workspace), "--resume", session, "--model", "other"],
+                           input="/exit\n", env=options, capture_output=True, text=True, timeout=120)
+    assert wrong.returncode == 1 and "Traceback" not in wrong.stderr
+    assert "model scripted" in wrong.stderr and "`--model scripted`" in wrong.stderr, wrong.stderr

@@ -25,6 +25,8 @@ from typing import Annotated
 import typer
 
 from emelex_memory import EmelexError, MemoryStore
+from emelex_memory.agent import journal
+from emelex_memory.errors import ModelNotInstalledError, SnapshotMismatchError
 from emelex_memory.sessions.identity import WorkspaceIdentity
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.errors import UnknownToolError
@@ -306,6 +308,37 @@ async def _main(store, workspace, binding, tools, snapshot, resume: str | None, 
         loop.remove_signal_handler(signal.SIGTERM)
 
 
+def _session_model(manager: ModelManager, session_id: str, reference: str, model: str | None):
+    """The installed model a resumed Session's snapshot names by `reference` (`NAME@sha256:...`): `model` when
+    given, else the one of that name. `SnapshotMismatchError` names the model and the `--model` flag when `model`
+    differs, or says the installed snapshot of that name is not the Session's; `ModelNotInstalledError` says which
+    model to install."""
+    name = reference.split("@", 1)[0]
+    try:
+        installed = manager.get(model or name)
+    except ModelNotInstalledError:
+        if model:
+            raise
+        raise ModelNotInstalledError(
+            f"Session {session_id} needs model {name} ({reference}), which is not installed; install it with "
+            f"`emelex models install FILE --name {name}`"
+        ) from None
+    if installed.reference == reference:
+        return installed
+    if installed.name != name:
+        error = SnapshotMismatchError(
+            f"Session {session_id} was created with model {name}, not {installed.name}; resume it with "
+            f"`--model {name}`, or start a new Session"
+        )
+    else:
+        error = SnapshotMismatchError(
+            f"Session {session_id} was created with model {reference}, but {name} is now {installed.reference}; "
+            "reinstall the Session's model file under that name, or start a new Session"
+        )
+    error.field = "model_reference"
+    raise error
+
+
 def chat(
     ctx: typer.Context,
     workspace: Annotated[Path, typer.Option("--workspace", metavar="DIR", help="The workspace (default: here).")]
@@ -326,7 +359,11 @@ def chat(
         pm = get_plugin_manager(settings)
         tools = registered_tools(pm)
         with ModelManager(settings) as manager:
-            installed = manager.get(model) if model else manager.default()
+            stored = journal.stored_snapshot(store, session_id) if session_id is not None else None
+            if stored is not None:
+                installed = _session_model(manager, session_id, stored.model_reference, model)
+            else:
+                installed = manager.get(model) if model else manager.default()
         _, binding = bind_model(pm, installed, settings)
         if not callable(getattr(binding, "stream_chat", None)):
             raise typer.BadParameter(f"model {installed.name!r} has a binding without stream_chat; chat needs one")
