@@ -5,6 +5,7 @@ Session's own model, `--new-workspace`, and a refused chat creates nothing."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 
@@ -83,3 +84,14 @@ def test_a_resume_uses_the_sessions_own_model_and_a_wrong_model_names_the_flag(e
                            input="/exit\n", env=options, capture_output=True, text=True, timeout=120)
     assert wrong.returncode == 1 and "Traceback" not in wrong.stderr
     assert "model scripted" in wrong.stderr and "`--model scripted`" in wrong.stderr, wrong.stderr
+
+
+def test_a_new_directory_at_an_old_workspaces_path_needs_chat_new_workspace(env, home, workspace, tmp_path) -> None:
+    assert chat(env, workspace, "/exit\n", [], tmp_path / "effects").returncode == 0
+    shutil.rmtree(workspace)
+    workspace.mkdir()
+    refused = chat(env, workspace, "/exit\n", [], tmp_path / "effects")
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "`emelex chat --new-workspace`" in refused.stderr and "knowledge remember" not in refused.stderr
+    started = chat(env, workspace, "/exit\n", [], tmp_path / "effects", "--new-workspace")
+    assert started.returncode == 0, started.stderr

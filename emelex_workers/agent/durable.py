@@ -138,8 +138,9 @@ class DurableAgentSession:
     @classmethod
     async def create(cls, store: MemoryStore, workspace: str | Path, binding: AgentBinding,
                      tools: Mapping[str, RegisteredTool], snapshot: SessionSnapshot, *, title: str | None = None,
-                     ttl_s: float | None = None, model: InstalledModel | None = None) -> DurableAgentSession:
-        """A new Session in `workspace` with `snapshot` recorded in the
+                     ttl_s: float | None = None, model: InstalledModel | None = None,
+                     new_workspace: bool = False) -> DurableAgentSession:
+        """A new Session in `workspace` (`new_workspace`: as for `create_session`) with `snapshot` recorded in the
         transaction that proves it empty, and its lease. `model`, when given, is bound to the Session right after
         its creating transaction (`bind_session_model`, under the snapshot lock), so the model cannot be removed
         while the Session is retained. `tools` must provide exactly the snapshot's tool authority
@@ -149,7 +150,7 @@ class DurableAgentSession:
         ttl = lease_ttl(store.settings, ttl_s)
 
         def setup() -> tuple[SessionLease, Path]:
-            session = store.create_session(workspace, title=title)
+            session = store.create_session(workspace, title=title, new_workspace=new_workspace)
             if model is not None:
                 try:
                     store.bind_session_model(session.id, model)

@@ -26,7 +26,7 @@ import typer
 
 from emelex_memory import EmelexError, MemoryStore
 from emelex_memory.agent import journal
-from emelex_memory.errors import ModelNotInstalledError, SnapshotMismatchError
+from emelex_memory.errors import ModelNotInstalledError, SnapshotMismatchError, WorkspaceReplacedError
 from emelex_memory.sessions.identity import WorkspaceIdentity
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.errors import UnknownToolError
@@ -45,6 +45,7 @@ EXIT_INTERRUPTED = 130
 EXIT_PIPE = 141  # 128 + SIGPIPE: standard output was closed
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 ANSWER_START = '"answer"'
+REMEMBER_ADVICE = "`emelex memory knowledge remember --new-workspace` (new_workspace=True in the library)"
 
 
 class AnswerStream:
@@ -288,12 +289,13 @@ def _reader(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue) -> None:
     loop.call_soon_threadsafe(lines.put_nowait, None)
 
 
-async def _main(store, workspace, binding, tools, snapshot, resume: str | None, model) -> int:
+async def _main(store, workspace, binding, tools, snapshot, resume: str | None, model, new_workspace: bool) -> int:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue = asyncio.Queue()
     tools = showing(tools, lambda text: loop.call_soon_threadsafe(functools.partial(print, text, flush=True)))
     if resume is None:
-        agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot, model=model)
+        agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot, model=model,
+                                                new_workspace=new_workspace)
     else:
         agent = await DurableAgentSession.resume(store, resume, workspace, binding, tools, snapshot, model=model)
     chat = Chat(agent, lines)
@@ -345,9 +347,13 @@ def chat(
     = Path("."),
     resume: Annotated[str | None, typer.Option("--resume", metavar="SESSION", help="Resume this Session.")] = None,
     model: Annotated[str | None, typer.Option("--model", metavar="NAME", help="An installed model.")] = None,
+    new_workspace: Annotated[bool, typer.Option(
+        "--new-workspace", help="The directory is a new workspace, unrelated to one last seen at its path.")] = False,
 ) -> None:
     """Chat with the local model and its tools in a durable Session (new, or --resume SESSION)."""
     settings = settings_of(ctx)
+    if new_workspace and resume is not None:
+        raise typer.BadParameter("--new-workspace starts a new Session; it cannot be used with --resume")
     store = MemoryStore.open(settings, create=resume is None)  # a resume needs a store: never create one for it
     try:
         session_id = None
@@ -370,7 +376,9 @@ def chat(
         snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
                                   model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT)
         try:
-            code = asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id, installed))
+            code = asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id, installed, new_workspace))
+        except WorkspaceReplacedError as exc:
+            raise WorkspaceReplacedError(str(exc).replace(REMEMBER_ADVICE, "`emelex chat --new-workspace`")) from None
         finally:
             binding.close()
     finally:
