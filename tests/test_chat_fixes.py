@@ -95,3 +95,17 @@ def test_a_new_directory_at_an_old_workspaces_path_needs_chat_new_workspace(env,
     assert "`emelex chat --new-workspace`" in refused.stderr and "knowledge remember" not in refused.stderr
     started = chat(env, workspace, "/exit\n", [], tmp_path / "effects", "--new-workspace")
     assert started.returncode == 0, started.stderr
+
+
+def test_a_chat_refused_for_its_model_creates_nothing(env, tmp_path, workspace) -> None:
+    fresh = tmp_path / "fresh-home"
+    fresh.mkdir()
+    refused = subprocess.run([*EMELEX, "chat", "--workspace", str(workspace)], input="", capture_output=True,
+                             text=True, env={**env, "EMELEX_HOME": str(fresh)}, timeout=120)
+    assert refused.returncode == 1 and "is installed under" in refused.stderr and "Traceback" not in refused.stderr
+    assert list(fresh.rglob("*")) == []
+    missing = tmp_path / "missing"
+    refused = subprocess.run([*EMELEX, "chat", "--workspace", str(missing)], input="", capture_output=True,
+                             text=True, env={**env, "EMELEX_HOME": str(fresh)}, timeout=120)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert list(fresh.rglob("*")) == []

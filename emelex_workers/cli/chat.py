@@ -354,22 +354,24 @@ def chat(
     settings = settings_of(ctx)
     if new_workspace and resume is not None:
         raise typer.BadParameter("--new-workspace starts a new Session; it cannot be used with --resume")
+    if resume is None:  # a refused new chat creates nothing: check the workspace and the model before the store
+        WorkspaceIdentity.inspect(workspace)
+        with ModelManager(settings) as manager:
+            installed = manager.get(model) if model else manager.default()
     store = MemoryStore.open(settings, create=resume is None)  # a resume needs a store: never create one for it
     try:
         session_id = None
         if resume is not None:
             session_id = store.resolve_session_id(resume)
             workspace = store.get_session(session_id).validate_workspace(workspace)
-        else:
-            WorkspaceIdentity.inspect(workspace)
+            with ModelManager(settings) as manager:
+                stored = journal.stored_snapshot(store, session_id)
+                if stored is not None:
+                    installed = _session_model(manager, session_id, stored.model_reference, model)
+                else:
+                    installed = manager.get(model) if model else manager.default()
         pm = get_plugin_manager(settings)
         tools = registered_tools(pm)
-        with ModelManager(settings) as manager:
-            stored = journal.stored_snapshot(store, session_id) if session_id is not None else None
-            if stored is not None:
-                installed = _session_model(manager, session_id, stored.model_reference, model)
-            else:
-                installed = manager.get(model) if model else manager.default()
         _, binding = bind_model(pm, installed, settings)
         if not callable(getattr(binding, "stream_chat", None)):
             raise typer.BadParameter(f"model {installed.name!r} has a binding without stream_chat; chat needs one")
