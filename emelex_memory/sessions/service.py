@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -12,6 +13,7 @@ from ..core.id_prefix import resolve_id
 from ..core.paging import Items, Page, take
 from ..core.io_errors import restated
 from ..core.utf8 import check_utf8, is_utf8
+from ..queue.status import holder_is_dead
 from ..errors import (
     CommitOutcomeUnknownError,
     InvalidInputError,
@@ -151,6 +153,12 @@ class Sessions:
                 f"SELECT holder, expires_at FROM session_leases WHERE session_id = ? AND {live_lease()}",
                 (rowid, now),
             ).fetchone()
+            if held and holder_is_dead(held[0]):
+                raise LeaseHeldError(
+                    f"Session {session_id} is leased by {held[0]}, but that process is gone (no such pid on this "
+                    f"host); its lease frees in {held[1] - now:.0f}s, at "
+                    f"{time.strftime('%H:%M:%S', time.localtime(held[1]))}, as nobody renews it: try again then"
+                )
             if held:
                 raise LeaseHeldError(
                     f"Session {session_id} is leased by {held[0]} for another {held[1] - now:.0f}s; "

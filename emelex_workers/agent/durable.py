@@ -39,6 +39,7 @@ from emelex_memory.errors import (
     TurnInProgressError,
 )
 from emelex_memory.sessions.leases import SessionLease
+from emelex_memory.snapshots.installed import InstalledModel
 from emelex_workers.plugin_api import AgentBinding, GenerationInterrupted
 
 from .protocol import PROTOCOL_VERSION, ProposedCall
@@ -137,15 +138,25 @@ class DurableAgentSession:
     @classmethod
     async def create(cls, store: MemoryStore, workspace: str | Path, binding: AgentBinding,
                      tools: Mapping[str, RegisteredTool], snapshot: SessionSnapshot, *, title: str | None = None,
-                     ttl_s: float | None = None) -> DurableAgentSession:
-        """A new Session in `workspace` with `snapshot` recorded in the transaction that proves it empty, and its
-        lease. `tools` must provide exactly the snapshot's tool authority (`SnapshotMismatchError` otherwise)."""
+                     ttl_s: float | None = None, model: InstalledModel | None = None,
+                     new_workspace: bool = False) -> DurableAgentSession:
+        """A new Session in `workspace` (`new_workspace`: as for `create_session`) with `snapshot` recorded in the
+        transaction that proves it empty, and its lease. `model`, when given, is bound to the Session right after
+        its creating transaction (`bind_session_model`, under the snapshot lock), so the model cannot be removed
+        while the Session is retained. `tools` must provide exactly the snapshot's tool authority
+        (`SnapshotMismatchError` otherwise)."""
         _check_tools(snapshot, tools)
         executors = cls._executors("new")
         ttl = lease_ttl(store.settings, ttl_s)
 
         def setup() -> tuple[SessionLease, Path]:
-            session = store.create_session(workspace, title=title)
+            session = store.create_session(workspace, title=title, new_workspace=new_workspace)
+            if model is not None:
+                try:
+                    store.bind_session_model(session.id, model)
+                except BaseException:
+                    store.delete_session(session.id)  # still empty and unleased: a refused create leaves nothing
+                    raise
             lease = store.acquire_lease(session.id, workspace, ttl_s=ttl)
             try:
                 list(lease.replay_all())
@@ -161,9 +172,9 @@ class DurableAgentSession:
     @classmethod
     async def resume(cls, store: MemoryStore, session_id: str, workspace: str | Path, binding: AgentBinding,
                      tools: Mapping[str, RegisteredTool], snapshot: SessionSnapshot, *,
-                     ttl_s: float | None = None) -> DurableAgentSession:
+                     ttl_s: float | None = None, model: InstalledModel | None = None) -> DurableAgentSession:
         """Resume a Session: workspace preflight, lease, verified replay, the identical snapshot (else
-        `SnapshotMismatchError` naming the field), then reconciliation of an interrupted turn without running any
+        `SnapshotMismatchError` naming the field), the binding of `model` (when given) to the Session, then reconciliation of an interrupted turn without running any
         tool (`UnknownEffectsError` when a started call has no result: recover it with
         `emelex memory sessions recover`). On any error the lease is released and nothing else changed."""
         _check_tools(snapshot, tools)
@@ -180,6 +191,8 @@ class DurableAgentSession:
                 journal.require_snapshot(store, lease, snapshot)
                 if journal.reconcile(store, lease) is not None:
                     agent.load_history(lease.replay_all())
+                if model is not None:
+                    store.bind_session_model(session_id, model)
             except BaseException:
                 _release_quietly(lease)
                 raise

@@ -25,6 +25,8 @@ from typing import Annotated
 import typer
 
 from emelex_memory import EmelexError, MemoryStore
+from emelex_memory.agent import journal
+from emelex_memory.errors import ModelNotInstalledError, SnapshotMismatchError, WorkspaceReplacedError
 from emelex_memory.sessions.identity import WorkspaceIdentity
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.errors import UnknownToolError
@@ -40,7 +42,10 @@ SYSTEM_PROMPT = ("You are a careful coding assistant working in the user's works
                  "to look at or change files; otherwise answer briefly.")
 HELP = "commands: /tools, /tools disable NAME, /tools enable NAME, /compact, /exit"
 EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141  # 128 + SIGPIPE: standard output was closed
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 ANSWER_START = '"answer"'
+REMEMBER_ADVICE = "`emelex memory knowledge remember --new-workspace` (new_workspace=True in the library)"
 
 
 class AnswerStream:
@@ -108,6 +113,21 @@ class Chat:
         self.interrupts = 0
         self.approval: asyncio.Future | None = None
         self.ended = False
+        self.stopped: int | None = None  # the exit status once SIGTERM or a closed stdout ends the chat
+
+    def stop(self, code: int) -> None:
+        """End the chat with exit status `code` (SIGTERM, or a closed standard output, which is then silenced):
+        stop reading, interrupt and cancel a running turn (leaving the adapter poisoned); `run` then releases the
+        lease. Idempotent."""
+        if self.stopped is not None:
+            return
+        self.stopped = code
+        if code == EXIT_PIPE:
+            _silence_stdout()
+        self.lines.put_nowait(None)
+        if self.turn is not None and not self.turn.done():
+            self.agent.interrupt()
+            self.turn.cancel()
 
     async def read(self, prompt: str) -> str | None:
         """The next input line (stripped), or None at end of input (and at every read after it)."""
@@ -195,7 +215,25 @@ class Chat:
         return True
 
     async def run(self) -> int:
-        """The loop: read, run turns and commands until /exit or end of input; the exit status."""
+        """The loop: read, run turns and commands until /exit or end of input (or `stop`), then close the adapter
+        (releasing the lease); the exit status."""
+        try:
+            await self._loop()
+        except BrokenPipeError:
+            self.stop(EXIT_PIPE)
+        except asyncio.CancelledError:  # the turn `stop` cancelled
+            if self.stopped is None:
+                raise
+        await self.agent.close()
+        if self.stopped is not None:
+            print(f"chat ended ({'standard output closed' if self.stopped == EXIT_PIPE else 'terminated'}); "
+                  f"Session {self.agent.session_id}'s lease is released: resume it with "
+                  f"`emelex chat --resume {self.agent.session_id}`", file=sys.stderr, flush=True)
+            return self.stopped
+        print(f"session {self.agent.session_id} closed")
+        return 0
+
+    async def _loop(self) -> None:
         print(f"session {self.agent.session_id}; {HELP}")
         while True:
             line = await self.read("> ")
@@ -208,9 +246,6 @@ class Chat:
                     break
                 continue
             await self.run_turn(line)
-        await self.agent.close()
-        print(f"session {self.agent.session_id} closed")
-        return 0
 
     async def run_turn(self, text: str) -> None:
         """One turn, streamed, then how it ended."""
@@ -232,27 +267,78 @@ class Chat:
             print(f"[{result.calls} tool call{'s' if result.calls != 1 else ''}, {result.rounds} rounds]")
 
 
+def _silence_stdout() -> None:
+    """Point standard output at the null device, so that nothing more written to a closed pipe fails."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _on_loop_error(chat: Chat, loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    """A closed standard output met in a loop callback (streamed text, a tool's lines) stops the chat; anything
+    else goes to the loop's default handler."""
+    if isinstance(context.get("exception"), BrokenPipeError):
+        chat.stop(EXIT_PIPE)
+    else:
+        loop.default_exception_handler(context)
+
+
 def _reader(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue) -> None:
     for line in sys.stdin:
         loop.call_soon_threadsafe(lines.put_nowait, line)
     loop.call_soon_threadsafe(lines.put_nowait, None)
 
 
-async def _main(store, workspace, binding, tools, snapshot, resume: str | None) -> int:
+async def _main(store, workspace, binding, tools, snapshot, resume: str | None, model, new_workspace: bool) -> int:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue = asyncio.Queue()
     tools = showing(tools, lambda text: loop.call_soon_threadsafe(functools.partial(print, text, flush=True)))
     if resume is None:
-        agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot)
+        agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot, model=model,
+                                                new_workspace=new_workspace)
     else:
-        agent = await DurableAgentSession.resume(store, resume, workspace, binding, tools, snapshot)
+        agent = await DurableAgentSession.resume(store, resume, workspace, binding, tools, snapshot, model=model)
     chat = Chat(agent, lines)
     threading.Thread(target=_reader, args=(loop, lines), daemon=True).start()
     loop.add_signal_handler(signal.SIGINT, chat.on_sigint)
+    loop.add_signal_handler(signal.SIGTERM, chat.stop, EXIT_TERMINATED)
+    loop.set_exception_handler(functools.partial(_on_loop_error, chat))
     try:
         return await chat.run()
     finally:
         loop.remove_signal_handler(signal.SIGINT)
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _session_model(manager: ModelManager, session_id: str, reference: str, model: str | None):
+    """The installed model a resumed Session's snapshot names by `reference` (`NAME@sha256:...`): `model` when
+    given, else the one of that name. `SnapshotMismatchError` names the model and the `--model` flag when `model`
+    differs, or says the installed snapshot of that name is not the Session's; `ModelNotInstalledError` says which
+    model to install."""
+    name = reference.split("@", 1)[0]
+    try:
+        installed = manager.get(model or name)
+    except ModelNotInstalledError:
+        if model:
+            raise
+        raise ModelNotInstalledError(
+            f"Session {session_id} needs model {name} ({reference}), which is not installed; install it with "
+            f"`emelex models install FILE --name {name}`"
+        ) from None
+    if installed.reference == reference:
+        return installed
+    if installed.name != name:
+        error = SnapshotMismatchError(
+            f"Session {session_id} was created with model {name}, not {installed.name}; resume it with "
+            f"`--model {name}`, or start a new Session"
+        )
+    else:
+        error = SnapshotMismatchError(
+            f"Session {session_id} was created with model {reference}, but {name} is now {installed.reference}; "
+            "reinstall the Session's model file under that name, or start a new Session"
+        )
+    error.field = "model_reference"
+    raise error
 
 
 def chat(
@@ -261,28 +347,40 @@ def chat(
     = Path("."),
     resume: Annotated[str | None, typer.Option("--resume", metavar="SESSION", help="Resume this Session.")] = None,
     model: Annotated[str | None, typer.Option("--model", metavar="NAME", help="An installed model.")] = None,
+    new_workspace: Annotated[bool, typer.Option(
+        "--new-workspace", help="The directory is a new workspace, unrelated to one last seen at its path.")] = False,
 ) -> None:
     """Chat with the local model and its tools in a durable Session (new, or --resume SESSION)."""
     settings = settings_of(ctx)
+    if new_workspace and resume is not None:
+        raise typer.BadParameter("--new-workspace starts a new Session; it cannot be used with --resume")
+    if resume is None:  # a refused new chat creates nothing: check the workspace and the model before the store
+        WorkspaceIdentity.inspect(workspace)
+        with ModelManager(settings) as manager:
+            installed = manager.get(model) if model else manager.default()
     store = MemoryStore.open(settings, create=resume is None)  # a resume needs a store: never create one for it
     try:
         session_id = None
         if resume is not None:
             session_id = store.resolve_session_id(resume)
             workspace = store.get_session(session_id).validate_workspace(workspace)
-        else:
-            WorkspaceIdentity.inspect(workspace)
+            with ModelManager(settings) as manager:
+                stored = journal.stored_snapshot(store, session_id)
+                if stored is not None:
+                    installed = _session_model(manager, session_id, stored.model_reference, model)
+                else:
+                    installed = manager.get(model) if model else manager.default()
         pm = get_plugin_manager(settings)
         tools = registered_tools(pm)
-        with ModelManager(settings) as manager:
-            installed = manager.get(model) if model else manager.default()
         _, binding = bind_model(pm, installed, settings)
         if not callable(getattr(binding, "stream_chat", None)):
             raise typer.BadParameter(f"model {installed.name!r} has a binding without stream_chat; chat needs one")
         snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
                                   model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT)
         try:
-            code = asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id))
+            code = asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id, installed, new_workspace))
+        except WorkspaceReplacedError as exc:
+            raise WorkspaceReplacedError(str(exc).replace(REMEMBER_ADVICE, "`emelex chat --new-workspace`")) from None
         finally:
             binding.close()
     finally:
