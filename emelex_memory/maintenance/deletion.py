@@ -27,10 +27,9 @@ from ..assets.collection import AssetCollection, collect_entries
 from ..assets.service import remove_asset_files
 from ..errors import EmelexError, OpenJournalError, SessionBusyError
 from ..core.io_errors import with_committed
-from ..queue.status import holder_is_dead
 
 from ..core.database import Database
-from ..sessions.holders import live_lease, open_journal
+from ..sessions.holders import holder_is_dead, live_holder, open_journal
 from ..sessions.rows import session_rowid
 
 
@@ -58,10 +57,7 @@ def check_not_busy(
     """Inside a transaction: raise `SessionBusyError` while the Session has a live lease or a live worker claim (on a
     job of `kind`, when given); the message ends with `unchanged`. A holder that `holder_is_dead` is named as dead,
     with when its lease frees (a Session lease) or the command that frees it now (a worker claim)."""
-    held = conn.execute(
-        f"SELECT holder, expires_at FROM session_leases WHERE session_id = ? AND {live_lease()}",
-        (rowid, now),
-    ).fetchone()
+    held = live_holder(conn, rowid, now)
     if held and holder_is_dead(held[0]):
         raise SessionBusyError(
             f"Session {session_id} is leased by {held[0]}, but that process is gone (no such pid on this host); "

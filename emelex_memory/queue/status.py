@@ -15,7 +15,6 @@ its lease token.
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from ..sessions.rows import session_rowid
 from ..errors import InvalidInputError, JobStateError
 from .jobs import JOB_COLUMNS, JOB_FROM, JOB_RETURNING, Job, job_from_row, job_row
 from .kinds import JobKindRegistry
-from ..sessions.holders import live_lease, open_journal, process_identity
+from ..sessions.holders import holder_is_dead, live_lease, open_journal
 from .service import RECORD_FAILURE, failure_update
 
 
@@ -56,26 +55,6 @@ class WaitingPage:
 
     jobs: list[WaitingJob]
     total: int
-
-
-def holder_is_dead(holder: str | None) -> bool:
-    """True when `holder` ("pid@host#identity", as `leases.holder_label` records it) names this host, this boot
-    and this pid namespace (`leases.process_identity`), and no process has that pid: `os.kill(pid, 0)` raises
-    `ProcessLookupError`. Anything else (another host, boot or container, a label without the identity this
-    process has, a live or reused pid, a label it cannot parse) is False: never presumed dead."""
-    if not holder or "@" not in holder:
-        return False
-    pid, place = holder.split("@", 1)
-    host, _, identity = place.partition("#")
-    if not pid.isdigit() or int(pid) <= 0 or host != socket.gethostname() or identity != process_identity():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False  # e.g. PermissionError: the process exists, as another user's
-    return False
 
 
 class JobStatus:

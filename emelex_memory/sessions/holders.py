@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import socket
 
+import apsw
+
 
 def process_identity() -> str:
     """What tells this process's pid apart from the same number elsewhere on a host of the same name: the kernel's
@@ -30,11 +32,38 @@ def holder_label() -> str:
     return f"{os.getpid()}@{socket.gethostname()}{'#' + identity if identity else ''}"[:200]
 
 
+def holder_is_dead(holder: str | None) -> bool:
+    """True when `holder` ("pid@host#identity", as `holder_label` records it) names this host, this boot
+    and this pid namespace (`process_identity`), and no process has that pid: `os.kill(pid, 0)` raises
+    `ProcessLookupError`. Anything else (another host, boot or container, a label without the identity this
+    process has, a live or reused pid, a label it cannot parse) is False: never presumed dead."""
+    if not holder or "@" not in holder:
+        return False
+    pid, place = holder.split("@", 1)
+    host, _, identity = place.partition("#")
+    if not pid.isdigit() or int(pid) <= 0 or host != socket.gethostname() or identity != process_identity():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # e.g. PermissionError: the process exists, as another user's
+    return False
+
+
 def live_lease(alias: str = "") -> str:
     """The one SQL condition "this `session_leases` row (named `alias`, if given) is a live lease": active and not
     expired at the `?` it leaves to bind (the caller's now). Every query asking whether a Session is held uses it."""
     p = f"{alias}." if alias else ""
     return f"{p}state = 'active' AND {p}expires_at > ?"
+
+
+def live_holder(conn: apsw.Connection, rowid: int, now: float) -> tuple[str, float] | None:
+    """The holder label and expiry of the live lease on the Session with row id `rowid` at `now`, or None."""
+    return conn.execute(
+        f"SELECT holder, expires_at FROM session_leases WHERE session_id = ? AND {live_lease()}", (rowid, now)
+    ).fetchone()
 
 
 def open_journal(session: str) -> str:

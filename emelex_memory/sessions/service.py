@@ -13,7 +13,6 @@ from ..core.id_prefix import resolve_id
 from ..core.paging import Items, Page, take
 from ..core.io_errors import restated
 from ..core.utf8 import check_utf8, is_utf8
-from ..queue.status import holder_is_dead
 from ..errors import (
     CommitOutcomeUnknownError,
     InvalidInputError,
@@ -21,7 +20,7 @@ from ..errors import (
     SessionNotFoundError,
 )
 from .identity import SESSION_COLUMNS, Session, WorkspaceIdentity, not_the_workspace, session_from_row
-from .holders import holder_label, live_lease
+from .holders import holder_is_dead, holder_label, live_holder
 from .leases import SessionLease, lease_ttl, new_token, token_digest
 from .replay import replay_page
 from .rows import session_rowid
@@ -149,10 +148,7 @@ class Sessions:
             if not found.same_directory(identity_of(row)):
                 raise not_the_workspace(found.path, session_id, row[0], identity_of(row))
             now = self._db.clock()
-            held = conn.execute(
-                f"SELECT holder, expires_at FROM session_leases WHERE session_id = ? AND {live_lease()}",
-                (rowid, now),
-            ).fetchone()
+            held = live_holder(conn, rowid, now)
             if held and holder_is_dead(held[0]):
                 raise LeaseHeldError(
                     f"Session {session_id} is leased by {held[0]}, but that process is gone (no such pid on this "
