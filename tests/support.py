@@ -7,8 +7,10 @@ import os
 from pathlib import Path
 
 import apsw
+import pytest
 
 from emelex_memory import MemoryStore, NewEvent
+from emelex_memory.queue.kinds import JobKindRegistry
 
 
 class Clock:
@@ -66,3 +68,15 @@ def call_path(path: str | os.PathLike[str] | int, dir_fd: int | None = None) -> 
     if dir_fd is None:
         return os.path.abspath(path)
     return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), os.fsdecode(path))
+
+
+def kinds_fixture(registry: JobKindRegistry):
+    """A `kinds` fixture returning `registry`, for a test module whose stores need test-only job kinds: it registers
+    them on a registry of its own (`KINDS = builtin_kinds()`, then `KINDS.register(...)`) and sets
+    `kinds = kinds_fixture(KINDS)`, so the store fixtures use it and the process-wide registry stays untouched."""
+
+    @pytest.fixture(name="kinds")
+    def kinds() -> JobKindRegistry:
+        return registry
+
+    return kinds

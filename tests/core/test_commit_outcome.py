@@ -32,20 +32,15 @@ from emelex_memory import (
     run_one_job,
 )
 from emelex_memory.job_kinds import builtin_kinds
-from emelex_memory.queue.kinds import JobKindRegistry
 
-from ..support import Clock, table_rows
+from ..support import Clock, kinds_fixture, table_rows
 from ..compaction.test_compaction import WINDOW, add_turns, summarize, tokens
 from ..vfs_faults import Fault, FaultyVFS
 
 KINDS = builtin_kinds()
 KINDS.register("outcome")
 
-
-@pytest.fixture
-def kinds() -> JobKindRegistry:
-    """The store fixtures' job kinds: the built-in ones and this module's."""
-    return KINDS
+kinds = kinds_fixture(KINDS)
 WAL_FSYNC = Fault("xSync", "wal", 0)  # the commit's fsync of the WAL: the transaction is not durable (live)
 CHECKPOINT_FSYNC = Fault("xSync", "db", 0)  # the checkpoint's fsync after a durable commit
 

@@ -18,20 +18,15 @@ from emelex_memory import (
     Settings,
 )
 from emelex_memory.job_kinds import builtin_kinds
-from emelex_memory.queue.kinds import JobKindRegistry
 from emelex_memory.core.id_prefix import MAX_ID_CANDIDATES
 from emelex_workers.cli import app
 
-from ..support import table_rows
+from ..support import kinds_fixture, table_rows
 
 KINDS = builtin_kinds()
 KINDS.register("noop")
 
-
-@pytest.fixture
-def kinds() -> JobKindRegistry:
-    """The store fixtures' job kinds: the built-in ones and this module's."""
-    return KINDS
+kinds = kinds_fixture(KINDS)
 
 
 @pytest.fixture

@@ -11,19 +11,14 @@ import pytest
 
 from emelex_memory import MemoryStore, NewEvent, Settings, StoreIOError
 from emelex_memory.job_kinds import builtin_kinds
-from emelex_memory.queue.kinds import JobKindRegistry
 
-from ..support import table_rows
+from ..support import kinds_fixture, table_rows
 from ..vfs_faults import Fault, FaultyVFS
 
 KINDS = builtin_kinds()
 KINDS.register("readfault")
 
-
-@pytest.fixture
-def kinds() -> JobKindRegistry:
-    """The store fixtures' job kinds: the built-in ones and this module's."""
-    return KINDS
+kinds = kinds_fixture(KINDS)
 MAX_CALLS = 400  # far more read calls than any of these operations makes
 
 

@@ -9,16 +9,13 @@ import pytest
 
 from emelex_memory import AssetRef, MemoryStore, NewEvent, Settings, StoreClosedError
 from emelex_memory.job_kinds import builtin_kinds
-from emelex_memory.queue.kinds import JobKindRegistry
+
+from ..support import kinds_fixture
 
 KINDS = builtin_kinds()
 KINDS.register("closedstore")
 
-
-@pytest.fixture
-def kinds() -> JobKindRegistry:
-    """The store fixtures' job kinds: the built-in ones and this module's."""
-    return KINDS
+kinds = kinds_fixture(KINDS)
 
 
 def _calls(store: MemoryStore, session: str, workspace: Path, ref: AssetRef):

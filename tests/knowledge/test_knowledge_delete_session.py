@@ -15,19 +15,14 @@ from emelex_memory import (
     SessionNotFoundError,
 )
 from emelex_memory.job_kinds import builtin_kinds
-from emelex_memory.queue.kinds import JobKindRegistry
 from emelex_memory.maintenance import deletion as deletion_module
 
-from ..support import Clock, table_rows
+from ..support import Clock, kinds_fixture, table_rows
 
 KINDS = builtin_kinds()
 KINDS.register("noop")  # a test-only kind: a claim on the Session, not compaction
 
-
-@pytest.fixture
-def kinds() -> JobKindRegistry:
-    """The store fixtures' job kinds: the built-in ones and this module's."""
-    return KINDS
+kinds = kinds_fixture(KINDS)
 
 
 @pytest.fixture

@@ -15,20 +15,15 @@ from emelex_memory import KnowledgeNotFoundError, MemoryStore, NewEvent, Setting
 from emelex_memory.assets.refs import DEFAULT_GRACE_S
 from emelex_memory.core.directories import Directory
 from emelex_memory.job_kinds import builtin_kinds
-from emelex_memory.queue.kinds import JobKindRegistry
 from emelex_memory.maintenance.retention import DAY_S
 from emelex_workers.cli import app
 
-from ..support import Clock, file_state, table_rows
+from ..support import Clock, file_state, kinds_fixture, table_rows
 
 KINDS = builtin_kinds()
 KINDS.register("noop")  # a test-only kind: these tests need claims on jobs, not compaction
 
-
-@pytest.fixture
-def kinds() -> JobKindRegistry:
-    """The store fixtures' job kinds: the built-in ones and this module's."""
-    return KINDS
+kinds = kinds_fixture(KINDS)
 
 
 @pytest.fixture

@@ -19,20 +19,15 @@ from emelex_memory import (
     WorkerLeaseLostError,
 )
 from emelex_memory.job_kinds import BUILT_IN_KINDS, DEFAULT_KINDS, builtin_kinds, registered_kinds
-from emelex_memory.queue.kinds import JobKindRegistry
 from emelex_memory.queue.jobs import MAX_DIAGNOSTIC_CHARS, MAX_DIAGNOSTICS, MAX_DIAGNOSTICS_BYTES, MAX_JOB_ROW_BYTES
 from emelex_memory.core.retry import bounded_retrying
 
-from ..support import Clock, table_rows
+from ..support import Clock, kinds_fixture, table_rows
 
 KINDS = builtin_kinds()
 KINDS.register("noop")
 
-
-@pytest.fixture
-def kinds() -> JobKindRegistry:
-    """The store fixtures' job kinds: the built-in ones and this module's."""
-    return KINDS
+kinds = kinds_fixture(KINDS)
 
 
 @pytest.fixture

@@ -15,22 +15,17 @@ import pytest
 
 from emelex_memory import Job, JobOutcome, MemoryStore, Settings, run_one_job
 from emelex_memory.job_kinds import builtin_kinds
-from emelex_memory.queue.kinds import JobKindRegistry
 from emelex_memory.core.connection import BusyWait, connect
 from emelex_memory.queue.service import _COMPLETE, RESCUE_BATCH, _claim_sql
 from emelex_memory.queue.renewal import IDLE_NAME, renewing
 
-from ..support import Clock, table_rows
+from ..support import Clock, kinds_fixture, table_rows
 
 KINDS = builtin_kinds()
 KINDS.register("noop")
 KINDS.register("noted", lambda ctx, result: {"noted": result})
 
-
-@pytest.fixture
-def kinds() -> JobKindRegistry:
-    """The store fixtures' job kinds: the built-in ones and this module's."""
-    return KINDS
+kinds = kinds_fixture(KINDS)
 
 
 @pytest.fixture

@@ -9,21 +9,16 @@ import pytest
 
 from emelex_memory.sessions.rows import session_rowid
 from emelex_memory.job_kinds import builtin_kinds
-from emelex_memory.queue.kinds import JobKindRegistry
 from emelex_memory import InvalidInputError, MemoryStore
 from emelex_memory.queue.jobs import MAX_JOB_ROW_BYTES
 from emelex_memory.snapshots.refs import MIN_REF_PAGE_BYTES, REF_ROW_BYTES
 
-from ..support import table_rows
+from ..support import kinds_fixture, table_rows
 
 KINDS = builtin_kinds()
 KINDS.register("noop")
 
-
-@pytest.fixture
-def kinds() -> JobKindRegistry:
-    """The store fixtures' job kinds: the built-in ones and this module's."""
-    return KINDS
+kinds = kinds_fixture(KINDS)
 
 
 def test_model_reference_pages_refuse_a_byte_bound_below_one_row_and_never_exceed_theirs(

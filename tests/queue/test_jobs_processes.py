@@ -12,17 +12,15 @@ import pytest
 
 from emelex_memory import JobClaim, MemoryStore, Settings, run_one_job
 from emelex_memory.job_kinds import builtin_kinds
-from emelex_memory.queue.kinds import JobKindRegistry
+
+from ..support import kinds_fixture
 
 CTX = multiprocessing.get_context("spawn")
+
 KINDS = builtin_kinds()
 KINDS.register("noop")
 
-
-@pytest.fixture
-def kinds() -> JobKindRegistry:
-    """The store fixtures' job kinds: the built-in ones and this module's."""
-    return KINDS
+kinds = kinds_fixture(KINDS)
 
 
 def _drain(db: str, home: str, start, results) -> None:

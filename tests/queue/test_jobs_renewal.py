@@ -10,17 +10,14 @@ import pytest
 
 from emelex_memory import JobClaim, MemoryStore, Settings, run_one_job
 from emelex_memory.job_kinds import builtin_kinds
-from emelex_memory.queue.kinds import JobKindRegistry
 from emelex_memory.queue.renewal import renewing
+
+from ..support import kinds_fixture
 
 KINDS = builtin_kinds()
 KINDS.register("noop")
 
-
-@pytest.fixture
-def kinds() -> JobKindRegistry:
-    """The store fixtures' job kinds: the built-in ones and this module's."""
-    return KINDS
+kinds = kinds_fixture(KINDS)
 TTL = 0.5  # real seconds: renewed every third of it
 
 

@@ -15,18 +15,13 @@ from emelex_memory import (
     run_one_job,
 )
 from emelex_memory.job_kinds import builtin_kinds
-from emelex_memory.queue.kinds import JobKindRegistry
 
-from ..support import Clock
+from ..support import Clock, kinds_fixture
 
 KINDS = builtin_kinds()
 KINDS.register("noop")
 
-
-@pytest.fixture
-def kinds() -> JobKindRegistry:
-    """The store fixtures' job kinds: the built-in ones and this module's."""
-    return KINDS
+kinds = kinds_fixture(KINDS)
 NO_WAIT = tenacity.wait_none()
 
 

@@ -26,19 +26,14 @@ from emelex_memory import (
     run_one_job,
 )
 from emelex_memory.job_kinds import builtin_kinds
-from emelex_memory.queue.kinds import JobKindRegistry
 
-from ..support import Clock, table_rows
+from ..support import Clock, kinds_fixture, table_rows
 from ..vfs_faults import Fault, FaultyVFS
 
 KINDS = builtin_kinds()
 KINDS.register("exiting")
 
-
-@pytest.fixture
-def kinds() -> JobKindRegistry:
-    """The store fixtures' job kinds: the built-in ones and this module's."""
-    return KINDS
+kinds = kinds_fixture(KINDS)
 HAMMERS = 2
 
 _HAMMER = textwrap.dedent("""
