@@ -8,8 +8,6 @@ import signal
 import time
 from pathlib import Path
 
-import pytest
-
 from emelex_memory import JobClaim, MemoryStore, Settings, run_one_job
 from emelex_memory.job_kinds import builtin_kinds
 
