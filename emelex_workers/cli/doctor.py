@@ -11,6 +11,8 @@ from emelex_memory.maintenance.doctor import DOCTOR_ASSET_ENTRIES, diagnose
 
 from .common import JsonFlag, echo_json, settings_of
 
+SHOWN_BY_CHECKS = ("pragmas", "connection_settings")  # facts a check line already prints (in text; JSON keeps them)
+
 
 def doctor(
     ctx: typer.Context,
@@ -32,7 +34,8 @@ def doctor(
                   {"healthy": report.healthy, "checks": checks, "facts": report.facts})
     else:
         for key, value in report.facts.items():
-            typer.echo(f"{key}: {value}")
+            if key not in SHOWN_BY_CHECKS:
+                typer.echo(f"{key}: {value}")
         for c in report.checks:
             typer.echo(f"[{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
         typer.echo("healthy" if report.healthy else "NOT healthy: fix the FAIL lines above")
