@@ -261,6 +261,8 @@ def test_scheduler_units_run_the_worker() -> None:
     config = Path(__file__).parent.parent / "config"
     plist = plistlib.loads((config / "com.emelex.memory-work.plist").read_bytes())
     assert plist["ProgramArguments"][1:3] == ["memory", "work"] and plist["StartInterval"] == 900
+    for log in (plist["StandardOutPath"], plist["StandardErrorPath"]):  # the user's own logs, not world-writable /tmp
+        assert log == "/Users/USERNAME/Library/Logs/emelex-memory-work.log"
     service = (config / "emelex-memory-work.service").read_text()
     assert "ExecStart=/path/to/emelex memory work " in service and "SuccessExitStatus=143" in service
     assert "OnCalendar=*:0/15" in (config / "emelex-memory-work.timer").read_text()
