@@ -63,7 +63,8 @@ class LlamaBinding:
     def chat(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None,
              on_token: Callable[[GenerationProgress], None] | None = None) -> str:
         """One greedy completion, grammar-constrained to `json_schema` when given; streamed to `on_token` as
-        `GenerationProgress` (exact prompt and sampled token counts) when given."""
+        `GenerationProgress` (exact prompt and sampled token counts, and before them the prompt's evaluation, batch
+        by batch) when given."""
         return self.complete(messages, max_tokens=max_tokens, json_schema=json_schema, on_token=on_token).text
 
     def complete(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None,
@@ -72,11 +73,16 @@ class LlamaBinding:
         """One completion, sampled for `attempt` (see the module docstring), with its stop reason; progress as
         for `chat`."""
         temperature = 0.0 if attempt <= 0 else RETRY_TEMPERATURE
-        report = None if on_token is None else (
-            lambda prompt, sampled, text: on_token(GenerationProgress(prompt, sampled, text)))
+        report = prompt = None
+        if on_token is not None:
+            def report(prompt_tokens: int, sampled: int, text: str) -> None:
+                on_token(GenerationProgress(prompt_tokens, sampled, text))
+
+            def prompt(evaluated: int, prompt_tokens: int) -> None:
+                on_token(GenerationProgress(prompt_tokens, 0, "", evaluated_tokens=evaluated))
         text, reason = self._loaded().complete(messages, max_tokens=max_tokens, json_schema=json_schema,
                                                temperature=temperature, seed=DEFAULT_SEED + max(0, attempt),
-                                               repeat_penalty=repeat_penalty, on_token=report)
+                                               repeat_penalty=repeat_penalty, on_token=report, on_prompt=prompt)
         return Completion(text, reason)
 
     @property
