@@ -5,18 +5,21 @@ lines) for cron mail and scripts. On a terminal, each job gets a line when it
 starts and when it ends, and in between a live bar (rich, which typer ships)
 of the prompt's tokens evaluated so far, then of the tokens generated against
 the call's token limit, with the tokens per second and the elapsed time.
-Elsewhere the same start and end lines are printed plainly. An end line is
+Elsewhere the same start and end lines are printed plainly. Before the first
+job, one line says how many model threads the run uses and why
+(`[worker] model threads: ...`, see emelex_workers/threads.py). An end line is
 never cut: a failure's whole diagnostic is printed (wrapped on a terminal).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 import typer
 
-from emelex_memory import WaitingJob
+from emelex_memory import Settings, WaitingJob
 
 from ..attempts import attempt_text
 from ..work_report import JobReport, JobStart, WorkObserver
@@ -26,6 +29,14 @@ if TYPE_CHECKING:
     from ..plugin_api import GenerationProgress
 
 REFRESH_S = 0.1  # redraw at most this often (the first report of every model call is always drawn)
+
+
+def threads_line(settings: Settings) -> str:
+    """`[worker] model threads: 2 (model_threads, default); this process may use 2 CPUs; load average 0.4`, with
+    any warning (see `threads.thread_advice`)."""
+    from ..threads import thread_advice
+
+    return f"[worker] {thread_advice(settings).line()}"
 
 
 def start_line(job: JobStart) -> str:
@@ -81,12 +92,16 @@ def waiting_line(waiting: WaitingJob, stopped: str) -> str:
 class PlainLines(WorkObserver):
     """A line on `out` when each job starts and ends; no live progress (stderr is not a terminal)."""
 
-    def __init__(self, out: IO[str]) -> None:
-        """Write to `out`."""
+    def __init__(self, out: IO[str], preamble: Callable[[], str] | None = None) -> None:
+        """Write to `out`; `preamble()` (when given) is printed once, before the first job's start line."""
         self.out = out
+        self._preamble = preamble
 
     def job_started(self, job: JobStart) -> None:
-        """Print the start line."""
+        """Print the preamble before the first job, then the start line."""
+        if self._preamble is not None:
+            typer.echo(self._preamble(), file=self.out)
+            self._preamble = None
         typer.echo(start_line(job), file=self.out)
 
     def job_finished(self, report: JobReport) -> None:
@@ -99,8 +114,9 @@ class LiveProgress(WorkObserver):
     binding that reports it), then the tokens generated of the call's limit, with tokens per second and the time
     elapsed (which keeps counting between reports). Use it as a context manager around the run."""
 
-    def __init__(self, out: IO[str], clock=time.monotonic) -> None:
-        """Draw on `out`, a terminal."""
+    def __init__(self, out: IO[str], clock=time.monotonic, preamble: Callable[[], str] | None = None) -> None:
+        """Draw on `out`, a terminal; `preamble()` (when given) is printed once, before the first job's start
+        line."""
         from rich.console import Console  # imported here: only a run on a terminal pays for it
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -112,6 +128,7 @@ class LiveProgress(WorkObserver):
         self._task: Any = None
         self._call_start = self._drawn = 0.0
         self._phase, self._last_generated = "", -1  # "prompt" or "generation" of the current model call
+        self._preamble = preamble
 
     def __enter__(self) -> LiveProgress:
         self.progress.start()
@@ -124,6 +141,9 @@ class LiveProgress(WorkObserver):
         """Print the start line; the job's bar appears with the model's first report (a job that runs no model
         gets none)."""
         self._drop_bar()
+        if self._preamble is not None:
+            self.progress.console.print(self._preamble(), markup=False, highlight=False)
+            self._preamble = None
         self.progress.console.print(start_line(job), markup=False, highlight=False)
         self._phase, self._last_generated = "", -1
 
