@@ -11,8 +11,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
@@ -30,8 +30,8 @@ from .core.io_errors import file_error
 MiB = 1024 * 1024
 MAX_CONFIG_BYTES = MiB  # config.toml is read whole; a larger one is refused
 ENV_PREFIX = "EMELEX_"
-# EMELEX_* variables that are not settings but are read by Emelex's own tools (not warned about).
-OTHER_VARIABLES = {"EMELEX_WHEEL_CACHE": "scripts/setup-venv's llama-cpp-python wheel cache"}
+# EMELEX_* variables that are not settings but are read by Emelex's own tools (scripts/setup-venv's wheel cache).
+OTHER_VARIABLES = ("EMELEX_WHEEL_CACHE",)
 
 
 def _home_from(init: dict[str, Any]) -> Path:
@@ -103,6 +103,12 @@ def key_line(text: str, key: str) -> int | None:
     return next((n for n, line in enumerate(text.splitlines(), 1) if pattern.match(line)), None)
 
 
+def _where(path: Path, text: str, key: str) -> str:
+    """`path line N` for the line of config.toml (`text`) setting `key`, or `path` when none is found."""
+    line = key_line(text, key)
+    return f"{path}{f' line {line}' if line else ''}"
+
+
 def nearest_setting(name: str, *, cutoff: float = 0.6) -> str | None:
     """The setting whose name is closest to `name` (difflib's ratio at least `cutoff`), or None when none is."""
     import difflib
@@ -118,8 +124,7 @@ def _checked_config(path: Path, values: dict[str, Any], text: str) -> dict[str, 
     for key in values:
         if key in Settings.model_fields and key != "home":
             continue
-        line = key_line(text, key)
-        where = f"{path}{f' line {line}' if line else ''}"
+        where = _where(path, text, key)
         if key == "home":
             raise SettingsFileError(
                 f"{where}: 'home' cannot be set in config.toml, which is read from the Home it would choose; set "
@@ -285,8 +290,7 @@ def setting_sources(settings: Settings) -> dict[str, SettingSource]:
         elif variable in environment:
             sources[name] = SettingSource("environment", environment[variable])
         elif name in values:
-            line = key_line(text, name)
-            sources[name] = SettingSource("file", f"{path}{f' line {line}' if line else ''}")
+            sources[name] = SettingSource("file", _where(path, text, name))
         else:
             sources[name] = SettingSource("default")
     return sources
@@ -303,10 +307,7 @@ def source_of(name: str) -> SettingSource:
         values, text = _read_config(path)
     except Exception:  # noqa: BLE001 - only a hint for a message that is being built
         return SettingSource("default")
-    if name in values:
-        line = key_line(text, name)
-        return SettingSource("file", f"{path}{f' line {line}' if line else ''}")
-    return SettingSource("default")
+    return SettingSource("file", _where(path, text, name)) if name in values else SettingSource("default")
 
 
 def unknown_environment() -> list[tuple[str, str | None]]:
