@@ -11,10 +11,11 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -28,6 +29,9 @@ from .core.io_errors import file_error
 
 MiB = 1024 * 1024
 MAX_CONFIG_BYTES = MiB  # config.toml is read whole; a larger one is refused
+ENV_PREFIX = "EMELEX_"
+# EMELEX_* variables that are not settings but are read by Emelex's own tools (scripts/setup-venv's wheel cache).
+OTHER_VARIABLES = ("EMELEX_WHEEL_CACHE",)
 
 
 def _home_from(init: dict[str, Any]) -> Path:
@@ -52,10 +56,15 @@ def read_config_file(path: Path) -> dict[str, Any]:
     A file the operating system fails to open or read raises its typed error
     (`io_errors.file_error`), naming the file.
     """
+    return _read_config(path)[0]
+
+
+def _read_config(path: Path) -> tuple[dict[str, Any], str]:
+    """`read_config_file` and the file's text ("" when there is none)."""
     try:
         fd = open_for_reading(path)
     except (FileNotFoundError, NotADirectoryError):
-        return {}
+        return {}, ""
     except OSError as exc:
         if exc.errno == errno.ELOOP and os.path.islink(path):  # not a loop among its parents
             raise SettingsFileError(
@@ -78,9 +87,52 @@ def read_config_file(path: Path) -> dict[str, Any]:
     import tomllib  # here: a run without a settings file never needs it
 
     try:
-        return tomllib.loads(b"".join(chunks).decode("utf-8"))
+        text = b"".join(chunks).decode("utf-8")
+        return tomllib.loads(text), text
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise SettingsFileError(f"{path} is not valid TOML ({exc}); fix or remove it") from None
+
+
+def key_line(text: str, key: str) -> int | None:
+    """The 1-based line of `text` (TOML) where the top-level `key` is set (`key = ...`, a dotted `key.x = ...` or a
+    `[key]` table), or None when no line is found (tomllib parses keys but says nothing of where they were)."""
+    import re
+
+    name = "|".join(re.escape(k) for k in (key, f'"{key}"', f"'{key}'"))
+    pattern = re.compile(rf"^\s*\[{{0,2}}\s*(?:{name})\s*[=.\]]")
+    return next((n for n, line in enumerate(text.splitlines(), 1) if pattern.match(line)), None)
+
+
+def _where(path: Path, text: str, key: str) -> str:
+    """`path line N` for the line of config.toml (`text`) setting `key`, or `path` when none is found."""
+    line = key_line(text, key)
+    return f"{path}{f' line {line}' if line else ''}"
+
+
+def nearest_setting(name: str, *, cutoff: float = 0.6) -> str | None:
+    """The setting whose name is closest to `name` (difflib's ratio at least `cutoff`), or None when none is."""
+    import difflib
+
+    fields = [f for f in Settings.model_fields if f != "home"]
+    match = difflib.get_close_matches(name.lower(), fields, n=1, cutoff=cutoff)
+    return match[0] if match else None
+
+
+def _checked_config(path: Path, values: dict[str, Any], text: str) -> dict[str, Any]:
+    """`values` when every key is a setting config.toml may set; else `SettingsFileError` naming the file, the line
+    and the nearest setting, so that no key is silently ignored."""
+    for key in values:
+        if key in Settings.model_fields and key != "home":
+            continue
+        where = _where(path, text, key)
+        if key == "home":
+            raise SettingsFileError(
+                f"{where}: 'home' cannot be set in config.toml, which is read from the Home it would choose; set "
+                "EMELEX_HOME (or pass home=) instead and remove the line")
+        nearest = nearest_setting(key)
+        hint = f"did you mean {nearest!r}?" if nearest else "see `emelex config show` for every setting"
+        raise SettingsFileError(f"{where}: unknown setting {key!r}; {hint} (fix or remove the line)")
+    return values
 
 
 class Settings(BaseSettings):
@@ -91,6 +143,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="EMELEX_", extra="forbid", env_ignore_empty=True, protected_namespaces=("settings_",)
     )
+
+    _arguments: frozenset[str] = PrivateAttr(default_factory=frozenset)
 
     home: Path = Field(default=Path("~/.emelex"), description="Emelex Home; the database lives in <home>/memory.")
     busy_timeout_ms: int = Field(default=5000, ge=0, le=600_000, description="Bounded SQLite busy wait.")
@@ -157,6 +211,12 @@ class Settings(BaseSettings):
         default=3600.0, gt=0, le=86_400, description="Seconds after which a worker run claims no further job."
     )
 
+    def __init__(self, **values: Any) -> None:
+        """Settings from `values` (keyword arguments), then `EMELEX_*` variables, `<home>/config.toml` and the
+        defaults. An unknown or forbidden key in config.toml raises `SettingsFileError` naming the file and line."""
+        super().__init__(**values)
+        self._arguments = frozenset(k for k in values if not k.startswith("_"))
+
     @field_validator("home", mode="before")
     @classmethod
     def _home_not_empty(cls, value: object) -> object:
@@ -184,7 +244,8 @@ class Settings(BaseSettings):
         """Sources in precedence order: arguments, `EMELEX_*` variables, then `<home>/config.toml`."""
         home = _home_from(init_settings())
         check_no_symlink_loop(home, what="Emelex Home")  # not blamed on config.toml below it
-        toml = InitSettingsSource(settings_cls, read_config_file(home / "config.toml"))
+        path = home / "config.toml"
+        toml = InitSettingsSource(settings_cls, _checked_config(path, *_read_config(path)))
         return (init_settings, env_settings, toml)
 
     @property
@@ -201,3 +262,71 @@ class Settings(BaseSettings):
     def database_path(self) -> Path:
         """The standard database file, `<home>/memory/emelex.sqlite3`."""
         return self.memory_dir / "emelex.sqlite3"
+
+
+@dataclass(frozen=True)
+class SettingSource:
+    """Where one setting's value came from: `source` is "default", "argument", "environment" (`where` is the
+    variable's name) or "file" (`where` is config.toml's path, with the line when it is found)."""
+
+    source: Literal["default", "argument", "environment", "file"]
+    where: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.where}".strip()
+
+
+def setting_sources(settings: Settings) -> dict[str, SettingSource]:
+    """Where each of `settings`' values came from, by field name, in the precedence the settings were built with
+    (arguments, then `EMELEX_*` variables, then `<home>/config.toml`, then defaults). Re-reads config.toml."""
+    path = settings.home_dir / "config.toml"
+    values, text = _read_config(path)
+    environment = _environment()
+    sources = {}
+    for name in Settings.model_fields:
+        variable = ENV_PREFIX + name.upper()
+        if name in settings._arguments:
+            sources[name] = SettingSource("argument")
+        elif variable in environment:
+            sources[name] = SettingSource("environment", environment[variable])
+        elif name in values:
+            sources[name] = SettingSource("file", _where(path, text, name))
+        else:
+            sources[name] = SettingSource("default")
+    return sources
+
+
+def source_of(name: str) -> SettingSource:
+    """Where the setting `name` would come from for `Settings()` (no arguments): its variable, config.toml (with
+    the line) or the default; for naming the culprit of an invalid value. Never raises."""
+    variable = _environment().get(ENV_PREFIX + name.upper())
+    if variable:
+        return SettingSource("environment", variable)
+    try:
+        path = _home_from({}) / "config.toml"
+        values, text = _read_config(path)
+    except Exception:  # noqa: BLE001 - only a hint for a message that is being built
+        return SettingSource("default")
+    return SettingSource("file", _where(path, text, name)) if name in values else SettingSource("default")
+
+
+def unknown_environment() -> list[tuple[str, str | None]]:
+    """Every set `EMELEX_*` variable that is no setting (nor in `OTHER_VARIABLES`), sorted, each with the nearest
+    setting's variable (None when none is close: a variable of some other tool is not a near miss). Settings
+    ignore such variables; the CLI warns of the near misses."""
+    found = []
+    for key, value in os.environ.items():
+        upper = key.upper()
+        if not upper.startswith(ENV_PREFIX) or not value or upper in OTHER_VARIABLES:
+            continue
+        if upper[len(ENV_PREFIX):].lower() in Settings.model_fields:
+            continue
+        nearest = nearest_setting(upper[len(ENV_PREFIX):], cutoff=0.8)
+        found.append((key, None if nearest is None else ENV_PREFIX + nearest.upper()))
+    return sorted(found)
+
+
+def _environment() -> dict[str, str]:
+    """Set (non-empty) variables by their upper-case name: the actual name, as pydantic-settings matches them
+    without regard to case."""
+    return {k.upper(): k for k, v in os.environ.items() if v}

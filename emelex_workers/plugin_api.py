@@ -22,11 +22,16 @@ __all__ = [
 @dataclass(frozen=True)
 class GenerationProgress:
     """Where one `chat` call stands: the prompt's tokens (as the model counts them, chat template included), the
-    tokens sampled so far, and the text generated since the previous report (may be empty)."""
+    tokens sampled so far, and the text generated since the previous report (may be empty).
+
+    While the prompt is still being evaluated (before the first token is sampled), `evaluated_tokens` is how many
+    of its `prompt_tokens` have been evaluated so far (`generated_tokens` is 0); None once generation runs, and
+    always for a binding that does not report prompt evaluation."""
 
     prompt_tokens: int
     generated_tokens: int
     text: str = ""
+    evaluated_tokens: int | None = None
 
 
 class ModelBinding(Protocol):
@@ -41,8 +46,9 @@ class ModelBinding(Protocol):
 
     Progress is optional: a `chat` that accepts an `on_token` keyword calls
     `on_token(GenerationProgress(...))` as it generates (at least once, at the
-    end, with the final counts); the worker shows it live and records the
-    counts as the job's cost. A binding without `on_token` works unchanged;
+    end, with the final counts), and may report the prompt's evaluation before
+    that (`GenerationProgress.evaluated_tokens`); the worker shows it live and
+    records the final counts as the job's cost. A binding without `on_token` works unchanged;
     its cost is then counted from the messages and the reply.
     """
 

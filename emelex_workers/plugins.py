@@ -48,7 +48,8 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class PluginInfo:
     """One registered plugin: its name, the distribution (and version) it came from, its module, and whether it
-    was registered as a built-in because autoload was off or its entry point was missing."""
+    is one of Emelex's own (`BUILTIN_PLUGINS`), loaded by its entry point or, when autoload is off or that entry
+    point is missing, registered directly."""
 
     name: str
     distribution: str
@@ -135,9 +136,9 @@ def load_entry_points(pm: EmelexPluginManager) -> int:
     count = 0
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = ep.dist
-        info = PluginInfo(
-            ep.name, dist.name if dist else "an unknown distribution", dist.version if dist else "", ep.value, False
-        )
+        name = dist.name if dist else "an unknown distribution"
+        builtin = name == BUILTIN_DISTRIBUTION and (ep.name, ep.value) in BUILTIN_PLUGINS
+        info = PluginInfo(ep.name, name, dist.version if dist else "", ep.value, builtin)
         if pm.is_blocked(ep.name):
             continue
         if pm.has_plugin(ep.name):

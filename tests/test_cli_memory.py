@@ -38,8 +38,11 @@ def test_doctor_on_a_new_store_is_healthy(home: Path) -> None:
     result = runner.invoke(app, ["memory", "doctor"])
     assert result.exit_code == 0, result.output
     assert "healthy" in result.output and "FAIL" not in result.output
+    assert "[ok] pragmas: " in result.output and result.output.count("journal_mode") == 1  # once, not twice
+    assert "[ok] connection settings: " in result.output and "connection_settings: {" not in result.output
     data = json.loads(runner.invoke(app, ["memory", "doctor", "--json"]).output)
     assert data["healthy"] and data["facts"]["schema_version"] >= 1
+    assert data["facts"]["pragmas"]["journal_mode"] == "wal"  # the JSON keeps every fact
 
 
 def test_doctor_reports_a_bad_mode_and_exits_nonzero(home: Path) -> None:
@@ -55,6 +58,10 @@ def test_sessions_list_and_show(workspace: Path) -> None:
     session_id = _seed(workspace)
     listed = runner.invoke(app, ["memory", "sessions", "list"])
     assert listed.exit_code == 0 and session_id in listed.output and "cli test" in listed.output
+    header, line = listed.output.splitlines()
+    assert header.split() == ["SESSION", "UPDATED", "TURNS", "TITLE", "[WORKSPACE]"]
+    assert line.index(session_id) == header.index("SESSION") and line.index("cli test") == header.index("TITLE")
+    assert line.index(str(workspace)) == header.index("WORKSPACE")
     shown = runner.invoke(app, ["memory", "sessions", "show", session_id])
     assert shown.exit_code == 0 and "hi there" in shown.output and "2 events in 1 turns" in shown.output
     data = json.loads(runner.invoke(app, ["memory", "sessions", "show", session_id, "--json"]).output)

@@ -187,7 +187,8 @@ def test_entry_point_plugins_and_the_builtin_are_loaded_with_their_distribution(
     info = pm.plugin_info
     assert info["fake"] == PluginInfo("fake", "emelex-fakeplugin", "1.2.3", "emelex_fakeplugin", False)
     assert info["llamacpp"].module == "emelex_llamacpp.plugin"
-    assert info["llamacpp"].distribution == "emelex-memory" and not info["llamacpp"].builtin
+    assert info["llamacpp"].distribution == "emelex-memory" and info["llamacpp"].builtin  # loaded by its entry point
+    assert info["tools"].builtin
     assert set(summarizers(pm)) == {"fake", "llamacpp"} and set(distillers(pm)) == {"fake", "llamacpp"}
 
 
@@ -258,9 +259,10 @@ def test_plugins_list_shows_each_plugin_and_its_distribution(fake_dist: Path, cl
     result = CliRunner().invoke(app, ["plugins", "list"])
     assert result.exit_code == 0, result.output
     assert "fake  from emelex-fakeplugin 1.2.3  [emelex_fakeplugin]" in result.output
-    assert re.search(r"llamacpp  from emelex-memory \S+  \[emelex_llamacpp.plugin\]", result.output)
+    assert re.search(r"llamacpp  from emelex-memory \S+ \(built-in\)  \[emelex_llamacpp.plugin\]", result.output)
     data = json.loads(CliRunner().invoke(app, ["plugins", "list", "--json"]).output)
     fake = next(p for p in data["plugins"] if p["name"] == "fake")
+    assert {p["name"]: p["builtin"] for p in data["plugins"]} == {"fake": False, "llamacpp": True, "tools": True}
     assert fake["summarizers"] == ["fake"] and fake["distillers"] == ["fake"] and fake["binds_models"]
     assert fake["hooks"] == ["model_binding", "register_distillers", "register_summarizers"]
 

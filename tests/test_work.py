@@ -231,7 +231,8 @@ def test_cli_is_quiet_when_idle_and_prints_one_line_otherwise(env: Settings, wor
     assert result.stdout.startswith("emelex work: 1 job(s) in ")
     summary, saved = result.stdout.splitlines()  # the compaction job is waiting: another --kind
     assert summary.endswith("(1 done); stopped: empty") and saved.startswith("done: distill job ")
-    started, ended = result.stderr.splitlines()  # not a terminal: a plain line as each job starts and ends
+    threads, started, ended = result.stderr.splitlines()  # not a terminal: plain lines as each job starts and ends
+    assert threads.startswith("[worker] model threads: 2 (model_threads, default); this process may use ")
     assert started.startswith("[distill] job ") and " done in " in ended
     data = json.loads(runner.invoke(app, ["memory", "work", "--json", "--max-jobs", "5"]).output)
     assert data["done"] == 1 and data["jobs"][0]["kind"] == "compaction" and data["jobs"][0]["status"] == "done"
@@ -261,6 +262,8 @@ def test_scheduler_units_run_the_worker() -> None:
     config = Path(__file__).parent.parent / "config"
     plist = plistlib.loads((config / "com.emelex.memory-work.plist").read_bytes())
     assert plist["ProgramArguments"][1:3] == ["memory", "work"] and plist["StartInterval"] == 900
+    for log in (plist["StandardOutPath"], plist["StandardErrorPath"]):  # the user's own logs, not world-writable /tmp
+        assert log == "/Users/USERNAME/Library/Logs/emelex-memory-work.log"
     service = (config / "emelex-memory-work.service").read_text()
     assert "ExecStart=/path/to/emelex memory work " in service and "SuccessExitStatus=143" in service
     assert "OnCalendar=*:0/15" in (config / "emelex-memory-work.timer").read_text()

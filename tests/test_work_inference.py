@@ -95,3 +95,28 @@ def test_the_llama_binding_streams_exact_progress(home: Path) -> None:
         assert {r.prompt_tokens for r in reports} == {reports[0].prompt_tokens} and reports[0].prompt_tokens > template
     finally:
         binding.close()
+
+
+def test_the_llama_binding_reports_the_prompt_batch_by_batch_and_its_output_is_unchanged(home: Path) -> None:
+    settings = Settings(home=home, plugins_autoload=False, model_max_context_tokens=2048)
+    with ModelManager(settings) as manager:
+        model = manager.install_default(link=True)
+    facts = " ".join(f"Fact {n}: item {n} weighs {n * 7} grams." for n in range(50))
+    messages = [{"role": "user", "content": f"{facts}\nWhich item weighs 21 grams?"}]
+
+    def complete(attempt: int, on_token=None) -> str:
+        binding = LlamaBinding(model, max_context=2048, threads=settings.model_threads)  # a fresh context each time
+        try:
+            return binding.complete(messages, max_tokens=12, attempt=attempt, on_token=on_token).text
+        finally:
+            binding.close()
+
+    reports: list[GenerationProgress] = []
+    streamed = complete(1, reports.append)  # a retry: sampled at temperature 0.7 with the attempt's seed
+    prompt = [r for r in reports if r.evaluated_tokens is not None]
+    total = prompt[0].prompt_tokens
+    assert total > 512  # more than one of llama.cpp's default 512-token batches
+    assert [r.evaluated_tokens for r in prompt] == [0, *range(512, total, 512), total]
+    assert reports[:len(prompt)] == prompt and {(r.prompt_tokens, r.generated_tokens) for r in prompt} == {
+        (total, 0)}  # all before the first sampled token
+    assert streamed == complete(1)  # byte for byte what llama.cpp's own prompt evaluation gives, for the same seed

@@ -69,7 +69,7 @@ def test_cli_exits_1_with_one_line_when_the_model_was_tampered_with(env: Setting
     tamper(env)
     result = CliRunner().invoke(app, ["memory", "work"])
     assert result.exit_code == 1 and result.stdout == ""
-    started, released, error = result.stderr.splitlines()  # the job's start and end lines, then the one error
+    _, started, released, error = result.stderr.splitlines()  # threads, the job's start and end, then the error
     assert started.startswith("[compaction] job ") and " released in " in released
     assert error.startswith("error: model file ") and "emelex models verify fake" in error
     with MemoryStore.open(env) as store:

@@ -173,7 +173,8 @@ def test_plain_lines_show_each_job_and_a_due_job_left_by_the_limit(env: Settings
         sid = seed(store, workspace)
     result = CliRunner().invoke(app, ["memory", "work", "--max-jobs", "1"])
     assert result.exit_code == 0
-    started, ended = result.stderr.splitlines()
+    threads, started, ended = result.stderr.splitlines()
+    assert threads.startswith("[worker] model threads: ")
     assert started.startswith("[compaction] job ") and f"Session {sid}  attempt 1 of 3  source " in started
     assert " done in " in ended and f"({PROMPT_TOKENS} prompt + 5 generated tokens)" in ended
     summary, waiting = result.stdout.splitlines()

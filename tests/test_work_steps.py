@@ -253,7 +253,7 @@ def test_token_figures_of_a_plan_made_with_the_estimate_are_marked_estimated_in_
     assert f"{tokens} tokens (estimated)" in planned.output
     line = next(x for x in run("jobs", "list").output.splitlines() if x.startswith(job.id))
     assert f"source {tokens} tokens (estimated)" in line
-    started = run("work", "--kind", "compaction").stderr.splitlines()[0]
+    started = run("work", "--kind", "compaction").stderr.splitlines()[1]  # after the model threads line
     assert started.startswith(f"[compaction] job {job.id}") and started.endswith(f"source {tokens} tokens (estimated)")
 
     with MemoryStore.open(wide) as store:  # planned with the model's tokenizer: exact counts, unmarked

@@ -46,6 +46,7 @@ class _Root(LazyGroup):
         "memory": Lazy("emelex_workers.cli.memory:memory_app", "Inspect and maintain the memory store."),
         "models": Lazy("emelex_workers.cli.models:models_app", "Install, list, verify and remove local GGUF models."),
         "plugins": Lazy("emelex_workers.cli.plugins:plugins_app", "Inspect the plugins Emelex loads."),
+        "config": Lazy("emelex_workers.cli.config:config_app", "Show the effective settings and where each came from."),
         "chat": Lazy("emelex_workers.cli.chat:chat", "Chat with the local model and its tools in a durable Session (new, or --resume "
                      "SESSION)."),
     }
@@ -84,9 +85,13 @@ class _Root(LazyGroup):
         except EmelexError as exc:
             kind, message = type(exc).__name__, str(exc)
         except ValidationError as exc:
+            from emelex_memory.settings import source_of
+
             first = exc.errors()[0]
-            kind = type(exc).__name__
-            message = f"invalid setting {'.'.join(map(str, first['loc']))}: {first['msg']}; fix EMELEX_* or config.toml"
+            kind, name = type(exc).__name__, ".".join(map(str, first["loc"]))
+            source = source_of(name) if first["loc"] else None
+            where = f" (from {source.where})" if source is not None and source.where else ""
+            message = f"invalid setting {name}{where}: {first['msg']}; fix EMELEX_* or config.toml"
         except apsw.Error as exc:
             kind, message = type(exc).__name__, f"database error: {exc}; run `emelex memory doctor`"
         except OSError as exc:  # a last resort: the library raises file failures as typed errors (io_errors)
@@ -127,8 +132,12 @@ def _root(
 ) -> None:
     """Emelex: durable local memory for a local-LLM agent. Settings come from EMELEX_* and <home>/config.toml."""
     from emelex_memory import Settings
+    from emelex_memory.settings import unknown_environment
 
     ctx.obj = ctx.obj or Settings()
+    for name, nearest in unknown_environment():
+        if nearest is not None:  # a near miss is a typo; a variable far from every setting is another tool's
+            typer.echo(f"warning: {name} is not a setting and is ignored; did you mean {nearest}?", err=True)
 
 
 def main() -> None:

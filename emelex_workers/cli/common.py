@@ -129,13 +129,16 @@ def echo_page(
     as_dict: Callable[[T], dict],
     line: Callable[[T], str],
     empty: str,
+    header: str = "",
 ) -> None:
     """Print a page: with `as_json` one JSON object `{"outcome": "listed", name: [as_dict(item)...],
-    "next_cursor": ...}`; otherwise `line(item)` for each item, `empty` when there are none, and the `--cursor` to
-    pass for the next page."""
+    "next_cursor": ...}`; otherwise `header` (column labels, when given and there are items), `line(item)` for
+    each item, `empty` when there are none, and the `--cursor` to pass for the next page."""
     if as_json:
         echo_json("listed", {name: [as_dict(i) for i in items], "next_cursor": next_cursor})
         return
+    if header and items:
+        typer.echo(header)
     for item in items:
         typer.echo(line(item))
     if not items:

@@ -11,6 +11,9 @@ from emelex_memory.maintenance.doctor import DOCTOR_ASSET_ENTRIES, diagnose
 
 from .common import JsonFlag, echo_json, settings_of
 
+# Facts a check line already prints (in text; JSON keeps them).
+SHOWN_BY_CHECKS = ("pragmas", "connection_settings", "model_threads")
+
 
 def doctor(
     ctx: typer.Context,
@@ -21,18 +24,32 @@ def doctor(
     as_json: JsonFlag = False,
 ) -> None:
     """Check Home, file modes, pragmas, connection settings, schema, integrity, transcripts, payloads and a bounded
-    number of asset files; exit 1 when anything is wrong."""
-    report = diagnose(settings_of(ctx), max_asset_entries=max_assets)
+    number of asset files; exit 1 when anything is wrong.
+
+    Also says how many model threads the worker and chat use and why (the setting and its source, the CPUs this
+    process may use, the load average), and checks that llama.cpp generates on this CPU."""
+    from ..threads import thread_advice
+
+    settings = settings_of(ctx)
+    report = diagnose(settings, max_asset_entries=max_assets)
     if report.no_store and not as_json:  # nothing to check: one line, like every other command here
         typer.echo(f"error: {report.checks[0].detail}", err=True)
         raise typer.Exit(1)
+    if not report.no_store:
+        advice = thread_advice(settings)
+        report.facts["model_threads"] = advice.as_dict()
+        report.add("model threads", True, advice.detail())  # advice: a busy machine is no fault of the store
+        llama = _llama_check(settings)
+        if llama is not None:
+            report.add("llama.cpp", *llama)
     if as_json:
         checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks]
         echo_json("healthy" if report.healthy else "unhealthy",
                   {"healthy": report.healthy, "checks": checks, "facts": report.facts})
     else:
         for key, value in report.facts.items():
-            typer.echo(f"{key}: {value}")
+            if key not in SHOWN_BY_CHECKS:
+                typer.echo(f"{key}: {value}")
         for c in report.checks:
             typer.echo(f"[{'ok' if c.ok else 'FAIL'}] {c.name}: {c.detail}")
         typer.echo("healthy" if report.healthy else "NOT healthy: fix the FAIL lines above")
@@ -55,3 +72,32 @@ def reinit(
     for path in moved:
         typer.echo(f"moved leftover {path.name.split('.orphaned')[0]} aside to {path}")
     typer.echo(f"created a new, empty store at {settings.database_path}")
+
+
+def _llama_check(settings) -> tuple[bool, str] | None:
+    """Whether llama.cpp generates with the worker's model (the installed `default_model`) on this CPU, by
+    `emelex_llamacpp.probe.run_probe` in a child process (never cached here: doctor checks afresh); None when
+    llama_cpp is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        return None
+    from emelex_memory import EmelexError
+
+    from ..models import ModelManager
+
+    try:
+        with ModelManager(settings) as manager:
+            model = manager.default()
+        with open(model.model_file, "rb") as f:
+            gguf = f.read(4) == b"GGUF"
+    except (EmelexError, OSError) as exc:
+        return True, f"not checked: {exc}"
+    if not gguf:
+        return True, f"not checked: model {model.name!r} is not a GGUF file (another plugin binds it)"
+    from emelex_llamacpp.probe import run_probe
+
+    result = run_probe(model.model_file)
+    if not result.ok:
+        return False, result.problem
+    return True, f"generated {result.generated_tokens} tokens with {model.name} on this CPU"

@@ -32,7 +32,7 @@ def plugins_list(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         return
     for r in rows:
         origin = f"{r['distribution']} {r['version']}".strip()
-        origin += " (built-in, registered directly)" if r["builtin"] else ""
+        origin += " (built-in)" if r["builtin"] else ""
         typer.echo(f"{r['name']}  from {origin}  [{r['module']}]")
         typer.echo(f"    hooks: {', '.join(r['hooks']) or '-'}")
         typer.echo(f"    summarizers: {', '.join(r['summarizers']) or '-'}")

@@ -56,9 +56,12 @@ def sessions_list(
     """List Sessions, newest first."""
     with open_store(ctx) as store:
         page = store.list_sessions(cursor=cursor, limit=limit)
+    width = max([len("TITLE"), *(len(s.title or "-") for s in page.sessions)])  # the workspace column lines up
     echo_page(
         "sessions", page.sessions, page.next_cursor, as_json, as_dict=_session_dict, empty="no Sessions",
-        line=lambda s: f"{s.id}  {when(s.updated_at)}  {s.last_turn:>5} turns  {s.title or '-'}  [{s.workspace.path}]",
+        header=f"{'SESSION':<36}  {'UPDATED':<19}  TURNS  {'TITLE':<{width}}  [WORKSPACE]",
+        line=lambda s: (f"{s.id:<36}  {when(s.updated_at):<19}  {s.last_turn:>5}  "
+                        f"{s.title or '-':<{width}}  [{s.workspace.path}]"),
     )
 
 

@@ -1,6 +1,7 @@
 """`emelex memory work`: run due compaction and distillation jobs through the plugins, fit for cron and launchd.
 
-Output. On stderr, a line when each job starts (kind, job, Session, source
+Output. On stderr, before the first job, how many model threads the run uses
+and why; a line when each job starts (kind, job, Session, source
 tokens) and when it ends (outcome, seconds, prompt and generated tokens); on a
 terminal, a live bar of the tokens generated and tokens per second in between.
 On stdout, one summary line when any job ran, then a line for every done job
@@ -28,12 +29,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import COMPACTION_KIND, DISTILL_KIND, MemoryStore, NoStoreError
+from emelex_memory import COMPACTION_KIND, DISTILL_KIND, MemoryStore, NoStoreError, Settings
 
 from ..work import GracefulStop, Worker
 from ..work_report import WorkObserver, WorkReport
 from .common import JsonFlag, echo_json, one_of, settings_of
-from .work_display import LiveProgress, PlainLines, waiting_line
+from .work_display import LiveProgress, PlainLines, threads_line, waiting_line
 
 EXIT_JOB_FAILED = 3
 KindOpt = Annotated[Optional[str], typer.Option(
@@ -47,10 +48,11 @@ QuietFlag = Annotated[bool, typer.Option(
     "--quiet", "-q", help="Print only the summary line: no progress, job or waiting lines.")]
 
 
-def _observer(quiet: bool, as_json: bool) -> WorkObserver | None:
+def _observer(quiet: bool, as_json: bool, settings: Settings) -> WorkObserver | None:
     if quiet or as_json:
         return None
-    return LiveProgress(sys.stderr) if sys.stderr.isatty() else PlainLines(sys.stderr)
+    preamble = lambda: threads_line(settings)  # noqa: E731 - printed only once a job starts
+    return LiveProgress(sys.stderr, preamble=preamble) if sys.stderr.isatty() else PlainLines(sys.stderr, preamble)
 
 
 def work(
@@ -77,7 +79,7 @@ def work(
     if store is None:
         report = WorkReport()
     else:
-        observer = _observer(quiet, as_json)
+        observer = _observer(quiet, as_json, settings)
         live = observer if isinstance(observer, LiveProgress) else nullcontext()
         with stop.installed(), store, live:
             worker = Worker(store, settings, kinds=(kind,) if kind else (COMPACTION_KIND, DISTILL_KIND), stop=stop,

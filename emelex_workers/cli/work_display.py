@@ -3,18 +3,23 @@
 Both go to stderr, so stdout keeps the one summary line (and the waiting
 lines) for cron mail and scripts. On a terminal, each job gets a line when it
 starts and when it ends, and in between a live bar (rich, which typer ships)
-of the tokens generated so far against the call's token limit, with the
-tokens per second. Elsewhere the same start and end lines are printed plainly.
+of the prompt's tokens evaluated so far, then of the tokens generated against
+the call's token limit, with the tokens per second and the elapsed time.
+Elsewhere the same start and end lines are printed plainly. Before the first
+job, one line says how many model threads the run uses and why
+(`[worker] model threads: ...`, see emelex_workers/threads.py). An end line is
+never cut: a failure's whole diagnostic is printed (wrapped on a terminal).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 import typer
 
-from emelex_memory import WaitingJob
+from emelex_memory import Settings, WaitingJob
 
 from ..attempts import attempt_text
 from ..work_report import JobReport, JobStart, WorkObserver
@@ -24,6 +29,14 @@ if TYPE_CHECKING:
     from ..plugin_api import GenerationProgress
 
 REFRESH_S = 0.1  # redraw at most this often (the first report of every model call is always drawn)
+
+
+def threads_line(settings: Settings) -> str:
+    """`[worker] model threads: 2 (model_threads, default); this process may use 2 CPUs; load average 0.4`, with
+    any warning (see `threads.thread_advice`)."""
+    from ..threads import thread_advice
+
+    return f"[worker] {thread_advice(settings).line()}"
 
 
 def start_line(job: JobStart) -> str:
@@ -48,11 +61,10 @@ def cost_text(cost: dict[str, Any] | None) -> str:
 
 def end_line(report: JobReport) -> str:
     """`[compaction] job J  done in 3.2s (812 prompt + 64 generated tokens)`, plus the detail of a failure or of
-    what a done job saved or why its compaction chain stopped (`completed; 3 applied, ...`, in full; nothing for a
-    plain "completed")."""
+    what a done job saved or why its compaction chain stopped (`completed; 3 applied, ...`; nothing for a plain
+    "completed"), always in full: never cut (on a terminal it is wrapped at word boundaries)."""
     spent = cost_text(report.cost)
-    said = report.detail if report.status == "done" else report.detail[:160]
-    detail = "" if report.detail == "completed" else f": {said}"
+    detail = "" if report.detail == "completed" else f": {report.detail}"
     return (f"[{report.kind}] job {report.id}  {report.status} in {report.seconds:.1f}s"
             f"{f' ({spent})' if spent else ''}{detail}")
 
@@ -80,12 +92,16 @@ def waiting_line(waiting: WaitingJob, stopped: str) -> str:
 class PlainLines(WorkObserver):
     """A line on `out` when each job starts and ends; no live progress (stderr is not a terminal)."""
 
-    def __init__(self, out: IO[str]) -> None:
-        """Write to `out`."""
+    def __init__(self, out: IO[str], preamble: Callable[[], str] | None = None) -> None:
+        """Write to `out`; `preamble()` (when given) is printed once, before the first job's start line."""
         self.out = out
+        self._preamble = preamble
 
     def job_started(self, job: JobStart) -> None:
-        """Print the start line."""
+        """Print the preamble before the first job, then the start line."""
+        if self._preamble is not None:
+            typer.echo(self._preamble(), file=self.out)
+            self._preamble = None
         typer.echo(start_line(job), file=self.out)
 
     def job_finished(self, report: JobReport) -> None:
@@ -94,11 +110,13 @@ class PlainLines(WorkObserver):
 
 
 class LiveProgress(WorkObserver):
-    """Start and end lines plus, while the model generates, a live bar: tokens so far of the call's limit and
-    tokens per second. Use it as a context manager around the run."""
+    """Start and end lines plus, while the model runs, a live bar: the prompt's tokens evaluated so far (for a
+    binding that reports it), then the tokens generated of the call's limit, with tokens per second and the time
+    elapsed (which keeps counting between reports). Use it as a context manager around the run."""
 
-    def __init__(self, out: IO[str], clock=time.monotonic) -> None:
-        """Draw on `out`, a terminal."""
+    def __init__(self, out: IO[str], clock=time.monotonic, preamble: Callable[[], str] | None = None) -> None:
+        """Draw on `out`, a terminal; `preamble()` (when given) is printed once, before the first job's start
+        line."""
         from rich.console import Console  # imported here: only a run on a terminal pays for it
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -109,7 +127,8 @@ class LiveProgress(WorkObserver):
         )
         self._task: Any = None
         self._call_start = self._drawn = 0.0
-        self._last_generated = -1
+        self._phase, self._last_generated = "", -1  # "prompt" or "generation" of the current model call
+        self._preamble = preamble
 
     def __enter__(self) -> LiveProgress:
         self.progress.start()
@@ -122,24 +141,35 @@ class LiveProgress(WorkObserver):
         """Print the start line; the job's bar appears with the model's first report (a job that runs no model
         gets none)."""
         self._drop_bar()
+        if self._preamble is not None:
+            self.progress.console.print(self._preamble(), markup=False, highlight=False)
+            self._preamble = None
         self.progress.console.print(start_line(job), markup=False, highlight=False)
-        self._last_generated = -1
+        self._phase, self._last_generated = "", -1
 
     def generating(self, job: JobStart, progress: GenerationProgress, max_tokens: int | None) -> None:
-        """Show or move the bar: tokens generated of at most `max_tokens`, and tokens per second in this call."""
+        """Show or move the bar: while the prompt is evaluated, its tokens evaluated so far of all and tokens per
+        second; then the tokens generated of at most `max_tokens`, and tokens per second in this call."""
         if self._task is None:
             self._task = self.progress.add_task(f"[{job.kind}] {job.id[:8]}", total=max_tokens, tokens="", rate="")
         now = self.clock()
-        first = progress.generated_tokens < self._last_generated or self._last_generated < 0
-        if first:
-            self._call_start = now
-        self._last_generated = progress.generated_tokens
+        evaluating = progress.evaluated_tokens is not None
+        phase = "prompt" if evaluating else "generation"
+        first = phase != self._phase or (not evaluating and progress.generated_tokens < self._last_generated)
+        if first:  # a new call, or its generation after its prompt
+            self._phase, self._call_start = phase, now
         elapsed = now - self._call_start
-        rate = f"{progress.generated_tokens / elapsed:.1f} tok/s" if elapsed > 0 else ""
-        limit = f"/{max_tokens}" if max_tokens else ""
-        self.progress.update(self._task, total=max_tokens, completed=progress.generated_tokens,
-                             tokens=f"{progress.generated_tokens}{limit} tokens (prompt {progress.prompt_tokens})",
-                             rate=rate)
+        if evaluating:
+            done, total = progress.evaluated_tokens, progress.prompt_tokens
+            tokens = f"evaluating the prompt: {done}/{total} tokens"
+            self._last_generated = -1
+        else:
+            done, total = progress.generated_tokens, max_tokens
+            limit = f"/{max_tokens}" if max_tokens else ""
+            tokens = f"{done}{limit} tokens (prompt {progress.prompt_tokens})"
+            self._last_generated = done
+        rate = f"{done / elapsed:.1f} tok/s" if elapsed > 0 and done else ""
+        self.progress.update(self._task, total=total, completed=done, tokens=tokens, rate=rate)
         if first or now - self._drawn >= REFRESH_S:
             self._drawn = now
             self.progress.refresh()

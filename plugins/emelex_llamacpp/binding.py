@@ -14,11 +14,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from emelex_memory import InstalledModel
+from emelex_memory.snapshots.installed import content_digest
 from emelex_workers.plugin_api import GenerationProgress, ModelBinding
 
 from .engine import DEFAULT_SEED, LlamaEngine
+from .probe import ensure_generates
 
 RETRY_TEMPERATURE = 0.7
 
@@ -34,15 +37,20 @@ class Completion:
 class LlamaBinding:
     """A `ModelBinding` for one GGUF file: the model is loaded on first use, once, and kept for the worker run."""
 
-    def __init__(self, model: InstalledModel, *, max_context: int, threads: int) -> None:
-        """Bind `model` without loading it; `max_context` caps the allocated context, `threads` the CPU threads."""
+    def __init__(self, model: InstalledModel, *, max_context: int, threads: int, home: Path | None = None) -> None:
+        """Bind `model` without loading it; `max_context` caps the allocated context, `threads` the CPU threads;
+        `home` (Emelex Home) remembers a passed llama.cpp probe (see `probe.ensure_generates`)."""
         self.model = model
         self._max_context = max_context
         self._threads = threads
+        self._home = home
         self._engine: LlamaEngine | None = None
 
     def _loaded(self) -> LlamaEngine:
+        """The engine, loaded on first use after `probe.ensure_generates` (`LlamaCrashError` when llama.cpp
+        crashes generating on this CPU, instead of the process dying silently)."""
         if self._engine is None:
+            ensure_generates(self.model.model_file, self._home, model_digest=content_digest(self.model.files))
             self._engine = LlamaEngine(self.model.model_file, max_ctx=self._max_context, n_threads=self._threads)
         return self._engine
 
@@ -63,7 +71,8 @@ class LlamaBinding:
     def chat(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None,
              on_token: Callable[[GenerationProgress], None] | None = None) -> str:
         """One greedy completion, grammar-constrained to `json_schema` when given; streamed to `on_token` as
-        `GenerationProgress` (exact prompt and sampled token counts) when given."""
+        `GenerationProgress` (exact prompt and sampled token counts, and before them the prompt's evaluation, batch
+        by batch) when given."""
         return self.complete(messages, max_tokens=max_tokens, json_schema=json_schema, on_token=on_token).text
 
     def complete(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None,
@@ -72,11 +81,16 @@ class LlamaBinding:
         """One completion, sampled for `attempt` (see the module docstring), with its stop reason; progress as
         for `chat`."""
         temperature = 0.0 if attempt <= 0 else RETRY_TEMPERATURE
-        report = None if on_token is None else (
-            lambda prompt, sampled, text: on_token(GenerationProgress(prompt, sampled, text)))
+        report = prompt = None
+        if on_token is not None:
+            def report(prompt_tokens: int, sampled: int, text: str) -> None:
+                on_token(GenerationProgress(prompt_tokens, sampled, text))
+
+            def prompt(evaluated: int, prompt_tokens: int) -> None:
+                on_token(GenerationProgress(prompt_tokens, 0, "", evaluated_tokens=evaluated))
         text, reason = self._loaded().complete(messages, max_tokens=max_tokens, json_schema=json_schema,
                                                temperature=temperature, seed=DEFAULT_SEED + max(0, attempt),
-                                               repeat_penalty=repeat_penalty, on_token=report)
+                                               repeat_penalty=repeat_penalty, on_token=report, on_prompt=prompt)
         return Completion(text, reason)
 
     @property

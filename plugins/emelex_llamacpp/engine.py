@@ -62,6 +62,29 @@ def gguf_context_length(path: str | Path) -> int | None:
     return None
 
 
+def _reporting_prompt_eval(llm: Any, on_prompt: Callable[[int, int], None]) -> Callable[[Any], None]:
+    """A stand-in for ``llm.eval`` for one completion: its first call (the prompt, or what of it the kept prefix
+    does not cover) runs the class's ``eval`` on one ``n_batch`` slice at a time, as ``eval`` itself slices it,
+    calling ``on_prompt(evaluated, total)`` before the first slice and after each; later calls (one sampled token
+    each) pass straight through."""
+    evaluate = type(llm).eval
+    first = [True]
+
+    def eval_tokens(tokens: Any) -> None:
+        if not first[0]:
+            return evaluate(llm, tokens)
+        first[0] = False
+        tokens = list(tokens)
+        total = llm.n_tokens + len(tokens)
+        on_prompt(llm.n_tokens, total)
+        for start in range(0, len(tokens), llm.n_batch):
+            evaluate(llm, tokens[start:start + llm.n_batch])
+            on_prompt(llm.n_tokens, total)
+        return None
+
+    return eval_tokens
+
+
 class LlamaEngine:
     """One loaded GGUF model (CPU only, quiet) with chat and token counting.
 
@@ -144,7 +167,8 @@ class LlamaEngine:
 
     def complete(self, messages: list[dict], *, max_tokens: int, json_schema: dict | None = None,
                  temperature: float = 0.0, seed: int | None = None, repeat_penalty: float = 1.0,
-                 on_token: Callable[[int, int, str], None] | None = None) -> tuple[str, str]:
+                 on_token: Callable[[int, int, str], None] | None = None,
+                 on_prompt: Callable[[int, int], None] | None = None) -> tuple[str, str]:
         """Run one chat completion; return the assistant text and why it stopped ("stop" or "length").
 
         ``messages`` are OpenAI-style ``{"role", "content"}`` dicts rendered with
@@ -165,6 +189,13 @@ class LlamaEngine:
         (chat template included), and every sampled token (the end-of-text
         token included), counted by a logits processor that leaves the logits
         as they are. The text is the same as without ``on_token``.
+
+        With ``on_token``, ``on_prompt(evaluated, prompt_tokens)`` (when given)
+        is called while the prompt is evaluated: before its first batch and
+        after each batch of ``n_batch`` tokens (a prefix kept from the previous
+        call counts as evaluated). llama-cpp-python has no such callback: the
+        prompt is evaluated here, batch by batch, exactly as ``Llama.eval``
+        would (the same ``n_batch`` slices, so the same output).
         """
         if max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
@@ -181,9 +212,10 @@ class LlamaEngine:
             if on_token is None:
                 choice = self._model().create_chat_completion(**options, stream=False)["choices"][0]
                 return choice["message"]["content"] or "", choice.get("finish_reason") or "stop"
-            return self._stream(options, on_token)
+            return self._stream(options, on_token, on_prompt)
 
-    def _stream(self, options: dict[str, Any], on_token: Callable[[int, int, str], None]) -> tuple[str, str]:
+    def _stream(self, options: dict[str, Any], on_token: Callable[[int, int, str], None],
+                on_prompt: Callable[[int, int], None] | None) -> tuple[str, str]:
         """`complete` with ``on_token``: stream the completion, reporting exact counts (see `complete`)."""
         seen: list[int] = []  # the context length at each sampling step: the first is the prompt
 
@@ -191,16 +223,22 @@ class LlamaEngine:
             seen.append(len(input_ids))
             return scores
 
-        chunks = self._model().create_chat_completion(
-            **options, stream=True, logits_processor=self._llama_cpp.LogitsProcessorList([count]))
-        pieces, reason = [], "stop"
-        for chunk in chunks:
-            choice = chunk["choices"][0]
-            reason = choice.get("finish_reason") or reason
-            piece = choice["delta"].get("content")
-            if piece:
-                pieces.append(piece)
-                on_token(seen[0] if seen else 0, len(seen), piece)
+        llm = self._model()
+        if on_prompt is not None:
+            llm.eval = _reporting_prompt_eval(llm, on_prompt)  # an instance attribute: Llama.generate calls it
+        try:
+            chunks = llm.create_chat_completion(
+                **options, stream=True, logits_processor=self._llama_cpp.LogitsProcessorList([count]))
+            pieces, reason = [], "stop"
+            for chunk in chunks:
+                choice = chunk["choices"][0]
+                reason = choice.get("finish_reason") or reason
+                piece = choice["delta"].get("content")
+                if piece:
+                    pieces.append(piece)
+                    on_token(seen[0] if seen else 0, len(seen), piece)
+        finally:
+            llm.__dict__.pop("eval", None)
         on_token(seen[0] if seen else 0, len(seen), "")
         return "".join(pieces), reason
 

@@ -53,7 +53,8 @@ def model_binding(model: InstalledModel, settings: Settings) -> LlamaBinding | N
     """Bind any GGUF model (checked by its magic bytes); pass on anything else."""
     if not _is_gguf(model.model_file):
         return None
-    return LlamaBinding(model, max_context=settings.model_max_context_tokens, threads=settings.model_threads)
+    return LlamaBinding(model, max_context=settings.model_max_context_tokens, threads=settings.model_threads,
+                        home=settings.home_dir)
 
 
 @hookimpl

@@ -5,16 +5,31 @@ tokenizes fine and dies with SIGILL on the first prompt longer than one token. R
 child process turns such a crash into a one-line answer naming the rebuild command, instead of a silent exit
 of the worker or the chat. Importing this module does not import llama_cpp.
 
+`ensure_generates` is the guard the plugin's binding runs before it first loads a model in a process (the worker
+and the chat both load through it): the probe runs once per llama.cpp build, model file and CPU, and a pass is
+remembered for the process and, as an empty marker file `<Home>/cache/llama-probe-<key>`, for later processes.
+The key hashes the llama_cpp package's shared libraries (name, size, mtime), the model file (path, size, mtime),
+the Python executable and the CPU's identity (its model name and flags on Linux), so a rebuilt wheel, another
+model or a CPU that changed under the virtual machine is probed again. (A probe costs a model load and a few
+tokens in a child, a second or so; the marker keeps it off every cron run of the worker.) A crash raises `LlamaCrashError`; a probe
+that fails otherwise (say, a timeout on a very busy machine) is not remembered and stops nothing.
+
 `python -m emelex_llamacpp.probe MODEL.gguf` prints the answer and exits 0 when the generation ran.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import platform
 import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from emelex_memory import ModelError
 
 REBUILD = "make rebuild-llama"
 PROBE_TIMEOUT_S = 120.0
@@ -32,11 +47,18 @@ print(out["usage"]["completion_tokens"])
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """What the probe found: `ok` when the child generated, else `problem`, one line saying what to do."""
+    """What the probe found: `ok` when the child generated, else `problem`, one line saying what to do;
+    `crashed` when the child was killed by a signal (the build does not fit this CPU)."""
 
     ok: bool
     problem: str = ""
     generated_tokens: int = 0
+    crashed: bool = False
+
+
+class LlamaCrashError(ModelError):
+    """llama.cpp crashed generating on this CPU (its build does not fit the machine): rebuild it with
+    `make rebuild-llama`, then run the command again."""
 
 
 def run_probe(model_file: str | Path, *, timeout_s: float = PROBE_TIMEOUT_S) -> ProbeResult:
@@ -60,7 +82,7 @@ def run_probe(model_file: str | Path, *, timeout_s: float = PROBE_TIMEOUT_S) -> 
         except ValueError:
             name = f"signal {-run.returncode}"
         return ProbeResult(False, f"llama.cpp crashed ({name}) generating on this CPU: its build does not fit "
-                                  f"this machine; rebuild it with `{REBUILD}`")
+                                  f"this machine; rebuild it with `{REBUILD}`", crashed=True)
     if run.returncode != 0:
         last = (run.stderr.strip().splitlines() or ["no output"])[-1]
         return ProbeResult(False, f"a llama.cpp probe generation failed: {last}")
@@ -69,6 +91,82 @@ def run_probe(model_file: str | Path, *, timeout_s: float = PROBE_TIMEOUT_S) -> 
     except (IndexError, ValueError):
         return ProbeResult(False, "a llama.cpp probe generation printed no token count")
     return ProbeResult(True, generated_tokens=generated)
+
+
+_PASSED: set[str] = set()  # probe keys that generated, in this process
+
+
+def probe_key(model_file: str | Path, model_digest: str | None = None) -> str:
+    """What a probe's answer depends on, hashed: the llama_cpp build (its shared libraries), the model (its
+    `model_digest`, the installed snapshot's content digest, when given: every copy of the same bytes is the same
+    model; else the file's path, size and mtime), the Python executable and the CPU (see the module docstring).
+    Raises `OSError` when the model file is missing."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llama_cpp")
+    libraries = []
+    if spec is not None and spec.origin:
+        folder = Path(spec.origin).parent / "lib"
+        for entry in sorted(folder.iterdir()) if folder.is_dir() else ():
+            st = entry.stat()
+            libraries.append([entry.name, st.st_size, st.st_mtime_ns])
+    st = os.stat(model_file)
+    model = model_digest or [str(Path(model_file).resolve()), st.st_size, st.st_mtime_ns]
+    identity = [libraries, model, sys.executable, _cpu_identity()]
+    return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:32]
+
+
+def _cpu_identity() -> list[str]:
+    """The CPU's model name and feature flags (Linux's /proc/cpuinfo, first CPU), else the platform's words."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            fields = dict(line.split(":", 1) for line in f.read(1 << 16).split("\n\n")[0].splitlines()
+                          if ":" in line)
+    except OSError:
+        fields = {}
+    found = {k.strip(): v.strip() for k, v in fields.items()}
+    return [found.get("model name", platform.processor()), found.get("flags", found.get("Features", "")),
+            platform.machine()]
+
+
+def ensure_generates(model_file: str | Path, home: Path | None = None, *, model_digest: str | None = None) -> None:
+    """Make sure llama.cpp generates with `model_file` on this CPU before a process loads it; once per process,
+    and once per build, model and CPU when `home` (Emelex Home) is given to remember a pass in (`model_digest`:
+    see `probe_key`).
+
+    Raises `LlamaCrashError` (one line naming `make rebuild-llama`) when the probe child was killed by a signal.
+    A probe that fails otherwise is not remembered and raises nothing: loading the model will say what is wrong.
+    """
+    try:
+        key = probe_key(model_file, model_digest)
+    except OSError:
+        return  # no such model file: loading it says so
+    if key in _PASSED:
+        return
+    marker = None if home is None else home / "cache" / f"llama-probe-{key}"
+    if marker is not None and os.path.lexists(marker):
+        _PASSED.add(key)
+        return
+    result = run_probe(model_file)
+    if result.crashed:
+        raise LlamaCrashError(result.problem)
+    if not result.ok:
+        return
+    _PASSED.add(key)
+    if marker is not None:
+        _remember(marker)
+
+
+def _remember(marker: Path) -> None:
+    """Create the empty private marker file (and its private folder); a cache only, so a failure is ignored."""
+    from emelex_memory import EmelexError
+    from emelex_memory.core.private_files import create_private_file, ensure_private_dir
+
+    try:
+        ensure_private_dir(marker.parent)
+        create_private_file(marker)
+    except (EmelexError, OSError):
+        pass  # the next process probes again
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,8 @@ resuming mid-job would); "record" names a file each run appends its job ID to;
 With "chat": N the summarizer and distiller first call the binding's `chat`,
 which generates N tokens, reporting each through `on_token` (waiting "delay"
 seconds before each, if given) unless "legacy" makes it a binding without
-`on_token`; "fail_after_chat" then fails the job.
+`on_token`; "fail_after_chat" then fails the job. With "prompt_steps": K it
+first reports the prompt's evaluation in K steps, "prompt_delay" seconds each.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ class FakeBinding:
         from emelex_workers.plugin_api import GenerationProgress
 
         prompt = sum(self.count_tokens(m["content"]) for m in messages) + 3 * len(messages)  # a template's tokens
+        steps = _options().get("prompt_steps", 0) if on_token is not None else 0
+        for k in range(steps + 1 if steps else 0):
+            if k:
+                time.sleep(_options().get("prompt_delay", 0))
+            on_token(GenerationProgress(prompt, 0, "", evaluated_tokens=prompt * k // steps))
         words = []
         for n in range(1, min(max_tokens, _options().get("chat", 0)) + 1):
             time.sleep(_options().get("delay", 0))
