@@ -51,6 +51,7 @@ _EXPORTS = {  # public name -> the module that defines it, relative to this pack
     "CompletionContext": ".queue.jobs",
     "ConfirmationRequiredError": ".errors",
     "CorruptEventError": ".errors",
+    "DatabaseCorruptError": ".errors",
     "DatabaseDeletedError": ".errors",
     "DatabaseEmptiedError": ".errors",
     "DefaultModelUnavailableError": ".errors",

@@ -103,6 +103,11 @@ class StoreIOError(FileSystemError):
     `emelex memory doctor`."""
 
 
+class DatabaseCorruptError(FileSystemError):
+    """SQLite found the database file damaged (`SQLITE_CORRUPT`) or not a database at all (`SQLITE_NOTADB`): run
+    `emelex memory doctor` to see what it finds, then restore the store from a backup (`emelex memory restore`)."""
+
+
 class DiskFullError(FileSystemError):
     """The disk (or your quota) holding a file Emelex writes is full: free space there, or set EMELEX_HOME to a
     directory on another disk."""
