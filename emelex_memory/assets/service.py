@@ -130,7 +130,8 @@ class AssetStore:
 
     @staticmethod
     def _publish(temp: TempAsset, files: Directory, ref: AssetRef, seen: tuple[int, ...] | None) -> None:
-        """Under the write lock: link the temporary file to its digest name, or re-check the file already there."""
+        """Under the write lock: link the temporary file to its digest name, or re-check the file already there; then
+        fsync the folder, so the entry the commit catalogues names a durable file."""
         for _ in range(2):
             try:
                 temp.tmp.link(temp.name, files, ref.digest)
@@ -140,8 +141,7 @@ class AssetStore:
                     continue  # removed by hand between the two calls: link again
                 if signature(current) != seen:
                     verify_file(files, ref.digest, ref.size)
-                return
-            files.fsync()
+            files.fsync()  # a file adopted from a put cut short may not be durable in the folder yet
             return
         raise AssetMissingError(
             f"asset file {files.path / ref.digest} keeps disappearing while being published; check what removes it"
