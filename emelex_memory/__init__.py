@@ -111,6 +111,7 @@ _EXPORTS = {  # public name -> the module that defines it, relative to this pack
     "LeaseExpiredError": ".errors",
     "LeaseHeldError": ".errors",
     "LeaseLostError": ".errors",
+    "LeftoverTempFileWarning": ".errors",
     "LinkedTarget": ".snapshots.installed",
     "MaintenanceError": ".errors",
     "MaintenanceReport": ".maintenance.retention",

@@ -533,3 +533,8 @@ class BackupVerificationError(BackupError):
 
 class RestoreTargetError(BackupError):
     """Restore only fills an empty Emelex Home: set EMELEX_HOME (or --home) to a new or empty directory."""
+
+
+class LeftoverTempFileWarning(UserWarning):
+    """A call succeeded, but a temporary file of its own could not be removed afterwards: nothing to redo; asset
+    collection (`emelex memory maintain`) removes the file once it is an hour old and no writer holds it."""
