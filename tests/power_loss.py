@@ -16,7 +16,10 @@ Files and directories are followed by inode, so a rename or a hard link keeps it
 cut at the `n`-th mutating call (0-based) under `root`: that call and every later one raise `Cut`, as if the
 machine stopped there. `power_off()` then rewrites `root` to its durable state (uninstall first: use the
 `simulated` context manager). Only mutating calls count, so the same operation on the same tree counts the same
-number of calls on every run, and a seeded choice of cut points is deterministic.
+number of calls on every run, and a seeded choice of cut points is deterministic. The durable state changes only
+at an fsync (`syncs` lists them), so cutting just before each fsync, and after the last call, reaches every state
+a cut anywhere can leave. The fsyncs themselves are
+recorded, not made: the durable state is the simulator's, and a test cutting at hundreds of points stays fast.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class PowerLoss:
         self.content: dict[int, bytes] = {}  # object -> its durable bytes (absent: never fsynced)
         self.entries: dict[int, dict[str, tuple[int, bool]]] = {}  # directory object -> durable name -> (object, dir)
         self.calls = 0  # mutating calls under root so far
+        self.syncs: list[int] = []  # the calls among them that were fsyncs
         self.at: int | None = None
         self.cut = False
         self._next = 0
@@ -78,8 +82,9 @@ class PowerLoss:
             elif stat.S_ISREG(st.st_mode):
                 self.sync_file(child)
 
-    def tick(self, path: str | None) -> None:
-        """Count one mutating call on `path`; raise `Cut` at and after the armed call."""
+    def tick(self, path: str | None, *, sync: bool = False) -> None:
+        """Count one mutating call on `path` (`sync`: an fsync, which may change the durable state); raise `Cut` at
+        and after the armed call."""
         if not self._inside(path):
             return
         if self.cut:
@@ -87,6 +92,8 @@ class PowerLoss:
         if self.at is not None and self.calls >= self.at:
             self.cut = True
             raise Cut(path)
+        if sync:
+            self.syncs.append(self.calls)
         self.calls += 1
 
     def cut_at(self, n: int | None) -> None:
@@ -181,7 +188,7 @@ class _DurableVFS(apsw.VFS):
 
     def xDelete(self, name, syncdir):  # noqa: N802
         path = os.path.abspath(name)
-        self.loss.tick(path)
+        self.loss.tick(path, sync=bool(syncdir))
         super().xDelete(name, syncdir)
         if syncdir:
             self.loss.sync_dir(os.path.dirname(path))
@@ -218,8 +225,9 @@ class _DurableFile(apsw.VFSFile):
         return super().xTruncate(newsize)
 
     def xSync(self, flags):  # noqa: N802
-        self._loss.tick(self._path)
-        super().xSync(flags)
+        self._loss.tick(self._path, sync=True)
+        if not self._loss._inside(self._path):
+            return super().xSync(flags)
         if self._path is not None:
             self._loss.sync_file(self._path)
             if self._dirsync:
@@ -260,10 +268,10 @@ def simulated(root: Path, monkeypatch) -> Iterator[PowerLoss]:
 
     def fsync(fd):
         path = _fd_path(fd)
-        loss.tick(path)
-        real["fsync"](fd)
-        if path is not None:
-            loss.sync_fd(fd)
+        if not loss._inside(path):
+            return real["fsync"](fd)
+        loss.tick(path, sync=True)
+        loss.sync_fd(fd)  # recorded, not done: the durable state is the simulator's (and much faster)
 
     def moving(name):
         def move(src, dst, *, src_dir_fd=None, dst_dir_fd=None):

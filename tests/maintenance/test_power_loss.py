@@ -3,7 +3,8 @@
 `tests/power_loss.py` records what each file call made durable (a file's bytes by its fsync, a directory's
 entries by the directory's fsync) and, at the cut, rewrites the tree to that durable state. Each operation is
 run once uncut to count its mutating calls, then cut at the end (right after it returned: everything it
-acknowledged must be durable) and at a bounded, seeded sample of the calls in between. The promises checked:
+acknowledged must be durable), just before each of its fsyncs (which reaches every durable state a cut can leave)
+and at a seeded sample of the other calls. The promises checked:
 an acknowledged backup verifies; an acknowledged restore opens with every catalogued asset intact; an adopted
 asset file is present; a store whose first open was cut either does not exist or opens, and doctor passes.
 """
@@ -27,24 +28,27 @@ from emelex_memory.maintenance.doctor import diagnose
 from ..power_loss import simulated
 
 SEED = 18
-CUTS = 12  # cut points sampled per operation, besides the cut right after it returned
+CUTS = 12  # cut points drawn at random among all mutating calls, besides the one before each fsync
 
 
-def _cut_points(calls: int) -> list[int]:
-    """Seeded sample of the mutating calls 0..calls-1 to cut at, then `calls` itself (after the last one)."""
+def _cut_points(points: list[int]) -> list[int]:
+    """Where to cut an operation whose uncut run gave `points` (before each fsync, then after its last call): all
+    of them, which reach every durable state a cut can leave, and a seeded sample of the other calls."""
+    calls = points[-1]
     rng = random.Random(SEED)
-    return sorted(rng.sample(range(calls), min(CUTS, calls))) + [calls]
+    return sorted(set(points) | set(rng.sample(range(calls), min(CUTS, calls))))
 
 
-def _run(root: Path, monkeypatch, operation: Callable[[], object], at: int | None) -> tuple[bool, int]:
+def _run(root: Path, monkeypatch, operation: Callable[[], object], at: int | None) -> tuple[bool, list[int]]:
     """Run `operation` with the power cut at call `at` (None: not cut); then drop what was not durable. Returns
-    whether the operation returned (was acknowledged) and how many mutating calls it made."""
+    whether the operation returned (was acknowledged) and where to cut it: before each of its fsyncs and after
+    its last call."""
     with simulated(root, monkeypatch) as loss:
         loss.cut_at(at)
         operation()
     acknowledged = not loss.cut
     loss.power_off()
-    return acknowledged, loss.calls
+    return acknowledged, [*loss.syncs, loss.calls]
 
 
 def _model_manifest(home: Path) -> None:
@@ -147,12 +151,12 @@ def test_backup_cut_anywhere_leaves_a_backup_that_verifies_if_acknowledged(tmp_p
     with MemoryStore.open(Settings(home=home)) as store:
         out = tmp_path / "count"
         out.mkdir()
-        _, calls = _run(out, monkeypatch, lambda: backup_store(store, out / "b"), None)
-        for at in _cut_points(calls):
+        _, points = _run(out, monkeypatch, lambda: backup_store(store, out / "b"), None)
+        for at in _cut_points(points):
             out = tmp_path / f"cut-{at}"
             out.mkdir()
             acknowledged, _ = _run(out, monkeypatch, lambda: backup_store(store, out / "b"), at)
-            assert acknowledged == (at == calls)
+            assert acknowledged == (at == points[-1])
             if acknowledged:
                 verify_backup(out / "b")
             else:
@@ -169,13 +173,13 @@ def test_restore_cut_anywhere_opens_with_every_asset_if_acknowledged(tmp_path: P
         backup_store(store, tmp_path / "b")
     out = tmp_path / "count"
     out.mkdir()
-    _, calls = _run(out, monkeypatch, lambda: restore_backup(tmp_path / "b", Settings(home=out / "home")), None)
-    for at in _cut_points(calls):
+    _, points = _run(out, monkeypatch, lambda: restore_backup(tmp_path / "b", Settings(home=out / "home")), None)
+    for at in _cut_points(points):
         out = tmp_path / f"cut-{at}"
         out.mkdir()
         target = Settings(home=out / "home")
         acknowledged, _ = _run(out, monkeypatch, lambda: restore_backup(tmp_path / "b", target), at)
-        assert acknowledged == (at == calls)
+        assert acknowledged == (at == points[-1])
         if acknowledged:
             _check_store(out / "home", refs)
             continue
@@ -199,12 +203,12 @@ def test_asset_adoption_cut_anywhere_keeps_every_acknowledged_asset(tmp_path: Pa
                 put["ref"] = store.put_asset(data, "image/png")
         return run
 
-    _, calls = _run(count_home, monkeypatch, adopt(count_home, {}), None)
-    for at in _cut_points(calls):
+    _, points = _run(count_home, monkeypatch, adopt(count_home, {}), None)
+    for at in _cut_points(points):
         home, put = tmp_path / f"cut-{at}", {}
         _store_with_assets(home)
         acknowledged, _ = _run(home, monkeypatch, adopt(home, put), at)
-        assert acknowledged == (at == calls)
+        assert acknowledged == (at == points[-1])
         with MemoryStore.open(Settings(home=home)) as store:
             assert store.verify_assets().problems == []  # a catalogued entry never names a missing file
             if acknowledged:
@@ -217,13 +221,13 @@ def test_a_first_open_cut_anywhere_leaves_no_store_or_one_that_opens(tmp_path: P
 
     root = tmp_path / "count"
     root.mkdir()
-    _, calls = _run(root, monkeypatch, first_open(root / "home"), None)
-    for at in _cut_points(calls):
+    _, points = _run(root, monkeypatch, first_open(root / "home"), None)
+    for at in _cut_points(points):
         root = tmp_path / f"cut-{at}"
         root.mkdir()
         home = root / "home"
         acknowledged, _ = _run(root, monkeypatch, first_open(home), at)
-        assert acknowledged == (at == calls)
+        assert acknowledged == (at == points[-1])
         if acknowledged:
             assert os.path.exists(home / "memory" / "emelex.sqlite3")
         with MemoryStore.open(Settings(home=home)) as store:  # opens it, or creates it: never refuses
