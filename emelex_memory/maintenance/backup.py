@@ -27,7 +27,9 @@ from ..assets.refs import asset_dir_for
 from ..core.connection import connect
 from ..core.io_errors import translating
 from ..core.opening import STORE_MARKER, open_database
-from ..core.private_files import PRIVATE_DIR_MODE, describe_mode, ensure_private_dir, fsync_dir
+from ..core.private_files import (
+    PRIVATE_DIR_MODE, describe_mode, ensure_private_dir, fsync_dir, write_all, write_private_file,
+)
 from ..errors import AssetTamperedError, BackupDestinationError, BackupVerificationError, RestoreTargetError
 from ..settings import Settings
 from ..snapshots.installed import MANIFEST_NAME, models_dir
@@ -112,14 +114,9 @@ def _copy_database(store: BackupSource, dest: Path) -> dict[str, int]:
 
 def _write_durably(path: Path, data: bytes) -> None:
     """Write `data` to the private file `path` (replacing it), fsync it and then its folder."""
-    fd = _private_file(path)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    if os.path.lexists(path):
+        os.unlink(path)
+    write_private_file(path, data)
     fsync_dir(path.parent)
 
 
@@ -131,9 +128,7 @@ def _copy_durably(source: Path, target: Path) -> None:
         out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             while chunk := os.read(src, CHUNK):
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(out, view):]
+                write_all(out, chunk)
             os.fsync(out)
         finally:
             os.close(out)
