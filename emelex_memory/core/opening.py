@@ -10,6 +10,9 @@ elsewhere (the standard store keeps `<Home>/.memory-store`, which survives
 (so `rm db .db.lock` leaves it behind). `store_evidence` finds them; the
 removal guard of model snapshots asks the same question through an open
 that does not create. A refused open creates nothing, not even the sidecar.
+A new database is built under a temporary name and renamed into place
+complete (`_create`), so a first open cut short never leaves a half-made
+database under the real name.
 """
 
 from __future__ import annotations
