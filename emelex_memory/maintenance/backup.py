@@ -28,7 +28,7 @@ from ..core.connection import connect
 from ..core.io_errors import translating
 from ..core.opening import STORE_MARKER, open_database
 from ..core.private_files import (
-    PRIVATE_DIR_MODE, describe_mode, ensure_private_dir, fsync_dir, write_all, write_private_file,
+    PRIVATE_DIR_MODE, check_private_dir, describe_mode, ensure_private_dir, fsync_dir, write_all, write_private_file,
 )
 from ..errors import AssetTamperedError, BackupDestinationError, BackupVerificationError, RestoreTargetError
 from ..settings import Settings
@@ -218,13 +218,16 @@ def backup_store(store: BackupSource, dest: str | os.PathLike[str]) -> BackupRep
     return report
 
 
+STAGING = ".restoring"  # in Home: where a restore builds the store before renaming it to memory/
+
+
 def _check_empty_home(settings: Settings) -> None:
     home = settings.home_dir
     if not os.path.lexists(home):
         return
     if not home.is_dir() or home.is_symlink():
         raise RestoreTargetError(f"{home} is not a directory: restore into a new or empty Emelex Home")
-    extra = sorted(p.name for p in home.iterdir() if p.name != "config.toml")
+    extra = sorted(p.name for p in home.iterdir() if p.name not in ("config.toml", STAGING))
     if extra:
         raise RestoreTargetError(f"Emelex Home {home} is not empty ({', '.join(extra[:3])}): restore never "
                                  "replaces a store; set EMELEX_HOME to a new or empty directory")
@@ -234,8 +237,8 @@ def _check_empty_home(settings: Settings) -> None:
 def restore_backup(src: str | os.PathLike[str], settings: Settings) -> BackupReport:
     """Verify the backup at `src`, then restore it into the empty Home of `settings` and return its report.
 
-    The Home must not exist or be empty (a `config.toml` is allowed): `RestoreTargetError` otherwise, as a
-    restore never replaces a store. Model manifests are restored to `<Home>/restored-model-manifests/` for
+    The Home must not exist or be empty (a `config.toml` is allowed, and the staging folder `.restoring` of a
+    restore cut short, which is removed): `RestoreTargetError` otherwise, as a restore never replaces a store. Model manifests are restored to `<Home>/restored-model-manifests/` for
     reference (the model files are not in a backup: install the models again). On failure the Home is left as
     it was, or without a `memory/` store."""
     src = Path(os.path.abspath(src))
@@ -244,7 +247,10 @@ def restore_backup(src: str | os.PathLike[str], settings: Settings) -> BackupRep
     home = settings.home_dir
     created_home = not os.path.lexists(home)
     ensure_private_dir(home)
-    staging = home / ".restoring"
+    staging = home / STAGING
+    if os.path.lexists(staging):  # left by a restore cut short (a kill, a power loss) before it renamed it
+        check_private_dir(staging)
+        shutil.rmtree(staging)
     try:
         ensure_private_dir(staging / ASSETS)
         for name in sorted(os.listdir(src / ASSETS)):
