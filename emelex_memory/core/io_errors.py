@@ -7,9 +7,10 @@ it was doing, or is decorated with `translating`, which does the same for every 
 
 SQLite reports them as I/O-class apsw exceptions (`IO_ERRORS`); `sqlite_error` turns one into the matching
 `FileSystemError` subclass (a damaged database: `DatabaseCorruptError`). The connection wrappers in `store.py`
-apply it, so a failed read or write never reaches a caller as a bare apsw error. A failure of the COMMIT itself is different: the transaction may already
-be durable (in WAL mode its frames can be in the -wal file, which the next open after a crash recovers), so it
-becomes a `CommitOutcomeUnknownError` (`commit_unknown`) that says how to find out.
+apply it, so a failed read or write never reaches a caller as a bare apsw error. A failure of the COMMIT itself
+is different: the transaction may already be durable (in WAL mode its frames can be in the -wal file, which the
+next open after a crash recovers), so it becomes a `CommitOutcomeUnknownError` (`commit_unknown`) that says how
+to find out.
 """
 
 from __future__ import annotations

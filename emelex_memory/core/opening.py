@@ -138,32 +138,39 @@ def _roll_back_hot_journal(database: Path, busy_timeout_ms: int) -> None:
         conn.close()
 
 
-def creating_path(database: Path) -> Path:
-    """The temporary name a new database is built under before it takes its own name (see `_create`)."""
-    return database.with_name(f".{database.name}.creating")
-
-
 def _create(database: Path, busy_timeout_ms: int) -> None:
-    """Create `database` atomically, under the open lock: build and migrate it (WAL mode included) under
-    `creating_path`, fsync it, rename it into place and fsync the folder. A first open cut short at any point
-    leaves no database (only the temporary one, which the next creation removes) or a complete one."""
-    tmp = creating_path(database)
-    for leftover in (tmp, *(Path(f"{tmp}{suffix}") for suffix in _SIDE_FILES)):
-        if os.path.lexists(leftover):
-            os.unlink(leftover)
+    """Create `database` atomically, under the open lock: build and migrate it (WAL mode included) under the
+    temporary name `.<name>.creating`, fsync it, rename it into place and fsync the folder. A first open cut short
+    at any point leaves no database (only the temporary one, which the next creation removes) or a complete one;
+    one that fails removes the temporary one."""
+    tmp = database.with_name(f".{database.name}.creating")
+    _remove_temporary(tmp)
     create_private_file(tmp)
-    conn = connect(tmp, busy_timeout_ms=busy_timeout_ms)
     try:
-        migrate(conn)
-    finally:
-        conn.close()  # the last connection: its WAL is checkpointed into the file and removed
-    fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, database)
+        conn = connect(tmp, busy_timeout_ms=busy_timeout_ms)
+        try:
+            migrate(conn)
+        finally:
+            conn.close()  # the last connection: its WAL is checkpointed into the file and removed
+        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, database)
+    except BaseException:
+        try:
+            _remove_temporary(tmp)
+        except OSError:
+            pass  # the failure that stopped the creation is the one to report; the next creation removes it
+        raise
     fsync_dir(database.parent)
+
+
+def _remove_temporary(tmp: Path) -> None:
+    for path in (tmp, *(Path(f"{tmp}{suffix}") for suffix in _SIDE_FILES)):
+        if os.path.lexists(path):
+            os.unlink(path)
 
 
 def deleted_error(database: Path) -> DatabaseDeletedError:

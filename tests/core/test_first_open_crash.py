@@ -10,10 +10,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import apsw
 import pytest
 
-from emelex_memory import DatabaseDeletedError, MemoryStore, Settings
+from emelex_memory import DatabaseDeletedError, DiskFullError, MemoryStore, Settings
 from emelex_memory.maintenance.doctor import diagnose
+
+from ..vfs_faults import Fault, FaultyVFS
 
 # Runs `sys.argv[2]` with SQLite's default VFS replaced by one that SIGKILLs the process when SQLite deletes a
 # rollback journal: the journal is complete and the database partly rewritten, as a kill or power loss leaves them.
@@ -89,3 +92,14 @@ def test_an_ordinary_open_rolls_back_a_hot_journal_when_it_is_first(home: Path):
     _killed(home, "legacy-first-open")
     _opens_and_is_healthy(settings)
     assert not Path(f"{settings.database_path}-journal").exists()
+
+
+def test_a_first_open_that_fails_leaves_no_database_and_no_temporary_one(home: Path, faulty_vfs: FaultyVFS):
+    settings = Settings(home=home)
+    faulty_vfs.arm(Fault("xWrite", "db", 3, error=apsw.FullError, times=0))  # the disk fills up mid-migration
+    with pytest.raises(DiskFullError):
+        MemoryStore.open(settings)
+    assert faulty_vfs.fired
+    faulty_vfs.disarm()
+    assert sorted(p.name for p in settings.memory_dir.iterdir()) == [".emelex.sqlite3.lock"]
+    _opens_and_is_healthy(settings)
