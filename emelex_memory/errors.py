@@ -103,6 +103,11 @@ class StoreIOError(FileSystemError):
     `emelex memory doctor`."""
 
 
+class DatabaseCorruptError(FileSystemError):
+    """SQLite found the database file damaged (`SQLITE_CORRUPT`) or not a database at all (`SQLITE_NOTADB`): run
+    `emelex memory doctor` to see what it finds, then restore the store from a backup (`emelex memory restore`)."""
+
+
 class DiskFullError(FileSystemError):
     """The disk (or your quota) holding a file Emelex writes is full: free space there, or set EMELEX_HOME to a
     directory on another disk."""
@@ -528,3 +533,8 @@ class BackupVerificationError(BackupError):
 
 class RestoreTargetError(BackupError):
     """Restore only fills an empty Emelex Home: set EMELEX_HOME (or --home) to a new or empty directory."""
+
+
+class LeftoverTempFileWarning(UserWarning):
+    """A call succeeded, but a temporary file of its own could not be removed afterwards: nothing to redo; asset
+    collection (`emelex memory maintain`) removes the file once it is an hour old and no writer holds it."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -57,6 +58,7 @@ from ..errors import (
     EmelexError,
     InvalidAssetError,
     InvalidInputError,
+    LeftoverTempFileWarning,
 )
 from ..core.io_errors import restated, translating, with_committed
 
@@ -93,6 +95,9 @@ class AssetStore:
         the next put adopts or collection removes after the grace period),
         except `CommitOutcomeUnknownError`: the commit itself failed and the
         entry may or may not be durable; putting the bytes again is safe.
+        Once the entry is committed the put succeeds: if only the removal of
+        the temporary file fails then, it returns the ref and warns with a
+        `LeftoverTempFileWarning` (collection removes the file later).
         """
         check_media_kind(media_kind)
         with open_asset_folder(self._db, create=True, tmp=True) as folder:
@@ -117,8 +122,19 @@ class AssetStore:
                         exc, self._db.path, f"asset {ref.digest} ({ref.media_kind})",
                         "put the same bytes again; put_asset is idempotent",
                     ) from exc.__cause__
-            finally:
+            except BaseException:
+                try:
+                    temp.discard()
+                except EmelexError:
+                    pass  # the error that stopped the put is the one to report; collection removes the file
+                raise
+            try:
                 temp.discard()
+            except EmelexError as exc:  # the asset is stored and catalogued: that is not undone by a stray file
+                warnings.warn(LeftoverTempFileWarning(
+                    f"asset {ref.digest} was stored, but its temporary file could not be removed ({exc}); "
+                    "`emelex memory maintain` removes it once it is an hour old"
+                ), stacklevel=2)
         return ref
 
     @staticmethod
@@ -130,7 +146,8 @@ class AssetStore:
 
     @staticmethod
     def _publish(temp: TempAsset, files: Directory, ref: AssetRef, seen: tuple[int, ...] | None) -> None:
-        """Under the write lock: link the temporary file to its digest name, or re-check the file already there."""
+        """Under the write lock: link the temporary file to its digest name, or re-check the file already there; then
+        fsync the folder, so the entry the commit catalogues names a durable file."""
         for _ in range(2):
             try:
                 temp.tmp.link(temp.name, files, ref.digest)
@@ -140,8 +157,7 @@ class AssetStore:
                     continue  # removed by hand between the two calls: link again
                 if signature(current) != seen:
                     verify_file(files, ref.digest, ref.size)
-                return
-            files.fsync()
+            files.fsync()  # a file adopted from a put cut short may not be durable in the folder yet
             return
         raise AssetMissingError(
             f"asset file {files.path / ref.digest} keeps disappearing while being published; check what removes it"

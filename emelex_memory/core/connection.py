@@ -8,16 +8,19 @@ from pathlib import Path
 import apsw
 
 from ..errors import StoreError
+from .io_errors import CORRUPT_ERRORS, corrupt_error, detail_of
 
 OPEN_FLAGS = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_NOFOLLOW | apsw.SQLITE_OPEN_EXRESCODE
 
 # Pragma name -> value to set and the value SQLite reports back when it took effect.
+# The sync settings come before journal_mode: the switch of a new database to WAL then deletes its rollback
+# journal durably (synchronous=EXTRA fsyncs the folder after the delete).
 PRAGMAS: tuple[tuple[str, str, object], ...] = (
     ("foreign_keys", "ON", 1),
-    ("journal_mode", "WAL", "wal"),
     ("synchronous", "EXTRA", 3),
     ("fullfsync", "ON", 1),
     ("checkpoint_fullfsync", "ON", 1),
+    ("journal_mode", "WAL", "wal"),
     ("temp_store", "MEMORY", 2),
     ("trusted_schema", "OFF", 0),
 )
@@ -94,9 +97,9 @@ def connect(path: Path, *, busy_timeout_ms: int) -> apsw.Connection:
             if got != expected:
                 raise StoreError(f"database {path}: PRAGMA {name} is {got!r}, expected {expected!r}")
         conn.transaction_mode = "IMMEDIATE"
-    except apsw.NotADBError:
+    except CORRUPT_ERRORS as exc:
         conn.close()
-        raise StoreError(f"{path} is not an SQLite database: point Emelex at the right file") from None
+        raise corrupt_error(path, "opening it", detail_of(exc, None)) from None
     except BaseException:
         conn.close()
         raise

@@ -6,10 +6,11 @@ none may be, a name too long, ...). Code that touches files either calls it wher
 it was doing, or is decorated with `translating`, which does the same for every error escaping a function.
 
 SQLite reports them as I/O-class apsw exceptions (`IO_ERRORS`); `sqlite_error` turns one into the matching
-`FileSystemError` subclass. The connection wrappers in `store.py` apply it, so a failed read or write never
-reaches a caller as a bare apsw error. A failure of the COMMIT itself is different: the transaction may already
-be durable (in WAL mode its frames can be in the -wal file, which the next open after a crash recovers), so it
-becomes a `CommitOutcomeUnknownError` (`commit_unknown`) that says how to find out.
+`FileSystemError` subclass (a damaged database: `DatabaseCorruptError`). The connection wrappers in `store.py`
+apply it, so a failed read or write never reaches a caller as a bare apsw error. A failure of the COMMIT itself
+is different: the transaction may already be durable (in WAL mode its frames can be in the -wal file, which the
+next open after a crash recovers), so it becomes a `CommitOutcomeUnknownError` (`commit_unknown`) that says how
+to find out.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import apsw
 
 from ..errors import (
     CommitOutcomeUnknownError,
+    DatabaseCorruptError,
     DiskFullError,
     EmelexError,
     FileAccessDeniedError,
@@ -37,10 +39,12 @@ from ..errors import (
 F = TypeVar("F", bound=Callable[..., Any])
 
 # What SQLite raises when the file system, not the SQL, failed: the disk (IOERR), space (FULL), a file it cannot
-# write (READONLY) or open (CANTOPEN, e.g. the -wal file).
-IO_ERRORS = (apsw.IOError, apsw.FullError, apsw.ReadOnlyError, apsw.CantOpenError)
+# write (READONLY) or open (CANTOPEN, e.g. the -wal file), or one whose content is damaged (CORRUPT, NOTADB).
+CORRUPT_ERRORS = (apsw.CorruptError, apsw.NotADBError)
+IO_ERRORS = (apsw.IOError, apsw.FullError, apsw.ReadOnlyError, apsw.CantOpenError, *CORRUPT_ERRORS)
 
 DOCTOR = "check the disk (`dmesg`), then run `emelex memory doctor`"
+RESTORE = "run `emelex memory doctor`, then restore the store from a backup (`emelex memory restore`)"
 ELSEWHERE = "set EMELEX_HOME to a writable directory"
 
 
@@ -117,6 +121,8 @@ def sqlite_error(exc: apsw.Error, path: os.PathLike[str] | str, doing: str, conn
     """The typed error for an `IO_ERRORS` exception SQLite raised on the database at `path` while `doing`
     ("reading", "writing", ...); `conn`, when given, supplies the operating system's error number."""
     detail = detail_of(exc, conn)
+    if isinstance(exc, CORRUPT_ERRORS):
+        return corrupt_error(path, doing, detail)
     if isinstance(exc, apsw.FullError):
         return DiskFullError(
             f"the disk holding database {path} is full ({detail}); free space there, or set EMELEX_HOME to a "
@@ -135,6 +141,11 @@ def sqlite_error(exc: apsw.Error, path: os.PathLike[str] | str, doing: str, conn
     return StoreIOError(f"I/O error on database {path} while {doing} ({detail}); {DOCTOR}")
 
 
+def corrupt_error(path: os.PathLike[str] | str, doing: str, detail: str) -> DatabaseCorruptError:
+    """The error for the database at `path` found damaged or not a database (`detail`) while `doing`."""
+    return DatabaseCorruptError(f"database {path} is damaged ({detail}, while {doing}); {RESTORE}")
+
+
 def with_committed(exc: EmelexError, committed: str) -> EmelexError:
     """The typed error `exc`, raised after an earlier transaction of the same call committed, saying again with
     `committed` appended what stays done (its attributes, such as a `report`, are kept)."""
@@ -150,6 +161,8 @@ def failure_remedy(exc: apsw.Error) -> str:
         return "free space on the disk holding it (or set EMELEX_HOME to a directory on another disk)"
     if isinstance(exc, apsw.ReadOnlyError):
         return f"make it writable (or {ELSEWHERE})"
+    if isinstance(exc, CORRUPT_ERRORS):
+        return RESTORE
     return DOCTOR
 
 

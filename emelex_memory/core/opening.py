@@ -10,6 +10,9 @@ elsewhere (the standard store keeps `<Home>/.memory-store`, which survives
 (so `rm db .db.lock` leaves it behind). `store_evidence` finds them; the
 removal guard of model snapshots asks the same question through an open
 that does not create. A refused open creates nothing, not even the sidecar.
+A new database is built under a temporary name and renamed into place
+complete (`_create`), so a first open cut short never leaves a half-made
+database under the real name.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 
 import apsw
 
-from .connection import connect
+from .connection import OPEN_FLAGS, connect
 from ..errors import (
     ConfirmationRequiredError,
     DatabaseDeletedError,
@@ -43,7 +46,7 @@ from .private_files import (
     open_private_file,
     write_private_file,
 )
-from .io_errors import file_error, translating
+from .io_errors import corrupt_error, detail_of, file_error, translating
 from .migrations import check_compatible, migrate
 
 _PROCESS_MUTEX = threading.Lock()
@@ -93,16 +96,81 @@ def _check_side_files(database: Path) -> list[Path]:
     return found
 
 
-def _probe(database: Path, busy_timeout_ms: int) -> int:
-    """Check a database through a read-only connection, before any pragma can write to a foreign file."""
+def _probe(database: Path, busy_timeout_ms: int, *, existed: bool) -> int:
+    """Check a database through a read-only connection, before any pragma can write to a foreign file; return its
+    schema version.
+
+    A hot rollback journal beside it (left by a write cut short by a kill or a power loss) is rolled back first, as
+    SQLite's next writer would (`_roll_back_hot_journal`): a read-only connection cannot. A file that is not an
+    SQLite database raises `DatabaseCorruptError` where a store `existed` (it was damaged), else
+    `NotAnEmelexDatabaseError`."""
+    try:
+        try:
+            return _check(database, busy_timeout_ms)
+        except apsw.ReadOnlyError as exc:
+            if exc.extendedresult != apsw.SQLITE_READONLY_ROLLBACK:
+                raise
+        _roll_back_hot_journal(database, busy_timeout_ms)
+        return _check(database, busy_timeout_ms)
+    except apsw.NotADBError as exc:
+        if existed:
+            raise corrupt_error(database, "opening it", detail_of(exc, None)) from None
+        raise NotAnEmelexDatabaseError(f"{database} is not an SQLite database; point Emelex at the right file") from None
+
+
+def _check(database: Path, busy_timeout_ms: int) -> int:
     probe = apsw.Connection(str(database), flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_NOFOLLOW)
     try:
         probe.set_busy_timeout(busy_timeout_ms)
         return check_compatible(probe)
-    except apsw.NotADBError:
-        raise NotAnEmelexDatabaseError(f"{database} is not an SQLite database; point Emelex at the right file") from None
     finally:
         probe.close()
+
+
+def _roll_back_hot_journal(database: Path, busy_timeout_ms: int) -> None:
+    """Let SQLite roll back the hot journal of `database`: a read-write connection's first read does, and nothing
+    else (no pragma) is written. The journal's owner and mode were checked with the other side files."""
+    conn = apsw.Connection(str(database), flags=OPEN_FLAGS)
+    try:
+        conn.set_busy_timeout(busy_timeout_ms)
+        conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()
+    finally:
+        conn.close()
+
+
+def _create(database: Path, busy_timeout_ms: int) -> None:
+    """Create `database` atomically, under the open lock: build and migrate it (WAL mode included) under the
+    temporary name `.<name>.creating`, fsync it, rename it into place and fsync the folder. A first open cut short
+    at any point leaves no database (only the temporary one, which the next creation removes) or a complete one;
+    one that fails removes the temporary one."""
+    tmp = database.with_name(f".{database.name}.creating")
+    _remove_temporary(tmp)
+    create_private_file(tmp)
+    try:
+        conn = connect(tmp, busy_timeout_ms=busy_timeout_ms)
+        try:
+            migrate(conn)
+        finally:
+            conn.close()  # the last connection: its WAL is checkpointed into the file and removed
+        fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, database)
+    except BaseException:
+        try:
+            _remove_temporary(tmp)
+        except OSError:
+            pass  # the failure that stopped the creation is the one to report; the next creation removes it
+        raise
+    fsync_dir(database.parent)
+
+
+def _remove_temporary(tmp: Path) -> None:
+    for path in (tmp, *(Path(f"{tmp}{suffix}") for suffix in _SIDE_FILES)):
+        if os.path.lexists(path):
+            os.unlink(path)
 
 
 def deleted_error(database: Path) -> DatabaseDeletedError:
@@ -166,9 +234,12 @@ def open_database(
     prove that a store existed. A store that existed here but lost its
     database raises `DatabaseDeletedError`; without `create`, a missing
     store raises `NoStoreError` (naming `where`, default `database`). A
-    refused open creates nothing, not even the lock sidecar. A failing disk
-    or file system raises its typed error (`io_errors.translating`), naming
-    the file.
+    refused open creates nothing, not even the lock sidecar. A new database
+    is created atomically (`_create`): it appears under its name complete,
+    in WAL mode and migrated, or not at all. A hot rollback journal beside
+    an existing one is rolled back before it is read (`_probe`). A failing
+    disk or file system raises its typed error (`io_errors.translating`),
+    naming the file; a damaged database raises `DatabaseCorruptError`.
     """
     check_private_dir(database.parent)
     check_private_file(database, what="database")  # refuse before the lock sidecar is created
@@ -189,8 +260,8 @@ def open_database(
                 raise InsecurePathError(
                     f"{side_files[0]} is left over from a database that is gone; move it away before creating one"
                 )
-            create_private_file(database)
-        version = _probe(database, busy_timeout_ms)
+            _create(database, busy_timeout_ms)
+        version = _probe(database, busy_timeout_ms, existed=existed)
         if version == 0 and existed:
             raise DatabaseEmptiedError(
                 f"database {database} was emptied (no schema) although a store existed here; restore a backup"
@@ -233,10 +304,12 @@ def open_as_is(database: Path, *, busy_timeout_ms: int) -> tuple[apsw.Connection
     Unlike `open_database` it takes no lock and creates nothing (no
     sidecar, marker or asset folder), and it migrates nothing: an older
     schema stays as it is. Only SQLite's own -wal/-shm files may appear
-    while the connection is open. Call `locate_database` first. Raises like
-    `open_database` for a foreign or newer database.
+    while the connection is open, and a hot rollback journal left by an
+    interrupted write is rolled back, as SQLite's next writer would. Call
+    `locate_database` first. Raises like `open_database` for a foreign or
+    newer database.
     """
-    version = _probe(database, busy_timeout_ms)
+    version = _probe(database, busy_timeout_ms, existed=store_evidence(database) is not None)
     return connect(database, busy_timeout_ms=busy_timeout_ms), version
 
 

@@ -178,12 +178,17 @@ def write_private_file(path: Path, data: bytes) -> None:
     fd = os.open(path, _CREATE_FLAGS, PRIVATE_FILE_MODE)
     try:
         os.fchmod(fd, PRIVATE_FILE_MODE)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to `fd`, however short each `os.write` is; its `OSError` is raised as it is."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def check_private_file(path: Path, *, what: str = "file") -> os.stat_result | None:

@@ -27,13 +27,15 @@ from ..assets.refs import asset_dir_for
 from ..core.connection import connect
 from ..core.io_errors import translating
 from ..core.opening import STORE_MARKER, open_database
-from ..core.private_files import PRIVATE_DIR_MODE, describe_mode, ensure_private_dir, fsync_dir
+from ..core.private_files import (
+    PRIVATE_DIR_MODE, check_private_dir, describe_mode, ensure_private_dir, fsync_dir, write_all, write_private_file,
+)
 from ..errors import AssetTamperedError, BackupDestinationError, BackupVerificationError, RestoreTargetError
 from ..settings import Settings
 from ..snapshots.installed import MANIFEST_NAME, models_dir
 from .backup_manifest import (
-    ASSETS, CHUNK, DATABASE, MANIFEST, MARKER, MODELS, BackupReport, sha256_file, table_counts, verify_backup,
-    write_manifest,
+    ASSETS, CHUNK, DATABASE, MANIFEST, MARKER, MODELS, BackupReport, read_manifest, sha256_file, table_counts,
+    verify_backup, write_manifest,
 )
 
 __all__ = ["backup_store", "restore_backup", "verify_backup"]
@@ -110,6 +112,30 @@ def _copy_database(store: BackupSource, dest: Path) -> dict[str, int]:
     return counts
 
 
+def _write_durably(path: Path, data: bytes) -> None:
+    """Write `data` to the private file `path` (replacing it), fsync it and then its folder."""
+    if os.path.lexists(path):
+        os.unlink(path)
+    write_private_file(path, data)
+    fsync_dir(path.parent)
+
+
+def _copy_durably(source: Path, target: Path) -> None:
+    """Copy the regular file `source` to a new private file `target`, neither followed through a symlink, and fsync
+    the copy (its folder is the caller's to fsync once every file in it is copied)."""
+    src = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        out = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            while chunk := os.read(src, CHUNK):
+                write_all(out, chunk)
+            os.fsync(out)
+        finally:
+            os.close(out)
+    finally:
+        os.close(src)
+
+
 def _copy_asset(source: Path, target: Path, digest: str, size: int) -> None:
     """Copy one asset, hashing it as it is read: a source file that does not hash to its name is not copied."""
     tmp = target.with_name(target.name + ".partial")
@@ -183,12 +209,7 @@ def backup_store(store: BackupSource, dest: str | os.PathLike[str]) -> BackupRep
     models = {}
     for rel, path in _model_manifests(store.settings.home_dir).items():
         ensure_private_dir((dest / MODELS / rel).parent)
-        fd = _private_file(dest / MODELS / rel)
-        try:
-            os.write(fd, path.read_bytes())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_durably(dest / MODELS / rel, path.read_bytes())
         models[rel] = sha256_file(dest / MODELS / rel)[0]
     digest, size = sha256_file(dest / DATABASE)
     report = BackupReport(dest, digest, size, counts, len(catalog), total, copied, len(models))
@@ -197,13 +218,16 @@ def backup_store(store: BackupSource, dest: str | os.PathLike[str]) -> BackupRep
     return report
 
 
+STAGING = ".restoring"  # in Home: where a restore builds the store before renaming it to memory/
+
+
 def _check_empty_home(settings: Settings) -> None:
     home = settings.home_dir
     if not os.path.lexists(home):
         return
     if not home.is_dir() or home.is_symlink():
         raise RestoreTargetError(f"{home} is not a directory: restore into a new or empty Emelex Home")
-    extra = sorted(p.name for p in home.iterdir() if p.name != "config.toml")
+    extra = sorted(p.name for p in home.iterdir() if p.name not in ("config.toml", STAGING))
     if extra:
         raise RestoreTargetError(f"Emelex Home {home} is not empty ({', '.join(extra[:3])}): restore never "
                                  "replaces a store; set EMELEX_HOME to a new or empty directory")
@@ -213,8 +237,8 @@ def _check_empty_home(settings: Settings) -> None:
 def restore_backup(src: str | os.PathLike[str], settings: Settings) -> BackupReport:
     """Verify the backup at `src`, then restore it into the empty Home of `settings` and return its report.
 
-    The Home must not exist or be empty (a `config.toml` is allowed): `RestoreTargetError` otherwise, as a
-    restore never replaces a store. Model manifests are restored to `<Home>/restored-model-manifests/` for
+    The Home must not exist or be empty (a `config.toml` is allowed, and the staging folder `.restoring` of a
+    restore cut short, which is removed): `RestoreTargetError` otherwise, as a restore never replaces a store. Model manifests are restored to `<Home>/restored-model-manifests/` for
     reference (the model files are not in a backup: install the models again). On failure the Home is left as
     it was, or without a `memory/` store."""
     src = Path(os.path.abspath(src))
@@ -223,24 +247,31 @@ def restore_backup(src: str | os.PathLike[str], settings: Settings) -> BackupRep
     home = settings.home_dir
     created_home = not os.path.lexists(home)
     ensure_private_dir(home)
-    staging = home / ".restoring"
+    staging = home / STAGING
+    if os.path.lexists(staging):  # left by a restore cut short (a kill, a power loss) before it renamed it
+        check_private_dir(staging)
+        shutil.rmtree(staging)
     try:
         ensure_private_dir(staging / ASSETS)
         for name in sorted(os.listdir(src / ASSETS)):
             if not name.endswith(".partial"):
-                shutil.copyfile(src / ASSETS / name, staging / ASSETS / name, follow_symlinks=False)
-                os.chmod(staging / ASSETS / name, 0o600)
-        os.close(_private_file(staging / DATABASE))
-        shutil.copyfile(src / DATABASE, staging / DATABASE, follow_symlinks=False)
+                _copy_durably(src / ASSETS / name, staging / ASSETS / name)
+        fsync_dir(staging / ASSETS)
+        _copy_durably(src / DATABASE, staging / DATABASE)
         verify_staged = sha256_file(staging / DATABASE)[0]
         if verify_staged != report.database_sha256:
             raise BackupVerificationError(f"the database copied from {src} changed while restoring: try again")
-        if os.path.isdir(src / MODELS):
-            shutil.copytree(src / MODELS, staging / MODELS, symlinks=True)
+        for rel in sorted(read_manifest(src)["models"]):  # the verified ones
+            ensure_private_dir((staging / MODELS / rel).parent)
+            _copy_durably(src / MODELS / rel, staging / MODELS / rel)
+            fsync_dir((staging / MODELS / rel).parent)
+        fsync_dir(staging)  # every file and folder the store relies on is durable before it takes the store's name
         os.rename(staging, settings.memory_dir)
+        fsync_dir(home)
         if os.path.isdir(settings.memory_dir / MODELS):
             os.rename(settings.memory_dir / MODELS, home / "restored-model-manifests")
-        fsync_dir(home)
+            fsync_dir(settings.memory_dir)
+            fsync_dir(home)
         open_database(  # as `MemoryStore.open` does: records the store marker; migrates an older backup
             settings.database_path, busy_timeout_ms=settings.busy_timeout_ms, marker=home / STORE_MARKER,
             evidence=(asset_dir_for(settings.database_path),), where=home,

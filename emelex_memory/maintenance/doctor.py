@@ -276,8 +276,10 @@ def diagnose(
     opened as it is (`opening.open_as_is`: no lock sidecar or marker is
     recreated, no folder created, no migration run; an older schema is
     reported, and the checks that read tables are left out until it is
-    migrated). A Home (or path) without a store is one failed "open" check
-    and `no_store`; a deleted database is reported, not recreated. Never
+    migrated; only a hot rollback journal of an interrupted write is
+    rolled back, as SQLite's next writer would). A Home (or path) without
+    a store is one failed "open" check and `no_store`; a deleted database
+    is reported, not recreated. Never
     raises for the problems it finds (unsafe files, a damaged or foreign
     database, ...): each becomes a failed check, and the file checks run
     even when the database cannot be opened (a finding the failed open
