@@ -20,7 +20,7 @@ from emelex_memory.agent import journal
 from emelex_workers.agent import durable
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.tools import registered_tools
-from emelex_workers.plugins import get_plugin_manager
+from emelex_workers.host.manager import get_plugin_manager
 from tests import agent_support
 
 NAMES = ("effect", "peek", "boom")

@@ -218,7 +218,7 @@ def agent_plugin_distribution(root: Path) -> Path:
 
 def add_to(pm: Any) -> None:
     """Register this module on a plugin manager in process, as the plugin "agenttest" of `emelex-agenttest`."""
-    from emelex_workers.plugins import PluginInfo
+    from emelex_workers.host.manager import PluginInfo
 
     module = sys.modules[__name__]
     pm.add_plugin(module, PluginInfo(ENTRY, DIST, VERSION, __name__, False))

@@ -14,7 +14,7 @@ from emelex_memory.agent.recovery import recover_session
 from emelex_memory.errors import AgentPoisonedError, UnknownEffectsError
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.tools import registered_tools
-from emelex_workers.plugins import get_plugin_manager
+from emelex_workers.host.manager import get_plugin_manager
 from tests import agent_support
 from tests.agent_support import ScriptedBinding, answer, calls
 

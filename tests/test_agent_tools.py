@@ -10,7 +10,7 @@ import pytest
 from emelex_memory import MemoryStore, PluginHookError, Settings
 from emelex_workers.agent.tools import RegisteredTool, ToolInvocation, ToolOutput, ToolSpec, registered_tools, run_tool
 from emelex_workers.hookspecs import hookimpl
-from emelex_workers.plugins import PluginInfo, get_plugin_manager
+from emelex_workers.host.manager import PluginInfo, get_plugin_manager
 from emelex_tools import command, files
 from emelex_tools.plugin import tool_specs
 

@@ -47,8 +47,8 @@ def test_an_idle_worker_imports_only_its_own_command(tmp_path: Path) -> None:
     commands = {m for m in loaded if m.startswith("emelex_workers.cli.")}
     assert commands == {"emelex_workers.cli.common", "emelex_workers.cli.memory", "emelex_workers.cli.work",
                         "emelex_workers.cli.work_display"}
-    for unused in ("emelex_workers.plugins", "emelex_workers.models", "emelex_workers.planning",
-                   "emelex_workers.guards", "emelex_llamacpp", "llama_cpp", "rich"):
+    for unused in ("emelex_workers.host.manager", "emelex_workers.models", "emelex_workers.worker.planning",
+                   "emelex_workers.faithfulness.guards", "emelex_llamacpp", "llama_cpp", "rich"):
         assert unused not in loaded, unused
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from emelex_workers.demo import summary_heading
+from emelex_workers.demo.memory import summary_heading
 
 
 def test_a_summary_that_names_no_model_is_described_as_rule_based() -> None:

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from emelex_memory import CompactionPolicy, KnowledgeCandidate, MemoryStore, NewEvent, Settings
-from emelex_workers.guards import guard_candidates
+from emelex_workers.faithfulness.guards import guard_candidates
 from emelex_workers.hookspecs import hookimpl
 from emelex_workers.models import ModelManager
 from emelex_workers.plugin_api import Distiller, Summarizer
-from emelex_workers.plugins import PluginInfo, get_plugin_manager
-from emelex_workers.work import work
+from emelex_workers.host.manager import PluginInfo, get_plugin_manager
+from emelex_workers.worker.work import work
 
 from .support import Clock
 from .plugin_support import activate, fake_model_file, fake_plugin_distribution

@@ -18,7 +18,7 @@ from emelex_workers.cli import app
 from emelex_workers.hookspecs import hookimpl
 from emelex_workers.models import ModelManager
 from emelex_workers.plugin_api import Distiller, Summarizer
-from emelex_workers.plugins import (
+from emelex_workers.host.manager import (
     EmelexPluginManager,
     PluginInfo,
     bind_model,
@@ -283,7 +283,7 @@ def test_the_builtin_binding_does_not_import_llama_cpp(tmp_path: Path) -> None:
         "import sys; from pathlib import Path\n"
         "from emelex_memory import Settings\n"
         "from emelex_workers.models import ModelManager\n"
-        "from emelex_workers.plugins import bind_model, get_plugin_manager\n"
+        "from emelex_workers.host.manager import bind_model, get_plugin_manager\n"
         f"s = Settings(home={str(tmp_path / 'home')!r}, plugins_autoload=False)\n"
         "p = Path(s.home.parent / 'm.gguf'); p.write_bytes(b'GGUF' + bytes(64))\n"
         "m = ModelManager(s).install(p, name='m')\n"
@@ -298,7 +298,7 @@ def test_the_builtin_binding_does_not_import_llama_cpp(tmp_path: Path) -> None:
 def test_the_documented_third_party_plugin_works(tmp_path: Path, monkeypatch, home: Path, workspace: Path) -> None:
     """The example in docs/plugins.md, installed as written, summarizes a real compaction job."""
     from emelex_memory import MemoryStore, NewEvent
-    from emelex_workers.work import work
+    from emelex_workers.worker.work import work
 
     text = DOCS.read_text()
     source = re.search(r"`emelex_firstline.py`.*?```python\n(.*?)```", text, re.S).group(1)

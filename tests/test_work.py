@@ -20,8 +20,8 @@ from emelex_workers.cli import app
 from emelex_workers.hookspecs import hookimpl
 from emelex_workers.models import ModelManager
 from emelex_workers.plugin_api import Summarizer
-from emelex_workers.plugins import PluginInfo, get_plugin_manager
-from emelex_workers.work import Worker, work
+from emelex_workers.host.manager import PluginInfo, get_plugin_manager
+from emelex_workers.worker.work import Worker, work
 
 from .support import table_rows
 from .plugin_support import activate, fake_model_file, fake_plugin_distribution

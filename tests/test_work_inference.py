@@ -14,7 +14,7 @@ from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent, S
 from emelex_llamacpp.plugin import LlamaBinding
 from emelex_workers.models import DEFAULT_MODEL_NAME, ModelManager, default_model_file
 from emelex_workers.plugin_api import GenerationProgress
-from emelex_workers.work import work
+from emelex_workers.worker.work import work
 
 pytest.importorskip("llama_cpp")
 try:

@@ -23,8 +23,8 @@ from emelex_memory.snapshots.installed import snapshot_mutation_lock
 from emelex_workers.cli import app
 from emelex_workers.hookspecs import hookimpl
 from emelex_workers.models import ModelManager
-from emelex_workers.plugins import PluginInfo, get_plugin_manager
-from emelex_workers.work import work
+from emelex_workers.host.manager import PluginInfo, get_plugin_manager
+from emelex_workers.worker.work import work
 
 from .plugin_support import fake_model_file
 from .test_work import env, jobs, seed  # noqa: F401 - the fixture and helpers of the worker tests

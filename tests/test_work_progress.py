@@ -17,8 +17,8 @@ from emelex_memory import JobStateError, MemoryStore, NewEvent, Settings, holder
 from emelex_memory.sessions.holders import holder_label
 from emelex_workers.cli import app
 from emelex_workers.plugin_api import GenerationProgress
-from emelex_workers.work import work
-from emelex_workers.work_report import JobReport, JobStart, WorkObserver, done_detail
+from emelex_workers.worker.work import work
+from emelex_workers.worker.work_report import JobReport, JobStart, WorkObserver, done_detail
 
 from .support import table_rows
 from .test_work import env, jobs, seed  # noqa: F401 - `env` is a fixture

@@ -21,8 +21,8 @@ from emelex_workers.cli import app
 from emelex_workers.cli.work_display import end_line
 from emelex_workers.hookspecs import hookimpl
 from emelex_workers.plugin_api import Summarizer
-from emelex_workers.plugins import PluginInfo, get_plugin_manager
-from emelex_workers.work import work
+from emelex_workers.host.manager import PluginInfo, get_plugin_manager
+from emelex_workers.worker.work import work
 
 from .test_work import env  # noqa: F401 - the fake model and plugin of the worker tests
 from .test_work_planning import fake_tokens, view_tokens

@@ -72,7 +72,7 @@ def test_the_live_bar_appears_only_once_the_model_reports_and_goes_with_its_job(
 
     from emelex_workers.cli.work_display import LiveProgress
     from emelex_workers.plugin_api import GenerationProgress
-    from emelex_workers.work_report import JobReport, JobStart
+    from emelex_workers.worker.work_report import JobReport, JobStart
 
     start = JobStart("j" * 36, "compaction", "s" * 36, 1, 100)
     with LiveProgress(io.StringIO()) as live:

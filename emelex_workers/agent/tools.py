@@ -23,7 +23,7 @@ from typing import Literal
 
 from emelex_memory import AssetRef, EmelexError, MemoryStore, PluginHookError
 from emelex_memory.agent.snapshot import ToolAuthority
-from emelex_workers.plugins import EmelexPluginManager, call_one, hook_order
+from emelex_workers.host.manager import EmelexPluginManager, call_one, hook_order
 
 from .schema import check_schema
 

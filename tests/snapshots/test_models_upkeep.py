@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from emelex_memory import MemoryStore, Settings
-from emelex_workers import models as models_module
+from emelex_workers.models import manager as models_module
 from emelex_workers.cli import app
 from emelex_workers.models import DEFAULT_MODEL_NAME, ModelManager
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from emelex_memory import WaitingJob, WaitingPage
 
 if TYPE_CHECKING:
-    from .plugin_api import GenerationProgress
+    from ..host.types import GenerationProgress
 
 
 MAX_REPORTED_JOBS = 1000

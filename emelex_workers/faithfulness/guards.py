@@ -14,7 +14,7 @@ and drops, counting each under its reason in the job's result:
   proposed (the first one is kept).
 
 Tombstone proposals carry no content and pass unchanged. The checks are
-defined in `faithfulness.py`. A candidate is checked against the source's
+defined in `checks.py`. A candidate is checked against the source's
 conversation events only: a Summary event in the range (a compaction landed
 inside it) is the pipeline's own output, not something the conversation said,
 so it never supports a fact.
@@ -53,9 +53,9 @@ from emelex_memory.knowledge.distillation import MAX_RAW_CANDIDATES
 from emelex_memory.sessions.transcript import SUMMARY_KIND
 from emelex_memory.knowledge.values import validate_content, validate_key
 
-from . import faithfulness as fx
-from .attempts import attempt_text
-from .plugin_api import event_body
+from . import checks as fx
+from ..worker.attempts import attempt_text
+from ..host.types import event_body
 
 REASONS = ("confidence", "invalid", "vacuous", "example", "unsupported", "conflicting")
 

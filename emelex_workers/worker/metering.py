@@ -19,7 +19,7 @@ from typing import Any
 
 from emelex_memory import InstalledModel
 
-from .plugin_api import GenerationProgress, ModelBinding
+from ..host.types import GenerationProgress, ModelBinding
 
 ProgressSink = Callable[[GenerationProgress, "int | None"], None]
 

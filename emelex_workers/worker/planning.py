@@ -19,9 +19,9 @@ from typing import TypeVar
 from emelex_memory import Event, InstalledModel, PluginHookError, Settings
 from emelex_memory.snapshots.installed import revalidate, snapshot_mutation_lock
 
-from .models import ModelManager
-from .plugin_api import ModelBinding, event_text
-from .plugins import bind_model, get_plugin_manager, plugin_call
+from ..models import ModelManager
+from ..host.types import ModelBinding, event_text
+from ..host.manager import bind_model, get_plugin_manager, plugin_call
 
 EVENT_OVERHEAD_TOKENS = 4  # chat-template tokens around each event line, a generous allowance
 

@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # the runner, the plugin and model layers are imported once t
     from emelex_memory import InstalledModel, Job, JobClaim, JobOutcome
 
     from .metering import MeteredBinding
-    from .plugins import EmelexPluginManager, Registered
+    from ..host.manager import EmelexPluginManager, Registered
 
 KINDS = (COMPACTION_KIND, DISTILL_KIND)
 REPORTED_WAITING = 20  # waiting jobs a report lists (it counts them all)
@@ -160,8 +160,8 @@ class Worker:
 
     def prepare(self) -> None:
         """Resolve the plugins, the model, the summarizer and the distiller this run needs (no model load)."""
-        from .models import ModelManager
-        from .plugins import choose, distillers, get_plugin_manager, summarizers
+        from ..models import ModelManager
+        from ..host.manager import choose, distillers, get_plugin_manager, summarizers
 
         if self._pm is None:
             self._pm = get_plugin_manager(self.settings)
@@ -177,7 +177,7 @@ class Worker:
         """Bind the model to the job's Session, then (once per run) through the plugins, and load it."""
         from .metering import MeteredBinding
         from .planning import context_window
-        from .plugins import bind_model
+        from ..host.manager import bind_model
 
         self.prepare()
         bound = self.store.bind_session_model(claim.job.session_id, self._model)
@@ -229,9 +229,9 @@ class Worker:
         from emelex_memory import compaction_handler, distillation_handler
         from emelex_memory.knowledge.distillation import DISTILL_RESERVE_TOKENS, MAX_CANDIDATES
 
-        from .guards import guard_candidates, guard_summary
+        from ..faithfulness.guards import guard_candidates, guard_summary
         from .planning import count_text, event_counter
-        from .plugin_api import DistillRequest, SummaryRequest
+        from ..host.types import DistillRequest, SummaryRequest
 
         binding, plugin = self._binding, self._binding_plugin
         count = event_counter(binding, plugin)
@@ -378,7 +378,7 @@ def _release(claim: JobClaim, reason: str) -> None:
 
 def _plugin_call(registered: Registered, call: Callable[[], Any]) -> Any:
     """Run a plugin's summarizer or distiller through `plugin_call`, naming the component and its plugin."""
-    from .plugins import plugin_call
+    from ..host.manager import plugin_call
 
     kind = type(registered.component).__name__.lower()
     return plugin_call(call, f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed")

@@ -15,10 +15,10 @@ import pluggy
 
 from emelex_memory import InstalledModel, Settings
 
-from .plugin_api import Distiller, ModelBinding, Summarizer
+from .types import Distiller, ModelBinding, Summarizer
 
 if TYPE_CHECKING:
-    from .agent.tools import ToolSpec
+    from ..agent.tools import ToolSpec
 
 PROJECT_NAME = "emelex"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)

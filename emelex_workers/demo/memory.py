@@ -12,13 +12,12 @@ and a resumed turn with an approved tool call.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from emelex_memory import MemoryStore, NewEvent, Settings
 
-from . import demo_chat
-from .cli import app
+from . import chat as demo_chat
+from ..cli import app
 
 DEMO_CONTEXT_TOKENS = 2048  # a small window keeps the demo quick on two cores
 CONVERSATION = [
@@ -101,6 +100,3 @@ def summary_heading(payload: dict) -> str:
     by = f"model {model[:40]}..." if model else "rule-based: no model call"
     return f"The Summary replaces turns 1-4 ({by}):"
 
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

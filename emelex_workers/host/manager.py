@@ -33,7 +33,7 @@ from emelex_memory import (
 from emelex_memory.queue.runner import describe
 
 from . import hookspecs
-from .plugin_api import Distiller, ModelBinding, Summarizer
+from .types import Distiller, ModelBinding, Summarizer
 
 ENTRY_POINT_GROUP = "emelex"
 # (entry-point name, module)
