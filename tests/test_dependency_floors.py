@@ -36,8 +36,8 @@ FLOOR_TESTS = (
     "tests/compaction/test_compaction.py",
     "tests/compaction/test_compaction_policy.py",
     "tests/queue/test_jobs_worker.py",
-    "tests/test_plugins.py",
-    "tests/test_cli_memory.py",
+    "tests/workers/host/test_plugins.py",
+    "tests/workers/cli/test_cli_memory.py",
 )
 _UNREACHABLE = re.compile(
     r"NewConnectionError|Failed to establish a new connection|Name or service not known|Temporary failure in name "

@@ -30,7 +30,7 @@ from emelex_workers.cli import app
 from emelex_workers.models import DEFAULT_MODEL_NAME, ModelManager, default_model_file, name_from_path
 
 from ..support import table_rows
-from ..plugin_support import fake_model_file
+from ..support.plugins import fake_model_file
 
 
 @pytest.fixture
