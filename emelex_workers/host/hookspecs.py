@@ -18,7 +18,7 @@ from emelex_memory import InstalledModel, Settings
 from .types import Distiller, ModelBinding, Summarizer
 
 if TYPE_CHECKING:
-    from ..agent.tools import ToolSpec
+    from .tools import ToolSpec
 
 PROJECT_NAME = "emelex"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
