@@ -160,3 +160,33 @@ def test_the_graph_sees_type_only_and_relative_imports() -> None:
     assert "emelex_workers.host.manager" in GRAPH["emelex_workers.worker.work"]  # inside a function, relative
     assert "emelex_workers.faithfulness" in GRAPH["emelex_llamacpp.prompts"]  # a plugin, through the public API
     assert {"emelex_llamacpp", "emelex_tools"} <= set(TOPS)
+
+
+def _public_names(module: str) -> set[str]:
+    """The public names `module` defines at its top level (functions, classes, assigned names), read from source."""
+    found = set()
+    for node in ast.parse(MODULES[module].read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return {n for n in found if not n.startswith("_")}
+
+
+def test_the_re_exporting_packages_export_every_public_name() -> None:
+    """A name added to a module behind a stable import path is importable from that path too."""
+    import emelex_workers.faithfulness
+    import emelex_workers.hookspecs
+    import emelex_workers.models
+    import emelex_workers.plugin_api
+
+    behind = {
+        emelex_workers.faithfulness: ["emelex_workers.faithfulness.checks"],
+        emelex_workers.models: ["emelex_workers.models.manager"],
+        emelex_workers.plugin_api: ["emelex_workers.host.types", "emelex_workers.host.tools"],
+        emelex_workers.hookspecs: ["emelex_workers.host.hookspecs"],
+    }
+    for package, modules in behind.items():
+        missing = sorted(set().union(*map(_public_names, modules)) - {"__all__"} - set(package.__all__))
+        assert not missing, f"{package.__name__} does not export {missing}"
