@@ -31,7 +31,7 @@ from emelex_workers.agent.durable import build_snapshot  # noqa: E402
 from emelex_workers.agent.session import AgentSession  # noqa: E402
 from emelex_workers.agent.tools import ToolInvocation, registered_tools, run_tool  # noqa: E402
 from emelex_workers.models import ModelManager, default_model_file  # noqa: E402
-from emelex_workers.plugins import bind_model, get_plugin_manager  # noqa: E402
+from emelex_workers.host.manager import bind_model, get_plugin_manager  # noqa: E402
 
 ROUNDS = 3
 CALLS = 30

@@ -39,8 +39,8 @@ from pathlib import Path
 from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent, Settings
 from emelex_workers.faithfulness import SPEAKER_LABEL, sentences
 from emelex_workers.models import ModelManager, default_model_file
-from emelex_workers.planning import default_model_budget
-from emelex_workers.work import Worker
+from emelex_workers.worker.planning import default_model_budget
+from emelex_workers.worker.work import Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import write_section  # noqa: E402

@@ -6,7 +6,7 @@ may be tuned on) becomes a Session in its own workspace of a real store in a
 temporary Emelex Home, with the default model installed. A compaction of the
 whole conversation is queued (planned with the model's tokenizer, as
 `emelex memory compact --force` does, keeping no turn), the Session's clean
-exit queues its distillation, and `emelex_workers.work.Worker` runs every
+exit queues its distillation, and `emelex_workers.worker.work.Worker` runs every
 job, retries included (the store's clock is moved past each retry deadline
 instead of waiting for it). Then, per conversation:
 
@@ -62,9 +62,9 @@ from typing import Any
 from emelex_memory import CompactionPolicy, DefaultModelUnavailableError, MemoryStore, NewEvent, Settings
 from emelex_workers import faithfulness as fx
 from emelex_workers.models import ModelManager, default_model_file
-from emelex_workers.planning import default_model_budget
-from emelex_workers.plugins import choose, distillers, get_plugin_manager, summarizers
-from emelex_workers.work import Worker
+from emelex_workers.worker.planning import default_model_budget
+from emelex_workers.host.manager import choose, distillers, get_plugin_manager, summarizers
+from emelex_workers.worker.work import Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import write_section  # noqa: E402

@@ -22,7 +22,7 @@ from results import Figures
 
 from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent, Settings
 from emelex_workers.models import ModelManager, default_model_file
-from emelex_workers.work import Worker
+from emelex_workers.worker.work import Worker
 
 JOBS = 6  # measured jobs: compaction and distillation alternating
 ABOUT = """\

@@ -70,6 +70,7 @@ _EXPORTS = {  # public name -> the module that defines it, relative to this pack
     "FileAccessDeniedError": ".errors",
     "FileSystemError": ".errors",
     "ForeignKeyViolationError": ".errors",
+    "GGUF_MAGIC": ".snapshots.installed",
     "holder_is_dead": ".sessions.holders",
     "InsecurePathError": ".errors",
     "InstalledModel": ".snapshots.installed",

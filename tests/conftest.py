@@ -1,4 +1,4 @@
-"""Shared fixtures: real database files under tmp_path (the helpers that prove nothing changed are in support.py)."""
+"""Shared fixtures: real database files under tmp_path (the helpers that prove nothing changed are in support/)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from emelex_memory.job_kinds import builtin_kinds
 from emelex_memory.queue.kinds import JobKindRegistry
 
 from .support import Clock
-from .vfs_faults import FaultyVFS, installed
+from .support.vfs_faults import FaultyVFS, installed
 
 
 @pytest.fixture
@@ -37,8 +37,8 @@ def db_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def faulty_vfs() -> FaultyVFS:
-    """A fault-injecting VFS registered as SQLite's default for the test (see tests/vfs_faults.py); list it before
-    any store fixture so the store's connection goes through it."""
+    """A fault-injecting VFS registered as SQLite's default for the test (see tests/support/vfs_faults.py); list it
+    before any store fixture so the store's connection goes through it."""
     with installed() as vfs:
         yield vfs
     assert apsw.vfs_names()[0] == vfs.base  # the platform default is the default again

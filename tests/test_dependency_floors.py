@@ -36,8 +36,8 @@ FLOOR_TESTS = (
     "tests/compaction/test_compaction.py",
     "tests/compaction/test_compaction_policy.py",
     "tests/queue/test_jobs_worker.py",
-    "tests/test_plugins.py",
-    "tests/test_cli_memory.py",
+    "tests/workers/host/test_plugins.py",
+    "tests/workers/cli/test_cli_memory.py",
 )
 _UNREACHABLE = re.compile(
     r"NewConnectionError|Failed to establish a new connection|Name or service not known|Temporary failure in name "
@@ -124,7 +124,7 @@ def _floor_env(tmp_path: Path, pins: dict[str, Version]) -> str:
 def test_the_suite_passes_at_the_dependency_floors(tmp_path: Path) -> None:
     python = _floor_env(tmp_path, _pins())
     _run([python, "-W", "error", "-c",
-          "import emelex_memory, emelex_workers.cli, emelex_workers.plugins, emelex_llamacpp.plugin; "
+          "import emelex_memory, emelex_workers.cli, emelex_workers.host.manager, emelex_llamacpp.plugin; "
           "emelex_memory.Settings(home='/nonexistent/unused')"],
          "importing Emelex with warnings as errors")
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMELEX_")}

@@ -1,22 +1,43 @@
-"""The arrows point down: `core` imports no feature package, no feature package imports `store.py`, and no
-emelex_memory module imports itself back through others. Every import counts, type-only and function-level ones
-included, so the test reads the source (ast) rather than what a run happens to load."""
+"""The arrows point down, in all three packages. emelex_memory: `core` imports no feature package, no feature
+package imports `store.py`, and the core imports nothing of the workers or the plugins. emelex_workers: each
+folder imports only the floors below it (the host nothing, the agent and the worker the host, the CLI everything,
+the demo the CLI). The built-in plugins under plugins/: only the public APIs. And no module anywhere imports
+itself back through others. Every import counts, type-only and function-level ones included, so the test reads
+the source (ast) rather than what a run happens to load."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).parents[1] / "emelex_memory"
+ROOT = Path(__file__).parents[1]
+PLUGINS = ROOT / "plugins"
 FEATURES = ("sessions", "assets", "queue", "compaction", "knowledge", "snapshots", "maintenance", "agent")
+# top-level package -> the directory that holds it: the two packages, and each built-in plugin package
+TOPS = {"emelex_memory": ROOT, "emelex_workers": ROOT} | {
+    d.name: PLUGINS for d in sorted(PLUGINS.iterdir()) if (d / "__init__.py").is_file()}
+# emelex_workers folder -> the other emelex_workers folders (or modules) it may import
+WORKER_FLOORS = {
+    "host": set(),
+    "models": set(),
+    "plugin_api": {"host"},
+    "hookspecs": {"host"},
+    "faithfulness": {"host", "worker.attempts"},  # the guards word an attempt as every user-facing text does
+    "worker": {"host", "models", "faithfulness"},
+    "agent": {"host"},
+    "cli": {"host", "models", "faithfulness", "worker", "agent"},
+    "demo": {"cli"},
+}
+# what a built-in plugin may import of the two packages: their public APIs
+PUBLIC = {"emelex_memory", "emelex_workers.plugin_api", "emelex_workers.hookspecs", "emelex_workers.faithfulness"}
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def _module_name(path: Path, base: Path) -> str:
+    parts = path.relative_to(base).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+MODULES = {_module_name(p, base): p for top, base in TOPS.items() for p in (base / top).rglob("*.py")}
 
 
 def _target(name: str) -> str | None:
@@ -41,7 +62,7 @@ def _imports(module: str) -> set[str]:
             names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
         else:
             continue
-        found |= {t for t in map(_target, (n for n in names if n.startswith("emelex_memory"))) if t and t != module}
+        found |= {t for t in map(_target, (n for n in names if n.split(".")[0] in TOPS)) if t and t != module}
     return found
 
 
@@ -50,7 +71,7 @@ GRAPH = {module: _imports(module) for module in MODULES}
 
 def _feature(module: str) -> str | None:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in FEATURES else None
+    return parts[1] if len(parts) > 1 and parts[0] == "emelex_memory" and parts[1] in FEATURES else None
 
 
 def test_core_imports_no_feature_package() -> None:
@@ -65,8 +86,46 @@ def test_no_feature_package_imports_the_store() -> None:
     assert not wrong, wrong
 
 
+def test_the_core_imports_neither_the_workers_nor_the_plugins() -> None:
+    wrong = sorted(f"{m} -> {t}" for m, ts in GRAPH.items() if m.startswith("emelex_memory") for t in ts
+                   if not t.startswith("emelex_memory"))
+    assert not wrong, wrong
+
+
+def _floor(module: str) -> str | None:
+    """The emelex_workers folder (or top-level module) `module` belongs to; None for emelex_workers itself."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "emelex_workers" and len(parts) > 1 else None
+
+
+def _allowed(source: str, target: str) -> bool:
+    """Whether emelex_workers module `source` may import `target` of emelex_workers (see WORKER_FLOORS)."""
+    floor, inner = _floor(source), target.removeprefix("emelex_workers.")
+    return _floor(target) == floor or any(inner == f or inner.startswith(f"{f}.") for f in WORKER_FLOORS[floor])
+
+
+def test_each_workers_folder_imports_only_the_floors_below_it() -> None:
+    assert set(filter(None, map(_floor, MODULES))) == set(WORKER_FLOORS)  # a new folder gets its row
+    wrong = sorted(f"{m} -> {t}" for m, ts in GRAPH.items() if _floor(m) for t in ts
+                   if t.startswith("emelex_workers") and not _allowed(m, t))
+    assert not wrong, wrong
+    assert not GRAPH["emelex_workers"]  # the package itself is a docstring: importing it loads nothing
+
+
+def test_the_workers_import_no_plugin() -> None:
+    wrong = sorted(f"{m} -> {t}" for m, ts in GRAPH.items() if m.startswith("emelex_workers") for t in ts
+                   if t.split(".")[0] not in ("emelex_memory", "emelex_workers"))
+    assert not wrong, wrong
+
+
+def test_plugins_import_only_the_public_apis() -> None:
+    wrong = sorted(f"{m} -> {t}" for m, ts in GRAPH.items() if TOPS[m.split(".")[0]] == PLUGINS for t in ts
+                   if t.split(".")[0] != m.split(".")[0] and t not in PUBLIC)
+    assert not wrong, wrong
+
+
 def _cycle() -> list[str] | None:
-    """One import cycle among emelex_memory modules, as the modules along it, or None."""
+    """One import cycle among the modules of emelex_memory, emelex_workers and the plugins, or None."""
     state: dict[str, int] = {}
     stack: list[str] = []
 
@@ -97,3 +156,37 @@ def test_the_graph_sees_type_only_and_relative_imports() -> None:
     assert "emelex_memory.core.database" in GRAPH["emelex_memory.sessions.service"]
     assert "emelex_memory.errors" in GRAPH["emelex_memory.core.migrations"]
     assert len(MODULES) > 40
+    assert "emelex_workers.host.tools" in GRAPH["emelex_workers.host.hookspecs"]  # under TYPE_CHECKING
+    assert "emelex_workers.host.manager" in GRAPH["emelex_workers.worker.work"]  # inside a function, relative
+    assert "emelex_workers.faithfulness" in GRAPH["emelex_llamacpp.prompts"]  # a plugin, through the public API
+    assert {"emelex_llamacpp", "emelex_tools"} <= set(TOPS)
+
+
+def _public_names(module: str) -> set[str]:
+    """The public names `module` defines at its top level (functions, classes, assigned names), read from source."""
+    found = set()
+    for node in ast.parse(MODULES[module].read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return {n for n in found if not n.startswith("_")}
+
+
+def test_the_re_exporting_packages_export_every_public_name() -> None:
+    """A name added to a module behind a stable import path is importable from that path too."""
+    import emelex_workers.faithfulness
+    import emelex_workers.hookspecs
+    import emelex_workers.models
+    import emelex_workers.plugin_api
+
+    behind = {
+        emelex_workers.faithfulness: ["emelex_workers.faithfulness.checks"],
+        emelex_workers.models: ["emelex_workers.models.manager"],
+        emelex_workers.plugin_api: ["emelex_workers.host.types", "emelex_workers.host.tools"],
+        emelex_workers.hookspecs: ["emelex_workers.host.hookspecs"],
+    }
+    for package, modules in behind.items():
+        missing = sorted(set().union(*map(_public_names, modules)) - {"__all__"} - set(package.__all__))
+        assert not missing, f"{package.__name__} does not export {missing}"

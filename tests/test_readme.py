@@ -16,8 +16,8 @@ from emelex_memory import Settings
 from emelex_workers.cli import app
 from emelex_workers.models import ModelManager
 
-from .plugin_support import fake_model_file, fake_plugin_distribution
-from .test_work import FAKE_SETTINGS
+from .support.plugins import fake_model_file, fake_plugin_distribution
+from .workers.worker.test_work import FAKE_SETTINGS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

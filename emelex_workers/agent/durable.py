@@ -40,7 +40,7 @@ from emelex_memory.errors import (
 )
 from emelex_memory.sessions.leases import SessionLease
 from emelex_memory.snapshots.installed import InstalledModel
-from emelex_workers.plugin_api import AgentBinding, GenerationInterrupted
+from emelex_workers.host.types import AgentBinding, GenerationInterrupted
 
 from .protocol import PROTOCOL_VERSION, ProposedCall
 from .session import AgentSession

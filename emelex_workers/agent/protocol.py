@@ -19,7 +19,7 @@ from typing import Any
 from emelex_memory import Event
 from emelex_memory.agent.snapshot import SessionSnapshot, ToolAuthority
 from emelex_memory.sessions.transcript import SUMMARY_KIND
-from emelex_workers.plugin_api import event_body
+from emelex_workers.host.types import event_body
 
 from .errors import RoundOutputError
 from .schema import validate

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from emelex_memory import Event
 from emelex_memory.agent.snapshot import SessionSnapshot
-from emelex_workers.plugin_api import AgentBinding
+from emelex_workers.host.types import AgentBinding
 
 from . import protocol
 from .errors import UnknownToolError

@@ -1,7 +1,8 @@
-"""Tools as plugins: the types a tool plugin exchanges with the agent, the registry, and running one call.
+"""Tools as plugins: the registry of the tools plugins offer, and running one call.
 
 A plugin implements the `register_tools(register)` hook and calls
-`register(ToolSpec(...))` once per tool. `registered_tools(pm)` collects
+`register(ToolSpec(...))` once per tool (the types are in
+`emelex_workers.host.tools`). `registered_tools(pm)` collects
 them, checking each spec (name pattern, bounded description, an input schema
 in the subset the grammar converter enforces, an approval policy) and that
 names are unique across plugins. The approval policy is the plugin's
@@ -16,14 +17,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal
 
-from emelex_memory import AssetRef, EmelexError, MemoryStore, PluginHookError
+from emelex_memory import EmelexError, PluginHookError
 from emelex_memory.agent.snapshot import ToolAuthority
-from emelex_workers.plugins import EmelexPluginManager, call_one, hook_order
+from emelex_workers.host.manager import EmelexPluginManager, call_one, hook_order
+from emelex_workers.host.tools import ToolInvocation, ToolOutput, ToolSpec
 
 from .schema import check_schema
 
@@ -33,45 +32,6 @@ MAX_OUTPUT_BYTES = 16 * 1024 * 1024  # the largest max_output_bytes a tool may d
 MAX_ERROR_TEXT = 2048  # bytes of an error output built from an exception
 PREVIEW_BYTES = 1024  # bytes of an oversized output kept in the text that names its asset
 APPROVALS = ("always", "never")
-
-
-@dataclass(frozen=True)
-class ToolInvocation:
-    """One call of a tool: its `call_id` (unique in the Session: an idempotency key), the tool's name, the
-    validated `arguments`, the Session's `workspace` directory (the tool must stay inside it) and the `store`
-    (for `put_asset`; None for an agent without a database)."""
-
-    call_id: str
-    tool: str
-    arguments: dict
-    workspace: Path
-    store: MemoryStore | None = None
-
-
-@dataclass(frozen=True)
-class ToolOutput:
-    """What a call produced: `text` (a string or a JSON object) for the model, whether it is an error, and the
-    assets it refers to."""
-
-    text: str | dict
-    is_error: bool = False
-    assets: tuple[AssetRef, ...] = ()
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """A tool a plugin offers: `name` ([a-z][a-z0-9_]{0,47}, unique across plugins), `description` (at most
-    1024 characters, shown to the model), `input_schema` (a JSON-schema object in the subset of
-    `emelex_workers.agent.schema`), `run` (synchronous; runs on a worker thread), `approval` ("always": the
-    user approves each call; "never": read-only tools) and `max_output_bytes` (larger output becomes an
-    asset)."""
-
-    name: str
-    description: str
-    input_schema: dict
-    run: Callable[[ToolInvocation], ToolOutput]
-    approval: Literal["always", "never"] = "always"
-    max_output_bytes: int = 65_536
 
 
 @dataclass(frozen=True)

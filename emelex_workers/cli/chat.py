@@ -33,7 +33,7 @@ from emelex_workers.agent.errors import UnknownToolError
 from emelex_workers.agent.protocol import ProposedCall, parse_round
 from emelex_workers.agent.tools import RegisteredTool, registered_tools
 from emelex_workers.models import ModelManager
-from emelex_workers.plugins import bind_model, get_plugin_manager
+from emelex_workers.host.manager import bind_model, get_plugin_manager
 
 from .chat_show import call_line, call_text, outcome_lines, showing
 from .common import settings_of

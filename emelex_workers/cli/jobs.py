@@ -20,9 +20,9 @@ from emelex_memory import CompactionPolicy, Job, MemoryStore, TurnTooLargeError
 from emelex_memory.compaction.planning import tokens_text
 from emelex_memory.queue.jobs import STATES
 
-from ..attempts import attempt_text, diagnostic_attempt, job_attempt
-from ..planning import default_model_budget
-from ..work_report import done_detail
+from ..worker.attempts import attempt_text, diagnostic_attempt, job_attempt
+from ..worker.planning import default_model_budget
+from ..worker.work_report import done_detail
 from .common import (
     CursorOpt,
     EmelexTyper,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ..plugins import distillers, get_plugin_manager, hook_order, summarizers
+from ..host.manager import distillers, get_plugin_manager, hook_order, summarizers
 from .common import EmelexTyper, JsonFlag, echo_json, settings_of
 
 plugins_app = EmelexTyper(help="Inspect the plugins Emelex loads.")

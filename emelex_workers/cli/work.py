@@ -31,8 +31,8 @@ import typer
 
 from emelex_memory import COMPACTION_KIND, DISTILL_KIND, MemoryStore, NoStoreError, Settings
 
-from ..work import GracefulStop, Worker
-from ..work_report import WorkObserver, WorkReport
+from ..worker.work import GracefulStop, Worker
+from ..worker.work_report import WorkObserver, WorkReport
 from .common import JsonFlag, echo_json, one_of, settings_of
 from .work_display import LiveProgress, PlainLines, threads_line, waiting_line
 

@@ -21,12 +21,12 @@ import typer
 
 from emelex_memory import Settings, WaitingJob
 
-from ..attempts import attempt_text
-from ..work_report import JobReport, JobStart, WorkObserver
+from ..worker.attempts import attempt_text
+from ..worker.work_report import JobReport, JobStart, WorkObserver
 from .common import when
 
 if TYPE_CHECKING:
-    from ..plugin_api import GenerationProgress
+    from ..host.types import GenerationProgress
 
 REFRESH_S = 0.1  # redraw at most this often (the first report of every model call is always drawn)
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from emelex_memory import InstalledModel, KnowledgeCandidate, Settings
-from emelex_memory.snapshots.installed import GGUF_MAGIC
+from emelex_memory import GGUF_MAGIC, InstalledModel, KnowledgeCandidate, Settings
 from emelex_workers.hookspecs import hookimpl
 from emelex_workers.plugin_api import Distiller, DistillRequest, Summarizer, SummaryRequest
 

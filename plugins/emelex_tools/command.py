@@ -15,7 +15,7 @@ import signal
 import subprocess
 import threading
 
-from emelex_workers.agent.tools import ToolInvocation, ToolOutput
+from emelex_workers.plugin_api import ToolInvocation, ToolOutput
 
 TIMEOUT_S = 60
 OUTPUT_CAP = 256 * 1024

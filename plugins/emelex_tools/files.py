@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
-from emelex_workers.agent.tools import ToolInvocation, ToolOutput
+from emelex_workers.plugin_api import ToolInvocation, ToolOutput
 
 from .paths import WorkspacePathError, open_regular, parts_of, split, workspace_dir
 

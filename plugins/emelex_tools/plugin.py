@@ -3,7 +3,7 @@ call approved by the user). File tools are confined to the Session's workspace; 
 
 from __future__ import annotations
 
-from emelex_workers.agent.tools import ToolSpec
+from emelex_workers.plugin_api import ToolSpec
 from emelex_workers.hookspecs import hookimpl
 
 from .command import TIMEOUT_S, run_command

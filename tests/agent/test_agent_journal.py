@@ -16,7 +16,7 @@ from emelex_memory.errors import (
     UnknownEffectsError,
     WorkspaceReplacedError,
 )
-from ..agent_engine_support import leased_session
+from ..support.agent_engine import leased_session
 from ..support import table_rows
 
 

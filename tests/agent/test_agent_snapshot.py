@@ -16,7 +16,7 @@ from emelex_memory.errors import (
     SnapshotMissingError,
 )
 from emelex_memory.sessions.transcript import NewEvent
-from ..agent_engine_support import SCHEMA, authority, leased_session, snapshot
+from ..support.agent_engine import SCHEMA, authority, leased_session, snapshot
 from ..support import table_rows
 
 

@@ -24,7 +24,7 @@ from emelex_memory import EmelexError, MemoryStore, NewEvent, Settings, StoreIOE
 from emelex_memory.maintenance.retention import DAY_S
 
 from ..support import call_path, table_rows
-from ..vfs_faults import Fault, FaultyVFS, installed
+from ..support.vfs_faults import Fault, FaultyVFS, installed
 
 METHOD = {"sync": "xSync", "write": "xWrite"}
 

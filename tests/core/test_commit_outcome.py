@@ -35,7 +35,7 @@ from emelex_memory.job_kinds import builtin_kinds
 
 from ..support import Clock, kinds_fixture, table_rows
 from ..compaction.test_compaction import WINDOW, add_turns, summarize, tokens
-from ..vfs_faults import Fault, FaultyVFS
+from ..support.vfs_faults import Fault, FaultyVFS
 
 KINDS = builtin_kinds()
 KINDS.register("outcome")
@@ -127,7 +127,7 @@ _CHILD = textwrap.dedent("""
     import json, os, sys
     sys.path.insert(0, sys.argv[1])
     from emelex_memory import CommitOutcomeUnknownError, MemoryStore, NewEvent, Settings
-    from tests.vfs_faults import Fault, installed
+    from tests.support.vfs_faults import Fault, installed
 
     db, home, session_id, workspace = sys.argv[2:6]
     with installed() as vfs:

@@ -20,7 +20,7 @@ from emelex_memory.snapshots.installed import LOCK_NAME, models_root, snapshot_m
 from emelex_workers.models import ModelManager
 
 from ..support import call_path
-from ..plugin_support import fake_model_file
+from ..support.plugins import fake_model_file
 
 
 class Recorder:

@@ -34,9 +34,9 @@ from emelex_workers.cli import app
 from emelex_workers.models import ModelManager
 
 from ..support import call_path, file_state, table_rows
-from ..plugin_support import fake_model_file
-from ..test_models_cli_errors import tree
-from ..vfs_faults import Fault, FaultyVFS
+from ..support.plugins import fake_model_file
+from ..workers.cli.test_models_cli_errors import tree
+from ..support.vfs_faults import Fault, FaultyVFS
 
 Inject = Callable[..., None]
 

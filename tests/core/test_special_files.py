@@ -20,8 +20,8 @@ from emelex_memory.core.opening import sidecar_path
 from emelex_workers.models import ModelManager
 
 from ..support import file_state
-from ..plugin_support import fake_model_file, fake_plugin_distribution
-from ..test_work import FAKE_SETTINGS, jobs, seed
+from ..support.plugins import fake_model_file, fake_plugin_distribution
+from ..workers.worker.test_work import FAKE_SETTINGS, jobs, seed
 
 HANG_BOUND_S = 120
 

@@ -14,9 +14,9 @@ from emelex_memory import InsecurePathError, MemoryStore, NewEvent, Settings, St
 from emelex_workers.cli import app
 from emelex_workers.models import ModelManager
 
-from ..plugin_support import fake_model_file
-from ..test_models_cli_errors import tree
-from ..test_work import env, jobs, seed  # noqa: F401 - the fixture and helpers of the worker tests
+from ..support.plugins import fake_model_file
+from ..workers.cli.test_models_cli_errors import tree
+from ..workers.worker.test_work import env, jobs, seed  # noqa: F401 - the fixture and helpers of the worker tests
 
 
 def _swap_for_symlink(path: Path, elsewhere: Path) -> None:

@@ -17,7 +17,7 @@ from emelex_memory.maintenance.retention import DAY_S, STEPS
 from emelex_workers.cli import app
 
 from ..support import Clock, table_rows
-from ..vfs_faults import Fault, installed
+from ..support.vfs_faults import Fault, installed
 
 
 @pytest.fixture

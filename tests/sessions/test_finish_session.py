@@ -10,7 +10,7 @@ import pytest
 from emelex_memory import CommitOutcomeUnknownError, EmelexError, LeaseLostError, MemoryStore, NewEvent
 
 from ..support import table_rows
-from ..vfs_faults import Fault, installed
+from ..support.vfs_faults import Fault, installed
 
 METHOD = {"sync": "xSync", "write": "xWrite"}
 

@@ -28,7 +28,7 @@ from emelex_memory import (
 from emelex_memory.job_kinds import builtin_kinds
 
 from ..support import Clock, kinds_fixture, table_rows
-from ..vfs_faults import Fault, FaultyVFS
+from ..support.vfs_faults import Fault, FaultyVFS
 
 KINDS = builtin_kinds()
 KINDS.register("exiting")

@@ -22,7 +22,7 @@ from emelex_memory import (
 from emelex_memory.knowledge.distillation import KnowledgeCandidate
 
 from ..support import table_rows
-from ..workspace_support import rebind_hint, replace_directory, replace_reusing_inode, turn, with_history
+from ..support.workspace import rebind_hint, replace_directory, replace_reusing_inode, turn, with_history
 
 
 # -- identity ---------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from emelex_memory import (
 )
 
 from ..support import table_rows
-from ..workspace_support import replace_directory, turn, with_history
+from ..support.workspace import replace_directory, turn, with_history
 
 
 # -- rebind -----------------------------------------------------------------------------------------------

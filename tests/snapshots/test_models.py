@@ -25,12 +25,12 @@ from emelex_memory import (
     Settings,
 )
 from emelex_memory.snapshots.installed import LOCK_NAME, MANIFEST_NAME, STAMP_NAME
-from emelex_workers import models as models_module
+from emelex_workers.models import manager as models_module
 from emelex_workers.cli import app
 from emelex_workers.models import DEFAULT_MODEL_NAME, ModelManager, default_model_file, name_from_path
 
 from ..support import table_rows
-from ..plugin_support import fake_model_file
+from ..support.plugins import fake_model_file
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from emelex_memory import MemoryStore, ModelInUseError, ModelNotInstalledError, 
 from emelex_memory.snapshots.installed import snapshot_mutation_lock
 from emelex_workers.models import ModelManager
 
-from ..plugin_support import fake_model_file
+from ..support.plugins import fake_model_file
 
 CTX = multiprocessing.get_context("spawn")
 

@@ -11,12 +11,12 @@ import pytest
 from typer.testing import CliRunner
 
 from emelex_memory import MemoryStore, Settings
-from emelex_workers import models as models_module
+from emelex_workers.models import manager as models_module
 from emelex_workers.cli import app
 from emelex_workers.models import DEFAULT_MODEL_NAME, ModelManager
 
-from ..plugin_support import FAKE_MODEL_BYTES, fake_model_file
-from ..test_models_cli_errors import tree
+from ..support.plugins import FAKE_MODEL_BYTES, fake_model_file
+from ..workers.cli.test_models_cli_errors import tree
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,39 @@
+"""What faithful output means and the guards that enforce it: the plain text checks (`checks`: support, vacuity,
+worked-example matches, Summary cleaning), which plugins may use too, and the guards the worker applies to every
+summarizer's and distiller's output (`guards`).
+
+`checks` imports nothing of emelex_workers; `guards` imports emelex_memory, the host's types and the attempts'
+wording (`worker.attempts`). The names below are the checks' public API.
+"""
+
+from .checks import (
+    EXAMPLE_JACCARD,
+    MIN_CONTENT_WORDS,
+    NEGATIONS,
+    SPEAKER_LABEL,
+    STOP_WORDS,
+    SummaryCheck,
+    check_summary,
+    content_words,
+    corroboration,
+    is_invented,
+    key_names,
+    looping,
+    matches_example,
+    negated,
+    normalize,
+    quoted,
+    sentences,
+    stem,
+    support,
+    supported,
+    terminated,
+    vacuous,
+    words,
+)
+
+__all__ = [
+    "EXAMPLE_JACCARD", "MIN_CONTENT_WORDS", "NEGATIONS", "SPEAKER_LABEL", "STOP_WORDS", "SummaryCheck",
+    "check_summary", "content_words", "corroboration", "is_invented", "key_names", "looping", "matches_example",
+    "negated", "normalize", "quoted", "sentences", "stem", "support", "supported", "terminated", "vacuous", "words",
+]

@@ -1,0 +1,147 @@
+"""The worker's faithfulness guards around every summarizer and distiller, whichever plugin provides them.
+
+`guard_candidates` checks a distiller's proposals against the job's source
+and drops, counting each under its reason in the job's result:
+
+- `rejected_confidence`: a confidence that is not a number in [0, 1];
+- `rejected_invalid`: a key or content Knowledge would refuse (empty, too
+  long, control characters);
+- `rejected_vacuous`: content with fewer than two content words;
+- `rejected_example`: content matching a worked example the plugin declares
+  and not quoted from the source;
+- `rejected_unsupported`: content the source does not support;
+- `rejected_conflicting`: a second, different proposal for a key already
+  proposed (the first one is kept).
+
+Tombstone proposals carry no content and pass unchanged. The checks are
+defined in `checks.py`. A candidate is checked against the source's
+conversation events only: a Summary event in the range (a compaction landed
+inside it) is the pipeline's own output, not something the conversation said,
+so it never supports a fact.
+
+`guard_summary` cleans a Summary with `faithfulness.check_summary` (repeated
+and looping sentences, worked-example echoes and names absent from the
+source are cut, an unterminated tail is trimmed). A degenerate Summary is a
+`DegenerateOutputError`, a counted, retryable failure whose diagnostic
+carries a digest of the output; when a later attempt returns output with a
+digest an earlier diagnostic names, it is a `RepeatedOutputError`,
+terminal: retrying a summarizer that does not vary its output cannot help.
+A summarizer that made no model call on the attempt (rule-based, such as the
+built-in extractive mode) computes the same output again, so its degenerate
+Summary is a `DeterministicOutputError` at once, terminal, naming the setting
+that lets a model write it instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Sequence
+from itertools import islice
+
+from emelex_memory import (
+    DegenerateOutputError,
+    DeterministicOutputError,
+    DistillationResult,
+    Event,
+    InvalidKnowledgeError,
+    Job,
+    KnowledgeCandidate,
+    RepeatedOutputError,
+)
+from emelex_memory.knowledge.distillation import MAX_RAW_CANDIDATES
+from emelex_memory.sessions.transcript import SUMMARY_KIND
+from emelex_memory.knowledge.values import validate_content, validate_key
+
+from . import checks as fx
+from ..worker.attempts import attempt_text
+from ..host.types import event_body
+
+REASONS = ("confidence", "invalid", "vacuous", "example", "unsupported", "conflicting")
+
+
+def source_texts(events: Iterable[Event]) -> list[str]:
+    """The texts the Summary guard checks against: each event's `event_body` (a base Summary included)."""
+    return [event_body(e) for e in events]
+
+
+def fact_sources(events: Iterable[Event]) -> list[str]:
+    """The texts Knowledge candidates are checked against: the `event_body` of each event that is not a Summary."""
+    return [event_body(e) for e in events if e.kind != SUMMARY_KIND]
+
+
+def _reason(c: KnowledgeCandidate, sources: Sequence[str], examples: Sequence[str]) -> str | None:
+    conf = c.confidence
+    if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not math.isfinite(conf) or not 0 <= conf <= 1:
+        return "confidence"
+    try:
+        validate_key(c.key)
+        if not c.tombstone:
+            validate_content(c.content)
+    except InvalidKnowledgeError:
+        return "invalid"
+    if c.tombstone:
+        return None
+    if fx.vacuous(c.content):
+        return "vacuous"
+    if fx.matches_example(c.content, examples, sources):
+        return "example"
+    if not fx.supported(c.content, sources):
+        return "unsupported"
+    return None
+
+
+def guard_candidates(proposals: object, *, events: Iterable[Event], examples: Sequence[str] = ()) -> object:
+    """A `DistillationResult` of the faithful `KnowledgeCandidate`s among `proposals`, with the counts of the
+    dropped ones by reason (see the module docstring).
+
+    Anything that is not an iterable of `KnowledgeCandidate`s (or more than
+    the 512 proposals a job may read) is returned as it is, for
+    `validate_candidates` to refuse with its typed error.
+    """
+    if isinstance(proposals, (str, bytes)) or not isinstance(proposals, Iterable):
+        return proposals
+    raw = list(islice(proposals, MAX_RAW_CANDIDATES + 1))
+    if len(raw) > MAX_RAW_CANDIDATES or not all(isinstance(c, KnowledgeCandidate) for c in raw):
+        return raw
+    sources = fact_sources(events)
+    counts = dict.fromkeys(REASONS, 0)
+    kept: dict[str, KnowledgeCandidate] = {}
+    for c in raw:
+        reason = _reason(c, sources, examples)
+        if reason is None and kept.setdefault(c.key, c) != c:
+            reason = "conflicting"
+        if reason is not None:
+            counts[reason] += 1
+    return DistillationResult(tuple(kept.values()), {f"rejected_{r}": n for r, n in counts.items()})
+
+
+def output_digest(text: str) -> str:
+    """The first 12 hex digits of the SHA-256 of `text`: how diagnostics name a rejected output."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def guard_summary(text: str, *, job: Job, events: Iterable[Event], examples: Sequence[str] = (),
+                  model_called: bool = True) -> str:
+    """The cleaned Summary `text` for `job`, or `DegenerateOutputError` / `RepeatedOutputError` when the summarizer
+    called the model (`model_called`), `DeterministicOutputError` when it did not (see the module docstring)."""
+    check = fx.check_summary(text, sources=source_texts(events), examples=examples)
+    if check.problem is None:
+        return check.text
+    digest = output_digest(text)
+    marker = f"output {digest}"
+    if not model_called:
+        raise DeterministicOutputError(
+            f"degenerate Summary ({marker}): {check.problem}; the summarizer made no model call, so a retry would "
+            "compute the same output and none is made: set EMELEX_SUMMARY_MODE=abstractive (summary_mode) to let "
+            f"the model write it, or choose another summarizer (EMELEX_SUMMARIZER), then `emelex memory jobs retry "
+            f"{job.id}`"
+        )
+    if any(marker in d.message for d in job.diagnostics):
+        raise RepeatedOutputError(
+            f"{attempt_text(job.attempts + 1)} returned the same degenerate Summary ({marker}) as an earlier attempt: "
+            f"{check.problem}; the summarizer does not vary its output on retry, so use a larger model "
+            "(emelex models install PATH) or another summarizer, then retry the job"
+        )
+    raise DegenerateOutputError(f"degenerate Summary ({marker}): {check.problem}; a retry asks the summarizer to vary "
+                                "its sampling")

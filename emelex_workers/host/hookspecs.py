@@ -1,0 +1,65 @@
+"""Hook specifications of the "emelex" plugin project (pluggy).
+
+Plugins implement these with `@hookimpl` and are found through the `emelex`
+entry-point group; the built-in llama.cpp plugin registers on the same hooks.
+Every hook is keyword-called: an implementation may accept any subset of the
+arguments, by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pluggy
+
+from emelex_memory import InstalledModel, Settings
+
+from .types import Distiller, ModelBinding, Summarizer
+
+if TYPE_CHECKING:
+    from .tools import ToolSpec
+
+PROJECT_NAME = "emelex"
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def register_summarizers(register: Callable[[Summarizer], None]) -> None:
+    """Add summarizers: call `register(Summarizer(name, summarize))` once for each. Return nothing.
+
+    Summarizer names are unique across all plugins; registering a name twice
+    is a `PluginHookError` naming both plugins. The worker uses the one named
+    by the `summarizer` setting.
+    """
+
+
+@hookspec
+def register_distillers(register: Callable[[Distiller], None]) -> None:
+    """Add distillers: call `register(Distiller(name, distill))` once for each. Return nothing.
+
+    Names are unique across plugins, as for summarizers. The worker uses the
+    one named by the `distiller` setting.
+    """
+
+
+@hookspec
+def register_tools(register: Callable[[ToolSpec], None]) -> None:
+    """Add agent tools: call `register(ToolSpec(...))` once for each. Return nothing.
+
+    Tool names match [a-z][a-z0-9_]{0,47} and are unique across all plugins;
+    an invalid spec or a name registered twice is a `PluginHookError` naming
+    the plugin (both plugins for a clash). See `emelex_workers.agent.tools`.
+    """
+
+
+@hookspec(firstresult=True)
+def model_binding(model: InstalledModel, settings: Settings) -> ModelBinding | None:
+    """Return a `ModelBinding` that runs `model`, or None to pass. The first non-None result wins.
+
+    Called once per worker run, after Emelex validated the snapshot. Return
+    quickly: load the weights lazily, on the binding's first use. The
+    built-in llama.cpp plugin answers for any GGUF file; mark an
+    implementation `@hookimpl(tryfirst=True)` to answer before it.
+    """

@@ -1,0 +1,56 @@
+"""The types a tool plugin exchanges with the agent: the `ToolSpec` it registers through the `register_tools` hook,
+the `ToolInvocation` its `run` receives and the `ToolOutput` it returns.
+
+The agent checks and runs the specs (`emelex_workers.agent.tools`); a plugin imports these types from
+`emelex_workers.plugin_api`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from emelex_memory import AssetRef, MemoryStore
+
+__all__ = ["ToolInvocation", "ToolOutput", "ToolSpec"]
+
+
+@dataclass(frozen=True)
+class ToolInvocation:
+    """One call of a tool: its `call_id` (unique in the Session: an idempotency key), the tool's name, the
+    validated `arguments`, the Session's `workspace` directory (the tool must stay inside it) and the `store`
+    (for `put_asset`; None for an agent without a database)."""
+
+    call_id: str
+    tool: str
+    arguments: dict
+    workspace: Path
+    store: MemoryStore | None = None
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """What a call produced: `text` (a string or a JSON object) for the model, whether it is an error, and the
+    assets it refers to."""
+
+    text: str | dict
+    is_error: bool = False
+    assets: tuple[AssetRef, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool a plugin offers: `name` ([a-z][a-z0-9_]{0,47}, unique across plugins), `description` (at most
+    1024 characters, shown to the model), `input_schema` (a JSON-schema object in the subset of
+    `emelex_workers.agent.schema`), `run` (synchronous; runs on a worker thread), `approval` ("always": the
+    user approves each call; "never": read-only tools) and `max_output_bytes` (larger output becomes an
+    asset)."""
+
+    name: str
+    description: str
+    input_schema: dict
+    run: Callable[[ToolInvocation], ToolOutput]
+    approval: Literal["always", "never"] = "always"
+    max_output_bytes: int = 65_536

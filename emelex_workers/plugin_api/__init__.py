@@ -1,0 +1,10 @@
+"""The stable plugin API: what a plugin imports, here under an import path that stays when the host's modules
+move (docs/plugins.md). Re-exports the types plugins exchange (`emelex_workers.host.types`) and the tool types
+(`emelex_workers.host.tools`).
+"""
+
+from emelex_workers.host import types as _types
+from emelex_workers.host.tools import ToolInvocation, ToolOutput, ToolSpec
+from emelex_workers.host.types import *  # noqa: F403 - the host's public types, as its __all__ lists them
+
+__all__ = [*_types.__all__, "ToolInvocation", "ToolOutput", "ToolSpec"]

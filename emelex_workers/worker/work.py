@@ -1,0 +1,404 @@
+"""The worker behind `emelex memory work`: a thin loop over the library's `run_one_job` that runs plugins.
+
+One run: rescue expired claims; if anything is pending, resolve the installed
+model, the summarizer and the distiller (configuration errors stop here,
+before any claim); then claim due jobs one at a time (Sessions with a live
+lease are skipped by the claim itself), bind the model to the job's Session
+(snapshot lock held through that commit), run the plugin, and record the
+outcome with the queue's retry rules. It stops when the queue has no due job,
+after `max_jobs` jobs, once `max_seconds` have passed, or on a stop request
+(SIGINT/SIGTERM through `GracefulStop`): the job in hand is released to
+pending without consuming an attempt, or finishes if it was already
+committing. The model is bound through the plugins once per run and loaded
+lazily, on the first job that needs it. A model or plugin problem met while
+binding or loading it (`ModelError`, `PluginError`: a tampered or removed
+model, a lock timeout, a failed binding or load) is not the job's fault: the
+job is released without consuming an attempt and the run stops by raising
+that error. Several workers may run at once.
+
+What it shows: an observer (`WorkObserver`) hears when a job starts (kind,
+job, Session, source size in tokens), how the model's generation progresses
+(through the binding's `on_token`, see `metering.py`) and how the job ended.
+Each attempt's cost (prompt and generated tokens, model calls, seconds) is
+recorded with the job: in its result when it completes, in the diagnostic
+of a failed or released attempt. At the end, the report lists the jobs left
+waiting and why (`MemoryStore.waiting_jobs`).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+from emelex_memory import (
+    COMPACTION_KIND,
+    DISTILL_KIND,
+    EmelexError,
+    InvalidInputError,
+    MemoryStore,
+    ModelError,
+    PluginError,
+    PluginHookError,
+    Settings,
+    WorkerLeaseLostError,
+)
+
+from .work_report import JobReport, JobStart, WorkObserver, WorkReport, done_detail
+
+if TYPE_CHECKING:  # the runner, the plugin and model layers are imported once there is work (an idle run loads none)
+    from emelex_memory import InstalledModel, Job, JobClaim, JobOutcome
+
+    from .metering import MeteredBinding
+    from ..host.manager import EmelexPluginManager, Registered
+
+KINDS = (COMPACTION_KIND, DISTILL_KIND)
+REPORTED_WAITING = 20  # waiting jobs a report lists (it counts them all)
+BYTES_PER_TOKEN = 4  # the estimate for a source whose tokens were not counted when it was queued
+
+
+class WorkerStopped(BaseException):  # noqa: N818 - like KeyboardInterrupt, it is not an error
+    """Raised inside a running job when a stop was requested: the job is released, then the run ends."""
+
+    def __init__(self, signal_name: str) -> None:
+        """A stop requested by `signal_name` (e.g. "SIGTERM", or "stop" for `GracefulStop.request()`)."""
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+class ModelUnavailable(BaseException):  # noqa: N818 - a control-flow signal carrying the real error
+    """Raised inside a running job when binding or loading the model failed with `error` (a `ModelError` or
+    `PluginError`): the job is released without consuming an attempt, then the run stops by raising `error`."""
+
+    def __init__(self, error: EmelexError) -> None:
+        """Carry `error`, the model or plugin problem that stops the run."""
+        super().__init__(str(error))
+        self.error = error
+
+
+class GracefulStop:
+    """A stop request (SIGINT/SIGTERM, or `request`). Outside a job it only marks the run to end before the next
+    claim; inside `interruptible()` it raises `WorkerStopped`, so the job in hand is released."""
+
+    def __init__(self) -> None:
+        """No stop requested yet."""
+        self.requested: str | None = None
+        self._interruptible = False
+
+    def request(self, name: str = "stop") -> None:
+        """Ask the run to stop; raise `WorkerStopped` when called inside `interruptible()` on its thread."""
+        self.requested = self.requested or name
+        if self._interruptible:
+            self._interruptible = False  # a second request while releasing must not interrupt the release
+            raise WorkerStopped(name)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.request(signal.Signals(signum).name)
+
+    @contextmanager
+    def installed(self) -> Iterator[GracefulStop]:
+        """Handle SIGINT and SIGTERM with `request` while inside the block (main thread only), then restore."""
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield self
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """Within the block a stop request raises `WorkerStopped`; one already made raises at once."""
+        if self.requested:
+            raise WorkerStopped(self.requested)
+        self._interruptible = True
+        try:
+            yield
+        finally:
+            self._interruptible = False
+
+
+class Worker:
+    """Runs due jobs of `kinds` (default: compaction and distillation) from `store` through plugins.
+
+    `pm` defaults to `get_plugin_manager(settings)` and `model` to the
+    installed `default_model`, both resolved only when there is work.
+    `observer` (a `WorkObserver`) hears each job start, progress and end;
+    `on_job(report)` is also called after each job.
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        settings: Settings,
+        *,
+        kinds: tuple[str, ...] = KINDS,
+        pm: EmelexPluginManager | None = None,
+        model: InstalledModel | None = None,
+        stop: GracefulStop | None = None,
+        observer: WorkObserver | None = None,
+        on_job: Callable[[JobReport], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Prepare a run; nothing is loaded yet."""
+        unknown = [k for k in kinds if k not in KINDS]
+        if unknown or not kinds:
+            raise InvalidInputError(f"the worker runs {', '.join(KINDS)} jobs, not {', '.join(unknown) or 'none'}")
+        self.store, self.settings, self.kinds = store, settings, tuple(kinds)
+        self.stop = stop or GracefulStop()
+        self._pm, self._model, self._on_job, self._clock = pm, model, on_job, clock
+        self._observer = observer
+        self._binding: MeteredBinding | None = None
+        self._binding_plugin = ""
+        self._window = 0
+        self._summarizer: Registered | None = None
+        self._distiller: Registered | None = None
+
+    # -- set-up, only when there is work -------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Resolve the plugins, the model, the summarizer and the distiller this run needs (no model load)."""
+        from ..models import ModelManager
+        from ..host.manager import choose, distillers, get_plugin_manager, summarizers
+
+        if self._pm is None:
+            self._pm = get_plugin_manager(self.settings)
+        if self._model is None:
+            with ModelManager(self.settings) as manager:
+                self._model = manager.default()
+        if COMPACTION_KIND in self.kinds and self._summarizer is None:
+            self._summarizer = choose(summarizers(self._pm), self.settings.summarizer, "summarizer")
+        if DISTILL_KIND in self.kinds and self._distiller is None:
+            self._distiller = choose(distillers(self._pm), self.settings.distiller, "distiller")
+
+    def _bound(self, claim: JobClaim) -> InstalledModel:
+        """Bind the model to the job's Session, then (once per run) through the plugins, and load it."""
+        from .metering import MeteredBinding
+        from .planning import context_window
+        from ..host.manager import bind_model
+
+        self.prepare()
+        bound = self.store.bind_session_model(claim.job.session_id, self._model)
+        if self._binding is None:
+            self._binding_plugin, binding = bind_model(self._pm, bound.model, self.settings)
+            self._binding = MeteredBinding(binding)
+            self._window = 0
+        if not self._window:
+            self._window = context_window(self._binding, self._binding_plugin, self.settings)
+        return bound.model
+
+    def close(self) -> None:
+        """Free the model binding, if one was made; a binding that fails to close is a `PluginHookError` naming its
+        plugin."""
+        if self._binding is not None:
+            from .planning import binding_call
+
+            try:
+                binding_call(self._binding_plugin, "close the model", self._binding.close)
+            finally:
+                self._binding = None
+
+    # -- one job ---------------------------------------------------------------------------------------
+
+    def _handle(self, claim: JobClaim, began: float) -> Any:
+        start = self._start(claim.job)
+        self._notify("job_started", start)
+        try:
+            with self.stop.interruptible():  # run_one_job renews the worker lease meanwhile
+                try:
+                    model = self._bound(claim)
+                except (ModelError, PluginError) as exc:
+                    raise ModelUnavailable(exc) from None
+                cost = self._binding.begin_job(lambda progress, most: self._notify("generating", start, progress, most))
+                try:
+                    return self._dispatch(claim, model)
+                finally:  # before run_one_job records the outcome, which stores the cost with it
+                    claim.record_cost(cost.as_dict(self._clock() - began))
+        except WorkerStopped as stopped:
+            _release(claim, f"worker stopped by {stopped.signal_name}; no attempt consumed")
+            raise
+        except ModelUnavailable as unavailable:
+            from emelex_memory.queue.runner import describe
+
+            _release(claim, f"model unavailable, no attempt consumed: {describe(unavailable.error)}")
+            raise
+
+    def _dispatch(self, claim: JobClaim, model: InstalledModel) -> Any:
+        from emelex_memory import compaction_handler, distillation_handler
+        from emelex_memory.knowledge.distillation import DISTILL_RESERVE_TOKENS, MAX_CANDIDATES
+
+        from ..faithfulness.guards import guard_candidates, guard_summary
+        from .planning import count_text, event_counter
+        from ..host.types import DistillRequest, SummaryRequest
+
+        binding, plugin = self._binding, self._binding_plugin
+        count = event_counter(binding, plugin)
+
+        if claim.job.kind == COMPACTION_KIND:
+            budget = int(claim.job.source["summary_budget_tokens"])
+            component = self._summarizer.component
+            name, summarize = component.name, component.summarize
+            called = False
+
+            def run(events, job) -> str:
+                nonlocal called
+                request = SummaryRequest(job, tuple(events), budget, binding, job.attempts, self.settings)
+                calls = binding.cost.model_calls
+                text = _plugin_call(self._summarizer, lambda: summarize(request))
+                called = binding.cost.model_calls > calls
+                if not isinstance(text, str) or not text.strip():
+                    raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} returned no text")
+                if count_text(binding, plugin, text) > budget:
+                    raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} exceeded the "
+                                          f"Summary budget of {budget} tokens")
+                return guard_summary(text, job=job, events=events, examples=component.examples, model_called=called)
+
+            def model_ref() -> str | None:  # a rule-based summarizer's Summary names no model
+                return model.reference if called else None
+
+            handler = compaction_handler(run, model_ref=model_ref, context_window=self._window, count_tokens=count)
+            return handler(claim)
+        distiller = self._distiller.component
+
+        def run_distill(data):
+            request = DistillRequest(claim.job, data, MAX_CANDIDATES, binding, claim.job.attempts, self.settings)
+            proposals = _plugin_call(self._distiller, lambda: _bounded(distiller.distill(request)))
+            return guard_candidates(proposals, events=data.events, examples=distiller.examples)
+
+        safe = self._window - DISTILL_RESERVE_TOKENS
+        return distillation_handler(run_distill, safe_context_tokens=safe, count_tokens=count)(claim)
+
+    # -- the run -------------------------------------------------------------------------------------------
+
+    def run(self, *, max_jobs: int | None = None, max_seconds: float | None = None) -> WorkReport:
+        """Work until the queue has no due job, `max_jobs` (default `work_max_jobs`) were claimed, `max_seconds`
+        (default `work_max_seconds`) passed, or a stop was requested; return what happened.
+
+        Raises the `ModelError` or `PluginError` that stopped the run: before
+        any claim (no model installed, unknown summarizer, broken plugin), or
+        while binding or loading the model for a job, which is then released
+        without consuming an attempt."""
+        max_jobs = self.settings.work_max_jobs if max_jobs is None else max_jobs
+        max_seconds = self.settings.work_max_seconds if max_seconds is None else max_seconds
+        start, report = self._clock(), WorkReport()
+        report.rescued = self.store.rescue_expired_jobs()
+        if self._has_pending():
+            self.prepare()
+            while True:
+                report.stopped = self._limit_reached(report, start, max_jobs, max_seconds)
+                if report.stopped:
+                    break
+                if not self._step(report):
+                    report.stopped = report.stopped or "empty"
+                    break
+        report.stopped = report.stopped or "empty"
+        report.waiting = self.store.waiting_jobs(kinds=self.kinds, limit=REPORTED_WAITING)
+        report.seconds = self._clock() - start
+        return report
+
+    def _has_pending(self) -> bool:
+        return any(self.store.list_jobs(state="pending", kind=k, limit=1, max_bytes=64 * 1024).jobs for k in self.kinds)
+
+    def _limit_reached(self, report: WorkReport, start: float, max_jobs: int, max_seconds: float) -> str:
+        if self.stop.requested:
+            return f"signal:{self.stop.requested}"
+        if report.claimed >= max_jobs:
+            return "max-jobs"
+        if self._clock() - start >= max_seconds:
+            return "max-seconds"
+        return ""
+
+    def _step(self, report: WorkReport) -> bool:
+        began, current = self._clock(), {}
+
+        def handler(claim: JobClaim) -> Any:
+            current["claim"] = claim
+            return self._handle(claim, began)
+
+        def record(job: Job, status: str, detail: str) -> None:
+            cost = current["claim"].cost if "claim" in current else None
+            self._record(report, JobReport(job.id, job.kind, job.session_id, status, detail,
+                                           self._clock() - began, cost))
+
+        from emelex_memory import run_one_job
+        from emelex_memory.queue.runner import describe
+
+        try:
+            outcome: JobOutcome | None = run_one_job(self.store, handler, kinds=self.kinds)
+        except WorkerStopped as stopped:
+            report.stopped = f"signal:{stopped.signal_name}"
+            record(current["claim"].job, "released", f"stopped by {stopped.signal_name}")
+            return False
+        except ModelUnavailable as unavailable:
+            report.stopped = "error"
+            record(current["claim"].job, "released", describe(unavailable.error))
+            raise unavailable.error from None
+        if outcome is None:
+            return False
+        job = outcome.job
+        record(job, outcome.status, done_detail(job.result) if outcome.status == "done" else outcome.detail)
+        return True
+
+    def _start(self, job: Job) -> JobStart:
+        """The job as it starts, with its source's size: the tokens counted when it was queued (compaction; an
+        estimate when its source says so), or else an estimate from the stored bytes of its events."""
+        tokens = job.source.get("source_tokens")
+        if isinstance(tokens, int) and not isinstance(tokens, bool):
+            return JobStart(job.id, job.kind, job.session_id, job.attempts + 1, tokens,
+                            job.source.get("tokens_estimated") is True)
+        size = self.store.job_source_bytes(job)
+        estimate = None if size is None else -(-size // BYTES_PER_TOKEN)
+        return JobStart(job.id, job.kind, job.session_id, job.attempts + 1, estimate, estimate is not None)
+
+    def _notify(self, event: str, *args: Any) -> None:
+        """Tell the observer about `event`; an observer that raises is dropped, so a display never fails a job."""
+        if self._observer is None:
+            return
+        try:
+            getattr(self._observer, event)(*args)
+        except Exception:
+            self._observer = None
+
+    def _record(self, report: WorkReport, job: JobReport) -> None:
+        report.add(job)
+        self._notify("job_finished", job)
+        if self._on_job is not None:
+            self._on_job(job)
+
+
+def _release(claim: JobClaim, reason: str) -> None:
+    """Give the job back to pending without consuming an attempt (nothing to do if the lease is already gone)."""
+    try:
+        claim.release(reason)
+    except WorkerLeaseLostError:
+        pass
+
+
+def _plugin_call(registered: Registered, call: Callable[[], Any]) -> Any:
+    """Run a plugin's summarizer or distiller through `plugin_call`, naming the component and its plugin."""
+    from ..host.manager import plugin_call
+
+    kind = type(registered.component).__name__.lower()
+    return plugin_call(call, f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed")
+
+
+def _bounded(proposals: Any) -> Any:
+    """A distiller's proposals read into a list, at most one over the most a job may read; anything that is not
+    an iterable is returned as it is (for validation to refuse)."""
+    from emelex_memory.knowledge.distillation import MAX_RAW_CANDIDATES
+
+    if isinstance(proposals, (str, bytes)) or not isinstance(proposals, Iterable):
+        return proposals
+    return list(islice(proposals, MAX_RAW_CANDIDATES + 1))
+
+
+def work(store: MemoryStore, settings: Settings, **options: Any) -> WorkReport:
+    """Convenience: one `Worker(store, settings, **options).run()`, closing the model binding afterwards."""
+    run_options = {k: options.pop(k) for k in ("max_jobs", "max_seconds") if k in options}
+    worker = Worker(store, settings, **options)
+    try:
+        return worker.run(**run_options)
+    finally:
+        worker.close()

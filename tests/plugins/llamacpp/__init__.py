@@ -1,0 +1,1 @@
+"""Tests of plugins/emelex_llamacpp/."""

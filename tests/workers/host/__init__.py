@@ -1,0 +1,1 @@
+"""Tests of emelex_workers/host/."""
