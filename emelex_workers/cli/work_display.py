@@ -7,7 +7,7 @@ of the prompt's tokens evaluated so far, then of the tokens generated against
 the call's token limit, with the tokens per second and the elapsed time.
 Elsewhere the same start and end lines are printed plainly. Before the first
 job, one line says how many model threads the run uses and why
-(`[worker] model threads: ...`, see emelex_workers/threads.py). An end line is
+(`[worker] model threads: ...`, see emelex_workers/models/threads.py). An end line is
 never cut: a failure's whole diagnostic is printed (wrapped on a terminal).
 """
 
@@ -34,7 +34,7 @@ REFRESH_S = 0.1  # redraw at most this often (the first report of every model ca
 def threads_line(settings: Settings) -> str:
     """`[worker] model threads: 2 (model_threads, default); this process may use 2 CPUs; load average 0.4`, with
     any warning (see `threads.thread_advice`)."""
-    from ..threads import thread_advice
+    from ..models.threads import thread_advice
 
     return f"[worker] {thread_advice(settings).line()}"
 

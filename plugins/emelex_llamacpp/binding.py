@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from emelex_memory import InstalledModel
-from emelex_memory.snapshots.installed import content_digest
+from emelex_memory import content_digest
 from emelex_workers.plugin_api import GenerationProgress, ModelBinding
 
 from .engine import DEFAULT_SEED, LlamaEngine

@@ -160,7 +160,7 @@ def ensure_generates(model_file: str | Path, home: Path | None = None, *, model_
 def _remember(marker: Path) -> None:
     """Create the empty private marker file (and its private folder); a cache only, so a failure is ignored."""
     from emelex_memory import EmelexError
-    from emelex_memory.core.private_files import create_private_file, ensure_private_dir
+    from emelex_memory import create_private_file, ensure_private_dir
 
     try:
         ensure_private_dir(marker.parent)

@@ -1,6 +1,6 @@
 """Power loss outside SQLite's transactions: backup, restore, asset adoption and a first open, cut at seeded points.
 
-`tests/power_loss.py` records what each file call made durable (a file's bytes by its fsync, a directory's
+`tests/support/power_loss.py` records what each file call made durable (a file's bytes by its fsync, a directory's
 entries by the directory's fsync) and, at the cut, rewrites the tree to that durable state. Each operation is
 run once uncut to count its mutating calls, then cut at the end (right after it returned: everything it
 acknowledged must be durable), just before each of its fsyncs (which reaches every durable state a cut can leave)
@@ -25,7 +25,7 @@ from emelex_memory.errors import EmelexError, NoStoreError
 from emelex_memory.maintenance.backup import backup_store, restore_backup, verify_backup
 from emelex_memory.maintenance.doctor import diagnose
 
-from ..power_loss import simulated
+from ..support.power_loss import simulated
 
 SEED = 18
 CUTS = 12  # cut points drawn at random among all mutating calls, besides the one before each fsync

