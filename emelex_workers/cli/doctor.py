@@ -27,8 +27,9 @@ def doctor(
     number of asset files; exit 1 when anything is wrong.
 
     Also says how many model threads the worker and chat use and why (the setting and its source, the CPUs this
-    process may use, the load average), and checks that llama.cpp generates on this CPU."""
-    from ..threads import thread_advice
+    process may use, the load average), and asks the plugins to try the default model here (llama.cpp: a few
+    tokens generated in a child process)."""
+    from ..models.threads import thread_advice
 
     settings = settings_of(ctx)
     report = diagnose(settings, max_asset_entries=max_assets)
@@ -39,9 +40,7 @@ def doctor(
         advice = thread_advice(settings)
         report.facts["model_threads"] = advice.as_dict()
         report.add("model threads", True, advice.detail())  # advice: a busy machine is no fault of the store
-        llama = _llama_check(settings)
-        if llama is not None:
-            report.add("llama.cpp", *llama)
+        report.add(*_model_check(settings))
     if as_json:
         checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks]
         echo_json("healthy" if report.healthy else "unhealthy",
@@ -74,30 +73,22 @@ def reinit(
     typer.echo(f"created a new, empty store at {settings.database_path}")
 
 
-def _llama_check(settings) -> tuple[bool, str] | None:
-    """Whether llama.cpp generates with the worker's model (the installed `default_model`) on this CPU, by
-    `emelex_llamacpp.probe.run_probe` in a child process (never cached here: doctor checks afresh); None when
-    llama_cpp is not installed."""
-    import importlib.util
-
-    if importlib.util.find_spec("llama_cpp") is None:
-        return None
+def _model_check(settings) -> tuple[str, bool, str]:
+    """Whether the worker's model (the installed `default_model`) runs on this machine, asked of the plugins
+    through the `check_model` hook (the built-in llama.cpp plugin generates a few tokens in a child process,
+    afresh: doctor never trusts a remembered pass). A model that cannot be found, or that no plugin checks, is
+    reported as not checked."""
     from emelex_memory import EmelexError
 
+    from ..host.manager import check_model, get_plugin_manager
     from ..models import ModelManager
 
     try:
         with ModelManager(settings) as manager:
             model = manager.default()
-        with open(model.model_file, "rb") as f:
-            gguf = f.read(4) == b"GGUF"
-    except (EmelexError, OSError) as exc:
-        return True, f"not checked: {exc}"
-    if not gguf:
-        return True, f"not checked: model {model.name!r} is not a GGUF file (another plugin binds it)"
-    from emelex_llamacpp.probe import run_probe
-
-    result = run_probe(model.model_file)
-    if not result.ok:
-        return False, result.problem
-    return True, f"generated {result.generated_tokens} tokens with {model.name} on this CPU"
+        check = check_model(get_plugin_manager(settings), model, settings)
+    except EmelexError as exc:
+        return "model", True, f"not checked: {exc}"
+    if check is None:
+        return "model", True, f"not checked: no installed plugin checks model {model.name!r}"
+    return check.name, check.ok, check.detail

@@ -4,6 +4,7 @@ implementations. Re-exports `emelex_workers.host.hookspecs`, the specifications 
 
 from emelex_workers.host.hookspecs import (
     PROJECT_NAME,
+    check_model,
     hookimpl,
     hookspec,
     model_binding,
@@ -12,5 +13,5 @@ from emelex_workers.host.hookspecs import (
     register_tools,
 )
 
-__all__ = ["PROJECT_NAME", "hookimpl", "hookspec", "model_binding", "register_distillers", "register_summarizers",
+__all__ = ["PROJECT_NAME", "check_model", "hookimpl", "hookspec", "model_binding", "register_distillers", "register_summarizers",
            "register_tools"]

@@ -15,7 +15,7 @@ import pluggy
 
 from emelex_memory import InstalledModel, Settings
 
-from .types import Distiller, ModelBinding, Summarizer
+from .types import Distiller, ModelBinding, ModelCheck, Summarizer
 
 if TYPE_CHECKING:
     from .tools import ToolSpec
@@ -62,4 +62,15 @@ def model_binding(model: InstalledModel, settings: Settings) -> ModelBinding | N
     quickly: load the weights lazily, on the binding's first use. The
     built-in llama.cpp plugin answers for any GGUF file; mark an
     implementation `@hookimpl(tryfirst=True)` to answer before it.
+    """
+
+
+@hookspec(firstresult=True)
+def check_model(model: InstalledModel, settings: Settings) -> ModelCheck | None:
+    """Try `model` on this machine and return a `ModelCheck`, or None to pass. The first non-None result wins.
+
+    `emelex memory doctor` calls it for the worker's default model. It may
+    take seconds (the built-in llama.cpp plugin generates a few tokens in a
+    child process) and reports what the model does as a failed check, never
+    as an exception.
     """

@@ -33,7 +33,7 @@ from emelex_memory import (
 from emelex_memory.queue.runner import describe
 
 from . import hookspecs
-from .types import Distiller, ModelBinding, Summarizer
+from .types import Distiller, ModelBinding, ModelCheck, Summarizer
 
 ENTRY_POINT_GROUP = "emelex"
 # (entry-point name, module)
@@ -234,6 +234,22 @@ def choose(found: dict[str, Registered], name: str, what: str) -> Registered:
 def is_model_binding(obj: object) -> bool:
     """True when `obj` has every member of `ModelBinding`, checked without running properties (which may load)."""
     return all(inspect.getattr_static(obj, name, None) is not None for name in BINDING_MEMBERS)
+
+
+def check_model(pm: EmelexPluginManager, model: InstalledModel, settings: Settings) -> ModelCheck | None:
+    """Ask plugins, first come first served, to try `model` here (the `check_model` hook); None when none answers.
+
+    Raises `PluginHookError` when one fails or answers with something that is not a `ModelCheck`.
+    """
+    for impl in hook_order(pm, "check_model"):
+        check = call_one(pm, "check_model", impl, model=model, settings=settings)
+        if check is None:
+            continue
+        if not isinstance(check, ModelCheck):
+            raise PluginHookError(
+                f"plugin {impl.plugin_name!r} answered check_model with a {type(check).__name__}, not a ModelCheck")
+        return check
+    return None
 
 
 def bind_model(pm: EmelexPluginManager, model: InstalledModel, settings: Settings) -> tuple[str, ModelBinding]:

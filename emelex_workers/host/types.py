@@ -14,9 +14,20 @@ from typing import Protocol
 from emelex_memory import DistillationInput, Event, InstalledModel, Job, KnowledgeCandidate, Settings
 
 __all__ = [
-    "AgentBinding", "DistillRequest", "Distiller", "GenerationInterrupted", "GenerationProgress", "ModelBinding", "Summarizer", "SummaryRequest", "event_body",
-    "event_text",
+    "AgentBinding", "DistillRequest", "Distiller", "GenerationInterrupted", "GenerationProgress", "ModelBinding",
+    "ModelCheck", "Summarizer", "SummaryRequest", "event_body", "event_text",
 ]
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    """What a plugin found when it tried a model on this machine (the `check_model` hook): `name` labels the check
+    as `emelex memory doctor` prints it (e.g. "llama.cpp"), `ok` says whether the model runs here, and `detail` is
+    one line: what ran, or what to do."""
+
+    name: str
+    ok: bool
+    detail: str
 
 
 @dataclass(frozen=True)

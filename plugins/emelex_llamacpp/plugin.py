@@ -15,13 +15,13 @@ from pathlib import Path
 
 from emelex_memory import GGUF_MAGIC, InstalledModel, KnowledgeCandidate, Settings
 from emelex_workers.hookspecs import hookimpl
-from emelex_workers.plugin_api import Distiller, DistillRequest, Summarizer, SummaryRequest
+from emelex_workers.plugin_api import Distiller, DistillRequest, ModelCheck, Summarizer, SummaryRequest
 
 from . import extractive, prompts
 from .binding import LlamaBinding
 
 NAME = "llamacpp"
-__all__ = ["NAME", "LlamaBinding", "distill", "model_binding", "summarize"]
+__all__ = ["NAME", "LlamaBinding", "check_model", "distill", "model_binding", "summarize"]
 
 
 def _is_gguf(path: Path) -> bool:
@@ -54,6 +54,22 @@ def model_binding(model: InstalledModel, settings: Settings) -> LlamaBinding | N
         return None
     return LlamaBinding(model, max_context=settings.model_max_context_tokens, threads=settings.model_threads,
                         home=settings.home_dir)
+
+
+@hookimpl
+def check_model(model: InstalledModel) -> ModelCheck | None:
+    """For a GGUF model: generate a few tokens in a child process (`probe.run_probe`, afresh, never the cached pass)
+    and say whether llama.cpp runs on this CPU; pass on anything else, or when llama-cpp-python is not installed."""
+    import importlib.util
+
+    if not _is_gguf(model.model_file) or importlib.util.find_spec("llama_cpp") is None:
+        return None
+    from .probe import run_probe
+
+    result = run_probe(model.model_file)
+    if not result.ok:
+        return ModelCheck("llama.cpp", False, result.problem)
+    return ModelCheck("llama.cpp", True, f"generated {result.generated_tokens} tokens with {model.name} on this CPU")
 
 
 @hookimpl

@@ -17,11 +17,12 @@ from emelex_workers import hookspecs
 from emelex_workers.cli import app
 from emelex_workers.hookspecs import hookimpl
 from emelex_workers.models import ModelManager
-from emelex_workers.plugin_api import Distiller, Summarizer
+from emelex_workers.plugin_api import Distiller, ModelCheck, Summarizer
 from emelex_workers.host.manager import (
     EmelexPluginManager,
     PluginInfo,
     bind_model,
+    check_model,
     choose,
     distillers,
     get_plugin_manager,
@@ -54,7 +55,7 @@ def _pm_with(*plugins: object) -> EmelexPluginManager:
 
 
 def test_there_are_hooks() -> None:
-    assert HOOKS == ["model_binding", "register_distillers", "register_summarizers", "register_tools"]
+    assert HOOKS == ["check_model", "model_binding", "register_distillers", "register_summarizers", "register_tools"]
 
 
 @pytest.mark.parametrize("hook", HOOKS)
@@ -147,6 +148,33 @@ def test_hook_model_binding(fake_dist: Path, settings: Settings, tmp_path: Path)
 
     with pytest.raises(PluginHookError, match="plugin 'p0' answered model_binding with a str"):
         bind_model(_pm_with(Wrong()), model, settings)
+
+
+def test_hook_check_model(settings: Settings, tmp_path: Path) -> None:
+    with ModelManager(settings) as manager:
+        model = manager.install(fake_model_file(tmp_path / "files"), name="fake")
+
+    class Passes:
+        @hookimpl
+        def check_model(self, model):
+            return None
+
+    class Checks:
+        @hookimpl
+        def check_model(self, model, settings):
+            return ModelCheck("fake runtime", False, f"{model.name} cannot run here; reinstall it")
+
+    assert check_model(_pm_with(Passes()), model, settings) is None
+    assert check_model(_pm_with(Passes(), Checks()), model, settings) == ModelCheck(
+        "fake runtime", False, "fake cannot run here; reinstall it")
+
+    class Wrong:
+        @hookimpl
+        def check_model(self, model):
+            return (True, "fine")
+
+    with pytest.raises(PluginHookError, match="plugin 'p0' answered check_model with a tuple, not a ModelCheck"):
+        check_model(_pm_with(Wrong()), model, settings)
 
 
 def test_a_registration_that_is_not_a_component_names_the_plugin() -> None:
