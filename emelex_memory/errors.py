@@ -122,6 +122,11 @@ class PathTooLongError(FileSystemError):
     """A path Emelex uses is longer than the file system allows: use a shorter EMELEX_HOME, database path or name."""
 
 
+class StoreBusyError(StoreError):
+    """Another connection held the database's write lock past every bounded wait (a long `emelex memory maintain
+    --vacuum`, another writer): nothing was written; wait for that process to finish, then retry."""
+
+
 class CommitOutcomeUnknownError(StoreError):
     """The I/O of a commit failed, so the write may or may not be durable: re-read (replay) before retrying, as
     the message says; a retry that re-checks what it reads is then safe."""

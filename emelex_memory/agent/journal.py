@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import apsw
 
 from ..assets.refs import AssetRef
 from ..errors import (
@@ -36,6 +38,7 @@ from ..errors import (
     SessionNotEmptyError,
     SnapshotMismatchError,
     SnapshotMissingError,
+    StoreBusyError,
     UnknownEffectsError,
 )
 from ..core.utf8 import check_utf8
@@ -53,6 +56,7 @@ MAX_DIAGNOSTIC_BYTES = 2048
 FAILURE_REASONS = ("interrupted", "error", "aborted")
 NOT_EXECUTED = "this call never ran"
 UNKNOWN_EFFECT = "this call may have run; its effect is unknown; do not repeat it unless the user asks"
+BUSY_PAUSE_S = (0.05, 1.0)  # the first pause between attempts of a busy step, doubling to the second
 _CALL_COLUMNS = "ordinal, call_id, tool, arguments, state, result, assets, planned_at, started_at, completed_at"
 
 
@@ -118,6 +122,32 @@ class Reconciled:
     turn: AppendedTurn
     results: tuple[dict, ...]
     failure: dict
+
+
+T = TypeVar("T")
+
+
+def retry_busy(lease: SessionLease, step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`step(*args, **kwargs)` (a journal step, or another write under `lease`), attempted again while the database is
+    busy: another connection held its write lock past `busy_timeout_ms` (`apsw.BusyError`, raised before anything
+    was written). It pauses between attempts (50 ms doubling to 1 s) for as long as the lease is valid by the store's
+    clock, and then raises `StoreBusyError`; every other error is raised at once. Safe because each step is one
+    transaction and restart-idempotent."""
+    clock = lease._db.clock
+    pause = BUSY_PAUSE_S[0]
+    while True:
+        try:
+            return step(*args, **kwargs)
+        except apsw.BusyError as exc:
+            left = lease.expires_at - clock()
+            if left <= 0:
+                raise StoreBusyError(
+                    f"the database of Session {lease.session_id} stayed locked by another process until this "
+                    "lease expired (a long `emelex memory maintain --vacuum`?); nothing more was written; wait for "
+                    "it to finish, then resume the Session"
+                ) from exc
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, BUSY_PAUSE_S[1])
 
 
 # -- snapshots -------------------------------------------------------------------------------------------

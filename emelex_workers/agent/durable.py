@@ -3,8 +3,16 @@
 Every database write goes through one single-thread executor (so journal
 writes stay ordered), every model round through another, and every tool run
 through a third: SQLite, fsync and inference never run on the event loop
-thread. A daemon thread renews the lease every TTL/3 for the adapter's whole
-life, so renewal continues during inference, tool runs and approval prompts.
+thread. Each database step is attempted again while another process holds
+the write lock past the busy timeout, for as long as the lease is valid
+(`journal.retry_busy`), so a busy store never throws a known tool result
+away. A daemon thread renews the lease every TTL/3 while the adapter is
+reachable, so renewal continues during inference, tool runs and approval
+prompts; it holds the adapter only weakly, and an adapter dropped without
+`close()` is finalized: renewal stops and the lease is released best-effort
+(through a zero-wait connection, else it expires), as every lease guard is.
+`close()` never releases the lease while a tool still runs: it waits for the
+tool's thread to end and records the call's result first.
 
 `turn()` arms the poison flag synchronously, before the task exists, keeps
 a strong reference to the task, and only a turn that closed durably (an
@@ -20,6 +28,7 @@ import functools
 import inspect
 import threading
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,9 +42,11 @@ from emelex_memory.agent.snapshot import SessionSnapshot
 from emelex_memory.compaction.planning import CompactionQueued
 from emelex_memory.errors import (
     AgentPoisonedError,
+    EmelexError,
     LeaseExpiredError,
     LeaseLostError,
     SnapshotMismatchError,
+    StoreBusyError,
     TurnInProgressError,
 )
 from emelex_memory.sessions.leases import SessionLease
@@ -86,27 +97,43 @@ class TurnResult:
 
 
 class _Renewal(threading.Thread):
-    """Renews the lease through the database executor every `interval_s` until stopped or the lease is lost."""
+    """Renews the lease through the database executor every `interval_s` until stopped, the lease is lost, or the
+    adapter is gone: it holds the adapter by a weak reference only, so an adapter dropped without `close()` can be
+    collected (its finalizer, `_abandoned`, then stops this thread and releases the lease best-effort)."""
 
     def __init__(self, owner: DurableAgentSession, interval_s: float) -> None:
         super().__init__(name=f"renew-session-{owner.session_id}", daemon=True)
-        self._owner = owner
+        self._owner = weakref.ref(owner)
         self._interval = interval_s
         self.stopped = threading.Event()
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        owner = self._owner
         while not self.stopped.wait(self._interval):
+            owner = self._owner()
+            if owner is None:
+                return
+            renewed = owner._db.submit(journal.retry_busy, owner._lease, owner._lease.renew, owner._ttl)
+            del owner  # never hold the adapter across a wait
             try:
-                owner._db.submit(owner._lease.renew, owner._ttl).result()
+                renewed.result()
             except (LeaseLostError, LeaseExpiredError) as exc:
                 self.error = exc
                 return
             except RuntimeError:  # the executor shut down: the adapter closed
                 return
-            except Exception as exc:  # a busy or failing database: try again next interval
+            except Exception as exc:  # a failing database: try again next interval
                 self.error = exc
+
+
+def _abandoned(stopped: threading.Event, lease: SessionLease, executors: tuple[ThreadPoolExecutor, ...]) -> None:
+    """The finalizer of an adapter collected (or left at exit) without `close()`: stop renewing, release the lease
+    best-effort (`SessionLease.close`: zero-wait, never raises; a busy store lets it expire) and stop the
+    executors."""
+    stopped.set()
+    lease.close()
+    for executor in executors:
+        executor.shutdown(wait=False)
 
 
 class DurableAgentSession:
@@ -125,7 +152,9 @@ class DurableAgentSession:
         self._poisoned = False
         self._closed = False
         self._task: asyncio.Task | None = None
+        self._tool_call: tuple[str, list] | None = None  # the running call's ID and, once it returned, its result
         self._renewal = _Renewal(self, ttl_s / 3)
+        self._finalizer = weakref.finalize(self, _abandoned, self._renewal.stopped, lease, executors)
         self._renewal.start()
 
     # -- construction ------------------------------------------------------------------------------------
@@ -264,8 +293,12 @@ class DurableAgentSession:
         self._stop.set()
 
     async def _offload(self, executor: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run `fn` on `executor` and await it: the one await of every blocking step of a turn."""
-        return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(fn, *args, **kwargs))
+        """Run `fn` on `executor` and await it: the one await of every blocking step of a turn. A database step is
+        attempted again while the store is busy, for as long as the lease is valid (`journal.retry_busy`)."""
+        step = functools.partial(fn, *args, **kwargs)
+        if executor is self._db:
+            step = functools.partial(journal.retry_busy, self._lease, step)
+        return await asyncio.get_running_loop().run_in_executor(executor, step)
 
     async def _run_turn(self, text: str, approve: Approve | None, on_token: Callable[[str], None] | None) -> TurnResult:
         store, lease, agent = self.store, self._lease, self.agent
@@ -339,12 +372,11 @@ class DurableAgentSession:
                 return {"call_id": cid, "tool": call.tool, "outcome": "denied", "output": "the user denied this call"}, ()
         await self._offload(self._db, journal.start_call, self.store, self._lease, cid)
         invocation = ToolInvocation(cid, call.tool, call.arguments, self.workspace, self.store)
-        output = await self._offload(self._tools, run_tool, tool, invocation)
-        result = {"call_id": cid, "tool": call.tool, "outcome": "error" if output.is_error else "ok",
-                  "output": output.text}
-        if output.assets:
-            result["assets"] = [ref.digest for ref in output.assets]
-        return result, tuple(output.assets)
+        known: list = []
+        self._tool_call = (cid, known)  # left set when this await is cancelled: `close` settles the call
+        done = await self._offload(self._tools, _run_call, tool, invocation, known)
+        self._tool_call = None
+        return done
 
     async def _fail(self, reason: str, diagnostic: str, rounds: int, calls: int,
                     cause: BaseException | None = None) -> TurnResult:
@@ -380,15 +412,37 @@ class DurableAgentSession:
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        self._renewal.stopped.set()
         try:
+            await self._settle_tool()
+            self._renewal.stopped.set()
             if self._poisoned:
-                await self._offload(self._db, _release_quietly, self._lease)
+                try:
+                    await self._offload(self._db, _release_quietly, self._lease)
+                except StoreBusyError:
+                    self._lease.close()  # it expired while the store stayed locked: nothing is held any more
             else:
                 await self._offload(self._db, self.store.finish_session, self._lease)
         finally:
+            self._renewal.stopped.set()
+            self._finalizer.detach()
             for executor in (self._db, self._model, self._tools):
                 executor.shutdown(wait=False)
+
+    async def _settle_tool(self) -> None:
+        """Before a cancelled turn's lease is released: wait (renewing) until a tool call still running on the tool
+        thread returns, then record its known result (`complete_call`, a no-op when the turn did), so that the lease
+        is never released while a tool runs and no known result is thrown away."""
+        if self._tool_call is None:
+            return
+        cid, known = self._tool_call
+        await asyncio.get_running_loop().run_in_executor(None, functools.partial(self._tools.shutdown, wait=True))
+        self._tool_call = None
+        if known:
+            result, assets = known[0]
+            try:
+                await self._offload(self._db, journal.complete_call, self.store, self._lease, cid, result, assets)
+            except EmelexError:
+                pass  # the call stays started: resume or `sessions recover` reports its effect as unknown
 
 
 _ENDINGS = {
@@ -413,6 +467,18 @@ async def _on(executor: ThreadPoolExecutor, fn: Callable[[], Any], *, shutdown: 
         for e in shutdown:
             e.shutdown(wait=False)
         raise
+
+
+def _run_call(tool: RegisteredTool, invocation: ToolInvocation, known: list) -> tuple[dict, tuple]:
+    """On the tool thread: run one call and build its `tool_result` payload and assets, kept in `known` too (for
+    `close` when the turn awaiting it was cancelled)."""
+    output = run_tool(tool, invocation)
+    result = {"call_id": invocation.call_id, "tool": invocation.tool,
+              "outcome": "error" if output.is_error else "ok", "output": output.text}
+    if output.assets:
+        result["assets"] = [ref.digest for ref in output.assets]
+    known.append((result, tuple(output.assets)))
+    return known[0]
 
 
 def _release_quietly(lease: SessionLease) -> None:

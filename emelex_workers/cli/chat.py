@@ -117,8 +117,9 @@ class Chat:
 
     def stop(self, code: int) -> None:
         """End the chat with exit status `code` (SIGTERM, or a closed standard output, which is then silenced):
-        stop reading, interrupt and cancel a running turn (leaving the adapter poisoned); `run` then releases the
-        lease. Idempotent."""
+        stop reading, interrupt and cancel a running turn (leaving the adapter poisoned); `run` then closes the
+        adapter, which keeps the lease until a running tool returns, records its result, and releases the lease.
+        Idempotent."""
         if self.stopped is not None:
             return
         self.stopped = code
@@ -126,6 +127,9 @@ class Chat:
             _silence_stdout()
         self.lines.put_nowait(None)
         if self.turn is not None and not self.turn.done():
+            if self.in_tool:
+                print("\nending the chat: waiting for the running tool to return before the lease is released",
+                      flush=True)
             self.agent.interrupt()
             self.turn.cancel()
 
