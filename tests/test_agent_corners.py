@@ -1,6 +1,6 @@
 """Corners of the durable adapter a long-lived host or a busy store reaches: an adapter dropped without `close()`
-gives its lease up, and a database write lock held past the busy timeout as a tool returns never throws the
-tool's known result away (and every error stays typed)."""
+gives its lease up, a database write lock held past the busy timeout as a tool returns never throws the tool's
+known result away (and every error stays typed), and a resume refused by its model bind writes nothing."""
 
 from __future__ import annotations
 
@@ -15,10 +15,13 @@ from pathlib import Path
 import pytest
 
 from emelex_memory import MemoryStore, Settings
-from emelex_memory.errors import LeaseHeldError, StoreBusyError
+from emelex_memory.agent import journal
+from emelex_memory.errors import LeaseHeldError, ModelTamperedError, StoreBusyError
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.tools import RegisteredTool, ToolOutput, ToolSpec
-from tests.agent_support import LABEL_SCHEMA, ScriptedBinding, answer, calls
+from emelex_workers.models import ModelManager
+from tests.agent_support import LABEL_SCHEMA, ScriptedBinding, answer, calls, scripted_model_file
+from tests.support import table_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -154,3 +157,41 @@ def test_a_write_lock_held_past_the_lease_is_a_typed_error(tmp_path, home, works
 @pytest.fixture(autouse=True)
 def _no_agent_test_options(monkeypatch):
     monkeypatch.delenv("EMELEX_AGENT_TEST", raising=False)
+
+
+def tampered_model(settings: Settings, tmp_path: Path):
+    """An installed model whose file changed since it was installed: binding it raises `ModelTamperedError`."""
+    with ModelManager(settings) as manager:
+        model = manager.install(scripted_model_file(tmp_path / "model"), name="scripted")
+    os.utime(model.model_file, ns=(1, 1))
+    return model
+
+
+def test_a_resume_refused_by_its_model_bind_leaves_nothing(home, workspace, tmp_path, settings) -> None:
+    tools = Locking(tmp_path / "unused", 0).tools()
+    binding = ScriptedBinding([])
+    snapshot = build_snapshot(binding, tools, model_reference="t/m", model_snapshot_id="s" * 64, system_prompt="T.")
+    with MemoryStore.open(settings) as store:
+        async def create():
+            agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot)
+            await agent.close()
+            return agent.session_id
+
+        interrupted = asyncio.run(create())
+        with store.acquire_lease(interrupted, workspace) as lease:  # a turn a crash left open
+            list(lease.replay_all())
+            journal.open_turn(store, lease, "go")
+        empty = store.create_session(workspace).id  # no history, no snapshot yet
+        model = tampered_model(settings, tmp_path)
+        for session in (interrupted, empty):
+            before = without_leases(table_rows(store.path))
+            with pytest.raises(ModelTamperedError):
+                asyncio.run(DurableAgentSession.resume(store, session, workspace, binding, tools, snapshot,
+                                                       model=model))
+            assert without_leases(table_rows(store.path)) == before, session
+        assert journal.read_journal(store, interrupted) is not None
+        assert journal.stored_snapshot(store, empty) is None
+
+
+def without_leases(rows: dict) -> dict:
+    return {table: r for table, r in rows.items() if table != "session_leases"}

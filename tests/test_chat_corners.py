@@ -56,3 +56,26 @@ def test_sigterm_while_a_tool_runs_keeps_the_lease_until_the_tool_returned(env, 
     assert [(k, p.get("outcome", p.get("reason"))) for k, p in events(home)] == [
         ("user", None), ("tool_calls", None), ("tool_result", "ok"), ("turn_failed", "interrupted")]
     assert len(effects.read_text().splitlines()) == 1
+
+
+def test_a_workspace_renamed_during_a_live_chat_stays_its_workspace(env, home, workspace, tmp_path) -> None:
+    renamed = tmp_path / "renamed"
+    script = [calls(("run_command", {"command": f"mv {workspace} {renamed}"})), answer("moved"),
+              calls(("run_command", {"command": "pwd"})), answer("still here")]
+    out = chat(env, workspace, "move it\ny\nwhere now\ny\n/exit\n", script, tmp_path / "effects")
+    assert out.returncode == 0, out.stderr
+    assert "<- run_command: ok" in out.stdout and f"     exit code 0\n     {renamed}" in out.stdout, out.stdout
+    assert "still here" in out.stdout and "Traceback" not in out.stderr
+    outcomes = [p.get("outcome") for k, p in events(home) if k == "tool_result"]
+    assert outcomes == ["ok", "ok"]
+    assert lease_row(home, out.stdout.split()[1].rstrip(";"))[0] == "released"
+
+
+def test_a_turn_whose_result_cannot_be_recorded_is_not_shown_ok_and_releases_the_lease(env, home, workspace,
+                                                                                     tmp_path) -> None:
+    script = [calls(("run_command", {"command": f"rm -r {workspace}"})), answer("never")]
+    out = chat(env, workspace, "remove it\ny\n/exit\n", script, tmp_path / "effects")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "<- run_command: ok" not in out.stdout
+    assert "is gone" in out.stderr, out.stderr
+    assert lease_row(home, out.stdout.split()[1].rstrip(";"))[0] == "released"

@@ -139,13 +139,12 @@ def _abandoned(stopped: threading.Event, lease: SessionLease, executors: tuple[T
 class DurableAgentSession:
     """One durable agent Session; build it with `create` or `resume`, end it with `close`."""
 
-    def __init__(self, store: MemoryStore, lease: SessionLease, agent: AgentSession, workspace: Path,
-                 ttl_s: float, executors: tuple[ThreadPoolExecutor, ThreadPoolExecutor, ThreadPoolExecutor]) -> None:
+    def __init__(self, store: MemoryStore, lease: SessionLease, agent: AgentSession, ttl_s: float,
+                 executors: tuple[ThreadPoolExecutor, ThreadPoolExecutor, ThreadPoolExecutor]) -> None:
         """Internal: use `create` or `resume`."""
         self.store = store
         self._lease = lease
         self.agent = agent
-        self.workspace = workspace
         self._ttl = ttl_s
         self._db, self._model, self._tools = executors
         self._stop = threading.Event()
@@ -178,7 +177,7 @@ class DurableAgentSession:
         executors = cls._executors("new")
         ttl = lease_ttl(store.settings, ttl_s)
 
-        def setup() -> tuple[SessionLease, Path]:
+        def setup() -> SessionLease:
             session = store.create_session(workspace, title=title, new_workspace=new_workspace)
             if model is not None:
                 try:
@@ -193,42 +192,51 @@ class DurableAgentSession:
             except BaseException:
                 lease.close()
                 raise
-            return lease, Path(lease.workspace.path)
+            return lease
 
-        lease, path = await _on(executors[0], setup, shutdown=executors)
-        return cls(store, lease, AgentSession(binding, snapshot, tools), path, ttl, executors)
+        lease = await _on(executors[0], setup, shutdown=executors)
+        return cls(store, lease, AgentSession(binding, snapshot, tools), ttl, executors)
 
     @classmethod
     async def resume(cls, store: MemoryStore, session_id: str, workspace: str | Path, binding: AgentBinding,
                      tools: Mapping[str, RegisteredTool], snapshot: SessionSnapshot, *,
                      ttl_s: float | None = None, model: InstalledModel | None = None) -> DurableAgentSession:
         """Resume a Session: workspace preflight, lease, verified replay, the identical snapshot (else
-        `SnapshotMismatchError` naming the field), the binding of `model` (when given) to the Session, then reconciliation of an interrupted turn without running any
-        tool (`UnknownEffectsError` when a started call has no result: recover it with
-        `emelex memory sessions recover`). On any error the lease is released and nothing else changed."""
+        `SnapshotMismatchError` naming the field), no started call without a result (else `UnknownEffectsError`:
+        recover it with `emelex memory sessions recover`), then the writes: the binding of `model` (when given) to
+        the Session, the snapshot of an empty Session that has none, and the reconciliation of an interrupted turn
+        without running any tool. Every refusal comes before the first write, so a refused resume releases the
+        lease and changes nothing else; only an I/O failure of a later write can leave the model's binding (its
+        `last_bound_at`) renewed."""
         _check_tools(snapshot, tools)
         executors = cls._executors(session_id[:8])
         ttl = lease_ttl(store.settings, ttl_s)
 
         agent = AgentSession(binding, snapshot, tools)
 
-        def setup() -> tuple[SessionLease, Path]:
+        def setup() -> SessionLease:
             path = store.get_session(session_id).validate_workspace(workspace)
             lease = store.acquire_lease(session_id, path, ttl_s=ttl)
             try:
                 agent.load_history(lease.replay_all())  # decodes every payload: a corrupt one refuses here
-                journal.require_snapshot(store, lease, snapshot)
-                if journal.reconcile(store, lease) is not None:
-                    agent.load_history(lease.replay_all())
+                journal.verify_snapshot(store, lease, snapshot)  # every refusal before the first write
+                open_turn = journal.read_journal(store, session_id)
+                if open_turn is not None and open_turn.unknown:
+                    raise journal.unknown_effects_error(session_id, open_turn)
                 if model is not None:
                     store.bind_session_model(session_id, model)
+                journal.require_snapshot(store, lease, snapshot)
+                reconciled = journal.reconcile(store, lease)
+                unknown = journal.unknown_effects(store, session_id)
+                if reconciled is not None or unknown:
+                    agent.load_history(lease.replay_all(), unknown)
             except BaseException:
                 _release_quietly(lease)
                 raise
-            return lease, path
+            return lease
 
-        lease, path = await _on(executors[0], setup, shutdown=executors)
-        return cls(store, lease, agent, path, ttl, executors)
+        lease = await _on(executors[0], setup, shutdown=executors)
+        return cls(store, lease, agent, ttl, executors)
 
     # -- state ----------------------------------------------------------------------------------------------
 
@@ -236,6 +244,12 @@ class DurableAgentSession:
     def session_id(self) -> str:
         """The public Session ID."""
         return self._lease.session_id
+
+    @property
+    def workspace(self) -> Path:
+        """The Session's workspace directory: where the lease last found the directory it holds open (it follows
+        a rename during the Session); tools run there."""
+        return Path(self._lease.path)
 
     @property
     def snapshot(self) -> SessionSnapshot:
@@ -264,14 +278,17 @@ class DurableAgentSession:
     # -- turns ------------------------------------------------------------------------------------------------
 
     def turn(self, text: str, *, approve: Approve | None = None,
-             on_token: Callable[[str], None] | None = None) -> asyncio.Task[TurnResult]:
+             on_token: Callable[[str], None] | None = None,
+             on_result: Callable[[ProposedCall, dict], None] | None = None) -> asyncio.Task[TurnResult]:
         """Start one turn on the running loop and return its task (the adapter keeps a strong reference).
 
         The poison flag is armed before the task is created, so cancelling or
         dropping it at any point leaves the adapter poisoned. `approve(call,
         tool)` (a value or an awaitable of "approve", "deny" or "abort") is
         asked for every call whose snapshot approval is "always"; without it
-        such calls are denied. `on_token` gets streamed text on the loop.
+        such calls are denied. `on_token` gets streamed text on the loop, and
+        `on_result(call, tool_result)` the result of each call that ran, once
+        it is journaled (never for a result that could not be recorded).
         Raises `AgentPoisonedError` when poisoned or closed and
         `TurnInProgressError` while a turn runs.
         """
@@ -285,7 +302,7 @@ class DurableAgentSession:
         loop = asyncio.get_running_loop()
         self._poisoned = True
         self._stop.clear()
-        self._task = loop.create_task(self._run_turn(text, approve, on_token))
+        self._task = loop.create_task(self._run_turn(text, approve, on_token, on_result))
         return self._task
 
     def interrupt(self) -> None:
@@ -300,7 +317,8 @@ class DurableAgentSession:
             step = functools.partial(journal.retry_busy, self._lease, step)
         return await asyncio.get_running_loop().run_in_executor(executor, step)
 
-    async def _run_turn(self, text: str, approve: Approve | None, on_token: Callable[[str], None] | None) -> TurnResult:
+    async def _run_turn(self, text: str, approve: Approve | None, on_token: Callable[[str], None] | None,
+                        on_result: Callable[[ProposedCall, dict], None] | None) -> TurnResult:
         store, lease, agent = self.store, self._lease, self.agent
         limit = agent.snapshot.chain_limit
         await self._offload(self._db, journal.open_turn, store, lease, text)
@@ -323,7 +341,7 @@ class DurableAgentSession:
                 if rounds > limit:
                     return await self._fail("error", f"the model asked for more than {limit} tool rounds in one turn",
                                             rounds, calls)
-                ended = await self._run_batch(rounds, out, approve)
+                ended = await self._run_batch(rounds, out, approve, on_result)
                 calls += len(out.calls)
                 if ended is not None:
                     return await self._fail(ended, _ENDINGS[ended], rounds, calls)
@@ -334,7 +352,8 @@ class DurableAgentSession:
         except Exception as exc:
             return await self._fail("error", f"{type(exc).__name__}: {exc}", rounds, calls, cause=exc)
 
-    async def _run_batch(self, round_: int, out: Any, approve: Approve | None) -> str | None:
+    async def _run_batch(self, round_: int, out: Any, approve: Approve | None,
+                         on_result: Callable[[ProposedCall, dict], None] | None) -> str | None:
         """Journal, run and publish one batch; return "aborted" / "interrupted" when the turn must end after it."""
         store, lease, agent = self.store, self._lease, self.agent
         ids = [uuid.uuid4().hex for _ in out.calls]
@@ -344,21 +363,23 @@ class DurableAgentSession:
         for cid, call in zip(ids, out.calls):
             if ended is None and self._stop.is_set():
                 ended = "interrupted"
-            result, assets = await self._decide(cid, call, approve) if ended is None else (None, ())
+            result, assets, ran = await self._decide(cid, call, approve) if ended is None else (None, (), False)
             if result == "abort":
                 ended, result = "aborted", None
             if result is None:
                 result = {"call_id": cid, "tool": call.tool, "outcome": "not_executed", "output": journal.NOT_EXECUTED}
             await self._offload(self._db, journal.complete_call, store, lease, cid, result, assets)
+            if ran and on_result is not None:
+                on_result(call, result)
         results = await self._offload(self._db, journal.publish_batch, store, lease)
         agent.add_batch(round_, list(zip(ids, out.calls)), results)
         return ended
 
-    async def _decide(self, cid: str, call: ProposedCall, approve: Approve | None) -> tuple[Any, tuple]:
-        """Gate, ask, run one call: its `tool_result` payload and assets, or "abort"."""
+    async def _decide(self, cid: str, call: ProposedCall, approve: Approve | None) -> tuple[Any, tuple, bool]:
+        """Gate, ask, run one call: its `tool_result` payload (or "abort"), its assets, and whether it ran."""
         reason = self.agent.gate(call)
         if reason is not None:
-            return {"call_id": cid, "tool": call.tool, "outcome": "error", "output": reason}, ()
+            return {"call_id": cid, "tool": call.tool, "outcome": "error", "output": reason}, (), False
         tool = self.agent.tools[call.tool]
         if self.agent.snapshot.tool(call.tool).approval == "always":
             decision = "deny" if approve is None else approve(call, tool)
@@ -367,16 +388,17 @@ class DurableAgentSession:
             if decision not in DECISIONS:
                 raise ValueError(f"approve() returned {decision!r}, not one of {DECISIONS}")
             if decision == "abort":
-                return "abort", ()
+                return "abort", (), False
             if decision == "deny":
-                return {"call_id": cid, "tool": call.tool, "outcome": "denied", "output": "the user denied this call"}, ()
+                return ({"call_id": cid, "tool": call.tool, "outcome": "denied", "output": "the user denied this call"},
+                        (), False)
         await self._offload(self._db, journal.start_call, self.store, self._lease, cid)
         invocation = ToolInvocation(cid, call.tool, call.arguments, self.workspace, self.store)
         known: list = []
         self._tool_call = (cid, known)  # left set when this await is cancelled: `close` settles the call
-        done = await self._offload(self._tools, _run_call, tool, invocation, known)
+        result, assets = await self._offload(self._tools, _run_call, tool, invocation, known)
         self._tool_call = None
-        return done
+        return result, assets, True
 
     async def _fail(self, reason: str, diagnostic: str, rounds: int, calls: int,
                     cause: BaseException | None = None) -> TurnResult:
@@ -386,7 +408,8 @@ class DurableAgentSession:
             await self._offload(self._db, journal.close_failed, self.store, self._lease, reason, diagnostic)
         except Exception as exc:
             raise exc from cause
-        self.agent.load_history(await self._offload(self._db, lambda: list(self._lease.replay_all())))
+        self.agent.load_history(*await self._offload(self._db, lambda: (
+            list(self._lease.replay_all()), journal.unknown_effects(self.store, self.session_id))))
         self._poisoned = False
         return TurnResult(reason, None, rounds, calls, journal.bounded(diagnostic))
 

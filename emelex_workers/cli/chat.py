@@ -35,7 +35,7 @@ from emelex_workers.agent.tools import RegisteredTool, registered_tools
 from emelex_workers.models import ModelManager
 from emelex_workers.plugins import bind_model, get_plugin_manager
 
-from .chat_show import call_line, call_text, outcome_lines, showing
+from .chat_show import call_line, call_text, outcome_lines
 from .common import settings_of
 
 SYSTEM_PROMPT = ("You are a careful coding assistant working in the user's workspace. Use a tool when you need "
@@ -181,6 +181,10 @@ class Chat:
                 return decision
             print("please answer y, n or a")
 
+    def show_result(self, call: ProposedCall, result: dict) -> None:
+        """Show the outcome of a call that ran, once its result is journaled."""
+        print(outcome_lines(call.tool, result["outcome"], result["output"]), flush=True)
+
     def show_round(self, raw: str) -> None:
         """Show the calls a complete model round proposed (and why the gate refuses any), before they run."""
         try:
@@ -220,14 +224,19 @@ class Chat:
 
     async def run(self) -> int:
         """The loop: read, run turns and commands until /exit or end of input (or `stop`), then close the adapter
-        (releasing the lease); the exit status."""
+        (releasing the lease); the exit status. A turn that raised (its failure could not be recorded) closes the
+        adapter too, releasing the lease, before its error propagates."""
         try:
             await self._loop()
         except BrokenPipeError:
             self.stop(EXIT_PIPE)
         except asyncio.CancelledError:  # the turn `stop` cancelled
             if self.stopped is None:
+                await self._close_quietly()
                 raise
+        except BaseException:
+            await self._close_quietly()
+            raise
         await self.agent.close()
         if self.stopped is not None:
             print(f"chat ended ({'standard output closed' if self.stopped == EXIT_PIPE else 'terminated'}); "
@@ -236,6 +245,14 @@ class Chat:
             return self.stopped
         print(f"session {self.agent.session_id} closed")
         return 0
+
+    async def _close_quietly(self) -> None:
+        """Close the adapter while an error propagates: a failing close never replaces it (the lease then
+        expires)."""
+        try:
+            await self.agent.close()
+        except Exception:
+            pass
 
     async def _loop(self) -> None:
         print(f"session {self.agent.session_id}; {HELP}")
@@ -260,7 +277,7 @@ class Chat:
             self.in_tool = False
             stream.feed(piece)
 
-        self.turn = self.agent.turn(text, approve=self.approve, on_token=on_token)
+        self.turn = self.agent.turn(text, approve=self.approve, on_token=on_token, on_result=self.show_result)
         result = await self.turn
         self.in_tool = False
         if result.outcome == "answer":
@@ -296,7 +313,6 @@ def _reader(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue) -> None:
 async def _main(store, workspace, binding, tools, snapshot, resume: str | None, model, new_workspace: bool) -> int:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue = asyncio.Queue()
-    tools = showing(tools, lambda text: loop.call_soon_threadsafe(functools.partial(print, text, flush=True)))
     if resume is None:
         agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot, model=model,
                                                 new_workspace=new_workspace)
