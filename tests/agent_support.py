@@ -195,12 +195,13 @@ def register_tools(register) -> None:
 
 
 @hookimpl(tryfirst=True)
-def model_binding(model) -> ScriptedBinding | None:
-    """Bind model files that contain the scripted marker; pass on anything else."""
+def model_binding(model, settings) -> ScriptedBinding | None:
+    """Bind model files that contain the scripted marker (a window of 4096 tokens, capped like a real binding by
+    `model_max_context_tokens`); pass on anything else."""
     with open(model.model_file, "rb") as f:
         if SCRIPTED_MARKER not in f.read(64):
             return None
-    return ScriptedBinding(model=model)
+    return ScriptedBinding(model=model, window=min(4096, settings.model_max_context_tokens))
 
 
 def scripted_model_file(directory: Path, name: str = "scripted.gguf") -> Path:

@@ -6,6 +6,7 @@ and new value and a fix."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import subprocess
 
@@ -60,8 +61,6 @@ def test_a_manifest_of_the_first_format_keeps_its_snapshot_id(home, tmp_path) ->
     value["format"] = 1  # as every manifest written before identities left out the install time
     data = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     path.write_bytes(data)
-    import hashlib
-
     legacy = read_installed(home, "scripted")
     assert legacy.snapshot_id == "sha256:" + hashlib.sha256(data).hexdigest()  # the whole manifest, as before
 
@@ -80,3 +79,17 @@ def test_a_refused_resume_names_the_old_and_new_value(store: MemoryStore, worksp
     with pytest.raises(SnapshotMismatchError) as info:
         asyncio.run(DurableAgentSession.resume(store, session, workspace, binding, {}, now))
     assert info.value.field == "seed" and "seed 7" in str(info.value) and "has 8" in str(info.value)
+
+
+def test_a_chat_resumes_after_backup_restore_and_reinstalling_the_same_model_file(env, home, workspace,
+                                                                                  tmp_path) -> None:
+    made = chat(env, workspace, "/exit\n", [], tmp_path / "effects")
+    assert made.returncode == 0, made.stderr
+    backup = tmp_path / "backup"
+    subprocess.run([*EMELEX, "memory", "backup", str(backup)], env=env, check=True, capture_output=True)
+    other = {**env, "EMELEX_HOME": str(tmp_path / "restored")}
+    subprocess.run([*EMELEX, "memory", "restore", str(backup)], env=other, check=True, capture_output=True)
+    subprocess.run([*EMELEX, "models", "install", str(scripted_model_file(tmp_path / "again")), "--name",
+                    "scripted"], env=other, check=True, capture_output=True)
+    resumed = chat(other, workspace, "/exit\n", [], tmp_path / "effects", "--resume", session_of(made))
+    assert resumed.returncode == 0, resumed.stderr

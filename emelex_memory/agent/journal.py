@@ -219,13 +219,23 @@ def snapshot_mismatch(session_id: str, stored: SessionSnapshot, snapshot: Sessio
     differing field with its recorded and its current value."""
     field = stored.differing_field(snapshot) or "format"
     old, new = stored.field_value(field), snapshot.field_value(field)
+    fix = next((advice for prefix, advice in _MISMATCH_FIXES if field.startswith(prefix)),
+               "resume it with the value it recorded (`journal.stored_snapshot`)")
     error = SnapshotMismatchError(
         f"Session {session_id} was created with {field} {bounded(repr(old), 200)}, but the current configuration "
-        f"has {bounded(repr(new), 200)}; run it with what it was created with (the same model file, tool plugins "
-        f"and Emelex version), or start a new Session"
+        f"has {bounded(repr(new), 200)}; {fix}, or start a new Session"
     )
     error.field = field
     return error
+
+
+_MISMATCH_FIXES = (  # what makes a resume honour a recorded field again, by the field's path
+    ("model_", "install the Session's model file again under its name (`emelex models install FILE --name NAME`)"),
+    ("template_digest", "install the Session's model file again: its chat template is part of the file"),
+    ("context_size", "use a model (and `model_max_context_tokens`) that allocates the recorded window"),
+    ("protocol", "run the Emelex version the Session was created with"),
+    ("tools", "install the tool plugins at the versions the Session was created with"),
+)
 
 
 # -- reading the journal -----------------------------------------------------------------------------

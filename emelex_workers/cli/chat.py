@@ -26,6 +26,7 @@ import typer
 
 from emelex_memory import EmelexError, MemoryStore
 from emelex_memory.agent import journal
+from emelex_memory.agent.snapshot import SessionSnapshot
 from emelex_memory.errors import ModelNotInstalledError, SnapshotMismatchError, WorkspaceReplacedError
 from emelex_memory.sessions.identity import WorkspaceIdentity
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
@@ -330,6 +331,19 @@ async def _main(store, workspace, binding, tools, snapshot, resume: str | None, 
         loop.remove_signal_handler(signal.SIGTERM)
 
 
+def _resumed_snapshot(stored: SessionSnapshot, binding, tools: dict[str, RegisteredTool], installed) -> SessionSnapshot:
+    """The snapshot a resume runs with: the Session's own recorded values (sampling, limits, system prompt, and the
+    model snapshot ID it recorded, as `installed` has the recorded content: `_session_model` checked its
+    reference), and what this process provides (the protocol, the chat template, the tools and the window the
+    binding allocated for the recorded context size), which the resume compares with the record, refusing only
+    those that differ."""
+    return build_snapshot(
+        binding, tools, model_reference=installed.reference, model_snapshot_id=stored.model_snapshot_id,
+        system_prompt=stored.system_prompt, context_size=binding.context_window, temperature=stored.temperature,
+        seed=stored.seed, round_tokens=stored.round_tokens, chain_limit=stored.chain_limit,
+        calls_per_batch=stored.calls_per_batch)
+
+
 def _session_model(manager: ModelManager, session_id: str, reference: str, model: str | None):
     """The installed model a resumed Session's snapshot names by `reference` (`NAME@sha256:...`): `model` when
     given, else the one of that name. `SnapshotMismatchError` names the model and the `--model` flag when `model`
@@ -380,7 +394,7 @@ def chat(
             installed = manager.get(model) if model else manager.default()
     store = MemoryStore.open(settings, create=resume is None)  # a resume needs a store: never create one for it
     try:
-        session_id = None
+        session_id = stored = None
         if resume is not None:
             session_id = store.resolve_session_id(resume)
             workspace = store.get_session(session_id).validate_workspace(workspace)
@@ -392,11 +406,16 @@ def chat(
                     installed = manager.get(model) if model else manager.default()
         pm = get_plugin_manager(settings)
         tools = registered_tools(pm)
-        _, binding = bind_model(pm, installed, settings)
+        binding_settings = settings if stored is None else \
+            settings.model_copy(update={"model_max_context_tokens": stored.context_size})
+        _, binding = bind_model(pm, installed, binding_settings)
         if not callable(getattr(binding, "stream_chat", None)):
             raise typer.BadParameter(f"model {installed.name!r} has a binding without stream_chat; chat needs one")
-        snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
-                                  model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT)
+        if stored is None:
+            snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
+                                      model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT)
+        else:
+            snapshot = _resumed_snapshot(stored, binding, tools, installed)
         try:
             code = asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id, installed, new_workspace))
         except WorkspaceReplacedError as exc:
