@@ -183,8 +183,10 @@ class Chat:
             print("please answer y, n or a")
 
     def show_result(self, call: ProposedCall, result: dict) -> None:
-        """Show the outcome of a call that ran, once its result is journaled."""
-        print(outcome_lines(call.tool, result["outcome"], result["output"]), flush=True)
+        """Show the outcome of a call that ran, once its result is journaled (printed from a loop callback, so a
+        closed standard output stops the chat instead of failing the turn)."""
+        text = outcome_lines(call.tool, result["outcome"], result["output"])
+        asyncio.get_running_loop().call_soon(functools.partial(print, text, flush=True))
 
     def show_round(self, raw: str) -> None:
         """Show the calls a complete model round proposed (and why the gate refuses any), before they run."""
