@@ -499,9 +499,10 @@ class TurnInProgressError(AgentError):
 
 
 class OpenJournalError(AgentError):
-    """The Session has an open agent journal (a turn that did not finish; a tool may have run): deleting it would
-    destroy that record. Reconcile it first with `emelex memory sessions recover SESSION` (or resume the agent), or
-    delete it anyway with `--discard-journal` (`discard_journal=True`)."""
+    """The Session has an open agent journal (a turn that did not finish; a tool may have run): a plain append or
+    `finish_session` would write around that turn, and deleting the Session would destroy its record. Reconcile it
+    first with `emelex memory sessions recover SESSION` (or resume the agent), or delete it anyway with
+    `--discard-journal` (`discard_journal=True`)."""
 
 
 
