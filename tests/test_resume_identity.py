@@ -93,3 +93,30 @@ def test_a_chat_resumes_after_backup_restore_and_reinstalling_the_same_model_fil
                     "scripted"], env=other, check=True, capture_output=True)
     resumed = chat(other, workspace, "/exit\n", [], tmp_path / "effects", "--resume", session_of(made))
     assert resumed.returncode == 0, resumed.stderr
+
+
+def test_a_tool_mismatch_names_the_recorded_and_the_registered_value(store: MemoryStore, workspace,
+                                                                    settings) -> None:
+    from emelex_workers.agent.tools import RegisteredTool, registered_tools
+    from emelex_workers.plugins import get_plugin_manager
+
+    from . import agent_support
+
+    pm = get_plugin_manager(settings)
+    agent_support.add_to(pm)
+    tools = {"peek": registered_tools(pm)["peek"]}
+    binding = ScriptedBinding([])
+    made = build_snapshot(binding, tools, model_reference="t/m", model_snapshot_id="s" * 64, system_prompt="T.")
+
+    async def main() -> str:
+        agent = await DurableAgentSession.create(store, workspace, binding, tools, made)
+        await agent.close()
+        return agent.session_id
+
+    session = asyncio.run(main())
+    newer = {"peek": RegisteredTool(tools["peek"].spec, tools["peek"].plugin, "9.9")}
+    with pytest.raises(SnapshotMismatchError) as info:
+        asyncio.run(DurableAgentSession.resume(store, session, workspace, binding, newer, made))
+    message = str(info.value)
+    assert "tools[peek].plugin_version" in message and f"recorded '{agent_support.VERSION}'" in message
+    assert "registered now '9.9'" in message and "install the plugin version" in message

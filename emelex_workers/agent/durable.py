@@ -517,14 +517,16 @@ def _check_tools(snapshot: SessionSnapshot, tools: Mapping[str, RegisteredTool])
     for authority in snapshot.tools:
         tool = tools.get(authority.name)
         if tool is None or tool.authority() != authority:
-            field = f"tools[{authority.name}]" if tool is None else None
-            if field is None:
+            field, now = f"tools[{authority.name}]", "not registered"
+            if tool is not None:
                 probe = SessionSnapshot(**{**snapshot.__dict__, "tools": tuple(
                     tool.authority() if t.name == authority.name else t for t in snapshot.tools)})
-                field = snapshot.differing_field(probe) or f"tools[{authority.name}]"
+                field = snapshot.differing_field(probe) or field
+                now = journal.bounded(repr(probe.field_value(field)), 200)
             error = SnapshotMismatchError(
-                f"the registered tools differ from the Session's snapshot in {field}; install the plugin version the "
-                "Session was created with, or start a new Session"
+                f"the registered tools differ from the Session's snapshot in {field} (recorded "
+                f"{journal.bounded(repr(snapshot.field_value(field)), 200)}, registered now {now}); install the "
+                "plugin version the Session was created with, or start a new Session"
             )
             error.field = field
             raise error
