@@ -179,6 +179,7 @@ _EXPORTS = {  # public name -> the module that defines it, relative to this pack
     "SourceChangedError": ".errors",
     "SourceTooLargeError": ".errors",
     "StaleCursorError": ".errors",
+    "StoreBusyError": ".errors",
     "StoreClosedError": ".errors",
     "StoreError": ".errors",
     "StoreExistsError": ".errors",

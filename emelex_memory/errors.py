@@ -127,6 +127,11 @@ class PathTooLongError(FileSystemError):
     """A path Emelex uses is longer than the file system allows: use a shorter EMELEX_HOME, database path or name."""
 
 
+class StoreBusyError(StoreError):
+    """Another connection held the database's write lock past every bounded wait (a long `emelex memory maintain
+    --vacuum`, another writer): nothing was written; wait for that process to finish, then retry."""
+
+
 class CommitOutcomeUnknownError(StoreError):
     """The I/O of a commit failed, so the write may or may not be durable: re-read (replay) before retrying, as
     the message says; a retry that re-checks what it reads is then safe."""
@@ -499,9 +504,10 @@ class TurnInProgressError(AgentError):
 
 
 class OpenJournalError(AgentError):
-    """The Session has an open agent journal (a turn that did not finish; a tool may have run): deleting it would
-    destroy that record. Reconcile it first with `emelex memory sessions recover SESSION` (or resume the agent), or
-    delete it anyway with `--discard-journal` (`discard_journal=True`)."""
+    """The Session has an open agent journal (a turn that did not finish; a tool may have run): a plain append or
+    `finish_session` would write around that turn, and deleting the Session would destroy its record. Reconcile it
+    first with `emelex memory sessions recover SESSION` (or resume the agent), or delete it anyway with
+    `--discard-journal` (`discard_journal=True`)."""
 
 
 

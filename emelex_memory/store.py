@@ -30,9 +30,10 @@ from .core.database import Clock, Database
 from .core.io_errors import restated
 from .core.opening import STORE_MARKER, check_missing_database, open_database, reinitialize_database
 from .core.private_files import absolute, check_home, check_no_symlinks, check_private_dir, ensure_private_dir
-from .errors import CommitOutcomeUnknownError, InvalidInputError, LeaseLostError
+from .errors import CommitOutcomeUnknownError, InvalidInputError, LeaseLostError, OpenJournalError
 from .job_kinds import DEFAULT_KINDS, DISTILL_KIND
 from .queue.kinds import JobKindRegistry
+from .sessions.holders import open_journal
 from .settings import Settings
 
 if TYPE_CHECKING:
@@ -237,8 +238,9 @@ class MemoryStore:
         tells, and releases the lease if still held) and returns the job.
         Otherwise raises `LeaseLostError`, queueing nothing, when the lease
         was no longer held (call `queue_distillation` to distill the Session
-        anyway). Call this only for a Session whose history is consistent (no
-        interrupted turn), on the store that acquired the lease.
+        anyway). A Session with an open agent journal (an interrupted turn)
+        is refused with `OpenJournalError`, queueing nothing and keeping the
+        lease. Call it on the store that acquired the lease.
         """
         if lease._db is not self.db:
             raise InvalidInputError(
@@ -247,11 +249,11 @@ class MemoryStore:
             )
         if lease._finish_unknown:  # an earlier finish may have committed: queueing again is idempotent
             try:
-                return lease._end_with("released", None, lambda conn: self.queue_distillation(lease.session_id))
+                return lease._end_with("released", None, functools.partial(self._finished, lease))
             except LeaseLostError:  # released by that commit, or when its `with` block was left
                 return self.queue_distillation(lease.session_id)
         try:
-            return lease._end_with("released", None, lambda conn: self.queue_distillation(lease.session_id))
+            return lease._end_with("released", None, functools.partial(self._finished, lease))
         except CommitOutcomeUnknownError as exc:
             lease._finish_unknown = True
             raise restated(
@@ -259,6 +261,17 @@ class MemoryStore:
                 "call finish_session(lease) again: it queues the distillation unless this commit did, and releases "
                 "the lease if it is still held",
             ) from exc.__cause__
+
+    def _finished(self, lease: SessionLease, conn: Any) -> Enqueued | None:
+        """Inside `finish_session`'s transaction: refuse an open agent journal (`OpenJournalError`: a turn that did
+        not close is not a consistent history to distill), else queue the distillation."""
+        if conn.execute(f"SELECT {open_journal('?')}", (lease._rowid,)).fetchone()[0]:
+            raise OpenJournalError(
+                f"Session {lease.session_id} has an open agent turn, so it cannot be finished (nothing was queued, "
+                f"the lease is still held): release the lease, then resume the agent or run `emelex memory sessions "
+                f"recover {lease.session_id}`"
+            )
+        return self.queue_distillation(lease.session_id)
 
     def work_distillation(
         self,

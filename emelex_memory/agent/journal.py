@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import apsw
 
 from ..assets.refs import AssetRef
 from ..errors import (
@@ -36,6 +38,7 @@ from ..errors import (
     SessionNotEmptyError,
     SnapshotMismatchError,
     SnapshotMissingError,
+    StoreBusyError,
     UnknownEffectsError,
 )
 from ..core.utf8 import check_utf8
@@ -52,7 +55,9 @@ Store = Any  # the `MemoryStore` facade: the journal uses its `db` (the core `Da
 MAX_DIAGNOSTIC_BYTES = 2048
 FAILURE_REASONS = ("interrupted", "error", "aborted")
 NOT_EXECUTED = "this call never ran"
+NOT_RUN_OUTCOMES = ("not_executed", "denied", "error")  # what a call may complete with that never started
 UNKNOWN_EFFECT = "this call may have run; its effect is unknown; do not repeat it unless the user asks"
+BUSY_PAUSE_S = (0.05, 1.0)  # the first pause between attempts of a busy step, doubling to the second
 _CALL_COLUMNS = "ordinal, call_id, tool, arguments, state, result, assets, planned_at, started_at, completed_at"
 
 
@@ -120,6 +125,32 @@ class Reconciled:
     failure: dict
 
 
+T = TypeVar("T")
+
+
+def retry_busy(lease: SessionLease, step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`step(*args, **kwargs)` (a journal step, or another write under `lease`), attempted again while the database is
+    busy: another connection held its write lock past `busy_timeout_ms` (`apsw.BusyError`, raised before anything
+    was written). It pauses between attempts (50 ms doubling to 1 s) for as long as the lease is valid by the store's
+    clock, and then raises `StoreBusyError`; every other error is raised at once. Safe because each step is one
+    transaction and restart-idempotent."""
+    clock = lease._db.clock
+    pause = BUSY_PAUSE_S[0]
+    while True:
+        try:
+            return step(*args, **kwargs)
+        except apsw.BusyError as exc:
+            left = lease.expires_at - clock()
+            if left <= 0:
+                raise StoreBusyError(
+                    f"the database of Session {lease.session_id} stayed locked by another process until this "
+                    "lease expired (a long `emelex memory maintain --vacuum`?); nothing more was written; wait for "
+                    "it to finish, then resume the Session"
+                ) from exc
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, BUSY_PAUSE_S[1])
+
+
 # -- snapshots -------------------------------------------------------------------------------------------
 
 
@@ -152,12 +183,19 @@ def stored_snapshot(store: Store, session_id: str) -> SessionSnapshot | None:
 
 
 def require_snapshot(store: Store, lease: SessionLease, snapshot: SessionSnapshot) -> None:
-    """Resume's check: the Session's stored snapshot must be identical to `snapshot`.
+    """Resume's check: the Session's stored snapshot must be identical to `snapshot` (`verify_snapshot`); an empty
+    Session without one gets `snapshot` recorded (creation is allowed only there)."""
+    if verify_snapshot(store, lease, snapshot):
+        record_snapshot(store, lease, snapshot)
+
+
+def verify_snapshot(store: Store, lease: SessionLease, snapshot: SessionSnapshot) -> bool:
+    """Read-only: True when the lease's Session is empty and has no snapshot (so `snapshot` is to be recorded),
+    False when its stored snapshot is identical to `snapshot`.
 
     Raises `SnapshotMismatchError` naming the first differing field, and
     `SnapshotMissingError` when the Session has history but no snapshot (it
-    fails closed rather than adopting today's semantics). An empty Session
-    without one gets `snapshot` recorded (creation is allowed only there).
+    fails closed rather than adopting today's semantics).
     """
     stored = stored_snapshot(store, lease.session_id)
     if stored is None:
@@ -170,16 +208,34 @@ def require_snapshot(store: Store, lease: SessionLease, snapshot: SessionSnapsho
                 f"Session {lease.session_id} has history but no execution snapshot, so it cannot be resumed as an "
                 "agent Session; read it with `emelex memory sessions show`, or start a new Session"
             )
-        record_snapshot(store, lease, snapshot)
-        return
+        return True
     if stored.digest != snapshot.digest:
-        field = stored.differing_field(snapshot) or "format"
-        error = SnapshotMismatchError(
-            f"Session {lease.session_id} was created with a different {field} than the current configuration; "
-            f"restore it or start a new Session (snapshot {stored.digest[:12]}, now {snapshot.digest[:12]})"
-        )
-        error.field = field
-        raise error
+        raise snapshot_mismatch(lease.session_id, stored, snapshot)
+    return False
+
+
+def snapshot_mismatch(session_id: str, stored: SessionSnapshot, snapshot: SessionSnapshot) -> SnapshotMismatchError:
+    """The typed error of a resume whose `snapshot` differs from the Session's `stored` one: it names the first
+    differing field with its recorded and its current value."""
+    field = stored.differing_field(snapshot) or "format"
+    old, new = stored.field_value(field), snapshot.field_value(field)
+    fix = next((advice for prefix, advice in _MISMATCH_FIXES if field.startswith(prefix)),
+               "resume it with the value it recorded (`journal.stored_snapshot`)")
+    error = SnapshotMismatchError(
+        f"Session {session_id} was created with {field} {bounded(repr(old), 200)}, but the current configuration "
+        f"has {bounded(repr(new), 200)}; {fix}, or start a new Session"
+    )
+    error.field = field
+    return error
+
+
+_MISMATCH_FIXES = (  # what makes a resume honour a recorded field again, by the field's path
+    ("model_", "install the Session's model file again under its name (`emelex models install FILE --name NAME`)"),
+    ("template_digest", "install the Session's model file again: its chat template is part of the file"),
+    ("context_size", "use a model (and `model_max_context_tokens`) that allocates the recorded window"),
+    ("protocol", "run the Emelex version the Session was created with"),
+    ("tools", "install the tool plugins at the versions the Session was created with"),
+)
 
 
 # -- reading the journal -----------------------------------------------------------------------------
@@ -291,20 +347,29 @@ def start_call(store: Store, lease: SessionLease, call_id: str) -> float:
 def complete_call(
     store: Store, lease: SessionLease, call_id: str, result: dict, assets: Sequence[AssetRef] = ()
 ) -> None:
-    """Record a call's exact `tool_result` payload (and the assets it links) as `completed`. Completing it again
-    with the identical result is a no-op; with another raises `JournalStateError`."""
+    """Record a call's exact `tool_result` payload (and the assets it links) as `completed`. A call that never
+    started may only complete with an outcome saying it did not run (`NOT_RUN_OUTCOMES`, no assets): anything else
+    from `planned` raises `JournalStateError` (start it first), so "started before its effect" holds for every host.
+    Completing it again with the identical result is a no-op; with another raises `JournalStateError`."""
     text = canonical_json(result).decode()
     refs = json.dumps([[a.digest, a.size, a.media_kind] for a in assets]) if assets else None
+    ran = not (isinstance(result, dict) and result.get("outcome") in NOT_RUN_OUTCOMES and not assets)
+    states = "'started'" if ran else "'planned', 'started'"
     with store.db.write() as conn:
         now = lease.check_authority(conn)
         conn.execute(
             "UPDATE agent_calls SET state = 'completed', result = ?, assets = ?, completed_at = ? "
-            "WHERE call_id = ? AND state IN ('planned', 'started') AND session_id = ?",
+            f"WHERE call_id = ? AND state IN ({states}) AND session_id = ?",
             (text, refs, now, call_id, _rowid(conn, lease)),
         )
         if conn.changes() == 1:
             return
         state, _, stored = _call_row(conn, lease, call_id)
+        if state == "planned":
+            raise JournalStateError(
+                f"tool call {call_id} never started, so it cannot complete with outcome {result.get('outcome')!r}: "
+                "record start_call right before the tool runs"
+            )
         if stored != text:
             raise JournalStateError(f"tool call {call_id} was already completed with another result")
 
@@ -346,7 +411,7 @@ def publish_batch(store: Store, lease: SessionLease) -> tuple[dict, ...]:
         conn.execute(
             "UPDATE agent_turns SET published = published + 1, round = NULL, raw = NULL WHERE session_id = ?", (rowid,)
         )
-        lease.append_turn(batch_events(turn, results))
+        lease._append(batch_events(turn, results), None, journaled=True)  # the turn stays open
     return results
 
 
@@ -428,6 +493,37 @@ def unknown_effects_error(session_id: str, turn: OpenTurn) -> UnknownEffectsErro
     )
     error.calls = turn.unknown
     return error
+
+
+@dataclass(frozen=True)
+class UnknownEffect:
+    """A call recorded with outcome `unknown_effect`: it may have run. Its tool, arguments, call ID and the seq of
+    its `tool_result` event."""
+
+    call_id: str
+    tool: str
+    arguments: dict
+    seq: int
+
+
+def unknown_effects(store: Store, session_id: str) -> tuple[UnknownEffect, ...]:
+    """Every call recorded as `unknown_effect` in the Session's whole raw history, oldest first: compaction only
+    adds Summaries in front of events, never removes them, so this holds for the Session's life. Read-only."""
+    with store.db.read() as conn:
+        rowid = session_rowid(conn, session_id)
+        rows = conn.execute(
+            "SELECT r.seq, json_extract(r.payload, '$.call_id'), json_extract(r.payload, '$.tool'), c.payload "
+            "FROM events r LEFT JOIN events c ON c.session_id = r.session_id AND c.turn = r.turn "
+            "AND c.kind = 'tool_calls' WHERE r.session_id = ? AND r.kind = 'tool_result' "
+            "AND json_extract(r.payload, '$.outcome') = 'unknown_effect' ORDER BY r.seq",
+            (rowid,),
+        ).fetchall()
+    found = []
+    for seq, call_id, tool, calls in rows:
+        arguments = next((c.get("arguments", {}) for c in json.loads(calls or '{"calls": []}').get("calls", [])
+                          if c.get("call_id") == call_id), {})
+        found.append(UnknownEffect(call_id, tool, arguments, seq))
+    return tuple(found)
 
 
 def set_title(store: Store, lease: SessionLease, title: str | None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -153,6 +154,22 @@ class SessionSnapshot:
                 elif a[key] != b[key]:
                     return f"tools[{name}].{key}"
         return None
+
+
+    def field_value(self, path: str) -> Any:
+        """The value at a `differing_field` path (`"seed"`, `"tools[read_file].input_schema.properties.path"`,
+        `"format"`); None where the snapshot has nothing there."""
+        if not path.startswith("tools["):
+            return self.to_json().get(path)
+        name, _, rest = path[len("tools["):].partition("]")
+        tool = self.tool(name)
+        value: Any = None if tool is None else tool.to_json()
+        for key, index in re.findall(r"\.([^.\[]+)|\[(\d+)\]", rest):
+            if key:
+                value = value.get(key) if isinstance(value, dict) else None
+            else:
+                value = value[int(index)] if isinstance(value, list) and int(index) < len(value) else None
+        return value
 
 
 def _json_difference(a: Any, b: Any, path: str = "") -> str | None:

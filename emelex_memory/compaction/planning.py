@@ -334,12 +334,12 @@ class Compaction:
 
     def _view_turns(self, rowid: int, count_tokens: TokenCounter, after: int = 0) -> Iterator[ViewTurn]:
         """The Session's replay view after raw seq `after` as atomic turns with their tokens, oldest first, one turn
-        in memory at a time."""
+        in memory at a time: an agent turn (its request, the tool batches it caused, its answer or failure) is one."""
         turn: ViewTurn | None = None
         while True:
             page = replay_page(self._db, rowid, after, None, None)
             for event in page.events:
-                if turn is None or turn.turn != event.turn or event.kind == SUMMARY_KIND:
+                if turn is None or not turn.continued_by(event):
                     if turn is not None:
                         yield turn
                     turn = ViewTurn(event)

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from .policy import MIN_SUMMARY_SHARE, PROMPT_RESERVE_TOKENS, reserve_tokens, source_token_budget
 from ..errors import InvalidInputError, SourceChangedError, TurnTooLargeError
 from .prefix_digest import MAX_COVERED_BYTES, digest_prefix
-from .summaries import check_replaceable
+from .summaries import CONTINUATION_KINDS, check_replaceable
 from ..sessions.transcript import SUMMARY_KIND, Event
 
 if TYPE_CHECKING:
@@ -46,20 +46,29 @@ def checked_tokens(tokens: object) -> int:
 
 
 class ViewTurn:
-    """One atomic turn of a replay view: its turn number, events and tokens, first and last event IDs and last
-    seq, and whether it is a Summary (a Summary is a turn of its own)."""
+    """One atomic turn of a replay view: its (first) turn number, events and tokens, first and last event IDs and
+    last seq, and whether it is a Summary (a Summary is a turn of its own). An agent turn is one atomic turn: the
+    store turn of its request and those that continue it (`CONTINUATION_KINDS`); `store_turn` is the last."""
 
-    __slots__ = ("turn", "count", "tokens", "first_id", "last_id", "last_seq", "summary")
+    __slots__ = ("turn", "store_turn", "count", "tokens", "first_id", "last_id", "last_seq", "summary")
 
     def __init__(self, event: Event) -> None:
         """A turn starting with `event` (not yet counted: `add` it)."""
-        self.turn, self.count, self.tokens = event.turn, 0, 0
+        self.turn, self.store_turn, self.count, self.tokens = event.turn, event.turn, 0, 0
         self.first_id, self.last_id, self.last_seq = event.id, event.id, event.seq
         self.summary = event.kind == SUMMARY_KIND
 
     def add(self, event: Event, tokens: int) -> None:
         """Count one more event of the turn with its tokens."""
         self.count, self.tokens, self.last_id, self.last_seq = self.count + 1, self.tokens + tokens, event.id, event.seq
+        self.store_turn = event.turn
+
+    def continued_by(self, event: Event) -> bool:
+        """Whether `event` (the next of the view) belongs to this atomic turn: it is of the same store turn, or it
+        opens a store turn continuing this agent turn (never after a Summary)."""
+        if event.kind == SUMMARY_KIND:
+            return False
+        return event.turn == self.store_turn or (not self.summary and event.kind in CONTINUATION_KINDS)
 
 
 class LeadingRun:

@@ -39,6 +39,10 @@ from ..core.jsonbound import encode_canonical
 from .prefix_digest import MAX_COVERED_BYTES, SourceFacts, digest_prefix, summary_digest
 from ..sessions.transcript import SUMMARY_KIND, Event, ReplayPage, media_of, read_page, session_head
 
+# The kinds that open a store turn continuing the agent turn before it: a tool batch the request caused, the
+# answer that closes it, or its failure record. A compaction boundary never falls before one of them.
+CONTINUATION_KINDS = frozenset({"tool_calls", "assistant", "turn_failed"})
+
 
 SOURCE_FIELDS = ("base_summary_id", "count", "digest", "first_event_id", "last_event_id", "through_seq")
 T = TypeVar("T")
@@ -190,8 +194,8 @@ def append_summary(ctx: CompletionContext, text: str, model_ref: str | None) -> 
 def check_replaceable(
     conn: apsw.Connection, session_rowid: int, job_id: str, source: Mapping[str, Any], base_through: int
 ) -> None:
-    """Raise `InvalidJobSourceError` unless the source ends on the last event of a turn after the base Summary's
-    range, holds at least one raw event, and leaves at least `preserve_turns` raw turns uncovered."""
+    """Raise `InvalidJobSourceError` unless the source ends on the last event of an agent turn (the next event
+    opens no `CONTINUATION_KINDS` turn) after the base Summary's range, holds at least one raw event, and leaves at least `preserve_turns` raw turns uncovered."""
     through = source["through_seq"]
 
     def refuse(why: str) -> InvalidJobSourceError:
@@ -202,7 +206,7 @@ def check_replaceable(
     if through <= base_through or source["count"] <= (0 if source["base_summary_id"] is None else 1):
         raise refuse("covers no event after its base Summary")
     end = conn.execute(
-        "SELECT e.id, e.turn, n.turn FROM events e LEFT JOIN events n ON n.session_id = e.session_id "
+        "SELECT e.id, e.turn, n.turn, n.kind FROM events e LEFT JOIN events n ON n.session_id = e.session_id "
         "AND n.seq = e.seq + 1 WHERE e.session_id = ? AND e.seq = ?",
         (session_rowid, through),
     ).fetchone()
@@ -210,6 +214,8 @@ def check_replaceable(
         raise refuse(f"ends at seq {through}, which is not the last event of its source")
     if end[1] == end[2]:
         raise refuse(f"ends at seq {through}, in the middle of turn {end[1]}")
+    if end[3] in CONTINUATION_KINDS:
+        raise refuse(f"ends at seq {through}, inside an agent turn (a {end[3]} event continues it)")
     kept = conn.execute(
         "SELECT count(*) FROM (SELECT DISTINCT turn FROM events WHERE session_id = ? AND seq > ? "
         f"AND kind != '{SUMMARY_KIND}' LIMIT ?)",

@@ -34,6 +34,7 @@ from ..errors import (
     InvalidInputError,
     LeaseExpiredError,
     LeaseLostError,
+    OpenJournalError,
     ReplayRequiredError,
     StaleCursorError,
     StoreClosedError,
@@ -42,6 +43,7 @@ from ..errors import (
 )
 from ..core.io_errors import file_error, restated
 from ..settings import Settings
+from .holders import open_journal
 from .identity import WorkspaceIdentity, rebind_advice
 from .replay import replay_page
 from .transcript import AppendedTurn, Event, NewEvent, ReplayPage, encode_turn, media_of
@@ -51,10 +53,11 @@ T = TypeVar("T")
 
 # What an append re-checks, in one statement: the Session's workspace and the epoch of its row (m011: every change of
 # the workspace row bumps it, so equal numbers mean the row the lease verified is unchanged), the lease, and the head
-# (newest seq, turn, byte_end and media_end, all None for an empty Session) read from the Session's newest event.
+# (newest seq, turn, byte_end and media_end, all None for an empty Session) read from the Session's newest event, and
+# whether the Session has an open agent journal.
 _AUTHORITY_SQL = (
     "SELECT s.workspace_id, s.workspace_epoch, l.token_hash, l.state, l.expires_at, e.seq, e.turn, e.byte_end, "
-    "e.media_end FROM sessions s JOIN session_leases l ON l.session_id = s.id "
+    f"e.media_end, {open_journal('s.id')} FROM sessions s JOIN session_leases l ON l.session_id = s.id "
     "LEFT JOIN events e ON e.id = (SELECT id FROM events WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) "
     "WHERE s.id = ?1"
 )
@@ -177,6 +180,10 @@ class SessionLease:
     def append_turn(self, events: Sequence[NewEvent], *, expected_seq: int | None = None) -> AppendedTurn:
         """Atomically append one turn: consecutive positions and seqs, one new turn ID.
 
+        Refused with `OpenJournalError` (nothing written) while the Session
+        has an open agent journal: only the journal's own steps append then,
+        so no other writer can slip events into an agent turn.
+
         `expected_seq` is the raw cursor the caller last saw (default: this
         lease's cursor). Inside one `BEGIN IMMEDIATE` transaction the lease
         token and expiry, the workspace identity and the cursor are re-checked,
@@ -192,6 +199,10 @@ class SessionLease:
         end, then retry with `expected_seq` set to that cursor: the turn was
         committed exactly when the retry raises `StaleCursorError`.
         """
+        return self._append(events, expected_seq, journaled=False)
+
+    def _append(self, events: Sequence[NewEvent], expected_seq: int | None, *, journaled: bool) -> AppendedTurn:
+        """`append_turn`; `journaled`: a step of the agent journal, which appends while its turn is open."""
         if not self._replayed:
             raise ReplayRequiredError(
                 f"lease on Session {self.session_id} has not replayed its history; replay to the end first"
@@ -207,6 +218,11 @@ class SessionLease:
             with db.write() as conn:
                 row = conn.execute(_AUTHORITY_SQL, (rowid,)).fetchone()
                 now = self._check_authority(row)
+                if row[9] and not journaled:
+                    raise OpenJournalError(
+                        f"Session {self.session_id} has an open agent turn; only its agent appends until the turn "
+                        f"closes: resume the agent, or run `emelex memory sessions recover {self.session_id}`"
+                    )
                 last_seq = row[5] or 0
                 if last_seq != expected:
                     raise StaleCursorError(
@@ -279,16 +295,35 @@ class SessionLease:
         try:
             st = os.stat(self._path)
         except (FileNotFoundError, NotADirectoryError):
-            raise WorkspaceMissingError(
-                f"workspace {self._path} of Session {self.session_id} is gone or was renamed; "
-                "release this lease, then acquire a new one with the directory's current path"
-            ) from None
+            st = self._follow_rename()
         except OSError as exc:
             raise file_error(exc, self._path, "checking the workspace") from exc
         if (st.st_dev, st.st_ino) != self._dev_ino or row[1] != self._epoch or row[0] != self.workspace_id \
                 or self._pin is None:
             self._recheck_workspace(row, st)
         return now
+
+    def _follow_rename(self) -> os.stat_result:
+        """The recorded path names nothing: the held-open directory's status when it still exists (it was renamed,
+        and stays the Session's workspace), its new path recorded where the platform tells it
+        (`/proc/self/fd`); else `WorkspaceMissingError`."""
+        st = None if self._pin is None else os.fstat(self._pin)
+        if st is None or st.st_nlink == 0:
+            raise WorkspaceMissingError(
+                f"workspace {self._path} of Session {self.session_id} is gone; nothing was written; release this "
+                "lease, then acquire a new one with the directory's current path"
+            )
+        try:
+            self._path = os.readlink(f"/proc/self/fd/{self._pin}")
+        except OSError:
+            pass  # no such view: the held-open directory is checked again next time
+        return st
+
+    @property
+    def path(self) -> str:
+        """The workspace directory's path as this lease last found it: it follows a rename of the directory the
+        lease holds open."""
+        return self._path
 
     def _recheck_workspace(self, row: tuple, st: os.stat_result) -> None:
         """The slow path of `_check_authority`: raise unless the workspace is unchanged. Without the pinned

@@ -66,7 +66,10 @@ MODELS_DIRNAME = "models"
 LOCK_NAME = ".snapshot-mutation.lock"
 MANIFEST_NAME = "manifest.json"
 STAMP_NAME = "stamp.json"
-MANIFEST_FORMAT = 1
+MANIFEST_FORMAT = 2  # of the manifests written now: their snapshot ID leaves out when and from where (see snapshot_id_of)
+LEGACY_MANIFEST_FORMAT = 1  # still read: its snapshot ID is the SHA-256 of the whole manifest, as it always was
+STAMP_FORMAT = 1
+NOT_IDENTITY = ("installed_at", "origin")  # manifest fields that say when and from where, not what, was installed
 MAX_MANIFEST_BYTES = 64 * 1024
 MAX_MODELS = 1000  # installed models one listing reads
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}\Z")
@@ -274,7 +277,7 @@ def is_gguf(fd: int) -> bool:
 def manifest_bytes(
     name: str, kind: Kind, files: Sequence[ModelFile], installed_at: float, origin: str, target: LinkedTarget | None
 ) -> bytes:
-    """The canonical manifest of a snapshot; its SHA-256 is the snapshot ID."""
+    """The canonical manifest of a snapshot (its ID: `snapshot_id_of`)."""
     return _canonical({
         "format": MANIFEST_FORMAT, "name": name, "kind": kind, "installed_at": installed_at, "origin": origin,
         "files": [{"name": f.name, "sha256": f.sha256, "size": f.size} for f in files],
@@ -285,11 +288,22 @@ def manifest_bytes(
     })
 
 
+def snapshot_id_of(data: bytes) -> str:
+    """The snapshot ID of the canonical manifest `data`: `sha256:` and the SHA-256 of the manifest without
+    `NOT_IDENTITY`, so installing the same file again under the same name (another time, another source path)
+    gives the same ID; for a manifest of `LEGACY_MANIFEST_FORMAT` the SHA-256 of all its bytes, so the IDs that
+    existing stores recorded keep verifying."""
+    value = json.loads(data)
+    if value.get("format") == LEGACY_MANIFEST_FORMAT:
+        return "sha256:" + hashlib.sha256(data).hexdigest()
+    return "sha256:" + hashlib.sha256(_canonical({k: v for k, v in value.items() if k not in NOT_IDENTITY})).hexdigest()
+
+
 def write_stamp(directory: Path, snapshot_id: str, names: Sequence[str]) -> None:
     """Write (atomically: temporary file, fsync, rename, fsync the directory) the stamp of an owned snapshot: its
     snapshot ID, when it was taken, and the stat identity (dev, ino, size, mtime, ctime) of each named file."""
     data = _canonical({
-        "format": MANIFEST_FORMAT, "snapshot_id": snapshot_id, "stamped_at_ns": time.time_ns(),
+        "format": STAMP_FORMAT, "snapshot_id": snapshot_id, "stamped_at_ns": time.time_ns(),
         "files": [_identity(name, os.lstat(directory / name)) for name in names],
     })
     temp = directory / f".{STAMP_NAME}.{os.getpid()}.{time.monotonic_ns()}"
@@ -325,7 +339,7 @@ def read_private_json(path: Path, *, what: str) -> tuple[bytes, dict[str, Any]]:
 def _parse_manifest(home: Path, directory: Path, data: bytes, m: dict[str, Any]) -> InstalledModel:
     where = f"manifest of {directory}"
     try:
-        if m["format"] != MANIFEST_FORMAT or m["kind"] not in ("owned", "linked") or m["name"] != directory.name:
+        if m["format"] not in (MANIFEST_FORMAT, LEGACY_MANIFEST_FORMAT) or m["kind"] not in ("owned", "linked") or m["name"] != directory.name:
             raise ValueError("format, kind or name")
         files = tuple(ModelFile(f["name"], f["size"], f["sha256"]) for f in m["files"])
         if len(files) != 1 or not all(_valid_file(f) for f in files):
@@ -342,7 +356,7 @@ def _parse_manifest(home: Path, directory: Path, data: bytes, m: dict[str, Any])
         raise ModelTamperedError(f"{where} is not in canonical form (edited by hand?); remove and reinstall the model")
     model_file = directory / files[0].name if target is None else Path(target.path)
     return InstalledModel(
-        m["name"], m["kind"], home, directory, model_file, files, "sha256:" + hashlib.sha256(data).hexdigest(),
+        m["name"], m["kind"], home, directory, model_file, files, snapshot_id_of(data),
         f"{m['name']}@sha256:{content_digest(files)}", m["installed_at"], m["origin"], target,
     )
 
@@ -432,7 +446,7 @@ def revalidate(model: InstalledModel) -> InstalledModel:
 def _check_stamp(model: InstalledModel) -> None:
     _, stamp = read_private_json(model.directory / STAMP_NAME, what="model stamp")
     stamped_at = stamp.get("stamped_at_ns")
-    if stamp.get("format") != MANIFEST_FORMAT or stamp.get("snapshot_id") != model.snapshot_id or not isinstance(
+    if stamp.get("format") != STAMP_FORMAT or stamp.get("snapshot_id") != model.snapshot_id or not isinstance(
         stamped_at, int
     ):
         raise ModelTamperedError(

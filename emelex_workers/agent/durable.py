@@ -3,8 +3,16 @@
 Every database write goes through one single-thread executor (so journal
 writes stay ordered), every model round through another, and every tool run
 through a third: SQLite, fsync and inference never run on the event loop
-thread. A daemon thread renews the lease every TTL/3 for the adapter's whole
-life, so renewal continues during inference, tool runs and approval prompts.
+thread. Each database step is attempted again while another process holds
+the write lock past the busy timeout, for as long as the lease is valid
+(`journal.retry_busy`), so a busy store never throws a known tool result
+away. A daemon thread renews the lease every TTL/3 while the adapter is
+reachable, so renewal continues during inference, tool runs and approval
+prompts; it holds the adapter only weakly, and an adapter dropped without
+`close()` is finalized: renewal stops and the lease is released best-effort
+(through a zero-wait connection, else it expires), as every lease guard is.
+`close()` never releases the lease while a tool still runs: it waits for the
+tool's thread to end and records the call's result first.
 
 `turn()` arms the poison flag synchronously, before the task exists, keeps
 a strong reference to the task, and only a turn that closed durably (an
@@ -20,6 +28,7 @@ import functools
 import inspect
 import threading
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,9 +42,11 @@ from emelex_memory.agent.snapshot import SessionSnapshot
 from emelex_memory.compaction.planning import CompactionQueued
 from emelex_memory.errors import (
     AgentPoisonedError,
+    EmelexError,
     LeaseExpiredError,
     LeaseLostError,
     SnapshotMismatchError,
+    StoreBusyError,
     TurnInProgressError,
 )
 from emelex_memory.sessions.leases import SessionLease
@@ -86,46 +97,63 @@ class TurnResult:
 
 
 class _Renewal(threading.Thread):
-    """Renews the lease through the database executor every `interval_s` until stopped or the lease is lost."""
+    """Renews the lease through the database executor every `interval_s` until stopped, the lease is lost, or the
+    adapter is gone: it holds the adapter by a weak reference only, so an adapter dropped without `close()` can be
+    collected (its finalizer, `_abandoned`, then stops this thread and releases the lease best-effort)."""
 
     def __init__(self, owner: DurableAgentSession, interval_s: float) -> None:
         super().__init__(name=f"renew-session-{owner.session_id}", daemon=True)
-        self._owner = owner
+        self._owner = weakref.ref(owner)
         self._interval = interval_s
         self.stopped = threading.Event()
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        owner = self._owner
         while not self.stopped.wait(self._interval):
+            owner = self._owner()
+            if owner is None:
+                return
+            renewed = owner._db.submit(journal.retry_busy, owner._lease, owner._lease.renew, owner._ttl)
+            del owner  # never hold the adapter across a wait
             try:
-                owner._db.submit(owner._lease.renew, owner._ttl).result()
+                renewed.result()
             except (LeaseLostError, LeaseExpiredError) as exc:
                 self.error = exc
                 return
             except RuntimeError:  # the executor shut down: the adapter closed
                 return
-            except Exception as exc:  # a busy or failing database: try again next interval
+            except Exception as exc:  # a failing database: try again next interval
                 self.error = exc
+
+
+def _abandoned(stopped: threading.Event, lease: SessionLease, executors: tuple[ThreadPoolExecutor, ...]) -> None:
+    """The finalizer of an adapter collected (or left at exit) without `close()`: stop renewing, release the lease
+    best-effort (`SessionLease.close`: zero-wait, never raises; a busy store lets it expire) and stop the
+    executors."""
+    stopped.set()
+    lease.close()
+    for executor in executors:
+        executor.shutdown(wait=False)
 
 
 class DurableAgentSession:
     """One durable agent Session; build it with `create` or `resume`, end it with `close`."""
 
-    def __init__(self, store: MemoryStore, lease: SessionLease, agent: AgentSession, workspace: Path,
-                 ttl_s: float, executors: tuple[ThreadPoolExecutor, ThreadPoolExecutor, ThreadPoolExecutor]) -> None:
+    def __init__(self, store: MemoryStore, lease: SessionLease, agent: AgentSession, ttl_s: float,
+                 executors: tuple[ThreadPoolExecutor, ThreadPoolExecutor, ThreadPoolExecutor]) -> None:
         """Internal: use `create` or `resume`."""
         self.store = store
         self._lease = lease
         self.agent = agent
-        self.workspace = workspace
         self._ttl = ttl_s
         self._db, self._model, self._tools = executors
         self._stop = threading.Event()
         self._poisoned = False
         self._closed = False
         self._task: asyncio.Task | None = None
+        self._tool_call: tuple[str, list] | None = None  # the running call's ID and, once it returned, its result
         self._renewal = _Renewal(self, ttl_s / 3)
+        self._finalizer = weakref.finalize(self, _abandoned, self._renewal.stopped, lease, executors)
         self._renewal.start()
 
     # -- construction ------------------------------------------------------------------------------------
@@ -149,7 +177,7 @@ class DurableAgentSession:
         executors = cls._executors("new")
         ttl = lease_ttl(store.settings, ttl_s)
 
-        def setup() -> tuple[SessionLease, Path]:
+        def setup() -> SessionLease:
             session = store.create_session(workspace, title=title, new_workspace=new_workspace)
             if model is not None:
                 try:
@@ -164,42 +192,51 @@ class DurableAgentSession:
             except BaseException:
                 lease.close()
                 raise
-            return lease, Path(lease.workspace.path)
+            return lease
 
-        lease, path = await _on(executors[0], setup, shutdown=executors)
-        return cls(store, lease, AgentSession(binding, snapshot, tools), path, ttl, executors)
+        lease = await _on(executors[0], setup, shutdown=executors)
+        return cls(store, lease, AgentSession(binding, snapshot, tools), ttl, executors)
 
     @classmethod
     async def resume(cls, store: MemoryStore, session_id: str, workspace: str | Path, binding: AgentBinding,
                      tools: Mapping[str, RegisteredTool], snapshot: SessionSnapshot, *,
                      ttl_s: float | None = None, model: InstalledModel | None = None) -> DurableAgentSession:
         """Resume a Session: workspace preflight, lease, verified replay, the identical snapshot (else
-        `SnapshotMismatchError` naming the field), the binding of `model` (when given) to the Session, then reconciliation of an interrupted turn without running any
-        tool (`UnknownEffectsError` when a started call has no result: recover it with
-        `emelex memory sessions recover`). On any error the lease is released and nothing else changed."""
+        `SnapshotMismatchError` naming the field), no started call without a result (else `UnknownEffectsError`:
+        recover it with `emelex memory sessions recover`), then the writes: the binding of `model` (when given) to
+        the Session, the snapshot of an empty Session that has none, and the reconciliation of an interrupted turn
+        without running any tool. Every refusal comes before the first write, so a refused resume releases the
+        lease and changes nothing else; only an I/O failure of a later write can leave the model's binding (its
+        `last_bound_at`) renewed."""
         _check_tools(snapshot, tools)
         executors = cls._executors(session_id[:8])
         ttl = lease_ttl(store.settings, ttl_s)
 
         agent = AgentSession(binding, snapshot, tools)
 
-        def setup() -> tuple[SessionLease, Path]:
+        def setup() -> SessionLease:
             path = store.get_session(session_id).validate_workspace(workspace)
             lease = store.acquire_lease(session_id, path, ttl_s=ttl)
             try:
                 agent.load_history(lease.replay_all())  # decodes every payload: a corrupt one refuses here
-                journal.require_snapshot(store, lease, snapshot)
-                if journal.reconcile(store, lease) is not None:
-                    agent.load_history(lease.replay_all())
+                journal.verify_snapshot(store, lease, snapshot)  # every refusal before the first write
+                open_turn = journal.read_journal(store, session_id)
+                if open_turn is not None and open_turn.unknown:
+                    raise journal.unknown_effects_error(session_id, open_turn)
                 if model is not None:
                     store.bind_session_model(session_id, model)
+                journal.require_snapshot(store, lease, snapshot)
+                reconciled = journal.reconcile(store, lease)
+                unknown = journal.unknown_effects(store, session_id)
+                if reconciled is not None or unknown:
+                    agent.load_history(lease.replay_all(), unknown)
             except BaseException:
                 _release_quietly(lease)
                 raise
-            return lease, path
+            return lease
 
-        lease, path = await _on(executors[0], setup, shutdown=executors)
-        return cls(store, lease, agent, path, ttl, executors)
+        lease = await _on(executors[0], setup, shutdown=executors)
+        return cls(store, lease, agent, ttl, executors)
 
     # -- state ----------------------------------------------------------------------------------------------
 
@@ -207,6 +244,12 @@ class DurableAgentSession:
     def session_id(self) -> str:
         """The public Session ID."""
         return self._lease.session_id
+
+    @property
+    def workspace(self) -> Path:
+        """The Session's workspace directory: where the lease last found the directory it holds open (it follows
+        a rename during the Session); tools run there."""
+        return Path(self._lease.path)
 
     @property
     def snapshot(self) -> SessionSnapshot:
@@ -235,14 +278,17 @@ class DurableAgentSession:
     # -- turns ------------------------------------------------------------------------------------------------
 
     def turn(self, text: str, *, approve: Approve | None = None,
-             on_token: Callable[[str], None] | None = None) -> asyncio.Task[TurnResult]:
+             on_token: Callable[[str], None] | None = None,
+             on_result: Callable[[ProposedCall, dict], None] | None = None) -> asyncio.Task[TurnResult]:
         """Start one turn on the running loop and return its task (the adapter keeps a strong reference).
 
         The poison flag is armed before the task is created, so cancelling or
         dropping it at any point leaves the adapter poisoned. `approve(call,
         tool)` (a value or an awaitable of "approve", "deny" or "abort") is
         asked for every call whose snapshot approval is "always"; without it
-        such calls are denied. `on_token` gets streamed text on the loop.
+        such calls are denied. `on_token` gets streamed text on the loop, and
+        `on_result(call, tool_result)` the result of each call that ran, once
+        it is journaled (never for a result that could not be recorded).
         Raises `AgentPoisonedError` when poisoned or closed and
         `TurnInProgressError` while a turn runs.
         """
@@ -256,7 +302,7 @@ class DurableAgentSession:
         loop = asyncio.get_running_loop()
         self._poisoned = True
         self._stop.clear()
-        self._task = loop.create_task(self._run_turn(text, approve, on_token))
+        self._task = loop.create_task(self._run_turn(text, approve, on_token, on_result))
         return self._task
 
     def interrupt(self) -> None:
@@ -264,10 +310,15 @@ class DurableAgentSession:
         self._stop.set()
 
     async def _offload(self, executor: ThreadPoolExecutor, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run `fn` on `executor` and await it: the one await of every blocking step of a turn."""
-        return await asyncio.get_running_loop().run_in_executor(executor, functools.partial(fn, *args, **kwargs))
+        """Run `fn` on `executor` and await it: the one await of every blocking step of a turn. A database step is
+        attempted again while the store is busy, for as long as the lease is valid (`journal.retry_busy`)."""
+        step = functools.partial(fn, *args, **kwargs)
+        if executor is self._db:
+            step = functools.partial(journal.retry_busy, self._lease, step)
+        return await asyncio.get_running_loop().run_in_executor(executor, step)
 
-    async def _run_turn(self, text: str, approve: Approve | None, on_token: Callable[[str], None] | None) -> TurnResult:
+    async def _run_turn(self, text: str, approve: Approve | None, on_token: Callable[[str], None] | None,
+                        on_result: Callable[[ProposedCall, dict], None] | None) -> TurnResult:
         store, lease, agent = self.store, self._lease, self.agent
         limit = agent.snapshot.chain_limit
         await self._offload(self._db, journal.open_turn, store, lease, text)
@@ -290,7 +341,7 @@ class DurableAgentSession:
                 if rounds > limit:
                     return await self._fail("error", f"the model asked for more than {limit} tool rounds in one turn",
                                             rounds, calls)
-                ended = await self._run_batch(rounds, out, approve)
+                ended = await self._run_batch(rounds, out, approve, on_result)
                 calls += len(out.calls)
                 if ended is not None:
                     return await self._fail(ended, _ENDINGS[ended], rounds, calls)
@@ -301,7 +352,8 @@ class DurableAgentSession:
         except Exception as exc:
             return await self._fail("error", f"{type(exc).__name__}: {exc}", rounds, calls, cause=exc)
 
-    async def _run_batch(self, round_: int, out: Any, approve: Approve | None) -> str | None:
+    async def _run_batch(self, round_: int, out: Any, approve: Approve | None,
+                         on_result: Callable[[ProposedCall, dict], None] | None) -> str | None:
         """Journal, run and publish one batch; return "aborted" / "interrupted" when the turn must end after it."""
         store, lease, agent = self.store, self._lease, self.agent
         ids = [uuid.uuid4().hex for _ in out.calls]
@@ -311,21 +363,23 @@ class DurableAgentSession:
         for cid, call in zip(ids, out.calls):
             if ended is None and self._stop.is_set():
                 ended = "interrupted"
-            result, assets = await self._decide(cid, call, approve) if ended is None else (None, ())
+            result, assets, ran = await self._decide(cid, call, approve) if ended is None else (None, (), False)
             if result == "abort":
                 ended, result = "aborted", None
             if result is None:
                 result = {"call_id": cid, "tool": call.tool, "outcome": "not_executed", "output": journal.NOT_EXECUTED}
             await self._offload(self._db, journal.complete_call, store, lease, cid, result, assets)
+            if ran and on_result is not None:
+                on_result(call, result)
         results = await self._offload(self._db, journal.publish_batch, store, lease)
         agent.add_batch(round_, list(zip(ids, out.calls)), results)
         return ended
 
-    async def _decide(self, cid: str, call: ProposedCall, approve: Approve | None) -> tuple[Any, tuple]:
-        """Gate, ask, run one call: its `tool_result` payload and assets, or "abort"."""
+    async def _decide(self, cid: str, call: ProposedCall, approve: Approve | None) -> tuple[Any, tuple, bool]:
+        """Gate, ask, run one call: its `tool_result` payload (or "abort"), its assets, and whether it ran."""
         reason = self.agent.gate(call)
         if reason is not None:
-            return {"call_id": cid, "tool": call.tool, "outcome": "error", "output": reason}, ()
+            return {"call_id": cid, "tool": call.tool, "outcome": "error", "output": reason}, (), False
         tool = self.agent.tools[call.tool]
         if self.agent.snapshot.tool(call.tool).approval == "always":
             decision = "deny" if approve is None else approve(call, tool)
@@ -334,17 +388,17 @@ class DurableAgentSession:
             if decision not in DECISIONS:
                 raise ValueError(f"approve() returned {decision!r}, not one of {DECISIONS}")
             if decision == "abort":
-                return "abort", ()
+                return "abort", (), False
             if decision == "deny":
-                return {"call_id": cid, "tool": call.tool, "outcome": "denied", "output": "the user denied this call"}, ()
+                return ({"call_id": cid, "tool": call.tool, "outcome": "denied", "output": "the user denied this call"},
+                        (), False)
         await self._offload(self._db, journal.start_call, self.store, self._lease, cid)
         invocation = ToolInvocation(cid, call.tool, call.arguments, self.workspace, self.store)
-        output = await self._offload(self._tools, run_tool, tool, invocation)
-        result = {"call_id": cid, "tool": call.tool, "outcome": "error" if output.is_error else "ok",
-                  "output": output.text}
-        if output.assets:
-            result["assets"] = [ref.digest for ref in output.assets]
-        return result, tuple(output.assets)
+        known: list = []
+        self._tool_call = (cid, known)  # left set when this await is cancelled: `close` settles the call
+        result, assets = await self._offload(self._tools, _run_call, tool, invocation, known)
+        self._tool_call = None
+        return result, assets, True
 
     async def _fail(self, reason: str, diagnostic: str, rounds: int, calls: int,
                     cause: BaseException | None = None) -> TurnResult:
@@ -354,7 +408,8 @@ class DurableAgentSession:
             await self._offload(self._db, journal.close_failed, self.store, self._lease, reason, diagnostic)
         except Exception as exc:
             raise exc from cause
-        self.agent.load_history(await self._offload(self._db, lambda: list(self._lease.replay_all())))
+        self.agent.load_history(*await self._offload(self._db, lambda: (
+            list(self._lease.replay_all()), journal.unknown_effects(self.store, self.session_id))))
         self._poisoned = False
         return TurnResult(reason, None, rounds, calls, journal.bounded(diagnostic))
 
@@ -380,15 +435,37 @@ class DurableAgentSession:
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        self._renewal.stopped.set()
         try:
+            await self._settle_tool()
+            self._renewal.stopped.set()
             if self._poisoned:
-                await self._offload(self._db, _release_quietly, self._lease)
+                try:
+                    await self._offload(self._db, _release_quietly, self._lease)
+                except StoreBusyError:
+                    self._lease.close()  # it expired while the store stayed locked: nothing is held any more
             else:
                 await self._offload(self._db, self.store.finish_session, self._lease)
         finally:
+            self._renewal.stopped.set()
+            self._finalizer.detach()
             for executor in (self._db, self._model, self._tools):
                 executor.shutdown(wait=False)
+
+    async def _settle_tool(self) -> None:
+        """Before a cancelled turn's lease is released: wait (renewing) until a tool call still running on the tool
+        thread returns, then record its known result (`complete_call`, a no-op when the turn did), so that the lease
+        is never released while a tool runs and no known result is thrown away."""
+        if self._tool_call is None:
+            return
+        cid, known = self._tool_call
+        await asyncio.get_running_loop().run_in_executor(None, functools.partial(self._tools.shutdown, wait=True))
+        self._tool_call = None
+        if known:
+            result, assets = known[0]
+            try:
+                await self._offload(self._db, journal.complete_call, self.store, self._lease, cid, result, assets)
+            except EmelexError:
+                pass  # the call stays started: resume or `sessions recover` reports its effect as unknown
 
 
 _ENDINGS = {
@@ -415,6 +492,18 @@ async def _on(executor: ThreadPoolExecutor, fn: Callable[[], Any], *, shutdown: 
         raise
 
 
+def _run_call(tool: RegisteredTool, invocation: ToolInvocation, known: list) -> tuple[dict, tuple]:
+    """On the tool thread: run one call and build its `tool_result` payload and assets, kept in `known` too (for
+    `close` when the turn awaiting it was cancelled)."""
+    output = run_tool(tool, invocation)
+    result = {"call_id": invocation.call_id, "tool": invocation.tool,
+              "outcome": "error" if output.is_error else "ok", "output": output.text}
+    if output.assets:
+        result["assets"] = [ref.digest for ref in output.assets]
+    known.append((result, tuple(output.assets)))
+    return known[0]
+
+
 def _release_quietly(lease: SessionLease) -> None:
     """Release a lease that may already be gone."""
     try:
@@ -428,14 +517,16 @@ def _check_tools(snapshot: SessionSnapshot, tools: Mapping[str, RegisteredTool])
     for authority in snapshot.tools:
         tool = tools.get(authority.name)
         if tool is None or tool.authority() != authority:
-            field = f"tools[{authority.name}]" if tool is None else None
-            if field is None:
+            field, now = f"tools[{authority.name}]", "not registered"
+            if tool is not None:
                 probe = SessionSnapshot(**{**snapshot.__dict__, "tools": tuple(
                     tool.authority() if t.name == authority.name else t for t in snapshot.tools)})
-                field = snapshot.differing_field(probe) or f"tools[{authority.name}]"
+                field = snapshot.differing_field(probe) or field
+                now = journal.bounded(repr(probe.field_value(field)), 200)
             error = SnapshotMismatchError(
-                f"the registered tools differ from the Session's snapshot in {field}; install the plugin version the "
-                "Session was created with, or start a new Session"
+                f"the registered tools differ from the Session's snapshot in {field} (recorded "
+                f"{journal.bounded(repr(snapshot.field_value(field)), 200)}, registered now {now}); install the "
+                "plugin version the Session was created with, or start a new Session"
             )
             error.field = field
             raise error

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from emelex_memory import Event
+from emelex_memory.agent.journal import UNKNOWN_EFFECT, UnknownEffect
 from emelex_memory.agent.snapshot import SessionSnapshot, ToolAuthority
 from emelex_memory.sessions.transcript import SUMMARY_KIND
 from emelex_workers.host.types import event_body
@@ -164,15 +165,26 @@ def answer_text(text: str) -> str:
     return _compact({"answer": text})
 
 
-def history_messages(snapshot: SessionSnapshot, events: Iterable[Event]) -> list[dict[str, str]]:
+def history_messages(snapshot: SessionSnapshot, events: Iterable[Event],
+                     unknown: Sequence[UnknownEffect] = ()) -> list[dict[str, str]]:
     """The model messages for replayed `events`: the system message, then each event as plain chat text.
 
     A Summary reads as a system note; `user` as the user; `assistant` and
     `tool_calls` as the assistant's union output; consecutive `tool_result`s
     as one user message; `turn_failed` as a system note; `audit` and other
     kinds are not shown. Calls to tools that are disabled now still render.
+    Each call of `unknown` (the Session's `journal.unknown_effects`) whose
+    result a Summary hides follows the system message as a system note
+    with its safety note, so it stays visible whatever compaction did.
     """
+    events = list(events)
     messages = [{"role": "system", "content": system_message(snapshot)}]
+    shown = {e.payload.get("call_id") for e in events if e.kind == "tool_result" and isinstance(e.payload, dict)}
+    for call in unknown:
+        if call.call_id not in shown:
+            messages.append({"role": "system", "content": f"Earlier in this Session, {call.tool} "
+                                                          f"{_compact(call.arguments)} (call {call.call_id}): "
+                                                          f"{UNKNOWN_EFFECT}."})
     results: list[str] = []
 
     def flush() -> None:

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from emelex_memory import Event
+from emelex_memory.agent.journal import UnknownEffect
 from emelex_memory.agent.snapshot import SessionSnapshot
 from emelex_workers.host.types import AgentBinding
 
@@ -47,9 +48,10 @@ class AgentSession:
         """Offer snapshot tool `name` again; `UnknownToolError` for a name the snapshot does not have."""
         self.enabled_tools = self.enabled_tools | {self._known(name)}
 
-    def load_history(self, events: Iterable[Event]) -> None:
-        """Replace the messages with the rendering of replayed `events` (see `protocol.history_messages`)."""
-        self.messages = protocol.history_messages(self.snapshot, events)
+    def load_history(self, events: Iterable[Event], unknown: Sequence[UnknownEffect] = ()) -> None:
+        """Replace the messages with the rendering of replayed `events` and the Session's calls of `unknown` effect
+        (see `protocol.history_messages`)."""
+        self.messages = protocol.history_messages(self.snapshot, events, unknown)
 
     def add_user(self, text: str) -> None:
         """Append the user's input."""

@@ -26,6 +26,7 @@ import typer
 
 from emelex_memory import EmelexError, MemoryStore
 from emelex_memory.agent import journal
+from emelex_memory.agent.snapshot import SessionSnapshot
 from emelex_memory.errors import ModelNotInstalledError, SnapshotMismatchError, WorkspaceReplacedError
 from emelex_memory.sessions.identity import WorkspaceIdentity
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
@@ -35,7 +36,7 @@ from emelex_workers.agent.tools import RegisteredTool, registered_tools
 from emelex_workers.models import ModelManager
 from emelex_workers.host.manager import bind_model, get_plugin_manager
 
-from .chat_show import call_line, call_text, outcome_lines, showing
+from .chat_show import call_line, call_text, outcome_lines
 from .common import settings_of
 
 SYSTEM_PROMPT = ("You are a careful coding assistant working in the user's workspace. Use a tool when you need "
@@ -117,8 +118,9 @@ class Chat:
 
     def stop(self, code: int) -> None:
         """End the chat with exit status `code` (SIGTERM, or a closed standard output, which is then silenced):
-        stop reading, interrupt and cancel a running turn (leaving the adapter poisoned); `run` then releases the
-        lease. Idempotent."""
+        stop reading, interrupt and cancel a running turn (leaving the adapter poisoned); `run` then closes the
+        adapter, which keeps the lease until a running tool returns, records its result, and releases the lease.
+        Idempotent."""
         if self.stopped is not None:
             return
         self.stopped = code
@@ -126,6 +128,9 @@ class Chat:
             _silence_stdout()
         self.lines.put_nowait(None)
         if self.turn is not None and not self.turn.done():
+            if self.in_tool:
+                print("\nending the chat: waiting for the running tool to return before the lease is released",
+                      flush=True)
             self.agent.interrupt()
             self.turn.cancel()
 
@@ -177,6 +182,12 @@ class Chat:
                 return decision
             print("please answer y, n or a")
 
+    def show_result(self, call: ProposedCall, result: dict) -> None:
+        """Show the outcome of a call that ran, once its result is journaled (printed from a loop callback, so a
+        closed standard output stops the chat instead of failing the turn)."""
+        text = outcome_lines(call.tool, result["outcome"], result["output"])
+        asyncio.get_running_loop().call_soon(functools.partial(print, text, flush=True))
+
     def show_round(self, raw: str) -> None:
         """Show the calls a complete model round proposed (and why the gate refuses any), before they run."""
         try:
@@ -216,14 +227,19 @@ class Chat:
 
     async def run(self) -> int:
         """The loop: read, run turns and commands until /exit or end of input (or `stop`), then close the adapter
-        (releasing the lease); the exit status."""
+        (releasing the lease); the exit status. A turn that raised (its failure could not be recorded) closes the
+        adapter too, releasing the lease, before its error propagates."""
         try:
             await self._loop()
         except BrokenPipeError:
             self.stop(EXIT_PIPE)
         except asyncio.CancelledError:  # the turn `stop` cancelled
             if self.stopped is None:
+                await self._close_quietly()
                 raise
+        except BaseException:
+            await self._close_quietly()
+            raise
         await self.agent.close()
         if self.stopped is not None:
             print(f"chat ended ({'standard output closed' if self.stopped == EXIT_PIPE else 'terminated'}); "
@@ -232,6 +248,14 @@ class Chat:
             return self.stopped
         print(f"session {self.agent.session_id} closed")
         return 0
+
+    async def _close_quietly(self) -> None:
+        """Close the adapter while an error propagates: a failing close never replaces it (the lease then
+        expires)."""
+        try:
+            await self.agent.close()
+        except Exception:
+            pass
 
     async def _loop(self) -> None:
         print(f"session {self.agent.session_id}; {HELP}")
@@ -256,7 +280,7 @@ class Chat:
             self.in_tool = False
             stream.feed(piece)
 
-        self.turn = self.agent.turn(text, approve=self.approve, on_token=on_token)
+        self.turn = self.agent.turn(text, approve=self.approve, on_token=on_token, on_result=self.show_result)
         result = await self.turn
         self.in_tool = False
         if result.outcome == "answer":
@@ -292,7 +316,6 @@ def _reader(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue) -> None:
 async def _main(store, workspace, binding, tools, snapshot, resume: str | None, model, new_workspace: bool) -> int:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue = asyncio.Queue()
-    tools = showing(tools, lambda text: loop.call_soon_threadsafe(functools.partial(print, text, flush=True)))
     if resume is None:
         agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot, model=model,
                                                 new_workspace=new_workspace)
@@ -308,6 +331,19 @@ async def _main(store, workspace, binding, tools, snapshot, resume: str | None, 
     finally:
         loop.remove_signal_handler(signal.SIGINT)
         loop.remove_signal_handler(signal.SIGTERM)
+
+
+def _resumed_snapshot(stored: SessionSnapshot, binding, tools: dict[str, RegisteredTool], installed) -> SessionSnapshot:
+    """The snapshot a resume runs with: the Session's own recorded values (sampling, limits, system prompt, and the
+    model snapshot ID it recorded, as `installed` has the recorded content: `_session_model` checked its
+    reference), and what this process provides (the protocol, the chat template, the tools and the window the
+    binding allocated for the recorded context size), which the resume compares with the record, refusing only
+    those that differ."""
+    return build_snapshot(
+        binding, tools, model_reference=installed.reference, model_snapshot_id=stored.model_snapshot_id,
+        system_prompt=stored.system_prompt, context_size=binding.context_window, temperature=stored.temperature,
+        seed=stored.seed, round_tokens=stored.round_tokens, chain_limit=stored.chain_limit,
+        calls_per_batch=stored.calls_per_batch)
 
 
 def _session_model(manager: ModelManager, session_id: str, reference: str, model: str | None):
@@ -360,7 +396,7 @@ def chat(
             installed = manager.get(model) if model else manager.default()
     store = MemoryStore.open(settings, create=resume is None)  # a resume needs a store: never create one for it
     try:
-        session_id = None
+        session_id = stored = None
         if resume is not None:
             session_id = store.resolve_session_id(resume)
             workspace = store.get_session(session_id).validate_workspace(workspace)
@@ -372,11 +408,16 @@ def chat(
                     installed = manager.get(model) if model else manager.default()
         pm = get_plugin_manager(settings)
         tools = registered_tools(pm)
-        _, binding = bind_model(pm, installed, settings)
+        binding_settings = settings if stored is None else \
+            settings.model_copy(update={"model_max_context_tokens": stored.context_size})
+        _, binding = bind_model(pm, installed, binding_settings)
         if not callable(getattr(binding, "stream_chat", None)):
             raise typer.BadParameter(f"model {installed.name!r} has a binding without stream_chat; chat needs one")
-        snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
-                                  model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT)
+        if stored is None:
+            snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
+                                      model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT)
+        else:
+            snapshot = _resumed_snapshot(stored, binding, tools, installed)
         try:
             code = asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id, installed, new_workspace))
         except WorkspaceReplacedError as exc:

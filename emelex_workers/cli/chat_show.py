@@ -1,19 +1,17 @@
 """How `emelex chat` shows tool calls as they happen: the proposed call, then its outcome with a bounded preview.
 
-The outcome of a call that ran comes from a wrapper around the tool's own
-`run` (the snapshot records a tool's authority, not its function, so the
-wrapper changes nothing the Session records); denied and aborted calls are
-shown by the approval prompt, refused ones when they are proposed.
+The outcome of a call that ran is shown once the adapter journaled its
+result (`on_result`), so a result that could not be recorded is never shown
+as "ok"; denied and aborted calls are shown by the approval prompt, refused
+ones when they are proposed.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Callable, Mapping
 
 from emelex_workers.agent.protocol import ProposedCall
-from emelex_workers.agent.tools import RegisteredTool, ToolInvocation, ToolOutput, bounded
+from emelex_workers.agent.tools import bounded
 
 ARGUMENTS_BYTES = 200
 PREVIEW_BYTES = 300
@@ -43,25 +41,3 @@ def preview(text: str | dict) -> str:
 def outcome_lines(tool: str, outcome: str, output: str | dict) -> str:
     """The outcome of one call: "<- tool: outcome" and the output preview."""
     return f"<- {tool}: {outcome}\n{preview(output)}"
-
-
-def showing(tools: Mapping[str, RegisteredTool], report: Callable[[str], None]) -> dict[str, RegisteredTool]:
-    """`tools` with each `run` wrapped to `report` the outcome lines when the tool returns or raises (called on
-    the tool's thread); the authorities are unchanged."""
-
-    def wrap(tool: RegisteredTool) -> RegisteredTool:
-        run = tool.spec.run
-
-        def reporting(invocation: ToolInvocation) -> ToolOutput:
-            try:
-                output = run(invocation)
-            except Exception as exc:
-                report(outcome_lines(invocation.tool, "error", f"{type(exc).__name__}: {exc}"))
-                raise
-            if isinstance(output, ToolOutput):
-                report(outcome_lines(invocation.tool, "error" if output.is_error else "ok", output.text))
-            return output
-
-        return dataclasses.replace(tool, spec=dataclasses.replace(tool.spec, run=reporting))
-
-    return {name: wrap(tool) for name, tool in tools.items()}

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from emelex_memory import OpenTurn
+from emelex_memory.errors import UnknownEffectsError
 from emelex_memory.agent.journal import read_journal
 from emelex_memory.agent.recovery import recover_session
 
@@ -35,23 +37,28 @@ def recover(
         "--accept-unknown-effects",
         help="Record started tool calls without a result as 'unknown effect' (after you checked what they did).",
     )] = False,
+    workspace: Annotated[Path | None, typer.Option(
+        "--workspace", metavar="DIR",
+        help="The Session's workspace directory, where it is now (default: its recorded path).")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Close an agent turn a crash left open, as resume would, without running any tool: completed calls keep their
     results, calls that never started become 'not executed'. Calls that started without a result are listed and
-    nothing changes (exit 1) unless --accept-unknown-effects records them as 'unknown effect'."""
+    nothing changes (exit 1) unless --accept-unknown-effects records them as 'unknown effect'. A Session that is live
+    (its chat still runs, perhaps a tool) is refused. --workspace names a workspace that was renamed."""
     with open_store(ctx) as store:
         sid = store.resolve_session_id(session)
-        if not accept_unknown_effects:
+        try:
+            done = recover_session(store, sid, accept_unknown_effects=accept_unknown_effects, workspace=workspace)
+        except UnknownEffectsError:
             turn = read_journal(store, sid)
-            if turn is not None and turn.unknown:
-                if as_json:
-                    echo_json("unknown_effects", {"session": sid, "journal": turn.to_json()})
-                else:
-                    typer.echo(f"Session {sid}")
-                    for line in journal_lines(turn):
-                        typer.echo(line)
-        done = recover_session(store, sid, accept_unknown_effects=accept_unknown_effects)
+            if as_json:
+                echo_json("unknown_effects", {"session": sid, "journal": turn.to_json()})
+            else:
+                typer.echo(f"Session {sid}")
+                for line in journal_lines(turn):
+                    typer.echo(line)
+            raise
     outcome = "nothing_open" if done.open_turn is None else "recovered"
     if as_json:
         echo_json(outcome, {

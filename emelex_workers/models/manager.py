@@ -49,6 +49,7 @@ from emelex_memory.snapshots.installed import (
     models_root,
     read_installed,
     revalidate,
+    snapshot_id_of,
     snapshot_mutation_lock,
     verify_owned_files,
     write_private_file,
@@ -224,7 +225,7 @@ class ModelManager:
             manifest = manifest_bytes(name, "linked" if link else "owned", files, time.time(), origin, target)
             write_private_file(temp / MANIFEST_NAME, manifest)
             if not link:
-                write_stamp(temp, "sha256:" + hashlib.sha256(manifest).hexdigest(), [OWNED_FILE_NAME])
+                write_stamp(temp, snapshot_id_of(manifest), [OWNED_FILE_NAME])
             fsync_dir(temp)
             with self._lock():
                 self._sweep_stale(root)

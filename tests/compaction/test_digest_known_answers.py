@@ -44,7 +44,8 @@ KNOWLEDGE_SOURCE = "5fcb113ba54615c438322aeed19cbb1b808e4eacb3d38bb421314870faa9
 LEASE_TOKEN = "7e223fc9eebacb6469420193fc9c1275b67d4db9408530dae7660cb3708f401b"
 MODEL_CONTENT = "542e5e5e65d91f2e323443342550b05cc1b7dffdd6a1011a861d2af85111dea5"
 JOB_SOURCE_KEY = "85e7709535b37497eda2810cdd438bc2a010298d14e513e05d6835cdecabf355"
-SNAPSHOT_ID = "sha256:cfdbbf0ca51c6d7176ec4b084b22554a3dc80163983de08fce3dd87bc6ac0526"
+SNAPSHOT_ID = "sha256:cfdbbf0ca51c6d7176ec4b084b22554a3dc80163983de08fce3dd87bc6ac0526"  # a format-1 manifest
+SNAPSHOT_ID_V2 = "sha256:ec60a7af0985efb53f856cb2bc50fadd97f59bef3ad76972881235998e1377d1"  # format 2: no when/where
 
 
 @pytest.fixture
@@ -166,6 +167,11 @@ def test_default_job_source_key(store: MemoryStore, kinds: JobKindRegistry, work
     assert hashlib.sha256('{"a":[1,"x"],"b":2,"t":"\u00e9"}'.encode()).hexdigest() == JOB_SOURCE_KEY
 
 
+def canonical(value: dict) -> bytes:
+    """Canonical JSON as docs/models.md defines it: sorted keys, no whitespace, UTF-8."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def test_model_content_digest_and_snapshot_id(tmp_path: Path) -> None:
     home = tmp_path / "home"
     directory = home / "models" / "known-answer"
@@ -174,11 +180,17 @@ def test_model_content_digest_and_snapshot_id(tmp_path: Path) -> None:
     home.chmod(0o700)
     files = (ModelFile("model.gguf", 8, hashlib.sha256(b"GGUF\x03\x00\x00\x00").hexdigest()),)
     manifest = manifest_bytes("known-answer", "owned", files, 1_700_000_000.5, "known-answer-test", None)
-    model_snapshots.write_private_file(directory / model_snapshots.MANIFEST_NAME, manifest)
+    legacy = canonical({**json.loads(manifest), "format": 1})  # as every manifest before format 2 was written
+    model_snapshots.write_private_file(directory / model_snapshots.MANIFEST_NAME, legacy)
     installed = read_installed(home, "known-answer")
     assert content_digest(files) == MODEL_CONTENT
     assert installed.reference == f"known-answer@sha256:{MODEL_CONTENT}"
-    assert installed.snapshot_id == SNAPSHOT_ID == "sha256:" + hashlib.sha256(manifest).hexdigest()
+    assert installed.snapshot_id == SNAPSHOT_ID == "sha256:" + hashlib.sha256(legacy).hexdigest()
+    (directory / model_snapshots.MANIFEST_NAME).unlink()
+    model_snapshots.write_private_file(directory / model_snapshots.MANIFEST_NAME, manifest)
+    identity = {k: v for k, v in json.loads(manifest).items() if k not in ("installed_at", "origin")}
+    assert read_installed(home, "known-answer").snapshot_id == SNAPSHOT_ID_V2 == \
+        "sha256:" + hashlib.sha256(canonical(identity)).hexdigest()
     inventory = json.dumps([{"sha256": files[0].sha256, "size": 8}], separators=(",", ":"), sort_keys=True)
     assert hashlib.sha256(DOMAINS["model content"] + inventory.encode()).hexdigest() == MODEL_CONTENT
     linked = manifest_bytes("known-answer", "linked", files, 1_700_000_000.5, "known-answer-test",

@@ -17,7 +17,8 @@ environment variable (JSON) in a subprocess:
   "<call_id> <label>\n" (flushed and fsynced before the tool goes on).
 - "tool_started": a file the `effect` tool writes after its effect;
   "hold_tool": a file it then waits for (up to 120 s) before it returns;
-  "hold_label": hold only the call with this label.
+  "hold_label": hold only the call with this label; "tool_done": a file it
+  writes (the time, `time.time()`) right before it returns.
 - "approval": the `effect` tool's approval policy (default "always").
 
 Tools: `effect` (label: string; appends to the effects log), `peek`
@@ -161,6 +162,8 @@ def run_effect(invocation: ToolInvocation) -> ToolOutput:
             _write(opts["tool_started"], str(os.getpid()))
         if opts.get("hold_tool"):
             _wait_for(opts["hold_tool"], None)
+    if opts.get("tool_done"):
+        _write(opts["tool_done"], repr(time.time()))
     return ToolOutput(f"did {label}")
 
 
@@ -192,12 +195,13 @@ def register_tools(register) -> None:
 
 
 @hookimpl(tryfirst=True)
-def model_binding(model) -> ScriptedBinding | None:
-    """Bind model files that contain the scripted marker; pass on anything else."""
+def model_binding(model, settings) -> ScriptedBinding | None:
+    """Bind model files that contain the scripted marker (a window of 4096 tokens, capped like a real binding by
+    `model_max_context_tokens`); pass on anything else."""
     with open(model.model_file, "rb") as f:
         if SCRIPTED_MARKER not in f.read(64):
             return None
-    return ScriptedBinding(model=model)
+    return ScriptedBinding(model=model, window=min(4096, settings.model_max_context_tokens))
 
 
 def scripted_model_file(directory: Path, name: str = "scripted.gguf") -> Path:

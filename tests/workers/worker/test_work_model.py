@@ -80,7 +80,9 @@ def test_a_model_removed_and_reinstalled_since_lookup_stops_the_run(env: Setting
     with ModelManager(env) as manager:
         stale = manager.get("fake")
         manager.remove("fake")
-        manager.install(fake_model_file(tmp_path / "again"), name="fake")
+        other = fake_model_file(tmp_path / "again")
+        other.write_bytes(other.read_bytes() + b"\0")  # another snapshot: the same file again keeps its ID
+        manager.install(other, name="fake")
     with MemoryStore.open(env) as store:
         seed(store, workspace)
         with pytest.raises(ModelNotInstalledError, match="no longer installed"):
