@@ -19,6 +19,8 @@ environment variable (JSON) in a subprocess:
   "hold_tool": a file it then waits for (up to 120 s) before it returns;
   "hold_label": hold only the call with this label.
 - "approval": the `effect` tool's approval policy (default "always").
+- "bound": a file the plugin writes (its pid) when it binds a model, so a
+  test can observe whether a model was loaded at all.
 
 Tools: `effect` (label: string; appends to the effects log), `peek`
 (approval "never"; returns "peeked <label>", no effect) and `boom`
@@ -197,6 +199,8 @@ def model_binding(model) -> ScriptedBinding | None:
     with open(model.model_file, "rb") as f:
         if SCRIPTED_MARKER not in f.read(64):
             return None
+    if options().get("bound"):
+        _write(options()["bound"], str(os.getpid()))
     return ScriptedBinding(model=model)
 
 
