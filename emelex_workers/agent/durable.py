@@ -1,9 +1,10 @@
 """`DurableAgentSession`: an in-memory `AgentSession` paired with one Session lease and the tool journal.
 
-Every database write goes through one single-thread executor (so journal
-writes stay ordered), every model round through another, and every tool run
-through a third: SQLite, fsync and inference never run on the event loop
-thread. A daemon thread renews the lease every TTL/3 for the adapter's whole
+Every journal, transcript and lease write goes through one single-thread
+executor (so journal writes stay ordered), every model round through
+another, and every tool run through a third, which also stores a tool
+output over its bound as an asset (`run_tool`'s `put_asset`): SQLite, fsync
+and inference never run on the event loop thread. A daemon thread renews the lease every TTL/3 for the adapter's whole
 life, so renewal continues during inference, tool runs and approval prompts.
 
 `turn()` arms the poison flag synchronously, before the task exists, keeps
