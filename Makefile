@@ -1,7 +1,8 @@
-# Two entry points: `make demo` (the main job over a real demo store) and `make test`; `make bench` writes
-# benchmarks/RESULTS.md, `make docs` regenerates docs/cli.md from the commands' --help and `make schema`
-# regenerates docs/schema.sql from a migrated database. `make mutants` applies each breaking change of
-# scripts/mutants.toml to a temporary copy of the tree and fails when the linked tests still pass.
+# Two entry points: `make demo` (the main job over a real demo store) and `make test`; `make bench` runs every
+# benchmark, writing benchmarks/RESULTS.md, and fails when one missed its target; `make docs` regenerates
+# docs/cli.md from the commands' --help and `make schema` regenerates docs/schema.sql from a migrated database.
+# `make mutants` applies each breaking change of scripts/mutants.toml to a temporary copy of the tree and fails
+# when the linked tests still pass.
 # Both create .venv and install the project with its extras on first use (scripts/setup-venv: llama-cpp-python is
 # built once with portable CPU flags and kept in ~/.cache/emelex-memory/wheels; `make rebuild-llama` builds it anew).
 PYTHON ?= python3
@@ -29,7 +30,7 @@ demo: $(STAMP)
 	EMELEX_HOME=$(DEMO_HOME) $(BIN)/python -m emelex_workers.demo .demo/workspace
 
 bench: $(STAMP)
-	for script in benchmarks/bench_*.py; do $(BIN)/python $$script || exit 1; done
+	status=0; for script in benchmarks/bench_*.py; do $(BIN)/python $$script || status=1; done; exit $$status
 
 docs: $(STAMP)
 	$(BIN)/python -m emelex_workers.cli.reference docs/cli.md
