@@ -1,6 +1,8 @@
-# Two entry points: `make demo` (the main job over a real demo store) and `make test`; `make bench` writes
-# benchmarks/RESULTS.md, `make docs` regenerates docs/cli.md from the commands' --help and `make schema`
-# regenerates docs/schema.sql from a migrated database.
+# Two entry points: `make demo` (the main job over a real demo store) and `make test`; `make bench` runs every
+# benchmark, writing benchmarks/RESULTS.md, and fails when one missed its target; `make docs` regenerates
+# docs/cli.md from the commands' --help and `make schema` regenerates docs/schema.sql from a migrated database.
+# `make mutants` applies each breaking change of scripts/mutants.toml to a temporary copy of the tree and fails
+# when the linked tests still pass.
 # Both create .venv and install the project with its extras on first use (scripts/setup-venv: llama-cpp-python is
 # built once with portable CPU flags and kept in ~/.cache/emelex-memory/wheels; `make rebuild-llama` builds it anew).
 PYTHON ?= python3
@@ -11,7 +13,7 @@ DEMO_HOME := $(CURDIR)/.demo/home
 
 WHEEL_CACHE := $(or $(EMELEX_WHEEL_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/emelex-memory/wheels)
 
-.PHONY: test demo bench docs schema clean rebuild-llama
+.PHONY: test demo bench mutants docs schema clean rebuild-llama
 
 $(STAMP): pyproject.toml scripts/setup-venv
 	PYTHON=$(PYTHON) scripts/setup-venv $(VENV)
@@ -19,13 +21,16 @@ $(STAMP): pyproject.toml scripts/setup-venv
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+mutants: $(STAMP)
+	$(BIN)/python scripts/mutants.py
+
 demo: $(STAMP)
 	rm -rf .demo
 	mkdir -p .demo/workspace
 	EMELEX_HOME=$(DEMO_HOME) $(BIN)/python -m emelex_workers.demo .demo/workspace
 
 bench: $(STAMP)
-	for script in benchmarks/bench_*.py; do $(BIN)/python $$script || exit 1; done
+	status=0; for script in benchmarks/bench_*.py; do $(BIN)/python $$script || status=1; done; exit $$status
 
 docs: $(STAMP)
 	$(BIN)/python -m emelex_workers.cli.reference docs/cli.md

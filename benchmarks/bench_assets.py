@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from results import Figures
+from results import Figures, render_list
 
 from emelex_memory import MemoryStore, Settings
 
@@ -27,13 +27,20 @@ MiB = 1024 * 1024
 ASSET_MIB = 64
 ROUNDS = 11
 TARGET = 0.8
-ABOUT = """\
-A 64 MiB asset streamed through `put_asset` against SHA-256 + `os.write` + fsync of the same chunks into a
-new file in the same folder, 11 alternating rounds, median throughput ratio; the catalog transaction, hard link and directory fsync add 1-10 ms to a 64 MiB write.
-Replay of asset-free events pays one index probe and one more (NULL) column per page: about 8% on
-`read_page` itself. (What is measured: [docs/assets.md](../docs/assets.md#benchmark).)
+ABOUT = f"""\
+A {ASSET_MIB} MiB asset streamed through `put_asset` against SHA-256 + `os.write` + fsync of the same chunks into
+a new file in the same folder, {ROUNDS} alternating rounds, median throughput ratio (baseline time / ours).
+(What is measured: [docs/assets.md](../docs/assets.md#benchmark).)
 """
-FIGURES = Figures("assets", "Assets (`bench_assets.py`)", ABOUT)
+SECTIONS = ("assets",)
+
+
+def render(figures: dict) -> str:
+    """The `assets` section of the recorded `figures`."""
+    return render_list("Assets (`bench_assets.py`)", ABOUT, figures)
+
+
+FIGURES = Figures("assets", render)
 
 
 def _chunks(block: bytes, round_no: int):
@@ -79,9 +86,9 @@ def bench_put(root: Path) -> float:
         os.unlink(store.asset_dir / f"raw-{round_no}")  # keep the disk footprint flat; not timed
         store.collect_assets(grace_s=0)
     ratio = statistics.median(ratios)
-    FIGURES.add(f"put_asset of {ASSET_MIB} MiB (streamed) vs raw SHA-256 + write + fsync: throughput ratio {ratio:.3f} "
-          f"(target >= {TARGET}; rounds: {', '.join(f'{r:.2f}' for r in ratios)}; "
-          f"ours {ASSET_MIB / statistics.median(ours_s):.0f} MiB/s)")
+    FIGURES.add(f"put_asset of {ASSET_MIB} MiB (streamed) vs raw SHA-256 + write + fsync: throughput ratio", ratio,
+                ">=", TARGET, detail=f"rounds: {', '.join(f'{r:.2f}' for r in ratios)}; "
+                f"ours {ASSET_MIB / statistics.median(ours_s):.0f} MiB/s")
     store.close()
     return ratio
 
@@ -91,8 +98,7 @@ def main() -> int:
         root = Path(tmp)
         root.chmod(0o700)
         bench_put(root)
-    FIGURES.write()
-    return 0
+    return FIGURES.write()
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from emelex_workers.worker.planning import default_model_budget
 from emelex_workers.worker.work import Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import write_section  # noqa: E402
+from results import publish, verdict  # noqa: E402
 
 TURNS = 150
 COVERAGE_TARGET = 0.6
@@ -108,6 +108,53 @@ def names_in(texts: list[str], names: tuple[str, ...] | set[str]) -> set[str]:
     return {n for n in names if any(has_name(n, t) for t in texts)}
 
 
+SECTIONS = ("compaction-steps",)
+
+
+def passed(figures: dict) -> bool:
+    """Every target met: each job done within its source budget, the view under the target after replay verified
+    the newest Summary, and the key-name coverage at least `COVERAGE_TARGET`."""
+    jobs = figures["jobs"]
+    return (bool(jobs) and figures["done"] == len(jobs) and all(j["fits"] and j["state"] == "done" for j in jobs)
+            and figures["after"] <= figures["target"] and figures["verified"]
+            and figures["kept"] / max(1, figures["total"]) >= COVERAGE_TARGET)
+
+
+def render(figures: dict) -> str:
+    """The "compaction-steps" section of the recorded `figures`."""
+    f = figures
+    share = f["kept"] / max(1, f["total"])
+    lines = [
+        "## Compaction in steps (`bench_compaction_steps.py`)",
+        "",
+        f"Run on {f['measured']}. Model: `{f['model']}`; settings: {f['settings']}. Produced by `{f['command']}` "
+        "(what is measured: its docstring and [docs/queues.md](../docs/queues.md#compaction)).",
+        "",
+        f"{f['turns']} turns, {f['before']} tokens in a {f['window']}-token window ({f['before'] / f['window']:.1f} "
+        f"windows); planned: {f['planned']}.", "",
+        "| job | state | source tokens | at most | Summary budget | Summary tokens | key names of its new "
+        "slice kept | release versions of its new slice kept | statements repeated from the previous Summary | "
+        "seconds |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for n, j in enumerate(f["jobs"], 1):
+        lines.append(f"| {n} | {j['state']} | {j['source_tokens']} | {j['max_source_tokens']} | "
+                     f"{j['summary_budget_tokens']} | {j['summary_tokens']} | {j['kept']} of {j['total']} | "
+                     f"{j['new_versions']} of {j['versions']} | {j['repeated']} of {j['said']} | {j['seconds']:.1f} |"
+                     + ("" if j["fits"] else " OVER BUDGET |"))
+    lines += ["", "| figure | value | target |", "| --- | --- | --- |",
+              f"| jobs | {len(f['jobs'])}, {f['done']} done, in {f['elapsed']:.1f} s | |",
+              f"| view after the chain | {f['after']} tokens | {verdict(f['after'], '<=', f['target'])} |",
+              f"| replay verified the newest Summary | {'yes' if f['verified'] else 'no'} | yes |",
+              f"| turns the chain replaced | {f['replaced_turns']} of {f['turns']} | |",
+              f"| key-name coverage over the whole compacted range | {f['kept']} of {f['total']} ({share:.2f}) | "
+              f"{verdict(share, '>=', COVERAGE_TARGET)} |",
+              f"| release versions (one per turn) the final Summary keeps | {f['kept_versions']} of {f['versions']} | |",
+              "",
+              f"Result: {'every target met' if passed(f) else '**a target was missed** (see above)'}.", ""]
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
@@ -138,28 +185,21 @@ def main(argv: list[str]) -> int:
                 for question, answer in conversation():
                     lease.append_turn([NewEvent("user", {"text": question}), NewEvent("assistant", {"text": answer})])
                 lease.release()
-            ok, lines = _compact(store, settings, session.id)
-    note = ", ".join(f"`{k}={v}`" for k, v in overrides.items()) or "defaults"
-    command = " ".join(["python", "benchmarks/bench_compaction_steps.py", *(shlex.quote(a) for a in argv)])
-    section = "\n".join([
-        "## Compaction in steps (`bench_compaction_steps.py`)",
-        "",
-        f"Run on {datetime.date.today().isoformat()}. Model: `{model.name}`; settings: {note}. Produced by "
-        f"`{command}` (what is measured: its docstring and [docs/queues.md](../docs/queues.md#compaction)); the "
-        "machine as above.",
-        "",
-        *lines,
-        "",
-        f"Result: {'every target met' if ok else '**a target was missed** (see above)'}.",
-    ])
-    print("\n" + section)
-    if not args.no_write:
-        write_section("compaction-steps", section)
+            figures = _compact(store, settings, session.id)
+    figures.update(
+        model=model.name, settings=", ".join(f"`{k}={v}`" for k, v in overrides.items()) or "defaults",
+        command=" ".join(["python", "benchmarks/bench_compaction_steps.py", *(shlex.quote(a) for a in argv)]))
+    if args.no_write:
+        print("\n" + render({"measured": datetime.date.today().isoformat(), **figures}))
+    else:
+        print("\n" + publish("compaction-steps", render, figures))
+    ok = passed(figures)
     print("result: OK" if ok else "result: FAILED")
     return 0 if ok else 1
 
 
-def _compact(store: MemoryStore, settings: Settings, sid: str) -> tuple[bool, list[str]]:
+def _compact(store: MemoryStore, settings: Settings, sid: str) -> dict:
+    """Plan and run the chain of compaction jobs; return the figures `render` shows."""
     with default_model_budget(settings) as budget:
         count, window = budget.count_tokens, budget.context_window
         before = sum(map(count, store.replay(sid).events))
@@ -173,54 +213,38 @@ def _compact(store: MemoryStore, settings: Settings, sid: str) -> tuple[bool, li
         worker.close()
     elapsed = time.monotonic() - started
     jobs = sorted(store.list_jobs(kind="compaction", session_id=sid).jobs, key=lambda j: (j.created_at, j.id))
-    ok = bool(jobs) and report.counts["done"] == len(jobs)
-    lines = [f"{TURNS} turns, {before} tokens in a {window}-token window ({before / window:.1f} windows); planned: "
-             f"{queued.reason}.", "",
-             "| job | state | source tokens | at most | Summary budget | Summary tokens | key names of its new "
-             "slice kept | release versions of its new slice kept | statements repeated from the previous Summary | "
-             "seconds |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = []
     summary = ""
     with default_model_budget(settings) as budget:
-        for n, job in enumerate(jobs, 1):
+        for job in jobs:
             source = job.source
             events = store.read_compaction_source(job)
             recount = sum(map(budget.count_tokens, events))
-            fits = recount <= source["max_source_tokens"]
-            ok = ok and fits and job.state == "done"
             fresh = [e.payload["text"] for e in events if e.kind != "summary"]
             previous = {s for e in events if e.kind == "summary" for s in _statements(e.payload["text"])}
             written = _summary_event(store, sid, job)
             summary = "" if written is None else written.payload["text"]
             said = _statements(summary)
-            repeated = sum(s in previous for s in said)
             kept, total = coverage(names_in(fresh, KEY_NAMES), summary)
             new_versions, versions = coverage(_versions(fresh), summary)
-            tokens = 0 if written is None else budget.count_tokens(written)
-            lines.append(f"| {n} | {job.state} | {recount} | {source['max_source_tokens']} | "
-                         f"{source['summary_budget_tokens']} | {tokens} | {kept} of {total} | {new_versions} of "
-                         f"{versions} | {repeated} of {len(said)} | {seconds.get(job.id, 0):.1f} |"
-                         + ("" if fits else " OVER BUDGET |"))
+            rows.append({"state": job.state, "source_tokens": recount, "max_source_tokens": source["max_source_tokens"],
+                         "fits": recount <= source["max_source_tokens"],
+                         "summary_budget_tokens": source["summary_budget_tokens"],
+                         "summary_tokens": 0 if written is None else budget.count_tokens(written),
+                         "kept": kept, "total": total, "new_versions": new_versions, "versions": versions,
+                         "repeated": sum(s in previous for s in said), "said": len(said),
+                         "seconds": seconds.get(job.id, 0)})
         view = store.replay(sid).events  # verifies the newest Summary's provenance
         after = sum(map(budget.count_tokens, view))
-    target = jobs[0].source["target_tokens"] if jobs else 0
-    verified = bool(view) and view[0].kind == "summary"
     replaced = [r.event.payload["text"] for r in _raw_history(store, sid)
                 if r.covered_by is not None and r.event.kind != "summary"]
     kept, total = coverage(names_in(replaced, KEY_NAMES), summary)
     kept_versions, versions = coverage(_versions(replaced), summary)
-    share = kept / max(1, total)
-    ok = ok and after <= target and verified and share >= COVERAGE_TARGET
-    lines += ["", "| figure | value | target |", "| --- | --- | --- |",
-              f"| jobs | {len(jobs)}, {report.counts['done']} done, in {elapsed:.1f} s | |",
-              f"| view after the chain | {after} tokens | <= {target} "
-              f"({'met' if after <= target else '**not met**'}) |",
-              f"| replay verified the newest Summary | {'yes' if verified else 'no'} | yes |",
-              f"| turns the chain replaced | {len(replaced) // 2} of {TURNS} | |",
-              f"| key-name coverage over the whole compacted range | {kept} of {total} ({share:.2f}) | >= "
-              f"{COVERAGE_TARGET} ({'met' if share >= COVERAGE_TARGET else '**not met**'}) |",
-              f"| release versions (one per turn) the final Summary keeps | {kept_versions} of {versions} | |"]
-    return ok, lines
+    return {"turns": TURNS, "before": before, "window": window, "planned": queued.reason, "jobs": rows,
+            "done": report.counts["done"], "elapsed": elapsed, "after": after,
+            "target": jobs[0].source["target_tokens"] if jobs else 0,
+            "verified": bool(view) and view[0].kind == "summary", "replaced_turns": len(replaced) // 2,
+            "kept": kept, "total": total, "kept_versions": kept_versions, "versions": versions}
 
 
 def _statements(summary: str) -> list[str]:

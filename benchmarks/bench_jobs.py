@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from results import Figures
+from results import Figures, render_list
 
 from emelex_memory import MemoryStore, Settings, register_job_kind, run_one_job
 from emelex_memory.core.connection import connect
@@ -35,10 +35,10 @@ ROUNDS = 5
 CTX = multiprocessing.get_context("spawn")
 ABOUT = """\
 Claim-and-complete throughput of no-op jobs through `run_one_job` against two committed single-row updates
-per job (what is measured: [docs/queues.md](../docs/queues.md#performance)). The first version measured 0.47
-and 0.45. This VM's fsync is very cheap (a raw committed update takes
-about 70 µs), so fixed per-transaction costs decide the ratio; where a commit costs a millisecond or more
-they shrink in proportion. What a job still costs beyond the baseline:
+per job (what is measured: [docs/queues.md](../docs/queues.md#performance)). Where fsync is cheap, as on this
+VM (the raw rate above shows what a committed update costs here), fixed per-transaction costs decide the ratio;
+where a commit costs a millisecond or more they shrink in proportion. What a job still costs beyond the
+baseline:
 
 - **Two WAL frames per transition instead of one.** The row, and the one leaf of the partial index
   `jobs_active (state, due_at, id)`, which holds a job's pending entry and, next to it, its claimed entry
@@ -46,23 +46,28 @@ they shrink in proportion. What a job still costs beyond the baseline:
   claim needs claims indexed, so four frames per job is the minimum.
 - **Richer statements.** The claim's `UPDATE ... RETURNING` finds the oldest due job through the index,
   checks the Session's lease and that no claim has expired, and returns what the `Job` snapshot needs;
-  completion re-checks the worker lease and the Session. The same two statements run from a bare SQL loop
-  reach about 0.8 of the baseline here.
+  completion re-checks the worker lease and the Session.
 - **The Python layer**, kept small: a `JobClaim` with slots, `Job` snapshots built lazily and by setting
   their instance dict at once (`jobs.frozen`), stored JSON read with `raw_decode`, one reusable
   write-transaction object per store, the host label looked up once per process, completion without
   `RETURNING`, and lease renewal by one shared thread per process (`renewal.RENEWER`: two dictionary
-  updates per job, where starting and joining a thread per job cost about 0.1 ms, as much as a committed
-  transaction).
+  updates per job instead of starting and joining a thread per job).
 - The job table's CHECKs spell state tests out with `OR`: an `IN` list of three or more constants makes
   SQLite build a temporary b-tree on every execution of an `UPDATE`.
 
 With two workers the write transactions serialize on SQLite's write lock. The connection factory's busy
 handler (`connection.BusyWait`) retries after 20 µs, 50 µs, ... growing to 2 ms steps, bounded by
-`busy_timeout_ms`; with SQLite's own busy timeout (at least 1 ms per sleep, as long as a dozen raw
-transactions here) the two-worker ratio measured 0.52-0.57.
+`busy_timeout_ms`, where SQLite's own busy timeout sleeps at least 1 ms, many short transactions long.
 """
-FIGURES = Figures("jobs", "Work queues (`bench_jobs.py`)", ABOUT)
+SECTIONS = ("jobs",)
+
+
+def render(figures: dict) -> str:
+    """The `jobs` section of the recorded `figures`."""
+    return render_list("Work queues (`bench_jobs.py`)", ABOUT, figures)
+
+
+FIGURES = Figures("jobs", render)
 
 RAW_TABLE = """
 CREATE TABLE IF NOT EXISTS raw_jobs (
@@ -149,10 +154,11 @@ def bench(root: Path, workers: int) -> float:
     store.close()
     raw.close()
     low, median, high = statistics.quantiles(ratios, n=4)
-    FIGURES.add(f"claim+complete, {workers} worker process{'es' if workers > 1 else ''}: ratio {median:.3f} "
-          f"vs two committed single-row updates per job (target >= 0.7; median of {len(ratios)} phase pairs, quartiles "
-          f"{low:.2f}-{high:.2f}; rounds: {', '.join(f'{x:.2f}' for x in round_ratios)}; ours "
-          f"{statistics.median(our_rates):.0f} jobs/s, raw {statistics.median(raw_rates):.0f} jobs/s)")
+    FIGURES.add(f"claim+complete, {workers} worker process{'es' if workers > 1 else ''}: ratio vs two committed "
+                "single-row updates per job", median, ">=", 0.7,
+                detail=f"median of {len(ratios)} phase pairs, quartiles {low:.2f}-{high:.2f}; rounds: "
+                f"{', '.join(f'{x:.2f}' for x in round_ratios)}; ours {statistics.median(our_rates):.0f} jobs/s, raw "
+                f"{statistics.median(raw_rates):.0f} jobs/s")
     return median
 
 
@@ -162,8 +168,7 @@ def main() -> int:
         root.chmod(0o700)
         bench(root, 1)
         bench(root, 2)
-    FIGURES.write()
-    return 0
+    return FIGURES.write()
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ from emelex_memory.maintenance.doctor import diagnose
 from emelex_memory.sessions.transcript import encode_turn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from results import write_section  # noqa: E402
+from results import met, publish, verdict  # noqa: E402
 
 CACHE = Path(__file__).resolve().with_name(".cache")
 BUILD = "scale-v1"
@@ -67,6 +67,8 @@ KNOWLEDGE_ENTRIES, VERSIONS_PER_ENTRY = 5_000, 20
 ASSETS, ASSET_BYTES = 1_000, 10 * 1024 * 1024
 BACKLOG = 100_000
 ROUNDS = 25
+TARGET_RATIO = 2  # large store over small, per operation
+SECTIONS = ("scale",)
 KIND = "bench_noop"
 
 
@@ -327,20 +329,34 @@ def main() -> int:
         finally:
             small.close()
             big.close()
-    total_s = time.perf_counter() - started
-    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    figures = {"rounds": ROUNDS, "total_s": time.perf_counter() - started, "build_s": build_s, "rows": rows,
+               "mb": mb, "integrity_s": integrity_s, "doctor_s": doctor_s, "hashed_mb": hashed, "rehash_s": rehash_s,
+               "scanned": scanned, "scan_s": scan_s, "vacuum_s": vacuum_s, "plain_events": plain_events,
+               "replay_s": replay_s, "replay_peak_mb": replay_peak / 1e6, "collect_peak_mb": collect_peak / 1e6,
+               "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    print(publish("scale", render, figures))
+    return 0 if all(met(b / s, "<=", TARGET_RATIO) for _, s, b in rows) else 1
+
+
+def render(figures: dict) -> str:
+    """The `scale` section of the recorded `figures`."""
+    f = figures
+    mb = f["mb"]
     lines = [
+        "## Scale (`bench_scale.py`)",
+        "",
         "Built by `benchmarks/bench_scale.py` (what it measures and how the store is built: its docstring and",
         "[docs/storage.md](../docs/storage.md#costs-at-scale)). Large store: 1,000,000 events in 10,000 Sessions,",
         "100,000 Knowledge versions, 10 GiB of assets, 100,000 due jobs; small store: 10,000 events in 100 Sessions.",
-        f"Medians of {ROUNDS} alternating calls (doctor: 9). Run on {time.strftime('%Y-%m-%d')}: "
-        f"{total_s:.0f} s in all ({build_s:.0f} s of it building or finding the cached large store).",
+        f"Medians of {f['rounds']} alternating calls (doctor: 9). Run on {f['measured']}: "
+        f"{f['total_s']:.0f} s in all ({f['build_s']:.0f} s of it building or finding the cached large store).",
         "",
-        "| operation | small | large | ratio (target <= 2) |",
-        "| --- | --- | --- | --- |",
+        "| operation | small | large | ratio | target |",
+        "| --- | --- | --- | --- | --- |",
     ]
-    for name, s, b in rows:
-        lines.append(f"| {name} | {s * 1000:.2f} ms | {b * 1000:.2f} ms | {b / s:.2f} |")
+    for name, s, b in f["rows"]:
+        lines.append(f"| {name} | {s * 1000:.2f} ms | {b * 1000:.2f} ms | {b / s:.2f} | "
+                     f"{verdict(b / s, '<=', TARGET_RATIO)} |")
     lines += [
         "",
         "Proportional costs on the large store (database and WAL: "
@@ -348,25 +364,24 @@ def main() -> int:
         "",
         "| operation | total | per unit |",
         "| --- | --- | --- |",
-        f"| full integrity check (`PRAGMA integrity_check`) | {integrity_s:.1f} s | {integrity_s / mb * 1000:.2f} ms/MB |",
-        f"| full `doctor` (integrity, transcripts, payloads, one asset re-hashed) | {doctor_s:.1f} s | "
-        f"{doctor_s / mb * 1000:.2f} ms/MB |",
-        f"| doctor's asset re-hash (one {hashed:.0f} MB file) | {rehash_s * 1000:.1f} ms | "
-        f"{rehash_s / hashed * 1000:.2f} ms/MB |",
-        f"| asset folder scan for orphans (`collect_assets`; `maintain`: at most hourly), {scanned:,} files | "
-        f"{scan_s * 1000:.1f} ms | {scan_s / scanned * 1e6:.1f} µs/file |",
-        f"| `VACUUM` | {vacuum_s:.1f} s | {vacuum_s / mb * 1000:.2f} ms/MB |",
-        f"| replay of an uncompacted Session ({plain_events} events) | {replay_s * 1000:.1f} ms | "
-        f"{replay_s / plain_events * 1e6:.1f} µs/event |",
+        f"| full integrity check (`PRAGMA integrity_check`) | {f['integrity_s']:.1f} s | "
+        f"{f['integrity_s'] / mb * 1000:.2f} ms/MB |",
+        f"| full `doctor` (integrity, transcripts, payloads, one asset re-hashed) | {f['doctor_s']:.1f} s | "
+        f"{f['doctor_s'] / mb * 1000:.2f} ms/MB |",
+        f"| doctor's asset re-hash (one {f['hashed_mb']:.0f} MB file) | {f['rehash_s'] * 1000:.1f} ms | "
+        f"{f['rehash_s'] / f['hashed_mb'] * 1000:.2f} ms/MB |",
+        f"| asset folder scan for orphans (`collect_assets`; `maintain`: at most hourly), {f['scanned']:,} files | "
+        f"{f['scan_s'] * 1000:.1f} ms | {f['scan_s'] / f['scanned'] * 1e6:.1f} µs/file |",
+        f"| `VACUUM` | {f['vacuum_s']:.1f} s | {f['vacuum_s'] / mb * 1000:.2f} ms/MB |",
+        f"| replay of an uncompacted Session ({f['plain_events']} events) | {f['replay_s'] * 1000:.1f} ms | "
+        f"{f['replay_s'] / f['plain_events'] * 1e6:.1f} µs/event |",
         "",
         f"Memory: peak traced Python allocation while replaying a 10 MiB-asset Session, asset bytes read: "
-        f"{replay_peak / 1e6:.1f} MB; while collecting assets over 10 GiB of them: {collect_peak / 1e6:.1f} MB; "
-        f"peak RSS of the whole run: {rss_mb:.0f} MB.",
+        f"{f['replay_peak_mb']:.1f} MB; while collecting assets over 10 GiB of them: {f['collect_peak_mb']:.1f} MB; "
+        f"peak RSS of the whole run: {f['rss_mb']:.0f} MB.",
+        "",
     ]
-    body = "\n".join(lines)
-    print(body)
-    write_section("scale", body)
-    return 0
+    return "\n".join(lines)
 
 
 def _replay_plain(side: Side, assets: bool = False) -> None:

@@ -14,11 +14,12 @@ Writes the `worker` section of benchmarks/RESULTS.md
 from __future__ import annotations
 
 import importlib.util
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from results import Figures
+from results import Figures, render_list
 
 from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent, Settings
 from emelex_workers.models import ModelManager, default_model_file
@@ -31,7 +32,15 @@ inference: claim, Session model binding with snapshot validation, source read an
 counting, prompts, cost metering, completion, as a share of the time inside the binding's `complete`, on the
 default model, after a warm-up job that loads it. Start-up is `bench_startup.py`'s section.
 """
-FIGURES = Figures("worker", "Worker (`bench_worker.py`)", ABOUT)
+SECTIONS = ("worker",)
+
+
+def render(figures: dict) -> str:
+    """The `worker` section of the recorded `figures`."""
+    return render_list("Worker (`bench_worker.py`)", ABOUT, figures)
+
+
+FIGURES = Figures("worker", render)
 TURNS = [
     ("Which Python version do we use?", "Python 3.11, with apsw for SQLite."),
     ("How are plugins found?", "Through the 'emelex' entry-point group, loaded by pluggy."),
@@ -55,12 +64,12 @@ def _seed(store: MemoryStore, workspace: Path, n: int) -> None:
 
 def bench_overhead(root: Path) -> float | None:
     if importlib.util.find_spec("llama_cpp") is None:
-        FIGURES.add("per-job overhead: skipped (llama-cpp-python is not installed)")
+        FIGURES.skip("per-job overhead", "llama-cpp-python is not installed")
         return None
     try:
         default_model_file()
     except DefaultModelUnavailableError as exc:
-        FIGURES.add(f"per-job overhead: skipped ({exc})")
+        FIGURES.skip("per-job overhead", str(exc))
         return None
     from emelex_llamacpp.plugin import LlamaBinding
 
@@ -92,18 +101,16 @@ def bench_overhead(root: Path) -> float | None:
     assert report.counts["done"] == JOBS, report.jobs
     total, infer = sum(j.seconds for j in report.jobs), sum(inference)
     pct = 100 * (total - infer) / infer
-    FIGURES.add(f"per-job overhead: {JOBS} jobs took {total:.2f}s, {infer:.2f}s of it inference; "
-          f"overhead {pct:.2f}% of inference (target < 5%)")
+    FIGURES.add("per-job overhead, share of inference", pct, "<", 5, unit="%", format=".2f",
+                detail=f"{JOBS} jobs took {total:.2f} s, {infer:.2f} s of it inference")
     return pct
 
-
-
-def main() -> None:
+def main() -> int:
     with tempfile.TemporaryDirectory(prefix="emelex-bench-worker-") as tmp:
         root = Path(tmp)
         bench_overhead(root)
-    FIGURES.write()
+    return FIGURES.write()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

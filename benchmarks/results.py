@@ -1,16 +1,21 @@
 """benchmarks/RESULTS.md, the one results file every benchmark writes its figures to, one section each.
 
-A section is delimited by `<!-- section: NAME -->` and `<!-- end: NAME -->`
-lines. Writing a section replaces the previous one of that name in place (or
-appends it when there is none), leaving every other section as it was; the
-file is replaced atomically, so a crash leaves the old file or the new one.
+A section is delimited by `<!-- section: NAME -->` and `<!-- end: NAME -->` lines. Its first line inside is
+`<!-- figures: {...} -->`: the figures the run measured, as JSON; the rest is what the script's `render` makes
+of them, so tests/test_bench_results.py can check that each section is exactly its script's rendering of its
+recorded figures (no figure typed or kept by hand). A benchmark script names its sections in `SECTIONS` and
+defines `render(figures) -> str` (Markdown); `publish` writes a section from the figures. Writing a section
+replaces the previous one of that name in place (or appends it when there is none), leaving every other
+section as it was; the file is replaced atomically, so a crash leaves the old file or the new one.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 
@@ -21,9 +26,17 @@ HEADER = (
     "Written by the benchmarks (`make bench`, or one `python benchmarks/bench_NAME.py`): each has a section here,\n"
     "dated, with its target, and replaces it when it runs again; README and docs link here and copy no figure.\n"
     "Each benchmark measures against a raw baseline in the same run, alternating the two sides so the machine's\n"
-    "load hits both alike. The machine: a 2-core VM shared with other work, where `fsync` usually costs only\n"
-    "about 0.1 ms, so Python overhead weighs far more than it would where a commit costs a millisecond.\n"
+    "load hits both alike, prints each figure beside its target and exits 1 when it misses one. Each section\n"
+    "starts with the figures its run recorded (a JSON comment); the text is the script's rendering of them.\n"
+    "The machine: a 2-core VM shared with other work, so a single run's figures are noisy.\n"
 )
+FIGURES_LINE = re.compile(r"<!-- figures: (.*) -->\n")
+SECTION = re.compile(r"<!-- section: ([a-z0-9-]+) -->\n(.*?)<!-- end: \1 -->", re.DOTALL)
+TARGETS: dict[str, Callable[[float, float], bool]] = {
+    "<=": lambda value, bound: value <= bound,
+    "<": lambda value, bound: value < bound,
+    ">=": lambda value, bound: value >= bound,
+}
 
 
 def write_section(name: str, body: str, path: Path = RESULTS) -> None:
@@ -48,22 +61,106 @@ def write_section(name: str, body: str, path: Path = RESULTS) -> None:
         raise
 
 
+def publish(name: str, render: Callable[[dict], str], figures: dict, path: Path = RESULTS) -> str:
+    """Write the section `name`: the JSON of `figures` (the date added as "measured"), then `render` of them;
+    return that rendering."""
+    figures = {"measured": date.today().isoformat(), **figures}
+    line = json.dumps(figures, sort_keys=True, ensure_ascii=False)
+    if "-->" in line:
+        raise ValueError("figures must not contain '-->', which would end their comment")
+    text = render(figures)
+    write_section(name, f"<!-- figures: {line} -->\n{text.strip()}\n", path)
+    return text
+
+
+def recorded(path: Path = RESULTS) -> dict[str, tuple[dict | None, str]]:
+    """Each section of `path` -> (its recorded figures, or None when it has none; the text after them)."""
+    found = {}
+    for match in SECTION.finditer(path.read_text(encoding="utf-8")):
+        body = match.group(2)
+        head = FIGURES_LINE.match(body)
+        found[match.group(1)] = (json.loads(head.group(1)), body[head.end():]) if head else (None, body)
+    return found
+
+
+def met(value: float, op: str, bound: float) -> bool:
+    """Whether `value` meets the target `op bound` (`op` one of <=, <, >=)."""
+    return TARGETS[op](value, bound)
+
+
+def verdict(value: float, op: str, bound: float) -> str:
+    """"target OP BOUND: met" or "... **not met**", to print beside a figure."""
+    return f"target {op} {bound:g}: {'met' if met(value, op, bound) else '**not met**'}"
+
+
+def figure_line(figure: dict) -> str:
+    """One figure of `Figures`: "what: value (target OP BOUND: met; detail)"."""
+    if "skipped" in figure:
+        return f"{figure['what']}: skipped ({figure['skipped']})"
+    value = format(figure["value"], figure.get("format", ".3f")) + figure.get("unit", "")
+    detail = f"; {figure['detail']}" if figure.get("detail") else ""
+    return f"{figure['what']}: {value} ({verdict(figure['value'], figure['op'], figure['target'])}{detail})"
+
+
+def render_list(title: str, about: str, figures: dict) -> str:
+    """The section of a `Figures` benchmark: `## title`, the date, one list item per figure, then `about`."""
+    lines = "\n".join(f"- {figure_line(f)}" for f in figures["figures"])
+    return f"## {title}\n\nMeasured {figures['measured']}:\n\n{lines}\n\n{about.strip()}\n"
+
+
 class Figures:
-    """One benchmark's section: `add` prints a figure line (stating its target) and keeps it; `write` puts the
-    section `name` into RESULTS.md: `## title`, the date, the figure lines as a list, then `about` (what is
-    measured and why the figures are what they are)."""
+    """One run's figures for the section `name`, rendered by `render`: `add` prints a figure beside its target
+    and keeps it; `write` publishes the section and returns the exit status (1 when a target was missed)."""
 
-    def __init__(self, name: str, title: str, about: str = "") -> None:
-        """A section `name` headed `title`, with the closing text `about`."""
-        self.name, self.title, self.about, self.lines = name, title, about.strip(), []
+    def __init__(self, name: str, render: Callable[[dict], str]) -> None:
+        """The figures of section `name`, written with `render` (usually `render_list` with the script's text)."""
+        self.name, self.render, self.figures = name, render, []
 
-    def add(self, line: str) -> None:
-        """Print `line` and keep it for the section."""
-        print(line)
-        self.lines.append(line)
+    def add(self, what: str, value: float, op: str, target: float, *, unit: str = "", format: str = ".3f",
+            detail: str = "") -> None:
+        """Record `what` measured as `value` against the target `op target`; print it."""
+        figure = {"what": what, "value": value, "op": op, "target": target, "unit": unit, "format": format,
+                  "detail": detail}
+        print(figure_line(figure))
+        self.figures.append(figure)
 
-    def write(self, path: Path = RESULTS) -> None:
-        """Write the section (replacing the previous one of its name)."""
-        figures = "\n".join(f"- {line}" for line in self.lines)
-        body = f"## {self.title}\n\nMeasured {date.today().isoformat()}:\n\n{figures}\n"
-        write_section(self.name, body + (f"\n{self.about}\n" if self.about else ""), path)
+    def skip(self, what: str, reason: str) -> None:
+        """Record that `what` was not measured, and why (no target is missed)."""
+        figure = {"what": what, "skipped": reason}
+        print(figure_line(figure))
+        self.figures.append(figure)
+
+    def missed(self) -> list[str]:
+        """The figures that missed their target."""
+        return [f["what"] for f in self.figures if "skipped" not in f and not met(f["value"], f["op"], f["target"])]
+
+    def write(self, path: Path = RESULTS) -> int:
+        """Publish the section; 1 when a target was missed (saying which), else 0."""
+        publish(self.name, self.render, {"figures": self.figures}, path)
+        missed = self.missed()
+        if missed:
+            print(f"missed the target: {'; '.join(missed)}")
+        return 1 if missed else 0
+
+
+def render_pending(figures: dict) -> str:
+    """The section of a benchmark not run since its rendering changed: what to run to measure it."""
+    return (f"## {figures['title']}\n\nNot measured since {figures['measured']}, when the section's form changed "
+            f"({figures['reason']}): run `python benchmarks/{figures['script']}` to measure it.\n")
+
+
+def mark_pending(name: str, title: str, script: str, reason: str, path: Path = RESULTS) -> None:
+    """Replace the section `name` by a note that `script` has to run again (`render_pending`), figures none."""
+    publish(name, render_pending, {"pending": True, "title": title, "script": script, "reason": reason}, path)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Mark a section of RESULTS.md as waiting for its benchmark's run.")
+    parser.add_argument("section")
+    parser.add_argument("title")
+    parser.add_argument("script")
+    parser.add_argument("reason")
+    args = parser.parse_args()
+    mark_pending(args.section, args.title, args.script, args.reason)

@@ -1,10 +1,12 @@
 """`DurableAgentSession`: an in-memory `AgentSession` paired with one Session lease and the tool journal.
 
-Every database write goes through one single-thread executor (so journal
-writes stay ordered), every model round through another, and every tool run
-through a third: SQLite, fsync and inference never run on the event loop
-thread. Each database step is attempted again while another process holds
-the write lock past the busy timeout, for as long as the lease is valid
+Every journal, transcript and lease write goes through one single-thread
+executor (so journal writes stay ordered), every model round through
+another, and every tool run through a third, which also stores a tool
+output over its bound as an asset (`run_tool`'s `put_asset`): SQLite, fsync
+and inference never run on the event loop thread. Each database step is
+attempted again while another process holds the write lock past the busy
+timeout, for as long as the lease is valid
 (`journal.retry_busy`), so a busy store never throws a known tool result
 away. A daemon thread renews the lease every TTL/3 while the adapter is
 reachable, so renewal continues during inference, tool runs and approval

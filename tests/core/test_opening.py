@@ -26,7 +26,7 @@ from emelex_memory import (
     StoreError,
     StoreExistsError,
 )
-from emelex_memory.core.connection import PRAGMAS, connect, read_dbconfig, read_pragmas
+from emelex_memory.core.connection import connect, read_dbconfig, read_pragmas
 from emelex_memory.core.migrations import APPLICATION_ID, MIGRATIONS, Migration, applied, migrate, pending
 from emelex_memory.core.opening import sidecar_path
 
@@ -37,14 +37,27 @@ def _mode(p: Path) -> int:
     return stat.S_IMODE(os.lstat(p).st_mode)
 
 
+# The durable settings the spec names, as SQLite reports them on a live connection, written out here rather than
+# taken from the code's own table (a weakened table would match itself): foreign keys on, WAL, synchronous=EXTRA (3),
+# full fsync on for writes and checkpoints, temporary storage in memory (2), the schema untrusted.
+SPEC_PRAGMAS = {"foreign_keys": 1, "journal_mode": "wal", "synchronous": 3, "fullfsync": 1,
+                "checkpoint_fullfsync": 1, "temp_store": 2, "trusted_schema": 0}
+
+
+def _live_pragmas(conn: apsw.Connection) -> dict[str, object]:
+    return {name: conn.execute(f"PRAGMA {name}").fetchall()[0][0] for name in SPEC_PRAGMAS}
+
+
 def test_standard_open_creates_private_home_and_database(settings: Settings) -> None:
     with MemoryStore.open(settings) as store:
         assert store.path == settings.home_dir / "memory" / "emelex.sqlite3"
         with store.db.read() as conn:
-            live = read_pragmas(conn)
+            live = _live_pragmas(conn)
+            reported = read_pragmas(conn)
             config = read_dbconfig(conn)
             qpsg = conn.config(apsw.SQLITE_DBCONFIG_ENABLE_QPSG, -1)
-    assert live == {name: want for name, _, want in PRAGMAS}
+    assert live == SPEC_PRAGMAS
+    assert reported == SPEC_PRAGMAS  # what `doctor` reports is the live value of each
     assert config == {"dqs_dml": 0, "dqs_ddl": 0, "trusted_schema": 0, "qpsg": 1} and qpsg == 1
     assert _mode(settings.home_dir) == 0o700
     assert _mode(settings.memory_dir) == 0o700

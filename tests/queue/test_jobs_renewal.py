@@ -12,7 +12,7 @@ from emelex_memory import JobClaim, MemoryStore, Settings, run_one_job
 from emelex_memory.job_kinds import builtin_kinds
 from emelex_memory.queue.renewal import renewing
 
-from ..support import kinds_fixture
+from ..support import kinds_fixture, wait_until
 
 KINDS = builtin_kinds()
 KINDS.register("noop")
@@ -73,9 +73,7 @@ def test_renewal_gives_up_once_the_lease_is_lost(store: MemoryStore, job) -> Non
     claim = store.claim_job("noop", ttl_s=TTL)
     with renewing(claim, TTL):
         store.cancel_job(claim.id)  # the operator takes the job away
-        deadline = time.monotonic() + 10
-        while renewal_threads() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert renewal_threads() == []  # renewal ended on WorkerLeaseLostError, before the block did
+        # renewal ends on WorkerLeaseLostError, before the block does
+        wait_until(lambda: renewal_threads() == [], "the renewal thread ending once the lease was lost", 10)
     assert store.get_job(claim.id).state == "cancelled"
     claim.ended = True

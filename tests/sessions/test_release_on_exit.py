@@ -41,10 +41,11 @@ _HAMMER = textwrap.dedent("""
     import apsw
 
     db, stop = sys.argv[1:3]
+    deadline = time.monotonic() + 300  # a hammer outlives no test run, even one whose parent died
     conn = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READWRITE)
     conn.set_busy_handler(lambda tries: time.sleep(0.0003) or True)  # wait for the other hammer, however long
     first = True
-    while first or not os.path.exists(stop):
+    while first or not os.path.exists(stop) and time.monotonic() < deadline:
         conn.execute("BEGIN IMMEDIATE")  # the write lock, held a few milliseconds
         time.sleep(0.004)
         conn.execute("COMMIT")

@@ -1,9 +1,13 @@
-"""Helpers shared by the tests: a settable clock, a seeded Session, and snapshots that prove nothing changed."""
+"""Helpers shared by the tests: a settable clock, bounded waits, a seeded Session, and snapshots that prove nothing
+changed."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import apsw
@@ -21,6 +25,26 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+WAIT_S = 60.0  # how long a test waits for something another thread or process does, before it fails naming it
+POLL_S = 0.01
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout_s: float = WAIT_S) -> None:
+    """Poll `condition()` until it is true; fail with "`what` did not happen within N s" once `timeout_s` passed."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s:g} s"
+        time.sleep(POLL_S)
+
+
+async def eventually(condition: Callable[[], object], what: str, timeout_s: float = WAIT_S) -> None:
+    """`wait_until` for a coroutine: poll `condition()` between `asyncio.sleep`s, so the event loop goes on."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s:g} s"
+        await asyncio.sleep(POLL_S)
 
 
 def seed_session(store: MemoryStore, workspace: Path, turns: int) -> str:

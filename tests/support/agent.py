@@ -20,6 +20,8 @@ environment variable (JSON) in a subprocess:
   "hold_label": hold only the call with this label; "tool_done": a file it
   writes (the time, `time.time()`) right before it returns.
 - "approval": the `effect` tool's approval policy (default "always").
+- "bound": a file the plugin writes (its pid) when it binds a model, so a
+  test can observe whether a model was loaded at all.
 
 Tools: `effect` (label: string; appends to the effects log), `peek`
 (approval "never"; returns "peeked <label>", no effect) and `boom`
@@ -201,6 +203,8 @@ def model_binding(model, settings) -> ScriptedBinding | None:
     with open(model.model_file, "rb") as f:
         if SCRIPTED_MARKER not in f.read(64):
             return None
+    if options().get("bound"):
+        _write(options()["bound"], str(os.getpid()))
     return ScriptedBinding(model=model, window=min(4096, settings.model_max_context_tokens))
 
 

@@ -23,7 +23,7 @@ from emelex_workers.agent.tools import registered_tools
 from emelex_workers.host.manager import get_plugin_manager
 from tests.support import agent as agent_support
 from tests.support.agent import ScriptedBinding, answer, calls
-from tests.support import table_rows
+from tests.support import eventually, table_rows
 
 NAMES = ("effect", "peek", "boom")
 
@@ -139,8 +139,7 @@ def test_interrupt_during_generation_closes_the_turn_with_a_failure_record(store
     async def main():
         agent = await DurableAgentSession.create(store, workspace, binding, tools, snap(binding, tools))
         task = agent.turn("go")
-        while not generating.exists():
-            await asyncio.sleep(0.01)
+        await eventually(generating.exists, "the model round starting")
         agent.interrupt()
         result = await task
         assert not agent.poisoned  # closed durably: the adapter stays usable
@@ -298,11 +297,9 @@ def test_lease_renewal_runs_during_a_tool(cstore, clock, workspace, tools, tmp_p
         agent = await DurableAgentSession.create(cstore, workspace, binding, tools, snap(binding, tools), ttl_s=0.3)
         first = agent._lease.expires_at
         task = agent.turn("go", approve=approve_all)
-        while not started.exists():
-            await asyncio.sleep(0.01)
+        await eventually(started.exists, "the tool starting")
         clock.now += 0.1
-        while agent._lease.expires_at == first:  # the renewer extended it while the tool held
-            await asyncio.sleep(0.01)
+        await eventually(lambda: agent._lease.expires_at != first, "a lease renewal while the tool held")
         hold.write_text("go")
         result = await task
         await agent.close()
@@ -398,8 +395,7 @@ def test_every_persistence_step_runs_on_a_blocking_worker(store, workspace, tool
         assert (await agent.turn("go")).outcome == "answer"
         assert (await agent.turn("fail")).outcome == "error"
         await agent.set_title("named")
-        while "renew" not in seen:  # the renewer ticks every TTL/3
-            await asyncio.sleep(0.01)
+        await eventually(lambda: "renew" in seen, "a lease renewal (the renewer ticks every TTL/3)")
         await agent.close()
         again = ScriptedBinding([])
         resumed = await DurableAgentSession.resume(store, agent.session_id, workspace, again, all_tools,
@@ -489,11 +485,9 @@ def test_lease_renewal_runs_during_inference(cstore, clock, workspace, tools, tm
         agent = await DurableAgentSession.create(cstore, workspace, binding, tools, snap(binding, tools), ttl_s=0.3)
         first = agent._lease.expires_at
         task = agent.turn("go")
-        while not generating.exists():
-            await asyncio.sleep(0.01)
+        await eventually(generating.exists, "the model round starting")
         clock.now += 0.1
-        while agent._lease.expires_at == first:  # the renewer extended it while the model generated
-            await asyncio.sleep(0.01)
+        await eventually(lambda: agent._lease.expires_at != first, "a lease renewal while the model generated")
         hold.write_text("go")
         result = await task
         await agent.close()

@@ -23,7 +23,7 @@ from emelex_workers.agent.durable import DurableAgentSession
 from tests.support import agent as agent_support
 from tests.support.agent_crash_child import snapshot_of, tools_of
 from tests.support.agent import answer, calls
-from tests.support import table_rows
+from tests.support import table_rows, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 EMELEX = [sys.executable, "-c", "from emelex_workers.cli import main; main()"]
@@ -153,12 +153,12 @@ def test_sigkill_at_each_commit_point(name, tmp_path, monkeypatch):
 def test_recover_with_the_flag_on_the_command_line(tmp_path):
     settings, sid, workspace, effects, env = crash(tmp_path, "tool", ttl_s=0.5)
     with MemoryStore.open(settings) as store:
-        while True:  # wait for the killed process's lease to expire (a wait, not a timing assertion)
+
+        def expired() -> bool:
             with store.db.read() as conn:
-                expires = conn.execute("SELECT expires_at FROM session_leases").fetchone()[0]
-            if expires <= time.time():
-                break
-            time.sleep(0.05)
+                return conn.execute("SELECT expires_at FROM session_leases").fetchone()[0] <= time.time()
+
+        wait_until(expired, "the killed process's lease expiring")  # a wait, not a timing assertion
     done = cli(env, "memory", "sessions", "recover", sid, "--accept-unknown-effects", "--json")
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)

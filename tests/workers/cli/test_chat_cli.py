@@ -34,8 +34,9 @@ def env(tmp_path: Path, home: Path) -> dict[str, str]:
     return values
 
 
-def chat(env: dict, workspace: Path, stdin: str, outputs: list, effects: Path, *args: str) -> subprocess.CompletedProcess:
-    options = {"outputs": outputs, "effects": str(effects)}
+def chat(env: dict, workspace: Path, stdin: str, outputs: list, effects: Path, *args: str,
+         **more: str) -> subprocess.CompletedProcess:
+    options = {"outputs": outputs, "effects": str(effects), **more}
     return subprocess.run(
         [*EMELEX, "chat", "--workspace", str(workspace), "--model", "scripted", *args],
         input=stdin, env={**env, "EMELEX_AGENT_TEST": json.dumps(options)}, capture_output=True, text=True,
@@ -92,12 +93,17 @@ def test_compact_only_queues_and_says_what_to_do_next(env, home, workspace, tmp_
 
 
 def test_a_resume_in_another_workspace_fails_before_the_model_loads(env, home, workspace, tmp_path) -> None:
-    out = chat(env, workspace, "/exit\n", [], tmp_path / "effects")
+    bound = tmp_path / "bound"
+    out = chat(env, workspace, "/exit\n", [], tmp_path / "effects", bound=str(bound))
     session = out.stdout.split()[1].rstrip(";")
+    assert bound.exists()  # the marker shows a model load
+    bound.unlink()
     other = tmp_path / "other"
     other.mkdir()
-    again = chat(env, other, "", [], tmp_path / "effects", "--resume", session)
+    again = chat(env, other, "", [], tmp_path / "effects", "--resume", session, bound=str(bound))
     assert again.returncode == 1 and again.stderr.startswith("error: ") and "Traceback" not in again.stderr
+    assert "workspace" in again.stderr
+    assert not bound.exists(), "the model was loaded before the workspace was checked"
 
 
 def test_a_resume_on_a_home_without_a_store_says_so_and_creates_nothing(env, home, workspace, tmp_path) -> None:

@@ -7,9 +7,11 @@ import json
 import os
 import pty
 import re
+import select
 import struct
 import subprocess
 import termios
+import time
 from pathlib import Path
 
 from emelex_memory import MemoryStore, Settings
@@ -28,7 +30,12 @@ def _run_on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str]:
     proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
     os.close(slave)
     chunks = []
+    deadline = time.monotonic() + 120
     while True:
+        ready, _, _ = select.select([master], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            proc.kill()
+            raise AssertionError(f"the worker on the terminal did not finish in 120 s: {b''.join(chunks)[-2000:]!r}")
         try:
             data = os.read(master, 65536)
         except OSError:  # EIO: the terminal's last writer is gone
