@@ -116,7 +116,7 @@ def test_the_bar_shows_the_prompt_evaluation_then_the_generation_of_each_call() 
 
     from emelex_workers.cli.work_display import LiveProgress
     from emelex_workers.plugin_api import GenerationProgress
-    from emelex_workers.work_report import JobStart
+    from emelex_workers.worker.work_report import JobStart
 
     now = [100.0]
     start = JobStart("j" * 36, "compaction", "s" * 36, 1, 100)
@@ -148,7 +148,7 @@ def test_a_failure_line_keeps_its_whole_diagnostic_wrapped_never_cut() -> None:
     import io
 
     from emelex_workers.cli.work_display import LiveProgress, PlainLines, end_line
-    from emelex_workers.work_report import JobReport, JobStart
+    from emelex_workers.worker.work_report import JobReport, JobStart
 
     report = JobReport("j" * 36, "compaction", "s" * 36, "retrying", LONG_DETAIL, 1.5)
     assert end_line(report).endswith(f": {LONG_DETAIL}")
