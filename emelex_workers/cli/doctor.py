@@ -20,8 +20,8 @@ def doctor(
     )] = DOCTOR_ASSET_ENTRIES,
     as_json: JsonFlag = False,
 ) -> None:
-    """Check Home, file modes, pragmas, connection settings, schema, integrity, transcripts, payloads and a bounded
-    number of asset files; exit 1 when anything is wrong."""
+    """Check Home, file modes, pragmas, connection settings, schema, integrity, transcripts, payloads, the search
+    index and a bounded number of asset files; exit 1 when anything is wrong."""
     report = diagnose(settings_of(ctx), max_asset_entries=max_assets)
     if report.no_store and not as_json:  # nothing to check: one line, like every other command here
         typer.echo(f"error: {report.checks[0].detail}", err=True)

@@ -19,8 +19,8 @@ class MemoryCommands(LazyGroup):
         "work": Lazy(f"{_CLI}.work:work",
                      "Run due compaction and distillation jobs on the local model; skip Sessions in use."),
         "doctor": Lazy(f"{_CLI}.doctor:doctor",
-                       "Check Home, file modes, pragmas, connection settings, schema, integrity, transcripts, payloads "
-                       "and a bounded number of asset files; exit 1 when anything is wrong."),
+                       "Check Home, file modes, pragmas, connection settings, schema, integrity, transcripts, payloads, "
+                       "the search index and a bounded number of asset files; exit 1 when anything is wrong."),
         "backup": Lazy(f"{_CLI}.backup:backup",
                        "Write a consistent, verified copy of the store, its assets and model manifests to DEST "
                        "(incremental)."),
