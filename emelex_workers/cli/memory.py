@@ -28,6 +28,9 @@ class MemoryCommands(LazyGroup):
                         "store)."),
         "reinit": Lazy(f"{_CLI}.doctor:reinit",
                        "Start a new store where the database was deleted. Refuses while a database file exists."),
+        "search": Lazy(f"{_CLI}.search:search",
+                       "Search the workspace's live Knowledge and its Sessions' transcripts; print ranked hits with "
+                       "the key or Session ID prefix and seq that `knowledge show` and `sessions show` take."),
         "sessions": Lazy(f"{_CLI}.sessions:sessions_app", "List and inspect Sessions."),
         "knowledge": Lazy(f"{_CLI}.knowledge:knowledge_app", "Inspect and curate the current workspace's Knowledge."),
         "workspaces": Lazy(f"{_CLI}.workspaces:workspaces_app",
