@@ -140,6 +140,8 @@ _EXPORTS = {  # public name -> the module that defines it, relative to this pack
     "RawEvent": ".compaction.raw_history",
     "RawPage": ".compaction.raw_history",
     "ReadOnlyLocationError": ".errors",
+    "RECALL_KIND": ".search.recall",
+    "RecallSelection": ".search.recall",
     "Reconciled": ".agent.journal",
     "register_job_kind": ".job_kinds",
     "registered_kinds": ".job_kinds",

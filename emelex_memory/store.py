@@ -81,7 +81,7 @@ _API = {
     "model_refs": ("bind_session_model", "session_model_refs", "snapshot_references", "model_name_references"),
     "deletion": ("delete_session",),
     "maintenance": ("maintain",),
-    "search_index": ("search",),
+    "search_index": ("search", "select_recall"),
 }
 
 

@@ -20,6 +20,7 @@ from ..core.paging import Items, Page, take
 from ..errors import InvalidInputError
 from ..sessions.workspaces import WorkspaceLike, workspace_scope
 from .query import match_expression, query_terms
+from .recall import RecallSelection, TokenCounter, check_budget, estimate_tokens, select_notes
 
 KNOWLEDGE, SESSIONS = "knowledge", "sessions"
 KINDS = (KNOWLEDGE, SESSIONS)
@@ -27,14 +28,20 @@ HIT_OVERHEAD = 256  # byte estimate of a hit's citation on top of its snippet
 SNIPPET_TOKENS = 16
 MARK_START, MARK_END, ELLIPSIS = "[", "]", "…"
 
+# Knowledge ranking: BM25 with a key match weighing twice a content match, pinned entries twice the score, higher
+# confidence more (BM25 is negative: lower is better).
+_KNOWLEDGE_SCORE = "bm25(knowledge_search, 0.0, 2.0, 1.0) * (1 + k.pinned) * (0.5 + v.confidence)"
+_KNOWLEDGE_MATCHES = (
+    "FROM knowledge_search f JOIN knowledge k ON k.id = f.rowid "
+    "JOIN knowledge_versions v ON v.knowledge_id = k.id AND v.version = k.head_version "
+    "WHERE knowledge_search MATCH ? ORDER BY score, k.id"
+)
 _KNOWLEDGE_SQL = (
     "SELECT k.id, k.key, k.head_version, k.pinned, v.confidence, "
     f"snippet(knowledge_search, 2, '{MARK_START}', '{MARK_END}', '{ELLIPSIS}', {SNIPPET_TOKENS}), "
-    "bm25(knowledge_search, 0.0, 2.0, 1.0) * (1 + k.pinned) * (0.5 + v.confidence) AS score "
-    "FROM knowledge_search f JOIN knowledge k ON k.id = f.rowid "
-    "JOIN knowledge_versions v ON v.knowledge_id = k.id AND v.version = k.head_version "
-    "WHERE knowledge_search MATCH ? ORDER BY score, k.id LIMIT ? OFFSET ?"
+    f"{_KNOWLEDGE_SCORE} AS score {_KNOWLEDGE_MATCHES} LIMIT ? OFFSET ?"
 )
+_RANKED_KNOWLEDGE_IDS = f"SELECT k.id, {_KNOWLEDGE_SCORE} AS score {_KNOWLEDGE_MATCHES} LIMIT ?"
 _EVENTS_SQL = (
     "SELECT e.id, s.uuid, e.session_id, e.seq, e.turn, e.kind, "
     f"snippet(event_search, 1, '{MARK_START}', '{MARK_END}', '{ELLIPSIS}', {SNIPPET_TOKENS}), "
@@ -179,6 +186,33 @@ class Search:
                 phase, offset = phase + 1, 0
         return SearchPage(hits, f"{kinds[phase]}:0" if phase < len(kinds) else None)
 
+    def select_recall(
+        self,
+        workspace: WorkspaceLike,
+        query: str,
+        budget_tokens: int,
+        *,
+        count_tokens: TokenCounter | None = None,
+    ) -> RecallSelection:
+        """Select the workspace Knowledge a new Session starts with: pinned entries first, then those most relevant
+        to `query` (e.g. the first user message), within `budget_tokens`; see `search/recall.py`.
+
+        Returns the notes and the "recall" event to append before the model's
+        first round (replay it on resume; never select again). A note costs
+        `count_tokens("key: content")` tokens (default: one per 4 UTF-8
+        bytes). Tombstones and entries whose content is a JSON object or array
+        are never selected; a query without words (or longer than 4096 bytes:
+        its start is read) still gets the pinned notes. Raises
+        `InvalidInputError` for a budget outside 1..1,000,000 or a query that is
+        not text; writes nothing.
+        """
+        budget_tokens = check_budget(budget_tokens)
+        if not isinstance(query, str):
+            raise InvalidInputError(f"a recall query is text, not {type(query).__name__}")
+        with self._db.read() as conn:
+            scope = workspace_scope(conn, workspace)
+            return select_notes(conn, scope, query, budget_tokens, count_tokens or estimate_tokens, _ranked_ids)
+
     @staticmethod
     def _knowledge(conn: apsw.Connection, scope: int, terms: list[str], limit: int, offset: int) -> list[KnowledgeHit]:
         rows = conn.execute(_KNOWLEDGE_SQL, (match_expression(scope, "{key content}", terms), limit, offset))
@@ -197,3 +231,9 @@ class Search:
             covering = conn.execute(_COVERED_BY, (rowid, seq, seq)).fetchone()
             hits.append(SessionHit(uuid, seq, first, last, turn, kind, covering and covering[0], snippet, score))
         return hits
+
+
+def _ranked_ids(conn: apsw.Connection, scope: int, terms: list[str], limit: int) -> list[int]:
+    """The IDs of workspace `scope`'s live entries matching any of `terms`, best first, at most `limit`."""
+    rows = conn.execute(_RANKED_KNOWLEDGE_IDS, (match_expression(scope, "{key content}", terms), limit))
+    return [entry_id for entry_id, _ in rows]
