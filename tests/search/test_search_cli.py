@@ -61,7 +61,7 @@ def test_a_deleted_sessions_words_are_never_found_again(cli, workspace: Path) ->
     assert cli("memory", "search", "ultraviolet").stdout.strip() == "nothing found in this workspace"
 
 
-@pytest.mark.parametrize("query", ["", '"((*', "x" * 5000])
+@pytest.mark.parametrize("query", ["", '"((*', "x" * 5000, "\udcff\udcfe"])
 def test_a_bad_query_is_one_error_line_and_exit_1(cli, workspace: Path, query: str) -> None:
     say(workspace, "hello", "hi")
     done = cli("memory", "search", query)
