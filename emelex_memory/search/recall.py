@@ -26,7 +26,7 @@ from .query import query_terms
 
 RECALL_KIND = "recall"  # the event kind of a recorded selection
 MAX_BUDGET_TOKENS = 1_000_000
-MAX_CANDIDATES = 200  # pinned entries, and then relevant ones, read at most per selection
+MAX_CANDIDATES = 50  # pinned entries, and then relevant ones, read at most per selection
 TokenCounter = Callable[[str], int]
 
 
@@ -115,13 +115,12 @@ def select_notes(
         candidates = [i for (i,) in conn.execute(_PINNED_IDS, (scope, MAX_CANDIDATES))]
         if terms:
             candidates += ranked_ids(conn, scope, terms, MAX_CANDIDATES)
-        seen: set[int] = set()
+        candidates = list(dict.fromkeys(candidates))
+        rows = conn.execute(f"SELECT {ENTRY_COLUMNS} {ENTRY_JOIN} WHERE k.id IN (SELECT value FROM json_each(?))",
+                            (json.dumps(candidates),))
+        entries = {row[0]: entry_from_row(row) for row in rows}
         for entry_id in candidates:
-            if entry_id in seen:
-                continue
-            seen.add(entry_id)
-            row = conn.execute(f"SELECT {ENTRY_COLUMNS} {ENTRY_JOIN} WHERE k.id = ?", (entry_id,)).fetchone()
-            entry = entry_from_row(row)
+            entry = entries[entry_id]
             if entry.content is None or looks_like_tool_json(entry.content):
                 continue
             cost = count_tokens(note_text(entry.key, entry.content))

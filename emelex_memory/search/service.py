@@ -10,6 +10,7 @@ the Summary covering them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -29,25 +30,26 @@ SNIPPET_TOKENS = 16
 MARK_START, MARK_END, ELLIPSIS = "[", "]", "…"
 
 # Knowledge ranking: BM25 with a key match weighing twice a content match, pinned entries twice the score, higher
-# confidence more (BM25 is negative: lower is better).
-_KNOWLEDGE_SCORE = "bm25(knowledge_search, 0.0, 2.0, 1.0) * (1 + k.pinned) * (0.5 + v.confidence)"
-_KNOWLEDGE_MATCHES = (
+# confidence more (BM25 is negative: lower is better). A page is ranked first, without snippets (SQLite would compute
+# a snippet for every match before sorting them), and only the page's rows get one.
+_KNOWLEDGE_RANKED = (
+    "SELECT k.id, k.key, k.head_version, k.pinned, v.confidence, "
+    "bm25(knowledge_search, 0.0, 2.0, 1.0) * (1 + k.pinned) * (0.5 + v.confidence) AS score "
     "FROM knowledge_search f JOIN knowledge k ON k.id = f.rowid "
     "JOIN knowledge_versions v ON v.knowledge_id = k.id AND v.version = k.head_version "
-    "WHERE knowledge_search MATCH ? ORDER BY score, k.id"
+    "WHERE knowledge_search MATCH ? ORDER BY score, k.id LIMIT ? OFFSET ?"
 )
-_KNOWLEDGE_SQL = (
-    "SELECT k.id, k.key, k.head_version, k.pinned, v.confidence, "
-    f"snippet(knowledge_search, 2, '{MARK_START}', '{MARK_END}', '{ELLIPSIS}', {SNIPPET_TOKENS}), "
-    f"{_KNOWLEDGE_SCORE} AS score {_KNOWLEDGE_MATCHES} LIMIT ? OFFSET ?"
+_EVENTS_RANKED = (
+    "SELECT rowid, bm25(event_search, 0.0, 1.0) AS score FROM event_search WHERE event_search MATCH ? "
+    "ORDER BY score, rowid LIMIT ? OFFSET ?"
 )
-_RANKED_KNOWLEDGE_IDS = f"SELECT k.id, {_KNOWLEDGE_SCORE} AS score {_KNOWLEDGE_MATCHES} LIMIT ?"
-_EVENTS_SQL = (
-    "SELECT e.id, s.uuid, e.session_id, e.seq, e.turn, e.kind, "
-    f"snippet(event_search, 1, '{MARK_START}', '{MARK_END}', '{ELLIPSIS}', {SNIPPET_TOKENS}), "
-    "bm25(event_search, 0.0, 1.0) AS score "
-    "FROM event_search f JOIN events e ON e.id = f.rowid JOIN sessions s ON s.id = e.session_id "
-    "WHERE event_search MATCH ? ORDER BY score, e.id LIMIT ? OFFSET ?"
+_SNIPPETS = (
+    "SELECT rowid, snippet({table}, {column}, '" + MARK_START + "', '" + MARK_END + "', '" + ELLIPSIS + "', "
+    f"{SNIPPET_TOKENS}) FROM {{table}} WHERE {{table}} MATCH ? AND rowid IN (SELECT value FROM json_each(?))"
+)
+_EVENT_ROWS = (
+    "SELECT e.id, s.uuid, e.session_id, e.seq, e.turn, e.kind FROM events e JOIN sessions s ON s.id = e.session_id "
+    "WHERE e.id IN (SELECT value FROM json_each(?))"
 )
 # The Summary in effect covering a raw event (the oldest such), and the newest raw seq a Summary event covers.
 _COVERED_BY = (
@@ -215,15 +217,23 @@ class Search:
 
     @staticmethod
     def _knowledge(conn: apsw.Connection, scope: int, terms: list[str], limit: int, offset: int) -> list[KnowledgeHit]:
-        rows = conn.execute(_KNOWLEDGE_SQL, (match_expression(scope, "{key content}", terms), limit, offset))
-        return [KnowledgeHit(key, version, bool(pinned), confidence, snippet, score)
-                for _, key, version, pinned, confidence, snippet, score in rows]
+        match = match_expression(scope, "{key content}", terms)
+        rows = conn.execute(_KNOWLEDGE_RANKED, (match, limit, offset)).fetchall()
+        snippets = _snippets(conn, "knowledge_search", 2, match, [row[0] for row in rows])
+        return [KnowledgeHit(key, version, bool(pinned), confidence, snippets[entry_id], score)
+                for entry_id, key, version, pinned, confidence, score in rows]
 
     @staticmethod
     def _events(conn: apsw.Connection, scope: int, terms: list[str], limit: int, offset: int) -> list[SessionHit]:
-        rows = conn.execute(_EVENTS_SQL, (match_expression(scope, "body", terms), limit, offset)).fetchall()
+        match = match_expression(scope, "body", terms)
+        ranked = conn.execute(_EVENTS_RANKED, (match, limit, offset)).fetchall()
+        ids = json.dumps([event_id for event_id, _ in ranked])
+        events = {row[0]: row for row in conn.execute(_EVENT_ROWS, (ids,))}
+        snippets = _snippets(conn, "event_search", 1, match, [event_id for event_id, _ in ranked])
         hits = []
-        for event_id, uuid, rowid, seq, turn, kind, snippet, score in rows:
+        for event_id, score in ranked:
+            _, uuid, rowid, seq, turn, kind = events[event_id]
+            snippet = snippets[event_id]
             first = last = seq
             if kind == "summary":
                 through = conn.execute(_SUMMARY_THROUGH, (event_id,)).fetchone()
@@ -235,5 +245,13 @@ class Search:
 
 def _ranked_ids(conn: apsw.Connection, scope: int, terms: list[str], limit: int) -> list[int]:
     """The IDs of workspace `scope`'s live entries matching any of `terms`, best first, at most `limit`."""
-    rows = conn.execute(_RANKED_KNOWLEDGE_IDS, (match_expression(scope, "{key content}", terms), limit))
-    return [entry_id for entry_id, _ in rows]
+    rows = conn.execute(_KNOWLEDGE_RANKED, (match_expression(scope, "{key content}", terms), limit, 0))
+    return [row[0] for row in rows]
+
+
+def _snippets(conn: apsw.Connection, table: str, column: int, match: str, rowids: list[int]) -> dict[int, str]:
+    """rowid -> the snippet of `column` of `table`'s rows `rowids` for the MATCH expression `match`."""
+    if not rowids:
+        return {}
+    sql = _SNIPPETS.format(table=table, column=column)
+    return dict(conn.execute(sql, (match, json.dumps(rowids))).fetchall())
