@@ -239,9 +239,9 @@ class Side:
 
 def _without_proportional_checks():
     """Run doctor without its checks that read every row (integrity, transcripts, payloads, which also counts the
-    events) and without its asset re-hash (bounded, but its cost is the size of the files it hashes): timed
+    events, search index) and without its asset re-hash (bounded, but its cost is the size of the files it hashes): timed
     separately, per MB."""
-    names = ("_check_integrity", "_check_transcripts", "_check_payloads", "_check_assets")
+    names = ("_check_integrity", "_check_transcripts", "_check_payloads", "_check_search_index", "_check_assets")
     saved = {n: getattr(doctor_module, n) for n in names}
     for n in saved:
         setattr(doctor_module, n, lambda report, store, *bounds: None)

@@ -9,6 +9,7 @@
     store.knowledge     versioned workspace Knowledge; `store.distillation` (`knowledge/`)
     store.model_refs    Session -> model snapshot references (`snapshots/`)
     store.deletion, store.maintenance   `delete_session` and `maintain` (`maintenance/`)
+    store.search_index  full-text search over Knowledge and transcripts: `store.search` (`search/`)
 
 Every method the documentation shows on the store (`store.put_asset`, `store.claim_job`, ...) stays there: the
 table `_API` below names the service that answers it, and the store forwards the call unchanged. `finish_session`
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from .knowledge.service import Knowledge
     from .maintenance.deletion import Deletion
     from .maintenance.retention import Maintenance
+    from .search.service import Search
     from .queue.jobs import Enqueued
     from .queue.runner import JobOutcome
     from .queue.service import JobQueue
@@ -80,6 +82,7 @@ _API = {
     "model_refs": ("bind_session_model", "session_model_refs", "snapshot_references", "model_name_references"),
     "deletion": ("delete_session",),
     "maintenance": ("maintain",),
+    "search_index": ("search", "select_recall"),
 }
 
 
@@ -104,6 +107,7 @@ class MemoryStore:
     model_refs: SessionModelRefs
     deletion: Deletion
     maintenance: Maintenance
+    search_index: Search
 
     def __init__(
         self,
@@ -357,6 +361,7 @@ _SERVICES = {  # attribute: the service's module and class, and what its constru
     "model_refs": _Service(".snapshots.refs", "SessionModelRefs"),
     "deletion": _Service(".maintenance.deletion", "Deletion"),
     "maintenance": _Service(".maintenance.retention", "Maintenance", ("assets", "jobs")),
+    "search_index": _Service(".search.service", "Search"),
 }
 for _attribute, _descriptor in _SERVICES.items():
     setattr(MemoryStore, _attribute, _descriptor)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
 PLUGINS = ROOT / "plugins"
-FEATURES = ("sessions", "assets", "queue", "compaction", "knowledge", "snapshots", "maintenance", "agent")
+FEATURES = ("sessions", "assets", "queue", "compaction", "knowledge", "snapshots", "maintenance", "agent", "search")
 # top-level package -> the directory that holds it: the two packages, and each built-in plugin package
 TOPS = {"emelex_memory": ROOT, "emelex_workers": ROOT} | {
     d.name: PLUGINS for d in sorted(PLUGINS.iterdir()) if (d / "__init__.py").is_file()}

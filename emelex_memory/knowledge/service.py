@@ -51,9 +51,9 @@ from .versions import ENTRY_JOIN, NO_SOURCE, Scope, SourceColumns, tombstone_ver
 
 ROW_OVERHEAD = 256  # generous per-row byte estimate on top of key and content
 MIN_PAGE_BYTES = MAX_KEY_BYTES + MAX_CONTENT_BYTES + ROW_OVERHEAD  # a page must fit one largest entry
-_ENTRY_COLUMNS = f"k.id, k.key, k.pinned, k.created_at, k.updated_at, {VERSION_COLUMNS}"
+ENTRY_COLUMNS = f"k.id, k.key, k.pinned, k.created_at, k.updated_at, {VERSION_COLUMNS}"
 def entry_from_row(row: tuple) -> KnowledgeEntry:
-    """Build a `KnowledgeEntry` from a row selected with `_ENTRY_COLUMNS`."""
+    """Build a `KnowledgeEntry` from a row selected with `ENTRY_COLUMNS`."""
     _, key, pinned, created, updated = row[:5]
     return KnowledgeEntry(key, bool(pinned), version_from_row(key, row[5:]), created, updated)
 
@@ -169,7 +169,7 @@ class Knowledge:
             if scope is None:
                 return KnowledgePage([], None)
             rows = conn.execute(
-                f"SELECT {_ENTRY_COLUMNS} {ENTRY_JOIN} WHERE k.workspace_id = ? {live} "
+                f"SELECT {ENTRY_COLUMNS} {ENTRY_JOIN} WHERE k.workspace_id = ? {live} "
                 f"{where} ORDER BY k.key, k.id LIMIT ?",
                 (scope, *params, limit + 1),
             ).fetchall()
@@ -245,7 +245,7 @@ class Knowledge:
         return row
 
     def _entry_by_id(self, conn: apsw.Connection, entry_id: int) -> KnowledgeEntry:
-        row = conn.execute(f"SELECT {_ENTRY_COLUMNS} {ENTRY_JOIN} WHERE k.id = ?", (entry_id,)).fetchone()
+        row = conn.execute(f"SELECT {ENTRY_COLUMNS} {ENTRY_JOIN} WHERE k.id = ?", (entry_id,)).fetchone()
         return entry_from_row(row)
 
     def _source_columns(

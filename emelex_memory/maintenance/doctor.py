@@ -215,6 +215,36 @@ def _check_payloads(report: DoctorReport, db: Database) -> None:
     )
 
 
+# The search index against what it indexes (schema step m014): rows the store holds that the index lacks or holds
+# otherwise, then the counts (equal counts with nothing missing: no row indexed that the store no longer holds).
+_SEARCH_INDEXES = (
+    ("transcript", "SELECT count(*) FROM event_search_source s WHERE s.body <> '' AND NOT EXISTS (SELECT 1 FROM "
+     "event_search f WHERE f.rowid = s.id AND f.ws = s.ws AND f.body = s.body)",
+     "SELECT (SELECT count(*) FROM event_search_source WHERE body <> ''), (SELECT count(*) FROM event_search)"),
+    ("Knowledge", "SELECT count(*) FROM knowledge_search_source s WHERE NOT EXISTS (SELECT 1 FROM knowledge_search f "
+     "WHERE f.rowid = s.id AND f.ws = s.ws AND f.key = s.key AND f.content = s.content)",
+     "SELECT (SELECT count(*) FROM knowledge_search_source), (SELECT count(*) FROM knowledge_search)"),
+)
+
+
+def _check_search_index(report: DoctorReport, db: Database) -> None:
+    """The search index holds exactly the live Knowledge and transcript text the store holds (a full read)."""
+    problems = []
+    with db.read() as conn:
+        for what, missing_sql, counts_sql in _SEARCH_INDEXES:
+            missing = conn.execute(missing_sql).fetchone()[0]
+            held, indexed = conn.execute(counts_sql).fetchone()
+            if missing or held != indexed:
+                problems.append(f"the {what} index lacks or differs in {missing} of {held} rows and holds "
+                                f"{indexed - held + missing} it should not")
+    report.add(
+        "search index",
+        not problems,
+        "the search index agrees with the store" if not problems else
+        "; ".join(problems) + "; restore the database from a backup",
+    )
+
+
 def _check_assets(report: DoctorReport, db: Database, max_entries: int, max_bytes: int) -> None:
     """Re-hash catalogued asset files in catalog order, at most `max_entries` entries and about `max_bytes` bytes
     (one file more at most), with `verify_assets`; never creates the asset folder."""
@@ -265,7 +295,7 @@ def diagnose(
     max_asset_bytes: int = DOCTOR_ASSET_BYTES,
 ) -> DoctorReport:
     """Check Home, file modes, pragmas, connection settings, schema version, integrity, transcripts, event
-    payloads, asset files and contents of the standard (or given) database.
+    payloads, the search index, asset files and contents of the standard (or given) database.
 
     Asset files are re-hashed in catalog order, at most `max_asset_entries`
     catalog entries and about `max_asset_bytes` bytes (at least one file);
@@ -324,6 +354,7 @@ def diagnose(
             ("integrity", _check_integrity),
             ("transcripts", _check_transcripts),
             ("payloads", _check_payloads),
+            ("search index", _check_search_index),
             ("assets", lambda r, s: _check_assets(r, s, max_asset_entries, max_asset_bytes)),
             ("contents", _count_contents),
         ):

@@ -23,8 +23,8 @@ def doctor(
     )] = DOCTOR_ASSET_ENTRIES,
     as_json: JsonFlag = False,
 ) -> None:
-    """Check Home, file modes, pragmas, connection settings, schema, integrity, transcripts, payloads and a bounded
-    number of asset files; exit 1 when anything is wrong.
+    """Check Home, file modes, pragmas, connection settings, schema, integrity, transcripts, payloads, the search
+    index and a bounded number of asset files; exit 1 when anything is wrong.
 
     Also says how many model threads the worker and chat use and why (the setting and its source, the CPUs this
     process may use, the load average), and asks the plugins to try the default model here (llama.cpp: a few

@@ -19,8 +19,8 @@ class MemoryCommands(LazyGroup):
         "work": Lazy(f"{_CLI}.work:work",
                      "Run due compaction and distillation jobs on the local model; skip Sessions in use."),
         "doctor": Lazy(f"{_CLI}.doctor:doctor",
-                       "Check Home, file modes, pragmas, connection settings, schema, integrity, transcripts, payloads "
-                       "and a bounded number of asset files; exit 1 when anything is wrong."),
+                       "Check Home, file modes, pragmas, connection settings, schema, integrity, transcripts, payloads, "
+                       "the search index and a bounded number of asset files; exit 1 when anything is wrong."),
         "backup": Lazy(f"{_CLI}.backup:backup",
                        "Write a consistent, verified copy of the store, its assets and model manifests to DEST "
                        "(incremental)."),
@@ -28,6 +28,9 @@ class MemoryCommands(LazyGroup):
                         "store)."),
         "reinit": Lazy(f"{_CLI}.doctor:reinit",
                        "Start a new store where the database was deleted. Refuses while a database file exists."),
+        "search": Lazy(f"{_CLI}.search:search",
+                       "Search the workspace's live Knowledge and its Sessions' transcripts; print ranked hits with "
+                       "the key or Session ID prefix and seq that `knowledge show` and `sessions show` take."),
         "sessions": Lazy(f"{_CLI}.sessions:sessions_app", "List and inspect Sessions."),
         "knowledge": Lazy(f"{_CLI}.knowledge:knowledge_app", "Inspect and curate the current workspace's Knowledge."),
         "workspaces": Lazy(f"{_CLI}.workspaces:workspaces_app",

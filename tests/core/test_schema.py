@@ -30,6 +30,7 @@ RELEASED = [
     ("m011_workspace_epochs_and_retirements", False, "294c798ea739def1e086f2e8867502f758564dacd9f29d5a041b21f9bff0d8ef"),
     ("m012_agent_journal", False, "d22ea401d52555c737e02f07717719de0045291a3a764c23603a3dbb101944e7"),
     ("m013_scale_indexes", False, "18d451b40f1b3ae9f0a39026d821cc6f15a1dcb80b9365888d9a56924a8b2c83"),
+    ("m014_search_index", False, "7c7aa74ac3517657a6d36114b5ba3bc3321be80b1011dd41bda9b867734b59c1"),
 ]
 
 
@@ -44,7 +45,7 @@ def test_docs_schema_is_generated_from_the_steps() -> None:
     )
 
 
-@pytest.mark.parametrize("bad", ["m015_gap.sql", "m002_duplicate_number.sql", "M014_Upper.sql"])
+@pytest.mark.parametrize("bad", [f"m{len(MIGRATIONS) + 2:03d}_gap.sql", "m002_duplicate_number.sql", "M014_Upper.sql"])
 def test_a_misnumbered_step_file_is_refused(tmp_path: Path, bad: str) -> None:
     folder = tmp_path / "schema"
     shutil.copytree(schema.FOLDER, folder, ignore=shutil.ignore_patterns("*.py", "__pycache__"))

@@ -1,0 +1,244 @@
+"""Search and recall at a lifetime of history, and what the search index costs an append; the `recall` section.
+
+Search latency: `store.search` (both kinds, a page of 20) for 20 two-word queries of mid-frequency words, on a
+small store and on a large one, alternating call by call. The small store is one workspace of 100 Sessions of 100
+events and 1,000 Knowledge entries. The large store holds that same workspace plus a crowded one of 1,000,000
+events (10,000 Sessions of 100) and 100,000 Knowledge entries; it is built once and cached under
+`benchmarks/.cache/` (gitignored; delete it to rebuild). Searching the same workspace in both shows what the rest
+of the store costs a search (target: large <= 2x small, p50 < 20 ms); searching the crowded workspace shows a
+search whose own workspace holds the 1,000,000 events and 100,000 entries (target p50 < 20 ms; its ratio to the
+small store is printed for reference). Within a workspace a search costs in proportion to its history: the query
+intersects the workspace's token, whose list has one entry per indexed event, with the words' lists, and BM25
+scores every match before the best page is taken; the other workspaces cost it little.
+The text is synthetic: 12 words per event and 10 per entry drawn from a 3,000-word vocabulary with Zipf weights.
+
+Indexing cost: `append_turn` of a 4-event turn (user, tool call, tool result, answer) on a store with the index
+against the same on a store whose index triggers were dropped (the raw insert of the same rows through the same
+path), alternating turn by turn. Target <= 1.2.
+
+The select_recall figure is the p50 of selecting notes for a first message within a 400-token budget in the
+crowded workspace, for reference.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_memory.sessions.transcript import encode_turn
+
+sys.path.insert(0, str(Path(__file__).parent))
+from results import Figures  # noqa: E402
+
+CACHE = Path(__file__).resolve().with_name(".cache")
+BUILD = "recall-v1"
+VOCABULARY = 3_000
+SMALL_SESSIONS, EVENTS_PER_SESSION, SMALL_ENTRIES = 100, 100, 1_000
+CROWD_SESSIONS, CROWD_ENTRIES = 10_000, 100_000
+QUERIES = 20
+PAGE = 20  # hits per search page
+ROUNDS = 5  # passes over the queries
+APPEND_TURNS = 2_000
+SEARCH_RATIO, SEARCH_P50_MS, APPEND_RATIO = 2.0, 20.0, 1.2
+ABOUT = __doc__.split("\n\n", 1)[1]
+FIGURES = Figures("recall", "Search and recall (`bench_recall.py`)", ABOUT)
+_SYLLABLES = ["ka", "lo", "mi", "nu", "pe", "ri", "so", "ta", "ve", "zu", "bra", "clo", "dri", "fen", "gor", "hul"]
+
+
+def vocabulary() -> list[str]:
+    """`VOCABULARY` distinct made-up words of three syllables, in a fixed order (rank 0 the most frequent)."""
+    rng = random.Random(7)
+    words: dict[str, None] = {}
+    while len(words) < VOCABULARY:
+        words["".join(rng.choice(_SYLLABLES) for _ in range(3))] = None
+    return list(words)
+
+
+class Text:
+    """Seeded Zipf-weighted word sequences."""
+
+    def __init__(self, seed: int) -> None:
+        self.words = vocabulary()
+        self.weights = [1 / (rank + 1) for rank in range(len(self.words))]
+        self.rng = random.Random(seed)
+
+    def __call__(self, n: int) -> str:
+        return " ".join(self.rng.choices(self.words, self.weights, k=n))
+
+
+def queries() -> list[str]:
+    """Two-word queries of words of ranks 50..500 (each in about 0.1-1% of the events)."""
+    words, rng = vocabulary(), random.Random(11)
+    return [f"{words[rng.randrange(50, 500)]} {words[rng.randrange(50, 500)]}" for _ in range(QUERIES)]
+
+
+def fill(store: MemoryStore, workspace: Path, sessions: int, entries: int, seed: int) -> None:
+    """Add `sessions` Sessions of `EVENTS_PER_SESSION` events and `entries` Knowledge entries to `workspace`, as the
+    API would write them (encoded by `encode_turn`, consecutive seqs and running byte totals), in bulk."""
+    text, now = Text(seed), time.time()
+    store.remember(workspace, f"seed-{seed}", "the first entry, through the API")
+    with store.db.write() as conn:
+        ws_id = conn.execute("SELECT workspace_id FROM knowledge WHERE key = ?", (f"seed-{seed}",)).fetchone()[0]
+    for start in range(0, sessions, 500):
+        with store.db.write() as conn:
+            for _ in range(start, min(start + 500, sessions)):
+                rowid = conn.execute(
+                    "INSERT INTO sessions (uuid, workspace_id, created_at, updated_at) VALUES (?, ?, ?, ?) "
+                    "RETURNING id", (str(uuid.uuid4()), ws_id, now, now)).fetchone()[0]
+                rows, byte_end = [], 0
+                for turn in range(1, EVENTS_PER_SESSION // 2 + 1):
+                    encoded = encode_turn([NewEvent("user", {"text": text(12)}),
+                                           NewEvent("assistant", {"text": text(12)})], store.settings)
+                    for k, e in enumerate(encoded):
+                        byte_end += e.size
+                        rows.append((rowid, 2 * turn - 1 + k, turn, k, e.kind, e.payload, e.size, byte_end, now))
+                conn.executemany(
+                    "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    for start in range(0, entries, 5_000):
+        with store.db.write() as conn:
+            for n in range(start, min(start + 5_000, entries)):
+                key, content = f"fact-{seed}-{n}", text(10)
+                kid = conn.execute(
+                    "INSERT INTO knowledge (workspace_id, key, head_version, created_at, updated_at) "
+                    "VALUES (?, ?, 1, ?, ?) RETURNING id", (ws_id, key, now, now)).fetchone()[0]
+                conn.execute(
+                    "INSERT INTO knowledge_versions (knowledge_id, version, tombstone, content, size, confidence, "
+                    "origin, created_at) VALUES (?, 1, 0, ?, ?, 0.9, 'user', ?)",
+                    (kid, content, len(key) + len(content), now))
+
+
+def build(root: Path, crowd: bool, log: Callable[[str], None] = lambda s: None) -> None:
+    """The store at `root/store.sqlite3`: workspace `root/ws` (the small content), and with `crowd` also
+    `root/crowd` (the lifetime of history)."""
+    root.mkdir(parents=True, mode=0o700, exist_ok=True)
+    for name in ("ws", "crowd"):
+        (root / name).mkdir(exist_ok=True)
+    t0 = time.perf_counter()
+    with MemoryStore.open_path(root / "store.sqlite3", Settings(home=root / "home")) as store:
+        fill(store, root / "ws", SMALL_SESSIONS, SMALL_ENTRIES, seed=1)
+        if crowd:
+            fill(store, root / "crowd", CROWD_SESSIONS, CROWD_ENTRIES, seed=2)
+            log(f"crowded workspace: {time.perf_counter() - t0:.0f} s")
+        store.maintain()  # PRAGMA optimize: the statistics a maintained store has
+    (root / "built").write_text("built\n")
+
+
+def alternate(small: Callable[[str], object], big: Callable[[str], object]) -> tuple[list[float], list[float]]:
+    """Seconds per call of each side over every query, `ROUNDS` times, alternating call by call."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for r in range(ROUNDS):
+        for i, q in enumerate(queries()):
+            order = ((0, small), (1, big)) if (r + i) % 2 else ((1, big), (0, small))
+            for side, fn in order:
+                t0 = time.perf_counter()
+                fn(q)
+                times[side].append(time.perf_counter() - t0)
+    return times
+
+
+def p50_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def bench_search(small_root: Path, big_root: Path) -> bool:
+    small = MemoryStore.open_path(small_root / "store.sqlite3", Settings(home=small_root / "home"))
+    big = MemoryStore.open_path(big_root / "store.sqlite3", Settings(home=big_root / "home"))
+    ok = True
+    try:
+        hits = [len(big.search(big_root / "crowd", q, limit=PAGE).hits) for q in queries()]
+        s, b = alternate(lambda q: small.search(small_root / "ws", q, limit=PAGE),
+                         lambda q: big.search(big_root / "ws", q, limit=PAGE))
+        ratio = p50_ms(b) / p50_ms(s)
+        ok &= ratio <= SEARCH_RATIO and p50_ms(b) < SEARCH_P50_MS
+        FIGURES.add(f"search, same workspace in the large store vs the small store: ratio {ratio:.2f} (target <= "
+                    f"{SEARCH_RATIO}); p50 {p50_ms(b):.2f} ms vs {p50_ms(s):.2f} ms (target < {SEARCH_P50_MS} ms)")
+        s, c = alternate(lambda q: small.search(small_root / "ws", q, limit=PAGE),
+                         lambda q: big.search(big_root / "crowd", q, limit=PAGE))
+        ok &= p50_ms(c) < SEARCH_P50_MS
+        FIGURES.add(f"search in the workspace of 1,000,000 events and 100,000 entries: p50 {p50_ms(c):.2f} ms "
+                    f"(target < {SEARCH_P50_MS} ms; p90 {statistics.quantiles(c, n=10)[-1] * 1000:.2f} ms; "
+                    f"{p50_ms(c) / p50_ms(s):.1f}x the small store, for reference; {statistics.mean(hits):.0f} "
+                    "hits per page on average)")
+        first = "where do we keep the " + " ".join(queries()[:3])
+        r: list[float] = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            big.select_recall(big_root / "crowd", first, 400)
+            r.append(time.perf_counter() - t0)
+        FIGURES.add(f"select_recall (400-token budget) in that workspace: p50 {p50_ms(r):.2f} ms (for reference)")
+    finally:
+        small.close()
+        big.close()
+    return ok
+
+
+def _turn(i: int) -> list[NewEvent]:
+    return [
+        NewEvent("user", {"text": f"question {i} about the parser and its error handling"}),
+        NewEvent("tool_calls", {"round": 1, "calls": [
+            {"call_id": f"c{i}", "tool": "read_file", "arguments": {"path": f"src/module_{i}.py"}}]}),
+        NewEvent("tool_result", {"call_id": f"c{i}", "tool": "read_file", "outcome": "ok",
+                                 "output": "def parse(text):\n    return text.split()\n" * 4}),
+        NewEvent("assistant", {"text": f"answer {i}: the parser splits on whitespace and never raises."}),
+    ]
+
+
+def bench_append(root: Path) -> bool:
+    leases, stores = [], []
+    for name in ("indexed", "raw"):
+        workspace = root / f"ws-{name}"
+        workspace.mkdir()
+        store = MemoryStore.open_path(root / f"{name}.sqlite3", Settings(home=root / "home"))
+        if name == "raw":
+            with store.db.write() as conn:
+                for trigger in ("event_search_insert", "event_search_update", "event_search_delete"):
+                    conn.execute(f"DROP TRIGGER {trigger}")
+        lease = store.acquire_lease(store.create_session(workspace).id, workspace, ttl_s=86_400)
+        lease.replay()
+        stores.append(store)
+        leases.append(lease)
+    totals = [0.0, 0.0]
+    for i in range(APPEND_TURNS):
+        events = _turn(i)
+        for side in ((0, 1) if i % 2 else (1, 0)):  # alternate turn by turn, swapping which side goes first
+            t0 = time.perf_counter()
+            leases[side].append_turn(events)
+            totals[side] += time.perf_counter() - t0
+    for lease, store in zip(leases, stores):
+        lease.release()
+        store.close()
+    ratio = totals[0] / totals[1]
+    FIGURES.add(f"append_turn (4 events) with the search index vs without it: ratio {ratio:.3f} (target <= "
+                f"{APPEND_RATIO}; {totals[0] / APPEND_TURNS * 1000:.2f} vs {totals[1] / APPEND_TURNS * 1000:.2f} "
+                "ms/turn)")
+    return ratio <= APPEND_RATIO
+
+
+def main() -> int:
+    big_root = CACHE / BUILD
+    if not (big_root / "built").exists():
+        print(f"building the large store under {big_root} (cached for later runs)", flush=True)
+        if big_root.exists():
+            raise SystemExit(f"{big_root} holds an unfinished build: delete it and run again")
+        build(big_root, crowd=True, log=lambda s: print("  " + s, flush=True))
+    with tempfile.TemporaryDirectory(dir=Path(__file__).resolve().parent, prefix=".bench-") as tmp:
+        small_root = Path(tmp) / "small"
+        build(small_root, crowd=False)
+        ok = bench_search(small_root, big_root)
+        append_root = Path(tmp) / "append"
+        append_root.mkdir(mode=0o700)
+        ok &= bench_append(append_root)
+    FIGURES.write()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""`emelex memory search QUERY`: ranked hits in the workspace's live Knowledge and its Sessions' transcripts.
+
+Each hit names what `knowledge show KEY` or `sessions show ID` takes: a Knowledge key and version, or a Session ID
+prefix with the seq (range) and turn of the matching event.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from emelex_memory import KnowledgeHit, SessionHit
+
+from .common import CursorOpt, JsonFlag, echo_page, open_store, page_limit
+from .knowledge import WorkspaceOpt
+
+SESSION_PREFIX = 8  # characters of a Session ID shown: `sessions show` takes any unique prefix of 4 or more
+
+
+def hit_dict(hit: KnowledgeHit | SessionHit) -> dict:
+    """A hit as plain JSON-ready data: its kind, citation, snippet and score."""
+    if isinstance(hit, KnowledgeHit):
+        return {"kind": hit.kind, "key": hit.key, "version": hit.version, "pinned": hit.pinned,
+                "confidence": hit.confidence, "snippet": hit.snippet, "score": hit.score}
+    return {"kind": hit.kind, "session": hit.session_id, "seq": hit.seq, "first_seq": hit.first_seq,
+            "last_seq": hit.last_seq, "turn": hit.turn, "event_kind": hit.event_kind, "covered_by": hit.covered_by,
+            "snippet": hit.snippet, "score": hit.score}
+
+
+def hit_line(hit: KnowledgeHit | SessionHit) -> str:
+    """One line per hit: where it is (what `knowledge show` / `sessions show` take), then its snippet."""
+    snippet = " ".join(hit.snippet.split())
+    if isinstance(hit, KnowledgeHit):
+        pinned = "  pinned" if hit.pinned else ""
+        return f"knowledge  {hit.key}  v{hit.version}  conf {hit.confidence:.2f}{pinned}  {snippet}"
+    where = f"#{hit.first_seq}-#{hit.last_seq} (Summary #{hit.seq})" if hit.event_kind == "summary" else f"#{hit.seq}"
+    replaced = f"  [replaced by Summary #{hit.covered_by}: sessions show --raw]" if hit.covered_by else ""
+    return (f"session    {hit.session_id[:SESSION_PREFIX]}  {where}  turn {hit.turn}  {hit.event_kind}  "
+            f"{snippet}{replaced}")
+
+
+def search(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(metavar="QUERY", help="Words to search for (any of them; best first).",
+                                         show_default=False)],
+    workspace: WorkspaceOpt = Path("."),
+    knowledge: Annotated[bool, typer.Option("--knowledge", help="Search only Knowledge.")] = False,
+    sessions: Annotated[bool, typer.Option("--sessions", help="Search only Session transcripts.")] = False,
+    limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Hits per page.")] = 20,
+    cursor: CursorOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Search the workspace's live Knowledge and its Sessions' transcripts; print ranked hits with the key or Session
+    ID prefix and seq that `knowledge show` and `sessions show` take."""
+    if knowledge and sessions:
+        raise typer.BadParameter("give --knowledge or --sessions, not both (neither searches both)")
+    kinds = ("knowledge",) if knowledge else ("sessions",) if sessions else ("knowledge", "sessions")
+    with open_store(ctx) as store:
+        page = store.search(workspace, query, kinds=kinds, limit=limit, cursor=cursor)
+    echo_page("hits", page.hits, page.next_cursor, as_json, as_dict=hit_dict, line=hit_line,
+              empty="nothing found in this workspace")
