@@ -22,11 +22,14 @@ __all__ = [
 @dataclass(frozen=True)
 class GenerationProgress:
     """Where one `chat` call stands: the prompt's tokens (as the model counts them, chat template included), the
-    tokens sampled so far, and the text generated since the previous report (may be empty)."""
+    tokens sampled so far, and the text generated since the previous report (may be empty). `estimated` is True
+    when the counts are the binding's estimate rather than the model's exact count (a served model whose server
+    does not report them); the job's cost then says so."""
 
     prompt_tokens: int
     generated_tokens: int
     text: str = ""
+    estimated: bool = False
 
 
 class ModelBinding(Protocol):
@@ -82,6 +85,11 @@ class AgentBinding(ModelBinding, Protocol):
     `stop` between tokens and raises `GenerationInterrupted` once it is set
     (prompt evaluation itself cannot be interrupted). Calls must not overlap:
     the caller runs them on one thread at a time.
+
+    A binding may also offer `model_identity`: a JSON object describing the
+    model as a server reports it (a served model); the Session snapshot
+    records it, so a resume against a server reporting another model is
+    refused naming the field that differs.
     """
 
     @property

@@ -193,7 +193,7 @@ def test_entry_point_plugins_and_the_builtin_are_loaded_with_their_distribution(
 
 def test_autoload_off_loads_only_the_builtins(fake_dist: Path, settings: Settings) -> None:
     pm = get_plugin_manager(Settings(home=settings.home, plugins_autoload=False))
-    assert list(pm.plugin_info) == ["llamacpp", "tools"] and pm.plugin_info["llamacpp"].builtin
+    assert list(pm.plugin_info) == ["llamacpp", "openai", "tools"] and pm.plugin_info["llamacpp"].builtin
     assert not pm.has_plugin("fake")
 
 
