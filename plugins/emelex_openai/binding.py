@@ -52,7 +52,7 @@ from .client import Rejected, ServerClient
 
 CHAT_PATH = "/v1/chat/completions"
 ESTIMATE_BYTES_PER_TOKEN = 3  # UTF-8 bytes per token when the server cannot count: over-counts English (~4)
-COUNT_CACHE = 4096  # texts whose token count is kept
+COUNT_CACHE = 4096  # texts whose token count is kept (by their SHA-256)
 PROBE_VALUE = "zq7"
 PROBE_SCHEMA = {"type": "object", "properties": {"probe": {"type": "string", "enum": [PROBE_VALUE]}},
                 "required": ["probe"], "additionalProperties": False}
@@ -94,7 +94,7 @@ class ServedBinding:
         self._client: ServerClient | None = None
         self._info: dict[str, Any] | None = None
         self._variant: str | None = None
-        self._counts: dict[str, int] = {}
+        self._counts: dict[bytes, int] = {}  # SHA-256 of a text -> its token count
 
     # -- the server ----------------------------------------------------------------------------------------------
 
@@ -137,7 +137,8 @@ class ServedBinding:
         adds), else UTF-8 bytes / `ESTIMATE_BYTES_PER_TOKEN`, rounded up."""
         if not text:
             return 0
-        cached = self._counts.get(text)
+        key = hashlib.sha256(text.encode()).digest()
+        cached = self._counts.get(key)
         if cached is not None:
             return cached
         tokenizer = self.connect()["tokenizer"]
@@ -148,7 +149,7 @@ class ServedBinding:
                         - self._info["tokenizer_overhead"])
         if len(self._counts) >= COUNT_CACHE:
             self._counts.clear()
-        self._counts[text] = count
+        self._counts[key] = count
         return count
 
     # -- constrained output -------------------------------------------------------------------------------------

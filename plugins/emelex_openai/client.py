@@ -33,6 +33,7 @@ from emelex_memory import (
 MAX_REPLY_BYTES = 8 * 1024 * 1024
 MAX_LINE_BYTES = 1024 * 1024
 MAX_DETAIL = 200  # characters of a server's own error text in our messages
+MAX_ERROR_BYTES = 64 * 1024  # bytes of an error reply read for that text
 RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
 BACKOFF_MAX_S = 8.0
 
@@ -247,11 +248,14 @@ class ServerClient:
 
     def _detail(self, response: Any) -> str:
         """The server's own error text, bounded and scrubbed (its JSON `error.message`/`detail` when it has one)."""
+        raw = b""
         try:
-            raw = response.read()[:MAX_REPLY_BYTES] if int(response.headers.get("content-length") or 0) <= \
-                MAX_REPLY_BYTES else b""
+            for chunk in response.iter_bytes():
+                raw += chunk
+                if len(raw) > MAX_ERROR_BYTES:
+                    break
         except self._httpx.HTTPError:
-            raw = b""
+            pass
         text = raw.decode("utf-8", "replace")
         try:
             value = json.loads(text)
