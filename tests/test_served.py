@@ -264,22 +264,24 @@ def _distill_job(store: MemoryStore, workspace: Path) -> str:
     return session.id
 
 
-@pytest.mark.parametrize("fault", ["down", "drop", "slow"])
+@pytest.mark.parametrize("fault", ["down", "drop", "slow", "unconstrained"])
 def test_a_failing_server_releases_the_job_unconsumed_and_stops_the_run(fast, server, workspace, fault) -> None:
     url = f"http://127.0.0.1:{free_port()}" if fault == "down" else server.url
     model = add_served(fast, "m", url, "scripted")
+    server.constrain = fault != "unconstrained"  # the extractive distiller's labels need a schema
     with MemoryStore.open(fast) as store:
         sid = _distill_job(store, workspace)
-        server.fail("/v1/chat/completions", *{"down": [], "drop": [("drop", 0)] * 3,
+        server.fail("/v1/chat/completions", *{"down": [], "drop": [("drop", 0)] * 3, "unconstrained": [],
                                               "slow": [("slow", 3.0)] * 3}[fault])
         before = store.replay(sid).events
-        with pytest.raises(ModelServerError):
+        with pytest.raises(UnconstrainedServerError if fault == "unconstrained" else ModelServerError):
             work(store, fast, model=model)
         (job,) = store.list_jobs().jobs
         assert job.state == "pending" and job.attempts == 0
         assert "model unavailable, no attempt consumed" in job.diagnostics[-1].message
         assert store.replay(sid).events == before and store.recall(workspace).entries == []
         server.faults.clear()
+        server.constrain = True
         if fault != "down":  # the server is back: the same job now completes
             assert work(store, fast, model=model).counts["done"] == 1
 
