@@ -326,3 +326,36 @@ def test_a_resume_against_a_server_reporting_another_digest_is_refused_naming_th
         after = table_rows(fast.database_path)
         assert {k: v for k, v in after.items() if k != "session_leases"} == \
             {k: v for k, v in before.items() if k != "session_leases"}
+
+
+def test_emelex_chat_runs_on_a_served_model_and_refuses_a_changed_one(tmp_path: Path, workspace: Path) -> None:
+    home = tmp_path / "home"
+    with ScriptedServer(reply=json.dumps(answer("hello from the server"))) as server:
+        assert cli(home, "models", "add-server", "m", "--url", server.url, "--model", "scripted").returncode == 0
+        chat = subprocess.run([*EMELEX, "chat", "--workspace", str(workspace), "--model", "m"], input="hi\n/exit\n",
+                              env={**os.environ, "EMELEX_HOME": str(home)}, cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+        assert chat.returncode == 0, chat.stderr
+        assert "hello from the server" in chat.stdout
+        with MemoryStore.open(Settings(home=home)) as store:
+            (session,) = store.list_sessions().sessions
+            assert [e.kind for e in store.replay(session.id).events] == ["user", "assistant", "audit"]
+        server.digest = "sha256:" + "c" * 64
+        resumed = subprocess.run([*EMELEX, "chat", "--workspace", str(workspace), "--resume", session.id],
+                                 input="/exit\n", env={**os.environ, "EMELEX_HOME": str(home)}, cwd=ROOT,
+                                 capture_output=True, text=True, timeout=120)
+        assert resumed.returncode == 1 and "model_identity.digest" in resumed.stderr
+        assert "Traceback" not in resumed.stderr and len(resumed.stderr.strip().splitlines()) == 1
+
+
+def test_emelex_chat_refuses_a_server_that_cannot_constrain_before_any_session(tmp_path: Path, workspace) -> None:
+    home = tmp_path / "home"
+    with ScriptedServer(constrain=False) as server:
+        assert cli(home, "models", "add-server", "m", "--url", server.url, "--model", "scripted").returncode == 0
+        chat = subprocess.run([*EMELEX, "chat", "--workspace", str(workspace), "--model", "m"], input="hi\n",
+                              env={**os.environ, "EMELEX_HOME": str(home)}, cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+    assert chat.returncode == 1 and "does not constrain" in chat.stderr and "Traceback" not in chat.stderr
+    if Settings(home=home).database_path.exists():
+        with MemoryStore.open(Settings(home=home)) as store:
+            assert store.list_sessions().sessions == []
