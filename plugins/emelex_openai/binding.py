@@ -233,36 +233,32 @@ class ServedBinding:
         pieces: list[str] = []
         reason, usage, done = "unknown", None, False
         client, url = self._http(), self._endpoint.url
-        try:
-            with client.stream_lines(CHAT_PATH, body) as lines:
-                for line in lines:
-                    if stop is not None and stop.is_set():
-                        raise GenerationInterrupted()
-                    if not line.startswith("data:"):
-                        continue  # blank separators, comments (": ping"), event names
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        done = True
-                        break
-                    chunk = client.decode_line(data, CHAT_PATH)
-                    if not isinstance(chunk, dict):
-                        raise ModelServerReplyError(f"the server at {url} streamed a chunk that is not a JSON object; "
-                                                    "check that it is OpenAI-compatible")
-                    if isinstance(chunk.get("error"), dict):
-                        raise ModelServerError(f"the server at {url} failed mid-reply: "
-                                               f"{client.scrub(str(chunk['error'].get('message')))[:200]}")
-                    usage = chunk.get("usage") if isinstance(chunk.get("usage"), dict) else usage
-                    piece, finish = _delta(chunk, url)
-                    reason = finish or reason
-                    if piece:
-                        pieces.append(piece)
-                        if on_text is not None:
-                            on_text(piece)
-                        if on_token is not None:
-                            on_token(GenerationProgress(prompt, len(pieces), piece, True))
-        except Rejected as exc:
-            raise ModelServerReplyError(f"the server at {url} refused the completion request ({exc}); check the "
-                                        "model ID and the server's logs") from None
+        with client.stream_lines(CHAT_PATH, body) as lines:
+            for line in lines:
+                if stop is not None and stop.is_set():
+                    raise GenerationInterrupted()
+                if not line.startswith("data:"):
+                    continue  # blank separators, comments (": ping"), event names
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    done = True
+                    break
+                chunk = client.decode_line(data, CHAT_PATH)
+                if not isinstance(chunk, dict):
+                    raise ModelServerReplyError(f"the server at {url} streamed a chunk that is not a JSON object; "
+                                                "check that it is OpenAI-compatible")
+                if isinstance(chunk.get("error"), dict):
+                    raise ModelServerError(f"the server at {url} failed mid-reply: "
+                                           f"{client.scrub(str(chunk['error'].get('message')))[:200]}")
+                usage = chunk.get("usage") if isinstance(chunk.get("usage"), dict) else usage
+                piece, finish = _delta(chunk, url)
+                reason = finish or reason
+                if piece:
+                    pieces.append(piece)
+                    if on_text is not None:
+                        on_text(piece)
+                    if on_token is not None:
+                        on_token(GenerationProgress(prompt, len(pieces), piece, True))
         if not done:
             raise ModelServerError(f"the server at {url} ended its reply before it was complete (no [DONE]); check "
                                    "that it is still running, then run the command again")
@@ -344,10 +340,7 @@ def _tokenize(client: ServerClient, path: str, model_id: str, text: str) -> int:
         body = {"input": text, "model": model_id}
     else:
         body = {"content": text, "add_special": False, "model": model_id, "prompt": text, "add_special_tokens": False}
-    try:
-        reply = client.post_json(path, body)
-    except Rejected as exc:
-        raise ModelServerReplyError(f"the server at {client.url} refused to count tokens ({exc})") from None
+    reply = client.post_json(path, body)
     tokens = reply.get("tokens") if isinstance(reply, dict) else None
     if isinstance(tokens, list):
         return len(tokens)

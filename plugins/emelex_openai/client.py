@@ -47,8 +47,9 @@ class _Retry(Exception):
 
 
 class Rejected(Exception):  # noqa: N818 - a reply, not an error of ours
-    """The server answered a request with an HTTP error status that is not retried (a 4xx, or a 5xx when retrying
-    was turned off for the request); `status` and the server's `detail` (bounded, key scrubbed)."""
+    """The server refused a request sent with `retry=False` (a probe of what it accepts) with an HTTP error status;
+    `status` and the server's `detail` (bounded, key scrubbed). With `retry=True` such a refusal is a
+    `ModelServerReplyError` instead."""
 
     def __init__(self, status: int, detail: str) -> None:
         super().__init__(f"HTTP {status}: {detail}")
@@ -108,7 +109,8 @@ class ServerClient:
 
     def post_json(self, path: str, body: dict, *, missing_ok: bool = False, retry: bool = True) -> Any:
         """POST `body` as JSON to `path` and return the reply's JSON; None as for `get_json`. With `retry` False
-        only a failed connection is retried, and an HTTP error status raises `Rejected`."""
+        only a failed connection is retried, and an HTTP error status raises `Rejected`; otherwise a 4xx is a
+        `ModelServerReplyError`."""
         return self._json("POST", path, body, missing_ok=missing_ok, retry=retry)
 
     def _json(self, method: str, path: str, body: dict | None, *, missing_ok: bool, retry: bool) -> Any:
@@ -239,7 +241,10 @@ class ServerClient:
         if 300 <= status < 400:
             raise ModelServerReplyError(f"the server at {self.url} redirects {path} (HTTP {status}); add the model "
                                         "again with the URL it redirects to")
-        raise Rejected(status, detail)
+        if not retry_status:  # the caller asks whether the server accepts the request at all
+            raise Rejected(status, detail)
+        raise ModelServerReplyError(f"the server at {self.url} refused {path} (HTTP {status}: {detail}); check the "
+                                    "model ID and the server's logs")
 
     def _unreachable(self, exc: Exception) -> ModelServerError:
         return ModelServerError(
