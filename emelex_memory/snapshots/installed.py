@@ -52,6 +52,7 @@ import tenacity
 from ..errors import (
     InsecurePathError,
     InvalidInputError,
+    InvalidModelError,
     ModelNotInstalledError,
     ModelTamperedError,
     SnapshotLockTimeoutError,
@@ -568,8 +569,6 @@ def check_server_url(url: object, *, allow_insecure: bool) -> str:
     Plain http only to loopback unless `allow_insecure`. A trailing `/` or
     `/v1` is dropped: the URL names the server, and `/v1/...` is appended.
     """
-    from ..errors import InvalidModelError
-
     if not isinstance(url, str) or not url or len(url) > MAX_URL or any(ord(c) < 33 or ord(c) == 127 for c in url):
         raise InvalidModelError(f"a server URL is up to {MAX_URL} printable characters without spaces, like "
                                 f"http://127.0.0.1:8080; got {str(url)[:80]!r}")
@@ -599,8 +598,6 @@ def check_server_url(url: object, *, allow_insecure: bool) -> str:
 
 def check_served_endpoint(endpoint: ServedEndpoint) -> ServedEndpoint:
     """Return `endpoint` with its URL in normal form once every field is valid; `InvalidModelError` otherwise."""
-    from ..errors import InvalidModelError
-
     model_id, env, window = endpoint.model_id, endpoint.api_key_env, endpoint.context_window
     if not isinstance(model_id, str) or not 0 < len(model_id) <= MAX_MODEL_ID or not model_id.isprintable():
         raise InvalidModelError(f"a model ID is 1-{MAX_MODEL_ID} printable characters, as the server lists it "
