@@ -442,6 +442,27 @@ class UnsafeModelPathError(ModelError, InsecurePathError):
     """`<Home>/models` or the snapshot-mutation lock is a symlink, not yours or not private: fix it as it says."""
 
 
+class ModelServerError(ModelError):
+    """A served model's server could not be used (unreachable, refused the request, or gave up after the retries):
+    check that the server at the URL named runs and serves the model; a worker job was released, no attempt used."""
+
+
+class ModelServerTimeoutError(ModelServerError):
+    """A served model's server did not answer within the timeout named: check its load, or raise that setting
+    (EMELEX_SERVED_READ_TIMEOUT_S, EMELEX_SERVED_REQUEST_TIMEOUT_S)."""
+
+
+class ModelServerReplyError(ModelServerError):
+    """A served model's server replied with something that is not a valid answer (not JSON, too large, malformed):
+    check that the URL is an OpenAI-compatible server (its base URL, without /v1) and its logs."""
+
+
+class UnconstrainedServerError(ModelServerError):
+    """The model server cannot constrain output to a JSON schema, which the agent and the extractive summarizer and
+    distiller need, and Emelex never runs them unconstrained: serve the model with llama-server, Ollama 0.5+ or vLLM
+    (see docs/models.md), or set summary_mode and distill_mode to abstractive for the worker."""
+
+
 class PluginError(EmelexError):
     """A plugin failed to load or misbehaved: fix or uninstall it, or set EMELEX_PLUGINS_AUTOLOAD=0."""
 

@@ -206,6 +206,18 @@ class Settings(BaseSettings):
         default=8192, ge=256, le=1_048_576, description="Largest context window a model binding allocates."
     )
     model_threads: int = Field(default=2, ge=1, le=256, description="CPU threads a model binding uses.")
+    served_connect_timeout_s: float = Field(
+        default=5.0, gt=0, le=600, description="Served models: longest wait to connect to the model server."
+    )
+    served_read_timeout_s: float = Field(
+        default=120.0, gt=0, le=3600, description="Served models: longest silence while the server answers."
+    )
+    served_request_timeout_s: float = Field(
+        default=600.0, gt=0, le=86_400, description="Served models: longest one request may take in all."
+    )
+    served_retries: int = Field(
+        default=3, ge=0, le=20, description="Served models: retries of a refused connection, HTTP 429 or 5xx."
+    )
     work_max_jobs: int = Field(default=100, ge=1, le=1_000_000, description="Jobs one worker run takes at most.")
     work_max_seconds: float = Field(
         default=3600.0, gt=0, le=86_400, description="Seconds after which a worker run claims no further job."

@@ -78,6 +78,7 @@ class SessionSnapshot:
     calls_per_batch: int
     system_prompt: str
     tools: tuple[ToolAuthority, ...]
+    model_identity: dict | None = None
 
     def __post_init__(self) -> None:
         for name in ("model_reference", "model_snapshot_id", "protocol", "template_digest", "system_prompt"):
@@ -91,6 +92,10 @@ class SessionSnapshot:
                 or not math.isfinite(self.temperature) or self.temperature < 0:
             raise InvalidInputError(f"snapshot temperature must be a finite number >= 0, got {self.temperature!r}")
         object.__setattr__(self, "temperature", float(self.temperature))
+        if self.model_identity is not None:
+            if not isinstance(self.model_identity, dict):
+                raise InvalidInputError("snapshot model_identity must be a JSON object or None")
+            canonical_json(self.model_identity)
         tools = tuple(sorted(self.tools, key=lambda t: t.name))
         if any(not isinstance(t, ToolAuthority) for t in tools):
             raise InvalidInputError("snapshot tools must be ToolAuthority values")
@@ -103,6 +108,8 @@ class SessionSnapshot:
         """The snapshot as a JSON object (tools as a list ordered by name), with its format number."""
         value: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         value["tools"] = [t.to_json() for t in self.tools]
+        if self.model_identity is None:
+            del value["model_identity"]
         value["format"] = SNAPSHOT_FORMAT
         return value
 
@@ -121,7 +128,8 @@ class SessionSnapshot:
         try:
             if value.get("format") != SNAPSHOT_FORMAT:
                 raise InvalidInputError(f"unknown snapshot format {value.get('format')!r}")
-            data = {f.name: value[f.name] for f in fields(cls)}
+            data = {f.name: value[f.name] for f in fields(cls) if f.name != "model_identity"}
+            data["model_identity"] = value.get("model_identity")
             data["tools"] = tuple(ToolAuthority(**t) for t in value["tools"])
         except (AttributeError, KeyError, TypeError) as exc:
             raise InvalidInputError(f"a stored execution snapshot is malformed ({exc!r})") from None
@@ -133,10 +141,16 @@ class SessionSnapshot:
 
     def differing_field(self, other: SessionSnapshot) -> str | None:
         """The first field in which `other` differs, as a path such as `"temperature"`,
-        `"tools[read_file].description"` or `"tools[read_file].input_schema.properties.path.type"`;
+        `"model_identity.digest"`, `"tools[read_file].description"` or `"tools[read_file].input_schema.properties.path.type"`;
         None when both are identical (equal digests)."""
         for f in fields(self):
             if f.name == "tools":
+                continue
+            if f.name == "model_identity" and isinstance(self.model_identity, dict) \
+                    and isinstance(other.model_identity, dict):
+                path = _json_difference(self.model_identity, other.model_identity)
+                if path is not None:
+                    return f"model_identity{path}"
                 continue
             if canonical_json(getattr(self, f.name)) != canonical_json(getattr(other, f.name)):
                 return f.name

@@ -21,6 +21,12 @@ manifest (exactly this installation); the **reference** `<name>@sha256:<hex>`
 names the model's bytes and stays the same when the same file is installed
 again under the same name.
 
+A *served* snapshot has no files: its manifest records a model server
+(base URL, model ID, the name of the environment variable holding the API
+key, never the key) and a plugin talks to it. Its snapshot ID names that
+record; what the server reports about the model it serves (its identity) is
+checked by the plugin and recorded in a Session's snapshot, not here.
+
 Nothing here imports llama.cpp or loads a model; plugins do that.
 """
 
@@ -28,11 +34,13 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import ipaddress
 import json
 import os
 import re
 import stat
 import time
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,6 +52,7 @@ import tenacity
 from ..errors import (
     InsecurePathError,
     InvalidInputError,
+    InvalidModelError,
     ModelNotInstalledError,
     ModelTamperedError,
     SnapshotLockTimeoutError,
@@ -80,7 +89,7 @@ _HASH_CACHE: dict[tuple, str] = {}  # full-stat identity of a linked file -> its
 _HASH_CACHE_MAX = 64
 RACY_NS = 2_000_000_000  # a stat identity younger than this when recorded cannot vouch for the bytes
 
-Kind = Literal["owned", "linked"]
+Kind = Literal["owned", "linked", "served"]
 
 
 @dataclass(frozen=True)
@@ -104,13 +113,29 @@ class LinkedTarget:
 
 
 @dataclass(frozen=True)
+class ServedEndpoint:
+    """Where a served model runs: the server's base URL (without a trailing `/v1`), the model ID the server knows it
+    by, the name of the environment variable holding its API key (None: no key; the key itself is never stored),
+    whether plain http to a host other than loopback was allowed, and the context window in tokens the user declared
+    for a server that does not report one (0: none declared)."""
+
+    url: str
+    model_id: str
+    api_key_env: str | None
+    allow_insecure: bool
+    context_window: int
+
+
+@dataclass(frozen=True)
 class InstalledModel:
     """A model installed under Emelex Home, as read from its manifest. Obtain one from `ModelManager`.
 
     Model binding accepts only this type, never a caller's path or name, and
     re-reads the manifest from disk to check that this value still describes
     the installed snapshot. `model_file` is the GGUF to load: the private copy
-    of an owned snapshot, or the target of a linked one.
+    of an owned snapshot, or the target of a linked one; a served model has
+    no files (`files` is empty) and `model_file` is its manifest, while
+    `server` says where it runs (None for the other kinds).
     """
 
     name: str
@@ -124,6 +149,7 @@ class InstalledModel:
     installed_at: float
     origin: str
     target: LinkedTarget | None
+    server: ServedEndpoint | None = None
 
     @property
     def size(self) -> int:
@@ -337,6 +363,8 @@ def read_private_json(path: Path, *, what: str) -> tuple[bytes, dict[str, Any]]:
 
 
 def _parse_manifest(home: Path, directory: Path, data: bytes, m: dict[str, Any]) -> InstalledModel:
+    if m.get("kind") == "served":
+        return _parse_served_manifest(home, directory, data, m)
     where = f"manifest of {directory}"
     try:
         if m["format"] not in (MANIFEST_FORMAT, LEGACY_MANIFEST_FORMAT) or m["kind"] not in ("owned", "linked") or m["name"] != directory.name:
@@ -438,9 +466,9 @@ def revalidate(model: InstalledModel) -> InstalledModel:
         )
     if current.kind == "owned":
         _check_stamp(current)
-    else:
+    elif current.kind == "linked":
         _check_linked(current)
-    return current
+    return current  # a served snapshot has no files: its manifest is all there is to check
 
 
 def _check_stamp(model: InstalledModel) -> None:
@@ -526,3 +554,122 @@ def _check_linked(model: InstalledModel) -> None:
         raise ModelTamperedError(
             f"linked model target {target.path} no longer has the SHA-256 recorded at install; re-link it"
         )
+
+
+# -- served models ----------------------------------------------------------------------------------------
+
+_SERVED_DOMAIN = b"emelex-served-model-v1\x00"
+MAX_MODEL_ID = 256
+MAX_URL = 2048
+MAX_CONTEXT_WINDOW = 1_048_576
+ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for `localhost` and any loopback address (127.0.0.0/8, ::1)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_server_url(url: object, *, allow_insecure: bool) -> str:
+    """Return the base URL of a model server in normal form, or raise `InvalidModelError` saying what to fix.
+
+    Only http and https, with a host and no user name, password, query or
+    fragment (an API key belongs in an environment variable: `--api-key-env`).
+    Plain http only to loopback unless `allow_insecure`. A trailing `/` or
+    `/v1` is dropped: the URL names the server, and `/v1/...` is appended.
+    """
+    if not isinstance(url, str) or not url or len(url) > MAX_URL or any(ord(c) < 33 or ord(c) == 127 for c in url):
+        raise InvalidModelError(f"a server URL is up to {MAX_URL} printable characters without spaces, like "
+                                f"http://127.0.0.1:8080; got {str(url)[:80]!r}")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise InvalidModelError(f"the server URL must start with http:// or https://, not {parts.scheme or url!r}")
+    try:
+        host, _port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise InvalidModelError(f"the server URL {url!r} is malformed ({exc}); give it like http://HOST:PORT") from None
+    if not host:
+        raise InvalidModelError(f"the server URL {url!r} names no host; give it like http://HOST:PORT")
+    if parts.username is not None or parts.password is not None:
+        raise InvalidModelError("the server URL must not hold a user name or password; put the API key in an "
+                                "environment variable and name it with --api-key-env")
+    if parts.query or parts.fragment:
+        raise InvalidModelError(f"the server URL {url!r} must not have a query or fragment; give only the server's "
+                                "base URL")
+    if parts.scheme == "http" and not allow_insecure and not is_loopback_host(host):
+        raise InvalidModelError(f"plain http to {host} would send prompts (and any API key) unencrypted: use "
+                                "https://, or pass --allow-insecure for a network you trust")
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[:-3]
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc.lower(), path, "", ""))
+
+
+def check_served_endpoint(endpoint: ServedEndpoint) -> ServedEndpoint:
+    """Return `endpoint` with its URL in normal form once every field is valid; `InvalidModelError` otherwise."""
+    model_id, env, window = endpoint.model_id, endpoint.api_key_env, endpoint.context_window
+    if not isinstance(model_id, str) or not 0 < len(model_id) <= MAX_MODEL_ID or not model_id.isprintable():
+        raise InvalidModelError(f"a model ID is 1-{MAX_MODEL_ID} printable characters, as the server lists it "
+                                f"(GET /v1/models); got {str(model_id)[:80]!r}")
+    if env is not None and (not isinstance(env, str) or not ENV_NAME_PATTERN.match(env)):
+        raise InvalidModelError(f"--api-key-env takes the NAME of an environment variable (letters, digits, _), not "
+                                f"the key; got {'a value' if isinstance(env, str) else repr(env)} that is no such name")
+    if type(window) is not int or not 0 <= window <= MAX_CONTEXT_WINDOW:
+        raise InvalidModelError(f"a context window is 1 to {MAX_CONTEXT_WINDOW} tokens (0: as the server reports); "
+                                f"got {window!r}")
+    if not isinstance(endpoint.allow_insecure, bool):
+        raise InvalidModelError("allow_insecure must be true or false")
+    url = check_server_url(endpoint.url, allow_insecure=endpoint.allow_insecure)
+    return ServedEndpoint(url, model_id, env, endpoint.allow_insecure, window)
+
+
+def served_reference(name: str, endpoint: ServedEndpoint) -> str:
+    """`<name>@sha256:<hex>` of a served model: names its server URL and model ID (the same server and model added
+    again under the same name has the same reference)."""
+    digest = hashlib.sha256(_SERVED_DOMAIN + _canonical({"model_id": endpoint.model_id, "url": endpoint.url}))
+    return f"{name}@sha256:{digest.hexdigest()}"
+
+
+def served_manifest_bytes(name: str, endpoint: ServedEndpoint, installed_at: float) -> bytes:
+    """The canonical manifest of a served model; its SHA-256 is the snapshot ID."""
+    return _canonical({
+        "format": MANIFEST_FORMAT, "name": name, "kind": "served", "installed_at": installed_at,
+        "origin": endpoint.url, "files": [], "target": None,
+        "server": {"url": endpoint.url, "model_id": endpoint.model_id, "api_key_env": endpoint.api_key_env,
+                   "allow_insecure": endpoint.allow_insecure, "context_window": endpoint.context_window},
+    })
+
+
+def served_model(home: Path, directory: Path, data: bytes, endpoint: ServedEndpoint, installed_at: float
+                 ) -> InstalledModel:
+    """The `InstalledModel` a served manifest `data` (from `served_manifest_bytes`) describes."""
+    return InstalledModel(
+        directory.name, "served", home, directory, directory / MANIFEST_NAME, (),
+        "sha256:" + hashlib.sha256(data).hexdigest(), served_reference(directory.name, endpoint), installed_at,
+        endpoint.url, None, endpoint,
+    )
+
+
+def _parse_served_manifest(home: Path, directory: Path, data: bytes, m: dict[str, Any]) -> InstalledModel:
+    where = f"manifest of {directory}"
+    try:
+        if m["format"] != MANIFEST_FORMAT or m["name"] != directory.name or m["files"] != [] or m["target"] is not None:
+            raise ValueError("format, name, files or target")
+        if set(m) != {"format", "name", "kind", "installed_at", "origin", "files", "target", "server"}:
+            raise ValueError("fields")
+        s = m["server"]
+        endpoint = ServedEndpoint(s["url"], s["model_id"], s["api_key_env"], s["allow_insecure"], s["context_window"])
+        if check_served_endpoint(endpoint) != endpoint or m["origin"] != endpoint.url:
+            raise ValueError("server")
+        if not isinstance(m["installed_at"], float):
+            raise ValueError("installed_at")
+    except (KeyError, TypeError, ValueError) as exc:  # InvalidModelError is a ValueError
+        raise ModelTamperedError(f"{where} is malformed ({exc}); remove and add the served model again") from None
+    if _canonical(m) != data:
+        raise ModelTamperedError(f"{where} is not in canonical form (edited by hand?); remove and add the model again")
+    return served_model(home, directory, data, endpoint, m["installed_at"])

@@ -78,11 +78,12 @@ def build_snapshot(
     calls_per_batch: int = 2,
 ) -> SessionSnapshot:
     """The snapshot of an agent over `binding` and `tools` (all of them) with these semantics; `context_size`
-    defaults to the binding's context window."""
+    defaults to the binding's context window. A binding with `model_identity` (a served model) has it recorded."""
     return SessionSnapshot(
         model_reference, model_snapshot_id, PROTOCOL_VERSION, binding.template_digest,
         binding.context_window if context_size is None else context_size, temperature, seed, round_tokens,
         chain_limit, calls_per_batch, system_prompt, tuple(t.authority() for t in tools.values()),
+        getattr(binding, "model_identity", None),
     )
 
 

@@ -44,7 +44,7 @@ class _Root(LazyGroup):
     json_errors = False
     lazy_commands = {
         "memory": Lazy("emelex_workers.cli.memory:memory_app", "Inspect and maintain the memory store."),
-        "models": Lazy("emelex_workers.cli.models:models_app", "Install, list, verify and remove local GGUF models."),
+        "models": Lazy("emelex_workers.cli.models:models_app", "Install, list, verify and remove local GGUF models, and add served ones."),
         "plugins": Lazy("emelex_workers.cli.plugins:plugins_app", "Inspect the plugins Emelex loads."),
         "config": Lazy("emelex_workers.cli.config:config_app", "Show the effective settings and where each came from."),
         "chat": Lazy("emelex_workers.cli.chat:chat", "Chat with the local model and its tools in a durable Session (new, or --resume "

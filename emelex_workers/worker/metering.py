@@ -7,7 +7,8 @@ are used and every report is passed on to the worker's progress display (and
 to an `on_token` the plugin passed itself). Otherwise the call runs as before
 and is counted afterwards with the model's tokenizer: the messages' contents
 as prompt tokens (chat-template tokens not included) and the reply as
-generated tokens; the cost then says `"estimated": true`.
+generated tokens; the cost then says `"estimated": true`, as it does when a
+progress report itself says its counts are estimated.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ class MeteredBinding:
 
     def _account(self, messages: list[dict[str, str]], progress: GenerationProgress | None, text: str | None) -> None:
         if progress is not None:
+            self.cost.estimated = self.cost.estimated or progress.estimated
             self.cost.prompt_tokens += progress.prompt_tokens
             self.cost.generated_tokens += progress.generated_tokens
         elif isinstance(text, str):  # a binding that does not report: count what went in and came out

@@ -14,7 +14,8 @@ lazily, on the first job that needs it. A model or plugin problem met while
 binding or loading it (`ModelError`, `PluginError`: a tampered or removed
 model, a lock timeout, a failed binding or load) is not the job's fault: the
 job is released without consuming an attempt and the run stops by raising
-that error. Several workers may run at once.
+that error; so is a `ModelError` raised while the job runs the model (a
+served model's server unreachable, timed out or failing mid-reply). Several workers may run at once.
 
 What it shows: an observer (`WorkObserver`) hears when a job starts (kind,
 job, Session, source size in tokens), how the model's generation progresses
@@ -214,6 +215,8 @@ class Worker:
                 cost = self._binding.begin_job(lambda progress, most: self._notify("generating", start, progress, most))
                 try:
                     return self._dispatch(claim, model)
+                except ModelError as exc:  # the model stopped working mid-job (a served model's server went away)
+                    raise ModelUnavailable(exc) from None
                 finally:  # before run_one_job records the outcome, which stores the cost with it
                     claim.record_cost(cost.as_dict(self._clock() - began))
         except WorkerStopped as stopped:

@@ -13,26 +13,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from emelex_memory import InstalledModel
 from emelex_memory import content_digest
-from emelex_workers.plugin_api import GenerationProgress, ModelBinding
+from emelex_workers.plugin_api import DEFAULT_SEED, RETRY_TEMPERATURE, Completion, GenerationProgress, ModelBinding
 
-from .engine import DEFAULT_SEED, LlamaEngine
+from .engine import LlamaEngine
 from .probe import ensure_generates
-
-RETRY_TEMPERATURE = 0.7
-
-
-@dataclass(frozen=True)
-class Completion:
-    """A model's answer: its text and why it stopped: "stop", "length" (the token limit) or "unknown"."""
-
-    text: str
-    finish_reason: str
-
 
 class LlamaBinding:
     """A `ModelBinding` for one GGUF file: the model is loaded on first use, once, and kept for the worker run."""

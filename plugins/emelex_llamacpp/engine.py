@@ -15,8 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from emelex_workers.plugin_api import DEFAULT_SEED
+
 DEFAULT_MAX_CTX = 8192
-DEFAULT_SEED = 42
 _LOAD_LOCK = threading.Lock()
 
 

@@ -49,8 +49,8 @@ def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
 
 @hookimpl
 def model_binding(model: InstalledModel, settings: Settings) -> LlamaBinding | None:
-    """Bind any GGUF model (checked by its magic bytes); pass on anything else."""
-    if not _is_gguf(model.model_file):
+    """Bind any GGUF model (checked by its magic bytes); pass on anything else (a served model has no file)."""
+    if model.kind == "served" or not _is_gguf(model.model_file):
         return None
     return LlamaBinding(model, max_context=settings.model_max_context_tokens, threads=settings.model_threads,
                         home=settings.home_dir)

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from emelex_llamacpp import extractive, prompts
-from emelex_llamacpp.binding import Completion, generate
+from emelex_llamacpp.binding import generate
+from emelex_workers.plugin_api import Completion
 from emelex_llamacpp.candidates import candidates
 from emelex_llamacpp.plugin import distill, summarize
 from emelex_memory import MemoryStore, NewEvent, Settings

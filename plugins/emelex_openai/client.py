@@ -1,0 +1,272 @@
+"""The HTTP side of a served model: one httpx client per binding, bounded in time and size, retried with tenacity.
+
+Every request has a connect timeout, a read timeout (the longest silence)
+and an overall deadline (`served_*` settings). A refused or dropped
+connection, HTTP 429 and HTTP 5xx are retried with exponential backoff
+(`served_retries` times) before any byte of the reply was used; nothing
+else is retried. A reply is at most `MAX_REPLY_BYTES`, one streamed line
+at most `MAX_LINE_BYTES`. Every failure is one of the `ModelServerError`
+family with a one-line message; the API key (read from its environment
+variable when the client is made) is sent only in the Authorization header
+and scrubbed from every message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import tenacity
+
+from emelex_memory import (
+    ModelServerError,
+    ModelServerReplyError,
+    ModelServerTimeoutError,
+    ServedEndpoint,
+    Settings,
+)
+
+MAX_REPLY_BYTES = 8 * 1024 * 1024
+MAX_LINE_BYTES = 1024 * 1024
+MAX_DETAIL = 200  # characters of a server's own error text in our messages
+MAX_ERROR_BYTES = 64 * 1024  # bytes of an error reply read for that text
+RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
+BACKOFF_MAX_S = 8.0
+
+
+class _Retry(Exception):
+    """A failure worth retrying: carries the error raised once the retries are spent."""
+
+    def __init__(self, error: ModelServerError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class Rejected(Exception):  # noqa: N818 - a reply, not an error of ours
+    """The server refused a request sent with `retry=False` (a probe of what it accepts) with an HTTP error status;
+    `status` and the server's `detail` (bounded, key scrubbed). With `retry=True` such a refusal is a
+    `ModelServerReplyError` instead."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+class ServerClient:
+    """Requests to one model server (`endpoint`), bounded and retried as the module docstring says."""
+
+    def __init__(self, endpoint: ServedEndpoint, settings: Settings, *, connect_timeout_s: float | None = None,
+                 read_timeout_s: float | None = None) -> None:
+        """A client for `endpoint` with the `served_*` settings (the timeouts may be overridden, e.g. for a quick
+        listing). Raises `ModelServerError` when httpx is missing or the API key variable is unset."""
+        try:
+            import httpx
+        except ImportError:
+            raise ModelServerError(
+                "served models need httpx: run `pip install 'emelex-memory[openai]'`"
+            ) from None
+        self._httpx = httpx
+        self.url = endpoint.url
+        self._key: str | None = None
+        headers = {"Accept": "application/json"}
+        if endpoint.api_key_env is not None:
+            key = os.environ.get(endpoint.api_key_env, "")
+            if not key:
+                raise ModelServerError(
+                    f"the API key of the server at {endpoint.url} is read from the environment variable "
+                    f"{endpoint.api_key_env}, which is not set (or empty): set it, then run the command again"
+                )
+            self._key = key
+            headers["Authorization"] = f"Bearer {key}"
+        connect = settings.served_connect_timeout_s if connect_timeout_s is None else connect_timeout_s
+        read = settings.served_read_timeout_s if read_timeout_s is None else read_timeout_s
+        self._deadline_s = settings.served_request_timeout_s
+        self._read_s = read
+        self._retries = settings.served_retries
+        self._http = httpx.Client(
+            base_url=endpoint.url, headers=headers, follow_redirects=False,
+            timeout=httpx.Timeout(connect=connect, read=read, write=read, pool=connect),
+        )
+
+    def close(self) -> None:
+        """Close the connections; idempotent."""
+        self._http.close()
+
+    def scrub(self, text: str) -> str:
+        """`text` with the API key (if any) replaced by `***`."""
+        return text.replace(self._key, "***") if self._key else text
+
+    # -- requests ---------------------------------------------------------------------------------------------
+
+    def get_json(self, path: str, *, missing_ok: bool = False) -> Any:
+        """GET `path` and return its JSON; None when `missing_ok` and the server has no such path (HTTP 404/405)."""
+        return self._json("GET", path, None, missing_ok=missing_ok, retry=True)
+
+    def post_json(self, path: str, body: dict, *, missing_ok: bool = False, retry: bool = True) -> Any:
+        """POST `body` as JSON to `path` and return the reply's JSON; None as for `get_json`. With `retry` False
+        only a failed connection is retried, and an HTTP error status raises `Rejected`; otherwise a 4xx is a
+        `ModelServerReplyError`."""
+        return self._json("POST", path, body, missing_ok=missing_ok, retry=retry)
+
+    def _json(self, method: str, path: str, body: dict | None, *, missing_ok: bool, retry: bool) -> Any:
+        deadline = time.monotonic() + self._deadline_s
+        with self._response(method, path, body, deadline, retry_status=retry) as response:
+            if response is None:
+                if missing_ok:
+                    return None
+                raise ModelServerError(f"the server at {self.url} has no {path} (HTTP 404): give the base URL of an "
+                                       "OpenAI-compatible server (without /v1)")
+            data = bytearray()
+            for chunk in self._reading(response.iter_bytes, path, deadline):
+                data += chunk
+                if len(data) > MAX_REPLY_BYTES:
+                    raise ModelServerReplyError(f"the server at {self.url} sent more than {MAX_REPLY_BYTES} bytes for "
+                                                f"{path}; check that the URL is a model server")
+        return self._decode(bytes(data), path)
+
+    @contextmanager
+    def stream_lines(self, path: str, body: dict) -> Iterator[Iterator[str]]:
+        """POST `body` to `path` and yield an iterator over the reply's lines as they arrive (each at most
+        `MAX_LINE_BYTES`, the whole reply at most `MAX_REPLY_BYTES`); leaving the block closes the connection."""
+        deadline = time.monotonic() + self._deadline_s
+        with self._response("POST", path, body, deadline, retry_status=True) as response:
+            if response is None:
+                raise ModelServerError(f"the server at {self.url} has no {path} (HTTP 404): give the base URL of an "
+                                       "OpenAI-compatible server (without /v1)")
+            yield self._lines(response, path, deadline)
+
+    def _lines(self, response: Any, path: str, deadline: float) -> Iterator[str]:
+        total, pending = 0, b""
+        for chunk in self._reading(response.iter_raw, path, deadline):
+            total += len(chunk)
+            if total > MAX_REPLY_BYTES:
+                raise ModelServerReplyError(f"the server at {self.url} streamed more than {MAX_REPLY_BYTES} bytes for "
+                                            f"{path}; check that the URL is a model server")
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            if len(pending) > MAX_LINE_BYTES:
+                raise ModelServerReplyError(f"the server at {self.url} streamed a line longer than {MAX_LINE_BYTES} "
+                                            "bytes; check that the URL is a model server")
+            for line in lines:
+                yield line.rstrip(b"\r").decode("utf-8", "replace")
+        if pending:
+            yield pending.decode("utf-8", "replace")
+
+    def decode_line(self, text: str, path: str) -> Any:
+        """The JSON value of one streamed data line; `ModelServerReplyError` when it is not JSON."""
+        return self._decode(text.encode(), path)
+
+    def _decode(self, data: bytes, path: str) -> Any:
+        try:
+            return json.loads(data)
+        except ValueError:
+            shown = self.scrub(data[:60].decode("utf-8", "replace"))
+            raise ModelServerReplyError(f"the server at {self.url} replied to {path} with something that is not JSON "
+                                        f"({shown!r}...); check that the URL is an OpenAI-compatible server") from None
+
+    # -- connection, status and retries ----------------------------------------------------------------------
+
+    def _reading(self, chunks: Any, path: str, deadline: float) -> Iterator[bytes]:
+        """The reply's byte chunks, with a dropped connection, a read timeout and the deadline as typed errors."""
+        httpx = self._httpx
+        try:
+            for chunk in chunks():
+                if time.monotonic() > deadline:
+                    raise ModelServerTimeoutError(
+                        f"the server at {self.url} took longer than {self._deadline_s:g}s (served_request_timeout_s) "
+                        f"for {path}; check its load, or raise EMELEX_SERVED_REQUEST_TIMEOUT_S")
+                yield chunk
+        except httpx.TimeoutException:
+            raise self._timeout(path) from None
+        except httpx.TransportError as exc:
+            raise ModelServerError(f"the server at {self.url} dropped the connection while replying to {path} "
+                                   f"({type(exc).__name__}); check that it is still running, then run the command "
+                                   "again") from None
+
+    def _timeout(self, path: str) -> ModelServerTimeoutError:
+        return ModelServerTimeoutError(
+            f"the server at {self.url} was silent for {self._read_s:g}s (served_read_timeout_s) while answering "
+            f"{path}; check its load, or raise EMELEX_SERVED_READ_TIMEOUT_S")
+
+    @contextmanager
+    def _response(self, method: str, path: str, body: dict | None, deadline: float, *,
+                  retry_status: bool) -> Iterator[Any]:
+        """An open streamed response with a 2xx status (None for 404/405), after retries; closed on leaving."""
+        attempts = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(_Retry),
+            stop=tenacity.stop_after_attempt(self._retries + 1) | tenacity.stop_after_delay(
+                max(0.0, deadline - time.monotonic())),
+            wait=tenacity.wait_exponential(multiplier=0.25, max=BACKOFF_MAX_S),
+            reraise=True,
+        )
+        try:
+            response = attempts(self._open, method, path, body, retry_status)
+        except _Retry as spent:
+            raise spent.error from None
+        try:
+            yield None if response.status_code in (404, 405) else response
+        finally:
+            response.close()
+
+    def _open(self, method: str, path: str, body: dict | None, retry_status: bool) -> Any:
+        httpx = self._httpx
+        request = self._http.build_request(method, path, json=body)
+        try:
+            response = self._http.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            if isinstance(exc, httpx.ConnectTimeout):
+                raise _Retry(self._unreachable(exc)) from None
+            raise self._timeout(path) from None
+        except httpx.TransportError as exc:  # refused, reset, or closed before the status line
+            raise _Retry(self._unreachable(exc)) from None
+        status = response.status_code
+        if 200 <= status < 300 or status in (404, 405):
+            return response
+        try:
+            detail = self._detail(response)
+        finally:
+            response.close()
+        if status in RETRIED_STATUS and retry_status:
+            raise _Retry(ModelServerError(
+                f"the server at {self.url} kept answering {path} with HTTP {status} ({detail}) after "
+                f"{self._retries} retries; check its logs and load, then run the command again"))
+        if status in (401, 403):
+            raise ModelServerError(f"the server at {self.url} refused the request (HTTP {status}: {detail}): check "
+                                   "the API key in the variable named by --api-key-env")
+        if 300 <= status < 400:
+            raise ModelServerReplyError(f"the server at {self.url} redirects {path} (HTTP {status}); add the model "
+                                        "again with the URL it redirects to")
+        if not retry_status:  # the caller asks whether the server accepts the request at all
+            raise Rejected(status, detail)
+        raise ModelServerReplyError(f"the server at {self.url} refused {path} (HTTP {status}: {detail}); check the "
+                                    "model ID and the server's logs")
+
+    def _unreachable(self, exc: Exception) -> ModelServerError:
+        return ModelServerError(
+            f"cannot reach the model server at {self.url} ({type(exc).__name__}) after {self._retries} retries: "
+            "start it, or check the URL with `emelex models list`")
+
+    def _detail(self, response: Any) -> str:
+        """The server's own error text, bounded and scrubbed (its JSON `error.message`/`detail` when it has one)."""
+        raw = b""
+        try:
+            for chunk in response.iter_bytes():
+                raw += chunk
+                if len(raw) > MAX_ERROR_BYTES:
+                    break
+        except self._httpx.HTTPError:
+            pass
+        text = raw.decode("utf-8", "replace")
+        try:
+            value = json.loads(text)
+            error = value.get("error", value) if isinstance(value, dict) else value
+            text = str(error.get("message") or error.get("detail") or error) if isinstance(error, dict) else str(error)
+        except ValueError:
+            pass
+        text = " ".join(self.scrub(text).split())
+        return (text[:MAX_DETAIL - 3] + "...") if len(text) > MAX_DETAIL else (text or "no detail")
