@@ -8,8 +8,8 @@ llama-cpp-python's own OpenAI-compatible server (`python -m llama_cpp.server`) s
 - in-process: `LlamaBinding.chat` on the same GGUF file, for tokens per second only.
 Served and direct alternate round by round (the order flipping each round), so the shared machine's load hits
 them alike; then served and in-process alternate the same way for tokens per second (apart, so the in-process
-model's threads never run next to the overhead's rounds). The binding's overhead is median(served) / median(direct) - 1 (target < 5%); written to its section of
-benchmarks/RESULTS.md. Exits 1 on a miss.
+model's threads never run next to the overhead's rounds). The binding's overhead is the median over rounds of
+served / direct - 1 (target < 5%); written to its section of benchmarks/RESULTS.md. Exits 1 on a miss.
 """
 
 from __future__ import annotations
