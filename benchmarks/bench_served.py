@@ -8,8 +8,8 @@ llama-cpp-python's own OpenAI-compatible server (`python -m llama_cpp.server`) s
 - in-process: `LlamaBinding.chat` on the same GGUF file, for tokens per second only.
 Served and direct alternate round by round (the order flipping each round), so the shared machine's load hits
 them alike; then served and in-process alternate the same way for tokens per second (apart, so the in-process
-model's threads never run next to the overhead's rounds). The binding's overhead is median(served) / median(direct) - 1 (target < 5%); written to its section of
-benchmarks/RESULTS.md. Exits 1 on a miss.
+model's threads never run next to the overhead's rounds). The binding's overhead is the median over rounds of
+served / direct - 1 (target < 5%); written to its section of benchmarks/RESULTS.md. Exits 1 on a miss.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]
 
-from results import Figures  # noqa: E402
+from results import met, publish, verdict  # noqa: E402
 from emelex_memory import DefaultModelUnavailableError, Settings  # noqa: E402
 from emelex_workers.worker.metering import MeteredBinding  # noqa: E402
 from emelex_workers.models import ModelManager, default_model_file  # noqa: E402
@@ -37,6 +37,28 @@ TARGET_PCT = 5.0
 MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
             {"role": "user", "content": "Describe a walk through an old city, street by street."}]
 SCHEMA = {"type": "object", "properties": {"walk": {"type": "string"}}, "required": ["walk"]}
+SECTIONS = ("served",)
+
+
+def render(figures: dict) -> str:
+    """The `served` section of the recorded `figures`."""
+    return (
+        f"## Served models (`bench_served.py`)\n\nMeasured {figures['measured']}:\n\n"
+        f"- binding overhead per round: {figures['overhead_pct']:+.2f}% "
+        f"({verdict(figures['overhead_pct'], '<', figures['target_pct'])}; medians {figures['served_ms']:.0f} ms "
+        f"through the binding, {figures['direct_ms']:.0f} ms direct)\n"
+        f"- tokens per second: {figures['served_tps']:.1f} served ({figures['served_tokens']} tokens), "
+        f"{figures['local_tps']:.1f} in-process ({figures['local_tokens']} tokens) (no target)\n\n"
+        "One round is the same schema-constrained, greedy, streamed chat completion on SmolLM2-135M-Instruct served "
+        "by llama-cpp-python's own server on 127.0.0.1: through the worker's path (`MeteredBinding` over "
+        "`ServedBinding`: SSE parsing, progress, token counts) against the same request POSTed with a bare httpx "
+        f"client; {figures['rounds']} rounds of {figures['max_tokens']} tokens, the sides alternating, the overhead "
+        f"the median of each round's ratio (then {figures['speed_rounds']} rounds of served against in-process for "
+        "tokens per second, medians). The served token count is the binding's estimate (the server streams no "
+        "usage): one streamed piece per token. In-process is `LlamaBinding` on the same file and thread count; the "
+        "server's sampling defaults differ slightly (it is the same greedy decode). Run on a shared 2-core machine: "
+        "the figures are noisy.\n"
+    )
 
 
 def main() -> int:
@@ -53,7 +75,7 @@ def main() -> int:
 
     from emelex_llamacpp.binding import LlamaBinding
     from emelex_openai.binding import CHAT_PATH, VARIANTS
-    from tests.served_support import ALIAS, add_served, llama_server
+    from tests.support.served import ALIAS, add_served, llama_server
 
     with tempfile.TemporaryDirectory() as tmp, llama_server(gguf, n_ctx=CONTEXT) as url:
         settings = Settings(home=Path(tmp) / "home", plugins_autoload=False, model_max_context_tokens=CONTEXT)
@@ -107,22 +129,12 @@ def main() -> int:
     overhead = 100 * (statistics.median(a / b for a, b in zip(samples["served"], samples["direct"])) - 1)
     served_tps = tokens["served"] / statistics.median(speed["served"])
     local_tps = tokens["local"] / median["local"]
-    figures = Figures(
-        "served", "Served models (`bench_served.py`)",
-        "One round is the same schema-constrained, greedy, streamed chat completion on SmolLM2-135M-Instruct served "
-        "by llama-cpp-python's own server on 127.0.0.1: through the worker's path (`MeteredBinding` over "
-        "`ServedBinding`: SSE parsing, progress, token counts) against the same request POSTed with a bare httpx "
-        f"client; {ROUNDS} rounds of {MAX_TOKENS} tokens, the sides alternating, the overhead the median of each "
-        f"round's ratio (then {SPEED_ROUNDS} rounds of served against in-process for tokens per second, medians). The served token count is the binding's "
-        "estimate (the server streams no usage): one streamed piece per token. In-process is `LlamaBinding` on the "
-        "same file and thread count; the server's sampling defaults differ slightly (it is the same greedy "
-        "decode). Run on a shared 2-core machine: the figures are noisy.")
-    figures.add(f"binding overhead per round: {overhead:+.2f}% (target < {TARGET_PCT:g}%; medians "
-                f"{median['served'] * 1000:.0f} ms through the binding, {median['direct'] * 1000:.0f} ms direct)")
-    figures.add(f"tokens per second: {served_tps:.1f} served ({tokens['served']} tokens), {local_tps:.1f} in-process "
-                f"({tokens['local']} tokens) (no target)")
-    figures.write()
-    return 0 if overhead < TARGET_PCT else 1
+    print(publish("served", render, {
+        "rounds": ROUNDS, "speed_rounds": SPEED_ROUNDS, "max_tokens": MAX_TOKENS, "target_pct": TARGET_PCT,
+        "overhead_pct": overhead, "served_ms": median["served"] * 1000, "direct_ms": median["direct"] * 1000,
+        "served_tps": served_tps, "served_tokens": tokens["served"], "local_tps": local_tps,
+        "local_tokens": tokens["local"]}))
+    return 0 if met(overhead, "<", TARGET_PCT) else 1
 
 
 if __name__ == "__main__":
