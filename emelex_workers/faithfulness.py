@@ -7,7 +7,11 @@ These are plain functions over text, independent of any model or plugin
   are the words outside `STOP_WORDS`, lightly stemmed (`stem`), so
   "moves" and "moving" count as one word.
 - *Sentences* are split after `.`, `!` or `?` followed by white space, and at
-  line breaks.
+  line breaks, except where that would cut code or a name: never inside a
+  backtick span (`` `pip install -e .` ``) or a fenced code block (one
+  sentence, line breaks included), not before a lowercase letter ("... and
+  then", "-e . and"), and not after a token of dots only (".", "..") or an
+  abbreviation ("e.g.").
 - A candidate is *supported* by its source when its normalized text
   (`normalize`) occurs in the normalized text of one source event (a quote),
   or when every content word of it occurs in one source sentence whose
@@ -46,7 +50,10 @@ NEGATIONS = frozenset("no not never none nobody nothing nor without cannot n't d
 EXAMPLE_JACCARD = 0.6
 MIN_CONTENT_WORDS = 2
 _WORD = re.compile(r"[^\W_]+")
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]`*]*\s+|\n+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]`*]*[ \t]+")
+_CODE_SPAN = re.compile(r"`[^`\n]+`")
+_DOTTED = re.compile(r"(?:[a-z]\.){2,}\Z", re.IGNORECASE)  # "e.g.", "i.e.": not the end of a sentence
+_FENCE = re.compile(r"^```[^\n]*\n.*?^```[ \t]*$", re.DOTALL | re.MULTILINE)
 _TERMINATED = re.compile(r"[.!?][\"')\]`*]*\Z")
 _KEY_NAME = re.compile(r"[^\s,;()\[\]{}\"'`<>]+")
 _KEY_SHAPE = re.compile(r"\d|\w[_/.:=@#]\w|[a-z][A-Z]")
@@ -84,10 +91,32 @@ def negated(text: str) -> bool:
     return any(w in NEGATIONS for w in words(text)) or "n't" in text.casefold()
 
 
+def _line_sentences(line: str) -> list[str]:
+    masked = _CODE_SPAN.sub(lambda m: "\0" * len(m.group()), line)  # a code span never ends a sentence
+    out, start = [], 0
+    for end in _SENTENCE_END.finditer(masked):
+        following = masked[end.end():end.end() + 1]
+        token = masked[:end.start()].rsplit(None, 1)[-1] if masked[:end.start()].strip() else ""
+        token = token.rstrip("\"')]`*")
+        if following.islower() or not token.strip(".") or _DOTTED.match(token.lstrip("(\"'")):
+            continue
+        out.append(line[start:end.start()])
+        start = end.end()
+    out.append(line[start:])
+    return out
+
+
 def sentences(text: str) -> list[str]:
-    """`text` split into sentences after `.`, `!` or `?` followed by white space, and at line breaks; stripped,
-    empty pieces dropped."""
-    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+    """`text` split into sentences (see the module docstring: after `.`, `!` or `?` and white space, and at line
+    breaks, never inside code); stripped, empty pieces dropped. A fenced code block is one sentence."""
+    pieces: list[str] = []
+    start = 0
+    for fence in _FENCE.finditer(text):
+        pieces += [s for line in text[start:fence.start()].splitlines() for s in _line_sentences(line)]
+        pieces.append(fence.group())
+        start = fence.end()
+    pieces += [s for line in text[start:].splitlines() for s in _line_sentences(line)]
+    return [s.strip() for s in pieces if s.strip()]
 
 
 def terminated(sentence: str) -> bool:

@@ -103,3 +103,22 @@ def test_a_sentence_quoted_from_the_source_is_not_cut_as_looping() -> None:
     check = fx.check_summary(f"user: {chant}", sources=[chant, *SOURCE])
     assert (check.text, check.repeated, check.problem) == (f"user: {chant}", 0, None)
     assert fx.check_summary(chant, sources=SOURCE).problem is not None  # not quoted: still cut
+
+
+def test_sentence_splitting_respects_code_spans_paths_ellipses_and_version_numbers() -> None:
+    text = ("A plain `pip install -e .` will not compile the extension. Use `make test. now` instead.\n"
+            "Someone proposed 1% sampling in production... and nobody liked it. Run it from ./build. Then pin "
+            "version 3.12.1 of numpy. Abbreviations, e.g. Redis, stay whole. Run `cd .. && make` twice.")
+    assert fx.sentences(text) == [
+        "A plain `pip install -e .` will not compile the extension.",
+        "Use `make test. now` instead.",
+        "Someone proposed 1% sampling in production... and nobody liked it.",
+        "Run it from ./build.",
+        "Then pin version 3.12.1 of numpy.",
+        "Abbreviations, e.g. Redis, stay whole.",
+        "Run `cd .. && make` twice.",
+    ]
+    assert fx.sentences("Install it with pip install -e . and restart. Done.") == [
+        "Install it with pip install -e . and restart.", "Done."]
+    fenced = "Build it with:\n```\nmake build\nmake test\n```\nThat is all."
+    assert fx.sentences(fenced) == ["Build it with:", "```\nmake build\nmake test\n```", "That is all."]
