@@ -21,6 +21,10 @@ These are plain functions over text, independent of any model or plugin
 - Its *corroboration* is the share of its content words that also occur in
   a source event other than the one supporting it best: a statement the
   conversation comes back to scores higher than one said once in passing.
+- A *question-and-answer* entry, `qa(question, answer)`, is "Q: <question>
+  A: <answer>", both verbatim: an answer that means nothing without its
+  question ("In config/server.yaml.") stored with it. Such a candidate is
+  supported when its question and its answer each are (`qa_parts`).
 - A candidate is *vacuous* when it has fewer than two distinct content words.
 - A candidate *matches a worked example* when it is not quoted from the
   source and its content words overlap those of one sentence of a
@@ -167,8 +171,25 @@ def quoted(candidate: str, sources: Iterable[str]) -> bool:
 
 def supported(candidate: str, sources: Sequence[str]) -> bool:
     """True when `candidate` is quoted from `sources` or all its content words occur in one source sentence of the
-    same polarity (see the module docstring)."""
+    same polarity (see the module docstring); a `qa` entry when its question and its answer each are."""
+    parts = qa_parts(candidate)
+    if parts is not None:
+        return all(support(part, sources) >= 1.0 for part in parts)
     return support(candidate, sources) >= 1.0
+
+
+_QA = re.compile(r"Q: (?P<q>.+?\?) A: (?P<a>.+)\Z", re.DOTALL)
+
+
+def qa(question: str, answer: str) -> str:
+    """The entry that keeps `answer` with the `question` it answers: "Q: <question> A: <answer>"."""
+    return f"Q: {question} A: {answer}"
+
+
+def qa_parts(text: str) -> tuple[str, str] | None:
+    """(question, answer) of a `qa` entry; None for any other text."""
+    match = _QA.match(text)
+    return (match.group("q"), match.group("a")) if match else None
 
 
 def vacuous(candidate: str) -> bool:

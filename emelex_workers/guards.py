@@ -6,6 +6,12 @@ and drops, counting each under its reason in the job's result:
 - `rejected_confidence`: a confidence that is not a number in [0, 1];
 - `rejected_invalid`: a key or content Knowledge would refuse (empty, too
   long, control characters);
+- `rejected_machinery`: content that is the agent's machinery, not what was
+  said: JSON (a tool call's arguments, a tool result, a failure record, an
+  audit event), or text quoted from an event outside `SAID_KINDS` ("user",
+  "assistant") and from no said event. A fact a tool result established is
+  kept when the candidate states it in words (it is then supported like any
+  other), with the job's source range, which holds the call, as provenance;
 - `rejected_vacuous`: content with fewer than two content words;
 - `rejected_example`: content matching a worked example the plugin declares
   and not quoted from the source;
@@ -35,6 +41,7 @@ that lets a model write it instead.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Iterable, Sequence
 from itertools import islice
@@ -55,9 +62,9 @@ from emelex_memory.knowledge.values import validate_content, validate_key
 
 from . import faithfulness as fx
 from .attempts import attempt_text
-from .plugin_api import event_body
+from .plugin_api import SAID_KINDS, event_body
 
-REASONS = ("confidence", "invalid", "vacuous", "example", "unsupported", "conflicting")
+REASONS = ("confidence", "invalid", "machinery", "vacuous", "example", "unsupported", "conflicting")
 
 
 def source_texts(events: Iterable[Event]) -> list[str]:
@@ -70,7 +77,21 @@ def fact_sources(events: Iterable[Event]) -> list[str]:
     return [event_body(e) for e in events if e.kind != SUMMARY_KIND]
 
 
-def _reason(c: KnowledgeCandidate, sources: Sequence[str], examples: Sequence[str]) -> str | None:
+def machinery(content: str, said: Sequence[str], other: Sequence[str]) -> bool:
+    """True when `content` is JSON of an object or a list, or is quoted from one of `other` (texts of events outside
+    `SAID_KINDS`) and from none of `said`."""
+    text = content.strip()
+    if text[:1] in "{[":
+        try:
+            json.loads(text)
+            return True
+        except ValueError:
+            pass
+    return fx.quoted(content, other) and not fx.quoted(content, said)
+
+
+def _reason(c: KnowledgeCandidate, sources: Sequence[str], examples: Sequence[str], said: Sequence[str],
+            other: Sequence[str]) -> str | None:
     conf = c.confidence
     if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not math.isfinite(conf) or not 0 <= conf <= 1:
         return "confidence"
@@ -82,6 +103,8 @@ def _reason(c: KnowledgeCandidate, sources: Sequence[str], examples: Sequence[st
         return "invalid"
     if c.tombstone:
         return None
+    if machinery(c.content, said, other):
+        return "machinery"
     if fx.vacuous(c.content):
         return "vacuous"
     if fx.matches_example(c.content, examples, sources):
@@ -104,11 +127,14 @@ def guard_candidates(proposals: object, *, events: Iterable[Event], examples: Se
     raw = list(islice(proposals, MAX_RAW_CANDIDATES + 1))
     if len(raw) > MAX_RAW_CANDIDATES or not all(isinstance(c, KnowledgeCandidate) for c in raw):
         return raw
+    events = list(events)
     sources = fact_sources(events)
+    said = [event_body(e) for e in events if e.kind in SAID_KINDS]
+    other = [event_body(e) for e in events if e.kind not in SAID_KINDS and e.kind != SUMMARY_KIND]
     counts = dict.fromkeys(REASONS, 0)
     kept: dict[str, KnowledgeCandidate] = {}
     for c in raw:
-        reason = _reason(c, sources, examples)
+        reason = _reason(c, sources, examples, said, other)
         if reason is None and kept.setdefault(c.key, c) != c:
             reason = "conflicting"
         if reason is not None:

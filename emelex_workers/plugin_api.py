@@ -164,6 +164,9 @@ def event_text(event: Event) -> str:
     return f"{event.kind}: {event_body(event)}"
 
 
+SAID_KINDS = frozenset({"user", "assistant"})  # the events that are what was said; any other kind is machinery
+
+
 def event_body(event: Event) -> str:
     """`event_text` without the kind prefix: the payload's "text" when that is a string, else its canonical JSON."""
     payload = event.payload

@@ -21,8 +21,9 @@ model call: on the quality benchmark's development set the 135M model's own
 choices were no better than chance (see benchmarks/RESULTS.md), so the
 Summary's content is chosen by these rules alone.
 
-*Knowledge.* Every fact candidate becomes a Knowledge candidate with that
-statement, verbatim, as its content. The model labels each with a topic
+*Knowledge.* Every fact candidate becomes a Knowledge candidate with its
+content (`Candidate.content`: the statement, verbatim, or a fragment answer
+with its question as "Q: ... A: ..."). The model labels each with a topic
 chosen from the statement's own words: one grammar-constrained call per 24
 statements, whose JSON schema gives every statement an `enum` of its key
 names and content words, so the label too can only quote the statement.
@@ -32,8 +33,13 @@ statement's other topic options in order; the same statement
 always gets the key it already has in the workspace's Knowledge, and a key
 that already names a different statement (in the workspace's Knowledge as
 the distiller is shown it, or earlier in the job) is never reused: the key
-grows by a word, up to 4, then takes a number. The confidence is measured, not chosen: 0.5 + 0.4 x the statement's
-corroboration (`faithfulness.corroboration`), rounded to two decimals.
+grows by a word, up to 4, then takes a number. A statement that supersedes
+a workspace entry (`candidates.supersedes`: it changes the entry's value)
+takes that entry's key instead, so it is the key's new version. The
+confidence is evidence, not chosen (`confidence`, `candidates.Evidence`):
+0.45, plus 0.15 if stated as a decision or fact, 0.15 if confirmed by the
+other side, 0.1 if repeated (corroboration of 0.5 or more), 0.1 if
+uncontested.
 """
 
 from __future__ import annotations
@@ -52,10 +58,10 @@ from emelex_workers.faithfulness import (
     terminated,
     words,
 )
-from emelex_workers.plugin_api import DistillRequest, SummaryRequest, event_body
+from emelex_workers.plugin_api import SAID_KINDS, DistillRequest, SummaryRequest, event_body
 
 from .binding import generate
-from .candidates import CHATTER, Candidate, candidates
+from .candidates import CHATTER, Candidate, Evidence, candidates, evidence, supersedes
 from .prompts import MAX_KEY_CHARS, fit, slug
 
 SUMMARY_SHARE = 1 / 2
@@ -162,8 +168,8 @@ def label_schema(options: list[list[str]]) -> dict:
 
 
 def _labels(request: DistillRequest, batch: list[Candidate]) -> list[str]:
-    options = [label_options(c.text) for c in batch]
-    listing = "\n".join(f"{i + 1}. {c.text}" for i, c in enumerate(batch))
+    options = [label_options(c.content) for c in batch]
+    listing = "\n".join(f"{i + 1}. {c.content}" for i, c in enumerate(batch))
     messages = [{"role": "system", "content": LABEL_SYSTEM},
                 {"role": "user", "content": f"Statements:\n{listing}\n\nThe topic of each statement, as JSON:"}]
     # Each label is a quoted option of at most 32 characters plus its property name: 16 tokens each is ample.
@@ -207,16 +213,39 @@ def knowledge_key(label: str, statement: str, taken: dict[str, str]) -> str:
     return key
 
 
+CONFIDENCE_BASE = 0.45
+CONFIDENCE_WEIGHTS = {"stated": 0.15, "confirmed": 0.15, "repeated": 0.1, "uncontested": 0.1}
+
+
+def confidence(found: Evidence) -> float:
+    """0.45 plus 0.15 if stated as a decision or fact, 0.15 if confirmed by the other side, 0.1 if repeated, 0.1 if
+    uncontested (see `candidates.Evidence`): from 0.45 to 0.95."""
+    return round(CONFIDENCE_BASE + sum(w for name, w in CONFIDENCE_WEIGHTS.items() if getattr(found, name)), 2)
+
+
+def superseded_key(statement: str, knowledge, claimed: set[str]) -> str | None:
+    """The key of the workspace entry whose value `statement` changes (`candidates.supersedes`), unless this job
+    already gave that key to another statement."""
+    for entry in knowledge:
+        if entry.content is not None and entry.key not in claimed and supersedes(statement, entry.content):
+            return entry.key
+    return None
+
+
 def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
     """Every fact candidate of the source as Knowledge, labelled by the model (see the module docstring)."""
-    found = candidates(request.data.events, facts=True)[: request.max_candidates]
-    sources = [event_body(e) for e in request.data.events if e.kind != "summary"]  # a Summary supports nothing
+    events = request.data.events
+    found = candidates(events, facts=True)[: request.max_candidates]
+    sources = [event_body(e) for e in events if e.kind in SAID_KINDS]  # a Summary or a tool result supports nothing
     taken = {e.key: normalize(e.content) for e in request.data.knowledge if e.content is not None}
+    claimed: set[str] = set()
     out: list[KnowledgeCandidate] = []
     for start in range(0, len(found), LABEL_BATCH):
         batch = found[start : start + LABEL_BATCH]
         for c, label in zip(batch, _labels(request, batch), strict=True):
-            key = knowledge_key(label, c.text, taken)
-            taken[key] = normalize(c.text)
-            out.append(KnowledgeCandidate(key, c.text, round(0.5 + 0.4 * corroboration(c.text, sources), 2)))
+            key = superseded_key(c.content, request.data.knowledge, claimed) or knowledge_key(label, c.content, taken)
+            taken[key] = normalize(c.content)
+            claimed.add(key)
+            found_evidence = evidence(c, events, corroboration(c.content, sources))
+            out.append(KnowledgeCandidate(key, c.content, confidence(found_evidence)))
     return out
