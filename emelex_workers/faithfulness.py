@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 STOP_WORDS = frozenset(
@@ -246,8 +246,9 @@ def is_invented(name: str, source_text: str) -> bool:
 @dataclass(frozen=True)
 class SummaryCheck:
     """What `check_summary` made of a Summary: the kept `text`, how many sentences the raw output had and how many
-    were cut as repeats, worked-example echoes or names absent from the source, whether an unterminated tail was
-    trimmed, and `problem`: why the output is degenerate (None when `text` is usable)."""
+    were cut as repeats, worked-example echoes, names absent from the source or claims the source does not support
+    (`unsupported`), how many labelled lines were marked paraphrases (`relabelled`), whether an unterminated tail
+    was trimmed, and `problem`: why the output is degenerate (None when `text` is usable)."""
 
     text: str
     sentences: int
@@ -256,6 +257,28 @@ class SummaryCheck:
     invented: int
     trimmed: bool
     problem: str | None
+    unsupported: int = 0
+    relabelled: int = 0
+
+
+# Words a Summary uses about the conversation rather than from it ("The user asked ..."): not part of a claim.
+SUMMARY_META = frozenset(stem(w) for w in (
+    "user users assistant asked asks ask said says say told tells tell explained explains explain mentioned "
+    "mentions mention discussed discuss suggested suggests suggest agreed agree conversation summary wanted wants "
+    "want noted note confirmed confirm decided decide").split())
+PARAPHRASE = " (paraphrase): "
+
+
+def claim_supported(sentence: str, sources: Sequence[str]) -> bool:
+    """True when the Summary sentence `sentence` is quoted from `sources`, or when its content words, the words
+    about the conversation (`SUMMARY_META`: "user", "asked", "said", ...) aside, all occur in one source sentence of
+    the same polarity; a sentence of only such words claims nothing and is not supported."""
+    if quoted(sentence, sources):
+        return True
+    wanted = content_words(sentence) - SUMMARY_META
+    polarity = negated(sentence)
+    return bool(wanted) and any(wanted <= content_words(s) for source in sources for s in sentences(source)
+                                if negated(s) == polarity)
 
 
 def _labelled(line: str) -> tuple[str, str]:
@@ -264,7 +287,8 @@ def _labelled(line: str) -> tuple[str, str]:
     return (match.group(0), line[match.end():]) if match else ("", line)
 
 
-def check_summary(text: str, *, sources: Sequence[str], examples: Iterable[str] = ()) -> SummaryCheck:
+def check_summary(text: str, *, sources: Sequence[str], examples: Iterable[str] = (),
+                  speakers: Mapping[str, Sequence[str]] | None = None) -> SummaryCheck:
     """Clean a Summary and judge it, line by line.
 
     Each line keeps its speaker label ("user: ", "assistant: ", "summary: ",
@@ -272,19 +296,26 @@ def check_summary(text: str, *, sources: Sequence[str], examples: Iterable[str] 
     with a space, so the Summary keeps its line structure. Sentences are cut
     when they repeat an earlier one (once normalized), when they loop
     (`looping`; not a sentence quoted from the source, which is what it is),
-    when they match a worked example (`matches_example`), or when they name a
-    key name (`key_names`) that no source contains (`is_invented`). A line
-    left with no sentence is dropped, label and all. A final sentence without
-    terminal punctuation (output cut off by a token limit) is trimmed when a
-    complete sentence precedes it. The result is degenerate when nothing is
-    left, or when the cuts removed half of the sentences or more.
+    when they match a worked example (`matches_example`), when they name a
+    key name (`key_names`) that no source contains (`is_invented`), or when
+    the source does not support their claim (`claim_supported`: the check is
+    per sentence). A line left with no sentence is dropped, label and all.
+    With `speakers` (the texts each speaker said, by lowercase label name), a
+    labelled line is kept under its label only when every sentence it keeps
+    is a quote of that speaker; otherwise its label is marked a paraphrase
+    ("user (paraphrase): ..."), so a replay never shows invented words as a
+    quote. A final sentence without terminal punctuation (output cut off by a
+    token limit) is trimmed when a complete sentence precedes it. The result
+    is degenerate when nothing is left, or when the cuts removed half of the
+    sentences or more.
     """
     examples = tuple(examples)
     source_text = "\n".join(sources).casefold()
     lines = [(label, sentences(body)) for label, body in map(_labelled, text.splitlines())]
+    count_all = sum(len(parts) for _, parts in lines)
     kept: list[tuple[str, list[str]]] = []
     seen: set[str] = set()
-    total = repeated = echoed = invented = 0
+    total = repeated = echoed = invented = unsupported = relabelled = 0
     last_kept = False  # whether the last sentence of all was kept
     for label, parts in lines:
         keep: list[str] = []
@@ -298,10 +329,17 @@ def check_summary(text: str, *, sources: Sequence[str], examples: Iterable[str] 
                 echoed += 1
             elif any(is_invented(name, source_text) for name in key_names(sentence)):
                 invented += 1
+            elif not claim_supported(sentence, sources) and not (total == count_all and not terminated(sentence)):
+                unsupported += 1  # (a cut-off tail is trimmed below instead)
             else:
                 keep.append(sentence)
                 last_kept = True
             seen.add(norm)
+        if keep and label and speakers is not None:
+            said = speakers.get(label[:-2].lower(), ())
+            if not all(quoted(sentence, said) for sentence in keep):
+                label = label[:-2] + PARAPHRASE
+                relabelled += 1
         if keep:
             kept.append((label, keep))
     count = sum(len(keep) for _, keep in kept)
@@ -310,12 +348,13 @@ def check_summary(text: str, *, sources: Sequence[str], examples: Iterable[str] 
         kept[-1][1].pop()
         if not kept[-1][1]:
             kept.pop()
-    cut = repeated + echoed + invented
+    cut = repeated + echoed + invented + unsupported
     problem = None
     if not kept:
-        problem = "nothing is left once repeats, worked-example echoes and invented names are cut"
+        problem = "nothing is left once repeats, worked-example echoes, invented names and unsupported claims are cut"
     elif total and 2 * cut >= total:
         problem = (f"{cut} of its {total} sentences were cut ({repeated} repeated, {echoed} echoing the worked "
-                   f"example, {invented} naming what the source does not)")
+                   f"example, {invented} naming what the source does not, {unsupported} not supported by the "
+                   "source)")
     cleaned = "\n".join(label + " ".join(keep) for label, keep in kept)
-    return SummaryCheck(cleaned, total, repeated, echoed, invented, trimmed, problem)
+    return SummaryCheck(cleaned, total, repeated, echoed, invented, trimmed, problem, unsupported, relabelled)

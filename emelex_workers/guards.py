@@ -26,8 +26,10 @@ inside it) is the pipeline's own output, not something the conversation said,
 so it never supports a fact.
 
 `guard_summary` cleans a Summary with `faithfulness.check_summary` (repeated
-and looping sentences, worked-example echoes and names absent from the
-source are cut, an unterminated tail is trimmed). A degenerate Summary is a
+and looping sentences, worked-example echoes, names absent from the source
+and claims it does not support, sentence by sentence, are cut; a line
+labelled with a speaker whose words it does not quote is marked a
+paraphrase, "user (paraphrase): ..."; an unterminated tail is trimmed). A degenerate Summary is a
 `DegenerateOutputError`, a counted, retryable failure whose diagnostic
 carries a digest of the output; when a later attempt returns output with a
 digest an earlier diagnostic names, it is a `RepeatedOutputError`,
@@ -70,6 +72,21 @@ REASONS = ("confidence", "invalid", "machinery", "vacuous", "example", "unsuppor
 def source_texts(events: Iterable[Event]) -> list[str]:
     """The texts the Summary guard checks against: each event's `event_body` (a base Summary included)."""
     return [event_body(e) for e in events]
+
+
+def speaker_texts(events: Iterable[Event]) -> dict[str, list[str]]:
+    """What each speaker said, by event kind ("user", "assistant", ...): each event's `event_body`; a base
+    Summary's labelled lines count as their label's speaker's, its other lines as "summary"'s."""
+    said: dict[str, list[str]] = {}
+    for e in events:
+        if e.kind != SUMMARY_KIND:
+            said.setdefault(e.kind, []).append(event_body(e))
+            continue
+        for line in event_body(e).splitlines():
+            match = fx.SPEAKER_LABEL.match(line)
+            name = match.group(0)[:-2].lower() if match else SUMMARY_KIND
+            said.setdefault(name, []).append(line[match.end():] if match else line)
+    return said
 
 
 def fact_sources(events: Iterable[Event]) -> list[str]:
@@ -151,7 +168,8 @@ def guard_summary(text: str, *, job: Job, events: Iterable[Event], examples: Seq
                   model_called: bool = True) -> str:
     """The cleaned Summary `text` for `job`, or `DegenerateOutputError` / `RepeatedOutputError` when the summarizer
     called the model (`model_called`), `DeterministicOutputError` when it did not (see the module docstring)."""
-    check = fx.check_summary(text, sources=source_texts(events), examples=examples)
+    events = list(events)
+    check = fx.check_summary(text, sources=source_texts(events), examples=examples, speakers=speaker_texts(events))
     if check.problem is None:
         return check.text
     digest = output_digest(text)

@@ -147,7 +147,7 @@ def test_the_summary_is_cleaned_before_it_is_stored(env: Settings, workspace: Pa
         summary = store.replay(sid).events[0]
     assert summary.kind == "summary"
     assert summary.payload["text"] == ("We use PostgreSQL 16 for the orders service. Migration scripts live in "
-                                       "db/migrations/. Migrations run on every deploy.")
+                                       "db/migrations/.")  # "Migrations run on every deploy." no source says
 
 
 def test_a_degenerate_summary_fails_retryably_and_the_retry_gets_its_attempt(env: Settings, workspace: Path) -> None:

@@ -304,10 +304,17 @@ _AGREEMENT = re.compile(r"^(?:yes|yeah|yep|ok|okay|agreed|right|exactly|correct|
 REPEATED = 0.5
 
 
+def decision(statement: str) -> bool:
+    """True when `statement` is stated as a decision or a fact: it names a value or an identifier (`values`,
+    `subjects`: a command in backticks, a version, a file), or says use / keep / pin / set / always / never / ..."""
+    subject, value = _names(statement)
+    return bool(subject or value or _DECISION.search(statement))
+
+
 @dataclass(frozen=True)
 class Evidence:
-    """What a reader can check about a fact candidate in its source: it is `stated` as a decision or a fact (it
-    names a value, or says use / keep / pin / set / always / never / ...), `confirmed` by the other side (their next
+    """What a reader can check about a fact candidate in its source: it is `stated` as a decision or a fact
+    (`decision`), `confirmed` by the other side (their next
     words open with agreement or restate two of its substantive words), `repeated` (its corroboration is at least
     0.5), and `uncontested` (no later statement about the same subject has the opposite polarity)."""
 
@@ -324,5 +331,5 @@ def evidence(c: Candidate, events: Sequence[Event], corroboration: float) -> Evi
     first = (sentences(reply) or [""])[0]
     confirmed = bool(_AGREEMENT.match(first)) or len(substance(reply) & substance(c.text)) >= 2
     later = [s for i, _kind, text in said if i > c.event for s in sentences(text)]
-    return Evidence(bool(values(c.text) or _DECISION.search(c.text)), confirmed, corroboration >= REPEATED,
+    return Evidence(decision(c.text), confirmed, corroboration >= REPEATED,
                     not contested(c.text, later))

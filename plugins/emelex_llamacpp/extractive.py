@@ -7,12 +7,20 @@ are verbatim sentences of its events.
 must keep are chosen greedily: each step takes the statement with the most
 new key names (identifiers, file names, numbers; weighted 3) plus new
 content words per token, until the Summary reaches its length: half the
-source's tokens (at least 48), at most the job's Summary budget. A step of
-a long compaction summarizes the previous Summary and a new slice of the
-conversation: every statement of the new slice that adds anything is taken
-first (by the same rule), and the previous Summary's lines fill the room
-left, so a step never just repeats the previous Summary. Ties go to the
-earlier statement. They are
+source's tokens (at least 48), at most the job's Summary budget. Statements
+a later one supersedes (`candidates.supersedes`) are not candidates. An
+answer is taken only together with the question it answers (the question's
+sentence, verbatim, its last clause when it is longer than 16 words), both
+counted against the length: a Summary never holds a question-less answer.
+*Decisions* (`candidates.decision`: statements naming a value or an
+identifier, such as a command, a version or a file, or saying use / keep /
+pin / set / ...) go first. A step of a long compaction summarizes the
+previous Summary and a new slice of the conversation: the previous
+Summary's decisions are taken first, within half the length, so a chain
+keeps every step's decisions while they fit; then the new slice's decisions,
+then its other statements, then the previous Summary's other lines, each by
+the same rule, so a step never just repeats the previous Summary. Ties go
+to the earlier statement. They are
 written in source order, one line per event, `speaker: sentence ...`,
 verbatim but for one thing: a sentence without terminal punctuation (the
 end of a line or message) gets a full stop, so that sentences written on one
@@ -61,7 +69,7 @@ from emelex_workers.faithfulness import (
 from emelex_workers.plugin_api import SAID_KINDS, DistillRequest, SummaryRequest, event_body
 
 from .binding import generate
-from .candidates import CHATTER, Candidate, Evidence, candidates, evidence, supersedes
+from .candidates import CHATTER, Candidate, Evidence, candidates, decision, evidence, questions, supersedes
 from .prompts import MAX_KEY_CHARS, fit, slug
 
 SUMMARY_SHARE = 1 / 2
@@ -88,17 +96,19 @@ def _line(speaker: str, parts: list[str]) -> str:
     return f"{speaker}: " + " ".join(p if terminated(p) else p + "." for p in parts)
 
 
-def _render(chosen: list[Candidate], pool: list[Candidate]) -> str:
-    """The chosen statements in source order, one line per event."""
+def _render(units: list[list[Candidate]]) -> str:
+    """The chosen statements (each unit an answer's question, if any, then the statement) in source order, one line
+    per event or earlier Summary line."""
     lines: list[str] = []
     run: list[str] = []
     last: tuple[int, str] | None = None
-    for c in sorted(chosen, key=pool.index):
-        if last is not None and (c.event, c.speaker) != last:
+    chosen = {id(c): c for unit in units for c in unit}.values()
+    for c in sorted(chosen, key=lambda c: c.order):
+        if last is not None and (c.line, c.speaker) != last:
             lines.append(_line(last[1], run))
             run = []
         run.append(c.text)
-        last = (c.event, c.speaker)
+        last = (c.line, c.speaker)
     if last is not None:
         lines.append(_line(last[1], run))
     return "\n".join(lines)
@@ -113,37 +123,60 @@ def _pool(request: SummaryRequest) -> list[Candidate]:
             for text in [event_body(e).strip()] if text][:1]
 
 
+PREVIOUS_DECISIONS_SHARE = 1 / 2
+
+
 def summarize(request: SummaryRequest) -> str:
     """An extractive Summary of the job's source (see the module docstring), within `request.budget_tokens`."""
     model = request.model
     source_tokens = sum(model.count_tokens(event_body(e)) for e in request.events)
     target = min(request.budget_tokens, max(MIN_SUMMARY_TOKENS, math.ceil(SUMMARY_SHARE * source_tokens)))
     pool = _pool(request)
+    asked = questions(request.events)
     fresh = {id(c): request.events[c.event].kind != "summary" for c in pool}
-    order = {id(c): -i for i, c in enumerate(pool)}
-    cost = {id(c): model.count_tokens(c.text) + 2 for c in pool}
-    chosen: list[Candidate] = []
+    decisive = {id(c): decision(c.text) for c in pool}
+    order = {id(c): -c.order for c in pool}
+    tokens = {c.text: model.count_tokens(c.text) + 2 for c in [*pool, *asked.values()]}
+    units: list[list[Candidate]] = []
     covered: set[str] = set()
     seen: set[str] = set()
+    picked: set[int] = set()  # lines whose question is already in the Summary
     used = 0
-    remaining = list(pool)
-    while remaining:
-        best = max(remaining, key=lambda c: (fresh[id(c)] and _gain(c, covered, seen) > 0,
-                                             _gain(c, covered, seen) / cost[id(c)], order[id(c)]))
-        remaining.remove(best)
-        if _gain(best, covered, seen) == 0:
-            break
-        if used + cost[id(best)] > target:
-            continue
-        chosen.append(best)
-        used += cost[id(best)]
-        covered |= names(best.text)
-        seen |= content_words(best.text)
-    chosen = chosen or pool[:1]
-    text = _render(chosen, pool)
-    while len(chosen) > 1 and model.count_tokens(text) > request.budget_tokens:
-        chosen.pop()
-        text = _render(chosen, pool)
+
+    def unit(c: Candidate) -> list[Candidate]:
+        question = asked.get(c.line)
+        return [c] if question is None or c.line in picked else [question, c]
+
+    def cost(c: Candidate) -> int:
+        return sum(tokens[u.text] for u in unit(c))
+
+    def tier(c: Candidate) -> int:
+        return 2 if decisive[id(c)] and fresh[id(c)] else 1 if fresh[id(c)] else 0
+
+    def take(remaining: list[Candidate], limit: float, rank) -> None:
+        nonlocal used
+        while remaining:
+            best = max(remaining, key=lambda c: (_gain(c, covered, seen) > 0, rank(c),
+                                                 _gain(c, covered, seen) / cost(c), order[id(c)]))
+            remaining.remove(best)
+            if _gain(best, covered, seen) == 0:
+                break
+            if used + cost(best) > limit:
+                continue
+            used += cost(best)
+            units.append(unit(best))
+            picked.add(best.line)
+            covered.update(names(best.text))
+            seen.update(content_words(best.text))
+
+    # The previous Summary's decisions first, within half the target: a chain keeps every step's decisions.
+    take([c for c in pool if decisive[id(c)] and not fresh[id(c)]], PREVIOUS_DECISIONS_SHARE * target, tier)
+    take([c for c in pool if not any(c is u for unit_ in units for u in unit_)], target, tier)
+    units = units or [unit(pool[0])]
+    text = _render(units)
+    while len(units) > 1 and model.count_tokens(text) > request.budget_tokens:
+        units.pop()
+        text = _render(units)
     return text
 
 
