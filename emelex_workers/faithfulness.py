@@ -265,7 +265,7 @@ class SummaryCheck:
 SUMMARY_META = frozenset(stem(w) for w in (
     "user users assistant asked asks ask said says say told tells tell explained explains explain mentioned "
     "mentions mention discussed discuss suggested suggests suggest agreed agree conversation summary wanted wants "
-    "want noted note confirmed confirm decided decide").split())
+    "want noted note confirmed confirm decided decide event events turn turns starting start").split())
 PARAPHRASE = " (paraphrase): "
 
 
