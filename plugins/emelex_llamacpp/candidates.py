@@ -24,13 +24,15 @@ For facts (Knowledge) also dropped:
 - episodic state (`episodic`): the state of the moment ("is stuck", "right
   now", "since Monday", "fixed"), debugging steps and hypotheses ("Try ...",
   "I think ...", "Possibly ..."), sentences that lean on the context (they
-  open with "It", "This", "That", "They", ... or end "on it"), and what the
+  open with "It", "This", "That", "They", ..., end "on it", or say "that
+  time", "this error"), and what the
   assistant will do next with no name in it ("OK, I'll close the ticket.");
 - sentences of fewer than two *substantive* words (content words that are
   neither small talk nor negations: "Not yet.", "Right, not 1%.").
 
-A *fragment answer* (the first sentence of a reply to a question, at most 8
-words, or opening with "yes" / "no") means nothing alone ("In
+A *fragment answer* (the first sentence of a reply to a question that opens
+with "yes" / "no", or has at most 8 words, counted as runs of non-space,
+and opens with no subject such as "We", "The", "Our") means nothing alone ("In
 config/server.yaml."): it is a candidate only with the question it answers
 (`question`, the question's sentence verbatim), stored as `qa(question,
 answer)`: "Q: Where do the timeout settings live? A: In config/server.yaml."
@@ -85,10 +87,12 @@ _EPISODIC = re.compile(
     r"(?:is|are|got) stuck|keeps? (?:failing|crashing)|fails? with|is (?:failing|crashing|down|restarting)|"
     r"(?:already )?fixed|now it works|works now|try again|pass again)\b"
     r"|^(?:try|check|look at|see if|restart|rerun|wait|i think|i guess|i suspect|probably|possibly|perhaps)\b"
-    r"|^(?:it|its|this|that|these|those|they|there)\b"
+    r"|^(?:it|its|this|that|these|those|they|there)\b|\b(?:that|this) (?:time|error|issue|problem|bug|failure)\b"
     r"|\b(?:on|to|for|with|at) (?:it|this|that|them)[.!]?$",
     re.IGNORECASE)
 _PLAN = re.compile(r"^(?:\w+, )?(?:i'll|i will|i'm going to|let me)\b", re.IGNORECASE)
+_SUBJECT = re.compile(r"^(?:we|i|you|they|he|she|it|the|a|an|our|your|their|this|that|these|those|there|"
+                      r"my|its)\b", re.IGNORECASE)
 _YES_NO = re.compile(r"^(?:yes|yeah|yep|no|nope)\b", re.IGNORECASE)
 _CODE = re.compile(r"`([^`\n]+)`")
 _RETIRED = re.compile(r"\b(?:from|renamed?|replaced?|instead of)\s+`?([^\s`]+?)`?[,.]?\s+(?:to|with|by)\b",
@@ -226,9 +230,11 @@ def _question(previous: tuple[int, str, list[str]] | None, speaker: str) -> str 
 
 
 def fragment(answer: str) -> bool:
-    """True when `answer`, the first sentence of a reply to a question, needs the question to mean anything: at
-    most 8 words, or opening with yes or no."""
-    return len(words(answer)) <= FRAGMENT_WORDS or bool(_YES_NO.match(answer))
+    """True when `answer`, the first sentence of a reply to a question, needs the question to mean anything: it
+    opens with yes or no, or it has at most 8 words (runs of non-space: `otel-collector:4317` is one) and does not
+    open with a subject ("We", "The", "Our", "It", ...): "In config/server.yaml.", "INFO by default."."""
+    short = len(answer.split()) <= FRAGMENT_WORDS and not _SUBJECT.match(answer)
+    return short or bool(_YES_NO.match(answer))
 
 
 def candidates(events: Sequence[Event], *, facts: bool) -> list[Candidate]:
