@@ -57,6 +57,16 @@ def test_a_later_value_of_the_same_setting_replaces_the_earlier_before_anything_
     assert "We renamed `ci-deployer` to `release-bot` last week." in contents
 
 
+def test_a_shared_name_with_values_of_other_things_is_no_supersession(store: MemoryStore, workspace: Path) -> None:
+    found = _distill(store, workspace, _chat(
+        "We're moving the orders service from MySQL to PostgreSQL 16.", "Noted.",
+        "The CI job runs `alembic upgrade head` against a throwaway PostgreSQL container.", "Good.",
+    ))
+    assert [c.content for c in found] == [
+        "We're moving the orders service from MySQL to PostgreSQL 16.",
+        "The CI job runs `alembic upgrade head` against a throwaway PostgreSQL container."]
+
+
 def test_a_later_session_supersedes_the_key_of_the_value_it_changes_and_history_keeps_the_old(
     store: MemoryStore, workspace: Path
 ) -> None:

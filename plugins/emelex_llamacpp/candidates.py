@@ -11,7 +11,8 @@ Dropped always: questions, sentences with fewer than two content words,
 pure conversation (only words like "thanks", "sure", "noted"), sentences
 over `MAX_CANDIDATE_CHARS`, and statements *superseded* later in the source
 (`superseded`): a later statement that gives the same subject another value,
-or retires the value ("from `a` to `b`", "renamed `a` to `b`"). Duplicates
+or retires the value ("from `a` to `b`", "renamed `a` to `b`"); see
+`supersedes`. Duplicates
 (once normalized) are kept once, first occurrence.
 
 For facts (Knowledge) also dropped:
@@ -160,15 +161,8 @@ def _names(sentence: str) -> tuple[set[str], set[str]]:
     """(subjects, values) of `sentence`, casefolded (see `subjects` and `values`)."""
     subject, value = set(), {m.casefold() for m in _CODE.findall(sentence)}
     for name in key_names(_CODE.sub(" ", sentence)):
-        name = name.casefold()
-        if "=" in name:
-            left, right = name.split("=", 1)
-            subject.add(left)
-            value.add(right)
-        elif _VALUE.match(name):
-            value.add(name)
-        else:
-            subject.add(name)
+        for kind, part in _kinds(name.casefold()):
+            (subject if kind == "subject" else value).add(part)
     return subject, value
 
 
@@ -207,12 +201,48 @@ def retired(sentence: str) -> set[str]:
     return {m.casefold().rstrip(".,") for m in _RETIRED.findall(sentence)}
 
 
+PAIR_DISTANCE = 4  # a value this many words or fewer after an identifier is that identifier's value
+
+
+def settings(sentence: str) -> dict[str, set[str]]:
+    """The identifiers of `sentence` that it gives a value, with those values, casefolded: each value (`values`)
+    belongs to the nearest identifier (`subjects`) at most 4 words before it ("sets IdleTimeout to 5 seconds",
+    `DEPLOY_ROLE=release-bot`; a code span is one word)."""
+    spans = iter(_CODE.findall(sentence))
+    out: dict[str, set[str]] = {}
+    subject, since = None, 0
+    for token in _CODE.sub(" \0 ", sentence).split():
+        found = [("value", next(spans).casefold())] if token == "\0" else [
+            kind for name in key_names(token) for kind in _kinds(name.casefold())]
+        for kind, name in found:
+            if kind == "subject":
+                subject, since = name, 0
+            elif subject is not None and since <= PAIR_DISTANCE:
+                out.setdefault(subject, set()).add(name)
+        since += 1
+    return out
+
+
+def _kinds(name: str) -> list[tuple[str, str]]:
+    if "=" in name:
+        left, right = name.split("=", 1)
+        return [("subject", left), ("value", right)]
+    return [("value" if _VALUE.match(name) else "subject", name)]
+
+
 def supersedes(later: str, earlier: str) -> bool:
-    """True when `later` changes a value `earlier` states: it retires one of them, or it is about the same subject
-    (`same_subject`) and each states a value the other does not."""
+    """True when `later` changes a value `earlier` states: it retires one of them ("from `a` to `b`"); or both give
+    one identifier a value (`settings`) and `earlier`'s is not among `later`'s; or, when one of them names no
+    identifier, they are about the same subject (`same_subject`) and each states a value the other does not."""
     old, new = values(earlier), values(later)
     if old & retired(later):
         return True
+    mine, theirs = settings(earlier), settings(later)
+    shared = mine.keys() & theirs.keys()
+    if shared:
+        return any(mine[name] - theirs[name] for name in shared)
+    if subjects(earlier) and subjects(later):
+        return False
     return bool(old - new) and bool(new - old) and same_subject(earlier, later)
 
 

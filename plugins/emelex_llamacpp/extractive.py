@@ -5,7 +5,7 @@ are verbatim sentences of its events.
 
 *Summary.* The statements that carry the most of what a compacted history
 must keep are chosen greedily: each step takes the statement with the most
-new key names (identifiers, file names, numbers; weighted 3) plus new
+new key names (identifiers, file names, numbers, code spans; weighted 3) plus new
 content words per token, until the Summary reaches its length: half the
 source's tokens (at least 48), at most the job's Summary budget. Statements
 a later one supersedes (`candidates.supersedes`) are not candidates. An
@@ -81,9 +81,9 @@ LABEL_SYSTEM = "You label each statement from a conversation with its topic word
 
 
 def names(statement: str) -> set[str]:
-    """What a Summary must not lose from `statement`: its key names and its capitalized words after the first
-    (proper names such as "Celery"), casefolded."""
-    found = {n.casefold() for n in key_names(statement)}
+    """What a Summary must not lose from `statement`: its key names, its code spans (commands) and its capitalized
+    words after the first (proper names such as "Celery"), casefolded."""
+    found = {n.casefold() for n in key_names(statement)} | {m.casefold() for m in re.findall(r"`([^`\n]+)`", statement)}
     found |= {w.casefold() for w in re.findall(r"(?<=\s)[A-Z][\w-]*", statement)}
     return found
 
