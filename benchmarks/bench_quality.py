@@ -1,4 +1,4 @@
-"""How faithful the worker's output is: the real pipeline on the default model over conversations with known facts.
+r"""How faithful the worker's output is: the real pipeline on the default model over conversations with known facts.
 
 Every conversation of `quality/heldout.json` (hand-written, held out: the
 pipeline is never tuned on them; `--dev` runs `quality/dev.json`, the set it

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from emelex_llamacpp import extractive
+from emelex_llamacpp import extractive, prompts
 from emelex_memory import KnowledgeCandidate, MemoryStore, NewEvent
 from emelex_workers import faithfulness as fx
 from emelex_workers.guards import guard_candidates
@@ -137,6 +137,17 @@ def test_agent_sessions_distil_what_was_said_never_tool_calls_results_failures_o
         "The CI image uses Python 3.12.4, from `python:3.12.4-slim` in docker/ci.Dockerfile.",
         "And the lint job runs ruff 0.6.9 on every push.",
     ]
+
+
+def test_the_abstractive_distiller_is_shown_what_was_said_not_the_machinery(
+    store: MemoryStore, workspace: Path
+) -> None:
+    job, replayed = _session(store, workspace, AGENT_SESSION)
+    binding = ScriptedBinding(['{"facts": []}'])
+    prompts.distill(DistillRequest(job, store_input(store, job, replayed), 128, binding))
+    shown = binding.calls[0][0][-1]["content"]
+    assert "The CI image uses Python 3.12.4" in shown and "ruff 0.6.9" in shown
+    assert not any(word in shown for word in ("call_id", "read_file", "FROM python", "model_error", "tokens"))
 
 
 def test_the_guard_rejects_machinery_from_any_distiller_and_keeps_facts_said_in_words(
