@@ -25,21 +25,24 @@ For facts (Knowledge) also dropped:
 - episodic state (`episodic`): the state of the moment ("is stuck", "right
   now", "since Monday", "fixed"), debugging steps and hypotheses ("Try ...",
   "I think ...", "Possibly ..."), sentences that lean on the context (they
-  open with "It", "This", "That", "They", ..., end "on it", or say "that
-  time", "this error"), and what the
-  assistant will do next with no name in it ("OK, I'll close the ticket.");
+  open with "It", "This", "That", "They", ..., or say "for that", "on it",
+  "that time", "this error"), and a short plan of the speaker's (at most 6 words)
+  that names nothing ("OK, I'll close the ticket.");
 - sentences of fewer than two *substantive* words (content words that are
   neither small talk nor negations: "Not yet.", "Right, not 1%.").
 
 A *fragment answer* (the first sentence of a reply to a question that opens
 with "yes" / "no", or has at most 8 words, counted as runs of non-space,
-and opens with no subject such as "We", "The", "Our") means nothing alone ("In
-config/server.yaml."): it is a candidate only with the question it answers
-(`question`, the question's sentence verbatim), stored as `qa(question,
-answer)`: "Q: Where do the timeout settings live? A: In config/server.yaml."
-(a question of fewer than two substantive words, such as "Can you help?",
-makes no entry). Lines of an earlier Summary count as sentences of the
-speaker their label names ("user: ...", "assistant: ...", "summary: ..."; a
+and opens with no subject such as "We", "The", "Our") means nothing alone
+("In config/server.yaml."), and neither does a first reply sentence that
+leans on the question ("It lives in .github/workflows/ci.yml."): each is a
+candidate only with the question it answers (`question`, the question's
+sentence verbatim), stored as `qa(question, answer)`: "Q: Where do the
+timeout settings live? A: In config/server.yaml.". A question that is itself
+a proposal or hypothesis ("Maybe the cache is why?") lends its answer
+nothing: the answer is judged alone; one without a substantive word ("Can
+you help?") makes no entry. Lines of an earlier Summary count as sentences
+of the speaker their label names ("user: ...", "assistant: ...", "summary: ..."; a
 line without one is the Summary's own, speaker "summary"), the label itself
 not part of any sentence. Fact candidates never come from a Summary event: it
 is the pipeline's own output, not what the conversation said.
@@ -88,17 +91,19 @@ _EPISODIC = re.compile(
     r"(?:is|are|got) stuck|keeps? (?:failing|crashing)|fails? with|is (?:failing|crashing|down|restarting)|"
     r"(?:already )?fixed|now it works|works now|try again|pass again)\b"
     r"|^(?:try|check|look at|see if|restart|rerun|wait|i think|i guess|i suspect|probably|possibly|perhaps)\b"
-    r"|^(?:it|its|this|that|these|those|they|there)\b|\b(?:that|this) (?:time|error|issue|problem|bug|failure)\b"
-    r"|\b(?:on|to|for|with|at) (?:it|this|that|them)[.!]?$",
+    r"|\b(?:that|this) (?:time|error|issue|problem|bug|failure)\b|\b(?:on|for|with|at|about) (?:it|this|that|them)\b"
+    r"|\bto (?:it|this|that|them)[.!]?$",
     re.IGNORECASE)
+_LEANS = re.compile(r"^(?:it|its|this|that|these|those|they|there)\b", re.IGNORECASE)
 _PLAN = re.compile(r"^(?:\w+, )?(?:i'll|i will|i'm going to|let me)\b", re.IGNORECASE)
+PLAN_WORDS = 6
 _SUBJECT = re.compile(r"^(?:we|i|you|they|he|she|it|the|a|an|our|your|their|this|that|these|those|there|"
                       r"my|its)\b", re.IGNORECASE)
 _YES_NO = re.compile(r"^(?:yes|yeah|yep|no|nope)\b", re.IGNORECASE)
 _CODE = re.compile(r"`([^`\n]+)`")
 _RETIRED = re.compile(r"\b(?:from|renamed?|replaced?|instead of)\s+`?([^\s`]+?)`?[,.]?\s+(?:to|with|by)\b",
                       re.IGNORECASE)
-SUBJECT_OVERLAP = 0.5
+SUBJECT_OVERLAP = 0.6
 
 
 @dataclass(frozen=True)
@@ -148,10 +153,12 @@ def substance(sentence: str) -> set[str]:
     return content_words(sentence) - _CHATTER_STEMS - _NEGATION_STEMS
 
 
-def episodic(sentence: str) -> bool:
-    """True when `sentence` is state of the moment, a debugging step or hypothesis, leans on its context, or is a
-    plan of the speaker's that names nothing (see the module docstring)."""
-    return bool(_EPISODIC.search(sentence)) or (bool(_PLAN.match(sentence)) and not key_names(sentence))
+def episodic(sentence: str, *, answers: bool = False) -> bool:
+    """True when `sentence` is state of the moment, a debugging step or hypothesis, a short plan of the speaker's
+    that names nothing (at most 6 words), or leans on its context (opening with "It", "They", ...; not when it
+    `answers` a question it is kept with, which says what "it" is); see the module docstring."""
+    plan = bool(_PLAN.match(sentence)) and not key_names(sentence) and len(sentence.split()) <= PLAN_WORDS
+    return bool(_EPISODIC.search(sentence)) or plan or (not answers and bool(_LEANS.match(sentence)))
 
 
 _VALUE = re.compile(r"\d|v\d|.*:\d", re.IGNORECASE)  # a number, a version ("v2"), a tag or port ("python:3.12")
@@ -187,7 +194,7 @@ def _topic(sentence: str) -> set[str]:
 
 def same_subject(earlier: str, later: str) -> bool:
     """True when `earlier` and `later` are about one subject: when both name identifiers (`subjects`), when they
-    share one; else when the words they are about (`_topic`) overlap with a Jaccard index of at least 0.5."""
+    share one; else when the words they are about (`_topic`) overlap with a Jaccard index of at least 0.6."""
     mine, theirs = subjects(earlier), subjects(later)
     if mine and theirs:
         return bool(mine & theirs)
@@ -286,13 +293,17 @@ def candidates(events: Sequence[Event], *, facts: bool) -> list[Candidate]:
             norm = normalize(sentence)
             if sentence.endswith("?") or len(sentence) > MAX_CANDIDATE_CHARS or norm in seen:
                 continue
-            question = asked if facts and number == 0 and asked is not None and fragment(sentence) else None
+            question = None
+            if facts and number == 0 and asked is not None and not _PROPOSAL.search(asked) and (
+                    fragment(sentence) or _LEANS.match(sentence)):
+                question = asked
             if facts and question is not None:
-                if len(substance(question)) < 2 or (chatter(sentence) and not _YES_NO.match(sentence)):
+                if not substance(question) or (chatter(sentence) and not _YES_NO.match(sentence)):
                     continue
             elif len(content_words(sentence)) < 2 or chatter(sentence):
                 continue
-            if facts and (_PROPOSAL.search(sentence) or (index, sentence) in rejected or episodic(sentence)
+            if facts and (_PROPOSAL.search(sentence) or (index, sentence) in rejected
+                          or episodic(sentence, answers=question is not None)
                           or (question is None and len(substance(sentence)) < 2)):
                 continue
             seen.add(norm)
