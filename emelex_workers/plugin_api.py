@@ -14,7 +14,7 @@ from typing import Protocol
 from emelex_memory import DistillationInput, Event, InstalledModel, Job, KnowledgeCandidate, Settings
 
 __all__ = [
-    "AgentBinding", "DistillRequest", "Distiller", "GenerationInterrupted", "GenerationProgress", "ModelBinding", "Summarizer", "SummaryRequest", "event_body",
+    "AgentBinding", "DistillRequest", "Distiller", "GenerationInterrupted", "GenerationProgress", "ModelBinding", "Summarizer", "SAID_KINDS", "SummaryRequest", "event_body",
     "event_text",
 ]
 
