@@ -102,12 +102,14 @@ def test_a_fragment_answer_is_stored_with_its_question_and_content_free_or_episo
         "Where should the workflow file live?", "It lives in .github/workflows/ci.yml.",
         "Maybe the cache is why the build is slow?", "It was not: the cache hit rate is 90%.",
         "Images must stay small.", "I'll add a check for that to the CI job.",
+        "It was an OOM kill from the old image, already fixed.", "Fixed, deploys pass again.",
+        "And the printer?", "The printer has the fixed address 192.168.178.30.",
     ))
     contents = [c.content for c in found]
     assert contents == ["Q: Where do the timeout settings live? A: In config/server.yaml.",
                         "We pin meson-python 0.15.0 in pyproject.toml.",
                         "Q: Where should the workflow file live? A: It lives in .github/workflows/ci.yml.",
-                        "Images must stay small."]
+                        "Images must stay small.", "The printer has the fixed address 192.168.178.30."]
     assert fx.qa_parts(contents[0]) == ("Where do the timeout settings live?", "In config/server.yaml.")
 
 

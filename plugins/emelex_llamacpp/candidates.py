@@ -89,7 +89,7 @@ _EPISODIC = re.compile(
     r"\b(?:right now|at the moment|currently|just now|a (?:minute|moment|second|while) ago|yesterday|"
     r"since (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|yesterday|this morning)|"
     r"(?:is|are|got) stuck|keeps? (?:failing|crashing)|fails? with|is (?:failing|crashing|down|restarting)|"
-    r"(?:already )?fixed|now it works|works now|try again|pass again)\b"
+    r"already fixed|(?:is|got|was) fixed|fixed (?:it|now)|now it works|works now|try again|pass again)\b|^fixed\b"
     r"|^(?:try|check|look at|see if|restart|rerun|wait|i think|i guess|i suspect|probably|possibly|perhaps)\b"
     r"|\b(?:that|this) (?:time|error|issue|problem|bug|failure)\b|\b(?:on|for|with|at|about) (?:it|this|that|them)\b"
     r"|\bto (?:it|this|that|them)[.!]?$",
