@@ -32,8 +32,8 @@ instead of waiting for it). Then, per conversation:
   aside, is a substring of one source text; numbers (`\d+(.\d+)*`) an entry
   or a Summary names that no source text contains are counted.
 
-- Summary, also: a *question-less answer* is a reply sentence the Summary
-  quotes while the question it answers (the user's last sentence, when it
+- Summary, also: a *question-less answer* is a reply sentence (not itself a
+  question) the Summary quotes while the question it answers (the user's last sentence, when it
   ends with "?", or its last clause) is nowhere in it.
 
 Then (not with `--no-shared`) the *shared-workspace* run: the same
@@ -304,7 +304,8 @@ def questionless(summary: str, conv: dict[str, Any]) -> int:
         if not question.endswith("?"):
             continue
         clause = re.split(r"[,;:]\s+", question)[-1]
-        replies = [r for r in _split(assistant) if len(r.split()) >= 2]
+        # A question in reply answers nothing.
+        replies = [r for r in _split(assistant) if len(r.split()) >= 2 and not r.endswith("?")]
         if any(_plain(r).rstrip(".") in text for r in replies) and _plain(clause) not in text:
             count += 1
     return count

@@ -62,6 +62,14 @@ def test_the_decisions_of_the_replaced_turns_are_kept_within_the_budget(store: M
     assert ScriptedBinding().count_tokens(text) <= 40
 
 
+def test_a_decision_that_changes_something_goes_before_other_decisions(store: MemoryStore, workspace: Path) -> None:
+    text = _summary(store, workspace, [
+        "Maria signs off v2.4.1 on GitHub.", "Bob owns the S3 bucket acme-logs-7.",
+        "Deploys run on ECS cluster prod-3.", "Use `pip install --no-build-isolation -e .` instead.",
+    ], 24)
+    assert "Use `pip install --no-build-isolation -e .` instead." in text
+
+
 @pytest.fixture
 def wide(env: Settings, monkeypatch) -> Settings:  # noqa: F811
     """The fake binding with the default model's 8192-token window; the built-in extractive summarizer."""

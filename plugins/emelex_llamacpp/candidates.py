@@ -268,9 +268,9 @@ def _question(previous: tuple[int, str, list[str]] | None, speaker: str) -> str 
 
 def fragment(answer: str) -> bool:
     """True when `answer`, the first sentence of a reply to a question, needs the question to mean anything: it
-    opens with yes or no, or it has at most 8 words (runs of non-space: `otel-collector:4317` is one) and does not
+    opens with yes or no, or it has at most 8 words (runs of non-space, a code span one) and does not
     open with a subject ("We", "The", "Our", "It", ...): "In config/server.yaml.", "INFO by default."."""
-    short = len(answer.split()) <= FRAGMENT_WORDS and not _SUBJECT.match(answer)
+    short = len(_CODE.sub("code", answer).split()) <= FRAGMENT_WORDS and not _SUBJECT.match(answer)
     return short or bool(_YES_NO.match(answer))
 
 
@@ -356,6 +356,16 @@ def decision(statement: str) -> bool:
     `subjects`: a command in backticks, a version, a file), or says use / keep / pin / set / always / never / ..."""
     subject, value = _names(statement)
     return bool(subject or value or _DECISION.search(statement))
+
+
+_CHANGE = re.compile(r"\b(?:instead|rather than|switch|switched|renamed?|replaced?|changes? to|changed to|now|"
+                     r"raise[sd]?|lower(?:s|ed)?|from \S+ to)\b", re.IGNORECASE)
+
+
+def change(statement: str) -> bool:
+    """True when `statement` is a decision (`decision`) that changes something: it says "instead", "switch",
+    "renamed", "now", "from ... to", ... ("Use `pip install --no-build-isolation -e .` instead.")."""
+    return decision(statement) and bool(_CHANGE.search(statement))
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,13 @@ sentence, verbatim, its last clause when it is longer than 16 words), both
 counted against the length: a Summary never holds a question-less answer.
 *Decisions* (`candidates.decision`: statements naming a value or an
 identifier, such as a command, a version or a file, or saying use / keep /
-pin / set / ...) go first. A step of a long compaction summarizes the
+pin / set / ...) go first, and first among them the decisions that change
+something (`candidates.change`: "... instead", "switch ... from ... to",
+"renamed", "is now"). A step of a long compaction summarizes the
 previous Summary and a new slice of the conversation: the previous
 Summary's decisions are taken first, within half the length, so a chain
-keeps every step's decisions while they fit; then the new slice's decisions,
-then its other statements, then the previous Summary's other lines, each by
+keeps every step's decisions while they fit; then the new slice's decisions
+(changes first), then its other statements, then the previous Summary's other lines, each by
 the same rule, so a step never just repeats the previous Summary. Ties go
 to the earlier statement. They are
 written in source order, one line per event, `speaker: sentence ...`,
@@ -69,7 +71,17 @@ from emelex_workers.faithfulness import (
 from emelex_workers.plugin_api import SAID_KINDS, DistillRequest, SummaryRequest, event_body
 
 from .binding import generate
-from .candidates import CHATTER, Candidate, Evidence, candidates, decision, evidence, questions, supersedes
+from .candidates import (
+    CHATTER,
+    Candidate,
+    Evidence,
+    candidates,
+    change,
+    decision,
+    evidence,
+    questions,
+    supersedes,
+)
 from .prompts import MAX_KEY_CHARS, fit, slug
 
 SUMMARY_SHARE = 1 / 2
@@ -135,6 +147,7 @@ def summarize(request: SummaryRequest) -> str:
     asked = questions(request.events)
     fresh = {id(c): request.events[c.event].kind != "summary" for c in pool}
     decisive = {id(c): decision(c.text) for c in pool}
+    changes = {id(c): change(c.text) for c in pool}
     order = {id(c): -c.order for c in pool}
     tokens = {c.text: model.count_tokens(c.text) + 2 for c in [*pool, *asked.values()]}
     units: list[list[Candidate]] = []
@@ -151,7 +164,9 @@ def summarize(request: SummaryRequest) -> str:
         return sum(tokens[u.text] for u in unit(c))
 
     def tier(c: Candidate) -> int:
-        return 2 if decisive[id(c)] and fresh[id(c)] else 1 if fresh[id(c)] else 0
+        if not fresh[id(c)]:
+            return 0
+        return 3 if changes[id(c)] else 2 if decisive[id(c)] else 1
 
     def take(remaining: list[Candidate], limit: float, rank) -> None:
         nonlocal used
