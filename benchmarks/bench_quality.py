@@ -67,10 +67,9 @@ an *invented speaker line* is a stored Summary line labelled `user: ` or
 `assistant: ` whose sentences are not all verbatim words of that speaker.
 
 Every target is printed beside its figure; the run exits 1 when one is
-missed. The figures of a run are recorded as JSON (`--figures`, default
-`benchmarks/figures/quality.json` when the section is written) and the
-section is a pure function of them: `--render FILE` writes the section from
-recorded figures without running anything.
+missed. A section written starts with its figures as JSON (`<!-- figures:
+{...} -->`) and the rest is `render` of them, a pure function: `--render`
+writes the section again from the figures it records, running nothing.
 
 Prints a table and writes the "quality" section of benchmarks/RESULTS.md
 (not with `--dev`, `--only` or `--no-write`). `--set KEY=VALUE` overrides a setting
@@ -101,10 +100,11 @@ from emelex_workers.plugins import choose, distillers, get_plugin_manager, summa
 from emelex_workers.work import Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import write_section  # noqa: E402
+from results import RESULTS, write_section  # noqa: E402
 
 DATA = Path(__file__).with_name("quality")
-FIGURES = Path(__file__).with_name("figures")
+SECTIONS = ("quality", "quality-abstractive")  # the sections `render` makes from their recorded figures
+FIGURES_LINE = re.compile(r"<!-- figures: (.*) -->\n")
 # name: (comparison, target). "<=" targets are upper bounds, ">=" lower bounds, "==" exact.
 TARGETS: dict[str, tuple[str, Any]] = {
     "unsupported": ("<=", 0), "example_copies": ("<=", 0), "loops": ("<=", 0), "recall": (">=", 0.5),
@@ -552,7 +552,7 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def report(fig: dict[str, Any]) -> str:
+def render(fig: dict[str, Any]) -> str:
     """The Markdown section for RESULTS.md: a pure function of the recorded figures `fig`."""
     run, t, rows = fig["run"], fig["heldout"]["totals"], fig["heldout"]["rows"]
     rng = t["confidence_range"]
@@ -560,7 +560,7 @@ def report(fig: dict[str, Any]) -> str:
     jobs = ", ".join(f"{n} {k}" for k, n in sorted(t["jobs"].items()))
     check = {name: target_text(name, value) for name, _what, value in checks(fig)}
     lines = [
-        f"## {fig['title']} (`bench_quality.py`), {fig['date']}",
+        f"## {fig['title']} (`bench_quality.py`), {fig['measured']}",
         "",
         f"Model: `{run['model']}` (`{run['model_file']}`), context window {run['context_window']} tokens; "
         f"settings: {fig['settings']}. {t['conversations']} conversations of `benchmarks/quality/{fig['data']}`, "
@@ -708,7 +708,7 @@ def measure(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     rows = [score(o, run["examples"]) for o in outcomes]
     _print_outcomes(rows, outcomes)
     fig: dict[str, Any] = {
-        "title": args.title, "date": datetime.date.today().isoformat(),
+        "title": args.title,
         "command": " ".join(["python", "benchmarks/bench_quality.py", *(shlex.quote(a) for a in argv)]),
         "settings": ", ".join(f"`{k}={v}`" for k, v in overrides.items()) or "defaults", "data": data_file,
         "run": {k: v for k, v in run.items() if k != "examples"},
@@ -728,6 +728,24 @@ def measure(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     return fig
 
 
+def publish(name: str, fig: dict[str, Any]) -> str:
+    """Write the section `name` of RESULTS.md: a first line `<!-- figures: {...} -->` holding `fig` (with its
+    "measured" date) as JSON, then `render` of them; return that rendering."""
+    line = json.dumps(fig, sort_keys=True, ensure_ascii=False, default=str)
+    if "-->" in line:
+        raise ValueError("figures must not contain '-->', which would end their comment")
+    text = render(fig)
+    write_section(name, f"<!-- figures: {line} -->\n{text.strip()}\n")
+    return text
+
+
+def recorded(name: str) -> dict[str, Any]:
+    """The figures recorded in the section `name` of RESULTS.md."""
+    text = RESULTS.read_text(encoding="utf-8")
+    start = text.index(f"<!-- section: {name} -->\n") + len(f"<!-- section: {name} -->\n")
+    return json.loads(FIGURES_LINE.match(text, start).group(1))
+
+
 def main(argv: list[str]) -> int:
     """Run (or, with `--render`, re-render) the benchmark; 1 when a target is missed, else 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -737,16 +755,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     parser.add_argument("--no-shared", action="store_true", help="skip the shared-workspace run")
     parser.add_argument("--no-labelled", action="store_true", help="skip the labelled set")
-    parser.add_argument("--figures", type=Path, help="record the run's figures as JSON here (default, when the "
-                        "section is written: benchmarks/figures/SECTION.json)")
-    parser.add_argument("--render", type=Path, metavar="FIGURES", help="write the section from recorded figures; "
+    parser.add_argument("--render", action="store_true", help="render the section from the figures it records; "
                         "run nothing")
     parser.add_argument("--section", default="quality", help="RESULTS.md section to write (default: quality)")
     parser.add_argument("--title", default="Quality", help="the section's heading (default: Quality)")
     args = parser.parse_args(argv)
     write = not (args.dev or args.no_write or args.only)
-    if args.render is not None:
-        fig = json.loads(args.render.read_text(encoding="utf-8"))
+    if args.render:
+        fig = recorded(args.section)
     else:
         if importlib.util.find_spec("llama_cpp") is None:
             print("quality: skipped (llama-cpp-python is not installed)")
@@ -756,17 +772,12 @@ def main(argv: list[str]) -> int:
         except DefaultModelUnavailableError as exc:
             print(f"quality: skipped ({exc})")
             return 0
-        fig = measure(args, argv)
-        record = args.figures or (FIGURES / f"{args.section}.json" if write else None)
-        if record is not None:
-            record.parent.mkdir(parents=True, exist_ok=True)
-            record.write_text(json.dumps(fig, indent=1, default=str) + "\n", encoding="utf-8")
-    section = report(fig)
-    print("\n" + section + "\n")
+        fig = {"measured": datetime.date.today().isoformat(), **measure(args, argv)}
+    print("\n" + render(fig) + "\n")
     for name, what, value in checks(fig):
         print(f"{what}: {value}  target {target_text(name, value)}")
     if write:
-        write_section(args.section, section)
+        publish(args.section, fig)
     return 1 if misses(fig) else 0
 
 

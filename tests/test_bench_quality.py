@@ -1,6 +1,6 @@
 """benchmarks/bench_quality.py without a model: how it classifies an entry against the labelled set, that its
-section is a pure function of the recorded figures (RESULTS.md holds exactly what the recorded figures render to),
-and that a missed target makes it exit 1."""
+sections are a pure function of the figures they record (RESULTS.md holds exactly what they render to), and that a
+missed target makes it exit 1."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ _SPEC = importlib.util.spec_from_file_location("bench_quality", BENCHMARKS / "be
 bench = importlib.util.module_from_spec(_SPEC)
 sys.modules["bench_quality"] = bench  # its dataclasses look their module up
 _SPEC.loader.exec_module(bench)
+import results as bench_results  # noqa: E402 - benchmarks/results.py, on the path bench_quality put it
 
 LABELLED = {c["id"]: c for c in json.loads((BENCHMARKS / "quality" / "labelled.json").read_text())["conversations"]}
 
@@ -46,25 +47,28 @@ def test_confidence_separates_only_when_the_upper_half_is_more_often_right() -> 
     assert not bench.confidence_split([(0.7, True), (0.7, False)])["separates"]  # one value: nothing below it
 
 
-def _recorded_section() -> str:
+def _section(name: str) -> str:
     text = (BENCHMARKS / "RESULTS.md").read_text(encoding="utf-8")
-    return re.search(r"<!-- section: quality -->\n(.*?)\n<!-- end: quality -->", text, re.DOTALL).group(1)
+    return re.search(rf"<!-- section: {name} -->\n<!-- figures: .* -->\n(.*?)<!-- end: {name} -->", text,
+                     re.DOTALL).group(1)
 
 
-def test_the_quality_section_is_what_the_recorded_figures_render_to() -> None:
-    figures = json.loads((BENCHMARKS / "figures" / "quality.json").read_text(encoding="utf-8"))
-    assert bench.report(figures).strip() == _recorded_section().strip()
+def test_each_section_is_what_its_recorded_figures_render_to() -> None:
+    for name in bench.SECTIONS:
+        assert bench.render(bench.recorded(name)).strip() == _section(name).strip(), name
 
 
-def test_a_missed_target_is_printed_beside_its_figure_and_exits_1(tmp_path: Path, capsys) -> None:
-    figures = json.loads((BENCHMARKS / "figures" / "quality.json").read_text(encoding="utf-8"))
-    path = tmp_path / "figures.json"
-    path.write_text(json.dumps(figures))
-    assert bench.main(["--render", str(path), "--no-write"]) == (1 if bench.misses(figures) else 0)
+def test_a_missed_target_is_printed_beside_its_figure_and_exits_1(tmp_path: Path, monkeypatch, capsys) -> None:
+    figures = bench.recorded("quality")
+    results = tmp_path / "RESULTS.md"
+    monkeypatch.setattr(bench, "RESULTS", results)
+    monkeypatch.setattr(bench, "write_section", lambda name, body: bench_results.write_section(name, body, results))
+    bench.publish("quality", figures)
+    assert bench.main(["--render", "--no-write"]) == (1 if bench.misses(figures) else 0)
     broken = copy.deepcopy(figures)
     broken["labelled"]["kinds"]["superseded"] = 1
-    path.write_text(json.dumps(broken))
-    assert bench.main(["--render", str(path), "--no-write"]) == 1
+    bench.publish("quality", broken)
+    assert bench.main(["--render"]) == 1
     out = capsys.readouterr().out
     assert "labelled: superseded values stated as current: 1  target 0 (**not met**)" in out
-    assert "Result: **targets missed**" in out
+    assert "Result: **targets missed**" in results.read_text()
