@@ -10,10 +10,13 @@ from .checks import (
     EXAMPLE_JACCARD,
     MIN_CONTENT_WORDS,
     NEGATIONS,
+    PARAPHRASE,
     SPEAKER_LABEL,
     STOP_WORDS,
+    SUMMARY_META,
     SummaryCheck,
     check_summary,
+    claim_supported,
     content_words,
     corroboration,
     is_invented,
@@ -22,6 +25,8 @@ from .checks import (
     matches_example,
     negated,
     normalize,
+    qa,
+    qa_parts,
     quoted,
     sentences,
     stem,
@@ -33,7 +38,8 @@ from .checks import (
 )
 
 __all__ = [
-    "EXAMPLE_JACCARD", "MIN_CONTENT_WORDS", "NEGATIONS", "SPEAKER_LABEL", "STOP_WORDS", "SummaryCheck",
-    "check_summary", "content_words", "corroboration", "is_invented", "key_names", "looping", "matches_example",
-    "negated", "normalize", "quoted", "sentences", "stem", "support", "supported", "terminated", "vacuous", "words",
+    "EXAMPLE_JACCARD", "MIN_CONTENT_WORDS", "NEGATIONS", "PARAPHRASE", "SPEAKER_LABEL", "STOP_WORDS", "SUMMARY_META",
+    "SummaryCheck", "check_summary", "claim_supported", "content_words", "corroboration", "is_invented", "key_names",
+    "looping", "matches_example", "negated", "normalize", "qa", "qa_parts", "quoted", "sentences", "stem", "support",
+    "supported", "terminated", "vacuous", "words",
 ]

@@ -7,7 +7,11 @@ These are plain functions over text, independent of any model or plugin
   are the words outside `STOP_WORDS`, lightly stemmed (`stem`), so
   "moves" and "moving" count as one word.
 - *Sentences* are split after `.`, `!` or `?` followed by white space, and at
-  line breaks.
+  line breaks, except where that would cut code or a name: never inside a
+  backtick span (`` `pip install -e .` ``) or a fenced code block (one
+  sentence, line breaks included), not before a lowercase letter ("... and
+  then", "-e . and"), and not after a token of dots only (".", "..") or an
+  abbreviation ("e.g.").
 - A candidate is *supported* by its source when its normalized text
   (`normalize`) occurs in the normalized text of one source event (a quote),
   or when every content word of it occurs in one source sentence whose
@@ -17,6 +21,10 @@ These are plain functions over text, independent of any model or plugin
 - Its *corroboration* is the share of its content words that also occur in
   a source event other than the one supporting it best: a statement the
   conversation comes back to scores higher than one said once in passing.
+- A *question-and-answer* entry, `qa(question, answer)`, is "Q: <question>
+  A: <answer>", both verbatim: an answer that means nothing without its
+  question ("In config/server.yaml.") stored with it. Such a candidate is
+  supported when its question and its answer each are (`qa_parts`).
 - A candidate is *vacuous* when it has fewer than two distinct content words.
 - A candidate *matches a worked example* when it is not quoted from the
   source and its content words overlap those of one sentence of a
@@ -31,7 +39,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 STOP_WORDS = frozenset(
@@ -46,7 +54,10 @@ NEGATIONS = frozenset("no not never none nobody nothing nor without cannot n't d
 EXAMPLE_JACCARD = 0.6
 MIN_CONTENT_WORDS = 2
 _WORD = re.compile(r"[^\W_]+")
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]`*]*\s+|\n+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]`*]*[ \t]+")
+_CODE_SPAN = re.compile(r"`[^`\n]+`")
+_DOTTED = re.compile(r"(?:[a-z]\.){2,}\Z", re.IGNORECASE)  # "e.g.", "i.e.": not the end of a sentence
+_FENCE = re.compile(r"^```[^\n]*\n.*?^```[ \t]*$", re.DOTALL | re.MULTILINE)
 _TERMINATED = re.compile(r"[.!?][\"')\]`*]*\Z")
 _KEY_NAME = re.compile(r"[^\s,;()\[\]{}\"'`<>]+")
 _KEY_SHAPE = re.compile(r"\d|\w[_/.:=@#]\w|[a-z][A-Z]")
@@ -84,10 +95,32 @@ def negated(text: str) -> bool:
     return any(w in NEGATIONS for w in words(text)) or "n't" in text.casefold()
 
 
+def _line_sentences(line: str) -> list[str]:
+    masked = _CODE_SPAN.sub(lambda m: "\0" * len(m.group()), line)  # a code span never ends a sentence
+    out, start = [], 0
+    for end in _SENTENCE_END.finditer(masked):
+        following = masked[end.end():end.end() + 1]
+        token = masked[:end.start()].rsplit(None, 1)[-1] if masked[:end.start()].strip() else ""
+        token = token.rstrip("\"')]`*")
+        if following.islower() or not token.strip(".") or _DOTTED.match(token.lstrip("(\"'")):
+            continue
+        out.append(line[start:end.start()])
+        start = end.end()
+    out.append(line[start:])
+    return out
+
+
 def sentences(text: str) -> list[str]:
-    """`text` split into sentences after `.`, `!` or `?` followed by white space, and at line breaks; stripped,
-    empty pieces dropped."""
-    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
+    """`text` split into sentences (see the module docstring: after `.`, `!` or `?` and white space, and at line
+    breaks, never inside code); stripped, empty pieces dropped. A fenced code block is one sentence."""
+    pieces: list[str] = []
+    start = 0
+    for fence in _FENCE.finditer(text):
+        pieces += [s for line in text[start:fence.start()].splitlines() for s in _line_sentences(line)]
+        pieces.append(fence.group())
+        start = fence.end()
+    pieces += [s for line in text[start:].splitlines() for s in _line_sentences(line)]
+    return [s.strip() for s in pieces if s.strip()]
 
 
 def terminated(sentence: str) -> bool:
@@ -138,8 +171,25 @@ def quoted(candidate: str, sources: Iterable[str]) -> bool:
 
 def supported(candidate: str, sources: Sequence[str]) -> bool:
     """True when `candidate` is quoted from `sources` or all its content words occur in one source sentence of the
-    same polarity (see the module docstring)."""
+    same polarity (see the module docstring); a `qa` entry when its question and its answer each are."""
+    parts = qa_parts(candidate)
+    if parts is not None:
+        return all(support(part, sources) >= 1.0 for part in parts)
     return support(candidate, sources) >= 1.0
+
+
+_QA = re.compile(r"Q: (?P<q>.+?\?) A: (?P<a>.+)\Z", re.DOTALL)
+
+
+def qa(question: str, answer: str) -> str:
+    """The entry that keeps `answer` with the `question` it answers: "Q: <question> A: <answer>"."""
+    return f"Q: {question} A: {answer}"
+
+
+def qa_parts(text: str) -> tuple[str, str] | None:
+    """(question, answer) of a `qa` entry; None for any other text."""
+    match = _QA.match(text)
+    return (match.group("q"), match.group("a")) if match else None
 
 
 def vacuous(candidate: str) -> bool:
@@ -196,8 +246,9 @@ def is_invented(name: str, source_text: str) -> bool:
 @dataclass(frozen=True)
 class SummaryCheck:
     """What `check_summary` made of a Summary: the kept `text`, how many sentences the raw output had and how many
-    were cut as repeats, worked-example echoes or names absent from the source, whether an unterminated tail was
-    trimmed, and `problem`: why the output is degenerate (None when `text` is usable)."""
+    were cut as repeats, worked-example echoes, names absent from the source or claims the source does not support
+    (`unsupported`), how many labelled lines were marked paraphrases (`relabelled`), whether an unterminated tail
+    was trimmed, and `problem`: why the output is degenerate (None when `text` is usable)."""
 
     text: str
     sentences: int
@@ -206,6 +257,28 @@ class SummaryCheck:
     invented: int
     trimmed: bool
     problem: str | None
+    unsupported: int = 0
+    relabelled: int = 0
+
+
+# Words a Summary uses about the conversation rather than from it ("The user asked ..."): not part of a claim.
+SUMMARY_META = frozenset(stem(w) for w in (
+    "user users assistant asked asks ask said says say told tells tell explained explains explain mentioned "
+    "mentions mention discussed discuss suggested suggests suggest agreed agree conversation summary wanted wants "
+    "want noted note confirmed confirm decided decide event events turn turns starting start").split())
+PARAPHRASE = " (paraphrase): "
+
+
+def claim_supported(sentence: str, sources: Sequence[str]) -> bool:
+    """True when the Summary sentence `sentence` is quoted from `sources`, or when its content words, the words
+    about the conversation (`SUMMARY_META`: "user", "asked", "said", ...) aside, all occur in one source sentence of
+    the same polarity; a sentence of only such words claims nothing and is not supported."""
+    if quoted(sentence, sources):
+        return True
+    wanted = content_words(sentence) - SUMMARY_META
+    polarity = negated(sentence)
+    return bool(wanted) and any(wanted <= content_words(s) for source in sources for s in sentences(source)
+                                if negated(s) == polarity)
 
 
 def _labelled(line: str) -> tuple[str, str]:
@@ -214,7 +287,8 @@ def _labelled(line: str) -> tuple[str, str]:
     return (match.group(0), line[match.end():]) if match else ("", line)
 
 
-def check_summary(text: str, *, sources: Sequence[str], examples: Iterable[str] = ()) -> SummaryCheck:
+def check_summary(text: str, *, sources: Sequence[str], examples: Iterable[str] = (),
+                  speakers: Mapping[str, Sequence[str]] | None = None) -> SummaryCheck:
     """Clean a Summary and judge it, line by line.
 
     Each line keeps its speaker label ("user: ", "assistant: ", "summary: ",
@@ -222,19 +296,26 @@ def check_summary(text: str, *, sources: Sequence[str], examples: Iterable[str] 
     with a space, so the Summary keeps its line structure. Sentences are cut
     when they repeat an earlier one (once normalized), when they loop
     (`looping`; not a sentence quoted from the source, which is what it is),
-    when they match a worked example (`matches_example`), or when they name a
-    key name (`key_names`) that no source contains (`is_invented`). A line
-    left with no sentence is dropped, label and all. A final sentence without
-    terminal punctuation (output cut off by a token limit) is trimmed when a
-    complete sentence precedes it. The result is degenerate when nothing is
-    left, or when the cuts removed half of the sentences or more.
+    when they match a worked example (`matches_example`), when they name a
+    key name (`key_names`) that no source contains (`is_invented`), or when
+    the source does not support their claim (`claim_supported`: the check is
+    per sentence). A line left with no sentence is dropped, label and all.
+    With `speakers` (the texts each speaker said, by lowercase label name), a
+    labelled line is kept under its label only when every sentence it keeps
+    is a quote of that speaker; otherwise its label is marked a paraphrase
+    ("user (paraphrase): ..."), so a replay never shows invented words as a
+    quote. A final sentence without terminal punctuation (output cut off by a
+    token limit) is trimmed when a complete sentence precedes it. The result
+    is degenerate when nothing is left, or when the cuts removed half of the
+    sentences or more.
     """
     examples = tuple(examples)
     source_text = "\n".join(sources).casefold()
     lines = [(label, sentences(body)) for label, body in map(_labelled, text.splitlines())]
+    count_all = sum(len(parts) for _, parts in lines)
     kept: list[tuple[str, list[str]]] = []
     seen: set[str] = set()
-    total = repeated = echoed = invented = 0
+    total = repeated = echoed = invented = unsupported = relabelled = 0
     last_kept = False  # whether the last sentence of all was kept
     for label, parts in lines:
         keep: list[str] = []
@@ -248,10 +329,17 @@ def check_summary(text: str, *, sources: Sequence[str], examples: Iterable[str] 
                 echoed += 1
             elif any(is_invented(name, source_text) for name in key_names(sentence)):
                 invented += 1
+            elif not claim_supported(sentence, sources) and not (total == count_all and not terminated(sentence)):
+                unsupported += 1  # (a cut-off tail is trimmed below instead)
             else:
                 keep.append(sentence)
                 last_kept = True
             seen.add(norm)
+        if keep and label and speakers is not None:
+            said = speakers.get(label[:-2].lower(), ())
+            if not all(quoted(sentence, said) for sentence in keep):
+                label = label[:-2] + PARAPHRASE
+                relabelled += 1
         if keep:
             kept.append((label, keep))
     count = sum(len(keep) for _, keep in kept)
@@ -260,12 +348,13 @@ def check_summary(text: str, *, sources: Sequence[str], examples: Iterable[str] 
         kept[-1][1].pop()
         if not kept[-1][1]:
             kept.pop()
-    cut = repeated + echoed + invented
+    cut = repeated + echoed + invented + unsupported
     problem = None
     if not kept:
-        problem = "nothing is left once repeats, worked-example echoes and invented names are cut"
+        problem = "nothing is left once repeats, worked-example echoes, invented names and unsupported claims are cut"
     elif total and 2 * cut >= total:
         problem = (f"{cut} of its {total} sentences were cut ({repeated} repeated, {echoed} echoing the worked "
-                   f"example, {invented} naming what the source does not)")
+                   f"example, {invented} naming what the source does not, {unsupported} not supported by the "
+                   "source)")
     cleaned = "\n".join(label + " ".join(keep) for label, keep in kept)
-    return SummaryCheck(cleaned, total, repeated, echoed, invented, trimmed, problem)
+    return SummaryCheck(cleaned, total, repeated, echoed, invented, trimmed, problem, unsupported, relabelled)

@@ -6,6 +6,12 @@ and drops, counting each under its reason in the job's result:
 - `rejected_confidence`: a confidence that is not a number in [0, 1];
 - `rejected_invalid`: a key or content Knowledge would refuse (empty, too
   long, control characters);
+- `rejected_machinery`: content that is the agent's machinery, not what was
+  said: JSON (a tool call's arguments, a tool result, a failure record, an
+  audit event), or text quoted from an event outside `SAID_KINDS` ("user",
+  "assistant") and from no said event. A fact a tool result established is
+  kept when the candidate states it in words (it is then supported like any
+  other), with the job's source range, which holds the call, as provenance;
 - `rejected_vacuous`: content with fewer than two content words;
 - `rejected_example`: content matching a worked example the plugin declares
   and not quoted from the source;
@@ -20,8 +26,10 @@ inside it) is the pipeline's own output, not something the conversation said,
 so it never supports a fact.
 
 `guard_summary` cleans a Summary with `faithfulness.check_summary` (repeated
-and looping sentences, worked-example echoes and names absent from the
-source are cut, an unterminated tail is trimmed). A degenerate Summary is a
+and looping sentences, worked-example echoes, names absent from the source
+and claims it does not support, sentence by sentence, are cut; a line
+labelled with a speaker whose words it does not quote is marked a
+paraphrase, "user (paraphrase): ..."; an unterminated tail is trimmed). A degenerate Summary is a
 `DegenerateOutputError`, a counted, retryable failure whose diagnostic
 carries a digest of the output; when a later attempt returns output with a
 digest an earlier diagnostic names, it is a `RepeatedOutputError`,
@@ -35,6 +43,7 @@ that lets a model write it instead.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Iterable, Sequence
 from itertools import islice
@@ -55,9 +64,9 @@ from emelex_memory.knowledge.values import validate_content, validate_key
 
 from . import checks as fx
 from ..worker.attempts import attempt_text
-from ..host.types import event_body
+from ..host.types import SAID_KINDS, event_body
 
-REASONS = ("confidence", "invalid", "vacuous", "example", "unsupported", "conflicting")
+REASONS = ("confidence", "invalid", "machinery", "vacuous", "example", "unsupported", "conflicting")
 
 
 def source_texts(events: Iterable[Event]) -> list[str]:
@@ -65,12 +74,41 @@ def source_texts(events: Iterable[Event]) -> list[str]:
     return [event_body(e) for e in events]
 
 
+def speaker_texts(events: Iterable[Event]) -> dict[str, list[str]]:
+    """What each speaker said, by event kind ("user", "assistant", ...): each event's `event_body`; a base
+    Summary's labelled lines count as their label's speaker's, its other lines as "summary"'s."""
+    said: dict[str, list[str]] = {}
+    for e in events:
+        if e.kind != SUMMARY_KIND:
+            said.setdefault(e.kind, []).append(event_body(e))
+            continue
+        for line in event_body(e).splitlines():
+            match = fx.SPEAKER_LABEL.match(line)
+            name = match.group(0)[:-2].lower() if match else SUMMARY_KIND
+            said.setdefault(name, []).append(line[match.end():] if match else line)
+    return said
+
+
 def fact_sources(events: Iterable[Event]) -> list[str]:
     """The texts Knowledge candidates are checked against: the `event_body` of each event that is not a Summary."""
     return [event_body(e) for e in events if e.kind != SUMMARY_KIND]
 
 
-def _reason(c: KnowledgeCandidate, sources: Sequence[str], examples: Sequence[str]) -> str | None:
+def machinery(content: str, said: Sequence[str], other: Sequence[str]) -> bool:
+    """True when `content` is JSON of an object or a list, or is quoted from one of `other` (texts of events outside
+    `SAID_KINDS`) and from none of `said`."""
+    text = content.strip()
+    if text[:1] in "{[":
+        try:
+            json.loads(text)
+            return True
+        except ValueError:
+            pass
+    return fx.quoted(content, other) and not fx.quoted(content, said)
+
+
+def _reason(c: KnowledgeCandidate, sources: Sequence[str], examples: Sequence[str], said: Sequence[str],
+            other: Sequence[str]) -> str | None:
     conf = c.confidence
     if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not math.isfinite(conf) or not 0 <= conf <= 1:
         return "confidence"
@@ -82,6 +120,8 @@ def _reason(c: KnowledgeCandidate, sources: Sequence[str], examples: Sequence[st
         return "invalid"
     if c.tombstone:
         return None
+    if machinery(c.content, said, other):
+        return "machinery"
     if fx.vacuous(c.content):
         return "vacuous"
     if fx.matches_example(c.content, examples, sources):
@@ -104,11 +144,14 @@ def guard_candidates(proposals: object, *, events: Iterable[Event], examples: Se
     raw = list(islice(proposals, MAX_RAW_CANDIDATES + 1))
     if len(raw) > MAX_RAW_CANDIDATES or not all(isinstance(c, KnowledgeCandidate) for c in raw):
         return raw
+    events = list(events)
     sources = fact_sources(events)
+    said = [event_body(e) for e in events if e.kind in SAID_KINDS]
+    other = [event_body(e) for e in events if e.kind not in SAID_KINDS and e.kind != SUMMARY_KIND]
     counts = dict.fromkeys(REASONS, 0)
     kept: dict[str, KnowledgeCandidate] = {}
     for c in raw:
-        reason = _reason(c, sources, examples)
+        reason = _reason(c, sources, examples, said, other)
         if reason is None and kept.setdefault(c.key, c) != c:
             reason = "conflicting"
         if reason is not None:
@@ -125,7 +168,8 @@ def guard_summary(text: str, *, job: Job, events: Iterable[Event], examples: Seq
                   model_called: bool = True) -> str:
     """The cleaned Summary `text` for `job`, or `DegenerateOutputError` / `RepeatedOutputError` when the summarizer
     called the model (`model_called`), `DeterministicOutputError` when it did not (see the module docstring)."""
-    check = fx.check_summary(text, sources=source_texts(events), examples=examples)
+    events = list(events)
+    check = fx.check_summary(text, sources=source_texts(events), examples=examples, speakers=speaker_texts(events))
     if check.problem is None:
         return check.text
     digest = output_digest(text)

@@ -14,8 +14,9 @@ from typing import Protocol
 from emelex_memory import DistillationInput, Event, InstalledModel, Job, KnowledgeCandidate, Settings
 
 __all__ = [
-    "DEFAULT_SEED", "RETRY_TEMPERATURE", "AgentBinding", "Completion", "DistillRequest", "Distiller", "GenerationInterrupted", "GenerationProgress", "ModelBinding",
-    "ModelCheck", "Summarizer", "SummaryRequest", "event_body", "event_text",
+    "DEFAULT_SEED", "RETRY_TEMPERATURE", "SAID_KINDS", "AgentBinding", "Completion", "DistillRequest", "Distiller",
+    "GenerationInterrupted", "GenerationProgress", "ModelBinding", "ModelCheck", "Summarizer", "SummaryRequest",
+    "event_body", "event_text",
 ]
 
 
@@ -202,6 +203,9 @@ def event_text(event: Event) -> str:
     """The text a model sees for one transcript event: its payload's "text" when that is a string, else the
     payload's stored canonical JSON; prefixed with the event kind, e.g. "user: hello"."""
     return f"{event.kind}: {event_body(event)}"
+
+
+SAID_KINDS = frozenset({"user", "assistant"})  # the events that are what was said; any other kind is machinery
 
 
 def event_body(event: Event) -> str:

@@ -1,17 +1,51 @@
 """The source's own statements, for extractive output: sentences split from the events, filtered and bounded.
 
 A candidate is a sentence of one event's text (`faithfulness.sentences`),
-verbatim. Dropped: questions, sentences with fewer than two content words,
-pure conversation (only words like "thanks", "sure", "noted"), and sentences
-over `MAX_CANDIDATE_CHARS`. For facts, also dropped: proposals ("We could
-...", "Maybe ...", "How about ...") and the last sentence of an event the
-other side answers with a rejection ("No, ...", "Not now", "Absolutely not").
-Lines of an earlier Summary count as sentences of the speaker their label
-names ("user: ...", "assistant: ...", "summary: ..."; a line without one is
-the Summary's own, speaker "summary"), the label itself not part of any
-sentence. Fact candidates never come from a Summary event: it is the
-pipeline's own output, not what the conversation said. Duplicates (once
-normalized) are kept once, first occurrence.
+verbatim. Only what was *said* is a candidate: events of the kinds in
+`SAID_KINDS` ("user", "assistant") and, for a Summary, the lines of an
+earlier Summary. Tool calls and their arguments, tool results, turn failures
+and audit events are the agent's machinery, never a candidate (a fact a tool
+result established is a candidate in the words the assistant said it in).
+
+Dropped always: questions, sentences with fewer than two content words,
+pure conversation (only words like "thanks", "sure", "noted"), sentences
+over `MAX_CANDIDATE_CHARS`, and statements *superseded* later in the source
+(`superseded`): a later statement that gives the same subject another value,
+or retires the value ("from `a` to `b`", "renamed `a` to `b`"); see
+`supersedes`. Duplicates
+(once normalized) are kept once, first occurrence.
+
+For facts (Knowledge) also dropped:
+
+- proposals, suggested or reported ("We could ...", "Maybe ...", "How about
+  ...", "Someone proposed ..."): a proposal is never stored, so never
+  without its rejection; the rejection itself is a statement like any other;
+- the last sentence of an event the other side answers with a rejection
+  ("No, ...", "Not now", "Absolutely not");
+- episodic state (`episodic`): the state of the moment ("is stuck", "right
+  now", "since Monday", "fixed"), debugging steps and hypotheses ("Try ...",
+  "I think ...", "Possibly ..."), sentences that lean on the context (they
+  open with "It", "This", "That", "They", ..., or say "for that", "on it",
+  "that time", "this error"), and a short plan of the speaker's (at most 6 words)
+  that names nothing ("OK, I'll close the ticket.");
+- sentences of fewer than two *substantive* words (content words that are
+  neither small talk nor negations: "Not yet.", "Right, not 1%.").
+
+A *fragment answer* (the first sentence of a reply to a question that opens
+with "yes" / "no", or has at most 8 words, counted as runs of non-space,
+and opens with no subject such as "We", "The", "Our") means nothing alone
+("In config/server.yaml."), and neither does a first reply sentence that
+leans on the question ("It lives in .github/workflows/ci.yml."): each is a
+candidate only with the question it answers (`question`, the question's
+sentence verbatim), stored as `qa(question, answer)`: "Q: Where do the
+timeout settings live? A: In config/server.yaml.". A question that is itself
+a proposal or hypothesis ("Maybe the cache is why?") lends its answer
+nothing: the answer is judged alone; one without a substantive word ("Can
+you help?") makes no entry. Lines of an earlier Summary count as sentences
+of the speaker their label names ("user: ...", "assistant: ...", "summary: ..."; a
+line without one is the Summary's own, speaker "summary"), the label itself
+not part of any sentence. Fact candidates never come from a Summary event: it
+is the pipeline's own output, not what the conversation said.
 """
 
 from __future__ import annotations
@@ -21,35 +55,79 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from emelex_memory import Event
-from emelex_workers.faithfulness import SPEAKER_LABEL, content_words, normalize, sentences, stem
-from emelex_workers.plugin_api import event_body
+from emelex_workers.faithfulness import (
+    NEGATIONS,
+    SPEAKER_LABEL,
+    content_words,
+    key_names,
+    negated,
+    normalize,
+    qa,
+    sentences,
+    stem,
+    words,
+)
+from emelex_workers.plugin_api import SAID_KINDS, event_body
 
 MAX_CANDIDATE_CHARS = 240
+FRAGMENT_WORDS = 8
 CHATTER = frozenset(
     "thanks thank ok okay sure good great nice perfect fine right agreed understood noted done yes yeah yep "
     "welcome glad hear happy help cool awesome talk later bye hello hi hey choice sounds plan lot anytime "
-    "problem course absolutely exactly true way youre thats enough today".split()
+    "problem course absolutely exactly true way youre thats enough today yet else anything something "
+    "interesting".split()
 )
 _CHATTER_STEMS = frozenset(stem(w) for w in CHATTER)
+_NEGATION_STEMS = frozenset(stem(w) for w in NEGATIONS)
 _PROPOSAL = re.compile(
     r"^(?:(?:we|you|i) (?:could|might)\b|maybe\b|perhaps\b|how about\b|what if\b|shall\b|would you\b|"
-    r"do you want\b|want to\b|let's consider\b|one option\b)", re.IGNORECASE)
+    r"do you want\b|want to\b|let's consider\b|one option\b)|\b(?:proposed|proposes|suggested|suggests)\b",
+    re.IGNORECASE)
 _REJECTION = re.compile(r"^(?:no\b|nope\b|not now\b|not yet\b|absolutely not\b|don't\b|do not\b|rather not\b|"
                         r"never\b|let's not\b)", re.IGNORECASE)
+_EPISODIC = re.compile(
+    r"\b(?:right now|at the moment|currently|just now|a (?:minute|moment|second|while) ago|yesterday|"
+    r"since (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|yesterday|this morning)|"
+    r"(?:is|are|got) stuck|keeps? (?:failing|crashing)|fails? with|is (?:failing|crashing|down|restarting)|"
+    r"already fixed|(?:is|got|was) fixed|fixed (?:it|now)|now it works|works now|try again|pass again)\b|^fixed\b"
+    r"|^(?:try|check|look at|see if|restart|rerun|wait|i think|i guess|i suspect|probably|possibly|perhaps)\b"
+    r"|\b(?:that|this) (?:time|error|issue|problem|bug|failure)\b|\b(?:on|for|with|at|about) (?:it|this|that|them)\b"
+    r"|\bto (?:it|this|that|them)[.!]?$",
+    re.IGNORECASE)
+_LEANS = re.compile(r"^(?:it|its|this|that|these|those|they|there)\b", re.IGNORECASE)
+_PLAN = re.compile(r"^(?:\w+, )?(?:i'll|i will|i'm going to|let me)\b", re.IGNORECASE)
+PLAN_WORDS = 6
+_SUBJECT = re.compile(r"^(?:we|i|you|they|he|she|it|the|a|an|our|your|their|this|that|these|those|there|"
+                      r"my|its)\b", re.IGNORECASE)
+_YES_NO = re.compile(r"^(?:yes|yeah|yep|no|nope)\b", re.IGNORECASE)
+_CODE = re.compile(r"`([^`\n]+)`")
+_RETIRED = re.compile(r"\b(?:from|renamed?|replaced?|instead of)\s+`?([^\s`]+?)`?[,.]?\s+(?:to|with|by)\b",
+                      re.IGNORECASE)
+SUBJECT_OVERLAP = 0.6
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """One statement of the source: its verbatim `text`, the index of its event and the speaker ("user", ...)."""
+    """One statement of the source: its verbatim `text`, the index of its event, the speaker ("user", ...), its
+    place in the source (`order`, sentences counted in source order; `line`, the event or Summary line it is a
+    sentence of) and, for a fact candidate that is an answer, the `question` it answers (verbatim, else None)."""
 
     text: str
     event: int
     speaker: str
+    order: int = 0
+    question: str | None = None
+    line: int = 0
+
+    @property
+    def content(self) -> str:
+        """What the statement says on its own: the text, or `qa(question, text)` for an answer."""
+        return self.text if self.question is None else qa(self.question, self.text)
 
 
 def _statements(events: Sequence[Event], *, summaries: bool) -> list[tuple[int, str, list[str]]]:
-    """(event index, speaker, sentences) per event, Summary events only with `summaries`; an earlier Summary's
-    labelled lines keep their speaker."""
+    """(event index, speaker, sentences) per event said (`SAID_KINDS`), and per Summary event with `summaries`;
+    an earlier Summary's labelled lines keep their speaker."""
     out = []
     for index, event in enumerate(events):
         body = event_body(event)
@@ -60,7 +138,7 @@ def _statements(events: Sequence[Event], *, summaries: bool) -> list[tuple[int, 
                 match = SPEAKER_LABEL.match(line)
                 speaker = match.group(0)[:-2].lower() if match else "summary"
                 out.append((index, speaker, sentences(line[match.end():] if match else line)))
-        else:
+        elif event.kind in SAID_KINDS:
             out.append((index, event.kind, sentences(body)))
     return out
 
@@ -70,9 +148,135 @@ def chatter(sentence: str) -> bool:
     return content_words(sentence) <= _CHATTER_STEMS
 
 
+def substance(sentence: str) -> set[str]:
+    """The content words of `sentence` that are neither small talk nor negations."""
+    return content_words(sentence) - _CHATTER_STEMS - _NEGATION_STEMS
+
+
+def episodic(sentence: str, *, answers: bool = False) -> bool:
+    """True when `sentence` is state of the moment, a debugging step or hypothesis, a short plan of the speaker's
+    that names nothing (at most 6 words), or leans on its context (opening with "It", "They", ...; not when it
+    `answers` a question it is kept with, which says what "it" is); see the module docstring."""
+    plan = bool(_PLAN.match(sentence)) and not key_names(sentence) and len(sentence.split()) <= PLAN_WORDS
+    return bool(_EPISODIC.search(sentence)) or plan or (not answers and bool(_LEANS.match(sentence)))
+
+
+_VALUE = re.compile(r"\d|v\d|.*:\d", re.IGNORECASE)  # a number, a version ("v2"), a tag or port ("python:3.12")
+
+
+def _names(sentence: str) -> tuple[set[str], set[str]]:
+    """(subjects, values) of `sentence`, casefolded (see `subjects` and `values`)."""
+    subject, value = set(), {m.casefold() for m in _CODE.findall(sentence)}
+    for name in key_names(_CODE.sub(" ", sentence)):
+        for kind, part in _kinds(name.casefold()):
+            (subject if kind == "subject" else value).add(part)
+    return subject, value
+
+
+def values(sentence: str) -> set[str]:
+    """The values `sentence` states, casefolded: its code spans, and its key names that are numbers, versions or
+    tags (starting with a digit or "v" and a digit, or with ":" before a digit: `120`, `3.12.1`, `python:3.12`),
+    and what follows `=` in a key name (`DEPLOY_ROLE=release-bot` states "release-bot")."""
+    return _names(sentence)[1]
+
+
+def subjects(sentence: str) -> set[str]:
+    """The identifiers `sentence` is about, casefolded: its other key names outside code spans (`IdleTimeout`,
+    `server/http.go`, `search-02`), and the left side of `NAME=value`."""
+    return _names(sentence)[0]
+
+
+def _topic(sentence: str) -> set[str]:
+    """The content words of `sentence` that are neither values nor small talk: what it is about."""
+    said = {w for v in values(sentence) for w in content_words(v)}
+    return substance(sentence) - said
+
+
+def same_subject(earlier: str, later: str) -> bool:
+    """True when `earlier` and `later` are about one subject: when both name identifiers (`subjects`), when they
+    share one; else when the words they are about (`_topic`) overlap with a Jaccard index of at least 0.6."""
+    mine, theirs = subjects(earlier), subjects(later)
+    if mine and theirs:
+        return bool(mine & theirs)
+    a, b = _topic(earlier), _topic(later)
+    return bool(a and b) and len(a & b) / len(a | b) >= SUBJECT_OVERLAP
+
+
+def retired(sentence: str) -> set[str]:
+    """The values `sentence` retires, casefolded: `a` in "from `a` to `b`", "renamed `a` to `b`", "replaced `a`
+    with `b`"."""
+    return {m.casefold().rstrip(".,") for m in _RETIRED.findall(sentence)}
+
+
+PAIR_DISTANCE = 4  # a value this many words or fewer after an identifier is that identifier's value
+
+
+def settings(sentence: str) -> dict[str, set[str]]:
+    """The identifiers of `sentence` that it gives a value, with those values, casefolded: each value (`values`)
+    belongs to the nearest identifier (`subjects`) at most 4 words before it ("sets IdleTimeout to 5 seconds",
+    `DEPLOY_ROLE=release-bot`; a code span is one word)."""
+    spans = iter(_CODE.findall(sentence))
+    out: dict[str, set[str]] = {}
+    subject, since = None, 0
+    for token in _CODE.sub(" \0 ", sentence).split():
+        found = [("value", next(spans).casefold())] if token == "\0" else [
+            kind for name in key_names(token) for kind in _kinds(name.casefold())]
+        for kind, name in found:
+            if kind == "subject":
+                subject, since = name, 0
+            elif subject is not None and since <= PAIR_DISTANCE:
+                out.setdefault(subject, set()).add(name)
+        since += 1
+    return out
+
+
+def _kinds(name: str) -> list[tuple[str, str]]:
+    if "=" in name:
+        left, right = name.split("=", 1)
+        return [("subject", left), ("value", right)]
+    return [("value" if _VALUE.match(name) else "subject", name)]
+
+
+def supersedes(later: str, earlier: str) -> bool:
+    """True when `later` changes a value `earlier` states: it retires one of them ("from `a` to `b`"); or both give
+    one identifier a value (`settings`) and `earlier`'s is not among `later`'s; or, when one of them names no
+    identifier, they are about the same subject (`same_subject`) and each states a value the other does not."""
+    old, new = values(earlier), values(later)
+    if old & retired(later):
+        return True
+    mine, theirs = settings(earlier), settings(later)
+    shared = mine.keys() & theirs.keys()
+    if shared:
+        return any(mine[name] - theirs[name] for name in shared)
+    if subjects(earlier) and subjects(later):
+        return False
+    return bool(old - new) and bool(new - old) and same_subject(earlier, later)
+
+
+def superseded(statements: Sequence[str]) -> set[int]:
+    """The indexes of `statements` (in source order) that a later one supersedes (`supersedes`)."""
+    return {i for i, earlier in enumerate(statements)
+            if any(supersedes(later, earlier) for later in statements[i + 1:])}
+
+
+def _question(previous: tuple[int, str, list[str]] | None, speaker: str) -> str | None:
+    """The question the event after `previous` answers: `previous`'s last sentence when the other side asked it."""
+    if previous is None or previous[1] == speaker or not previous[2] or not previous[2][-1].endswith("?"):
+        return None
+    return previous[2][-1]
+
+
+def fragment(answer: str) -> bool:
+    """True when `answer`, the first sentence of a reply to a question, needs the question to mean anything: it
+    opens with yes or no, or it has at most 8 words (runs of non-space, a code span one) and does not
+    open with a subject ("We", "The", "Our", "It", ...): "In config/server.yaml.", "INFO by default."."""
+    short = len(_CODE.sub("code", answer).split()) <= FRAGMENT_WORDS and not _SUBJECT.match(answer)
+    return short or bool(_YES_NO.match(answer))
+
+
 def candidates(events: Sequence[Event], *, facts: bool) -> list[Candidate]:
     """The candidate statements of `events` in source order (see the module docstring); `facts` leaves Summary
-    events out and adds the proposal and rejection filters."""
+    events out and adds the filters for Knowledge (proposals, rejections, episodic state, fragment answers)."""
     statements = _statements(events, summaries=not facts)
     rejected: set[tuple[int, str]] = set()
     if facts:
@@ -80,15 +284,109 @@ def candidates(events: Sequence[Event], *, facts: bool) -> list[Candidate]:
             if parts and reply and other != speaker and _REJECTION.match(reply[0]):
                 rejected.add((i, parts[-1]))
     seen: set[str] = set()
-    found = []
-    for index, speaker, parts in statements:
-        for sentence in parts:
+    found: list[Candidate] = []
+    order = 0
+    for position, (index, speaker, parts) in enumerate(statements):
+        asked = _question(statements[position - 1] if position else None, speaker)
+        for number, sentence in enumerate(parts):
+            order += 1
             norm = normalize(sentence)
-            if (sentence.endswith("?") or len(sentence) > MAX_CANDIDATE_CHARS or len(content_words(sentence)) < 2
-                    or chatter(sentence) or norm in seen):
+            if sentence.endswith("?") or len(sentence) > MAX_CANDIDATE_CHARS or norm in seen:
                 continue
-            if facts and (_PROPOSAL.match(sentence) or (index, sentence) in rejected):
+            question = None
+            if facts and number == 0 and asked is not None and not _PROPOSAL.search(asked) and (
+                    fragment(sentence) or _LEANS.match(sentence)):
+                question = asked
+            if facts and question is not None:
+                if not substance(question) or (chatter(sentence) and not _YES_NO.match(sentence)):
+                    continue
+            elif len(content_words(sentence)) < 2 or chatter(sentence):
+                continue
+            if facts and (_PROPOSAL.search(sentence) or (index, sentence) in rejected
+                          or episodic(sentence, answers=question is not None)
+                          or (question is None and len(substance(sentence)) < 2)):
                 continue
             seen.add(norm)
-            found.append(Candidate(sentence, index, speaker))
-    return found
+            found.append(Candidate(sentence, index, speaker, order, question, position))
+    dropped = superseded([c.text for c in found])
+    return [c for i, c in enumerate(found) if i not in dropped]
+
+
+def questions(events: Sequence[Event]) -> dict[int, Candidate]:
+    """For each `Candidate.line` (of the Summary candidates) that answers a question of the other side, that
+    question, shortened (`shorten`), as a `Candidate` of its own line: what a Summary quotes before the answer."""
+    statements = _statements(events, summaries=True)
+    out: dict[int, Candidate] = {}
+    order = 0
+    for position, (_index, speaker, parts) in enumerate(statements):
+        previous = statements[position - 1] if position else None
+        asked = _question(previous, speaker)
+        if previous is not None and asked is not None:
+            out[position] = Candidate(shorten(asked), previous[0], previous[1], order, line=position - 1)
+        order += len(parts)
+    return out
+
+
+MAX_QUESTION_WORDS = 16
+
+
+def shorten(question: str) -> str:
+    """`question` itself when it has at most 16 words, else its last clause (after the last ", ", "; " or ": ")
+    when that has three words or more: still a verbatim part of it."""
+    if len(words(question)) <= MAX_QUESTION_WORDS:
+        return question
+    clause = re.split(r"[,;:]\s+", question)[-1]
+    return clause if len(words(clause)) >= 3 else question
+
+
+def contested(statement: str, later: Sequence[str]) -> bool:
+    """True when a later statement about the same subject (`same_subject`) has the opposite polarity."""
+    return any(negated(s) != negated(statement) and same_subject(statement, s) for s in later)
+
+
+_DECISION = re.compile(r"\b(?:use|uses|using|keep|keeps|kept|pin|pins|pinned|set|sets|decided|chose|chosen|switch|"
+                       r"switched|always|never|must|only|stays|renamed|raise|raised|lower|lowered)\b", re.IGNORECASE)
+_AGREEMENT = re.compile(r"^(?:yes|yeah|yep|ok|okay|agreed|right|exactly|correct|understood|noted|done|good|great|"
+                        r"perfect|sounds good|confirmed)\b", re.IGNORECASE)
+REPEATED = 0.5
+
+
+def decision(statement: str) -> bool:
+    """True when `statement` is stated as a decision or a fact: it names a value or an identifier (`values`,
+    `subjects`: a command in backticks, a version, a file), or says use / keep / pin / set / always / never / ..."""
+    subject, value = _names(statement)
+    return bool(subject or value or _DECISION.search(statement))
+
+
+_CHANGE = re.compile(r"\b(?:instead|rather than|switch|switched|renamed?|replaced?|changes? to|changed to|now|"
+                     r"raise[sd]?|lower(?:s|ed)?|from \S+ to)\b", re.IGNORECASE)
+
+
+def change(statement: str) -> bool:
+    """True when `statement` is a decision (`decision`) that changes something: it says "instead", "switch",
+    "renamed", "now", "from ... to", ... ("Use `pip install --no-build-isolation -e .` instead.")."""
+    return decision(statement) and bool(_CHANGE.search(statement))
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a reader can check about a fact candidate in its source: it is `stated` as a decision or a fact
+    (`decision`), `confirmed` by the other side (their next
+    words open with agreement or restate two of its substantive words), `repeated` (its corroboration is at least
+    0.5), and `uncontested` (no later statement about the same subject has the opposite polarity)."""
+
+    stated: bool
+    confirmed: bool
+    repeated: bool
+    uncontested: bool
+
+
+def evidence(c: Candidate, events: Sequence[Event], corroboration: float) -> Evidence:
+    """The `Evidence` for the fact candidate `c` of `events`, given its measured `corroboration`."""
+    said = [(i, e.kind, event_body(e)) for i, e in enumerate(events) if e.kind in SAID_KINDS]
+    reply = next((text for i, kind, text in said if i > c.event and kind != c.speaker), "")
+    first = (sentences(reply) or [""])[0]
+    confirmed = bool(_AGREEMENT.match(first)) or len(substance(reply) & substance(c.text)) >= 2
+    later = [s for i, _kind, text in said if i > c.event for s in sentences(text)]
+    return Evidence(decision(c.text), confirmed, corroboration >= REPEATED,
+                    not contested(c.text, later))

@@ -5,14 +5,24 @@ are verbatim sentences of its events.
 
 *Summary.* The statements that carry the most of what a compacted history
 must keep are chosen greedily: each step takes the statement with the most
-new key names (identifiers, file names, numbers; weighted 3) plus new
+new key names (identifiers, file names, numbers, code spans; weighted 3) plus new
 content words per token, until the Summary reaches its length: half the
-source's tokens (at least 48), at most the job's Summary budget. A step of
-a long compaction summarizes the previous Summary and a new slice of the
-conversation: every statement of the new slice that adds anything is taken
-first (by the same rule), and the previous Summary's lines fill the room
-left, so a step never just repeats the previous Summary. Ties go to the
-earlier statement. They are
+source's tokens (at least 48), at most the job's Summary budget. Statements
+a later one supersedes (`candidates.supersedes`) are not candidates. An
+answer is taken only together with the question it answers (the question's
+sentence, verbatim, its last clause when it is longer than 16 words), both
+counted against the length: a Summary never holds a question-less answer.
+*Decisions* (`candidates.decision`: statements naming a value or an
+identifier, such as a command, a version or a file, or saying use / keep /
+pin / set / ...) go first, and first among them the decisions that change
+something (`candidates.change`: "... instead", "switch ... from ... to",
+"renamed", "is now"). A step of a long compaction summarizes the
+previous Summary and a new slice of the conversation: the previous
+Summary's decisions are taken first, within half the length, so a chain
+keeps every step's decisions while they fit; then the new slice's decisions
+(changes first), then its other statements, then the previous Summary's other lines, each by
+the same rule, so a step never just repeats the previous Summary. Ties go
+to the earlier statement. They are
 written in source order, one line per event, `speaker: sentence ...`,
 verbatim but for one thing: a sentence without terminal punctuation (the
 end of a line or message) gets a full stop, so that sentences written on one
@@ -21,8 +31,9 @@ model call: on the quality benchmark's development set the 135M model's own
 choices were no better than chance (see benchmarks/RESULTS.md), so the
 Summary's content is chosen by these rules alone.
 
-*Knowledge.* Every fact candidate becomes a Knowledge candidate with that
-statement, verbatim, as its content. The model labels each with a topic
+*Knowledge.* Every fact candidate becomes a Knowledge candidate with its
+content (`Candidate.content`: the statement, verbatim, or a fragment answer
+with its question as "Q: ... A: ..."). The model labels each with a topic
 chosen from the statement's own words: one grammar-constrained call per 24
 statements, whose JSON schema gives every statement an `enum` of its key
 names and content words, so the label too can only quote the statement.
@@ -32,8 +43,13 @@ statement's other topic options in order; the same statement
 always gets the key it already has in the workspace's Knowledge, and a key
 that already names a different statement (in the workspace's Knowledge as
 the distiller is shown it, or earlier in the job) is never reused: the key
-grows by a word, up to 4, then takes a number. The confidence is measured, not chosen: 0.5 + 0.4 x the statement's
-corroboration (`faithfulness.corroboration`), rounded to two decimals.
+grows by a word, up to 4, then takes a number. A statement that supersedes
+a workspace entry (`candidates.supersedes`: it changes the entry's value)
+takes that entry's key instead, so it is the key's new version. The
+confidence is evidence, not chosen (`confidence`, `candidates.Evidence`):
+0.45, plus 0.15 if stated as a decision or fact, 0.15 if confirmed by the
+other side, 0.1 if repeated (corroboration of 0.5 or more), 0.1 if
+uncontested.
 """
 
 from __future__ import annotations
@@ -52,10 +68,20 @@ from emelex_workers.faithfulness import (
     terminated,
     words,
 )
-from emelex_workers.plugin_api import DistillRequest, SummaryRequest, event_body
+from emelex_workers.plugin_api import SAID_KINDS, DistillRequest, SummaryRequest, event_body
 
 from .binding import generate
-from .candidates import CHATTER, Candidate, candidates
+from .candidates import (
+    CHATTER,
+    Candidate,
+    Evidence,
+    candidates,
+    change,
+    decision,
+    evidence,
+    questions,
+    supersedes,
+)
 from .prompts import MAX_KEY_CHARS, fit, slug
 
 SUMMARY_SHARE = 1 / 2
@@ -67,9 +93,9 @@ LABEL_SYSTEM = "You label each statement from a conversation with its topic word
 
 
 def names(statement: str) -> set[str]:
-    """What a Summary must not lose from `statement`: its key names and its capitalized words after the first
-    (proper names such as "Celery"), casefolded."""
-    found = {n.casefold() for n in key_names(statement)}
+    """What a Summary must not lose from `statement`: its key names, its code spans (commands) and its capitalized
+    words after the first (proper names such as "Celery"), casefolded."""
+    found = {n.casefold() for n in key_names(statement)} | {m.casefold() for m in re.findall(r"`([^`\n]+)`", statement)}
     found |= {w.casefold() for w in re.findall(r"(?<=\s)[A-Z][\w-]*", statement)}
     return found
 
@@ -82,17 +108,19 @@ def _line(speaker: str, parts: list[str]) -> str:
     return f"{speaker}: " + " ".join(p if terminated(p) else p + "." for p in parts)
 
 
-def _render(chosen: list[Candidate], pool: list[Candidate]) -> str:
-    """The chosen statements in source order, one line per event."""
+def _render(units: list[list[Candidate]]) -> str:
+    """The chosen statements (each unit an answer's question, if any, then the statement) in source order, one line
+    per event or earlier Summary line."""
     lines: list[str] = []
     run: list[str] = []
     last: tuple[int, str] | None = None
-    for c in sorted(chosen, key=pool.index):
-        if last is not None and (c.event, c.speaker) != last:
+    chosen = {id(c): c for unit in units for c in unit}.values()
+    for c in sorted(chosen, key=lambda c: c.order):
+        if last is not None and (c.line, c.speaker) != last:
             lines.append(_line(last[1], run))
             run = []
         run.append(c.text)
-        last = (c.event, c.speaker)
+        last = (c.line, c.speaker)
     if last is not None:
         lines.append(_line(last[1], run))
     return "\n".join(lines)
@@ -107,37 +135,63 @@ def _pool(request: SummaryRequest) -> list[Candidate]:
             for text in [event_body(e).strip()] if text][:1]
 
 
+PREVIOUS_DECISIONS_SHARE = 1 / 2
+
+
 def summarize(request: SummaryRequest) -> str:
     """An extractive Summary of the job's source (see the module docstring), within `request.budget_tokens`."""
     model = request.model
     source_tokens = sum(model.count_tokens(event_body(e)) for e in request.events)
     target = min(request.budget_tokens, max(MIN_SUMMARY_TOKENS, math.ceil(SUMMARY_SHARE * source_tokens)))
     pool = _pool(request)
+    asked = questions(request.events)
     fresh = {id(c): request.events[c.event].kind != "summary" for c in pool}
-    order = {id(c): -i for i, c in enumerate(pool)}
-    cost = {id(c): model.count_tokens(c.text) + 2 for c in pool}
-    chosen: list[Candidate] = []
+    decisive = {id(c): decision(c.text) for c in pool}
+    changes = {id(c): change(c.text) for c in pool}
+    order = {id(c): -c.order for c in pool}
+    tokens = {c.text: model.count_tokens(c.text) + 2 for c in [*pool, *asked.values()]}
+    units: list[list[Candidate]] = []
     covered: set[str] = set()
     seen: set[str] = set()
+    picked: set[int] = set()  # lines whose question is already in the Summary
     used = 0
-    remaining = list(pool)
-    while remaining:
-        best = max(remaining, key=lambda c: (fresh[id(c)] and _gain(c, covered, seen) > 0,
-                                             _gain(c, covered, seen) / cost[id(c)], order[id(c)]))
-        remaining.remove(best)
-        if _gain(best, covered, seen) == 0:
-            break
-        if used + cost[id(best)] > target:
-            continue
-        chosen.append(best)
-        used += cost[id(best)]
-        covered |= names(best.text)
-        seen |= content_words(best.text)
-    chosen = chosen or pool[:1]
-    text = _render(chosen, pool)
-    while len(chosen) > 1 and model.count_tokens(text) > request.budget_tokens:
-        chosen.pop()
-        text = _render(chosen, pool)
+
+    def unit(c: Candidate) -> list[Candidate]:
+        question = asked.get(c.line)
+        return [c] if question is None or c.line in picked else [question, c]
+
+    def cost(c: Candidate) -> int:
+        return sum(tokens[u.text] for u in unit(c))
+
+    def tier(c: Candidate) -> int:
+        if not fresh[id(c)]:
+            return 0
+        return 3 if changes[id(c)] else 2 if decisive[id(c)] else 1
+
+    def take(remaining: list[Candidate], limit: float, rank) -> None:
+        nonlocal used
+        while remaining:
+            best = max(remaining, key=lambda c: (_gain(c, covered, seen) > 0, rank(c),
+                                                 _gain(c, covered, seen) / cost(c), order[id(c)]))
+            remaining.remove(best)
+            if _gain(best, covered, seen) == 0:
+                break
+            if used + cost(best) > limit:
+                continue
+            used += cost(best)
+            units.append(unit(best))
+            picked.add(best.line)
+            covered.update(names(best.text))
+            seen.update(content_words(best.text))
+
+    # The previous Summary's decisions first, within half the target: a chain keeps every step's decisions.
+    take([c for c in pool if decisive[id(c)] and not fresh[id(c)]], PREVIOUS_DECISIONS_SHARE * target, tier)
+    take([c for c in pool if not any(c is u for unit_ in units for u in unit_)], target, tier)
+    units = units or [unit(pool[0])]
+    text = _render(units)
+    while len(units) > 1 and model.count_tokens(text) > request.budget_tokens:
+        units.pop()
+        text = _render(units)
     return text
 
 
@@ -162,8 +216,8 @@ def label_schema(options: list[list[str]]) -> dict:
 
 
 def _labels(request: DistillRequest, batch: list[Candidate]) -> list[str]:
-    options = [label_options(c.text) for c in batch]
-    listing = "\n".join(f"{i + 1}. {c.text}" for i, c in enumerate(batch))
+    options = [label_options(c.content) for c in batch]
+    listing = "\n".join(f"{i + 1}. {c.content}" for i, c in enumerate(batch))
     messages = [{"role": "system", "content": LABEL_SYSTEM},
                 {"role": "user", "content": f"Statements:\n{listing}\n\nThe topic of each statement, as JSON:"}]
     # Each label is a quoted option of at most 32 characters plus its property name: 16 tokens each is ample.
@@ -207,16 +261,39 @@ def knowledge_key(label: str, statement: str, taken: dict[str, str]) -> str:
     return key
 
 
+CONFIDENCE_BASE = 0.45
+CONFIDENCE_WEIGHTS = {"stated": 0.15, "confirmed": 0.15, "repeated": 0.1, "uncontested": 0.1}
+
+
+def confidence(found: Evidence) -> float:
+    """0.45 plus 0.15 if stated as a decision or fact, 0.15 if confirmed by the other side, 0.1 if repeated, 0.1 if
+    uncontested (see `candidates.Evidence`): from 0.45 to 0.95."""
+    return round(CONFIDENCE_BASE + sum(w for name, w in CONFIDENCE_WEIGHTS.items() if getattr(found, name)), 2)
+
+
+def superseded_key(statement: str, knowledge, claimed: set[str]) -> str | None:
+    """The key of the workspace entry whose value `statement` changes (`candidates.supersedes`), unless this job
+    already gave that key to another statement."""
+    for entry in knowledge:
+        if entry.content is not None and entry.key not in claimed and supersedes(statement, entry.content):
+            return entry.key
+    return None
+
+
 def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
     """Every fact candidate of the source as Knowledge, labelled by the model (see the module docstring)."""
-    found = candidates(request.data.events, facts=True)[: request.max_candidates]
-    sources = [event_body(e) for e in request.data.events if e.kind != "summary"]  # a Summary supports nothing
+    events = request.data.events
+    found = candidates(events, facts=True)[: request.max_candidates]
+    sources = [event_body(e) for e in events if e.kind in SAID_KINDS]  # a Summary or a tool result supports nothing
     taken = {e.key: normalize(e.content) for e in request.data.knowledge if e.content is not None}
+    claimed: set[str] = set()
     out: list[KnowledgeCandidate] = []
     for start in range(0, len(found), LABEL_BATCH):
         batch = found[start : start + LABEL_BATCH]
         for c, label in zip(batch, _labels(request, batch), strict=True):
-            key = knowledge_key(label, c.text, taken)
-            taken[key] = normalize(c.text)
-            out.append(KnowledgeCandidate(key, c.text, round(0.5 + 0.4 * corroboration(c.text, sources), 2)))
+            key = superseded_key(c.content, request.data.knowledge, claimed) or knowledge_key(label, c.content, taken)
+            taken[key] = normalize(c.content)
+            claimed.add(key)
+            found_evidence = evidence(c, events, corroboration(c.content, sources))
+            out.append(KnowledgeCandidate(key, c.content, confidence(found_evidence)))
     return out

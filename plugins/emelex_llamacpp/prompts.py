@@ -6,7 +6,9 @@ guards reject copies of it). Prompt plus completion stay inside the model's
 context window (a source that cannot fit is `SourceTooLargeError`, a
 permanent failure). A Summary is generated with a repetition penalty; one
 cut by the token limit is trimmed to its last complete sentence. Facts come
-from JSON-schema constrained output whose size is bounded, so the output
+from what was said (user and assistant events: no tool calls, tool results,
+failure records or audit events) through JSON-schema constrained output whose
+size is bounded, so the output
 always fits its token allowance; the model proposes no confidence: it is
 measured as 0.5 + 0.4 x the fact's corroboration by the source
 (`faithfulness.corroboration`), rounded to two decimals.
@@ -20,7 +22,14 @@ import re
 
 from emelex_memory import KnowledgeCandidate, SourceTooLargeError
 from emelex_workers.faithfulness import corroboration, sentences, terminated
-from emelex_workers.plugin_api import DistillRequest, ModelBinding, SummaryRequest, event_body, event_text
+from emelex_workers.plugin_api import (
+    SAID_KINDS,
+    DistillRequest,
+    ModelBinding,
+    SummaryRequest,
+    event_body,
+    event_text,
+)
 
 from .binding import generate
 
@@ -133,7 +142,8 @@ def slug(key: str) -> str:
 def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
     """Ask the model for facts under a JSON schema; keep the first per key, with a measured confidence."""
     model, data = request.model, request.data
-    said = [e for e in data.events if e.kind != "summary"]  # a Summary is the pipeline's output, not a source of facts
+    # What was said: a Summary is the pipeline's output, tool calls, results, failures and audit events machinery.
+    said = [e for e in data.events if e.kind in SAID_KINDS]
     known = "\n".join(f"- {e.key}: {e.content}" for e in data.knowledge[:50]) or "(none)"
     limit = max(1, min(MAX_FACTS, request.max_candidates))
     messages = [

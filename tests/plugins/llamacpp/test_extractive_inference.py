@@ -48,14 +48,14 @@ def test_the_extractive_distiller_quotes_the_source_with_grammar_bound_labels(
     binding = LlamaBinding(model, max_context=1024, threads=1)
     try:
         found = extractive.distill(DistillRequest(job, data, 128, binding))
-        statements = [c.text for c in extractive.candidates(events, facts=True)]
+        statements = [c.content for c in extractive.candidates(events, facts=True)]
         raw = binding.complete([{"role": "user", "content": "Label: " + statements[0]}], max_tokens=24,
                                json_schema=extractive.label_schema([extractive.label_options(statements[0])]))
     finally:
         binding.close()
     sources = [event_body(e) for e in events]
-    assert [c.content for c in found] == statements and len(found) == 5
+    assert [c.content for c in found] == statements and len(found) == 4  # "I'll add a check ..." is a plan
     assert all(fx.quoted(c.content, sources) and fx.supported(c.content, sources) for c in found)
-    assert len({c.key for c in found}) == len(found) and all(0.5 <= c.confidence <= 0.9 for c in found)
+    assert len({c.key for c in found}) == len(found) and all(0.45 <= c.confidence <= 0.95 for c in found)
     assert json.loads(raw.text)["1"] in extractive.label_options(statements[0])  # the grammar allows only these
     assert raw.finish_reason == "stop"

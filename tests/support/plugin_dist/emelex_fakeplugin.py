@@ -22,6 +22,7 @@ import os
 import time
 
 from emelex_memory import KnowledgeCandidate
+from emelex_workers.faithfulness import sentences
 from emelex_workers.hookspecs import hookimpl
 from emelex_workers.plugin_api import Distiller, Summarizer, event_body, event_text
 
@@ -108,8 +109,8 @@ def summarize(request) -> str:
         with MemoryStore.open(Settings()) as store:
             session = store.get_session(request.job.session_id)
             HELD.append(store.acquire_lease(session.id, session.workspace.path, ttl_s=600))
-    first = event_text(request.events[0])[:60]
-    return f"Summary of {len(request.events)} events, starting with {first}"
+    first = sentences(event_text(request.events[0]))[0]  # a whole sentence: the guard checks every claim
+    return f"Summary of the events, starting with {first}"
 
 
 def distill(request):

@@ -64,8 +64,8 @@ def test_repeated_and_looping_sentences_are_cut_and_a_cut_tail_is_trimmed() -> N
 
 
 def test_a_lone_fragment_is_kept_as_it_is() -> None:
-    check = fx.check_summary("Orders move to PostgreSQL 16", sources=SOURCE)
-    assert (check.text, check.trimmed, check.problem) == ("Orders move to PostgreSQL 16", False, None)
+    check = fx.check_summary("The orders service moves to PostgreSQL 16", sources=SOURCE)
+    assert (check.text, check.trimmed, check.problem) == ("The orders service moves to PostgreSQL 16", False, None)
 
 
 def test_echoes_of_the_worked_example_and_invented_names_are_cut() -> None:
@@ -75,7 +75,8 @@ def test_echoes_of_the_worked_example_and_invented_names_are_cut() -> None:
     assert check.text == ("The orders service moves to PostgreSQL 16. Gunicorn listens on port 8000. "
                           "Retries stop after 5 attempts.")
     assert (check.echoed, check.invented, check.problem) == (1, 1, None)
-    assert fx.check_summary("It took 3 turns to agree on PostgreSQL 16.", sources=SOURCE).problem is None
+    counted = fx.check_summary("It took 3 turns to agree on PostgreSQL 16.", sources=SOURCE)
+    assert (counted.invented, counted.unsupported) == (0, 1)  # a count is no invented name, but no source says it
 
 
 def test_mostly_repetition_or_nothing_left_is_degenerate() -> None:
@@ -103,3 +104,22 @@ def test_a_sentence_quoted_from_the_source_is_not_cut_as_looping() -> None:
     check = fx.check_summary(f"user: {chant}", sources=[chant, *SOURCE])
     assert (check.text, check.repeated, check.problem) == (f"user: {chant}", 0, None)
     assert fx.check_summary(chant, sources=SOURCE).problem is not None  # not quoted: still cut
+
+
+def test_sentence_splitting_respects_code_spans_paths_ellipses_and_version_numbers() -> None:
+    text = ("A plain `pip install -e .` will not compile the extension. Use `make test. now` instead.\n"
+            "Someone proposed 1% sampling in production... and nobody liked it. Run it from ./build. Then pin "
+            "version 3.12.1 of numpy. Abbreviations, e.g. Redis, stay whole. Run `cd .. && make` twice.")
+    assert fx.sentences(text) == [
+        "A plain `pip install -e .` will not compile the extension.",
+        "Use `make test. now` instead.",
+        "Someone proposed 1% sampling in production... and nobody liked it.",
+        "Run it from ./build.",
+        "Then pin version 3.12.1 of numpy.",
+        "Abbreviations, e.g. Redis, stay whole.",
+        "Run `cd .. && make` twice.",
+    ]
+    assert fx.sentences("Install it with pip install -e . and restart. Done.") == [
+        "Install it with pip install -e . and restart.", "Done."]
+    fenced = "Build it with:\n```\nmake build\nmake test\n```\nThat is all."
+    assert fx.sentences(fenced) == ["Build it with:", "```\nmake build\nmake test\n```", "That is all."]

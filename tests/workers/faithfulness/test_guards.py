@@ -111,8 +111,8 @@ def test_unfaithful_candidates_are_dropped_and_counted_in_the_job_result(env: Se
     assert entries == {"database": ("We use PostgreSQL 16 for the orders service.", 0.7),
                        "migrations": ("The migration scripts live in db/migrations.", 0.6)}
     assert {k: v for k, v in job.result.items() if k.startswith("rejected_")} == {
-        "rejected_confidence": 1, "rejected_invalid": 1, "rejected_vacuous": 1, "rejected_example": 1,
-        "rejected_unsupported": 1, "rejected_conflicting": 1}
+        "rejected_confidence": 1, "rejected_invalid": 1, "rejected_machinery": 0, "rejected_vacuous": 1,
+        "rejected_example": 1, "rejected_unsupported": 1, "rejected_conflicting": 1}
     assert job.result["applied"] == 2 and "nothing_saved" not in job.result
     assert plugin.requests[0].attempt == 0 and plugin.requests[0].settings is not None
 
@@ -147,7 +147,7 @@ def test_the_summary_is_cleaned_before_it_is_stored(env: Settings, workspace: Pa
         summary = store.replay(sid).events[0]
     assert summary.kind == "summary"
     assert summary.payload["text"] == ("We use PostgreSQL 16 for the orders service. Migration scripts live in "
-                                       "db/migrations/. Migrations run on every deploy.")
+                                       "db/migrations/.")  # "Migrations run on every deploy." no source says
 
 
 def test_a_degenerate_summary_fails_retryably_and_the_retry_gets_its_attempt(env: Settings, workspace: Path) -> None:

@@ -84,7 +84,7 @@ def test_worker_commits_a_verified_summary_and_knowledge_with_provenance(
         assert report.counts["done"] == 2 and report.claimed == 2 and report.stopped == "empty"
         model = ModelManager(env).get("fake")
         view = store.replay(sid).events  # replay verifies the Summary's provenance
-        assert view[0].kind == "summary" and view[0].payload["text"].startswith("Summary of 8 events")
+        assert view[0].kind == "summary" and view[0].payload["text"].startswith("Summary of the events")
         assert view[0].payload["provenance"]["model"] == model.reference
         assert [e.seq for e in view[1:]] == list(range(9, 17))  # the newest four turns, uncompacted
         entries = {e.key: e for e in store.recall(workspace).entries}
