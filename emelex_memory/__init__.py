@@ -70,6 +70,7 @@ _EXPORTS = {  # public name -> the module that defines it, relative to this pack
     "content_digest": ".snapshots.installed",
     "create_private_file": ".core.private_files",
     "ensure_private_dir": ".core.private_files",
+    "write_all": ".core.private_files",
     "FileAccessDeniedError": ".errors",
     "FileSystemError": ".errors",
     "ForeignKeyViolationError": ".errors",

@@ -25,7 +25,7 @@ from typing import BinaryIO
 
 from ..core.directories import Directory
 from ..errors import AssetMissingError, AssetTamperedError, AssetTooLargeError, InsecurePathError, InvalidAssetError
-from ..core.private_files import PRIVATE_FILE_MODE, describe_mode
+from ..core.private_files import PRIVATE_FILE_MODE, describe_mode, write_all
 from ..core.io_errors import file_error
 
 CHUNK_BYTES = 1024 * 1024
@@ -162,8 +162,7 @@ def write_temp(tmp: Directory, data: AssetSource, cap: int) -> TempAsset:
 
 def _write_all(fd: int, chunk: memoryview, path: Path) -> None:
     try:
-        while chunk:
-            chunk = chunk[os.write(fd, chunk) :]
+        write_all(fd, chunk)
     except OSError as exc:
         raise file_error(exc, path, "writing the temporary asset file") from exc
 

@@ -184,7 +184,7 @@ def write_private_file(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes | memoryview) -> None:
     """Write all of `data` to `fd`, however short each `os.write` is; its `OSError` is raised as it is."""
     view = memoryview(data)
     while view:

@@ -146,7 +146,7 @@ def _copy_asset(source: Path, target: Path, digest: str, size: int) -> None:
         while chunk := os.read(src, CHUNK):
             h.update(chunk)
             n += len(chunk)
-            os.write(out, chunk)
+            write_all(out, chunk)
         if (h.hexdigest(), n) != (digest, size):
             raise AssetTamperedError(f"the store's asset {source} does not hash to its name and size: run "
                                      "`emelex memory doctor`, then back up again")

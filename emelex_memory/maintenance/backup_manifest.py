@@ -18,7 +18,7 @@ from pathlib import Path
 
 import apsw
 
-from ..core.private_files import fsync_dir
+from ..core.private_files import fsync_dir, write_all
 from ..errors import BackupVerificationError, NotABackupError
 
 FORMAT = "emelex-backup/1"
@@ -75,7 +75,7 @@ def write_manifest(dest: Path, report: BackupReport, assets: dict[str, int], mod
     tmp = dest / (MANIFEST + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
-        os.write(fd, json.dumps(body, sort_keys=True, indent=1).encode())
+        write_all(fd, json.dumps(body, sort_keys=True, indent=1).encode())
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -37,7 +37,7 @@ from emelex_memory import (
     Settings,
     SnapshotReferenceGuard,
 )
-from emelex_memory.core.private_files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, fsync_dir
+from emelex_memory.core.private_files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, fsync_dir, write_all
 from emelex_memory.core.io_errors import translating
 from emelex_memory.snapshots.installed import (
     CHUNK,
@@ -341,9 +341,7 @@ class ModelManager:
             os.fchmod(out, PRIVATE_FILE_MODE)
             while chunk := os.pread(fd, CHUNK, size):
                 digest.update(chunk)
-                view = memoryview(chunk)
-                while view:
-                    view = view[os.write(out, view):]
+                write_all(out, chunk)
                 size += len(chunk)
             os.fsync(out)
         finally:

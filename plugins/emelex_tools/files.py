@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 
+from emelex_memory import write_all
 from emelex_workers.plugin_api import ToolInvocation, ToolOutput
 
 from .paths import WorkspacePathError, open_regular, parts_of, split, workspace_dir
@@ -127,9 +128,7 @@ def write_file(invocation: ToolInvocation) -> ToolOutput:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+                write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)

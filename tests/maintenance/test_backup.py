@@ -97,6 +97,18 @@ def test_incremental_backup_copies_only_new_assets(live, tmp_path: Path) -> None
     assert all((dest / "assets" / name).stat().st_mtime_ns == t for name, t in before.items())
 
 
+def test_short_writes_still_copy_every_asset_whole(live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store, _settings, _ws = live
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, bytes(data[:7])))  # a write may be short
+    dest = tmp_path / "backup"
+    report = backup_store(store, dest)
+    monkeypatch.undo()
+    assert report.assets == 3
+    verify_backup(dest)  # every asset hashes to its name and size
+    assert sorted(p.stat().st_size for p in (dest / "assets").iterdir()) == [900, 900, 900]
+
+
 def test_sigkill_during_backup_leaves_source_whole_and_backup_refused(live, tmp_path: Path) -> None:
     store, settings, ws = live
     dest = tmp_path / "backup"
