@@ -135,6 +135,8 @@ def _root(
     from emelex_memory.settings import unknown_environment
 
     ctx.obj = ctx.obj or Settings()
+    if ctx.invoked_subcommand == "config":  # `config show` lists unknown variables itself
+        return
     for name, nearest in unknown_environment():
         if nearest is not None:  # a near miss is a typo; a variable far from every setting is another tool's
             typer.echo(f"warning: {name} is not a setting and is ignored; did you mean {nearest}?", err=True)

@@ -119,6 +119,10 @@ def test_a_mistyped_variable_is_warned_about_with_the_nearest_name(monkeypatch: 
     assert result.exit_code == 0
     assert result.stderr == ("warning: EMELEX_SESION_RETENTION_DAYS is not a setting and is ignored; did you mean "
                              "EMELEX_SESSION_RETENTION_DAYS?\n")
+    shown = _runner().invoke(app, ["config", "show"])
+    assert shown.stderr == ""  # config show lists the variable itself, once
+    assert "EMELEX_SESION_RETENTION_DAYS: not a setting, ignored; did you mean EMELEX_SESSION_RETENTION_DAYS?" in (
+        shown.stdout)
     data = json.loads(runner.invoke(app, ["config", "show", "--json"]).stdout)
     assert data["unknown_environment"] == [
         {"name": "EMELEX_SESION_RETENTION_DAYS", "nearest": "EMELEX_SESSION_RETENTION_DAYS"},
