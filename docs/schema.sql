@@ -164,7 +164,9 @@ CREATE TRIGGER knowledge_search_delete AFTER DELETE ON knowledge BEGIN
 END;
 
 CREATE TRIGGER knowledge_search_update AFTER UPDATE OF workspace_id, key, head_version, tombstoned_at ON knowledge
-BEGIN
+WHEN (OLD.workspace_id IS NOT NEW.workspace_id OR OLD.key IS NOT NEW.key OR OLD.head_version IS NOT NEW.head_version
+      OR OLD.tombstoned_at IS NOT NEW.tombstoned_at)
+    AND EXISTS (SELECT 1 FROM knowledge_versions WHERE knowledge_id = NEW.id AND version = NEW.head_version) BEGIN
     DELETE FROM knowledge_search WHERE rowid = OLD.id;
     INSERT INTO knowledge_search (rowid, ws, key, content)
     SELECT id, ws, key, content FROM knowledge_search_source WHERE id = NEW.id;
@@ -207,13 +209,15 @@ CREATE TABLE knowledge_versions (
     CHECK (source_digest IS NULL OR length(source_digest) = 64)
 ) STRICT;
 
-CREATE TRIGGER knowledge_search_version_delete AFTER DELETE ON knowledge_versions BEGIN
+CREATE TRIGGER knowledge_search_version_delete AFTER DELETE ON knowledge_versions
+WHEN OLD.version = (SELECT head_version FROM knowledge WHERE id = OLD.knowledge_id) BEGIN
     DELETE FROM knowledge_search WHERE rowid = OLD.knowledge_id;
     INSERT INTO knowledge_search (rowid, ws, key, content)
     SELECT id, ws, key, content FROM knowledge_search_source WHERE id = OLD.knowledge_id;
 END;
 
-CREATE TRIGGER knowledge_search_version_insert AFTER INSERT ON knowledge_versions BEGIN
+CREATE TRIGGER knowledge_search_version_insert AFTER INSERT ON knowledge_versions
+WHEN NEW.version = (SELECT head_version FROM knowledge WHERE id = NEW.knowledge_id) BEGIN
     DELETE FROM knowledge_search WHERE rowid = NEW.knowledge_id;
     INSERT INTO knowledge_search (rowid, ws, key, content)
     SELECT id, ws, key, content FROM knowledge_search_source WHERE id = NEW.knowledge_id;

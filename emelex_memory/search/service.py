@@ -47,16 +47,15 @@ _SNIPPETS = (
     "SELECT rowid, snippet({table}, {column}, '" + MARK_START + "', '" + MARK_END + "', '" + ELLIPSIS + "', "
     f"{SNIPPET_TOKENS}) FROM {{table}} WHERE {{table}} MATCH ? AND rowid IN (SELECT value FROM json_each(?))"
 )
+# Each hit's event with the newest raw seq it covers if it is a Summary, and the seq of the Summary in effect covering
+# it if it is a raw event (the oldest such).
 _EVENT_ROWS = (
-    "SELECT e.id, s.uuid, e.session_id, e.seq, e.turn, e.kind FROM events e JOIN sessions s ON s.id = e.session_id "
-    "WHERE e.id IN (SELECT value FROM json_each(?))"
+    "SELECT e.id, s.uuid, e.seq, e.turn, e.kind, "
+    "(SELECT through_seq FROM summaries WHERE event_id = e.id), "
+    "(SELECT c.seq FROM summaries m JOIN events c ON c.id = m.event_id WHERE m.session_id = e.session_id "
+    "AND m.through_seq >= e.seq AND m.reverted_at IS NULL AND c.seq > e.seq ORDER BY m.through_seq LIMIT 1) "
+    "FROM events e JOIN sessions s ON s.id = e.session_id WHERE e.id IN (SELECT value FROM json_each(?))"
 )
-# The Summary in effect covering a raw event (the oldest such), and the newest raw seq a Summary event covers.
-_COVERED_BY = (
-    "SELECT e.seq FROM summaries m JOIN events e ON e.id = m.event_id WHERE m.session_id = ? AND m.through_seq >= ? "
-    "AND m.reverted_at IS NULL AND e.seq > ? ORDER BY m.through_seq LIMIT 1"
-)
-_SUMMARY_THROUGH = "SELECT through_seq FROM summaries WHERE event_id = ?"
 
 
 @dataclass(frozen=True)
@@ -232,14 +231,9 @@ class Search:
         snippets = _snippets(conn, "event_search", 1, match, [event_id for event_id, _ in ranked])
         hits = []
         for event_id, score in ranked:
-            _, uuid, rowid, seq, turn, kind = events[event_id]
-            snippet = snippets[event_id]
-            first = last = seq
-            if kind == "summary":
-                through = conn.execute(_SUMMARY_THROUGH, (event_id,)).fetchone()
-                first, last = (1, through[0]) if through else (seq, seq)
-            covering = conn.execute(_COVERED_BY, (rowid, seq, seq)).fetchone()
-            hits.append(SessionHit(uuid, seq, first, last, turn, kind, covering and covering[0], snippet, score))
+            _, uuid, seq, turn, kind, through, covered_by = events[event_id]
+            first, last = (1, through) if kind == "summary" and through is not None else (seq, seq)
+            hits.append(SessionHit(uuid, seq, first, last, turn, kind, covered_by, snippets[event_id], score))
         return hits
 
 

@@ -17,6 +17,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, NamedTuple, Optional, TypeVar
 
 import typer
@@ -41,6 +42,8 @@ SessionArg = Annotated[str, typer.Argument(
     metavar="SESSION", help="Session ID, or a unique prefix of it (at least 4 characters).", show_default=False,
 )]
 CursorOpt = Annotated[Optional[str], typer.Option(metavar="CURSOR", help="next_cursor printed by the previous page.")]
+WorkspaceOpt = Annotated[Path, typer.Option(
+    "--workspace", "-w", metavar="DIR", show_default=False, help="Workspace directory (default: current).")]
 
 
 def when(ts: float | None, missing: str = "-") -> str:

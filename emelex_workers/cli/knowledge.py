@@ -15,12 +15,12 @@ import typer
 from emelex_memory import KnowledgeEntry, KnowledgeVersion, MemoryStore
 from emelex_memory.core.cursors import MAX_SQL_INT
 
-from .common import CursorOpt, EmelexTyper, JsonFlag, echo_json, echo_page, open_store, page_limit, settings_of, when
+from .common import (
+    CursorOpt, EmelexTyper, JsonFlag, WorkspaceOpt, echo_json, echo_page, open_store, page_limit, settings_of, when,
+)
 
 knowledge_app = EmelexTyper(help="Inspect and curate the current workspace's Knowledge.")
 
-WorkspaceOpt = Annotated[Path, typer.Option(
-    "--workspace", "-w", metavar="DIR", show_default=False, help="Workspace directory (default: current).")]
 KeyArg = Annotated[str, typer.Argument(metavar="KEY", help="Knowledge key.", show_default=False)]
 
 

@@ -7,20 +7,22 @@ prefix with the seq (range) and turn of the matching event.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from emelex_memory import KnowledgeHit, SessionHit
+from .common import CursorOpt, JsonFlag, WorkspaceOpt, echo_page, open_store, page_limit
 
-from .common import CursorOpt, JsonFlag, echo_page, open_store, page_limit
-from .knowledge import WorkspaceOpt
+if TYPE_CHECKING:
+    from emelex_memory import KnowledgeHit, SessionHit
 
 SESSION_PREFIX = 8  # characters of a Session ID shown: `sessions show` takes any unique prefix of 4 or more
 
 
 def hit_dict(hit: KnowledgeHit | SessionHit) -> dict:
     """A hit as plain JSON-ready data: its kind, citation, snippet and score."""
+    from emelex_memory import KnowledgeHit
+
     if isinstance(hit, KnowledgeHit):
         return {"kind": hit.kind, "key": hit.key, "version": hit.version, "pinned": hit.pinned,
                 "confidence": hit.confidence, "snippet": hit.snippet, "score": hit.score}
@@ -31,6 +33,8 @@ def hit_dict(hit: KnowledgeHit | SessionHit) -> dict:
 
 def hit_line(hit: KnowledgeHit | SessionHit) -> str:
     """One line per hit: where it is (what `knowledge show` / `sessions show` take), then its snippet."""
+    from emelex_memory import KnowledgeHit
+
     snippet = " ".join(hit.snippet.split())
     if isinstance(hit, KnowledgeHit):
         pinned = "  pinned" if hit.pinned else ""

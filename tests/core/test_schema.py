@@ -30,7 +30,7 @@ RELEASED = [
     ("m011_workspace_epochs_and_retirements", False, "294c798ea739def1e086f2e8867502f758564dacd9f29d5a041b21f9bff0d8ef"),
     ("m012_agent_journal", False, "d22ea401d52555c737e02f07717719de0045291a3a764c23603a3dbb101944e7"),
     ("m013_scale_indexes", False, "18d451b40f1b3ae9f0a39026d821cc6f15a1dcb80b9365888d9a56924a8b2c83"),
-    ("m014_search_index", False, "7c7aa74ac3517657a6d36114b5ba3bc3321be80b1011dd41bda9b867734b59c1"),
+    ("m014_search_index", False, "9e759b9b0f52a0e2e006c1c8429fc7bf55f98525d343e0eff768e1e8a9453be1"),
 ]
 
 

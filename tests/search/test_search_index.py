@@ -180,6 +180,41 @@ def test_retention_keeps_the_index_in_step(db_path: Path, home: Path, workspace:
     store.close()
 
 
+def knowledge_index_writes(store: MemoryStore) -> list[str]:
+    """Record each statement that writes the Knowledge index from now on ("delete" or "insert"), as SQLite traces the
+    statements of the triggers it runs (a trigger whose WHEN clause is false runs none)."""
+    writes: list[str] = []
+
+    def trace(event: dict) -> None:
+        verb, _, table = event["sql"].partition(" ")
+        if table.startswith(("INTO knowledge_search ", "FROM knowledge_search ")):
+            writes.append(verb.lower())
+
+    store.db.conn.trace_v2(apsw.SQLITE_TRACE_STMT, trace)
+    return writes
+
+
+def test_each_knowledge_write_reindexes_its_entry_once(db_path: Path, home: Path, workspace: Path) -> None:
+    clock = Clock(time.time())
+    store = MemoryStore.open_path(db_path, Settings(home=home, knowledge_keep_versions=1), clock=clock)
+    writes = knowledge_index_writes(store)
+    reindexed = ["delete", "insert"]  # an entry's indexed row is replaced by what its head now says
+    store.remember(workspace, "k", "first koala version")
+    assert writes == reindexed
+    writes.clear()
+    store.remember(workspace, "k", "second koala version")  # the head moves, then its version is written
+    assert writes == reindexed
+    store.remember(workspace, "k", "third koala version")
+    clock.now += 40 * 86_400
+    writes.clear()
+    assert store.maintain().versions_pruned == 2
+    assert writes == []  # pruning versions older than the head changes nothing that is indexed
+    store.forget(workspace, "k")
+    assert writes == reindexed
+    assert index_agrees(store.settings, db_path)
+    store.close()
+
+
 def test_reinit_starts_with_an_empty_index(db_path: Path, settings: Settings, workspace: Path) -> None:
     with MemoryStore.open_path(db_path, settings) as store:
         say(store, workspace, "lost words of lemurs", "gone")

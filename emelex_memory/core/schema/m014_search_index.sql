@@ -1,4 +1,4 @@
--- Full-text search over each workspace's live Knowledge and its Sessions' transcripts (see knowledge/search.py).
+-- Full-text search over each workspace's live Knowledge and its Sessions' transcripts (see search/service.py).
 -- The index is written by triggers, so every write path (append, Summary, upsert, tombstone, delete_session,
 -- retention, a foreign-key cascade) updates it in the same transaction as what it indexes. `ws` holds the token
 -- 'w<workspace id>', which scopes a query to one workspace inside the index.
@@ -51,18 +51,26 @@ WHEN OLD.workspace_id IS NOT NEW.workspace_id BEGIN
     WHERE id IN (SELECT id FROM events WHERE session_id = NEW.id) AND body <> '';
 END;
 
-CREATE TRIGGER knowledge_search_version_insert AFTER INSERT ON knowledge_versions BEGIN
+-- An entry is reindexed once per change of what its head says: when the head version's row is written or removed,
+-- or when the entry's key, workspace, head or tombstone changes while its head version's row exists. Writing the
+-- next version moves the head before inserting its row, so only that insert reindexes; pruning older versions
+-- and a cascade from a deleted entry reindex nothing.
+CREATE TRIGGER knowledge_search_version_insert AFTER INSERT ON knowledge_versions
+WHEN NEW.version = (SELECT head_version FROM knowledge WHERE id = NEW.knowledge_id) BEGIN
     DELETE FROM knowledge_search WHERE rowid = NEW.knowledge_id;
     INSERT INTO knowledge_search (rowid, ws, key, content)
     SELECT id, ws, key, content FROM knowledge_search_source WHERE id = NEW.knowledge_id;
 END;
-CREATE TRIGGER knowledge_search_version_delete AFTER DELETE ON knowledge_versions BEGIN
+CREATE TRIGGER knowledge_search_version_delete AFTER DELETE ON knowledge_versions
+WHEN OLD.version = (SELECT head_version FROM knowledge WHERE id = OLD.knowledge_id) BEGIN
     DELETE FROM knowledge_search WHERE rowid = OLD.knowledge_id;
     INSERT INTO knowledge_search (rowid, ws, key, content)
     SELECT id, ws, key, content FROM knowledge_search_source WHERE id = OLD.knowledge_id;
 END;
 CREATE TRIGGER knowledge_search_update AFTER UPDATE OF workspace_id, key, head_version, tombstoned_at ON knowledge
-BEGIN
+WHEN (OLD.workspace_id IS NOT NEW.workspace_id OR OLD.key IS NOT NEW.key OR OLD.head_version IS NOT NEW.head_version
+      OR OLD.tombstoned_at IS NOT NEW.tombstoned_at)
+    AND EXISTS (SELECT 1 FROM knowledge_versions WHERE knowledge_id = NEW.id AND version = NEW.head_version) BEGIN
     DELETE FROM knowledge_search WHERE rowid = OLD.id;
     INSERT INTO knowledge_search (rowid, ws, key, content)
     SELECT id, ws, key, content FROM knowledge_search_source WHERE id = NEW.id;

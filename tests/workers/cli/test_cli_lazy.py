@@ -93,3 +93,11 @@ def test_a_lazy_group_runs_and_lists_its_commands() -> None:
     assert result.exit_code == 0
     for command in ("list", "failed", "retry", "cancel", "rescue"):
         assert f"\n  {command} " in result.output
+
+
+def test_search_help_imports_no_store(tmp_path: Path) -> None:
+    loaded = _modules_after(tmp_path / "home", "memory", "search", "--help")
+    assert "emelex_workers.cli.search" in loaded
+    store_chain = ("emelex_memory.store", "emelex_memory.core.database", "emelex_memory.search",
+                   "emelex_memory.knowledge", "emelex_memory.sessions")
+    assert {m for m in loaded if m.startswith(store_chain)} == set()
