@@ -1,5 +1,5 @@
 """Inputs a new user's walkthrough found crashing with a traceback: each is a typed one-line error that changes
-nothing, and `restore` says where the model manifests went."""
+nothing, `restore` says where the model manifests went, and `sessions recover` names --workspace DIR."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from emelex_memory import MemoryStore, Settings
+from emelex_memory.agent.journal import open_turn
 from emelex_workers.cli import app
 from emelex_workers.models import ModelManager
 
@@ -85,3 +86,41 @@ def test_restore_says_where_the_model_manifests_went(home: Path, tmp_path: Path,
     assert "1 model manifests" in result.output
     assert f"{fresh / 'restored-model-manifests'}" in result.output and "add-server" in result.output
     assert os.path.isdir(fresh / "restored-model-manifests")
+
+
+def open_agent_turn(home: Path, workspace: Path) -> str:
+    """A Session whose agent turn was left open (as a crash leaves it), its lease released."""
+    with MemoryStore.open(Settings(home=home)) as store:
+        sid = store.create_session(workspace).id
+        with store.acquire_lease(sid, workspace) as lease:
+            lease.replay()
+            open_turn(store, lease, "go")
+            lease.release()
+    return sid
+
+
+def test_recover_of_a_renamed_workspace_names_workspace_dir(home: Path, workspace: Path, tmp_path: Path) -> None:
+    sid = open_agent_turn(home, workspace)
+    workspace.rename(tmp_path / "renamed")
+    before = table_rows(Settings(home=home).database_path)
+    result = run("memory", "sessions", "recover", sid, home=home)
+    one_line_error(result, "--workspace DIR", str(workspace))
+    assert "run it from" not in result.output
+    os.mkdir(workspace)  # another directory where it was: pass the moved one with --workspace
+    result = run("memory", "sessions", "recover", sid, "--workspace", str(workspace), home=home)
+    one_line_error(result, "--workspace", "rebind")
+    assert "run it from" not in result.output
+    assert table_rows(Settings(home=home).database_path) == before
+
+
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_recover_checks_workspace_first_even_with_nothing_open(home: Path, workspace: Path, tmp_path: Path,
+                                                               kind: str) -> None:
+    with MemoryStore.open(Settings(home=home)) as store:
+        sid = store.create_session(workspace).id
+    bad = tmp_path / "bad"
+    if kind == "file":
+        bad.write_text("x")
+    result = run("memory", "sessions", "recover", sid, "--workspace", str(bad), home=home)
+    one_line_error(result, "--workspace", str(bad))
+    assert "nothing to recover" not in result.output
