@@ -79,7 +79,8 @@ class SettingsFileError(StoreError):
 
 
 class InvalidHomeError(StoreError):
-    """EMELEX_HOME (or the `home` setting) is not an absolute path: set it to one, or to a path starting with ~."""
+    """EMELEX_HOME (or the `home` setting) is not an absolute path, not valid UTF-8, or starts with a `~user` naming no
+    user: set it to an absolute UTF-8 path, or to one starting with ~."""
 
 
 class ConfirmationRequiredError(StoreError):

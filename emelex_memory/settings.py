@@ -25,6 +25,7 @@ from pydantic_settings import (
 
 from .errors import InvalidHomeError, SettingsFileError
 from .core.private_files import check_no_symlink_loop, open_for_reading
+from .core.utf8 import SQLITE_NAMES, is_utf8
 from .core.io_errors import file_error
 
 MiB = 1024 * 1024
@@ -36,9 +37,20 @@ OTHER_VARIABLES = ("EMELEX_WHEEL_CACHE",)
 
 def _home_from(init: dict[str, Any]) -> Path:
     """Emelex Home as given (argument, then EMELEX_HOME, then the default) with `~` expanded; it must then be
-    absolute, or the store would depend on the current directory (cron's is not your shell's)."""
+    absolute, or the store would depend on the current directory (cron's is not your shell's), and valid UTF-8, or
+    SQLite could not open the database in it (`InvalidHomeError`, also for a `~user` naming no user)."""
     raw = init.get("home") or os.environ.get("EMELEX_HOME") or "~/.emelex"
-    home = Path(raw).expanduser()
+    try:
+        home = Path(raw).expanduser()
+    except RuntimeError:  # `~user` naming no user, or `~` without HOME or a passwd entry
+        raise InvalidHomeError(
+            f"EMELEX_HOME {str(raw)!r} starts with a ~ that names no known home directory; set it to an absolute path"
+        ) from None
+    if not is_utf8(str(home)):
+        raise InvalidHomeError(
+            f"EMELEX_HOME {str(home)!r:.300} is not valid UTF-8, and {SQLITE_NAMES}: set it to a path whose name is "
+            "UTF-8"
+        )
     if not home.is_absolute():
         raise InvalidHomeError(
             f"EMELEX_HOME must be an absolute path (or start with ~), got {str(raw)!r}: a relative Home would depend "

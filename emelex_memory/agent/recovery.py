@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..errors import LeaseHeldError
+from ..errors import LeaseHeldError, WorkspaceMissingError
 from ..sessions.holders import holder_is_dead, live_holder
+from ..sessions.identity import Session, WorkspaceIdentity, not_the_workspace
 from ..sessions.rows import session_rowid
 from .journal import OpenTurn, Reconciled, Store, read_journal, reconcile, unknown_effects_error
 
@@ -32,21 +33,49 @@ def recover_session(store: Store, session_id: str, *, accept_unknown_effects: bo
     `unknown_effect`. Takes and releases the Session's lease (from
     `workspace`, default the recorded path; a renamed workspace is named by
     its new path); queues no distillation. Nothing open: returns at once,
-    changing nothing.
+    changing nothing. A `workspace` that is not the Session's workspace
+    directory is refused first, even with nothing open; a missing recorded
+    one once there is a turn to recover (`WorkspaceMissingError` or
+    `WorkspaceReplacedError`, advising `--workspace DIR`).
     """
+    session = store.get_session(session_id)
+    if workspace is not None:
+        path = _lease_directory(session, workspace)
     turn = read_journal(store, session_id)
     if turn is None:
         return Recovery(session_id, None, None)
     _refuse_live(store, session_id)
     if turn.unknown and not accept_unknown_effects:
         raise unknown_effects_error(session_id, turn)
-    path = store.get_session(session_id).workspace.path if workspace is None else workspace
+    if workspace is None:
+        path = _lease_directory(session, None)
     with store.acquire_lease(session_id, path) as lease:
         for _ in lease.replay_all():
             pass
         done = reconcile(store, lease, accept_unknown_effects=accept_unknown_effects)
         lease.release()
     return Recovery(session_id, turn, done)
+
+
+def _lease_directory(session: Session, workspace: str | os.PathLike[str] | None) -> str:
+    """The Session's workspace directory, `workspace` or else the recorded path, checked without writing; the
+    errors name `--workspace DIR`, as recover uses no current directory."""
+    recorded = session.workspace
+    if workspace is None and recorded.path is None:  # a migrated workspace never seen since
+        raise WorkspaceMissingError(f"Session {session.id}'s workspace {session.workspace_id} has no recorded "
+                                    "directory: pass it with --workspace DIR")
+    try:
+        found = WorkspaceIdentity.inspect(recorded.path if workspace is None else workspace)
+    except WorkspaceMissingError as exc:
+        if workspace is not None:
+            raise WorkspaceMissingError(f"--workspace {os.fsdecode(workspace)}: {exc}") from None
+        raise WorkspaceMissingError(
+            f"Session {session.id}'s workspace {session.workspace_id}, last seen at {recorded.path}, is missing "
+            "(deleted or moved away): pass the directory it was moved to with --workspace DIR, or restore it there"
+        ) from None
+    if not found.same_directory(recorded):
+        raise not_the_workspace(found.path, session.id, session.workspace_id, recorded, cwd=False)
+    return found.path
 
 
 def _refuse_live(store: Store, session_id: str) -> None:

@@ -13,6 +13,8 @@ import os
 
 from ..errors import InvalidInputError
 
+SQLITE_NAMES = "SQLite opens files by UTF-8 names only"  # why a database path must be UTF-8 (`utf8_path`)
+
 
 def is_utf8(value: object) -> bool:
     """False for a `str` that is not valid UTF-8 text (it holds a lone surrogate); True for anything else, which
@@ -32,12 +34,14 @@ def check_utf8(value: object, what: str) -> None:
         raise InvalidInputError(f"{what} {value!r:.120} is not valid UTF-8 text; pass valid text")
 
 
-def utf8_path(path: str | bytes) -> str:
-    """A resolved path as text; raise `InvalidInputError` when it is not valid UTF-8 (it cannot be stored)."""
+def utf8_path(path: str | bytes, what: str = "the workspace path",
+              why: str = "Emelex stores workspace paths as UTF-8 text") -> str:
+    """A path as text; raise `InvalidInputError` naming `what` (and `why` it must be UTF-8) when it is not valid
+    UTF-8: it could not be stored, or SQLite could not open a file by it."""
     text = os.fsdecode(path)
     if not is_utf8(text):
         raise InvalidInputError(
-            f"the workspace path {text!r:.300} is not valid UTF-8, and Emelex stores workspace paths as UTF-8 text: "
-            "rename the directory (or the parent whose name is not UTF-8) to a UTF-8 name; nothing was written"
+            f"{what} {text!r:.300} is not valid UTF-8, and {why}: rename the directory (or the parent whose name is "
+            "not UTF-8) to a UTF-8 name; nothing was written"
         )
     return text

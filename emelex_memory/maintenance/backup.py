@@ -27,6 +27,7 @@ from ..assets.refs import asset_dir_for
 from ..core.connection import connect
 from ..core.io_errors import translating
 from ..core.opening import STORE_MARKER, open_database
+from ..core.utf8 import SQLITE_NAMES, utf8_path
 from ..core.private_files import (
     PRIVATE_DIR_MODE, check_private_dir, describe_mode, ensure_private_dir, fsync_dir, write_all, write_private_file,
 )
@@ -177,7 +178,7 @@ def backup_store(store: BackupSource, dest: str | os.PathLike[str]) -> BackupRep
     backup (then only new assets are copied); it may not overlap Emelex Home or the database's directory
     (`BackupDestinationError`). Other processes may keep writing meanwhile: the copy is one consistent snapshot. A failure, or a kill, leaves `dest` without a
     manifest (a partial backup, refused by `verify_backup` and restore) and the store untouched."""
-    dest = Path(os.path.abspath(dest))
+    dest = Path(utf8_path(os.path.abspath(dest), "the backup directory", SQLITE_NAMES))
     _check_destination(dest, store)
     if os.path.lexists(dest):
         os.chmod(dest, PRIVATE_DIR_MODE)  # an empty directory of yours (or a private backup): it holds private data
@@ -219,6 +220,7 @@ def backup_store(store: BackupSource, dest: str | os.PathLike[str]) -> BackupRep
 
 
 STAGING = ".restoring"  # in Home: where a restore builds the store before renaming it to memory/
+RESTORED_MODELS = "restored-model-manifests"  # in Home: where a restore puts the backup's model manifests
 
 
 def _check_empty_home(settings: Settings) -> None:
@@ -269,7 +271,7 @@ def restore_backup(src: str | os.PathLike[str], settings: Settings) -> BackupRep
         os.rename(staging, settings.memory_dir)
         fsync_dir(home)
         if os.path.isdir(settings.memory_dir / MODELS):
-            os.rename(settings.memory_dir / MODELS, home / "restored-model-manifests")
+            os.rename(settings.memory_dir / MODELS, home / RESTORED_MODELS)
             fsync_dir(settings.memory_dir)
             fsync_dir(home)
         open_database(  # as `MemoryStore.open` does: records the store marker; migrates an older backup
@@ -277,7 +279,7 @@ def restore_backup(src: str | os.PathLike[str], settings: Settings) -> BackupRep
             evidence=(asset_dir_for(settings.database_path),), where=home,
         ).close()
     except BaseException:
-        for path in (staging, settings.memory_dir, home / "restored-model-manifests", home / STORE_MARKER):
+        for path in (staging, settings.memory_dir, home / RESTORED_MODELS, home / STORE_MARKER):
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
         if created_home:
             shutil.rmtree(home, ignore_errors=True)

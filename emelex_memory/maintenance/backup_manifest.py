@@ -19,6 +19,7 @@ from pathlib import Path
 import apsw
 
 from ..core.private_files import fsync_dir, write_all
+from ..core.utf8 import SQLITE_NAMES, utf8_path
 from ..errors import BackupVerificationError, NotABackupError
 
 FORMAT = "emelex-backup/1"
@@ -114,8 +115,9 @@ def _mismatch(path: Path, what: str) -> BackupVerificationError:
 def verify_backup(src: Path) -> BackupReport:
     """Re-check the complete backup at `src` against its manifest: private modes, the database's digest,
     integrity and row counts, every asset's size and SHA-256, every model manifest's digest. Returns its report;
-    raises `NotABackupError` (no manifest) or `BackupVerificationError` (the first difference). Reads only."""
-    src = Path(os.path.abspath(src))
+    raises `NotABackupError` (no manifest), `BackupVerificationError` (the first difference) or `InvalidInputError`
+    (a path that is not valid UTF-8). Reads only."""
+    src = Path(utf8_path(os.path.abspath(src), "the backup", SQLITE_NAMES))
     if not src.is_dir():
         raise NotABackupError(f"{src} is not a directory holding a backup: name a backup directory")
     body = read_manifest(src)

@@ -12,7 +12,7 @@ import re
 from ..errors import InvalidInputError
 
 MAX_QUERY_BYTES = 4096  # a query longer than this is refused; recall cuts its own query to this first
-MAX_TERMS = 32  # distinct words of a query searched for, in order of appearance
+MAX_TERMS = 32  # distinct words of a query searched for; more are refused (recall keeps the first ones)
 MAX_TERM_CHARS = 64  # a longer word is cut to this many characters
 _WORD = re.compile(r"[^\W_]+")
 
@@ -21,8 +21,9 @@ def query_terms(query: object, *, cut: bool = False) -> list[str]:
     """The distinct lowercase words of `query` (a str, or UTF-8 bytes), at most `MAX_TERMS`, in order.
 
     Raises `InvalidInputError` for a query that is not text, not valid UTF-8,
-    longer than `MAX_QUERY_BYTES` bytes (with `cut`, only its first
-    `MAX_QUERY_BYTES` bytes are read instead) or without a word to search for.
+    longer than `MAX_QUERY_BYTES` bytes or with more than `MAX_TERMS` distinct
+    words (with `cut`, only its first `MAX_QUERY_BYTES` bytes and first
+    `MAX_TERMS` words are used instead), or without a word to search for.
     """
     if isinstance(query, (bytes, bytearray)):
         try:
@@ -44,9 +45,16 @@ def query_terms(query: object, *, cut: bool = False) -> list[str]:
         query = encoded[:MAX_QUERY_BYTES].decode("utf-8", errors="ignore")
     terms: dict[str, None] = {}
     for match in _WORD.finditer(query):
-        terms.setdefault(match.group().lower()[:MAX_TERM_CHARS], None)
-        if len(terms) == MAX_TERMS:
-            break
+        term = match.group().lower()[:MAX_TERM_CHARS]
+        if term not in terms and len(terms) == MAX_TERMS:
+            if cut:
+                break
+            count = len({m.group().lower()[:MAX_TERM_CHARS] for m in _WORD.finditer(query)})
+            raise InvalidInputError(
+                f"the search query has {count} distinct words; at most {MAX_TERMS} are searched for: keep the few "
+                "most distinctive"
+            )
+        terms.setdefault(term, None)
     if not terms:
         raise InvalidInputError("the search query holds no word to search for (letters or digits); give one")
     return list(terms)

@@ -161,32 +161,36 @@ class Session:
         return Path(found.path)
 
 
-def not_the_workspace(found: str, session_id: str, workspace_id: int, recorded: WorkspaceIdentity) -> WorkspaceError:
+def not_the_workspace(found: str, session_id: str, workspace_id: int, recorded: WorkspaceIdentity, *,
+                      cwd: bool = True) -> WorkspaceError:
     """The error for a directory `found` that is not the Session's workspace `recorded`, by what the recorded path
     names now: nothing (`WorkspaceMissingError`: restore it, or rebind the directory that now holds it), the
     workspace itself (the caller is elsewhere: run from there), or another directory (`WorkspaceReplacedError` with
-    the rebind of the recorded path)."""
+    the rebind of the recorded path). Without `cwd` (a command that does not use the current directory, like
+    `sessions recover`) the advice is to pass the directory with `--workspace DIR` instead of running from it."""
     head = f"{found} is not the workspace of Session {session_id}"
     if recorded.path is None:  # a migrated workspace never seen since
-        return WorkspaceReplacedError(f"{head}; run it from workspace {workspace_id}'s directory")
+        how = "run it from" if cwd else "pass with --workspace DIR"
+        return WorkspaceReplacedError(f"{head}; {how} workspace {workspace_id}'s directory")
     try:
         there = WorkspaceIdentity.inspect(recorded.path)
     except (WorkspaceMissingError, InsecurePathError):
         return WorkspaceMissingError(
             f"{head}: its workspace {workspace_id}, last seen at {recorded.path}, is missing (deleted or moved away); "
-            "restore it there, run it from the directory it was moved to, or, if another directory replaces it, "
-            f"adopt that one with `emelex memory workspaces rebind {workspace_id} DIRECTORY --yes`"
+            f"restore it there, {'run it from' if cwd else 'pass with --workspace DIR'} the directory it was moved to, "
+            f"or, if another directory replaces it, adopt that one with `emelex memory workspaces rebind "
+            f"{workspace_id} DIRECTORY --yes`"
         )
     except EmelexError as exc:
         return WorkspaceReplacedError(f"{head} (workspace {workspace_id}, last seen at {recorded.path}: {exc})")
     if there.same_directory(recorded):
         quoted = shlex.quote(recorded.path)
-        return WorkspaceReplacedError(
-            f"{head} (its workspace {workspace_id} is {recorded.path}); run it from {quoted} or pass --workspace {quoted}"
-        )
+        how = f"run it from {quoted} or pass --workspace {quoted}" if cwd else f"pass --workspace {quoted}"
+        return WorkspaceReplacedError(f"{head} (its workspace {workspace_id} is {recorded.path}); {how}")
     return WorkspaceReplacedError(
         f"{head}: its workspace {workspace_id} was last seen at {recorded.path}, which is now a different directory; "
-        f"use the original directory, or {rebind_advice(workspace_id, recorded.path)}"
+        f"use the original directory{'' if cwd else ' (pass it with --workspace DIR)'}, or "
+        f"{rebind_advice(workspace_id, recorded.path)}"
     )
 
 

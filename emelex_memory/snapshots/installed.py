@@ -586,13 +586,13 @@ def check_server_url(url: object, *, allow_insecure: bool) -> str:
     if not isinstance(url, str) or not url or len(url) > MAX_URL or any(ord(c) < 33 or ord(c) == 127 for c in url):
         raise InvalidModelError(f"a server URL is up to {MAX_URL} printable characters without spaces, like "
                                 f"http://127.0.0.1:8080; got {str(url)[:80]!r}")
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https"):
-        raise InvalidModelError(f"the server URL must start with http:// or https://, not {parts.scheme or url!r}")
-    try:
+    try:  # a bracketed host that is not an IPv6 address fails already in urlsplit, the port only here
+        parts = urllib.parse.urlsplit(url)
         host, _port = parts.hostname, parts.port
     except ValueError as exc:
         raise InvalidModelError(f"the server URL {url!r} is malformed ({exc}); give it like http://HOST:PORT") from None
+    if parts.scheme not in ("http", "https"):
+        raise InvalidModelError(f"the server URL must start with http:// or https://, not {parts.scheme or url!r}")
     if not host:
         raise InvalidModelError(f"the server URL {url!r} names no host; give it like http://HOST:PORT")
     if parts.username is not None or parts.password is not None:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from emelex_memory.maintenance.backup import backup_store, restore_backup, verify_backup
+from emelex_memory.maintenance.backup import RESTORED_MODELS, backup_store, restore_backup, verify_backup
 
 from .common import JsonFlag, echo_json, open_store, settings_of
 
@@ -48,5 +48,9 @@ def restore(
     as_json: JsonFlag = False,
 ) -> None:
     """Verify the backup at SRC, then restore it into Emelex Home, which must be empty (never over a store)."""
-    report = restore_backup(src, settings_of(ctx))
+    settings = settings_of(ctx)
+    report = restore_backup(src, settings)
     _say("restored from", report, as_json)
+    if report.models and not as_json:
+        typer.echo(f"  the model manifests are in {settings.home_dir / RESTORED_MODELS} for reference; a backup holds "
+                   "no model files: install the models again (`emelex models install`, or `models add-server`)")

@@ -1,4 +1,4 @@
-"""`emelex memory search QUERY`: ranked hits in the workspace's live Knowledge and its Sessions' transcripts.
+"""`emelex memory search WORDS...`: ranked hits in the workspace's live Knowledge and its Sessions' transcripts.
 
 Each hit names what `knowledge show KEY` or `sessions show ID` takes: a Knowledge key and version, or a Session ID
 prefix with the seq (range) and turn of the matching event.
@@ -47,8 +47,8 @@ def hit_line(hit: KnowledgeHit | SessionHit) -> str:
 
 def search(
     ctx: typer.Context,
-    query: Annotated[str, typer.Argument(metavar="QUERY", help="Words to search for (any of them; best first).",
-                                         show_default=False)],
+    query: Annotated[list[str], typer.Argument(metavar="WORDS...", show_default=False, help=(
+        "Words to search for (any of them; best first; at most 32 distinct ones)."))],
     workspace: WorkspaceOpt = Path("."),
     knowledge: Annotated[bool, typer.Option("--knowledge", help="Search only Knowledge.")] = False,
     sessions: Annotated[bool, typer.Option("--sessions", help="Search only Session transcripts.")] = False,
@@ -62,6 +62,6 @@ def search(
         raise typer.BadParameter("give --knowledge or --sessions, not both (neither searches both)")
     kinds = ("knowledge",) if knowledge else ("sessions",) if sessions else ("knowledge", "sessions")
     with open_store(ctx) as store:
-        page = store.search(workspace, query, kinds=kinds, limit=limit, cursor=cursor)
+        page = store.search(workspace, " ".join(query), kinds=kinds, limit=limit, cursor=cursor)
     echo_page("hits", page.hits, page.next_cursor, as_json, as_dict=hit_dict, line=hit_line,
               empty="nothing found in this workspace")

@@ -70,6 +70,24 @@ def test_a_bad_query_is_one_error_line_and_exit_1(cli, workspace: Path, query: s
     assert "Traceback" not in done.stderr + done.stdout
 
 
+def test_several_words_are_one_query_finding_any_of_them(cli, workspace: Path) -> None:
+    port = say(workspace, "the proxy listens on port 8443", "ok")
+    other = say(workspace, "tls 8443 only", "ok")
+    done = cli("memory", "search", "port", "8443", "--sessions", "--json")
+    assert done.exit_code == 0, done.stderr
+    assert {h["session"] for h in json.loads(done.stdout)["hits"]} == {port, other}
+
+
+def test_more_than_32_distinct_words_is_refused_not_cut(cli, workspace: Path) -> None:
+    say(workspace, "w33 is the last word", "ok")
+    words = [f"w{i}" for i in range(1, 34)]
+    done = cli("memory", "search", *words)
+    assert done.exit_code == 1 and done.stdout == ""
+    assert done.stderr.startswith("error: the search query has 33 distinct words; at most 32") \
+        and done.stderr.count("\n") == 1, done.stderr
+    assert cli("memory", "search", *words[:31], "w33", "w33").exit_code == 0  # repeated words count once
+
+
 def test_knowledge_and_sessions_together_is_a_usage_error(cli, workspace: Path) -> None:
     say(workspace, "hello", "hi")
     assert cli("memory", "search", "hello", "--knowledge", "--sessions").exit_code == 2

@@ -75,6 +75,8 @@ def cli(home: Path, *args: str, env: dict | None = None) -> subprocess.Completed
     ("http://user:pw@127.0.0.1:8080", False, "user name or password"),
     ("http://127.0.0.1:8080/?key=1", False, "query"),
     ("http://:8080", False, "no host"),
+    ("http://[::1", False, "malformed"),
+    ("http://[zz]:80", False, "malformed"),
 ])
 def test_a_bad_url_is_refused_and_nothing_is_written(settings: Settings, url, allow, problem) -> None:
     with ModelManager(settings) as manager, pytest.raises(InvalidModelError, match=problem):
