@@ -179,6 +179,16 @@ def test_5xx_throughout_gives_up_after_the_retries(fast: Settings, server: Scrip
     assert server.count("/v1/chat/completions") == 3  # the first try and served_retries=2 more
 
 
+def test_5xx_until_the_deadline_says_the_deadline_stopped_the_retries(fast: Settings, server) -> None:
+    settings = fast.model_copy(update={"served_retries": 20, "served_request_timeout_s": 0.5})
+    binding = bound(settings, add_served(settings, "m", server.url, "scripted"))
+    server.fail("/v1/chat/completions", *[("status", 503)] * 20)
+    with pytest.raises(ModelServerError, match=r"HTTP 503.*0\.5s \(served_request_timeout_s\)") as err:
+        binding.chat([{"role": "user", "content": "hi"}], max_tokens=8)
+    assert "after 20 retries" not in str(err.value)
+    assert server.count("/v1/chat/completions") < 21
+
+
 def test_a_4xx_is_not_retried(fast: Settings, server: ScriptedServer) -> None:
     binding = bound(fast, add_served(fast, "m", server.url, "scripted"))
     server.fail("/v1/chat/completions", ("status", 400))
@@ -199,6 +209,9 @@ def test_a_server_slower_than_the_timeout_is_a_timeout_error_not_retried(fast: S
 @pytest.mark.parametrize("fault, error, message", [
     (("garbage",), ModelServerReplyError, "not JSON"),
     (("huge", 8 * 1024 * 1024 + 1), ModelServerReplyError, "more than 8388608 bytes"),
+    (("reply", 200, b"[" * 200_000, {}), ModelServerReplyError, "not JSON"),  # nested past Python's recursion limit
+    (("reply", 400, b"[" * 200_000, {}), ModelServerReplyError, "HTTP 400"),  # the same as an error's detail
+    (("reply", 200, b"not gzip at all", {"Content-Encoding": "gzip"}), ModelServerReplyError, "could not be decoded"),
 ])
 def test_a_reply_that_is_not_json_or_too_large_is_a_reply_error(fast, server, fault, error, message) -> None:
     server.fail("/v1/models", fault)
