@@ -6,6 +6,7 @@ constrain output, and the model changed behind a resumed Session."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import subprocess
@@ -217,6 +218,19 @@ def test_a_reply_that_is_not_json_or_too_large_is_a_reply_error(fast, server, fa
     server.fail("/v1/models", fault)
     with pytest.raises(error, match=message):
         bound(fast, add_served(fast, "m", server.url, "scripted")).context_window
+
+
+def test_a_chunk_whose_choices_are_an_object_is_a_reply_error() -> None:
+    from emelex_openai.binding import _delta
+
+    with pytest.raises(ModelServerReplyError, match="malformed chunk"):
+        _delta({"choices": {"delta": {"content": "x"}}}, "http://127.0.0.1:1")
+
+
+def test_a_template_with_a_lone_surrogate_has_a_digest(fast: Settings, server: ScriptedServer) -> None:
+    server.template = "{{ .Prompt }}\ud800"  # JSON can carry it; UTF-8 cannot
+    identity = bound(fast, add_served(fast, "m", server.url, "scripted")).model_identity
+    assert identity["chat_template_sha256"] == hashlib.sha256(b"{{ .Prompt }}\xed\xa0\x80").hexdigest()
 
 
 def test_a_server_killed_mid_stream_is_a_server_error(fast: Settings, server: ScriptedServer) -> None:
