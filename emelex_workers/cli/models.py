@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import InstalledModel, ModelError, PluginError, ServedEndpoint, Settings
+from emelex_memory import EmelexError, InstalledModel, ServedEndpoint, Settings
 from emelex_memory.core.private_files import check_private_dir
 
 from ..models import DamagedModel, ModelManager
@@ -40,15 +40,18 @@ def model_dict(m: InstalledModel) -> dict:
 
 def served_status(settings: Settings, model: InstalledModel) -> dict:
     """Ask a served model's server, through the plugins, what it serves: `{"identity": ..., "context_window": N}`.
-    Raises the `ModelError` (`ModelServerError` ...) or `PluginError` that stops it."""
-    from ..host.manager import bind_model, get_plugin_manager
+    Raises the `EmelexError` that stops it: the plugin's own typed error (`ModelServerError` ...), or
+    `PluginHookError` for anything else the plugin raises."""
+    from ..host.manager import bind_model, get_plugin_manager, plugin_call
 
-    _, binding = bind_model(get_plugin_manager(settings), model, settings)
+    plugin, binding = bind_model(get_plugin_manager(settings), model, settings)
+    failed = f"plugin {plugin!r} failed reading"
     try:
-        identity = getattr(binding, "model_identity", None)
-        return {"identity": identity, "context_window": binding.context_window}
+        identity = plugin_call(lambda: getattr(binding, "model_identity", None), f"{failed} model_identity")
+        return {"identity": identity,
+                "context_window": plugin_call(lambda: binding.context_window, f"{failed} context_window")}
     finally:
-        binding.close()
+        plugin_call(binding.close, f"plugin {plugin!r} failed in close")
 
 
 def _identity_text(status: dict) -> str:
@@ -74,7 +77,7 @@ def _listed_status(settings: Settings, model: InstalledModel) -> dict:
     """`served_status` with short timeouts and no retries, a failure reported as `{"problem": ...}`."""
     try:
         return served_status(settings.model_copy(update=LIST_TIMEOUTS), model)
-    except (ModelError, PluginError) as exc:
+    except EmelexError as exc:
         return {"problem": str(exc)}
 
 

@@ -35,6 +35,7 @@ from emelex_workers.worker.work import work
 from tests.support.agent import answer
 from tests.support.served import ScriptedServer, add_served, free_port
 from tests.support import table_rows
+from tests.support.plugins import make_distribution
 
 pytest.importorskip("httpx")
 
@@ -91,6 +92,45 @@ def test_plain_http_off_loopback_needs_allow_insecure_and_https_does_not(setting
     assert (insecure.server.url, secure.server.url, loop.server.url) == (
         "http://192.0.2.7:8080", "https://models.example", "http://localhost:11434")
     assert insecure.kind == "served" and insecure.files == () and insecure.reference.startswith("lan@sha256:")
+
+
+EXPLODING = """
+from emelex_openai.binding import ServedBinding
+from emelex_workers.hookspecs import hookimpl
+
+
+class Exploding(ServedBinding):
+    @property
+    def {member}(self):
+        raise RuntimeError("{member} exploded")
+
+
+@hookimpl(tryfirst=True)
+def model_binding(model, settings):
+    return Exploding(model, settings) if model.kind == "served" else None
+"""
+
+
+@pytest.mark.parametrize("member", ["model_identity", "context_window"])
+def test_models_list_shows_a_binding_that_raises_as_a_problem(tmp_path: Path, server: ScriptedServer, member) -> None:
+    home = tmp_path / "home"
+    add_served(Settings(home=home), "m", server.url, "scripted")
+    site = make_distribution(tmp_path / "site", "emelex-exploding", "0.1", {"emelex_exploding": EXPLODING.format(
+        member=member)}, {"exploding": "emelex_exploding"})
+    listed = cli(home, "models", "list", env={"PYTHONPATH": str(site)})
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert f"server not checked: plugin 'exploding' failed reading {member}: RuntimeError: {member} exploded" \
+        in listed.stdout
+
+
+def test_models_list_bounds_the_whole_listing_of_a_server(tmp_path: Path, server: ScriptedServer) -> None:
+    home = tmp_path / "home"
+    add_served(Settings(home=home), "m", server.url, "scripted")
+    for path in ("/v1/models", "/api/version", "/api/tags"):  # each answer within 5 s, all of them over 10 s
+        server.fail(path, ("slow", 4.0))
+    listed = cli(home, "models", "list")
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert "server not checked: the server did not finish answering within 10s" in listed.stdout
 
 
 def test_an_api_key_value_is_refused_as_a_variable_name(settings: Settings) -> None:
