@@ -6,7 +6,7 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -15,6 +15,9 @@ from emelex_memory.core.private_files import check_private_dir
 
 from ..models import DamagedModel, ModelManager
 from .common import EmelexTyper, JsonFlag, echo_json, settings_of, usage_error
+
+if TYPE_CHECKING:
+    from ..host.manager import EmelexPluginManager
 
 models_app = EmelexTyper(help="Install, list, verify and remove local GGUF models, and add served ones.")
 LIST_TIMEOUTS = {"served_connect_timeout_s": 2.0, "served_read_timeout_s": 5.0, "served_retries": 0}
@@ -38,13 +41,13 @@ def model_dict(m: InstalledModel) -> dict:
     return d
 
 
-def served_status(settings: Settings, model: InstalledModel) -> dict:
-    """Ask a served model's server, through the plugins, what it serves: `{"identity": ..., "context_window": N}`.
-    Raises the `EmelexError` that stops it: the plugin's own typed error (`ModelServerError` ...), or
-    `PluginHookError` for anything else the plugin raises."""
+def served_status(settings: Settings, model: InstalledModel, pm: EmelexPluginManager | None = None) -> dict:
+    """Ask a served model's server, through the plugins (`pm`, or a manager loaded for `settings`), what it serves:
+    `{"identity": ..., "context_window": N}`. Raises the `EmelexError` that stops it: the plugin's own typed error
+    (`ModelServerError` ...), or `PluginHookError` for anything else the plugin raises."""
     from ..host.manager import bind_model, get_plugin_manager, plugin_call
 
-    plugin, binding = bind_model(get_plugin_manager(settings), model, settings)
+    plugin, binding = bind_model(pm or get_plugin_manager(settings), model, settings)
     failed = f"plugin {plugin!r} failed reading"
     try:
         identity = plugin_call(lambda: getattr(binding, "model_identity", None), f"{failed} model_identity")
@@ -73,12 +76,26 @@ def _line(m: InstalledModel, default: str, status: dict | None = None) -> str:
             f"file sha256:{m.files[0].sha256[:12]}  {m.model_file}")
 
 
-def _listed_status(settings: Settings, model: InstalledModel) -> dict:
+def _listed_status(settings: Settings, model: InstalledModel, pm: EmelexPluginManager) -> dict:
     """`served_status` with short timeouts and no retries, a failure reported as `{"problem": ...}`."""
     try:
-        return served_status(settings.model_copy(update=LIST_TIMEOUTS), model)
+        return served_status(settings.model_copy(update=LIST_TIMEOUTS), model, pm)
     except EmelexError as exc:
         return {"problem": str(exc)}
+
+
+def _served_statuses(settings: Settings, served: list[InstalledModel]) -> dict[str, dict]:
+    """`_listed_status` of each served model by name, through one plugin manager (loaded only when there are
+    served models; a plugin that fails to load is every one's problem)."""
+    if not served:
+        return {}
+    from ..host.manager import get_plugin_manager
+
+    try:
+        pm = get_plugin_manager(settings)
+    except EmelexError as exc:
+        return {m.name: {"problem": str(exc)} for m in served}
+    return {m.name: _listed_status(settings, m, pm) for m in served}
 
 
 @models_app.command("install")
@@ -163,7 +180,7 @@ def list_models(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     with _manager(ctx) as manager:
         inventory = manager.inventory()
         default = manager.settings.default_model
-    served = {m.name: _listed_status(manager.settings, m) for m in inventory.models if m.kind == "served"}
+    served = _served_statuses(manager.settings, [m for m in inventory.models if m.kind == "served"])
     if as_json:
         echo_json("listed", {"default_model": default, "damaged": [asdict(d) for d in inventory.damaged],
                              "models": [{**model_dict(m), **served.get(m.name, {})} for m in inventory.models]})
