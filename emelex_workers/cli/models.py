@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -20,7 +21,9 @@ if TYPE_CHECKING:
     from ..host.manager import EmelexPluginManager
 
 models_app = EmelexTyper(help="Install, list, verify and remove local GGUF models, and add served ones.")
-LIST_TIMEOUTS = {"served_connect_timeout_s": 2.0, "served_read_timeout_s": 5.0, "served_retries": 0}
+LIST_TIMEOUTS = {"served_connect_timeout_s": 2.0, "served_read_timeout_s": 5.0, "served_request_timeout_s": 5.0,
+                 "served_retries": 0}
+LIST_BOUND_S = 10.0  # the longest `models list` waits for one server's answers in all
 NameArg = Annotated[str, typer.Argument(
     metavar="NAME", show_default=False, help="Installed model name (see `emelex models list`).")]
 
@@ -77,11 +80,24 @@ def _line(m: InstalledModel, default: str, status: dict | None = None) -> str:
 
 
 def _listed_status(settings: Settings, model: InstalledModel, pm: EmelexPluginManager) -> dict:
-    """`served_status` with short timeouts and no retries, a failure reported as `{"problem": ...}`."""
-    try:
-        return served_status(settings.model_copy(update=LIST_TIMEOUTS), model, pm)
-    except EmelexError as exc:
-        return {"problem": str(exc)}
+    """`served_status` with short timeouts (`LIST_TIMEOUTS`), no retries and at most `LIST_BOUND_S` in all, a
+    failure reported as `{"problem": ...}`. A server still answering then is left to a daemon thread, which
+    ends with the command."""
+    found: dict = {}
+
+    def ask() -> None:
+        try:
+            found.update(served_status(settings.model_copy(update=LIST_TIMEOUTS), model, pm))
+        except EmelexError as exc:
+            found["problem"] = str(exc)
+
+    asking = threading.Thread(target=ask, name=f"emelex-list-{model.name}", daemon=True)
+    asking.start()
+    asking.join(LIST_BOUND_S)
+    if asking.is_alive():
+        return {"problem": f"the server did not finish answering within {LIST_BOUND_S:g}s; check its load, or ask "
+                           "again"}
+    return found
 
 
 def _served_statuses(settings: Settings, served: list[InstalledModel]) -> dict[str, dict]:
@@ -174,8 +190,9 @@ def add_server(
 def list_models(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """List installed models; * marks the default_model setting, ! a damaged model (with its problem).
 
-    A served model's server is asked what it serves (2 s to connect, 5 s to
-    answer, no retry): its identity is verified when it reports a digest.
+    A served model's server is asked what it serves (2 s to connect, 5 s for
+    each answer, 10 s in all, no retry): its identity is verified when it
+    reports a digest.
     """
     with _manager(ctx) as manager:
         inventory = manager.inventory()
