@@ -77,8 +77,8 @@ def _model_check(settings) -> tuple[str, bool, str]:
     """Whether the worker's model (the installed `default_model`) runs on this machine, asked of the plugins
     through the `check_model` hook (the built-in llama.cpp plugin generates a few tokens in a child process,
     afresh: doctor never trusts a remembered pass). A model that cannot be found, or that no plugin checks, is
-    reported as not checked."""
-    from emelex_memory import EmelexError
+    reported as not checked; a plugin that fails while loading or checking (`PluginError`) as a failed check."""
+    from emelex_memory import EmelexError, PluginError
 
     from ..host.manager import check_model, get_plugin_manager
     from ..models import ModelManager
@@ -87,6 +87,8 @@ def _model_check(settings) -> tuple[str, bool, str]:
         with ModelManager(settings) as manager:
             model = manager.default()
         check = check_model(get_plugin_manager(settings), model, settings)
+    except PluginError as exc:
+        return "model", False, str(exc)
     except EmelexError as exc:
         return "model", True, f"not checked: {exc}"
     if check is None:

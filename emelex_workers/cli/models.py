@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from emelex_memory import InstalledModel, ModelError, PluginError, ServedEndpoint, Settings
+from emelex_memory import EmelexError, InstalledModel, ServedEndpoint, Settings
 from emelex_memory.core.private_files import check_private_dir
 
 from ..models import DamagedModel, ModelManager
 from .common import EmelexTyper, JsonFlag, echo_json, settings_of, usage_error
 
+if TYPE_CHECKING:
+    from ..host.manager import EmelexPluginManager
+
 models_app = EmelexTyper(help="Install, list, verify and remove local GGUF models, and add served ones.")
-LIST_TIMEOUTS = {"served_connect_timeout_s": 2.0, "served_read_timeout_s": 5.0, "served_retries": 0}
+LIST_TIMEOUTS = {"served_connect_timeout_s": 2.0, "served_read_timeout_s": 5.0, "served_request_timeout_s": 5.0,
+                 "served_retries": 0}
+LIST_BOUND_S = 10.0  # the longest `models list` waits for one server's answers in all
 NameArg = Annotated[str, typer.Argument(
     metavar="NAME", show_default=False, help="Installed model name (see `emelex models list`).")]
 
@@ -38,17 +44,20 @@ def model_dict(m: InstalledModel) -> dict:
     return d
 
 
-def served_status(settings: Settings, model: InstalledModel) -> dict:
-    """Ask a served model's server, through the plugins, what it serves: `{"identity": ..., "context_window": N}`.
-    Raises the `ModelError` (`ModelServerError` ...) or `PluginError` that stops it."""
-    from ..host.manager import bind_model, get_plugin_manager
+def served_status(settings: Settings, model: InstalledModel, pm: EmelexPluginManager | None = None) -> dict:
+    """Ask a served model's server, through the plugins (`pm`, or a manager loaded for `settings`), what it serves:
+    `{"identity": ..., "context_window": N}`. Raises the `EmelexError` that stops it: the plugin's own typed error
+    (`ModelServerError` ...), or `PluginHookError` for anything else the plugin raises."""
+    from ..host.manager import bind_model, get_plugin_manager, plugin_call
 
-    _, binding = bind_model(get_plugin_manager(settings), model, settings)
+    plugin, binding = bind_model(pm or get_plugin_manager(settings), model, settings)
+    failed = f"plugin {plugin!r} failed reading"
     try:
-        identity = getattr(binding, "model_identity", None)
-        return {"identity": identity, "context_window": binding.context_window}
+        identity = plugin_call(lambda: getattr(binding, "model_identity", None), f"{failed} model_identity")
+        return {"identity": identity,
+                "context_window": plugin_call(lambda: binding.context_window, f"{failed} context_window")}
     finally:
-        binding.close()
+        plugin_call(binding.close, f"plugin {plugin!r} failed in close")
 
 
 def _identity_text(status: dict) -> str:
@@ -70,12 +79,39 @@ def _line(m: InstalledModel, default: str, status: dict | None = None) -> str:
             f"file sha256:{m.files[0].sha256[:12]}  {m.model_file}")
 
 
-def _listed_status(settings: Settings, model: InstalledModel) -> dict:
-    """`served_status` with short timeouts and no retries, a failure reported as `{"problem": ...}`."""
+def _listed_status(settings: Settings, model: InstalledModel, pm: EmelexPluginManager) -> dict:
+    """`served_status` with short timeouts (`LIST_TIMEOUTS`), no retries and at most `LIST_BOUND_S` in all, a
+    failure reported as `{"problem": ...}`. A server still answering then is left to a daemon thread, which
+    ends with the command."""
+    found: dict = {}
+
+    def ask() -> None:
+        try:
+            found.update(served_status(settings.model_copy(update=LIST_TIMEOUTS), model, pm))
+        except EmelexError as exc:
+            found["problem"] = str(exc)
+
+    asking = threading.Thread(target=ask, name=f"emelex-list-{model.name}", daemon=True)
+    asking.start()
+    asking.join(LIST_BOUND_S)
+    if asking.is_alive():
+        return {"problem": f"the server did not finish answering within {LIST_BOUND_S:g}s; check its load, or ask "
+                           "again"}
+    return found
+
+
+def _served_statuses(settings: Settings, served: list[InstalledModel]) -> dict[str, dict]:
+    """`_listed_status` of each served model by name, through one plugin manager (loaded only when there are
+    served models; a plugin that fails to load is every one's problem)."""
+    if not served:
+        return {}
+    from ..host.manager import get_plugin_manager
+
     try:
-        return served_status(settings.model_copy(update=LIST_TIMEOUTS), model)
-    except (ModelError, PluginError) as exc:
-        return {"problem": str(exc)}
+        pm = get_plugin_manager(settings)
+    except EmelexError as exc:
+        return {m.name: {"problem": str(exc)} for m in served}
+    return {m.name: _listed_status(settings, m, pm) for m in served}
 
 
 @models_app.command("install")
@@ -154,13 +190,14 @@ def add_server(
 def list_models(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """List installed models; * marks the default_model setting, ! a damaged model (with its problem).
 
-    A served model's server is asked what it serves (2 s to connect, 5 s to
-    answer, no retry): its identity is verified when it reports a digest.
+    A served model's server is asked what it serves (2 s to connect, 5 s for
+    each answer, 10 s in all, no retry): its identity is verified when it
+    reports a digest.
     """
     with _manager(ctx) as manager:
         inventory = manager.inventory()
         default = manager.settings.default_model
-    served = {m.name: _listed_status(manager.settings, m) for m in inventory.models if m.kind == "served"}
+    served = _served_statuses(manager.settings, [m for m in inventory.models if m.kind == "served"])
     if as_json:
         echo_json("listed", {"default_model": default, "damaged": [asdict(d) for d in inventory.damaged],
                              "models": [{**model_dict(m), **served.get(m.name, {})} for m in inventory.models]})

@@ -377,7 +377,7 @@ def _delta(chunk: dict, url: str) -> tuple[str, str | None]:
         choice = choices[0]
         piece = (choice.get("delta") or {}).get("content") or ""
         finish = choice.get("finish_reason")
-    except (AttributeError, IndexError, TypeError):
+    except (AttributeError, IndexError, KeyError, TypeError):  # KeyError: `choices` is an object, not a list
         raise ModelServerReplyError(f"the server at {url} streamed a malformed chunk (no choices[0].delta); check "
                                     "that it is OpenAI-compatible") from None
     if not isinstance(piece, str):
@@ -401,4 +401,7 @@ def _text(value: Any) -> str | None:
 
 
 def _digest(template: Any) -> str | None:
-    return hashlib.sha256(template.encode()).hexdigest() if isinstance(template, str) and template else None
+    """The SHA-256 of a template string (a lone surrogate, which JSON can carry, hashed as its UTF-8-like bytes)."""
+    if not isinstance(template, str) or not template:
+        return None
+    return hashlib.sha256(template.encode("utf-8", "surrogatepass")).hexdigest()

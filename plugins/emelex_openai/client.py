@@ -39,11 +39,13 @@ BACKOFF_MAX_S = 8.0
 
 
 class _Retry(Exception):
-    """A failure worth retrying: carries the error raised once the retries are spent."""
+    """A failure worth retrying: what went wrong and what to do, joined into a `ModelServerError` (with the limit
+    that stopped the attempts) once they are spent."""
 
-    def __init__(self, error: ModelServerError) -> None:
-        super().__init__(str(error))
-        self.error = error
+    def __init__(self, problem: str, advice: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.advice = advice
 
 
 class Rejected(Exception):  # noqa: N818 - a reply, not an error of ours
@@ -164,7 +166,7 @@ class ServerClient:
     def _decode(self, data: bytes, path: str) -> Any:
         try:
             return json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python parses
             shown = self.scrub(data[:60].decode("utf-8", "replace"))
             raise ModelServerReplyError(f"the server at {self.url} replied to {path} with something that is not JSON "
                                         f"({shown!r}...); check that the URL is an OpenAI-compatible server") from None
@@ -187,6 +189,9 @@ class ServerClient:
             raise ModelServerError(f"the server at {self.url} dropped the connection while replying to {path} "
                                    f"({type(exc).__name__}); check that it is still running, then run the command "
                                    "again") from None
+        except httpx.HTTPError as exc:  # e.g. DecodingError: a body its Content-Encoding does not describe
+            raise ModelServerReplyError(f"the server at {self.url} sent a reply to {path} that could not be decoded "
+                                        f"({type(exc).__name__}); check that the URL is a model server") from None
 
     def _timeout(self, path: str) -> ModelServerTimeoutError:
         return ModelServerTimeoutError(
@@ -207,7 +212,11 @@ class ServerClient:
         try:
             response = attempts(self._open, method, path, body, retry_status)
         except _Retry as spent:
-            raise spent.error from None
+            retries = attempts.statistics.get("attempt_number", 1) - 1
+            limit = f"after {retries} retries" if retries >= self._retries else (
+                f"after {retries} retries, when the deadline of {self._deadline_s:g}s (served_request_timeout_s) "
+                "ran out")
+            raise ModelServerError(f"{spent.problem} {limit}; {spent.advice}") from None
         try:
             yield None if response.status_code in (404, 405) else response
         finally:
@@ -220,10 +229,10 @@ class ServerClient:
             response = self._http.send(request, stream=True)
         except httpx.TimeoutException as exc:
             if isinstance(exc, httpx.ConnectTimeout):
-                raise _Retry(self._unreachable(exc)) from None
+                raise _Retry(*self._unreachable(exc)) from None
             raise self._timeout(path) from None
         except httpx.TransportError as exc:  # refused, reset, or closed before the status line
-            raise _Retry(self._unreachable(exc)) from None
+            raise _Retry(*self._unreachable(exc)) from None
         status = response.status_code
         if 200 <= status < 300 or status in (404, 405):
             return response
@@ -232,9 +241,8 @@ class ServerClient:
         finally:
             response.close()
         if status in RETRIED_STATUS and retry_status:
-            raise _Retry(ModelServerError(
-                f"the server at {self.url} kept answering {path} with HTTP {status} ({detail}) after "
-                f"{self._retries} retries; check its logs and load, then run the command again"))
+            raise _Retry(f"the server at {self.url} kept answering {path} with HTTP {status} ({detail})",
+                         "check its logs and load, then run the command again")
         if status in (401, 403):
             raise ModelServerError(f"the server at {self.url} refused the request (HTTP {status}: {detail}): check "
                                    "the API key in the variable named by --api-key-env")
@@ -246,10 +254,9 @@ class ServerClient:
         raise ModelServerReplyError(f"the server at {self.url} refused {path} (HTTP {status}: {detail}); check the "
                                     "model ID and the server's logs")
 
-    def _unreachable(self, exc: Exception) -> ModelServerError:
-        return ModelServerError(
-            f"cannot reach the model server at {self.url} ({type(exc).__name__}) after {self._retries} retries: "
-            "start it, or check the URL with `emelex models list`")
+    def _unreachable(self, exc: Exception) -> tuple[str, str]:
+        return (f"cannot reach the model server at {self.url} ({type(exc).__name__})",
+                "start it, or check the URL with `emelex models list`")
 
     def _detail(self, response: Any) -> str:
         """The server's own error text, bounded and scrubbed (its JSON `error.message`/`detail` when it has one)."""
@@ -266,7 +273,7 @@ class ServerClient:
             value = json.loads(text)
             error = value.get("error", value) if isinstance(value, dict) else value
             text = str(error.get("message") or error.get("detail") or error) if isinstance(error, dict) else str(error)
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
         text = " ".join(self.scrub(text).split())
         return (text[:MAX_DETAIL - 3] + "...") if len(text) > MAX_DETAIL else (text or "no detail")

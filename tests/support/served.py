@@ -88,7 +88,8 @@ class ScriptedServer:
     one value its schema allows. `fail(path, *faults)` queues faults, one per
     request to `path`: `("status", code)`, `("slow", seconds)`, `("drop", pieces)`
     (stream that many pieces, then close the connection), `("garbage",)` (a
-    body that is not JSON) and `("huge", nbytes)`. `requests` logs every request
+    body that is not JSON), `("huge", nbytes)` and `("reply", status, body, headers)`
+    (those raw bytes with those extra headers). `requests` logs every request
     as (method, path, headers, body).
     """
 
@@ -151,9 +152,12 @@ class ScriptedServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def _send(self, status: int, data: bytes, content_type: str = "application/json") -> None:
+            def _send(self, status: int, data: bytes, content_type: str = "application/json",
+                      headers: dict | None = None) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -174,6 +178,8 @@ class ScriptedServer:
                     return self._send(200, b"<html>not json</html>", "text/html")
                 elif fault is not None and fault[0] == "huge":
                     return self._send(200, b'{"data": "' + b"x" * fault[1] + b'"}')
+                elif fault is not None and fault[0] == "reply":
+                    return self._send(fault[1], fault[2], headers=fault[3])
                 if (method, self.path) == ("POST", "/v1/chat/completions"):
                     return self._chat(body, fault)
                 answer = server._routes(method, self.path, body)

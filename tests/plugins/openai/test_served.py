@@ -6,6 +6,7 @@ constrain output, and the model changed behind a resumed Session."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import subprocess
@@ -34,6 +35,7 @@ from emelex_workers.worker.work import work
 from tests.support.agent import answer
 from tests.support.served import ScriptedServer, add_served, free_port
 from tests.support import table_rows
+from tests.support.plugins import make_distribution
 
 pytest.importorskip("httpx")
 
@@ -92,6 +94,45 @@ def test_plain_http_off_loopback_needs_allow_insecure_and_https_does_not(setting
     assert (insecure.server.url, secure.server.url, loop.server.url) == (
         "http://192.0.2.7:8080", "https://models.example", "http://localhost:11434")
     assert insecure.kind == "served" and insecure.files == () and insecure.reference.startswith("lan@sha256:")
+
+
+EXPLODING = """
+from emelex_openai.binding import ServedBinding
+from emelex_workers.hookspecs import hookimpl
+
+
+class Exploding(ServedBinding):
+    @property
+    def {member}(self):
+        raise RuntimeError("{member} exploded")
+
+
+@hookimpl(tryfirst=True)
+def model_binding(model, settings):
+    return Exploding(model, settings) if model.kind == "served" else None
+"""
+
+
+@pytest.mark.parametrize("member", ["model_identity", "context_window"])
+def test_models_list_shows_a_binding_that_raises_as_a_problem(tmp_path: Path, server: ScriptedServer, member) -> None:
+    home = tmp_path / "home"
+    add_served(Settings(home=home), "m", server.url, "scripted")
+    site = make_distribution(tmp_path / "site", "emelex-exploding", "0.1", {"emelex_exploding": EXPLODING.format(
+        member=member)}, {"exploding": "emelex_exploding"})
+    listed = cli(home, "models", "list", env={"PYTHONPATH": str(site)})
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert f"server not checked: plugin 'exploding' failed reading {member}: RuntimeError: {member} exploded" \
+        in listed.stdout
+
+
+def test_models_list_bounds_the_whole_listing_of_a_server(tmp_path: Path, server: ScriptedServer) -> None:
+    home = tmp_path / "home"
+    add_served(Settings(home=home), "m", server.url, "scripted")
+    for path in ("/v1/models", "/api/version", "/api/tags"):  # each answer within 5 s, all of them over 10 s
+        server.fail(path, ("slow", 4.0))
+    listed = cli(home, "models", "list")
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert "server not checked: the server did not finish answering within 10s" in listed.stdout
 
 
 def test_an_api_key_value_is_refused_as_a_variable_name(settings: Settings) -> None:
@@ -181,6 +222,16 @@ def test_5xx_throughout_gives_up_after_the_retries(fast: Settings, server: Scrip
     assert server.count("/v1/chat/completions") == 3  # the first try and served_retries=2 more
 
 
+def test_5xx_until_the_deadline_says_the_deadline_stopped_the_retries(fast: Settings, server) -> None:
+    settings = fast.model_copy(update={"served_retries": 20, "served_request_timeout_s": 0.5})
+    binding = bound(settings, add_served(settings, "m", server.url, "scripted"))
+    server.fail("/v1/chat/completions", *[("status", 503)] * 20)
+    with pytest.raises(ModelServerError, match=r"HTTP 503.*0\.5s \(served_request_timeout_s\)") as err:
+        binding.chat([{"role": "user", "content": "hi"}], max_tokens=8)
+    assert "after 20 retries" not in str(err.value)
+    assert server.count("/v1/chat/completions") < 21
+
+
 def test_a_4xx_is_not_retried(fast: Settings, server: ScriptedServer) -> None:
     binding = bound(fast, add_served(fast, "m", server.url, "scripted"))
     server.fail("/v1/chat/completions", ("status", 400))
@@ -201,11 +252,27 @@ def test_a_server_slower_than_the_timeout_is_a_timeout_error_not_retried(fast: S
 @pytest.mark.parametrize("fault, error, message", [
     (("garbage",), ModelServerReplyError, "not JSON"),
     (("huge", 8 * 1024 * 1024 + 1), ModelServerReplyError, "more than 8388608 bytes"),
+    (("reply", 200, b"[" * 200_000, {}), ModelServerReplyError, "not JSON"),  # nested past Python's recursion limit
+    (("reply", 400, b"[" * 200_000, {}), ModelServerReplyError, "HTTP 400"),  # the same as an error's detail
+    (("reply", 200, b"not gzip at all", {"Content-Encoding": "gzip"}), ModelServerReplyError, "could not be decoded"),
 ])
 def test_a_reply_that_is_not_json_or_too_large_is_a_reply_error(fast, server, fault, error, message) -> None:
     server.fail("/v1/models", fault)
     with pytest.raises(error, match=message):
         bound(fast, add_served(fast, "m", server.url, "scripted")).context_window
+
+
+def test_a_chunk_whose_choices_are_an_object_is_a_reply_error() -> None:
+    from emelex_openai.binding import _delta
+
+    with pytest.raises(ModelServerReplyError, match="malformed chunk"):
+        _delta({"choices": {"delta": {"content": "x"}}}, "http://127.0.0.1:1")
+
+
+def test_a_template_with_a_lone_surrogate_has_a_digest(fast: Settings, server: ScriptedServer) -> None:
+    server.template = "{{ .Prompt }}\ud800"  # JSON can carry it; UTF-8 cannot
+    identity = bound(fast, add_served(fast, "m", server.url, "scripted")).model_identity
+    assert identity["chat_template_sha256"] == hashlib.sha256(b"{{ .Prompt }}\xed\xa0\x80").hexdigest()
 
 
 def test_a_server_killed_mid_stream_is_a_server_error(fast: Settings, server: ScriptedServer) -> None:

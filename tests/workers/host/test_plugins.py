@@ -349,3 +349,22 @@ def test_the_documented_third_party_plugin_works(tmp_path: Path, monkeypatch, ho
         assert work(store, settings).counts["done"] == 1
         summary = store.replay(session.id).events[0]
     assert summary.payload["text"] == "Earlier the user asked: user: q0 / user: q1"
+
+
+def test_doctor_fails_the_model_check_when_a_plugin_crashes_in_check_model(
+        tmp_path: Path, monkeypatch, home: Path) -> None:
+    """docs/plugins.md: a plugin that raises in `check_model` is a failed check, not a healthy "not checked"."""
+    from emelex_memory import MemoryStore
+
+    source = ("from emelex_workers.hookspecs import hookimpl\n\n\n@hookimpl(tryfirst=True)\n"
+              "def check_model(model, settings):\n    raise RuntimeError('the probe crashed')\n")
+    activate(monkeypatch, make_distribution(tmp_path / "site", "emelex-crashcheck", "0.1", {"emelex_broken_check": source},
+                                            {"crashcheck": "emelex_broken_check"}))
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    monkeypatch.setenv("EMELEX_DEFAULT_MODEL", "fake")
+    ModelManager(Settings(home=home)).install(fake_model_file(tmp_path / "files"), name="fake")
+    MemoryStore.open(Settings(home=home)).close()
+    result = CliRunner().invoke(app, ["memory", "doctor"])
+    assert result.exit_code == 1, result.output
+    assert ("[FAIL] model: plugin 'crashcheck' failed in hook check_model: RuntimeError: the probe crashed"
+            in result.output)
