@@ -12,7 +12,7 @@ import pytest
 
 from emelex_memory import DatabaseCorruptError, MemoryStore, NewEvent, Settings
 
-from ..vfs_faults import Fault, FaultyVFS
+from ..support.vfs_faults import Fault, FaultyVFS
 
 PAGE = 4096
 

@@ -16,7 +16,7 @@ import pytest
 from emelex_memory import DatabaseDeletedError, DiskFullError, MemoryStore, Settings
 from emelex_memory.maintenance.doctor import diagnose
 
-from ..vfs_faults import Fault, FaultyVFS
+from ..support.vfs_faults import Fault, FaultyVFS
 
 # Runs `sys.argv[2]` with SQLite's default VFS replaced by one that SIGKILLs the process when SQLite deletes a
 # rollback journal: the journal is complete and the database partly rewritten, as a kill or power loss leaves them.
