@@ -351,15 +351,17 @@ def test_reinitialize_moves_the_old_asset_folder_aside(settings: Settings) -> No
         assert store.list_sessions().sessions == []
 
 
-def _first_open(db: str, home: str, results) -> None:
+def _first_open(db: str, home: str, results, start) -> None:
+    start.wait(60)  # every process imported and ready: the opens overlap
     with MemoryStore.open_path(db, Settings(home=home)) as store, store.db.read() as conn:
         results.put(conn.execute("SELECT value FROM store_meta WHERE key = 'store_id'").fetchone()[0])
 
 
 def test_concurrent_first_opens_create_one_store(db_path: Path, settings: Settings) -> None:
     ctx = multiprocessing.get_context("spawn")
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_first_open, args=(str(db_path), str(settings.home), results)) for _ in range(5)]
+    results, start = ctx.Queue(), ctx.Barrier(5)
+    procs = [ctx.Process(target=_first_open, args=(str(db_path), str(settings.home), results, start))
+             for _ in range(5)]
     for p in procs:
         p.start()
     ids = {results.get(timeout=60) for _ in procs}
