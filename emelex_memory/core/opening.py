@@ -204,8 +204,10 @@ def check_missing_database(
 ) -> None:
     """For a `database` that does not exist: raise `DatabaseDeletedError` when a store existed there (see
     `store_evidence`), `NoStoreError` (naming `where`, default the database) when none did and not `create`;
-    otherwise return, and the caller may create it."""
-    if store_evidence(database, marker=marker, evidence=evidence) is not None:
+    otherwise return, and the caller may create it. A database that appears while the evidence is looked for
+    was just created by a concurrent first open (it builds under another name and renames it into place): that is
+    no deletion, and this returns so the caller opens it (under the lock, which checks again)."""
+    if store_evidence(database, marker=marker, evidence=evidence) is not None and not os.path.lexists(database):
         raise deleted_error(database)
     if not create:
         raise NoStoreError(

@@ -373,6 +373,28 @@ def test_concurrent_first_opens_create_one_store(db_path: Path, settings: Settin
         assert applied(conn) == [m.name for m in MIGRATIONS]
 
 
+def test_a_first_open_that_another_just_completed_opens_the_new_store(settings: Settings,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # The interleaving a busy machine allows: this open sees no database, then another process creates the store
+    # (database and marker) before this one looks for evidence that a store existed. The store is new, not deleted.
+    from emelex_memory.core import opening
+
+    real, raced = opening.store_evidence, []
+
+    def another_open_completes_first(database: Path, **kwargs):
+        if not raced:
+            raced.append(database)
+            subprocess.run([sys.executable, "-c", "import sys; from emelex_memory import MemoryStore, Settings; "
+                            "MemoryStore.open(Settings(home=sys.argv[1])).close()", str(settings.home)],
+                           check=True, timeout=120)
+        return real(database, **kwargs)
+
+    monkeypatch.setattr(opening, "store_evidence", another_open_completes_first)
+    with MemoryStore.open(settings) as store, store.db.read() as conn:
+        assert applied(conn) == [m.name for m in MIGRATIONS]
+    assert raced == [settings.database_path]
+
+
 def test_symlinked_or_loose_sidecar_is_refused(tmp_path: Path, db_path: Path, settings: Settings) -> None:
     MemoryStore.open_path(db_path, settings).close()
     side = sidecar_path(db_path)
