@@ -7,6 +7,7 @@ wording (`worker.attempts`). The names below are the checks' public API.
 """
 
 from .checks import (
+    CODE_SPAN,
     EXAMPLE_JACCARD,
     MIN_CONTENT_WORDS,
     NEGATIONS,
@@ -38,7 +39,7 @@ from .checks import (
 )
 
 __all__ = [
-    "EXAMPLE_JACCARD", "MIN_CONTENT_WORDS", "NEGATIONS", "PARAPHRASE", "SPEAKER_LABEL", "STOP_WORDS", "SUMMARY_META",
+    "CODE_SPAN", "EXAMPLE_JACCARD", "MIN_CONTENT_WORDS", "NEGATIONS", "PARAPHRASE", "SPEAKER_LABEL", "STOP_WORDS", "SUMMARY_META",
     "SummaryCheck", "check_summary", "claim_supported", "content_words", "corroboration", "is_invented", "key_names",
     "looping", "matches_example", "negated", "normalize", "qa", "qa_parts", "quoted", "sentences", "stem", "support",
     "supported", "terminated", "vacuous", "words",

@@ -55,7 +55,7 @@ EXAMPLE_JACCARD = 0.6
 MIN_CONTENT_WORDS = 2
 _WORD = re.compile(r"[^\W_]+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]`*]*[ \t]+")
-_CODE_SPAN = re.compile(r"`[^`\n]+`")
+CODE_SPAN = re.compile(r"`([^`\n]+)`")  # an inline code span; group 1 is its text
 _DOTTED = re.compile(r"(?:[a-z]\.){2,}\Z", re.IGNORECASE)  # "e.g.", "i.e.": not the end of a sentence
 _FENCE = re.compile(r"^```[^\n]*\n.*?^```[ \t]*$", re.DOTALL | re.MULTILINE)
 _TERMINATED = re.compile(r"[.!?][\"')\]`*]*\Z")
@@ -96,7 +96,7 @@ def negated(text: str) -> bool:
 
 
 def _line_sentences(line: str) -> list[str]:
-    masked = _CODE_SPAN.sub(lambda m: "\0" * len(m.group()), line)  # a code span never ends a sentence
+    masked = CODE_SPAN.sub(lambda m: "\0" * len(m.group()), line)  # a code span never ends a sentence
     out, start = [], 0
     for end in _SENTENCE_END.finditer(masked):
         following = masked[end.end():end.end() + 1]

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 
 from emelex_memory import Event
 from emelex_workers.faithfulness import (
+    CODE_SPAN,
     NEGATIONS,
     SPEAKER_LABEL,
     content_words,
@@ -100,7 +101,6 @@ PLAN_WORDS = 6
 _SUBJECT = re.compile(r"^(?:we|i|you|they|he|she|it|the|a|an|our|your|their|this|that|these|those|there|"
                       r"my|its)\b", re.IGNORECASE)
 _YES_NO = re.compile(r"^(?:yes|yeah|yep|no|nope)\b", re.IGNORECASE)
-_CODE = re.compile(r"`([^`\n]+)`")
 _RETIRED = re.compile(r"\b(?:from|renamed?|replaced?|instead of)\s+`?([^\s`]+?)`?[,.]?\s+(?:to|with|by)\b",
                       re.IGNORECASE)
 SUBJECT_OVERLAP = 0.6
@@ -166,8 +166,8 @@ _VALUE = re.compile(r"\d|v\d|.*:\d", re.IGNORECASE)  # a number, a version ("v2"
 
 def _names(sentence: str) -> tuple[set[str], set[str]]:
     """(subjects, values) of `sentence`, casefolded (see `subjects` and `values`)."""
-    subject, value = set(), {m.casefold() for m in _CODE.findall(sentence)}
-    for name in key_names(_CODE.sub(" ", sentence)):
+    subject, value = set(), {m.casefold() for m in CODE_SPAN.findall(sentence)}
+    for name in key_names(CODE_SPAN.sub(" ", sentence)):
         for kind, part in _kinds(name.casefold()):
             (subject if kind == "subject" else value).add(part)
     return subject, value
@@ -215,10 +215,10 @@ def settings(sentence: str) -> dict[str, set[str]]:
     """The identifiers of `sentence` that it gives a value, with those values, casefolded: each value (`values`)
     belongs to the nearest identifier (`subjects`) at most 4 words before it ("sets IdleTimeout to 5 seconds",
     `DEPLOY_ROLE=release-bot`; a code span is one word)."""
-    spans = iter(_CODE.findall(sentence))
+    spans = iter(CODE_SPAN.findall(sentence))
     out: dict[str, set[str]] = {}
     subject, since = None, 0
-    for token in _CODE.sub(" \0 ", sentence).split():
+    for token in CODE_SPAN.sub(" \0 ", sentence).split():
         found = [("value", next(spans).casefold())] if token == "\0" else [
             kind for name in key_names(token) for kind in _kinds(name.casefold())]
         for kind, name in found:
@@ -270,7 +270,7 @@ def fragment(answer: str) -> bool:
     """True when `answer`, the first sentence of a reply to a question, needs the question to mean anything: it
     opens with yes or no, or it has at most 8 words (runs of non-space, a code span one) and does not
     open with a subject ("We", "The", "Our", "It", ...): "In config/server.yaml.", "INFO by default."."""
-    short = len(_CODE.sub("code", answer).split()) <= FRAGMENT_WORDS and not _SUBJECT.match(answer)
+    short = len(CODE_SPAN.sub("code", answer).split()) <= FRAGMENT_WORDS and not _SUBJECT.match(answer)
     return short or bool(_YES_NO.match(answer))
 
 

@@ -60,6 +60,7 @@ import re
 
 from emelex_memory import KnowledgeCandidate
 from emelex_workers.faithfulness import (
+    CODE_SPAN,
     STOP_WORDS,
     content_words,
     corroboration,
@@ -95,7 +96,7 @@ LABEL_SYSTEM = "You label each statement from a conversation with its topic word
 def names(statement: str) -> set[str]:
     """What a Summary must not lose from `statement`: its key names, its code spans (commands) and its capitalized
     words after the first (proper names such as "Celery"), casefolded."""
-    found = {n.casefold() for n in key_names(statement)} | {m.casefold() for m in re.findall(r"`([^`\n]+)`", statement)}
+    found = {n.casefold() for n in key_names(statement)} | {m.casefold() for m in CODE_SPAN.findall(statement)}
     found |= {w.casefold() for w in re.findall(r"(?<=\s)[A-Z][\w-]*", statement)}
     return found
 
