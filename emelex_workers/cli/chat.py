@@ -293,15 +293,15 @@ class Chat:
         self.turn = self.agent.turn(text, approve=self.approve, on_token=on_token, on_result=self.show_result)
         result = await self.turn
         self.in_tool = False
-        if self.recalling:
-            self.recalling = False
-            print(recall_line(result.context))
         if result.outcome == "answer":
             print()
         else:
             print(f"\n[turn {result.outcome}: {result.diagnostic}]")
         if result.calls:
             print(f"[{result.calls} tool call{'s' if result.calls != 1 else ''}, {result.rounds} rounds]")
+        if self.recalling:
+            self.recalling = False
+            print(recall_line(result.context))
 
 
 def recall_line(context: tuple[dict, ...]) -> str:

@@ -35,7 +35,7 @@ def test_a_new_chat_recalls_says_how_many_and_memory_lists_them(env, home, works
     out = chat(env, workspace, "how do we deploy?\n/memory\n/exit\n", [answer("with make release")],
                tmp_path / "effects")
     assert out.returncode == 0, out.stderr
-    assert "[recalled 2 notes from earlier Sessions; /memory lists them]" in out.stdout
+    assert "with make release\n[recalled 2 notes from earlier Sessions; /memory lists them]\n" in out.stdout
     assert "2 notes recalled at the first turn (from earlier Sessions; they may be outdated):" in out.stdout
     assert "  style v1, pinned  from no Session (remembered by hand)\n    Use tabs in the Makefile" in out.stdout
     assert "  deploy v1  from no Session (remembered by hand)\n    We deploy with make release" in out.stdout
