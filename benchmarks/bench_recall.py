@@ -1,4 +1,5 @@
 """Search and recall at a lifetime of history, and what the search index costs an append; the `recall` section.
+With `--continuity`, the continuity set instead: its own section, `recall-continuity` (see `CONTINUITY_ABOUT`).
 
 Search latency: `store.search` (both kinds, a page of 20) for 20 two-word queries of mid-frequency words, on a
 small store and on a large one, alternating call by call. The small store is one workspace of 100 Sessions of 100
@@ -22,6 +23,7 @@ message within a 400-token budget in that workspace, for reference.
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 import sys
@@ -31,8 +33,13 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_memory import KnowledgeHit, MemoryStore, NewEvent, Settings
+from emelex_memory.search.recall import note_text
 from emelex_memory.sessions.transcript import encode_turn
+from emelex_workers.agent.recall import recall_budget
+from emelex_workers.models import ModelManager
+from emelex_workers.worker.planning import default_model_budget
+from emelex_workers.worker.work import Worker
 
 sys.path.insert(0, str(Path(__file__).parent))
 from results import Figures, render_list  # noqa: E402
@@ -48,11 +55,28 @@ ROUNDS = 5  # passes over the queries
 APPEND_TURNS = 2_000
 SEARCH_RATIO, SEARCH_P50_MS, APPEND_RATIO = 2.0, 20.0, 1.2
 ABOUT = __doc__.split("\n\n", 1)[1]
-SECTIONS = ("recall",)
+SECTIONS = ("recall", "recall-continuity")
+CONTINUITY = Path(__file__).with_name("continuity.json")
+CONTINUITY_HITS = 5  # search hits a fact may be found in
+CONTINUITY_NOTES_SHARE, CONTINUITY_HITS_SHARE = 0.5, 0.8
+CONTINUITY_MARK = "continuity: "  # how the continuity section's figures are named
+CONTINUITY_ABOUT = """
+The continuity set (`benchmarks/continuity.json`, hand-written before any run of recall on it): 8 conversations
+whose facts a later Session needs, each a Session of one shared workspace in a real store in a temporary Emelex
+Home, closed cleanly (queueing its distillation) and distilled by `emelex_workers.worker.work.Worker` on the
+default model with the default (extractive) distiller. Then each of the 10 later first messages is what a new chat
+Session starts with: `select_recall` within the chat's budget (`recall_budget`: `recall_budget_tokens`, at most a
+tenth of the model's window) gives the recalled notes, and `store.search` its top 5 hits (a Knowledge hit's text is
+the entry, a transcript hit's the event). A needed fact is present when all its terms occur, ignoring case, in one
+note or one hit's text. The notes' token cost is the selection's own estimate (one token per 4 UTF-8 bytes of
+`key: content`).
+"""
 
 
 def render(figures: dict) -> str:
-    """The `recall` section of the recorded `figures`."""
+    """The `recall` or the `recall-continuity` section of the recorded `figures`."""
+    if figures["figures"] and figures["figures"][0]["what"].startswith(CONTINUITY_MARK):
+        return render_list("Recall continuity (`bench_recall.py --continuity`)", CONTINUITY_ABOUT, figures)
     return render_list("Search and recall (`bench_recall.py`)", ABOUT, figures)
 
 
@@ -226,7 +250,78 @@ def bench_append(root: Path) -> None:
                 "ms/turn")
 
 
+def has_fact(terms: list[str], text: str) -> bool:
+    """Whether every term occurs in `text`, ignoring case."""
+    return all(term.casefold() in text.casefold() for term in terms)
+
+
+def hit_text(store: MemoryStore, workspace: Path, hit) -> str:
+    """The text a search hit cites: the Knowledge entry (`key: content`) or the transcript event's text."""
+    if isinstance(hit, KnowledgeHit):
+        entry = store.get_knowledge(workspace, hit.key)
+        return note_text(entry.key, entry.content or "")
+    (event,) = store.replay(hit.session_id, hit.seq - 1, limit=1).events
+    return event.payload.get("text", event.payload_json) if isinstance(event.payload, dict) else event.payload_json
+
+
+def bench_continuity() -> int:
+    """The continuity set through the real pipeline (see `CONTINUITY_ABOUT`); its section's exit status."""
+    data = json.loads(CONTINUITY.read_text(encoding="utf-8"))
+    figures = Figures("recall-continuity", render)
+    with tempfile.TemporaryDirectory(prefix="emelex-bench-continuity-") as tmp:
+        root = Path(tmp)
+        workspace = root / "workspace"
+        workspace.mkdir()
+        settings = Settings(home=root / "home", plugins_autoload=False)
+        ModelManager(settings).install_default(link=True)
+        with default_model_budget(settings) as budget:
+            window = budget.context_window
+        tokens_budget = recall_budget(settings, window)
+        with MemoryStore.open(settings) as store:
+            for conv in data["conversations"]:
+                lease = store.acquire_lease(store.create_session(workspace, title=conv["id"]).id, workspace)
+                list(lease.replay_all())
+                for user, assistant in conv["turns"]:
+                    lease.append_turn([NewEvent("user", {"text": user}), NewEvent("assistant", {"text": assistant})])
+                store.finish_session(lease)
+            worker = Worker(store, settings)
+            try:
+                worker.run()
+            finally:
+                worker.close()
+            entries = len(store.recall(workspace, limit=1000).entries)
+            needed = 0
+            costs, counts, missed = [], [], {"notes": [], "hits": []}
+            for conv, later in ((conv, item) for conv in data["conversations"] for item in conv["later"]):
+                selection = store.select_recall(workspace, later["message"], tokens_budget)
+                notes = [note_text(e.key, e.content) for e in selection.notes]
+                hits = [hit_text(store, workspace, h)
+                        for h in store.search(workspace, later["message"], limit=CONTINUITY_HITS).hits]
+                for terms in later["needed"]:
+                    needed += 1
+                    for where, texts in (("notes", notes), ("hits", hits)):
+                        if not any(has_fact(terms, text) for text in texts):
+                            missed[where].append(f"{conv['id']}: {' '.join(terms)}")
+                costs.append(selection.tokens)
+                counts.append(len(notes))
+    in_notes, in_hits = needed - len(missed["notes"]), needed - len(missed["hits"])
+    figures.add(f"{CONTINUITY_MARK}needed facts in the recalled notes", in_notes / needed, ">=",
+                CONTINUITY_NOTES_SHARE, format=".2f",
+                detail=f"{in_notes} of {needed}; {entries} Knowledge entries distilled from "
+                f"{len(data['conversations'])} Sessions; a {tokens_budget}-token budget ({window}-token window); "
+                f"missed: {', '.join(missed['notes']) or 'none'}")
+    figures.add(f"{CONTINUITY_MARK}needed facts in the top {CONTINUITY_HITS} search hits", in_hits / needed, ">=",
+                CONTINUITY_HITS_SHARE, format=".2f",
+                detail=f"{in_hits} of {needed}; missed: {', '.join(missed['hits']) or 'none'}")
+    figures.add(f"{CONTINUITY_MARK}recalled notes' tokens per new Session, mean", statistics.mean(costs), "<=",
+                tokens_budget, format=".0f", detail=f"{statistics.mean(counts):.1f} notes on average; at most "
+                f"{max(costs)} tokens")
+    return figures.write()
+
+
 def main() -> int:
+    if "--continuity" in sys.argv[1:]:
+        return bench_continuity()
     big_root = CACHE / BUILD
     if not (big_root / "built").exists():
         print(f"building the large store under {big_root} (cached for later runs)", flush=True)

@@ -224,6 +224,10 @@ class Settings(BaseSettings):
         default=8192, ge=256, le=1_048_576, description="Largest context window a model binding allocates."
     )
     model_threads: int = Field(default=2, ge=1, le=256, description="CPU threads a model binding uses.")
+    recall_budget_tokens: int = Field(
+        default=512, ge=1, le=1_000_000, description="Most tokens of Knowledge notes a new chat Session recalls (and "
+        "never more than a tenth of the model's window)."
+    )
     served_connect_timeout_s: float = Field(
         default=5.0, gt=0, le=600, description="Served models: longest wait to connect to the model server."
     )

@@ -450,7 +450,9 @@ class DurableAgentSession:
                 return ({"call_id": cid, "tool": call.tool, "outcome": "denied", "output": "the user denied this call"},
                         (), False)
         await self._offload(self._db, journal.start_call, self.store, self._lease, cid)
-        invocation = ToolInvocation(cid, call.tool, call.arguments, self.workspace, self.store)
+        opened = await self._offload(self._db, journal.read_journal, self.store, self.session_id)
+        invocation = ToolInvocation(cid, call.tool, call.arguments, self.workspace, self.store, self.session_id,
+                                    opened.input_seq)
         known: list = []
         self._tool_call = (cid, known)  # left set when this await is cancelled: `close` settles the call
         result, assets = await self._offload(self._tools, _run_call, tool, invocation, known)

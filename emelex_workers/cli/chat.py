@@ -7,6 +7,11 @@ or abort the turn. Ctrl-C during generation interrupts the turn; during a
 tool it waits for the tool, and a second Ctrl-C exits at once, leaving the
 Session for `emelex memory sessions recover`. Input is read line by line
 from standard input, so a script can drive it.
+
+A new Session recalls workspace Knowledge at its first turn (the "recall"
+context source, `emelex_workers.agent.recall`) and has the memory tools;
+`--no-recall` records in its snapshot that it has neither. The chat says how
+many notes it recalled, and `/memory` lists them with their sources.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from emelex_memory.sessions.identity import WorkspaceIdentity
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.errors import UnknownToolError
 from emelex_workers.agent.protocol import ProposedCall, parse_round
+from emelex_workers.agent.recall import RECALL_SOURCE, recall_budget, recall_source, recalled_notes, \
+    without_memory_tools
 from emelex_workers.agent.tools import RegisteredTool, registered_tools
 from emelex_workers.models import ModelManager
 from emelex_workers.host.manager import bind_model, get_plugin_manager
@@ -41,7 +48,7 @@ from .common import settings_of
 
 SYSTEM_PROMPT = ("You are a careful coding assistant working in the user's workspace. Use a tool when you need "
                  "to look at or change files; otherwise answer briefly.")
-HELP = "commands: /tools, /tools disable NAME, /tools enable NAME, /compact, /exit"
+HELP = "commands: /tools, /tools disable NAME, /tools enable NAME, /memory, /compact, /exit"
 EXIT_INTERRUPTED = 130
 EXIT_PIPE = 141  # 128 + SIGPIPE: standard output was closed
 EXIT_TERMINATED = 143  # 128 + SIGTERM
@@ -115,6 +122,7 @@ class Chat:
         self.approval: asyncio.Future | None = None
         self.ended = False
         self.stopped: int | None = None  # the exit status once SIGTERM or a closed stdout ends the chat
+        self.recalling = False  # the next turn is a new Session's first: say how many notes it recalled
 
     def stop(self, code: int) -> None:
         """End the chat with exit status `code` (SIGTERM, or a closed standard output, which is then silenced):
@@ -214,6 +222,8 @@ class Chat:
                 print(f"{words[2]} {words[1]}d")
             except UnknownToolError as exc:
                 print(f"error: {exc}")
+        elif words == ["/memory"]:
+            print(memory_text(self.agent.snapshot, self.agent.context))
         elif words == ["/compact"]:
             queued = await self.agent.queue_compaction()
             if queued.job is None:
@@ -289,6 +299,36 @@ class Chat:
             print(f"\n[turn {result.outcome}: {result.diagnostic}]")
         if result.calls:
             print(f"[{result.calls} tool call{'s' if result.calls != 1 else ''}, {result.rounds} rounds]")
+        if self.recalling:
+            self.recalling = False
+            print(recall_line(result.context))
+
+
+def recall_line(context: tuple[dict, ...]) -> str:
+    """The line a new Session's first turn prints: how many notes it recalled (the context recorded by that turn)."""
+    count = len(recalled_notes(context))
+    if not count:
+        return "[no notes recalled from earlier Sessions]"
+    return f"[recalled {count} note{'s' if count != 1 else ''} from earlier Sessions; /memory lists them]"
+
+
+def memory_text(snapshot: SessionSnapshot, context: tuple[dict, ...]) -> str:
+    """What `/memory` prints: the notes the Session recalled, each with its key, version and source (Session ID
+    prefix, turn and seqs), or why there are none."""
+    if RECALL_SOURCE not in snapshot.context:
+        return "this Session was started with --no-recall: it recalls no notes and has no memory tools"
+    notes = recalled_notes(context)
+    if not notes:
+        return "this Session recalled no notes (none of this workspace's Knowledge was pinned or relevant)"
+    lines = [f"{len(notes)} note{'s' if len(notes) != 1 else ''} recalled at the first turn (from earlier "
+             "Sessions; they may be outdated):"]
+    for note in notes:
+        source = note["source"]
+        origin = "no Session (remembered by hand)" if source is None else \
+            f"Session {source['session'][:8]} turn {source['turn']} (events {source['first_seq']}-{source['last_seq']})"
+        pinned = ", pinned" if note["pinned"] else ""
+        lines.append(f"  {note['key']} v{note['version']}{pinned}  from {origin}\n    {note['content']}")
+    return "\n".join(lines)
 
 
 def _silence_stdout() -> None:
@@ -316,12 +356,15 @@ def _reader(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue) -> None:
 async def _main(store, workspace, binding, tools, snapshot, resume: str | None, model, new_workspace: bool) -> int:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue = asyncio.Queue()
+    sources = {RECALL_SOURCE: recall_source(recall_budget(store.settings, snapshot.context_size))}
     if resume is None:
         agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot, model=model,
-                                                new_workspace=new_workspace)
+                                                new_workspace=new_workspace, context_sources=sources)
     else:
-        agent = await DurableAgentSession.resume(store, resume, workspace, binding, tools, snapshot, model=model)
+        agent = await DurableAgentSession.resume(store, resume, workspace, binding, tools, snapshot, model=model,
+                                                 context_sources=sources)
     chat = Chat(agent, lines)
+    chat.recalling = resume is None and RECALL_SOURCE in snapshot.context
     threading.Thread(target=_reader, args=(loop, lines), daemon=True).start()
     loop.add_signal_handler(signal.SIGINT, chat.on_sigint)
     loop.add_signal_handler(signal.SIGTERM, chat.stop, EXIT_TERMINATED)
@@ -343,7 +386,7 @@ def _resumed_snapshot(stored: SessionSnapshot, binding, tools: dict[str, Registe
         binding, tools, model_reference=installed.reference, model_snapshot_id=stored.model_snapshot_id,
         system_prompt=stored.system_prompt, context_size=binding.context_window, temperature=stored.temperature,
         seed=stored.seed, round_tokens=stored.round_tokens, chain_limit=stored.chain_limit,
-        calls_per_batch=stored.calls_per_batch)
+        calls_per_batch=stored.calls_per_batch, context=stored.context)
 
 
 def _session_model(manager: ModelManager, session_id: str, reference: str, model: str | None):
@@ -385,11 +428,17 @@ def chat(
     model: Annotated[str | None, typer.Option("--model", metavar="NAME", help="An installed model.")] = None,
     new_workspace: Annotated[bool, typer.Option(
         "--new-workspace", help="The directory is a new workspace, unrelated to one last seen at its path.")] = False,
+    no_recall: Annotated[bool, typer.Option(
+        "--no-recall", help="Start a Session that recalls no Knowledge and has no recall or remember tool (a "
+        "resumed Session keeps the choice it was started with).")] = False,
 ) -> None:
     """Chat with the local model and its tools in a durable Session (new, or --resume SESSION)."""
     settings = settings_of(ctx)
     if new_workspace and resume is not None:
         raise typer.BadParameter("--new-workspace starts a new Session; it cannot be used with --resume")
+    if no_recall and resume is not None:
+        raise typer.BadParameter("--no-recall starts a new Session; a resumed Session keeps the choice it was "
+                                 "started with")
     if resume is None:  # a refused new chat creates nothing: check the workspace and the model before the store
         WorkspaceIdentity.inspect(workspace)
         with ModelManager(settings) as manager:
@@ -407,7 +456,8 @@ def chat(
                 else:
                     installed = manager.get(model) if model else manager.default()
         pm = get_plugin_manager(settings)
-        tools = registered_tools(pm)
+        recall = RECALL_SOURCE in stored.context if stored is not None else not no_recall
+        tools = registered_tools(pm) if recall else without_memory_tools(registered_tools(pm))
         binding_settings = settings if stored is None else \
             settings.model_copy(update={"model_max_context_tokens": stored.context_size})
         _, binding = bind_model(pm, installed, binding_settings)
@@ -415,7 +465,8 @@ def chat(
             raise typer.BadParameter(f"model {installed.name!r} has a binding without stream_chat; chat needs one")
         if stored is None:
             snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
-                                      model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT)
+                                      model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT,
+                                      context=(RECALL_SOURCE,) if recall else ())
         else:
             snapshot = _resumed_snapshot(stored, binding, tools, installed)
         try:

@@ -8,6 +8,12 @@ sessions recover` refuses without the flag and changes nothing, recovery
 with `--accept-unknown-effects` records the unknown effect, and a resumed
 chat runs a turn with an approved tool call to its answer.
 
+A second chat (`recalling_chat`) follows: `emelex memory work` distills
+the first chat's Session, then a new chat Session, asked about the
+project's conventions, recalls at its first turn the Knowledge the
+distillations stored, says how many notes, and `/memory` shows each with
+its source.
+
 The driver reacts to what the chat prints: it approves only the command it
 asked for (anything else is denied and said so), and every wait is bounded,
 so an unexpected proposal ends the demo with an honest note, never a hang.
@@ -33,6 +39,8 @@ ONLY_RUN_COMMAND = ["/tools disable read_file", "/tools disable list_dir", "/too
                     "/tools disable write_file"]
 SLOW, FAST = "sleep 20; echo done", "echo hello from the tool"
 QUESTION = "What did the echo command print?"  # asked with no tool enabled, so the model can only answer
+RECALL_QUESTION = "Which formatter do we use, and what is the default branch?"  # what the closed Session said
+EVERY_TOOL = ("read_file", "list_dir", "search_text", "write_file", "run_command", "recall", "remember")
 ROUND_WAIT_S = 120  # a model round on two busy cores, with the model load of a fresh process
 START_WAIT_S = 30
 LEASE_TTL_S = 10  # the chats' Session lease lifetime: a killed chat's lease expires this long after its last renewal
@@ -231,6 +239,39 @@ def recover_and_resume(env: dict[str, str], workspace: Path, session_id: str) ->
     chat.finish()
 
 
+def recalling_chat(env: dict[str, str], workspace: Path) -> None:
+    """The second chat: distill the earlier chat's Session, then a new Session whose first turn recalls the
+    workspace's Knowledge (every tool disabled, so the model can only answer); the chat says how many notes it
+    recalled and `/memory` lists them with their sources."""
+    run_cli(env, "memory", "work")
+    chat = DrivenChat(env, workspace)
+    if chat.expect(PROMPT, limit_s=ROUND_WAIT_S) is None:
+        note("the second chat did not start")
+        chat.finish()
+        return
+    for name in EVERY_TOOL:
+        chat.send(f"/tools disable {name}")
+        chat.expect(PROMPT, limit_s=30)
+    chat.send(RECALL_QUESTION)
+    recalled = ("[recalled ", "[no notes recalled")
+    mark = chat.expect(*recalled, limit_s=ROUND_WAIT_S)
+    if mark is None:
+        note(f"the first turn did not end within {ROUND_WAIT_S} s; the demo interrupts it (Ctrl-C): the notes were "
+             "recalled before its first round")
+        chat.process.send_signal(signal.SIGINT)
+        mark = chat.expect(*recalled, limit_s=30)
+    if mark is None:
+        note("the chat did not say what it recalled")
+    else:
+        chat.expect(PROMPT, limit_s=30)
+        note("that turn's model saw these notes before its first round, recorded in the Session's transcript; "
+             "a resume replays them as they were")
+        chat.send("/memory")
+        chat.expect(PROMPT, limit_s=30)
+    chat.send("/exit")
+    chat.finish()
+
+
 def main(workspace: Path, settings: Settings) -> None:
     """Run the chat part of the demo in `workspace` over the demo store of `settings`."""
     env = {**os.environ, "EMELEX_HOME": str(settings.home_dir),
@@ -239,3 +280,4 @@ def main(workspace: Path, settings: Settings) -> None:
     session_id = killed_tool(env, workspace, settings)
     if session_id is not None:
         recover_and_resume(env, workspace, session_id)
+    recalling_chat(env, workspace)

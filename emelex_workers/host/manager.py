@@ -38,7 +38,7 @@ from .types import Distiller, ModelBinding, ModelCheck, Summarizer
 ENTRY_POINT_GROUP = "emelex"
 # (entry-point name, module)
 BUILTIN_PLUGINS = (("llamacpp", "emelex_llamacpp.plugin"), ("openai", "emelex_openai.plugin"),
-                   ("tools", "emelex_tools.plugin"))
+                   ("tools", "emelex_tools.plugin"), ("recall", "emelex_tools.memory"))
 BUILTIN_DISTRIBUTION = "emelex-memory"
 BINDING_MEMBERS = ("model", "context_window", "count_tokens", "chat", "close")
 MAX_MESSAGE = 300  # characters of a plugin's own error text in our one-line messages

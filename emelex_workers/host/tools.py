@@ -20,14 +20,18 @@ __all__ = ["ToolInvocation", "ToolOutput", "ToolSpec"]
 @dataclass(frozen=True)
 class ToolInvocation:
     """One call of a tool: its `call_id` (unique in the Session: an idempotency key), the tool's name, the
-    validated `arguments`, the Session's `workspace` directory (the tool must stay inside it) and the `store`
-    (for `put_asset`; None for an agent without a database)."""
+    validated `arguments`, the Session's `workspace` directory (the tool must stay inside it), the `store`
+    (for `put_asset`; None for an agent without a database), the calling Session's `session_id` and `turn_seq`,
+    the seq of the user input that opened the calling turn (the turn's events are that seq through the
+    Session's last one; both None for an agent without a database)."""
 
     call_id: str
     tool: str
     arguments: dict
     workspace: Path
     store: MemoryStore | None = None
+    session_id: str | None = None
+    turn_seq: int | None = None
 
 
 @dataclass(frozen=True)

@@ -216,13 +216,13 @@ def test_entry_point_plugins_and_the_builtin_are_loaded_with_their_distribution(
     assert info["fake"] == PluginInfo("fake", "emelex-fakeplugin", "1.2.3", "emelex_fakeplugin", False)
     assert info["llamacpp"].module == "emelex_llamacpp.plugin"
     assert info["llamacpp"].distribution == "emelex-memory" and info["llamacpp"].builtin  # loaded by its entry point
-    assert info["tools"].builtin
+    assert info["tools"].builtin and info["recall"].builtin and info["recall"].module == "emelex_tools.memory"
     assert set(summarizers(pm)) == {"fake", "llamacpp"} and set(distillers(pm)) == {"fake", "llamacpp"}
 
 
 def test_autoload_off_loads_only_the_builtins(fake_dist: Path, settings: Settings) -> None:
     pm = get_plugin_manager(Settings(home=settings.home, plugins_autoload=False))
-    assert list(pm.plugin_info) == ["llamacpp", "openai", "tools"] and pm.plugin_info["llamacpp"].builtin
+    assert list(pm.plugin_info) == ["llamacpp", "openai", "tools", "recall"] and pm.plugin_info["llamacpp"].builtin
     assert not pm.has_plugin("fake")
 
 
@@ -290,7 +290,8 @@ def test_plugins_list_shows_each_plugin_and_its_distribution(fake_dist: Path, cl
     assert re.search(r"llamacpp  from emelex-memory \S+ \(built-in\)  \[emelex_llamacpp.plugin\]", result.output)
     data = json.loads(CliRunner().invoke(app, ["plugins", "list", "--json"]).output)
     fake = next(p for p in data["plugins"] if p["name"] == "fake")
-    assert {p["name"]: p["builtin"] for p in data["plugins"]} == {"fake": False, "llamacpp": True, "openai": True, "tools": True}
+    assert {p["name"]: p["builtin"] for p in data["plugins"]} == {"fake": False, "llamacpp": True, "openai": True, "tools": True,
+                                                                 "recall": True}
     assert fake["summarizers"] == ["fake"] and fake["distillers"] == ["fake"] and fake["binds_models"]
     assert fake["hooks"] == ["model_binding", "register_distillers", "register_summarizers"]
 

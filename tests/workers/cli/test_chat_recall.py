@@ -1,0 +1,92 @@
+"""`emelex chat` recalls workspace Knowledge at a new Session's first turn, says how many notes, lists them with
+their sources on /memory, replays them unchanged on resume; `--no-recall` is recorded in the snapshot, so the
+Session (resumed too) has neither the notes nor the memory tools. Real subprocesses on the scripted binding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from emelex_memory import MemoryStore, Settings
+from emelex_memory.agent import journal
+
+from ...support.agent import answer
+from .test_chat_cli import chat, env, events  # noqa: F401 - env is a fixture
+
+__all__ = ["env"]
+
+
+def session_of(home: Path):
+    with MemoryStore.open(Settings(home=home)) as store:
+        (session,) = store.list_sessions().sessions
+        return session.id, journal.stored_snapshot(store, session.id)
+
+
+def knowledge(home: Path, workspace: Path, *entries: tuple[str, str], pin: str | None = None) -> None:
+    with MemoryStore.open(Settings(home=home), create=True) as store:
+        for key, content in entries:
+            store.remember(workspace, key, content)
+        if pin:
+            store.pin(workspace, pin)
+
+
+def test_a_new_chat_recalls_says_how_many_and_memory_lists_them(env, home, workspace, tmp_path) -> None:
+    knowledge(home, workspace, ("style", "Use tabs in the Makefile"), ("deploy", "We deploy with make release"),
+              ("weather", "It rained on Tuesday"), pin="style")
+    out = chat(env, workspace, "how do we deploy?\n/memory\n/exit\n", [answer("with make release")],
+               tmp_path / "effects")
+    assert out.returncode == 0, out.stderr
+    assert "with make release\n[recalled 2 notes from earlier Sessions; /memory lists them]\n" in out.stdout
+    assert "2 notes recalled at the first turn (from earlier Sessions; they may be outdated):" in out.stdout
+    assert "  style v1, pinned  from no Session (remembered by hand)\n    Use tabs in the Makefile" in out.stdout
+    assert "  deploy v1  from no Session (remembered by hand)\n    We deploy with make release" in out.stdout
+    kinds = [k for k, _ in events(home)]
+    assert kinds == ["context", "user", "assistant", "audit"]
+    (_, note), _ = events(home)[:2]
+    assert note["source"] == "recall" and [n["key"] for n in note["notes"]] == ["style", "deploy"]
+    _, snapshot = session_of(home)
+    assert snapshot.context == ("recall",)
+    assert {"recall", "remember"} <= {t.name for t in snapshot.tools}
+
+
+def test_a_resumed_chat_shows_the_notes_it_recalled_whatever_knowledge_holds_now(env, home, workspace,
+                                                                                 tmp_path) -> None:
+    knowledge(home, workspace, ("deploy", "We deploy with make release"))
+    first = chat(env, workspace, "how do we deploy?\n/exit\n", [answer("ok")], tmp_path / "effects")
+    assert first.returncode == 0, first.stderr
+    session, _ = session_of(home)
+    with MemoryStore.open(Settings(home=home)) as store:
+        store.remember(workspace, "deploy", "We deploy with the pipeline now")
+    resumed = chat(env, workspace, "/memory\nand now?\n/exit\n", [answer("fine")], tmp_path / "effects",
+                   "--resume", session)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "  deploy v1  from no Session (remembered by hand)\n    We deploy with make release" in resumed.stdout
+    assert "pipeline" not in resumed.stdout and "recalled" not in resumed.stdout.split("1 note recalled")[1]
+    assert [k for k, _ in events(home)].count("context") == 1
+
+
+def test_no_recall_is_recorded_and_a_resumed_session_keeps_it(env, home, workspace, tmp_path) -> None:
+    knowledge(home, workspace, ("deploy", "We deploy with make release"), pin="deploy")
+    out = chat(env, workspace, "how do we deploy?\n/memory\n/tools\n/exit\n", [answer("no idea")],
+               tmp_path / "effects", "--no-recall")
+    assert out.returncode == 0, out.stderr
+    assert "recalled" not in out.stdout
+    assert "this Session was started with --no-recall: it recalls no notes and has no memory tools" in out.stdout
+    assert " remember " not in out.stdout and " recall " not in out.stdout
+    session, snapshot = session_of(home)
+    assert snapshot.context == () and not {"recall", "remember"} & {t.name for t in snapshot.tools}
+    resumed = chat(env, workspace, "/memory\nagain\n/exit\n", [answer("still no idea")], tmp_path / "effects",
+                   "--resume", session)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "started with --no-recall" in resumed.stdout
+    assert [k for k, _ in events(home)] == ["user", "assistant", "audit"] * 2
+    refused = chat(env, workspace, "", [], tmp_path / "effects", "--resume", session, "--no-recall")
+    assert refused.returncode != 0 and "a resumed Session keeps the choice it was started with" in refused.stderr
+
+
+def test_a_new_chat_with_nothing_to_recall_says_so_and_records_nothing(env, home, workspace, tmp_path) -> None:
+    knowledge(home, workspace, ("weather", "It rained on Tuesday"))
+    out = chat(env, workspace, "how do we deploy?\n/memory\n/exit\n", [answer("no idea")], tmp_path / "effects")
+    assert out.returncode == 0, out.stderr
+    assert "[no notes recalled from earlier Sessions]" in out.stdout
+    assert "this Session recalled no notes" in out.stdout
+    assert [k for k, _ in events(home)] == ["user", "assistant", "audit"]
