@@ -186,16 +186,12 @@ class Chat:
             self.reading = False
             self.lines.put_nowait(line)
             return
+        midline = "\n" if self.stream is not None and self.stream.answering else ""  # an answer's line goes on
         if line is None:
             self.lines.put_nowait(None)
-            self.say(f"{chr(10) if self._midline else ''}(end of input: the chat ends when this turn does)")
+            self.say(f"{midline}(end of input: the chat ends when this turn does)")
         elif line.strip():
-            self.say(f"{chr(10) if self._midline else ''}{TYPED_AHEAD.format(line.strip())}")
-
-    @property
-    def _midline(self) -> bool:
-        """Answer text is being streamed: the line it is on has not ended."""
-        return self.stream is not None and self.stream.answering
+            self.say(midline + TYPED_AHEAD.format(line.strip()))
 
     async def read(self, prompt: str) -> str | None:
         """The next input line (stripped), or None at end of input (and at every read after it)."""

@@ -137,3 +137,18 @@ def test_an_answer_the_limit_forced_says_so() -> None:
     assert ending_line(TurnResult("answer", "8080", 2, 1)) is None
     assert ending_line(TurnResult("error", None, 5, 8, "the model asked for more than 4 tool rounds")) == \
         "[turn error: the model asked for more than 4 tool rounds]"
+
+
+def test_careless_input_gets_a_clear_answer_and_runs_no_turn(env, home, workspace, tmp_path) -> None:
+    """/help lists every command with what it does, a /tools verb without a name shows its usage, an unknown
+    command says a message must not start with /, empty lines do nothing, and end of input closes the chat on a
+    line of its own."""
+    out = chat(env, workspace, "\n  \n/help\n/tools disable\n/etc/hosts says what?\n", [], tmp_path / "effects")
+    assert out.returncode == 0, out.stderr
+    for usage in ("/tools disable NAME", "/tools enable NAME", "/compact", "/help", "/exit"):
+        assert re.search(f"^  {re.escape(usage)} +\\w", out.stdout, re.M), usage
+    assert "usage: /tools disable NAME (the names: /tools)" in out.stdout
+    assert "unknown command '/etc/hosts says what?'" in out.stdout
+    assert "a message to the model must not start with /" in out.stdout
+    assert out.stdout.endswith("> \nsession " + out.stdout.split()[1].rstrip(";") + " closed\n")
+    assert [k for k, _ in events(home)] == []
