@@ -248,8 +248,11 @@ def recover_and_resume(env: dict[str, str], workspace: Path, session_id: str) ->
 
 def turn_ending(settings: Settings, session_id: str) -> tuple[str | None, str]:
     """How the Session's last turn ended, from its transcript: (the answer, "") or (None, why there is none)."""
+    events, after, done = [], 0, False
     with MemoryStore.open(settings) as store:
-        events = store.replay(session_id).events
+        while not done:
+            page = store.replay(session_id, after)
+            events, after, done = events + page.events, page.next_cursor, page.done
     last = [e for e in events if e.kind in ("user", "assistant", "turn_failed")][-1:]
     if not last or last[0].kind == "user":
         return None, "the turn never ended"
