@@ -47,7 +47,7 @@ PROJECT = {
               '        print(tomllib.load(f)["server"])\n',
 }
 TASK, TASK_ANSWER = "What is the port in config.toml?", "8080"
-TURN_WAIT_S = 300  # a whole turn (several rounds and tool calls) on two busy cores
+TURN_WAIT_S = 600  # a whole turn: up to chain limit + 1 rounds of 512 tokens, and their tool calls, on two busy cores
 ROUND_WAIT_S = 120  # a model round on two busy cores, with the model load of a fresh process
 START_WAIT_S = 30
 LEASE_TTL_S = 10  # the chats' Session lease lifetime: a killed chat's lease expires this long after its last renewal
