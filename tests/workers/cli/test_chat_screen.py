@@ -69,18 +69,20 @@ class Terminal:
 
 
 def test_a_line_typed_during_a_turn_on_a_terminal_is_dropped_with_a_notice(env, home, workspace, tmp_path) -> None:
-    """A `y` typed while the model works never approves the call proposed later, and neither `/exit` nor `ls`
-    typed then runs once the prompt returns: each is dropped, saying so, and the user answers the prompt
-    afresh."""
+    """A `y` pasted with the message, or typed while the model works, never approves the call proposed later,
+    and neither `/exit` nor `ls` typed then runs once the prompt returns: each is dropped, saying so, and the
+    user answers the prompt afresh."""
     effects, generating, hold = tmp_path / "effects", tmp_path / "generating", tmp_path / "hold"
     terminal = Terminal(env, workspace, {"outputs": [calls(("effect", {"label": "a"})), answer("after the denial")],
                                          "effects": str(effects), "generating": str(generating),
                                          "hold_generation": str(hold)})
     at = terminal.expect("\n> ", terminal.expect("; commands:"))
-    terminal.type("go")
+    terminal.type("go\ny")  # pasted at the prompt, which takes one line: the second is typed ahead
     wait_for_file(generating)
-    at = terminal.expect("\r\x1b[K| round 1: reading the prompt, 0 of ", at)  # redrawn in place while held
+    at = terminal.expect("not sent: 'y' was typed while the turn ran", at)
+    at = terminal.expect(" round 1: reading the prompt, 0 of ", at)  # redrawn in place while held
     terminal.expect("(Ctrl-C interrupts)", at)
+    assert re.search(r"\r\x1b\[K[|/\\-] round 1: reading the prompt", terminal.output)
     for line in ("y", "/exit", "ls"):
         terminal.type(line)
         at = terminal.expect(f"not sent: {line!r} was typed while the turn ran; type it again at the prompt", at)
