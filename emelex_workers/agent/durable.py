@@ -55,7 +55,7 @@ from emelex_memory.errors import (
 )
 from emelex_memory.sessions.leases import SessionLease
 from emelex_memory.snapshots.installed import InstalledModel
-from emelex_workers.host.types import AgentBinding, GenerationInterrupted
+from emelex_workers.host.types import AgentBinding, GenerationInterrupted, GenerationProgress
 
 from .context import ContextRequest, ContextSource, check_sources, gather
 from .protocol import PROTOCOL_VERSION, ProposedCall
@@ -313,7 +313,8 @@ class DurableAgentSession:
 
     def turn(self, text: str, *, approve: Approve | None = None,
              on_token: Callable[[str], None] | None = None,
-             on_result: Callable[[ProposedCall, dict], None] | None = None) -> asyncio.Task[TurnResult]:
+             on_result: Callable[[ProposedCall, dict], None] | None = None,
+             on_progress: Callable[[int, GenerationProgress], None] | None = None) -> asyncio.Task[TurnResult]:
         """Start one turn on the running loop and return its task (the adapter keeps a strong reference).
 
         The poison flag is armed before the task is created, so cancelling or
@@ -323,7 +324,9 @@ class DurableAgentSession:
         such calls are denied. `on_token` gets streamed text on the loop, and
         `on_result(call, tool_result)` the result of each call that ran, once
         it is journaled (never for a result that could not be recorded).
-        Raises `AgentPoisonedError` when poisoned or closed and
+        `on_progress(round, progress)` gets, on the loop, each progress report
+        of model round `round` (1, 2, ...) when the binding reports progress
+        (`AgentBinding`). Raises `AgentPoisonedError` when poisoned or closed and
         `TurnInProgressError` while a turn runs.
         """
         if self._task is not None and not self._task.done():
@@ -336,7 +339,7 @@ class DurableAgentSession:
         loop = asyncio.get_running_loop()
         self._poisoned = True
         self._stop.clear()
-        self._task = loop.create_task(self._run_turn(text, approve, on_token, on_result))
+        self._task = loop.create_task(self._run_turn(text, approve, on_token, on_result, on_progress))
         return self._task
 
     def interrupt(self) -> None:
@@ -352,9 +355,10 @@ class DurableAgentSession:
         return await asyncio.get_running_loop().run_in_executor(executor, step)
 
     async def _run_turn(self, text: str, approve: Approve | None, on_token: Callable[[str], None] | None,
-                        on_result: Callable[[ProposedCall, dict], None] | None) -> TurnResult:
+                        on_result: Callable[[ProposedCall, dict], None] | None,
+                        on_progress: Callable[[int, GenerationProgress], None] | None = None) -> TurnResult:
         context = await self._open(text)
-        result = await self._rounds(approve, on_token, on_result)
+        result = await self._rounds(approve, on_token, on_result, on_progress)
         return dataclasses.replace(result, context=context)
 
     async def _open(self, text: str) -> tuple[dict, ...]:
@@ -377,7 +381,8 @@ class DurableAgentSession:
         return context
 
     async def _rounds(self, approve: Approve | None, on_token: Callable[[str], None] | None,
-                      on_result: Callable[[ProposedCall, dict], None] | None) -> TurnResult:
+                      on_result: Callable[[ProposedCall, dict], None] | None,
+                      on_progress: Callable[[int, GenerationProgress], None] | None) -> TurnResult:
         store, lease, agent = self.store, self._lease, self.agent
         limit = agent.snapshot.chain_limit
         rounds = calls = 0
@@ -386,7 +391,8 @@ class DurableAgentSession:
                 if self._stop.is_set():
                     raise GenerationInterrupted()
                 out = await self._offload(self._model, agent.generate_round, stop=self._stop,
-                                          on_token=_on_loop(on_token))
+                                          on_token=_on_loop(on_token), on_progress=_on_loop(
+                                              on_progress and functools.partial(on_progress, rounds + 1)))
                 rounds += 1
                 if out.answer is not None:
                     audit = {"event": "answer", "rounds": rounds, "calls": calls,
@@ -533,7 +539,7 @@ _ENDINGS = {
 }
 
 
-def _on_loop(callback: Callable[[str], None] | None) -> Callable[[str], None] | None:
+def _on_loop(callback: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
     """`callback`, called on the running loop from the model thread."""
     if callback is None:
         return None

@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from emelex_memory import Event
 from emelex_memory.agent.journal import UnknownEffect
 from emelex_memory.agent.snapshot import SessionSnapshot
-from emelex_workers.host.types import AgentBinding
+from emelex_workers.host.manager import accepts_keyword
+from emelex_workers.host.types import AgentBinding, GenerationProgress
 
 from . import protocol
 from .errors import UnknownToolError
@@ -85,12 +86,16 @@ class AgentSession:
         enabled = [t for t in self.snapshot.tools if t.name in self.enabled_tools]
         return protocol.union_schema(enabled, self.snapshot.calls_per_batch)
 
-    def generate_round(self, *, stop: threading.Event, on_token: Callable[[str], None] | None = None) -> RoundOutput:
-        """One constrained model round, streamed to `on_token`; `GenerationInterrupted` when `stop` was set
-        between tokens, `RoundOutputError` when the output is not a valid round. Does not change `messages`."""
+    def generate_round(self, *, stop: threading.Event, on_token: Callable[[str], None] | None = None,
+                       on_progress: Callable[[GenerationProgress], None] | None = None) -> RoundOutput:
+        """One constrained model round, streamed to `on_token` (and its progress to `on_progress`, when the
+        binding's `stream_chat` reports it); `GenerationInterrupted` when `stop` was set between tokens,
+        `RoundOutputError` when the output is not a valid round. Does not change `messages`."""
+        reports = {} if on_progress is None or not accepts_keyword(self.binding.stream_chat, "on_progress") \
+            else {"on_progress": on_progress}
         raw = self.binding.stream_chat(
             self.round_messages(), max_tokens=self.snapshot.round_tokens, json_schema=self.round_schema(),
-            stop=stop, on_text=on_token, temperature=self.snapshot.temperature, seed=self.snapshot.seed)
+            stop=stop, on_text=on_token, temperature=self.snapshot.temperature, seed=self.snapshot.seed, **reports)
         return protocol.parse_round(raw)
 
     def gate(self, call: ProposedCall) -> str | None:

@@ -12,6 +12,15 @@ A new Session recalls workspace Knowledge at its first turn (the "recall"
 context source, `emelex_workers.agent.recall`) and has the memory tools;
 `--no-recall` records in its snapshot that it has neither. The chat says how
 many notes it recalled, and `/memory` lists them with their sources.
+
+On a terminal a status line shows, in place, what the model is doing while
+it works (the round, the prompt's evaluation or the tokens generated, the
+turn's time); every turn ends with one line of its time, rounds, tool calls
+and, when the binding reports them, tokens. A line typed on a terminal while
+no prompt waits for one (a turn is running) is not sent: the chat says so
+and drops it, so nothing typed ahead runs later or answers an approval
+prompt it was not typed for. From a script (standard input not a terminal)
+every line is kept and answers the next prompt, in order.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -43,12 +53,23 @@ from emelex_workers.agent.tools import RegisteredTool, registered_tools
 from emelex_workers.models import ModelManager
 from emelex_workers.host.manager import bind_model, get_plugin_manager
 
-from .chat_show import call_line, call_text, outcome_lines
+from .chat_show import StatusLine, TurnProgress, call_line, call_text, ending_line, outcome_lines
 from .common import settings_of
 
 SYSTEM_PROMPT = ("You are a careful coding assistant working in the user's workspace. Use a tool when you need "
                  "to look at or change files; otherwise answer briefly.")
-HELP = "commands: /tools, /tools disable NAME, /tools enable NAME, /memory, /compact, /exit"
+HELP = "commands: /tools, /tools disable NAME, /tools enable NAME, /memory, /compact, /help, /exit"
+COMMANDS = (
+    ("/tools", "list the tools, whether each is enabled and whether it asks before it runs"),
+    ("/tools disable NAME", "stop offering tool NAME to the model (this chat only)"),
+    ("/tools enable NAME", "offer tool NAME again"),
+    ("/memory", "the notes this Session recalled at its first turn, with their sources"),
+    ("/compact", "queue compaction of this Session (it runs once the chat has ended)"),
+    ("/help", "this list"),
+    ("/exit", "end the chat (so does end of input, Ctrl-D)"),
+)
+TYPED_AHEAD = "(not sent: {!r} was typed while the turn ran; type it again at the prompt)"
+TICK_S = 0.2  # how often the status line is redrawn
 EXIT_INTERRUPTED = 130
 EXIT_PIPE = 141  # 128 + SIGPIPE: standard output was closed
 EXIT_TERMINATED = 143  # 128 + SIGTERM
@@ -58,12 +79,20 @@ REMEMBER_ADVICE = "`emelex memory knowledge remember --new-workspace` (new_works
 
 class AnswerStream:
     """Prints the answer text of a streamed round as it arrives (the JSON string after `"answer":`), nothing of a
-    tool-call round; `on_round` gets each complete round's text; `text` is what the current round received."""
+    tool-call round; `on_round` gets each complete round's text; `before_write` is called before answer text is
+    written; `text` is what the current round received."""
 
-    def __init__(self, on_round: Callable[[str], None] | None = None) -> None:
+    def __init__(self, on_round: Callable[[str], None] | None = None,
+                 before_write: Callable[[], None] | None = None) -> None:
         self.text = ""
         self._shown = 0
         self._on_round = on_round
+        self._before_write = before_write
+
+    @property
+    def answering(self) -> bool:
+        """True once the current round has written answer text (the line it is on is not yet ended)."""
+        return self._shown > 0
 
     def feed(self, piece: str) -> None:
         """Take one streamed piece and print the answer characters it completes; a complete round is dropped so
@@ -104,6 +133,8 @@ class AnswerStream:
             shown.append(char)
             index += 1
         text = "".join(shown)
+        if len(text) > self._shown and self._before_write is not None:
+            self._before_write()
         sys.stdout.write(text[self._shown:])
         sys.stdout.flush()
         self._shown = len(text)
@@ -112,10 +143,19 @@ class AnswerStream:
 class Chat:
     """The interactive loop over one `DurableAgentSession`; see the module docstring."""
 
-    def __init__(self, agent: DurableAgentSession, lines: asyncio.Queue) -> None:
-        """Drive `agent` with input `lines` (str, or None at end of input)."""
+    def __init__(self, agent: DurableAgentSession, lines: asyncio.Queue, *, terminal_input: bool = False,
+                 terminal_output: bool = False) -> None:
+        """Drive `agent` with input `lines` (str, or None at end of input; `receive` puts them there).
+        `terminal_input`: standard input is a terminal (a line typed while no prompt waits is dropped);
+        `terminal_output`: standard output is one (the status line is drawn)."""
         self.agent = agent
         self.lines = lines
+        self.terminal_input = terminal_input
+        self.status = StatusLine(sys.stdout, terminal_output)
+        self.reading = False  # a prompt waits for a line
+        self.working = False  # the model is working: the status line is drawn
+        self.progress: TurnProgress | None = None
+        self.stream: AnswerStream | None = None
         self.turn: asyncio.Task | None = None
         self.in_tool = False
         self.interrupts = 0
@@ -137,16 +177,43 @@ class Chat:
         self.lines.put_nowait(None)
         if self.turn is not None and not self.turn.done():
             if self.in_tool:
-                print("\nending the chat: waiting for the running tool to return before the lease is released",
-                      flush=True)
+                self.say("\nending the chat: waiting for the running tool to return before the lease is released")
             self.agent.interrupt()
             self.turn.cancel()
 
+    def say(self, text: str) -> None:
+        """Print `text` as a line of its own (the status line erased first)."""
+        self.status.clear()
+        print(text, flush=True)
+
+    def receive(self, line: str | None) -> None:
+        """Take one line from standard input (None: its end). A waiting prompt gets it (one line per prompt); so
+        does the next prompt when input is not a terminal. On a terminal, a line typed while no prompt waits is
+        dropped, saying so (an empty one silently); the end of input is kept, and ends the chat at the next
+        prompt."""
+        if self.reading or not self.terminal_input:
+            self.reading = False
+            self.lines.put_nowait(line)
+            return
+        midline = "\n" if self.stream is not None and self.stream.answering else ""  # an answer's line goes on
+        if line is None:
+            self.lines.put_nowait(None)
+            self.say(f"{midline}(end of input: the chat ends when this turn does)")
+        elif line.strip():
+            self.say(midline + TYPED_AHEAD.format(line.strip()))
+
     async def read(self, prompt: str) -> str | None:
         """The next input line (stripped), or None at end of input (and at every read after it)."""
+        self.status.clear()
         sys.stdout.write(prompt)
         sys.stdout.flush()
-        line = None if self.ended else await self.lines.get()
+        if self.ended:
+            return None
+        self.reading = True
+        try:
+            line = await self.lines.get()
+        finally:
+            self.reading = False
         self.ended = line is None
         return None if line is None else line.strip()
 
@@ -160,16 +227,17 @@ class Chat:
             self.approval.set_result("abort")
             return
         if self.interrupts >= 2:
-            print(f"\nexiting now; the Session stays open: run `emelex memory sessions recover "
-                  f"{self.agent.session_id}` before resuming it", flush=True)
+            self.say(f"\nexiting now; the Session stays open: run `emelex memory sessions recover "
+                     f"{self.agent.session_id}` before resuming it")
             os._exit(EXIT_INTERRUPTED)
         self.agent.interrupt()
         waiting = " (waiting for the running tool; Ctrl-C again to exit now)" if self.in_tool else ""
-        print(f"\ninterrupting the turn{waiting}", flush=True)
+        self.say(f"\ninterrupting the turn{waiting}")
 
     async def approve(self, call: ProposedCall, tool: RegisteredTool) -> str:
         """Ask once for one call: approve, deny, or abort the turn (end of input aborts)."""
-        print(call_text(call))
+        self.working = False
+        self.say(call_text(call))
         while True:
             self.approval = asyncio.get_running_loop().create_future()
             reader = asyncio.ensure_future(self.read("approve this call? [y]es / [n]o / [a]bort the turn: "))
@@ -194,24 +262,31 @@ class Chat:
         """Show the outcome of a call that ran, once its result is journaled (printed from a loop callback, so a
         closed standard output stops the chat instead of failing the turn)."""
         text = outcome_lines(call.tool, result["outcome"], result["output"])
-        asyncio.get_running_loop().call_soon(functools.partial(print, text, flush=True))
+        asyncio.get_running_loop().call_soon(self.say, text)
 
     def show_round(self, raw: str) -> None:
         """Show the calls a complete model round proposed (and why the gate refuses any), before they run."""
+        self.working = False
+        if self.progress is not None:
+            self.progress.round_done()
         try:
             calls = parse_round(raw).calls
         except EmelexError:
             return  # the turn fails with the parse error, which run_turn shows
         for call in calls:
             refused = self.agent.agent.gate(call)
-            print(f"\n{call_line(call)}" + (f"\n{outcome_lines(call.tool, 'refused', refused)}" if refused else ""))
+            self.say(f"\n{call_line(call)}" + (f"\n{outcome_lines(call.tool, 'refused', refused)}" if refused else ""))
 
     async def command(self, line: str) -> bool:
         """Run one slash command; False when the chat should end."""
         words = line.split()
         if words == ["/exit"]:
             return False
-        if words == ["/tools"]:
+        if words == ["/help"]:
+            for usage, what in COMMANDS:
+                print(f"  {usage:<20} {what}")
+            print("  anything else is sent to the model as your message")
+        elif words == ["/tools"]:
             for authority in self.agent.snapshot.tools:
                 state = "enabled" if authority.name in self.agent.enabled_tools else "disabled"
                 ask = ", asks first" if authority.approval == "always" else ""
@@ -224,6 +299,8 @@ class Chat:
                 print(f"error: {exc}")
         elif words == ["/memory"]:
             print(memory_text(self.agent.snapshot, self.agent.context))
+        elif len(words) == 2 and words[:2] in (["/tools", "disable"], ["/tools", "enable"]):
+            print(f"usage: /tools {words[1]} NAME (the names: /tools)")
         elif words == ["/compact"]:
             queued = await self.agent.queue_compaction()
             if queued.job is None:
@@ -232,7 +309,7 @@ class Chat:
                 print(f"compaction queued (job {queued.job.id}); it cannot run while this chat holds the Session: "
                       f"/exit, run `emelex memory work`, then `emelex chat --resume {self.agent.session_id}`")
         else:
-            print(f"unknown command {line!r}; {HELP}")
+            print(f"unknown command {line!r}; {HELP} (a message to the model must not start with /)")
         return True
 
     async def run(self) -> int:
@@ -272,6 +349,7 @@ class Chat:
         while True:
             line = await self.read("> ")
             if line is None:
+                print()  # end the prompt's line
                 break
             if not line:
                 continue
@@ -282,26 +360,53 @@ class Chat:
             await self.run_turn(line)
 
     async def run_turn(self, text: str) -> None:
-        """One turn, streamed, then how it ended."""
-        stream = AnswerStream(self.show_round)
-        self.interrupts, self.in_tool = 0, False
+        """One turn, streamed (with the status line while the model works, on a terminal), then how it ended and
+        the turn's time, rounds, tool calls and tokens."""
+        self.stream = stream = AnswerStream(self.show_round, self._answer_starts)
+        self.progress = progress = TurnProgress(time.monotonic())
+        self.interrupts, self.in_tool, self.working = 0, False, True
 
         def on_token(piece: str) -> None:
             self.in_tool = False
+            progress.streamed(piece)
+            self.working = not stream.answering
             stream.feed(piece)
 
-        self.turn = self.agent.turn(text, approve=self.approve, on_token=on_token, on_result=self.show_result)
-        result = await self.turn
-        self.in_tool = False
-        if result.outcome == "answer":
-            print()
-        else:
-            print(f"\n[turn {result.outcome}: {result.diagnostic}]")
-        if result.calls:
-            print(f"[{result.calls} tool call{'s' if result.calls != 1 else ''}, {result.rounds} rounds]")
+        def on_progress(round_: int, report) -> None:
+            progress.report(round_, report)
+            self.working = not stream.answering
+
+        ticker = asyncio.ensure_future(self._tick()) if self.status.live else None
+        self.turn = self.agent.turn(text, approve=self.approve, on_token=on_token, on_result=self.show_result,
+                                    on_progress=on_progress)
+        try:
+            result = await self.turn
+        finally:
+            self.working = self.in_tool = False
+            if ticker is not None:
+                ticker.cancel()
+            self.status.clear()
+        self.stream = None
+        print()  # ends the answer's line; before a turn without one, a blank line
+        ending = ending_line(result)
+        if ending is not None:
+            print(ending)
+        print(progress.summary(result, time.monotonic()))
         if self.recalling:
             self.recalling = False
             print(recall_line(result.context))
+
+    def _answer_starts(self) -> None:
+        """Answer text is about to be written: the status line gives way to it."""
+        self.working = False
+        self.status.clear()
+
+    async def _tick(self) -> None:
+        """Redraw the status line every `TICK_S` while the model works."""
+        while True:
+            if self.working and self.progress is not None:
+                self.status.show(self.progress.status(time.monotonic()))
+            await asyncio.sleep(TICK_S)
 
 
 def recall_line(context: tuple[dict, ...]) -> str:
@@ -347,10 +452,10 @@ def _on_loop_error(chat: Chat, loop: asyncio.AbstractEventLoop, context: dict) -
         loop.default_exception_handler(context)
 
 
-def _reader(loop: asyncio.AbstractEventLoop, lines: asyncio.Queue) -> None:
+def _reader(loop: asyncio.AbstractEventLoop, receive: Callable[[str | None], None]) -> None:
     for line in sys.stdin:
-        loop.call_soon_threadsafe(lines.put_nowait, line)
-    loop.call_soon_threadsafe(lines.put_nowait, None)
+        loop.call_soon_threadsafe(receive, line)
+    loop.call_soon_threadsafe(receive, None)
 
 
 async def _main(store, workspace, binding, tools, snapshot, resume: str | None, model, new_workspace: bool) -> int:
@@ -363,9 +468,9 @@ async def _main(store, workspace, binding, tools, snapshot, resume: str | None, 
     else:
         agent = await DurableAgentSession.resume(store, resume, workspace, binding, tools, snapshot, model=model,
                                                  context_sources=sources)
-    chat = Chat(agent, lines)
+    chat = Chat(agent, lines, terminal_input=sys.stdin.isatty(), terminal_output=sys.stdout.isatty())
     chat.recalling = resume is None and RECALL_SOURCE in snapshot.context
-    threading.Thread(target=_reader, args=(loop, lines), daemon=True).start()
+    threading.Thread(target=_reader, args=(loop, chat.receive), daemon=True).start()
     loop.add_signal_handler(signal.SIGINT, chat.on_sigint)
     loop.add_signal_handler(signal.SIGTERM, chat.stop, EXIT_TERMINATED)
     loop.set_exception_handler(functools.partial(_on_loop_error, chat))

@@ -1,4 +1,5 @@
-"""How `emelex chat` shows tool calls as they happen: the proposed call, then its outcome with a bounded preview.
+"""How `emelex chat` shows a turn as it happens: the proposed call, then its outcome with a bounded preview; on a
+terminal a status line while the model works; and the line that ends every turn.
 
 The outcome of a call that ran is shown once the adapter journaled its
 result (`on_result`), so a result that could not be recorded is never shown
@@ -9,9 +10,12 @@ ones when they are proposed.
 from __future__ import annotations
 
 import json
+import shutil
+from typing import Any, TextIO
 
 from emelex_workers.agent.protocol import ProposedCall
 from emelex_workers.agent.tools import bounded
+from emelex_workers.host.types import GenerationProgress
 
 ARGUMENTS_BYTES = 200
 PREVIEW_BYTES = 300
@@ -41,3 +45,103 @@ def preview(text: str | dict) -> str:
 def outcome_lines(tool: str, outcome: str, output: str | dict) -> str:
     """The outcome of one call: "<- tool: outcome" and the output preview."""
     return f"<- {tool}: {outcome}\n{preview(output)}"
+
+
+SPINNER = "|/-\\"
+ERASE_LINE = "\r\x1b[K"  # to the line's start, then erase to its end
+
+
+def plural(count: int, noun: str) -> str:
+    """"1 round", "2 rounds"."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+class StatusLine:
+    """One line redrawn in place on a terminal (carriage return, erase to the end of the line) and erased before
+    anything else is written; `live` False (not a terminal): it writes nothing."""
+
+    def __init__(self, stream: TextIO, live: bool) -> None:
+        """A status line on `stream`, drawn only when `live`."""
+        self.stream = stream
+        self.live = live
+        self.shown = False
+
+    def show(self, text: str) -> None:
+        """Draw `text` (cut to the terminal's width) over the current line."""
+        if not self.live:
+            return
+        width = shutil.get_terminal_size().columns - 1
+        self.stream.write(ERASE_LINE + text[:max(width, 20)])
+        self.stream.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        """Erase the status line, if drawn, leaving the cursor at the start of the line."""
+        if self.shown:
+            self.stream.write(ERASE_LINE)
+            self.stream.flush()
+            self.shown = False
+
+
+class TurnProgress:
+    """What one turn has done so far: its start, the model round under way, each round's last progress report
+    (when the binding reports progress) and the characters streamed in the current round."""
+
+    def __init__(self, started: float) -> None:
+        """A turn that started at `started` (`time.monotonic()`)."""
+        self.started = started
+        self.round = 1
+        self.reports: dict[int, GenerationProgress] = {}
+        self.characters = 0
+        self.frame = 0
+
+    def report(self, round_: int, progress: GenerationProgress) -> None:
+        """Take progress report `progress` of model round `round_`."""
+        if round_ != self.round:
+            self.round, self.characters = round_, 0
+        self.reports[round_] = progress
+
+    def streamed(self, piece: str) -> None:
+        """Count one streamed piece of the current round."""
+        self.characters += len(piece)
+
+    def round_done(self) -> None:
+        """The current round's text is complete: what follows belongs to the next round."""
+        self.round, self.characters = self.round + 1, 0
+
+    def status(self, now: float) -> str:
+        """The status line while the model works: round, what it is doing, the turn's time so far."""
+        self.frame += 1
+        report = self.reports.get(self.round)
+        if report is not None and report.evaluated_tokens is not None:
+            doing = f"reading the prompt, {report.evaluated_tokens} of {report.prompt_tokens} tokens"
+        elif report is not None:
+            doing = f"{plural(report.generated_tokens, 'token')} generated"
+        elif self.characters:
+            doing = f"{plural(self.characters, 'character')} generated"
+        else:
+            doing = "waiting for the model"
+        return (f"{SPINNER[self.frame % len(SPINNER)]} round {self.round}: {doing}, {now - self.started:.1f} s "
+                "(Ctrl-C interrupts)")
+
+    def summary(self, result: Any, now: float) -> str:
+        """The line that ends turn `result` (a `TurnResult`): its time, rounds, tool calls and, when the binding
+        reported them, the prompt and generated tokens of all its rounds."""
+        parts = [f"{now - self.started:.1f} s", plural(result.rounds, "round"), plural(result.calls, "tool call")]
+        if self.reports:
+            prompt = sum(r.prompt_tokens for r in self.reports.values())
+            generated = sum(r.generated_tokens for r in self.reports.values())
+            parts.append(f"{prompt} prompt + {generated} generated tokens")
+        return f"[{', '.join(parts)}]"
+
+
+def ending_line(result: Any) -> str | None:
+    """How turn `result` ended, when it is more than its answer: "[turn OUTCOME: diagnostic]" for a turn without
+    an answer, "[limit-forced answer: REASON]" for an answer the chain limit forced (`result.forced`, set by an
+    adapter that forces answers; read with getattr, so an adapter without it shows plain answers), else None."""
+    if result.outcome != "answer":
+        return f"[turn {result.outcome}: {result.diagnostic}]"
+    forced = getattr(result, "forced", None)
+    if forced:
+        return f"[limit-forced answer: {forced}]" if isinstance(forced, str) else "[limit-forced answer]"
+    return None

@@ -1,8 +1,15 @@
 """The chat part of `make demo`: `emelex chat` on the real default model, driven through its standard input.
 
-A first chat asks the model to run a slow command with `run_command` (the
-only enabled tool) and approves it; once the journal shows the call
-`started`, the chat process is killed with SIGKILL. Then: `emelex chat
+First a task, typed as a user would: the demo writes a small project into
+the workspace (`config.toml`, `README.md`, `app.py`) and asks "What is the
+port in config.toml?" with every tool enabled, denying any call that asks
+for approval (the task only reads). The turn must end with an answer that
+names the port (read from the Session's transcript, not the screen); when
+it does not, the demo goes on and `main` returns the failure, so `make
+demo` exits non-zero. Then a second chat asks the model to run a slow
+command with `run_command` (the only enabled tool, asked for by the exact
+call: this part shows recovery, not the model) and approves it; once the
+journal shows the call `started`, the chat process is killed with SIGKILL. Then: `emelex chat
 --resume` fails closed and names the recover command, `emelex memory
 sessions recover` refuses without the flag and changes nothing, recovery
 with `--accept-unknown-effects` records the unknown effect, and a resumed
@@ -41,6 +48,14 @@ SLOW, FAST = "sleep 20; echo done", "echo hello from the tool"
 QUESTION = "What did the echo command print?"  # asked with no tool enabled, so the model can only answer
 RECALL_QUESTION = "Which formatter do we use, and what is the default branch?"  # what the closed Session said
 EVERY_TOOL = ("read_file", "list_dir", "search_text", "write_file", "run_command", "recall", "remember")
+PROJECT = {
+    "config.toml": '[server]\nhost = "127.0.0.1"\nport = 8080\n\n[log]\nlevel = "info"\n',
+    "README.md": "# notes-service\n\nA small web service for notes. Settings live in config.toml.\n",
+    "app.py": 'import tomllib\n\n\ndef main():\n    with open("config.toml", "rb") as f:\n'
+              '        print(tomllib.load(f)["server"])\n',
+}
+TASK, TASK_ANSWER = "What is the port in config.toml?", "8080"
+TURN_WAIT_S = 600  # a whole turn: up to chain limit + 1 rounds of 512 tokens, and their tool calls, on two busy cores
 ROUND_WAIT_S = 120  # a model round on two busy cores, with the model load of a fresh process
 START_WAIT_S = 30
 LEASE_TTL_S = 10  # the chats' Session lease lifetime: a killed chat's lease expires this long after its last renewal
@@ -272,12 +287,60 @@ def recalling_chat(env: dict[str, str], workspace: Path) -> None:
     chat.finish()
 
 
-def main(workspace: Path, settings: Settings) -> None:
-    """Run the chat part of the demo in `workspace` over the demo store of `settings`."""
+def turn_ending(settings: Settings, session_id: str) -> tuple[str | None, str]:
+    """How the Session's last turn ended, from its transcript: (the answer, "") or (None, why there is none)."""
+    events, after, done = [], 0, False
+    with MemoryStore.open(settings) as store:
+        while not done:
+            page = store.replay(session_id, after)
+            events, after, done = events + page.events, page.next_cursor, page.done
+    last = [e for e in events if e.kind in ("user", "assistant", "turn_failed")][-1:]
+    if not last or last[0].kind == "user":
+        return None, "the turn never ended"
+    if last[0].kind == "turn_failed":
+        return None, f"the turn ended without an answer: {last[0].payload.get('diagnostic', last[0].payload)}"
+    return last[0].payload["text"], ""
+
+
+def task(env: dict[str, str], workspace: Path, settings: Settings) -> str | None:
+    """Ask `TASK` about the project written into `workspace`, denying every call that asks for approval; None
+    when the turn ended with an answer naming `TASK_ANSWER`, else what went wrong."""
+    for name, text in PROJECT.items():
+        (workspace / name).write_text(text)
+    note(f"a small project is in the workspace ({', '.join(PROJECT)}); a user asks about it")
+    chat = DrivenChat(env, workspace)
+    if chat.expect(PROMPT, limit_s=ROUND_WAIT_S) is None:
+        chat.finish()
+        return "the chat did not start"
+    session_id = re.search(r"session (\S+);", chat.output).group(1)
+    chat.send(TASK)
+    while (mark := chat.expect(APPROVAL, PROMPT, limit_s=TURN_WAIT_S)) == APPROVAL:
+        note("the task only reads files: the demo denies a call that asks for approval")
+        chat.send("n")
+    chat.send("/exit")
+    chat.finish()
+    if mark is None:
+        return f"the turn did not end within {TURN_WAIT_S} s"
+    answer, why = turn_ending(settings, session_id)
+    if answer is None:
+        return why
+    if TASK_ANSWER not in answer:
+        return f"the answer {answer!r} does not name the port, {TASK_ANSWER}"
+    note(f"the chat answered {answer!r}: config.toml sets port {TASK_ANSWER}")
+    return None
+
+
+def main(workspace: Path, settings: Settings) -> str | None:
+    """Run the chat part of the demo in `workspace` over the demo store of `settings`; None when the task chat
+    ended with the right answer, else what went wrong (the recovery part runs either way)."""
     env = {**os.environ, "EMELEX_HOME": str(settings.home_dir),
            "EMELEX_MODEL_MAX_CONTEXT_TOKENS": str(settings.model_max_context_tokens),
            "EMELEX_SESSION_LEASE_TTL_S": str(LEASE_TTL_S)}
+    failed = task(env, workspace, settings)
+    if failed is not None:
+        note(f"FAILED: {failed}")
     session_id = killed_tool(env, workspace, settings)
     if session_id is not None:
         recover_and_resume(env, workspace, session_id)
     recalling_chat(env, workspace)
+    return failed

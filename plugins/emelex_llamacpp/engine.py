@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from emelex_workers.plugin_api import DEFAULT_SEED
+from emelex_workers.plugin_api import DEFAULT_SEED, GenerationInterrupted
 
 DEFAULT_MAX_CTX = 8192
 _LOAD_LOCK = threading.Lock()
@@ -216,8 +216,10 @@ class LlamaEngine:
             return self._stream(options, on_token, on_prompt)
 
     def _stream(self, options: dict[str, Any], on_token: Callable[[int, int, str], None],
-                on_prompt: Callable[[int, int], None] | None) -> tuple[str, str]:
-        """`complete` with ``on_token``: stream the completion, reporting exact counts (see `complete`)."""
+                on_prompt: Callable[[int, int], None] | None, stop: threading.Event | None = None,
+                on_text: Callable[[str], None] | None = None) -> tuple[str, str]:
+        """`complete` with ``on_token``: stream the completion, reporting exact counts (see `complete`); with
+        ``stop`` and ``on_text``, as `stream` does."""
         seen: list[int] = []  # the context length at each sampling step: the first is the prompt
 
         def count(input_ids: Any, scores: Any) -> Any:
@@ -232,11 +234,16 @@ class LlamaEngine:
                 **options, stream=True, logits_processor=self._llama_cpp.LogitsProcessorList([count]))
             pieces, reason = [], "stop"
             for chunk in chunks:
+                if stop is not None and stop.is_set():
+                    chunks.close()
+                    raise GenerationInterrupted()
                 choice = chunk["choices"][0]
                 reason = choice.get("finish_reason") or reason
                 piece = choice["delta"].get("content")
                 if piece:
                     pieces.append(piece)
+                    if on_text is not None:
+                        on_text(piece)
                     on_token(seen[0] if seen else 0, len(seen), piece)
         finally:
             llm.__dict__.pop("eval", None)
@@ -251,19 +258,24 @@ class LlamaEngine:
 
     def stream(self, messages: list[dict], *, max_tokens: int, json_schema: dict, stop: threading.Event,
                on_text: Callable[[str], None] | None = None, temperature: float = 0.0,
-               seed: int | None = None) -> str:
+               seed: int | None = None, on_token: Callable[[int, int, str], None] | None = None,
+               on_prompt: Callable[[int, int], None] | None = None) -> str:
         """One streamed completion constrained to ``json_schema`` (ValueError when the converter rejects it),
         each piece passed to ``on_text``. ``stop`` is checked before each sampled piece: once it is set the
         stream is closed (llama.cpp stops within one token; the next call is unaffected) and
-        ``GenerationInterrupted`` is raised. Prompt evaluation itself cannot be interrupted."""
-        from emelex_workers.plugin_api import GenerationInterrupted
-
+        ``GenerationInterrupted`` is raised. Prompt evaluation itself cannot be interrupted. ``on_token`` and
+        ``on_prompt`` report exact counts as for `complete`."""
         if max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
         try:
             grammar = self._llama_cpp.LlamaGrammar.from_json_schema(json.dumps(json_schema), verbose=False)
         except Exception as exc:  # the converter raises AssertionError/KeyError/...
             raise ValueError(f"unsupported json_schema: {exc}") from exc
+        if on_token is not None:
+            options = dict(messages=messages, max_tokens=max_tokens, temperature=temperature, grammar=grammar,
+                           seed=self._seed if seed is None else seed)
+            with self._lock:
+                return self._stream(options, on_token, on_prompt, stop, on_text)[0]
         with self._lock:
             chunks = self._model().create_chat_completion(
                 messages=messages, max_tokens=max_tokens, temperature=temperature, grammar=grammar,

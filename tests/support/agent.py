@@ -43,7 +43,7 @@ from typing import Any
 
 from emelex_workers.agent.tools import ToolInvocation, ToolOutput, ToolSpec
 from emelex_workers.hookspecs import hookimpl
-from emelex_workers.plugin_api import GenerationInterrupted
+from emelex_workers.plugin_api import GenerationInterrupted, GenerationProgress
 
 ENV = "EMELEX_AGENT_TEST"
 SCRIPTED_MARKER = b"emelex-agent-scripted-model"
@@ -125,12 +125,17 @@ class ScriptedBinding:
 
     def stream_chat(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict,
                     stop: threading.Event, on_text: Callable[[str], None] | None = None,
-                    temperature: float = 0.0, seed: int = 42) -> str:
+                    temperature: float = 0.0, seed: int = 42,
+                    on_progress: Callable[[GenerationProgress], None] | None = None) -> str:
         """The next scripted output, streamed in 4-character pieces; `GenerationInterrupted` once `stop` is set
-        (checked before each piece and while holding)."""
+        (checked before each piece and while holding). `on_progress` gets the prompt's evaluation (0 of the
+        messages' tokens) before the hold, each piece with its count, then the final counts."""
         self.rounds.append({"messages": [dict(m) for m in messages], "schema": json_schema,
                             "max_tokens": max_tokens})
         opts = options()
+        prompt = sum(self.count_tokens(m["content"]) for m in messages)
+        report = on_progress or (lambda _: None)
+        report(GenerationProgress(prompt, 0, "", evaluated_tokens=0))
         if opts.get("generating"):
             _write(opts["generating"], str(os.getpid()))
         if opts.get("hold_generation"):
@@ -144,6 +149,8 @@ class ScriptedBinding:
                 raise GenerationInterrupted()
             if on_text is not None:
                 on_text(raw[start:start + PIECE])
+            report(GenerationProgress(prompt, start // PIECE + 1, raw[start:start + PIECE]))
+        report(GenerationProgress(prompt, self.count_tokens(raw), ""))
         return raw
 
     def close(self) -> None:

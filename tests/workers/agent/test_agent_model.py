@@ -72,7 +72,8 @@ def test_the_union_grammar_yields_schema_valid_rounds_on_the_default_model(bindi
             assert agent.gate(call) is None, call
 
 
-def test_a_set_stop_event_interrupts_the_default_model_between_tokens(binding) -> None:
+@pytest.mark.parametrize("progress", [False, True], ids=["plain", "with-progress"])
+def test_a_set_stop_event_interrupts_the_default_model_between_tokens(binding, progress) -> None:
     stop = threading.Event()
     pieces: list[str] = []
 
@@ -82,7 +83,27 @@ def test_a_set_stop_event_interrupts_the_default_model_between_tokens(binding) -
 
     with pytest.raises(GenerationInterrupted):
         binding.stream_chat([{"role": "user", "content": "Tell me a story."}], max_tokens=16,
-                            json_schema=protocol.union_schema((), 1), stop=stop, on_text=on_text)
+                            json_schema=protocol.union_schema((), 1), stop=stop, on_text=on_text,
+                            **({"on_progress": lambda _: None} if progress else {}))
     assert len(pieces) == 1
     assert binding.stream_chat([{"role": "user", "content": "Say hi."}], max_tokens=8,
                                json_schema=protocol.union_schema((), 1), stop=threading.Event())  # usable again
+
+
+def test_stream_chat_reports_the_prompts_evaluation_and_exact_counts_on_the_default_model(binding) -> None:
+    """With `on_progress` the round's text is unchanged; the prompt's evaluation is reported first, then every
+    piece, then the final counts: the prompt as the model sees it (chat template included) and every sampled
+    token, within the round's token limit."""
+    messages, schema = [{"role": "user", "content": "Say hi."}], protocol.union_schema((), 1)
+    plain = binding.stream_chat(messages, max_tokens=8, json_schema=schema, stop=threading.Event())
+    pieces: list[str] = []
+    reports: list = []
+    text = binding.stream_chat(messages, max_tokens=8, json_schema=schema, stop=threading.Event(),
+                               on_text=pieces.append, on_progress=reports.append)
+    assert text == plain == "".join(pieces)
+    assert reports[0].evaluated_tokens is not None and reports[0].generated_tokens == 0
+    assert "".join(r.text for r in reports) == text
+    final = reports[-1]
+    assert final.text == "" and final.evaluated_tokens is None
+    assert final.prompt_tokens > binding.count_tokens("Say hi.")
+    assert len(pieces) <= final.generated_tokens <= 8

@@ -4,6 +4,8 @@ Session (resumed too) has neither the notes nor the memory tools. Real subproces
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 from emelex_memory import MemoryStore, Settings
@@ -35,7 +37,8 @@ def test_a_new_chat_recalls_says_how_many_and_memory_lists_them(env, home, works
     out = chat(env, workspace, "how do we deploy?\n/memory\n/exit\n", [answer("with make release")],
                tmp_path / "effects")
     assert out.returncode == 0, out.stderr
-    assert "with make release\n[recalled 2 notes from earlier Sessions; /memory lists them]\n" in out.stdout
+    assert re.search(r"with make release\n\[[0-9.]+ s, 1 round\b[^\n]*\]\n\[recalled 2 notes from earlier Sessions; "
+                     r"/memory lists them\]\n", out.stdout), out.stdout
     assert "2 notes recalled at the first turn (from earlier Sessions; they may be outdated):" in out.stdout
     assert "  style v1, pinned  from no Session (remembered by hand)\n    Use tabs in the Makefile" in out.stdout
     assert "  deploy v1  from no Session (remembered by hand)\n    We deploy with make release" in out.stdout
