@@ -217,7 +217,8 @@ class Settings(BaseSettings):
     model_max_context_tokens: int = Field(
         default=8192, ge=256, le=1_048_576, description="Largest context window a model binding allocates."
     )
-    model_threads: int = Field(default=2, ge=1, le=256, description="CPU threads a model binding uses.")
+    model_threads: int | None = Field(default=None, ge=1, le=256, description=(
+        "CPU threads a model binding uses; unset: chosen when the work starts from the usable, idle cores."))
     served_connect_timeout_s: float = Field(
         default=5.0, gt=0, le=600, description="Served models: longest wait to connect to the model server."
     )
