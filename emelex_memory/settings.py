@@ -219,6 +219,10 @@ class Settings(BaseSettings):
     )
     model_threads: int | None = Field(default=None, ge=1, le=256, description=(
         "CPU threads a model binding uses; unset: chosen when the work starts from the usable, idle cores."))
+    model_states_keep: int = Field(
+        default=8, ge=0, le=10_000, description="Saved model states (a Session's evaluated context) maintain keeps.")
+    model_states_max_bytes: int = Field(
+        default=1024 * MiB, ge=0, description="Bytes of saved model states maintain keeps, newest first.")
     served_connect_timeout_s: float = Field(
         default=5.0, gt=0, le=600, description="Served models: longest wait to connect to the model server."
     )
