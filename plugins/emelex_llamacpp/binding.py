@@ -155,12 +155,12 @@ class LlamaBinding:
         clause; never raises for a state that cannot be saved (a `ModelStateWarning` says why)."""
         if self._engine is None:
             return "no state saved: the model was not used"
-        exported = self._engine.export_state(MAX_STATE_BYTES - 64 * 1024)
-        if exported is None:
-            return "no state saved: nothing evaluated fits"
-        tokens, data = exported
-        header = _canonical({"fields": self.state_fields(), "tokens": tokens})
         try:
+            exported = self._engine.export_state(MAX_STATE_BYTES - 64 * 1024)
+            if exported is None:
+                return "no state saved: nothing evaluated fits"
+            tokens, data = exported
+            header = _canonical({"fields": self.state_fields(), "tokens": tokens})
             store.save_model_state(lease, state_key=self.state_key(), prefix_tokens=len(tokens),
                                    prefix_digest=token_digest(tokens), data=b"".join((STATE_MAGIC, header, b"\n",
                                                                                       data)))
@@ -176,13 +176,13 @@ class LlamaBinding:
         (its lease held, so `maintain` keeps the state): find the state saved under `state_key`, check it (every
         field of its header equal to `state_fields`, its tokens those the store recorded) and offer it to the
         engine, which loads it at the first round whose prompt starts with its tokens (`state_outcome` then says
-        what happened). Returns what was done, one clause; a state that cannot be read or fails a check is ignored
-        with a `ModelStateWarning`, never raised."""
+        what happened). Returns what was done, one clause; a state that cannot be read or fails a check (or a model
+        that cannot be loaded: the first round says why) is ignored with a `ModelStateWarning`, never raised."""
         started = time.monotonic()
-        saved = store.model_state(session_id, self.state_key())
-        if saved is None:
-            return "no saved state for this model and context"
         try:
+            saved = store.model_state(session_id, self.state_key())
+            if saved is None:
+                return "no saved state for this model and context"
             raw = store.read_asset(saved.asset)
             if not raw.startswith(STATE_MAGIC) or b"\n" not in raw[len(STATE_MAGIC):]:
                 raise ValueError("it is not a llama.cpp state written by Emelex")
