@@ -71,6 +71,26 @@ def _saved_session(store: MemoryStore, workspace: Path, model, settings: Setting
 
 
 @pytest.fixture
+def resumed(store: MemoryStore, workspace: Path, model, settings: Settings):
+    """A Session with a saved state, and a fresh binding to resume it with (closed afterwards)."""
+    sid = _saved_session(store, workspace, model, settings)
+    binding = _binding(model, settings)
+    try:
+        yield sid, binding
+    finally:
+        binding.close()
+
+
+def _resave(store: MemoryStore, workspace: Path, binding: LlamaBinding, saved, prefix_digest: str,
+            data: bytes) -> None:
+    """Record `data` as the state of `saved`'s Session under the binding's key, with `prefix_digest`."""
+    with store.acquire_lease(saved.session_id, workspace) as lease:
+        list(lease.replay_all())
+        store.save_model_state(lease, state_key=binding.state_key(), prefix_tokens=saved.prefix_tokens,
+                               prefix_digest=prefix_digest, data=data)
+
+
+@pytest.fixture
 def cold(model, settings: Settings) -> str:
     """What the second round answers when its whole prompt is evaluated afresh."""
     binding = _binding(model, settings)
@@ -112,75 +132,53 @@ def test_a_state_saved_with_other_context_settings_is_not_found(
 @pytest.mark.parametrize("field", ["model_snapshot", "template_digest", "n_ctx", "n_batch", "type_k", "type_v",
                                    "flash_attn_type", "llama_cpp"])
 def test_a_state_whose_header_differs_in_any_key_is_never_loaded(
-        store: MemoryStore, workspace: Path, model, settings: Settings, field: str) -> None:
-    sid = _saved_session(store, workspace, model, settings)
-    binding = _binding(model, settings)
-    try:
-        saved = store.model_state(sid, binding.state_key())
-        raw = store.read_asset(saved.asset)
-        end = raw.index(b"\n", len(STATE_MAGIC))
-        header = json.loads(raw[len(STATE_MAGIC):end])
-        fields = header["fields"] if field in header["fields"] else header["fields"]["context"]
-        fields[field] = "other" if isinstance(fields[field], str) else fields[field] + 1
-        forged = STATE_MAGIC + json.dumps(header).encode() + raw[end:]
-        with store.acquire_lease(sid, workspace) as lease:
-            list(lease.replay_all())
-            store.save_model_state(lease, state_key=binding.state_key(), prefix_tokens=saved.prefix_tokens,
-                                   prefix_digest=saved.prefix_digest, data=forged)
-            with pytest.warns(ModelStateWarning, match="differ from its key"):
-                said = binding.load_session_state(store, sid)
-            assert said == "ignored: its model, template or context settings differ from its key"
-            _answer(binding, NEXT)
-            assert binding.last_reuse.evaluated == binding.last_reuse.prompt_tokens  # nothing was loaded
-    finally:
-        binding.close()
+        store: MemoryStore, workspace: Path, resumed, field: str) -> None:
+    sid, binding = resumed
+    saved = store.model_state(sid, binding.state_key())
+    raw = store.read_asset(saved.asset)
+    end = raw.index(b"\n", len(STATE_MAGIC))
+    header = json.loads(raw[len(STATE_MAGIC):end])
+    fields = header["fields"] if field in header["fields"] else header["fields"]["context"]
+    fields[field] = "other" if isinstance(fields[field], str) else fields[field] + 1
+    _resave(store, workspace, binding, saved, saved.prefix_digest, STATE_MAGIC + json.dumps(header).encode()
+            + raw[end:])
+    with pytest.warns(ModelStateWarning, match="differ from its key"):
+        said = binding.load_session_state(store, sid)
+    assert said == "ignored: its model, template or context settings differ from its key"
+    _answer(binding, NEXT)
+    assert binding.last_reuse.evaluated == binding.last_reuse.prompt_tokens  # nothing was loaded
 
 
 def test_a_state_whose_tokens_are_not_the_recorded_ones_is_never_loaded(
-        store: MemoryStore, workspace: Path, model, settings: Settings) -> None:
-    sid = _saved_session(store, workspace, model, settings)
-    binding = _binding(model, settings)
-    try:
-        saved = store.model_state(sid, binding.state_key())
-        with store.acquire_lease(sid, workspace) as lease:
-            list(lease.replay_all())
-            store.save_model_state(lease, state_key=binding.state_key(), prefix_tokens=saved.prefix_tokens,
-                                   prefix_digest=token_digest([1, 2, 3]), data=store.read_asset(saved.asset))
-            with pytest.warns(ModelStateWarning, match="not the ones recorded"):
-                assert binding.load_session_state(store, sid).startswith("ignored: ")
-    finally:
-        binding.close()
+        store: MemoryStore, workspace: Path, resumed) -> None:
+    sid, binding = resumed
+    saved = store.model_state(sid, binding.state_key())
+    _resave(store, workspace, binding, saved, token_digest([1, 2, 3]), store.read_asset(saved.asset))
+    with pytest.warns(ModelStateWarning, match="not the ones recorded"):
+        assert binding.load_session_state(store, sid).startswith("ignored: ")
 
 
 def test_a_state_is_not_loaded_for_a_prompt_that_does_not_start_with_its_tokens(
-        store: MemoryStore, workspace: Path, model, settings: Settings) -> None:
-    sid = _saved_session(store, workspace, model, settings)
-    binding = _binding(model, settings)
-    try:
-        assert binding.load_session_state(store, sid).startswith("offered ")
-        _answer(binding, [{"role": "user", "content": "Something else entirely."}])
-        assert binding.state_outcome.startswith("not loaded: the prompt differs from the saved state's ")
-    finally:
-        binding.close()
+        store: MemoryStore, workspace: Path, resumed) -> None:
+    sid, binding = resumed
+    assert binding.load_session_state(store, sid).startswith("offered ")
+    _answer(binding, [{"role": "user", "content": "Something else entirely."}])
+    assert binding.state_outcome.startswith("not loaded: the prompt differs from the saved state's ")
 
 
 def test_a_damaged_state_file_is_ignored_and_reported(
-        store: MemoryStore, workspace: Path, model, settings: Settings, cold: str) -> None:
-    sid = _saved_session(store, workspace, model, settings)
-    binding = _binding(model, settings)
-    try:
-        saved = store.model_state(sid, binding.state_key())
-        path = store.asset_dir / saved.asset.digest
-        with open(path, "r+b") as f:  # one byte flipped in the middle of the state
-            f.seek(saved.asset.size // 2)
-            byte = f.read(1)
-            f.seek(saved.asset.size // 2)
-            f.write(bytes([byte[0] ^ 0xFF]))
-        with pytest.warns(ModelStateWarning, match=f"saved model state of Session {sid} was ignored"):
-            assert binding.load_session_state(store, sid).startswith("ignored: ")
-        assert _answer(binding, NEXT) == cold  # evaluated afresh: no failure
-    finally:
-        binding.close()
+        store: MemoryStore, workspace: Path, resumed, cold: str) -> None:
+    sid, binding = resumed
+    saved = store.model_state(sid, binding.state_key())
+    path = store.asset_dir / saved.asset.digest
+    with open(path, "r+b") as f:  # one byte flipped in the middle of the state
+        f.seek(saved.asset.size // 2)
+        byte = f.read(1)
+        f.seek(saved.asset.size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.warns(ModelStateWarning, match=f"saved model state of Session {sid} was ignored"):
+        assert binding.load_session_state(store, sid).startswith("ignored: ")
+    assert _answer(binding, NEXT) == cold  # evaluated afresh: no failure
 
 
 def test_maintain_never_removes_the_state_of_a_session_with_a_live_lease(
