@@ -223,7 +223,12 @@ class Settings(BaseSettings):
     model_max_context_tokens: int = Field(
         default=8192, ge=256, le=1_048_576, description="Largest context window a model binding allocates."
     )
-    model_threads: int = Field(default=2, ge=1, le=256, description="CPU threads a model binding uses.")
+    model_threads: int | None = Field(default=None, ge=1, le=256, description=(
+        "CPU threads a model binding uses; unset: chosen when the work starts from the usable, idle cores."))
+    model_states_keep: int = Field(
+        default=8, ge=0, le=10_000, description="Saved model states (a Session's evaluated context) maintain keeps.")
+    model_states_max_bytes: int = Field(
+        default=1024 * MiB, ge=0, description="Bytes of saved model states maintain keeps, newest first.")
     recall_budget_tokens: int = Field(
         default=512, ge=1, le=1_000_000, description="Most tokens of Knowledge notes a new chat Session recalls (and "
         "never more than a tenth of the model's window)."

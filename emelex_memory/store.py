@@ -82,6 +82,7 @@ _API = {
     "model_refs": ("bind_session_model", "session_model_refs", "snapshot_references", "model_name_references"),
     "deletion": ("delete_session",),
     "maintenance": ("maintain",),
+    "model_states": ("save_model_state", "model_state"),
     "search_index": ("search", "select_recall"),
 }
 
@@ -361,6 +362,7 @@ _SERVICES = {  # attribute: the service's module and class, and what its constru
     "model_refs": _Service(".snapshots.refs", "SessionModelRefs"),
     "deletion": _Service(".maintenance.deletion", "Deletion"),
     "maintenance": _Service(".maintenance.retention", "Maintenance", ("assets", "jobs")),
+    "model_states": _Service(".maintenance.model_states", "ModelStates", ("assets",)),
     "search_index": _Service(".search.service", "Search"),
 }
 for _attribute, _descriptor in _SERVICES.items():

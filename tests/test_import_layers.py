@@ -20,7 +20,7 @@ TOPS = {"emelex_memory": ROOT, "emelex_workers": ROOT} | {
 WORKER_FLOORS = {
     "host": set(),
     "models": set(),
-    "plugin_api": {"host"},
+    "plugin_api": {"host", "models.threads"},  # the model threads a binding uses
     "hookspecs": {"host"},
     "faithfulness": {"host", "worker.attempts"},  # the guards word an attempt as every user-facing text does
     "worker": {"host", "models", "faithfulness"},

@@ -55,6 +55,10 @@ NOT_IN_OPEN_JOURNAL = (
     "NOT EXISTS (SELECT 1 FROM agent_calls c, json_each(c.assets) a "
     "WHERE a.value ->> 0 = assets.digest AND a.value ->> 2 = assets.media_kind)"
 )
+# An asset a Session's saved model state names (`maintenance/model_states.py`) is kept while that row exists.
+NOT_A_MODEL_STATE = (
+    "NOT EXISTS (SELECT 1 FROM model_states m WHERE m.digest = assets.digest AND m.media_kind = assets.media_kind)"
+)
 _SCAN_KEY = "asset_scan_after"  # store_meta: the orphan scan resumes after this file name
 TEMP_SCAN_KEY = "asset_temp_scan_after"  # store_meta: the temporary-file scan resumes after this file name
 _HEX_NAME = re.compile(r"[0-9a-f]{64}\Z")
@@ -95,7 +99,7 @@ def collect_entries(
     """Inside a write transaction: delete up to `limit` unreferenced entries untouched since `cutoff`.
 
     An entry that an open agent journal names (a completed tool call's
-    output not yet published) counts as referenced.
+    output not yet published), or a saved model state, counts as referenced.
 
     Returns the digests that no entry names any more. Their files are left
     alone: once this transaction has committed, the caller removes them with
@@ -106,6 +110,7 @@ def collect_entries(
     if digests is None:
         rows = conn.execute(
             f"SELECT digest, media_kind FROM assets WHERE links = 0 AND touched_at <= ? AND {NOT_IN_OPEN_JOURNAL} "
+            f"AND {NOT_A_MODEL_STATE} "
             "ORDER BY touched_at LIMIT ?",
             (cutoff, limit + 1),
         ).fetchall()
@@ -117,7 +122,7 @@ def collect_entries(
             for d in digests
             for r in conn.execute(
                 f"SELECT digest, media_kind FROM assets WHERE digest = ? AND links = 0 AND touched_at <= ? "
-                f"AND {NOT_IN_OPEN_JOURNAL}", (d, cutoff)
+                f"AND {NOT_IN_OPEN_JOURNAL} AND {NOT_A_MODEL_STATE}", (d, cutoff)
             )
         ]
     emptied = []

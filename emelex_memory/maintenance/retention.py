@@ -13,15 +13,19 @@ report says `more`), in this order and under these names:
 5. `knowledge_purge`: tombstoned entries older than `knowledge_grace_days` are deleted;
 6. `versions`: versions beyond the newest `knowledge_keep_versions` of an
    unpinned entry, superseded more than `knowledge_grace_days` ago, are pruned;
-7. `assets`: unreferenced assets are collected (the asset grace period applies); the
+7. `model_states`: saved model states beyond `model_states_keep`, or beyond
+   `model_states_max_bytes` counted from the newest, are deleted, never one of a
+   Session with a live lease (see `model_states.py`); their assets are then
+   unreferenced;
+8. `assets`: unreferenced assets are collected (the asset grace period applies); the
    scans of the asset folder for crash orphans and abandoned temporary files,
    whose cost grows with the number of files, start a new pass at most once per
    `assets/collection.py: FOLDER_SCAN_INTERVAL_S` (an hour, the grace period orphans wait
    anyway) and continue run by run until the pass completes;
-8. `database`: `PRAGMA optimize`, optional `VACUUM`, then `wal_checkpoint(TRUNCATE)`.
+9. `database`: `PRAGMA optimize`, optional `VACUUM`, then `wal_checkpoint(TRUNCATE)`.
 
-Each step commits on its own: steps 1 and 3-6 in one transaction each, step 2
-in one per rescue batch, step 7 as `collect_assets` does (the catalog deletion
+Each step commits on its own: steps 1 and 3-7 in one transaction each, step 2
+in one per rescue batch, step 8 as `collect_assets` does (the catalog deletion
 first, the files after it). A step that fails leaves the steps before it
 committed and itself either not done or done up to its last commit; every step
 is safe to run again, so running `maintain` again finishes the work. The
@@ -30,7 +34,7 @@ their counts.
 
 Pinned Knowledge is never tombstoned, pruned or deleted; a live lease is
 never touched; Knowledge is only deleted after passing through a tombstone
-and the grace period. `dry_run` runs steps 1-7 inside one transaction that is
+and the grace period. `dry_run` runs steps 1-8 inside one transaction that is
 rolled back (so the row counts are exact and nothing changes) and skips step 8
 and every file removal: it does not predict asset files removed or bytes freed
 (reported as None).
@@ -51,9 +55,11 @@ from ..knowledge.versions import tombstone_version
 from ..queue.service import RESCUE_BATCH, JobQueue
 from ..sessions.holders import live_lease, open_journal
 from .deletion import delete_session_in
+from .model_states import collect_model_states
 
 DAY_S = 86_400.0
-STEPS = ("leases", "jobs", "sessions", "knowledge_tombstones", "knowledge_purge", "versions", "assets", "database")
+STEPS = ("leases", "jobs", "sessions", "knowledge_tombstones", "knowledge_purge", "versions", "model_states", "assets",
+         "database")
 
 
 @dataclass
@@ -73,6 +79,7 @@ class MaintenanceReport:
     knowledge_tombstoned: int = 0
     knowledge_purged: int = 0
     versions_pruned: int = 0
+    model_states_removed: int = 0
     asset_entries_removed: int = 0
     asset_files_removed: int | None = 0
     asset_bytes_freed: int | None = 0
@@ -117,6 +124,7 @@ class Maintenance:
             ("knowledge_tombstones", lambda: self._tombstone_stale(report, now)),
             ("knowledge_purge", lambda: self._purge_tombstones(report, now)),
             ("versions", lambda: self._prune_versions(report, now)),
+            ("model_states", lambda: self._bound_model_states(report, now)),
             ("assets", lambda: self._collect_unreferenced(report, now)),
         ]
         if not dry_run:
@@ -227,8 +235,16 @@ class Maintenance:
         report.versions_pruned = len(pruned)
         report.more |= report.versions_pruned == s.maintain_batch
 
+    def _bound_model_states(self, report: MaintenanceReport, now: float) -> None:
+        """Step 7, one transaction."""
+        s = self._db.settings
+        with self._db.write() as conn:
+            report.model_states_removed = collect_model_states(
+                conn, now, keep=s.model_states_keep, max_bytes=s.model_states_max_bytes, limit=s.maintain_batch)
+        report.more |= report.model_states_removed == s.maintain_batch
+
     def _collect_unreferenced(self, report: MaintenanceReport, now: float) -> None:
-        """Step 7, as `collect_assets` commits; its folder scans only when due (`assets/collection.py:
+        """Step 8, as `collect_assets` commits; its folder scans only when due (`assets/collection.py:
         folder_scan_due`)."""
         with self._db.read() as conn:
             scan = folder_scan_due(conn, now)

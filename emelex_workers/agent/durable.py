@@ -263,6 +263,8 @@ class DurableAgentSession:
             return lease
 
         lease = await _on(executors[0], setup, shutdown=executors)
+        await _on(executors[1], functools.partial(_model_state, binding, "load_session_state", store, session_id),
+                  shutdown=executors)
         return cls(store, lease, agent, ttl, executors, sources=sources, fresh=not replayed,
                    context=[e.payload for e in replayed if e.kind == CONTEXT_KIND])
 
@@ -509,6 +511,8 @@ class DurableAgentSession:
                 except StoreBusyError:
                     self._lease.close()  # it expired while the store stayed locked: nothing is held any more
             else:
+                await self._offload(self._model, _model_state, self.agent.binding, "save_session_state", self.store,
+                                    self._lease)
                 await self._offload(self._db, self.store.finish_session, self._lease)
         finally:
             self._renewal.stopped.set()
@@ -567,6 +571,14 @@ def _run_call(tool: RegisteredTool, invocation: ToolInvocation, known: list) -> 
         result["assets"] = [ref.digest for ref in output.assets]
     known.append((result, tuple(output.assets)))
     return known[0]
+
+
+def _model_state(binding: AgentBinding, method: str, *args: Any) -> None:
+    """Call the binding's optional saved-state `method` (`load_session_state` on resume, `save_session_state` at a
+    clean close; see emelex_llamacpp/binding.py), which never raises; a binding without it is left alone."""
+    step = getattr(binding, method, None)
+    if step is not None:
+        step(*args)
 
 
 def _release_quietly(lease: SessionLease) -> None:

@@ -26,10 +26,10 @@ def doctor(
     """Check Home, file modes, pragmas, connection settings, schema, integrity, transcripts, payloads, the search
     index and a bounded number of asset files; exit 1 when anything is wrong.
 
-    Also says how many model threads the worker and chat use and why (the setting and its source, the CPUs this
-    process may use, the load average), and asks the plugins to try the default model here (llama.cpp: a few
+    Also says how many model threads the worker and chat would use here and why (chosen from the usable, idle
+    cores unless `model_threads` is set; see `emelex_workers/models/threads.py`), and asks the plugins to try the default model here (llama.cpp: a few
     tokens generated in a child process)."""
-    from ..models.threads import thread_advice
+    from ..models.threads import thread_choice
 
     settings = settings_of(ctx)
     report = diagnose(settings, max_asset_entries=max_assets)
@@ -37,9 +37,9 @@ def doctor(
         typer.echo(f"error: {report.checks[0].detail}", err=True)
         raise typer.Exit(1)
     if not report.no_store:
-        advice = thread_advice(settings)
-        report.facts["model_threads"] = advice.as_dict()
-        report.add("model threads", True, advice.detail())  # advice: a busy machine is no fault of the store
+        choice = thread_choice(settings)
+        report.facts["model_threads"] = choice.as_dict()
+        report.add("model threads", True, choice.detail())  # advice: a busy machine is no fault of the store
         report.add(*_model_check(settings))
     if as_json:
         checks = [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks]

@@ -18,6 +18,7 @@ _LINES = (
     ("knowledge_tombstoned", "Knowledge entries tombstoned by retention"),
     ("knowledge_purged", "tombstoned Knowledge entries deleted after the grace period"),
     ("versions_pruned", "old Knowledge versions pruned"),
+    ("model_states_removed", "saved model states removed (over the bound)"),
     ("asset_entries_removed", "unreferenced asset entries removed"),
     ("asset_files_removed", "asset files removed"),
     ("asset_bytes_freed", "asset bytes freed"),

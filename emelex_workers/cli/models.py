@@ -239,3 +239,53 @@ def remove(ctx: typer.Context, name: NameArg, as_json: JsonFlag = False) -> None
         echo_json("removed", {**model_dict(model), "damaged": False})
     else:
         typer.echo(f"removed {model.name} ({model.kind})")
+
+
+@models_app.command("bench")
+def bench(
+    ctx: typer.Context,
+    name: NameArg,
+    max_threads: Annotated[Optional[int], typer.Option(
+        "--max-threads", metavar="N", min=1, max=256,
+        help="Measure 1..N threads (default: the CPUs this process may use).")] = None,
+    prompt_tokens: Annotated[int, typer.Option(
+        "--prompt-tokens", metavar="N", min=1, max=4096, help="Tokens of prompt evaluated at each count.")] = 256,
+    tokens: Annotated[int, typer.Option(
+        "--tokens", metavar="N", min=1, max=1024, help="Tokens generated at each count.")] = 32,
+    as_json: JsonFlag = False,
+) -> None:
+    """Measure tokens per second at 1..N threads on this machine now: a fixed prompt evaluated from an empty
+    context, then tokens generated greedily, at each thread count; then say what `model_threads` would be chosen
+    here (unless set). The figures hold for the load at the time: other work makes more threads slower."""
+    from ..host.manager import bind_model, get_plugin_manager, plugin_call
+    from ..models.threads import thread_choice
+
+    settings = settings_of(ctx)
+    ceiling = max_threads or thread_choice(settings).machine.usable_cpus or 1
+    with _manager(ctx) as manager:
+        model = manager.get(name)
+    if model.kind == "served":
+        raise usage_error(ctx, f"model {name!r} is served by {model.server.url}: `models bench` measures a local "
+                               "GGUF model's threads; name one from `emelex models list`")
+    plugin, binding = bind_model(get_plugin_manager(settings), model, settings)
+    try:
+        measure = getattr(binding, "measure_threads", None)
+        if measure is None:
+            raise usage_error(ctx, f"the binding of model {name!r} (plugin {plugin!r}) cannot measure threads")
+        rows = []
+        for threads in range(1, ceiling + 1):
+            row = plugin_call(lambda t=threads: measure(t, prompt_tokens=prompt_tokens, max_tokens=tokens),
+                              f"plugin {plugin!r} failed measuring {threads} threads")
+            rows.append(row)
+            if not as_json:
+                typer.echo(f"{threads:>3} thread{'s' if threads > 1 else ' '}  prompt {row['prompt_tps']:8.1f} tok/s  "
+                           f"generation {row['generate_tps']:7.1f} tok/s  {row['seconds']:6.2f} s")
+    finally:
+        plugin_call(binding.close, f"plugin {plugin!r} failed in close")
+    fastest = min(rows, key=lambda r: r["seconds"])["threads"]
+    choice = thread_choice(settings)
+    if as_json:
+        echo_json("measured", {"model": model.name, "prompt_tokens": prompt_tokens, "tokens": tokens, "rows": rows,
+                               "fastest": fastest, "model_threads": choice.as_dict()})
+        return
+    typer.echo(f"fastest now: {fastest} thread{'s' if fastest > 1 else ''}; {choice.line()}")

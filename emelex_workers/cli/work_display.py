@@ -32,11 +32,11 @@ REFRESH_S = 0.1  # redraw at most this often (the first report of every model ca
 
 
 def threads_line(settings: Settings) -> str:
-    """`[worker] model threads: 2 (model_threads, default); this process may use 2 CPUs; load average 0.4`, with
-    any warning (see `threads.thread_advice`)."""
-    from ..models.threads import thread_advice
+    """`[worker] model threads: 2 (chosen: 2 CPUs usable, 0.1 of them busy (measured)); this process may use 2
+    CPUs, ...`, with any warning (see `threads.thread_choice`)."""
+    from ..models.threads import thread_choice
 
-    return f"[worker] {thread_advice(settings).line()}"
+    return f"[worker] {thread_choice(settings).line()}"
 
 
 def start_line(job: JobStart) -> str:

@@ -1,10 +1,11 @@
 """The stable plugin API: what a plugin imports, here under an import path that stays when the host's modules
 move (docs/plugins.md). Re-exports the types plugins exchange (`emelex_workers.host.types`) and the tool types
-(`emelex_workers.host.tools`).
+(`emelex_workers.host.tools`), and `model_threads`, the CPU threads a model binding should use.
 """
 
 from emelex_workers.host import types as _types
 from emelex_workers.host.tools import ToolInvocation, ToolOutput, ToolSpec
+from emelex_workers.models.threads import model_threads
 from emelex_workers.host.types import *  # noqa: F403 - the host's public types, as its __all__ lists them
 
-__all__ = [*_types.__all__, "ToolInvocation", "ToolOutput", "ToolSpec"]
+__all__ = [*_types.__all__, "ToolInvocation", "ToolOutput", "ToolSpec", "model_threads"]

@@ -7,11 +7,14 @@ the validated ``InstalledModel.model_file``).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import hashlib
 import json
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +89,24 @@ def _reporting_prompt_eval(llm: Any, on_prompt: Callable[[int, int], None]) -> C
     return eval_tokens
 
 
+@dataclass(frozen=True)
+class PromptReuse:
+    """One completion's prompt: `prompt_tokens` in all, of which `evaluated` were evaluated (the rest was kept in the
+    context from the calls before: the longest common prefix, less one token replayed when all of it matched)."""
+
+    prompt_tokens: int
+    evaluated: int
+
+
+def _common_prefix(kept: Any, tokens: list[int]) -> int:
+    n = 0
+    for a, b in zip(kept, tokens):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
 class LlamaEngine:
     """One loaded GGUF model (CPU only, quiet) with chat and token counting.
 
@@ -102,6 +123,15 @@ class LlamaEngine:
 
     Loaded exactly once, in the constructor. Calls hold a lock (llama.cpp
     contexts are not thread-safe).
+
+    Every completion keeps the evaluated context: the next one evaluates only
+    what follows the longest prefix it shares with it (llama-cpp-python's
+    `Llama.generate` does that, as long as the context is never reset and
+    the `Llama` never re-created, which this class never does).
+    `last_reuse` says how much of the last prompt was evaluated. A state
+    exported with `export_state` can be offered to a later engine with
+    `offer_state`: it is loaded at the next completion whose prompt starts
+    with the state's tokens.
     """
 
     def __init__(self, model_path: str | Path, *, n_ctx: int | None = None,
@@ -138,6 +168,10 @@ class LlamaEngine:
                     n_threads_batch=n_threads, seed=seed, verbose=False)
             finally:
                 low.llama_model_default_params = orig
+        self.threads = int(self._llm.n_threads)  # as loaded; `set_threads` changes what llama.cpp uses
+        self.last_reuse: PromptReuse | None = None
+        self._last_prompt: list[int] = []
+        self._offered: tuple[list[int], bytes, Callable[[bool, str], None]] | None = None
 
     def _model(self) -> Any:
         if self._llm is None:
@@ -209,7 +243,7 @@ class LlamaEngine:
             raise ValueError(f"unsupported json_schema: {exc}") from exc
         options = dict(messages=messages, max_tokens=max_tokens, temperature=temperature,
                        seed=self._seed if seed is None else seed, grammar=grammar, repeat_penalty=repeat_penalty)
-        with self._lock:
+        with self._lock, self._generating():
             if on_token is None:
                 choice = self._model().create_chat_completion(**options, stream=False)["choices"][0]
                 return choice["message"]["content"] or "", choice.get("finish_reason") or "stop"
@@ -274,9 +308,9 @@ class LlamaEngine:
         if on_token is not None:
             options = dict(messages=messages, max_tokens=max_tokens, temperature=temperature, grammar=grammar,
                            seed=self._seed if seed is None else seed)
-            with self._lock:
+            with self._lock, self._generating():
                 return self._stream(options, on_token, on_prompt, stop, on_text)[0]
-        with self._lock:
+        with self._lock, self._generating():
             chunks = self._model().create_chat_completion(
                 messages=messages, max_tokens=max_tokens, temperature=temperature, grammar=grammar,
                 seed=self._seed if seed is None else seed, stream=True)
@@ -293,6 +327,122 @@ class LlamaEngine:
             finally:
                 chunks.close()
             return "".join(pieces)
+
+    @contextlib.contextmanager
+    def _generating(self) -> Iterator[None]:
+        """For one completion (the lock held): stand in for ``llm.generate`` to load an offered state whose tokens
+        start the prompt, and to record the prompt and how much of it the kept context covers (`last_reuse`)."""
+        llm = self._model()
+        generate = type(llm).generate
+
+        def generating(tokens: Any, *args: Any, **kwargs: Any) -> Any:
+            tokens = list(tokens)
+            self._take_offer(tokens)
+            kept = _common_prefix(llm.input_ids[:llm.n_tokens], tokens) if llm.n_tokens else 0
+            if kept == len(tokens) and kept:
+                kept -= 1  # all of it matched: one token is evaluated again for its logits
+            self.last_reuse = PromptReuse(len(tokens), len(tokens) - kept)
+            self._last_prompt = tokens
+            return generate(llm, tokens, *args, **kwargs)
+
+        llm.generate = generating  # an instance attribute: create_chat_completion calls self.generate
+        try:
+            yield
+        finally:
+            llm.__dict__.pop("generate", None)
+
+    def set_threads(self, n_threads: int) -> None:
+        """Use ``n_threads`` (>= 1) for generation and prompt evaluation from the next call on."""
+        with self._lock:
+            self._llama_cpp.llama_set_n_threads(self._model().ctx, n_threads, n_threads)
+
+    def measure(self, text: str, *, prompt_tokens: int, max_tokens: int) -> dict[str, float]:
+        """From an empty context: evaluate ``text`` (repeated or cut to ``prompt_tokens`` tokens), then sample
+        ``max_tokens`` tokens greedily one by one; return ``{"prompt_tps", "generate_tps", "seconds"}``. The
+        context holds no conversation afterwards."""
+        import time
+
+        with self._lock:
+            llm = self._model()
+            tokens = llm.tokenize(text.encode(), add_bos=False, special=False)
+            tokens = (tokens * (prompt_tokens // max(1, len(tokens)) + 1))[:prompt_tokens]
+            llm.reset()
+            self._last_prompt = []
+            started = time.perf_counter()
+            llm.eval(tokens)
+            evaluated = time.perf_counter()
+            for _ in range(max_tokens):
+                llm.eval([llm.sample(temp=0.0)])
+            ended = time.perf_counter()
+            llm.reset()
+        return {"prompt_tps": prompt_tokens / (evaluated - started), "generate_tps": max_tokens / (ended - evaluated),
+                "seconds": ended - started}
+
+    def context_settings(self) -> dict[str, Any]:
+        """What a saved state depends on besides the model and template: the context's size, batch sizes, cache
+        types, attention settings, and the llama-cpp-python version that wrote it."""
+        params = self._model().context_params
+        fields = ("n_ctx", "n_batch", "n_ubatch", "n_seq_max", "type_k", "type_v", "flash_attn_type", "swa_full",
+                  "kv_unified", "offload_kqv", "embeddings", "rope_freq_base", "rope_freq_scale")
+        settings = {name: getattr(params, name) for name in fields if hasattr(params, name)}
+        return {**settings, "llama_cpp": self._llama_cpp.__version__}
+
+    def export_state(self, max_bytes: int) -> tuple[list[int], bytes] | None:
+        """The context's state for reuse in another process: the tokens it has evaluated, kept only up to the last
+        prompt (what a later prompt of the same conversation starts with; the generated tokens after it are dropped
+        from the context), then fewer, from the end, until the state's bytes fit in ``max_bytes``. None when nothing
+        is evaluated or even one token's state would not fit. The dropped tokens are evaluated again by the next
+        completion, if any."""
+        with self._lock:
+            llm, low = self._model(), self._llama_cpp
+            keep = _common_prefix(llm.input_ids[:llm.n_tokens], self._last_prompt)
+            while keep > 0:
+                self._truncate(keep)
+                size = int(low.llama_state_get_size(llm.ctx))
+                if size <= max_bytes:
+                    buffer = (ctypes.c_uint8 * size)()
+                    written = int(low.llama_state_get_data(llm.ctx, buffer, size))
+                    return [int(t) for t in llm.input_ids[:keep]], bytes(buffer)[:written]
+                keep = min(keep - 1, int(keep * max_bytes / size * 0.98))
+            return None
+
+    def _truncate(self, n_tokens: int) -> None:
+        """Drop the context after its first ``n_tokens`` (the lock held)."""
+        llm = self._model()
+        if n_tokens < llm.n_tokens:
+            llm._ctx.kv_cache_seq_rm(-1, n_tokens, -1)
+            llm.n_tokens = n_tokens
+            llm._requires_eval = True
+
+    def offer_state(self, tokens: list[int], data: bytes, on_outcome: Callable[[bool, str], None]) -> None:
+        """Offer a state exported by `export_state` (with the same model, template and `context_settings`: the
+        caller's check). The next completion loads it when its prompt starts with ``tokens`` and then evaluates only
+        the rest; otherwise it is dropped and the prompt evaluated. ``on_outcome(loaded, why)`` is told which,
+        once."""
+        with self._lock:
+            self._offered = (list(tokens), data, on_outcome)
+
+    def _take_offer(self, prompt: list[int]) -> None:
+        """Load the offered state if ``prompt`` starts with its tokens (the lock held); tell its outcome."""
+        if self._offered is None:
+            return
+        tokens, data, on_outcome = self._offered
+        self._offered = None
+        if prompt[:len(tokens)] != tokens:
+            at = _common_prefix(tokens, prompt)
+            on_outcome(False, f"the prompt differs from the saved state's {len(tokens)} tokens at token {at}")
+            return
+        llm = self._model()
+        buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if int(self._llama_cpp.llama_state_set_data(llm.ctx, buffer, len(data))) != len(data):
+            llm.reset()
+            llm._ctx.kv_cache_clear()
+            on_outcome(False, "llama.cpp did not accept the saved state's bytes")
+            return
+        llm.input_ids[:len(tokens)] = tokens
+        llm.n_tokens = len(tokens)
+        llm._requires_eval = True
+        on_outcome(True, f"loaded {len(tokens)} evaluated tokens")
 
     def close(self) -> None:
         """Free the model and context; idempotent. Later calls raise RuntimeError."""

@@ -15,7 +15,14 @@ from pathlib import Path
 
 from emelex_memory import GGUF_MAGIC, InstalledModel, KnowledgeCandidate, Settings
 from emelex_workers.hookspecs import hookimpl
-from emelex_workers.plugin_api import Distiller, DistillRequest, ModelCheck, Summarizer, SummaryRequest
+from emelex_workers.plugin_api import (
+    Distiller,
+    DistillRequest,
+    ModelCheck,
+    Summarizer,
+    SummaryRequest,
+    model_threads,
+)
 
 from . import extractive, prompts
 from .binding import LlamaBinding
@@ -49,10 +56,11 @@ def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
 
 @hookimpl
 def model_binding(model: InstalledModel, settings: Settings) -> LlamaBinding | None:
-    """Bind any GGUF model (checked by its magic bytes); pass on anything else (a served model has no file)."""
+    """Bind any GGUF model (checked by its magic bytes); pass on anything else (a served model has no file). The
+    threads are `model_threads`, or chosen now from the usable, idle cores (`plugin_api.model_threads`)."""
     if model.kind == "served" or not _is_gguf(model.model_file):
         return None
-    return LlamaBinding(model, max_context=settings.model_max_context_tokens, threads=settings.model_threads,
+    return LlamaBinding(model, max_context=settings.model_max_context_tokens, threads=model_threads(settings),
                         home=settings.home_dir)
 
 

@@ -51,7 +51,7 @@ def test_doctor_probes_the_default_model(env: dict[str, str], home: Path) -> Non
     done = subprocess.run([*EMELEX, "memory", "doctor"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "[ok] llama.cpp: generated 8 tokens with smollm2-135m-instruct on this CPU" in done.stdout
-    assert "[ok] model threads: 2 (model_threads, default); this process may use " in done.stdout
+    assert "[ok] model threads: " in done.stdout and "(chosen: " in done.stdout
 
 
 def test_doctor_reports_a_crashing_build_as_one_line_naming_the_rebuild(env: dict[str, str], home: Path) -> None:
