@@ -16,6 +16,7 @@ recover authority.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import secrets
@@ -62,9 +63,17 @@ _AUTHORITY_SQL = (
     "WHERE s.id = ?1"
 )
 _INSERT_SQL = (
-    "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, media_end, created_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, media_end, created_at) VALUES "
 )
+_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+@functools.lru_cache(maxsize=None)
+def _insert_sql(count: int) -> str:
+    """The one `INSERT` of `count` events: a turn is written by one statement, not one per event, because FTS5 flushes
+    its pending terms into a new index segment at every statement that writes it (the search index's triggers), so a
+    turn written event by event costs a segment per event."""
+    return _INSERT_SQL + ", ".join([_ROW] * count)
 
 
 def token_digest(token: str) -> bytes:
@@ -247,7 +256,7 @@ class SessionLease:
                         rows.append(
                             (rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now)
                         )
-                conn.executemany(_INSERT_SQL, rows)
+                conn.execute(_insert_sql(len(rows)), [value for row in rows for value in row])
                 # Rowids of an INTEGER PRIMARY KEY are max + 1, so under our write lock the turn's IDs are consecutive.
                 last_id = conn.last_insert_rowid()
                 ids = tuple(range(last_id - len(rows) + 1, last_id + 1))
