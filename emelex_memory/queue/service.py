@@ -271,26 +271,34 @@ class JobQueue:
         skipping jobs whose Session has a live execution lease. The worker
         lease lasts `ttl_s` (default `worker_lease_ttl_s`).
         """
+        names, ttl = self._claim_terms(kinds, ttl_s)
+        with self._db.write() as conn:
+            claim = self._claim(conn, names, ttl, self._db.clock())
+        return claim
+
+    def _claim_terms(self, kinds: str | Iterable[str] | None, ttl_s: float | None) -> tuple[tuple[str, ...], float]:
+        """The checked kind names and worker lease TTL of a claim."""
         names = self.kinds.names() if kinds is None else (kinds,) if isinstance(kinds, str) else tuple(kinds)
         for name in names:
             self.kinds.check(name)
         if not names:
             raise InvalidInputError("claim_job needs at least one job kind")
-        ttl = self._worker_ttl(ttl_s)
+        return names, self._worker_ttl(ttl_s)
+
+    def _claim(self, conn: apsw.Connection, names: tuple[str, ...], ttl: float, now: float) -> JobClaim | None:
+        """Inside a write transaction: rescue expired claims as needed and claim the oldest due job of `names`."""
         # The SHA-256 of a fresh 256-bit lease token from the OS CSPRNG; the token itself is never needed again: the
         # claim object holds the digest and is the authority.
         digest = hashlib.sha256(os.urandom(32)).digest()
         holder = _holder
-        with self._db.write() as conn:
-            now = self._db.clock()
-            expires = now + ttl
-            params = (digest, holder, expires, expires, now, now, *names, now)
-            # Rescue first, in one statement with the claim in the common case: the guarded claim claims nothing
-            # while an expired claim exists. When it claims nothing, rescue expired claims and, if there were any,
-            # claim again; either way the claim sees no expired claim, exactly as if the rescue had run before it.
-            row = conn.execute(_claim_sql(len(names), True), (*params, now)).fetchone()
-            if row is None and self._rescue(conn, now):
-                row = conn.execute(_claim_sql(len(names), False), params).fetchone()
+        expires = now + ttl
+        params = (digest, holder, expires, expires, now, now, *names, now)
+        # Rescue first, in one statement with the claim in the common case: the guarded claim claims nothing
+        # while an expired claim exists. When it claims nothing, rescue expired claims and, if there were any,
+        # claim again; either way the claim sees no expired claim, exactly as if the rescue had run before it.
+        row = conn.execute(_claim_sql(len(names), True), (*params, now)).fetchone()
+        if row is None and self._rescue(conn, now):
+            row = conn.execute(_claim_sql(len(names), False), params).fetchone()
         if row is None:
             return None
         return JobClaim(self._owner, row, holder, now, digest, expires)
