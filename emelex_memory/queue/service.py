@@ -363,9 +363,37 @@ class JobQueue:
         `release` first re-reads the job, returning it when that completion
         is durable.
         """
-        kind = self.kinds.get(claim._kind)
         if claim._unsure_at is not None and (settled := self._settled(claim)) is not None:
             return settled
+        return self._complete_then(claim, result, None)[0]
+
+    def complete_and_claim(
+        self, claim: JobClaim, result: Any = None, *, kinds: str | Iterable[str] | None = None,
+        ttl_s: float | None = None,
+    ) -> tuple[Job, JobClaim | None]:
+        """Complete `claim` exactly as `complete_job` does and, in the same transaction, claim the next job exactly as
+        `claim_job(kinds, ttl_s=ttl_s)` does; return the done job and the new claim (None when no job is due).
+
+        One commit for what `complete_job` then `claim_job` commit twice: a worker that goes on to its next job
+        pays a single transaction per job. Both happen or neither: when the completion is refused
+        (`WorkerLeaseLostError`, `SessionLiveError`, the completion function's error) nothing is written and nothing
+        is claimed. After `CommitOutcomeUnknownError` the claim is settled as after `complete_job`'s; the next job,
+        if its claim was durable after all, is held by no one and is rescued once its worker lease expires, as the
+        claim of a worker that died is. A claim whose completion had an unknown outcome is settled first (by
+        re-reading the job) and never claims in the same call: the job is returned with None.
+        """
+        names, ttl = self._claim_terms(kinds, ttl_s)
+        if claim._unsure_at is not None and (settled := self._settled(claim)) is not None:
+            return settled, None
+        return self._complete_then(claim, result, (names, ttl))
+
+    def _complete_then(
+        self, claim: JobClaim, result: Any, then_claim: tuple[tuple[str, ...], float] | None
+    ) -> tuple[Job, JobClaim | None]:
+        """Complete `claim` in one write transaction and, given `then_claim` (kind names, TTL), claim the next job in
+        it too."""
+        kind = self.kinds.get(claim._kind)
+        following = None
         try:
             with self._db.write() as conn:
                 now = self._db.clock()
@@ -393,6 +421,8 @@ class JobQueue:
                 if outcome is not None:
                     text = encode_json(dict(outcome), max_bytes=MAX_RESULT_BYTES, what="the job result")
                     conn.execute("UPDATE jobs SET result = ? WHERE id = ?", (text, claim._rowid))
+                if then_claim is not None:
+                    following = self._claim(conn, *then_claim, now)
         except CommitOutcomeUnknownError as exc:
             claim._unsure_at = now
             raise restated(
@@ -404,7 +434,7 @@ class JobQueue:
         job = done_job(claim._row, claim.expires_at, None if text is None else stored_json(text), now)
         claim.ended = True
         claim._job = job
-        return job
+        return job, following
 
     def fail_job(self, claim: JobClaim, message: str, *, permanent: bool = False) -> Job:
         """Record one counted failure of a claimed job with a bounded diagnostic `message`.

@@ -93,3 +93,39 @@ def test_a_worker_killed_mid_job_is_rescued_and_the_job_retried(
         outcome = run_one_job(store, lambda claim: {"retried": True}, kinds="noop")
         assert outcome.job.id == job.id and outcome.status == "done"
         assert (outcome.job.attempts, outcome.job.result) == (1, {"retried": True})
+
+
+def _complete_claim_next_and_hang(db: str, home: str, claimed) -> None:
+    store = MemoryStore.open_path(db, Settings(home=home), kinds=KINDS)
+    outcome = run_one_job(store, lambda claim: {"first": True}, kinds="noop", ttl_s=5, claim_next=lambda: True)
+    claimed.put((outcome.job.id, outcome.next_claim.id))
+    time.sleep(600)  # killed before it runs the job it claimed with the completion
+
+
+def test_a_worker_killed_after_completing_and_claiming_in_one_commit_is_rescued(
+    db_path: Path, settings: Settings, workspace: Path
+) -> None:
+    with MemoryStore.open_path(db_path, settings, kinds=KINDS) as store:
+        session = store.create_session(workspace)
+        first = store.enqueue_job("noop", session.id, {"n": 1}).job
+        second = store.enqueue_job("noop", session.id, {"n": 2}).job
+    claimed = CTX.Queue()
+    worker = CTX.Process(target=_complete_claim_next_and_hang, args=(str(db_path), str(settings.home), claimed))
+    worker.start()
+    assert claimed.get(timeout=60) == (first.id, second.id)
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.join(30)
+    assert worker.exitcode == -signal.SIGKILL
+
+    offset = [0.0]
+    with MemoryStore.open_path(db_path, settings, clock=lambda: time.time() + offset[0], kinds=KINDS) as store:
+        assert store.get_job(first.id).state == "done"
+        assert store.get_job(second.id).state == "claimed"
+        assert store.claim_job("noop") is None  # the dead worker's lease is still live
+        offset[0] = 6
+        assert store.claim_job("noop") is None  # rescued as a counted failure
+        rescued = store.get_job(second.id)
+        assert (rescued.state, rescued.attempts, rescued.diagnostics[-1].event) == ("pending", 1, "expired")
+        offset[0] = 40
+        outcome = run_one_job(store, lambda claim: {"retried": True}, kinds="noop")
+        assert (outcome.job.id, outcome.status, outcome.job.result) == (second.id, "done", {"retried": True})
