@@ -37,6 +37,7 @@ from tenacity.wait import wait_base
 
 from ..errors import (
     CommitOutcomeUnknownError,
+    InvalidInputError,
     PermanentJobError,
     SessionLiveError,
     SourceChangedError,
@@ -93,7 +94,8 @@ def run_one_job(
 
     Returns None when no job is due. `claim` is a job this worker already
     holds (the `next_claim` of its previous outcome): it is run instead of
-    claiming one. `claim_next` is asked once the handler has returned; when
+    claiming one; an ended claim or one of another store raises
+    `InvalidInputError` before anything runs. `claim_next` is asked once the handler has returned; when
     it says True, the completion also claims the next due job of `kinds` in
     the same transaction (`complete_and_claim`: one commit per job for a
     worker that goes on), returned as the outcome's `next_claim`; a refused
@@ -110,6 +112,11 @@ def run_one_job(
         claim = store.claim_job(kinds, ttl_s=ttl)
         if claim is None:
             return None
+    elif claim.ended or claim.store is not store:
+        raise InvalidInputError(
+            f"the claim on job {claim.id} has already ended; pass a claim this worker still holds, or none"
+            if claim.ended else f"the claim on job {claim.id} was made on another store; run it on that store"
+        )
     with claim:
         try:
             kind = store.jobs.kinds.get(claim._kind)

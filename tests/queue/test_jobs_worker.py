@@ -9,6 +9,7 @@ import pytest
 import tenacity
 
 from emelex_memory import (
+    InvalidInputError,
     JobClaim,
     MemoryStore,
     PermanentJobError,
@@ -186,3 +187,20 @@ def test_a_refused_completion_claims_nothing(cstore: MemoryStore, job, workspace
     assert [cstore.get_job(j.id).state for j in (job, second)] == ["pending", "pending"]
     assert cstore.get_job(second.id).diagnostics == ()
     leases[0].release()
+
+
+def test_a_claim_that_ended_or_belongs_to_another_store_is_refused_before_any_work(
+    cstore: MemoryStore, job, db_path: Path, settings, tmp_path: Path, kinds
+) -> None:
+    ended = cstore.claim_job("noop")
+    ended.release("given back")
+    ran: list[JobClaim] = []
+    with pytest.raises(InvalidInputError, match="already ended"):
+        run_one_job(cstore, ran.append, claim=ended)
+    other = MemoryStore.open_path(tmp_path / "other.sqlite3", settings, kinds=kinds)
+    held = cstore.claim_job("noop")
+    with pytest.raises(InvalidInputError, match="another store"):
+        run_one_job(other, ran.append, claim=held)
+    other.close()
+    assert ran == [] and cstore.get_job(job.id).state == "claimed"  # still held, untouched
+    held.release("done with the test")
