@@ -379,8 +379,9 @@ class JobQueue:
         (`WorkerLeaseLostError`, `SessionLiveError`, the completion function's error) nothing is written and nothing
         is claimed. After `CommitOutcomeUnknownError` the claim is settled as after `complete_job`'s; the next job,
         if its claim was durable after all, is held by no one and is rescued once its worker lease expires, as the
-        claim of a worker that died is. A claim whose completion had an unknown outcome is settled first (by
-        re-reading the job) and never claims in the same call: the job is returned with None.
+        claim of a worker that died is. For a claim whose earlier completion had an unknown outcome the job is
+        re-read first: when that completion is durable after all, the done job is returned with None (nothing is
+        claimed); otherwise it is completed and the next job claimed as above.
         """
         names, ttl = self._claim_terms(kinds, ttl_s)
         if claim._unsure_at is not None and (settled := self._settled(claim)) is not None:
