@@ -1,17 +1,19 @@
-"""Claim-and-complete throughput of no-op jobs against a raw baseline measured in the same run; prints ratios.
+"""The cost of claiming and completing no-op jobs against a raw baseline measured in the same run; prints ratios.
 
 Ours: worker processes drain a queue of no-op jobs through the library worker
-(`run_one_job`: rescue, claim with one `UPDATE ... RETURNING` skipping live
-Sessions, run the handler, complete re-checking the worker lease and the
-Session). Raw baseline: two committed single-row updates per job (claim, then
-done) on a plain table at the same pragmas, through the same connection
+as `emelex memory work` runs it (`run_one_job`: rescue, claim with one `UPDATE
+... RETURNING` skipping live Sessions, run the handler, complete re-checking
+the worker lease and the Session, and claim the next job in that same
+transaction). Raw baseline: two committed single-row updates per job (claim,
+then done) on a plain table at the same pragmas, through the same connection
 factory (so the same busy handler). The same worker processes (one, then two)
 alternate phases of 100 jobs between the two sides, every process working its
 share of each phase concurrently, so machine noise hits both sides alike and
-each side contends only with itself. Each ours phase is paired with the raw
-phase next to it; the median over all pairs of the throughput ratio (ours /
-raw; higher is better, target >= 0.7) is printed, with the quartiles and the
-median ratio of each round.
+each side contends only with itself; a process's share of a phase starts with
+a claim of its own and ends with a completion that claims nothing more. Each
+ours phase is paired with the raw phase next to it; the median over all pairs
+of the cost ratio (ours / raw time; lower is better, target <= 0.75) is
+printed, with the quartiles and the median ratio of each round.
 """
 
 from __future__ import annotations
@@ -32,18 +34,23 @@ from emelex_memory.core.connection import connect
 JOBS_PER_ROUND = 1000
 CHUNK = 100  # jobs per phase; phases alternate between the two sides
 ROUNDS = 5
+COST_RATIO = 0.75  # ours / raw time per job
 CTX = multiprocessing.get_context("spawn")
 ABOUT = """\
-Claim-and-complete throughput of no-op jobs through `run_one_job` against two committed single-row updates
-per job (what is measured: [docs/queues.md](../docs/queues.md#performance)). Where fsync is cheap, as on this
-VM (the raw rate above shows what a committed update costs here), fixed per-transaction costs decide the ratio;
-where a commit costs a millisecond or more they shrink in proportion. What a job still costs beyond the
-baseline:
+The cost of claiming and completing no-op jobs through `run_one_job`, as `emelex memory work` runs it, against
+two committed single-row updates per job (what is measured: [docs/queues.md](../docs/queues.md#performance)).
+A worker that goes on to its next job claims it in the transaction that completes the last one
+(`complete_and_claim`), so it commits once per job where the baseline commits twice; every guarantee stays (the
+claim is an ordinary claim under a worker lease, rescued as a counted failure if the worker dies holding it).
+Where fsync is cheap, as on this VM (the raw rate above shows what a committed update costs here), fixed
+per-transaction costs decide the ratio; where a commit costs a millisecond or more the saved commit counts for
+more. What a job still costs beyond one commit:
 
-- **Two WAL frames per transition instead of one.** The row, and the one leaf of the partial index
+- **Two WAL frames per transaction instead of one.** The row, and the one leaf of the partial index
   `jobs_active (state, due_at, id)`, which holds a job's pending entry and, next to it, its claimed entry
   (so a claim rewrites one index page, and completion removes the entry). Rescuing expired claims at every
-  claim needs claims indexed, so four frames per job is the minimum.
+  claim needs claims indexed. A completion and the next claim usually touch the same two pages, jobs queued
+  together being neighbours, so a job costs about two frames, as the baseline's two updates do.
 - **Richer statements.** The claim's `UPDATE ... RETURNING` finds the oldest due job through the index,
   checks the Session's lease and that no claim has expired, and returns what the `Job` snapshot needs;
   completion re-checks the worker lease and the Session.
@@ -79,6 +86,10 @@ CREATE TABLE IF NOT EXISTS raw_jobs (
 """
 
 
+def _yes() -> bool:
+    return True
+
+
 def _work(db: str, raw_db: str, home: str, raw_ids: list[int], rank: int, barrier, results) -> None:
     register_job_kind("noop")
     store = MemoryStore.open_path(db, Settings(home=home))
@@ -98,8 +109,12 @@ def _work(db: str, raw_db: str, home: str, raw_ids: list[int], rank: int, barrie
                             (time.time(), job_id))
 
     def our_side() -> None:
-        for _ in range(share):
-            assert run_one_job(store, lambda claim: None, kinds="noop").status == "done"
+        held = None
+        for n in range(share):
+            go_on = None if n == share - 1 else _yes  # the share's last completion claims nothing more
+            outcome = run_one_job(store, lambda claim: None, kinds="noop", claim=held, claim_next=go_on)
+            assert outcome.status == "done"
+            held = outcome.next_claim
 
     for chunk in range(JOBS_PER_ROUND // CHUNK):
         for side in ("raw", "ours") if chunk % 2 == 0 else ("ours", "raw"):
@@ -146,7 +161,7 @@ def bench(root: Path, workers: int) -> float:
         with store.db.read() as conn:
             assert conn.execute("SELECT count(*) FROM jobs WHERE state = 'pending'").fetchone()[0] == 0
         # Every worker waits at the same barriers, so worker 0's phase times are the phases' times.
-        pairs = [raw_s / ours_s for raw_s, ours_s in zip(done[0][1], done[0][2])]
+        pairs = [ours_s / raw_s for raw_s, ours_s in zip(done[0][1], done[0][2])]
         ratios += pairs
         round_ratios.append(statistics.median(pairs))
         raw_rates += [CHUNK / t for t in done[0][1]]
@@ -154,8 +169,8 @@ def bench(root: Path, workers: int) -> float:
     store.close()
     raw.close()
     low, median, high = statistics.quantiles(ratios, n=4)
-    FIGURES.add(f"claim+complete, {workers} worker process{'es' if workers > 1 else ''}: ratio vs two committed "
-                "single-row updates per job", median, ">=", 0.7,
+    FIGURES.add(f"claim+complete, {workers} worker process{'es' if workers > 1 else ''}: cost ratio vs two "
+                "committed single-row updates per job", median, "<=", COST_RATIO,
                 detail=f"median of {len(ratios)} phase pairs, quartiles {low:.2f}-{high:.2f}; rounds: "
                 f"{', '.join(f'{x:.2f}' for x in round_ratios)}; ours {statistics.median(our_rates):.0f} jobs/s, raw "
                 f"{statistics.median(raw_rates):.0f} jobs/s")

@@ -15,7 +15,10 @@ The text is synthetic: 12 words per event and 10 per entry drawn from a 3,000-wo
 
 Indexing cost: `append_turn` of a 4-event turn (user, tool call, tool result, answer) on a store with the index
 against the same on a store whose index triggers were dropped (the raw insert of the same rows through the same
-path), alternating turn by turn. Target <= 1.2.
+path), alternating turn by turn. Target <= 1.2. Each turn is one `INSERT` on both sides, so FTS5 writes one index
+segment per turn; what the index still adds is, per event, the trigger's read of the text through
+`event_search_source` and FTS5's content and document-size rows, and per commit the segment, its `%_idx` entry,
+the structure record and incremental merging: about eight 4 KiB WAL frames more than the events' own three.
 
 The select_recall figure, given with the crowded workspace's search, is the p50 of selecting notes for a first
 message within a 400-token budget in that workspace, for reference.

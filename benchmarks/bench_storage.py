@@ -3,8 +3,10 @@
 append_turn (one 4-event turn per transaction, with its capped canonical
 encoding and its lease, workspace and cursor re-checks) is compared with a
 raw apsw insert of the same four rows (payloads encoded with the C
-`json.dumps`) at the same pragmas and one commit per turn, alternating turn
-by turn and swapping which side goes first every other turn. Replay of a
+`json.dumps`) by one multi-row `INSERT`, the statement append_turn runs, into
+a migrated store, so the search index's triggers write the same index rows on
+both sides, at the same pragmas and one commit per turn, alternating turn by
+turn and swapping which side goes first every other turn. Replay of a
 100,000-event Session (pages of Event objects, assets and Summary provenance
 checked) is compared with one raw SELECT of the same rows and columns,
 consumed in C without keeping them, alternating page by page. This VM's CPU
@@ -32,6 +34,7 @@ from emelex_memory.sessions.transcript import encode_turn
 
 TURNS_PER_ROUND = 500
 ROUNDS = 7
+APPEND_RATIO = 1.05
 REPLAY_EVENTS = 100_000
 REPLAY_ROUNDS = 7
 PAGE = 500  # the default replay page (Settings.page_items)
@@ -41,13 +44,18 @@ encodes each payload with one call of the C encoder behind `json` once a bounded
 (cheaper than `json.dumps`, which builds a new encoder per call), re-checks lease, workspace row and Session
 head with one statement plus one `stat`, and writes only its events: the Session head is read from the
 newest event (each event carries `byte_end`, its Session's running byte total) instead of being updated in
-the `sessions` row. Replay builds `Event` tuples straight from rows, takes a page's byte total from its
-first and last `byte_end`, and asks one statement whether the page has any assets. Every connection enables
-SQLite's query planner stability guarantee; without it, statements on tables with a partial index were
-re-prepared on every execution. The remaining append overhead is the `stat`, the re-check statement and
-Python glue. Both storage benchmarks alternate the two sides finely (turn by turn, page by page), because
-this VM's CPU speed drifts within seconds; each round's ratio is listed beside the median. Summary-aware
-replay adds one indexed lookup per page for a Session without Summaries.
+the `sessions` row. A turn is one multi-row `INSERT`: the search index's FTS5 triggers write a new index
+segment per statement, so a turn inserted event by event cost a segment per event. The raw baseline runs that
+same `INSERT` of the same rows into a migrated store, so the triggers index the same events on both sides
+(here the question and the answer; this turn's tool call and result use a kind and a field the index does not
+read). Traced, an append runs `BEGIN IMMEDIATE`, the re-check, the `INSERT`, `COMMIT`, and the baseline the
+same without the re-check: what an append costs beyond it is that statement, the `stat` and Python glue.
+Replay builds `Event` tuples straight from rows, takes a page's byte total from its first and last
+`byte_end`, and asks one statement whether the page has any assets. Every connection enables SQLite's query
+planner stability guarantee; without it, statements on tables with a partial index were re-prepared on every
+execution. Both storage benchmarks alternate the two sides finely (turn by turn, page by page), because this
+VM's CPU speed drifts within seconds; each round's ratio is listed beside the median. Summary-aware replay
+adds one indexed lookup per page for a Session without Summaries.
 """
 SECTIONS = ("storage",)
 
@@ -89,9 +97,9 @@ def bench_append(root: Path) -> float:
     raw_store.close()
     raw = connect(root / "raw.sqlite3", busy_timeout_ms=5000)
     rowid = raw.execute("SELECT id FROM sessions WHERE uuid = ?", (raw_session.id,)).fetchone()[0]
-    sql = (
-        "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    sql = (  # one statement for the turn, as append_turn writes it (FTS5 writes an index segment per statement)
+        "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, created_at) VALUES "
+        + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * 4)
     )
     seq = byte_end = 0
     raw_total = ours_total = 0.0
@@ -105,14 +113,14 @@ def bench_append(root: Path) -> float:
                 lease.append_turn(events)
                 ours_round += time.perf_counter() - t0
             t0 = time.perf_counter()
-            rows = []
+            values = []
             for k, e in enumerate(events):
                 payload = json.dumps(e.payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
                 byte_end += len(payload)
-                rows.append((rowid, seq + k + 1, seq // 4 + 1, k, e.kind, payload, len(payload), byte_end, time.time()))
+                values += (rowid, seq + k + 1, seq // 4 + 1, k, e.kind, payload, len(payload), byte_end, time.time())
             with raw:
-                raw.executemany(sql, rows)
-            seq += len(rows)
+                raw.execute(sql, values)
+            seq += len(events)
             raw_round += time.perf_counter() - t0
             if not i % 2:
                 t0 = time.perf_counter()
@@ -122,7 +130,7 @@ def bench_append(root: Path) -> float:
         raw_total += raw_round
         ours_total += ours_round
     per_turn_ms = raw_total / (ROUNDS * TURNS_PER_ROUND) * 1000
-    FIGURES.add("append_turn (4 events) vs raw insert + commit: ratio", statistics.median(ratios), "<=", 1.15,
+    FIGURES.add("append_turn (4 events) vs raw insert + commit: ratio", statistics.median(ratios), "<=", APPEND_RATIO,
                 detail=f"rounds: {', '.join(f'{r:.2f}' for r in ratios)}; raw {per_turn_ms:.2f} ms/turn")
     lease.release()
     store.close()

@@ -37,6 +37,7 @@ from tenacity.wait import wait_base
 
 from ..errors import (
     CommitOutcomeUnknownError,
+    InvalidInputError,
     PermanentJobError,
     SessionLiveError,
     SourceChangedError,
@@ -61,11 +62,15 @@ class JobOutcome:
     `job.due_at`), "failed" (terminal), "released" (pending again, not
     counted) or "lost" (the worker lease was gone; nothing recorded).
     `job` is the job as this worker last saw it; `detail` is a one-line note.
+    `next_claim` is the job the completion claimed in its own transaction
+    when `run_one_job` was asked to go on (`claim_next`), else None: pass it
+    to the next `run_one_job` as `claim`, or release it.
     """
 
     job: Job
     status: str
     detail: str
+    next_claim: JobClaim | None = None
 
 
 def describe(exc: BaseException) -> str:
@@ -82,10 +87,19 @@ def run_one_job(
     ttl_s: float | None = None,
     transient_attempts: int = TRANSIENT_ATTEMPTS,
     transient_wait: wait_base | None = None,
+    claim: JobClaim | None = None,
+    claim_next: Callable[[], bool] | None = None,
 ) -> JobOutcome | None:
     """Claim the oldest due job of `kinds` (default: every registered kind), run `handler` on it, record the outcome.
 
-    Returns None when no job is due. A job whose kind has a source validator
+    Returns None when no job is due. `claim` is a job this worker already
+    holds (the `next_claim` of its previous outcome): it is run instead of
+    claiming one; an ended claim or one of another store raises
+    `InvalidInputError` before anything runs. `claim_next` is asked once the handler has returned; when
+    it says True, the completion also claims the next due job of `kinds` in
+    the same transaction (`complete_and_claim`: one commit per job for a
+    worker that goes on), returned as the outcome's `next_claim`; a refused
+    completion claims nothing. A job whose kind has a source validator
     and whose source fails it is failed permanently before the handler runs
     (`InvalidJobSourceError`). The worker lease lasts `ttl_s` (default
     `worker_lease_ttl_s`) and is renewed every third of it while the handler
@@ -94,9 +108,15 @@ def run_one_job(
     (default: 1 s doubling, at most 10 s).
     """
     ttl = store.settings.worker_lease_ttl_s if ttl_s is None else ttl_s
-    claim = store.claim_job(kinds, ttl_s=ttl)
     if claim is None:
-        return None
+        claim = store.claim_job(kinds, ttl_s=ttl)
+        if claim is None:
+            return None
+    elif claim.ended or claim.store is not store:
+        raise InvalidInputError(
+            f"the claim on job {claim.id} has already ended; pass a claim this worker still holds, or none"
+            if claim.ended else f"the claim on job {claim.id} was made on another store; run it on that store"
+        )
     with claim:
         try:
             kind = store.jobs.kinds.get(claim._kind)
@@ -107,8 +127,13 @@ def run_one_job(
                 result = _run_handler(handler, claim, transient_attempts, transient_wait, ttl)
             finally:
                 RENEWER.remove(claim)
-            job = store.complete_job(claim, result)
-            return frozen(JobOutcome, {"job": job, "status": "done", "detail": "completed"})  # JobOutcome(job, ...)
+            following = None
+            if claim_next is not None and claim_next():
+                job, following = store.complete_and_claim(claim, result, kinds=kinds, ttl_s=ttl)
+            else:
+                job = store.complete_job(claim, result)
+            # JobOutcome(job, "done", "completed", following)
+            return frozen(JobOutcome, {"job": job, "status": "done", "detail": "completed", "next_claim": following})
         except WorkerLeaseLostError as exc:
             claim.ended = True  # nothing left to release
             return JobOutcome(claim.job, "lost", describe(exc))

@@ -271,26 +271,34 @@ class JobQueue:
         skipping jobs whose Session has a live execution lease. The worker
         lease lasts `ttl_s` (default `worker_lease_ttl_s`).
         """
+        names, ttl = self._claim_terms(kinds, ttl_s)
+        with self._db.write() as conn:
+            claim = self._claim(conn, names, ttl, self._db.clock())
+        return claim
+
+    def _claim_terms(self, kinds: str | Iterable[str] | None, ttl_s: float | None) -> tuple[tuple[str, ...], float]:
+        """The checked kind names and worker lease TTL of a claim."""
         names = self.kinds.names() if kinds is None else (kinds,) if isinstance(kinds, str) else tuple(kinds)
         for name in names:
             self.kinds.check(name)
         if not names:
             raise InvalidInputError("claim_job needs at least one job kind")
-        ttl = self._worker_ttl(ttl_s)
+        return names, self._worker_ttl(ttl_s)
+
+    def _claim(self, conn: apsw.Connection, names: tuple[str, ...], ttl: float, now: float) -> JobClaim | None:
+        """Inside a write transaction: rescue expired claims as needed and claim the oldest due job of `names`."""
         # The SHA-256 of a fresh 256-bit lease token from the OS CSPRNG; the token itself is never needed again: the
         # claim object holds the digest and is the authority.
         digest = hashlib.sha256(os.urandom(32)).digest()
         holder = _holder
-        with self._db.write() as conn:
-            now = self._db.clock()
-            expires = now + ttl
-            params = (digest, holder, expires, expires, now, now, *names, now)
-            # Rescue first, in one statement with the claim in the common case: the guarded claim claims nothing
-            # while an expired claim exists. When it claims nothing, rescue expired claims and, if there were any,
-            # claim again; either way the claim sees no expired claim, exactly as if the rescue had run before it.
-            row = conn.execute(_claim_sql(len(names), True), (*params, now)).fetchone()
-            if row is None and self._rescue(conn, now):
-                row = conn.execute(_claim_sql(len(names), False), params).fetchone()
+        expires = now + ttl
+        params = (digest, holder, expires, expires, now, now, *names, now)
+        # Rescue first, in one statement with the claim in the common case: the guarded claim claims nothing
+        # while an expired claim exists. When it claims nothing, rescue expired claims and, if there were any,
+        # claim again; either way the claim sees no expired claim, exactly as if the rescue had run before it.
+        row = conn.execute(_claim_sql(len(names), True), (*params, now)).fetchone()
+        if row is None and self._rescue(conn, now):
+            row = conn.execute(_claim_sql(len(names), False), params).fetchone()
         if row is None:
             return None
         return JobClaim(self._owner, row, holder, now, digest, expires)
@@ -355,9 +363,38 @@ class JobQueue:
         `release` first re-reads the job, returning it when that completion
         is durable.
         """
-        kind = self.kinds.get(claim._kind)
         if claim._unsure_at is not None and (settled := self._settled(claim)) is not None:
             return settled
+        return self._complete_then(claim, result, None)[0]
+
+    def complete_and_claim(
+        self, claim: JobClaim, result: Any = None, *, kinds: str | Iterable[str] | None = None,
+        ttl_s: float | None = None,
+    ) -> tuple[Job, JobClaim | None]:
+        """Complete `claim` exactly as `complete_job` does and, in the same transaction, claim the next job exactly as
+        `claim_job(kinds, ttl_s=ttl_s)` does; return the done job and the new claim (None when no job is due).
+
+        One commit for what `complete_job` then `claim_job` commit twice: a worker that goes on to its next job
+        pays a single transaction per job. Both happen or neither: when the completion is refused
+        (`WorkerLeaseLostError`, `SessionLiveError`, the completion function's error) nothing is written and nothing
+        is claimed. After `CommitOutcomeUnknownError` the claim is settled as after `complete_job`'s; the next job,
+        if its claim was durable after all, is held by no one and is rescued once its worker lease expires, as the
+        claim of a worker that died is. For a claim whose earlier completion had an unknown outcome the job is
+        re-read first: when that completion is durable after all, the done job is returned with None (nothing is
+        claimed); otherwise it is completed and the next job claimed as above.
+        """
+        names, ttl = self._claim_terms(kinds, ttl_s)
+        if claim._unsure_at is not None and (settled := self._settled(claim)) is not None:
+            return settled, None
+        return self._complete_then(claim, result, (names, ttl))
+
+    def _complete_then(
+        self, claim: JobClaim, result: Any, then_claim: tuple[tuple[str, ...], float] | None
+    ) -> tuple[Job, JobClaim | None]:
+        """Complete `claim` in one write transaction and, given `then_claim` (kind names, TTL), claim the next job in
+        it too."""
+        kind = self.kinds.get(claim._kind)
+        following = None
         try:
             with self._db.write() as conn:
                 now = self._db.clock()
@@ -385,6 +422,8 @@ class JobQueue:
                 if outcome is not None:
                     text = encode_json(dict(outcome), max_bytes=MAX_RESULT_BYTES, what="the job result")
                     conn.execute("UPDATE jobs SET result = ? WHERE id = ?", (text, claim._rowid))
+                if then_claim is not None:
+                    following = self._claim(conn, *then_claim, now)
         except CommitOutcomeUnknownError as exc:
             claim._unsure_at = now
             raise restated(
@@ -396,7 +435,7 @@ class JobQueue:
         job = done_job(claim._row, claim.expires_at, None if text is None else stored_json(text), now)
         claim.ended = True
         claim._job = job
-        return job
+        return job, following
 
     def fail_job(self, claim: JobClaim, message: str, *, permanent: bool = False) -> Job:
         """Record one counted failure of a claimed job with a bounded diagnostic `message`.

@@ -16,6 +16,7 @@ recover authority.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import secrets
@@ -62,9 +63,17 @@ _AUTHORITY_SQL = (
     "WHERE s.id = ?1"
 )
 _INSERT_SQL = (
-    "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, media_end, created_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, media_end, created_at) VALUES "
 )
+_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+@functools.lru_cache(maxsize=None)
+def _insert_sql(count: int) -> str:
+    """The one `INSERT` of `count` events: a turn is written by one statement, not one per event, because FTS5 flushes
+    its pending terms into a new index segment at every statement that writes it (the search index's triggers), so a
+    turn written event by event costs a segment per event."""
+    return _INSERT_SQL + ", ".join([_ROW] * count)
 
 
 def token_digest(token: str) -> bytes:
@@ -232,25 +241,24 @@ class SessionLease:
                 turn = (row[6] or 0) + 1
                 byte_end = row[7] or 0
                 media_end = row[8] or 0
-                rows = []
+                values: list = []  # the turn's rows, one after the other, as the one INSERT binds them
                 if media:
                     check_view_media(conn, rowid, media_end + sum(media.values()), self.session_id)
                     for i, e in enumerate(encoded):
                         byte_end += e.size
                         media_end += media.get(i, 0)
-                        rows.append(
-                            (rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now)
-                        )
+                        values += (rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end,
+                                   now)
                 else:  # no media: every event carries the Session's media_end unchanged
                     for i, e in enumerate(encoded):
                         byte_end += e.size
-                        rows.append(
-                            (rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now)
-                        )
-                conn.executemany(_INSERT_SQL, rows)
+                        values += (rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end,
+                                   now)
+                count = len(encoded)
+                conn.execute(_insert_sql(count), values)
                 # Rowids of an INTEGER PRIMARY KEY are max + 1, so under our write lock the turn's IDs are consecutive.
                 last_id = conn.last_insert_rowid()
-                ids = tuple(range(last_id - len(rows) + 1, last_id + 1))
+                ids = tuple(range(last_id - count + 1, last_id + 1))
                 if linked:
                     with open_asset_folder(db) as folder:
                         link_turn_assets(conn, folder, rowid, last_seq + 1, linked, now)
@@ -261,7 +269,7 @@ class SessionLease:
                 f"replay this lease to the end, then append the turn again with expected_seq={expected} (a "
                 "StaleCursorError then means it was committed)",
             ) from exc.__cause__
-        new_seq = last_seq + len(rows)
+        new_seq = last_seq + count
         self._cursor = new_seq
         if media:
             self._media += sum(media.values())

@@ -32,6 +32,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -289,13 +290,21 @@ class Worker:
         report.rescued = self.store.rescue_expired_jobs()
         if self._has_pending():
             self.prepare()
-            while True:
-                report.stopped = self._limit_reached(report, start, max_jobs, max_seconds)
-                if report.stopped:
-                    break
-                if not self._step(report):
-                    report.stopped = report.stopped or "empty"
-                    break
+            # Asked as a job completes: will the run go on after it? Then the completion claims the next job too.
+            goes_on = partial(self._limit_reached, report, start, max_jobs - 1, max_seconds)
+            held: list[JobClaim] = []  # the next job, claimed by the last completion
+            try:
+                while True:
+                    report.stopped = self._limit_reached(report, start, max_jobs, max_seconds)
+                    if report.stopped:
+                        break
+                    if not self._step(report, held, lambda: not goes_on()):
+                        report.stopped = report.stopped or "empty"
+                        break
+            finally:
+                if held:  # a stop requested after the completion that claimed it: give it back, uncounted
+                    _release(held.pop(), f"the worker stopped ({report.stopped or 'error'}) before starting the job; "
+                             "no attempt consumed")
         report.stopped = report.stopped or "empty"
         report.waiting = self.store.waiting_jobs(kinds=self.kinds, limit=REPORTED_WAITING)
         report.seconds = self._clock() - start
@@ -313,7 +322,9 @@ class Worker:
             return "max-seconds"
         return ""
 
-    def _step(self, report: WorkReport) -> bool:
+    def _step(self, report: WorkReport, held: list[JobClaim], go_on: Callable[[], bool]) -> bool:
+        """Run one job: the one in `held` (taken from it), else a new claim; a completion after which `go_on()` says
+        True claims the next job in its transaction and leaves it in `held`."""
         began, current = self._clock(), {}
 
         def handler(claim: JobClaim) -> Any:
@@ -329,7 +340,9 @@ class Worker:
         from emelex_memory.queue.runner import describe
 
         try:
-            outcome: JobOutcome | None = run_one_job(self.store, handler, kinds=self.kinds)
+            outcome: JobOutcome | None = run_one_job(
+                self.store, handler, kinds=self.kinds, claim=held.pop() if held else None, claim_next=go_on
+            )
         except WorkerStopped as stopped:
             report.stopped = f"signal:{stopped.signal_name}"
             record(current["claim"].job, "released", f"stopped by {stopped.signal_name}")
@@ -340,6 +353,8 @@ class Worker:
             raise unavailable.error from None
         if outcome is None:
             return False
+        if outcome.next_claim is not None:
+            held.append(outcome.next_claim)
         job = outcome.job
         record(job, outcome.status, done_detail(job.result) if outcome.status == "done" else outcome.detail)
         return True

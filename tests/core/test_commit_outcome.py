@@ -288,3 +288,25 @@ def test_the_worker_reports_a_durable_compaction_as_done_with_one_summary_and_co
     assert summaries == (1 if status == "done" else 0)
     if status == "retrying":
         assert "CommitOutcomeUnknownError" in outcome.job.diagnostics[-1].message
+
+
+@pytest.mark.parametrize(("fault", "durable"), [(CHECKPOINT_FSYNC, True), (WAL_FSYNC, False)],
+                         ids=["durable", "not-durable"])
+def test_an_unknown_complete_and_claim_settles_the_job_once_and_leaves_the_next_to_its_lease(
+    fstore: MemoryStore, faulty_vfs: FaultyVFS, job_session: str, clock: Clock, fault: Fault, durable: bool
+) -> None:
+    first = fstore.enqueue_job("outcome", job_session, {"n": 1}).job
+    second = fstore.enqueue_job("outcome", job_session, {"n": 2}).job
+    claim = fstore.claim_job("outcome", ttl_s=5)
+    _checkpoint_every_commit(fstore)
+    faulty_vfs.arm(fault)
+    with pytest.raises(CommitOutcomeUnknownError):
+        fstore.complete_and_claim(claim, {"ok": 1}, kinds="outcome", ttl_s=5)
+    faulty_vfs.disarm()
+    done = claim.fail("the completion's outcome was unknown")  # re-reads the job first
+    assert (done.id, done.state, done.attempts) == ((first.id, "done", 0) if durable else (first.id, "pending", 1))
+    assert fstore.get_job(second.id).state == ("claimed" if durable else "pending")
+    clock.now += 6  # past the lease of a next claim that became durable with the completion: nobody holds it
+    assert fstore.rescue_expired_jobs() == (1 if durable else 0)
+    after = fstore.get_job(second.id)
+    assert (after.state, after.attempts) == (("pending", 1) if durable else ("pending", 0))

@@ -72,24 +72,55 @@ def test_a_worker_killed_mid_job_is_rescued_and_the_job_retried(
     with MemoryStore.open_path(db_path, settings, kinds=KINDS) as store:
         session = store.create_session(workspace)
         job = store.enqueue_job("noop", session.id, {"work": "summarize"}).job
+    pid = _kill_once_it_holds(_claim_and_hang, db_path, settings, job.id)
+    _rescue_and_retry(db_path, settings, job.id, pid)
+
+
+def _kill_once_it_holds(target, db_path: Path, settings: Settings, expected) -> int:
+    """Run `target(db, home, queue)` in a worker process, SIGKILL it once it puts `expected` on the queue; its pid."""
     claimed = CTX.Queue()
-    worker = CTX.Process(target=_claim_and_hang, args=(str(db_path), str(settings.home), claimed))
+    worker = CTX.Process(target=target, args=(str(db_path), str(settings.home), claimed))
     worker.start()
-    assert claimed.get(timeout=60) == job.id
+    assert claimed.get(timeout=60) == expected
     os.kill(worker.pid, signal.SIGKILL)
     worker.join(30)
     assert worker.exitcode == -signal.SIGKILL
+    return worker.pid
 
+
+def _rescue_and_retry(db_path: Path, settings: Settings, job_id: str, pid: int) -> None:
+    """The job a killed worker `pid` held under a 5 s lease: claimed until the lease expires, then rescued as a
+    counted failure by the next claim, then run again once its retry is due."""
     offset = [0.0]
     with MemoryStore.open_path(db_path, settings, clock=lambda: time.time() + offset[0], kinds=KINDS) as store:
-        assert store.get_job(job.id).state == "claimed"
+        assert store.get_job(job_id).state == "claimed"
         assert store.claim_job("noop") is None  # the lease is still live: nobody else may take it
         offset[0] = 6  # past the killed worker's lease
         assert store.claim_job("noop") is None  # rescued as a counted failure, due again in 30 s
-        rescued = store.get_job(job.id)
+        rescued = store.get_job(job_id)
         assert (rescued.state, rescued.attempts, rescued.diagnostics[-1].event) == ("pending", 1, "expired")
-        assert str(worker.pid) in rescued.diagnostics[-1].message
+        assert str(pid) in rescued.diagnostics[-1].message
         offset[0] = 40
         outcome = run_one_job(store, lambda claim: {"retried": True}, kinds="noop")
-        assert outcome.job.id == job.id and outcome.status == "done"
+        assert outcome.job.id == job_id and outcome.status == "done"
         assert (outcome.job.attempts, outcome.job.result) == (1, {"retried": True})
+
+
+def _complete_claim_next_and_hang(db: str, home: str, claimed) -> None:
+    store = MemoryStore.open_path(db, Settings(home=home), kinds=KINDS)
+    outcome = run_one_job(store, lambda claim: {"first": True}, kinds="noop", ttl_s=5, claim_next=lambda: True)
+    claimed.put((outcome.job.id, outcome.next_claim.id))
+    time.sleep(600)  # killed before it runs the job it claimed with the completion
+
+
+def test_a_worker_killed_after_completing_and_claiming_in_one_commit_is_rescued(
+    db_path: Path, settings: Settings, workspace: Path
+) -> None:
+    with MemoryStore.open_path(db_path, settings, kinds=KINDS) as store:
+        session = store.create_session(workspace)
+        first = store.enqueue_job("noop", session.id, {"n": 1}).job
+        second = store.enqueue_job("noop", session.id, {"n": 2}).job
+    pid = _kill_once_it_holds(_complete_claim_next_and_hang, db_path, settings, (first.id, second.id))
+    with MemoryStore.open_path(db_path, settings, kinds=KINDS) as store:
+        assert store.get_job(first.id).state == "done"
+    _rescue_and_retry(db_path, settings, second.id, pid)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import apsw
 import pytest
 import tenacity
 
 from emelex_memory import (
+    InvalidInputError,
     JobClaim,
     MemoryStore,
     PermanentJobError,
@@ -139,3 +141,66 @@ def test_an_interrupted_worker_releases_the_job_without_consuming_an_attempt(cst
         run_one_job(cstore, handler)
     after = cstore.get_job(job.id)
     assert (after.state, after.attempts, after.diagnostics[-1].event) == ("pending", 0, "released")
+
+
+def commits(store: MemoryStore) -> list[str]:
+    """Record each transaction SQLite commits on the store's connection from now on."""
+    seen: list[str] = []
+    store.db.conn.trace_v2(apsw.SQLITE_TRACE_STMT, lambda e: e["sql"] == "COMMIT" and seen.append(e["sql"]))
+    return seen
+
+
+def test_a_worker_going_on_completes_and_claims_the_next_job_in_one_commit(
+    cstore: MemoryStore, job, workspace: Path, clock: Clock
+) -> None:
+    second = cstore.enqueue_job("noop", job.session_id, {"work": 2}).job
+    first = run_one_job(cstore, lambda claim: {"n": 1}, kinds="noop", claim_next=lambda: True)
+    assert (first.status, first.job.id, first.job.state) == ("done", job.id, "done")
+    held = first.next_claim
+    assert held.id == second.id and cstore.get_job(second.id).state == "claimed"
+    assert cstore.claim_job("noop") is None  # the next job is this worker's: nobody else may take it
+    seen = commits(cstore)
+    last = run_one_job(cstore, lambda claim: {"n": claim.job.source["work"]}, kinds="noop", claim=held,
+                       claim_next=lambda: True)
+    assert seen == ["COMMIT"]  # its completion, which also looked for a next job and found none
+    assert (last.status, last.job.id, last.job.result, last.next_claim) == ("done", second.id, {"n": 2}, None)
+    assert [j.state for j in cstore.list_jobs(limit=10).jobs] == ["done", "done"]
+
+
+def test_a_worker_stopping_claims_nothing_more(cstore: MemoryStore, job) -> None:
+    second = cstore.enqueue_job("noop", job.session_id, {"work": 2}).job
+    outcome = run_one_job(cstore, lambda claim: None, kinds="noop", claim_next=lambda: False)
+    assert outcome.next_claim is None
+    assert (cstore.get_job(second.id).state, cstore.get_job(second.id).diagnostics) == ("pending", ())
+
+
+def test_a_refused_completion_claims_nothing(cstore: MemoryStore, job, workspace: Path) -> None:
+    second = cstore.enqueue_job("noop", job.session_id, {"work": 2}).job
+    leases = []
+
+    def handler(claim: JobClaim) -> dict:
+        leases.append(cstore.acquire_lease(job.session_id, workspace))  # the Session goes live meanwhile
+        return {"ok": True}
+
+    outcome = run_one_job(cstore, handler, kinds="noop", claim_next=lambda: True)
+    assert (outcome.status, outcome.next_claim) == ("released", None)
+    assert [cstore.get_job(j.id).state for j in (job, second)] == ["pending", "pending"]
+    assert cstore.get_job(second.id).diagnostics == ()
+    leases[0].release()
+
+
+def test_a_claim_that_ended_or_belongs_to_another_store_is_refused_before_any_work(
+    cstore: MemoryStore, job, db_path: Path, settings, tmp_path: Path, kinds
+) -> None:
+    ended = cstore.claim_job("noop")
+    ended.release("given back")
+    ran: list[JobClaim] = []
+    with pytest.raises(InvalidInputError, match="already ended"):
+        run_one_job(cstore, ran.append, claim=ended)
+    other = MemoryStore.open_path(tmp_path / "other.sqlite3", settings, kinds=kinds)
+    held = cstore.claim_job("noop")
+    with pytest.raises(InvalidInputError, match="another store"):
+        run_one_job(other, ran.append, claim=held)
+    other.close()
+    assert ran == [] and cstore.get_job(job.id).state == "claimed"  # still held, untouched
+    held.release("done with the test")

@@ -215,6 +215,26 @@ def test_each_knowledge_write_reindexes_its_entry_once(db_path: Path, home: Path
     store.close()
 
 
+def test_an_appended_turn_is_one_index_segment(store: MemoryStore, workspace: Path) -> None:
+    """FTS5 writes its pending terms as a new segment at the end of every statement that wrote them: a turn written
+    event by event would cost a segment (and a later merge) per event; `append_turn` writes each turn as one."""
+    sid = store.create_session(workspace).id
+    segments: list[str] = []
+
+    def trace(event: dict) -> None:
+        if event["sql"].startswith("INSERT INTO 'main'.'event_search_idx'"):  # a new segment's first-term entry
+            segments.append(event["sql"])
+
+    with store.acquire_lease(sid, workspace) as lease:
+        list(lease.replay_all())
+        store.db.conn.trace_v2(apsw.SQLITE_TRACE_STMT, trace)
+        lease.append_turn([NewEvent("user", {"text": f"question {n} about otters"}) for n in range(4)])
+        store.db.conn.trace_v2(0, None)
+        lease.release()
+    assert len(segments) == 1
+    assert len(found(store, workspace, "otters")) == 4
+
+
 def test_reinit_starts_with_an_empty_index(db_path: Path, settings: Settings, workspace: Path) -> None:
     with MemoryStore.open_path(db_path, settings) as store:
         say(store, workspace, "lost words of lemurs", "gone")

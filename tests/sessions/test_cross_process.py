@@ -96,14 +96,13 @@ APPENDER = textwrap.dedent(
     lease = store.acquire_lease(session_id, workspace, ttl_s=3600)
     list(lease.replay_all())
     inserts = 0
-    def tracer(cursor, sql, bindings):
+    def row_written(op, database, table, rowid):  # SQLite calls this for each row, in the middle of the statement
         global inserts
-        if sql.startswith("INSERT INTO events"):
+        if table == "events":
             inserts += 1
             if kill_after and inserts == kill_after:
                 os.kill(os.getpid(), signal.SIGKILL)
-        return True
-    store.db.conn.exec_trace = tracer
+    store.db.conn.set_update_hook(row_written)
     print("ready", flush=True)
     turn = 0
     while True:

@@ -269,3 +269,33 @@ def test_scheduler_units_run_the_worker() -> None:
     assert "OnCalendar=*:0/15" in (config / "emelex-memory-work.timer").read_text()
     cron = [line for line in (config / "emelex-work.cron").read_text().splitlines() if not line.startswith("#")]
     assert len(cron) == 1 and cron[0].split()[5:8] == ["/path/to/emelex", "memory", "work"]
+
+
+def test_a_run_claims_each_next_job_in_the_transaction_completing_the_last(env: Settings, workspace: Path) -> None:
+    import apsw
+
+    with MemoryStore.open(env) as store:
+        seed(store, workspace)
+        statements: list[str] = []
+        store.db.conn.trace_v2(apsw.SQLITE_TRACE_STMT, lambda e: statements.append(e["sql"]))
+        report = work(store, env)
+        store.db.conn.trace_v2(0, None)
+        assert report.counts["done"] == 2 and report.claimed == 2
+        transactions: list[list[str]] = []
+        for sql in statements:
+            if sql.startswith("BEGIN"):
+                transactions.append([])
+            elif transactions:
+                transactions[-1].append(sql.split(",")[0])
+        claims = [t for t in transactions if "UPDATE jobs SET state = 'claimed'" in t]
+        alone = [t for t in claims if "UPDATE jobs SET state = 'done'" not in t]
+        # The first claim, and the last, which finds the queue empty; every completion claimed the next job itself.
+        assert len(claims) == 4 and len(alone) == 2 and claims.index(alone[1]) == 3
+
+
+def test_a_run_stopped_by_its_job_limit_leaves_the_next_job_untouched(env: Settings, workspace: Path) -> None:
+    with MemoryStore.open(env) as store:
+        seed(store, workspace)
+        assert work(store, env, max_jobs=1).stopped == "max-jobs"
+        (waiting,) = [j for j in store.list_jobs().jobs if j.state != "done"]
+        assert (waiting.state, waiting.diagnostics) == ("pending", ())
