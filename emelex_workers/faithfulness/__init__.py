@@ -1,8 +1,9 @@
 """What faithful output means and the guards that enforce it: the plain text checks (`checks`: support, vacuity,
-worked-example matches, Summary cleaning), which plugins may use too, and the guards the worker applies to every
+worked-example matches, Summary cleaning) and the rule-made records of tool rounds and failed turns (`records`),
+which plugins may use too, and the guards the worker applies to every
 summarizer's and distiller's output (`guards`).
 
-`checks` imports nothing of emelex_workers; `guards` imports emelex_memory, the host's types and the attempts'
+`checks` imports nothing of emelex_workers, `records` only emelex_memory's `Event`; `guards` imports emelex_memory, the host's types and the attempts'
 wording (`worker.attempts`). The names below are the checks' public API.
 """
 
@@ -21,6 +22,7 @@ from .checks import (
     content_words,
     corroboration,
     is_invented,
+    json_shaped,
     key_names,
     looping,
     matches_example,
@@ -37,10 +39,11 @@ from .checks import (
     vacuous,
     words,
 )
+from .records import call_record, failure_record, machinery_records, record_texts
 
 __all__ = [
     "CODE_SPAN", "EXAMPLE_JACCARD", "MIN_CONTENT_WORDS", "NEGATIONS", "PARAPHRASE", "SPEAKER_LABEL", "STOP_WORDS", "SUMMARY_META",
-    "SummaryCheck", "check_summary", "claim_supported", "content_words", "corroboration", "is_invented", "key_names",
+    "SummaryCheck", "check_summary", "claim_supported", "content_words", "corroboration", "is_invented", "json_shaped", "key_names",
     "looping", "matches_example", "negated", "normalize", "qa", "qa_parts", "quoted", "sentences", "stem", "support",
-    "supported", "terminated", "vacuous", "words",
+    "supported", "terminated", "vacuous", "words", "call_record", "failure_record", "machinery_records", "record_texts",
 ]

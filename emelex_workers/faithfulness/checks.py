@@ -213,6 +213,15 @@ def matches_example(candidate: str, examples: Iterable[str], sources: Sequence[s
     return False
 
 
+_JSON_OPENING = re.compile(r"\s*(?:\{\s*(?:\"|\})|\[\s*(?:[\"{\[\]\d-]|true|false|null))")
+
+
+def json_shaped(text: str) -> bool:
+    """True when `text` opens like JSON of an object or a list (`{"`, `{}`, `["`, `[{`, `[1`, `[]`, ...; white
+    space allowed): a tool call or a tool result, whole or cut off. "[server]" or "{braces} in prose" is not."""
+    return bool(_JSON_OPENING.match(text))
+
+
 def key_names(text: str) -> list[str]:
     """The identifiers, file names and numbers in `text` (see the module docstring), in order, without trailing
     sentence punctuation."""

@@ -215,3 +215,59 @@ def test_a_step_favours_its_new_slice_over_the_previous_summary() -> None:
     text = extractive.summarize(SummaryRequest(None, events, 60, ScriptedBinding()))
     assert all(t in text for t in fresh), text  # the previous Summary's decisions take at most half the room
     assert "Shard s" in text  # and keep their place: a chain keeps every step's decisions
+
+
+def test_a_chat_sessions_summary_records_its_tool_rounds_by_rule_and_the_guard_cuts_nothing(
+    store: MemoryStore, settings: Settings, workspace: Path
+) -> None:
+    from emelex_workers.faithfulness import guards
+
+    from .chat_session import chat_session
+
+    events = tuple(store.replay(chat_session(store, settings, workspace)).events)
+    job = store.list_jobs().jobs[0]
+    binding = ScriptedBinding()
+    text = extractive.summarize(SummaryRequest(job, events, 2000, binding))
+    lines = text.splitlines()
+    assert binding.calls == []
+    assert lines[:7] == [
+        "user: What files are in this workspace?",
+        "tool: list_dir `.`: ok, `file 40 config.toml`.",  # the identical second round is said once
+        "assistant: file 52 main.py.",  # a sentence the splitter would join to the one before gets its own line
+        "assistant: file 31 notes.md.",
+        "user: What port does config.toml set?",  # the question before the tool round its answer follows
+        "tool: read_file `config.toml`: ok, `[server]`.",
+        "assistant: config.toml sets port = 8080.",
+    ]
+    assert "tool: run_command `ls`: denied." in lines and not any("tool_calls" in line for line in lines)
+    check = fx.check_summary(text, sources=guards.source_texts(events), speakers=guards.speaker_texts(events))
+    assert (check.text, check.problem, check.relabelled) == (text, None, 0)
+
+
+def test_an_answer_echoing_lowercase_lines_keeps_each_as_a_sentence(store: MemoryStore, workspace: Path) -> None:
+    session = store.create_session(workspace)
+    with store.acquire_lease(session.id, workspace) as lease:
+        list(lease.replay_all())
+        lease.append_turn([NewEvent("user", {"text": "We keep the service files under deploy/."}),
+                           NewEvent("assistant", {"text": "deploy/api.service runs gunicorn\ndeploy/worker.service "
+                                                          "runs celery\nmain.py starts both"})])
+        job = store.finish_session(lease).job
+    events = tuple(store.replay(session.id).events)
+    text = extractive.summarize(SummaryRequest(job, events, 200, ScriptedBinding()))
+    assert text.splitlines() == ["user: We keep the service files under deploy/.",
+                                 "assistant: deploy/api.service runs gunicorn.",
+                                 "assistant: deploy/worker.service runs celery.", "assistant: main.py starts both."]
+    assert fx.check_summary(text, sources=[event_body(e) for e in events]).text == text
+
+
+def test_a_summary_of_small_talk_after_a_context_note_quotes_what_was_said_not_the_note(
+    store: MemoryStore, workspace: Path
+) -> None:
+    session = store.create_session(workspace)
+    with store.acquire_lease(session.id, workspace) as lease:
+        list(lease.replay_all())
+        lease.append_turn([NewEvent("context", {"source": "workspace_map", "text": "Workspace: file 40 config.toml"}),
+                           NewEvent("user", {"text": "Hi there!"}), NewEvent("assistant", {"text": "Hello!"})])
+        job = store.finish_session(lease).job
+    events = tuple(store.replay(session.id).events)
+    assert extractive.summarize(SummaryRequest(job, events, 200, ScriptedBinding())) == "user: Hi there!"
