@@ -37,8 +37,11 @@ digest an earlier diagnostic names, it is a `RepeatedOutputError`,
 terminal: retrying a summarizer that does not vary its output cannot help.
 A summarizer that made no model call on the attempt (rule-based, such as the
 built-in extractive mode) computes the same output again, so its degenerate
-Summary is a `DeterministicOutputError` at once, terminal, naming the setting
-that lets a model write it instead.
+Summary is a `DeterministicOutputError` at once, terminal, saying what a user
+can do: nothing was replaced, so the Session goes on with its full history;
+another span (other kept turns) is a new plan, or another summarizer
+(`EMELEX_SUMMARIZER`) may do better. It does not point at the abstractive
+mode: on the default model that writes worse Summaries, not better.
 """
 
 from __future__ import annotations
@@ -176,11 +179,13 @@ def guard_summary(text: str, *, job: Job, events: Iterable[Event], examples: Seq
     digest = output_digest(text)
     marker = f"output {digest}"
     if not model_called:
+        kept = job.source.get("preserve_turns")
+        other = f" with N other than {kept}" if kept is not None else ""
         raise DeterministicOutputError(
             f"degenerate Summary ({marker}): {check.problem}; the summarizer made no model call, so a retry would "
-            "compute the same output and none is made: set EMELEX_SUMMARY_MODE=abstractive (summary_mode) to let "
-            f"the model write it, or choose another summarizer (EMELEX_SUMMARIZER), then `emelex memory jobs retry "
-            f"{job.id}`"
+            "compute the same output and none is made; nothing was replaced: the Session keeps its full history and "
+            f"can go on as it is; to compact it, plan another span with `emelex memory compact {job.session_id} "
+            f"--force --preserve-turns N`{other}, or choose another summarizer (EMELEX_SUMMARIZER)"
         )
     if any(marker in d.message for d in job.diagnostics):
         raise RepeatedOutputError(
