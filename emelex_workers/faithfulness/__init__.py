@@ -33,6 +33,7 @@ from .checks import (
     quoted,
     sentences,
     stem,
+    summary_lines,
     support,
     supported,
     terminated,
@@ -44,6 +45,6 @@ from .records import call_record, failure_record, machinery_records, record_text
 __all__ = [
     "CODE_SPAN", "EXAMPLE_JACCARD", "MIN_CONTENT_WORDS", "NEGATIONS", "PARAPHRASE", "SPEAKER_LABEL", "STOP_WORDS", "SUMMARY_META",
     "SummaryCheck", "check_summary", "claim_supported", "content_words", "corroboration", "is_invented", "json_shaped", "key_names",
-    "looping", "matches_example", "negated", "normalize", "qa", "qa_parts", "quoted", "sentences", "stem", "support",
+    "looping", "matches_example", "negated", "normalize", "qa", "qa_parts", "quoted", "sentences", "stem", "summary_lines", "support",
     "supported", "terminated", "vacuous", "words", "call_record", "failure_record", "machinery_records", "record_texts",
 ]

@@ -90,7 +90,7 @@ def speaker_texts(events: Iterable[Event]) -> dict[str, list[str]]:
         if e.kind != SUMMARY_KIND:
             said.setdefault(e.kind, []).append(event_body(e))
             continue
-        for line in event_body(e).splitlines():
+        for line in fx.summary_lines(event_body(e)):
             match = fx.SPEAKER_LABEL.match(line)
             name = match.group(0)[:-2].lower() if match else SUMMARY_KIND
             said.setdefault(name, []).append(line[match.end():] if match else line)

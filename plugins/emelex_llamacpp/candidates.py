@@ -78,6 +78,7 @@ from emelex_workers.faithfulness import (
     qa,
     sentences,
     stem,
+    summary_lines,
     words,
 )
 from emelex_workers.plugin_api import SAID_KINDS, event_body
@@ -151,7 +152,7 @@ def _statements(events: Sequence[Event], *, summaries: bool) -> list[tuple[int, 
         elif event.kind == "summary":
             if not summaries:
                 continue
-            for line in body.splitlines():
+            for line in summary_lines(body):
                 match = SPEAKER_LABEL.match(line)
                 speaker = match.group(0)[:-2].lower() if match else "summary"
                 out.append((index, speaker, sentences(line[match.end():] if match else line)))

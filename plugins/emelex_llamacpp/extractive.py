@@ -32,7 +32,8 @@ end of a line or message) gets a full stop, so that sentences written on one
 line stay apart for the guards and for the next step's Summary; a sentence
 that would still run into the one before it (it opens with a lowercase
 letter, as a listing echoed line by line does) starts a new line under the
-same label. No
+same label, and so does a fenced code block, kept whole, line breaks
+included, and the sentence after it. No
 model call: on the quality benchmark's development set the 135M model's own
 choices were no better than chance (see benchmarks/RESULTS.md), so the
 Summary's content is chosen by these rules alone.
@@ -114,10 +115,12 @@ def _gain(c: Candidate, covered: set[str], seen: set[str]) -> int:
 
 def _lines(speaker: str, parts: list[str]) -> list[str]:
     """`speaker: sentence ...` for `parts`, each terminated; a sentence the splitter would join to the one before it
-    (one that opens with a lowercase letter: "file 40 config.toml") starts a new line under the same label."""
+    (one that opens with a lowercase letter: "file 40 config.toml") starts a new line under the same label, and a
+    fenced code block has a line of its own (`faithfulness.summary_lines` reads it whole)."""
     runs: list[list[str]] = []
     for part in (p if terminated(p) else p + "." for p in parts):
-        if runs and sentences(" ".join([*runs[-1], part])) == [*runs[-1], part]:
+        fenced = part.startswith("```") or (runs and runs[-1][-1].startswith("```"))
+        if runs and not fenced and sentences(" ".join([*runs[-1], part])) == [*runs[-1], part]:
             runs[-1].append(part)
         else:
             runs.append([part])

@@ -271,3 +271,26 @@ def test_a_summary_of_small_talk_after_a_context_note_quotes_what_was_said_not_t
         job = store.finish_session(lease).job
     events = tuple(store.replay(session.id).events)
     assert extractive.summarize(SummaryRequest(job, events, 200, ScriptedBinding())) == "user: Hi there!"
+
+
+def test_answers_with_code_blocks_are_summarised_whole_and_the_guard_cuts_nothing(
+    store: MemoryStore, workspace: Path
+) -> None:
+    from emelex_workers.faithfulness import guards
+
+    session = store.create_session(workspace)
+    with store.acquire_lease(session.id, workspace) as lease:
+        list(lease.replay_all())
+        for user, assistant in [("List the files.", "```\nconfig.toml\nmain.py\n```"),
+                                ("Show the config.", "```toml\n[server]\nport = 8080\n```\nThe port is 8080."),
+                                ("How do I run it?", "Run this:\n```\npython main.py\n```")]:
+            lease.append_turn([NewEvent("user", {"text": user}), NewEvent("assistant", {"text": assistant})])
+        job = store.finish_session(lease).job
+    events = tuple(store.replay(session.id).events)
+    text = extractive.summarize(SummaryRequest(job, events, 2000, ScriptedBinding()))
+    assert "assistant: ```toml\n[server]\nport = 8080\n```\nassistant: The port is 8080." in text
+    assert "assistant: ```\npython main.py\n```" in text and "```." not in text
+    check = fx.check_summary(text, sources=guards.source_texts(events), speakers=guards.speaker_texts(events))
+    assert (check.text, check.repeated, check.unsupported, check.relabelled, check.trimmed) == (text, 0, 0, 0, False)
+    step = events[0]._replace(kind="summary", payload_json=json.dumps({"text": text}))  # a next step reads blocks whole
+    assert [c.text for c in candidates([step], facts=False)][:2] == ["List the files.", "```\nconfig.toml\nmain.py\n```"]
