@@ -72,7 +72,8 @@ def test_a_chat_session_compacts_on_the_default_model_stating_its_tool_rounds(
     check = fx.check_summary(text, sources=guards.source_texts(compacted), speakers=guards.speaker_texts(compacted))
     assert check.text == text and check.sentences >= 12
     assert (check.repeated, check.invented, check.unsupported, check.relabelled) == (0, 0, 0, 0)
-    assert all(fx.quoted(s, guards.source_texts(compacted)) for line in lines for s in fx.sentences(line[line.index(": ") + 2:]))
+    sources = guards.source_texts(compacted)
+    assert all(fx.quoted(s, sources) for line in lines for s in fx.sentences(line.split(": ", 1)[1]))
 
 
 def test_distilling_a_chat_session_stores_no_tool_call_json(settings: Settings, workspace: Path) -> None:

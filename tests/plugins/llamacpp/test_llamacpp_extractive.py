@@ -293,4 +293,5 @@ def test_answers_with_code_blocks_are_summarised_whole_and_the_guard_cuts_nothin
     check = fx.check_summary(text, sources=guards.source_texts(events), speakers=guards.speaker_texts(events))
     assert (check.text, check.repeated, check.unsupported, check.relabelled, check.trimmed) == (text, 0, 0, 0, False)
     step = events[0]._replace(kind="summary", payload_json=json.dumps({"text": text}))  # a next step reads blocks whole
-    assert [c.text for c in candidates([step], facts=False)][:2] == ["List the files.", "```\nconfig.toml\nmain.py\n```"]
+    first = [c.text for c in candidates([step], facts=False)][:2]
+    assert first == ["List the files.", "```\nconfig.toml\nmain.py\n```"]
