@@ -44,12 +44,19 @@ class ScriptedBinding:
         pass
 
 
-def _events(store: MemoryStore, workspace: Path):
+def said(*texts: str, kinds=("user", "assistant")) -> list[NewEvent]:
+    """One store turn of `texts`, said by `kinds` in order."""
+    return [NewEvent(kind, {"text": text}) for kind, text in zip(kinds, texts, strict=True)]
+
+
+def _events(store: MemoryStore, workspace: Path, turns=None):
+    """A finished Session of `turns` (store turns, lists of `NewEvent`; default `TURNS`): its distill job and its
+    replayed events."""
     session = store.create_session(workspace)
     with store.acquire_lease(session.id, workspace) as lease:
         list(lease.replay_all())
-        for user, assistant in TURNS:
-            lease.append_turn([NewEvent("user", {"text": user}), NewEvent("assistant", {"text": assistant})])
+        for turn in [said(*pair) for pair in TURNS] if turns is None else turns:
+            lease.append_turn(turn)
         enqueued = store.finish_session(lease)
     return enqueued.job, tuple(store.replay(session.id).events)
 
@@ -245,14 +252,9 @@ def test_a_chat_sessions_summary_records_its_tool_rounds_by_rule_and_the_guard_c
 
 
 def test_an_answer_echoing_lowercase_lines_keeps_each_as_a_sentence(store: MemoryStore, workspace: Path) -> None:
-    session = store.create_session(workspace)
-    with store.acquire_lease(session.id, workspace) as lease:
-        list(lease.replay_all())
-        lease.append_turn([NewEvent("user", {"text": "We keep the service files under deploy/."}),
-                           NewEvent("assistant", {"text": "deploy/api.service runs gunicorn\ndeploy/worker.service "
-                                                          "runs celery\nmain.py starts both"})])
-        job = store.finish_session(lease).job
-    events = tuple(store.replay(session.id).events)
+    job, events = _events(store, workspace, [said(
+        "We keep the service files under deploy/.",
+        "deploy/api.service runs gunicorn\ndeploy/worker.service runs celery\nmain.py starts both")])
     text = extractive.summarize(SummaryRequest(job, events, 200, ScriptedBinding()))
     assert text.splitlines() == ["user: We keep the service files under deploy/.",
                                  "assistant: deploy/api.service runs gunicorn.",
@@ -263,13 +265,8 @@ def test_an_answer_echoing_lowercase_lines_keeps_each_as_a_sentence(store: Memor
 def test_a_summary_of_small_talk_after_a_context_note_quotes_what_was_said_not_the_note(
     store: MemoryStore, workspace: Path
 ) -> None:
-    session = store.create_session(workspace)
-    with store.acquire_lease(session.id, workspace) as lease:
-        list(lease.replay_all())
-        lease.append_turn([NewEvent("context", {"source": "workspace_map", "text": "Workspace: file 40 config.toml"}),
-                           NewEvent("user", {"text": "Hi there!"}), NewEvent("assistant", {"text": "Hello!"})])
-        job = store.finish_session(lease).job
-    events = tuple(store.replay(session.id).events)
+    note = NewEvent("context", {"source": "workspace_map", "text": "Workspace: file 40 config.toml"})
+    job, events = _events(store, workspace, [[note, *said("Hi there!", "Hello!")]])
     assert extractive.summarize(SummaryRequest(job, events, 200, ScriptedBinding())) == "user: Hi there!"
 
 
@@ -278,15 +275,11 @@ def test_answers_with_code_blocks_are_summarised_whole_and_the_guard_cuts_nothin
 ) -> None:
     from emelex_workers.faithfulness import guards
 
-    session = store.create_session(workspace)
-    with store.acquire_lease(session.id, workspace) as lease:
-        list(lease.replay_all())
-        for user, assistant in [("List the files.", "```\nconfig.toml\nmain.py\n```"),
-                                ("Show the config.", "```toml\n[server]\nport = 8080\n```\nThe port is 8080."),
-                                ("How do I run it?", "Run this:\n```\npython main.py\n```")]:
-            lease.append_turn([NewEvent("user", {"text": user}), NewEvent("assistant", {"text": assistant})])
-        job = store.finish_session(lease).job
-    events = tuple(store.replay(session.id).events)
+    job, events = _events(store, workspace, [
+        said("List the files.", "```\nconfig.toml\nmain.py\n```"),
+        said("Show the config.", "```toml\n[server]\nport = 8080\n```\nThe port is 8080."),
+        said("How do I run it?", "Run this:\n```\npython main.py\n```"),
+    ])
     text = extractive.summarize(SummaryRequest(job, events, 2000, ScriptedBinding()))
     assert "assistant: ```toml\n[server]\nport = 8080\n```\nassistant: The port is 8080." in text
     assert "assistant: ```\npython main.py\n```" in text and "```." not in text
