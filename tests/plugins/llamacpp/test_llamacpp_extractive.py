@@ -288,3 +288,33 @@ def test_answers_with_code_blocks_are_summarised_whole_and_the_guard_cuts_nothin
     step = events[0]._replace(kind="summary", payload_json=json.dumps({"text": text}))  # a next step reads blocks whole
     first = [c.text for c in candidates([step], facts=False)][:2]
     assert first == ["List the files.", "```\nconfig.toml\nmain.py\n```"]
+
+
+def test_a_step_over_a_summary_with_tool_lines_keeps_them_as_records_and_the_guard_cuts_nothing() -> None:
+    from emelex_memory import Event
+    from emelex_workers.faithfulness import guards
+
+    def event(seq: int, kind: str, payload: dict) -> Event:
+        body = json.dumps(payload)
+        return Event((seq, seq, seq, 0, kind, body, len(body), 0, 0.0, None))
+
+    previous = ("user: What port does config.toml set?\ntool: read_file `config.toml`: ok, `[server]`.\n"
+                "assistant: config.toml sets port = 8080.")
+    events = (
+        event(1, "summary", {"text": previous}),
+        event(2, "user", {"text": "Which file defines parse_args?"}),
+        event(3, "tool_calls", {"round": 1, "calls": [{"call_id": "c1", "tool": "search_text",
+                                                       "arguments": {"text": "def parse_args"}}]}),
+        event(4, "tool_result", {"call_id": "c1", "tool": "search_text", "outcome": "ok",
+                                 "output": "main.py:4: def parse_args(argv):"}),
+        event(5, "assistant", {"text": "parse_args is defined in main.py."}),
+    )
+    text = extractive.summarize(SummaryRequest(None, events, 2000, ScriptedBinding()))
+    assert text.splitlines() == [
+        "user: What port does config.toml set?", "tool: read_file `config.toml`: ok, `[server]`.",
+        "assistant: config.toml sets port = 8080.", "user: Which file defines parse_args?",
+        "tool: search_text `def parse_args`: ok, `main.py:4: def parse_args(argv):`.",
+        "assistant: parse_args is defined in main.py.",
+    ]
+    check = fx.check_summary(text, sources=guards.source_texts(events), speakers=guards.speaker_texts(events))
+    assert (check.text, check.problem, check.relabelled) == (text, None, 0)
