@@ -142,8 +142,10 @@ def summary_lines(text: str) -> list[str]:
     i = 0
     while i < len(lines):
         body = lines[i][m.end():] if (m := SPEAKER_LABEL.match(lines[i])) else lines[i]
-        end = next((j for j in range(i + 1, len(lines)) if _CLOSING_FENCE.match(lines[j])), None)
-        if _OPENING_FENCE.match(body) and end is not None:
+        end = None
+        if _OPENING_FENCE.match(body):
+            end = next((j for j in range(i + 1, len(lines)) if _CLOSING_FENCE.match(lines[j])), None)
+        if end is not None:
             out.append("\n".join(lines[i:end + 1]))
             i = end + 1
         else:
