@@ -18,7 +18,8 @@ rule from the two events, and a failed turn (`turn_failed`) one more:
   the result's own ("ok", "error", "denied", "not executed", "unknown
   effect", underscores read as spaces), "no result" when the source holds
   none for the call;
-- a failed turn: "The turn ended without an answer (<reason>)."
+- a failed turn: "The turn ended without an answer (<reason>): `<the
+  diagnostic's first line, at most 72 characters>`."
 
 Inside a code span a backtick reads as `'` and a line break as a space, so
 a record is one sentence (`checks.sentences`). Records are derived, never
@@ -73,8 +74,12 @@ def call_record(call: Mapping[str, Any], result: Mapping[str, Any] | None) -> st
 
 
 def failure_record(payload: Mapping[str, Any]) -> str:
-    """The record of a `turn_failed` payload."""
-    return f"The turn ended without an answer ({payload.get('reason')})."
+    """The record of a `turn_failed` payload: its reason and the first line of its diagnostic (72 characters at
+    most, cut as an error's output is)."""
+    record = f"The turn ended without an answer ({payload.get('reason')})"
+    diagnostic = payload.get("diagnostic")
+    lines = [line for line in diagnostic.splitlines() if line.strip()] if isinstance(diagnostic, str) else []
+    return record + (f": {_span(lines[0], EXCERPT_CHARS['error'])}." if lines else ".")
 
 
 def machinery_records(events: Sequence[Event]) -> list[tuple[int, str, list[str]]]:

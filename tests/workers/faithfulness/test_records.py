@@ -54,12 +54,14 @@ def test_the_summary_guard_counts_records_as_source_text_under_their_speakers(st
             NewEvent("user", {"text": "What port does config.toml set?"}),
             NewEvent("tool_calls", {"round": 1, "calls": [call("read_file", path="config.toml")]}),
             NewEvent("tool_result", result("ok", "[server]\nport = 8080")),
-            NewEvent("turn_failed", {"reason": "chain_limit", "diagnostic": "four rounds"}),
+            NewEvent("turn_failed", {"reason": "error",
+                                     "diagnostic": "the model asked for more than 4 tool rounds in one turn"}),
         ])
         lease.release()
     events = store.replay(session.id).events
     summary = ("user: What port does config.toml set?\ntool: read_file `config.toml`: ok, `[server]`.\n"
-               "system: The turn ended without an answer (chain_limit).")
+               "system: The turn ended without an answer (error): `the model asked for more than 4 tool rounds in "
+               "one turn`.")
     check = fx.check_summary(summary, sources=guards.source_texts(events), speakers=guards.speaker_texts(events))
     assert (check.text, check.problem, check.relabelled) == (summary, None, 0)
     invented = "tool: read_file `config.toml`: ok, `port = 9090`."
