@@ -65,7 +65,7 @@ def test_a_chat_session_compacts_on_the_default_model_stating_its_tool_rounds(
     text = view[0].payload["text"]
     assert view[0].payload["provenance"]["model"] is None  # rules alone: no model call
     lines = text.splitlines()
-    assert [line for line in lines if line.startswith("tool: ")] == TOOL_LINES
+    assert [line for line in lines if line in TOOL_LINES] == TOOL_LINES  # each, in order
     assert "assistant: config.toml sets port = 8080." in lines
     assert "assistant: file 52 main.py." in lines  # an answer echoing a listing, one sentence a line
     # Faithful: the guard cut nothing, and every sentence is a quote of the transcript or of its records.
