@@ -61,8 +61,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from itertools import accumulate
 from dataclasses import dataclass
+from itertools import accumulate
 
 from emelex_memory import Event
 from emelex_workers.faithfulness import (
@@ -317,13 +317,13 @@ def candidates(events: Sequence[Event], *, facts: bool) -> list[Candidate]:
         for number, sentence in enumerate(parts):
             order += 1
             norm = normalize(sentence)
-            if speaker in RECORD_SPEAKERS and norm not in seen:
-                seen.add(norm)
-                records.add(len(found))
-                found.append(Candidate(sentence, index, speaker, order, None, position))
+            if speaker in RECORD_SPEAKERS:
+                if norm not in seen:
+                    seen.add(norm)
+                    records.add(len(found))
+                    found.append(Candidate(sentence, index, speaker, order, None, position))
                 continue
-            if (sentence.endswith("?") or len(sentence) > MAX_CANDIDATE_CHARS or norm in seen or json_shaped(sentence)
-                    or speaker in RECORD_SPEAKERS):
+            if sentence.endswith("?") or len(sentence) > MAX_CANDIDATE_CHARS or norm in seen or json_shaped(sentence):
                 continue
             question = None
             if facts and number == 0 and asked is not None and not _PROPOSAL.search(asked) and (
