@@ -347,16 +347,20 @@ def candidates(events: Sequence[Event], *, facts: bool) -> list[Candidate]:
 
 def questions(events: Sequence[Event]) -> dict[int, Candidate]:
     """For each `Candidate.line` (of the Summary candidates) that answers a question of the other side, that
-    question, shortened (`shorten`), as a `Candidate` of its own line: what a Summary quotes before the answer."""
+    question, shortened (`shorten`), as a `Candidate` of its own line: what a Summary quotes before the answer.
+    A tool round's records answer the question before the round, as the answer after it does (one `Candidate`
+    for both: the Summary quotes it once)."""
     statements = _statements(events, summaries=True)
     out: dict[int, Candidate] = {}
+    by_line: dict[int, Candidate] = {}
     ends = list(accumulate(len(parts) for _index, _speaker, parts in statements))  # each line's last sentence's order
     for position, (_index, speaker, _parts) in enumerate(statements):
         before = _said_before(statements, position)
-        asked = None if speaker in RECORD_SPEAKERS or before is None else _question(statements[before], speaker)
+        asked = None if before is None else _question(statements[before], speaker)
         if before is not None and asked is not None:
             index, asker, _ = statements[before]
-            out[position] = Candidate(shorten(asked), index, asker, ends[before], line=before)
+            out[position] = by_line.setdefault(before, Candidate(shorten(asked), index, asker, ends[before],
+                                                                 line=before))
     return out
 
 

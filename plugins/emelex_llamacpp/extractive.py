@@ -13,7 +13,11 @@ source's tokens (at least 48), at most the job's Summary budget. Statements
 a later one supersedes (`candidates.supersedes`) are not candidates. An
 answer is taken only together with the question it answers (the question's
 sentence, verbatim, its last clause when it is longer than 16 words), both
-counted against the length: a Summary never holds a question-less answer.
+counted against the length: a Summary never holds a question-less answer;
+a tool call's record is taken with the question before its round the same
+way (the question quoted once however many records and answers follow it).
+Each record is new to the Summary until it is taken (`_names`), so every
+distinct call counts, even on a tool and a path named before.
 *Decisions* (`candidates.decision`: statements naming a value or an
 identifier, such as a command, a version or a file, or saying use / keep /
 pin / set / ...) go first, and first among them the decisions that change
@@ -25,8 +29,8 @@ keeps every step's decisions while they fit; then the new slice's decisions
 (changes first), then its other statements, then the previous Summary's other lines, each by
 the same rule, so a step never just repeats the previous Summary. Ties go
 to the earlier statement. They are
-written in source order, one line per event (a tool round's records on a
-line labelled "tool"), `speaker: sentence ...`,
+written in source order, one line per event (each tool call's record on a
+line of its own labelled "tool"), `speaker: sentence ...`,
 verbatim but for one thing: a sentence without terminal punctuation (the
 end of a line or message) gets a full stop, so that sentences written on one
 line stay apart for the guards and for the next step's Summary; a sentence
@@ -82,6 +86,7 @@ from emelex_workers.plugin_api import SAID_KINDS, DistillRequest, SummaryRequest
 from .binding import generate
 from .candidates import (
     CHATTER,
+    RECORD_SPEAKERS,
     Candidate,
     Evidence,
     candidates,
@@ -109,8 +114,14 @@ def names(statement: str) -> set[str]:
     return found
 
 
+def _names(c: Candidate) -> set[str]:
+    """`names(c.text)`, and for a record (`candidates.RECORD_SPEAKERS`) the record itself: each call said is new,
+    even when its tool and its path were each named before."""
+    return names(c.text) | ({normalize(c.text)} if c.speaker in RECORD_SPEAKERS else set())
+
+
 def _gain(c: Candidate, covered: set[str], seen: set[str]) -> int:
-    return KEY_NAME_WEIGHT * len(names(c.text) - covered) + len(content_words(c.text) - seen)
+    return KEY_NAME_WEIGHT * len(_names(c) - covered) + len(content_words(c.text) - seen)
 
 
 def _lines(speaker: str, parts: list[str]) -> list[str]:
@@ -175,12 +186,12 @@ def summarize(request: SummaryRequest) -> str:
     units: list[list[Candidate]] = []
     covered: set[str] = set()
     seen: set[str] = set()
-    picked: set[int] = set()  # lines whose question is already in the Summary
+    picked: set[int] = set()  # the lines of the questions already in the Summary
     used = 0
 
     def unit(c: Candidate) -> list[Candidate]:
         question = asked.get(c.line)
-        return [c] if question is None or c.line in picked else [question, c]
+        return [c] if question is None or question.line in picked else [question, c]
 
     def cost(c: Candidate) -> int:
         return sum(tokens[u.text] for u in unit(c))
@@ -202,8 +213,8 @@ def summarize(request: SummaryRequest) -> str:
                 continue
             used += cost(best)
             units.append(unit(best))
-            picked.add(best.line)
-            covered.update(names(best.text))
+            picked.update(u.line for u in unit(best)[:-1])
+            covered.update(_names(best))
             seen.update(content_words(best.text))
 
     # The previous Summary's decisions first, within half the target: a chain keeps every step's decisions.

@@ -318,3 +318,39 @@ def test_a_step_over_a_summary_with_tool_lines_keeps_them_as_records_and_the_gua
     ]
     check = fx.check_summary(text, sources=guards.source_texts(events), speakers=guards.speaker_texts(events))
     assert (check.text, check.problem, check.relabelled) == (text, None, 0)
+
+
+def test_a_chat_of_failed_turns_is_summarised_as_each_request_its_calls_and_how_the_turn_ended(
+    store: MemoryStore, workspace: Path
+) -> None:
+    from itertools import count
+
+    from ...support.agent import ScriptedBinding as FourCharacterTokens
+
+    ids = count()
+
+    def round_(n: int, path: str, *tools: str) -> list[NewEvent]:  # as the default model proposes them
+        calls = [{"call_id": f"{next(ids):032x}", "tool": t, "arguments": {"path": path}} for t in tools]
+        return [NewEvent("tool_calls", {"round": n, "calls": calls}), *[
+            NewEvent("tool_result", {"call_id": c["call_id"], "tool": c["tool"], "outcome": "error", "output": (
+                f"tool '{c['tool']}' failed: WorkspacePathError: path '{path}' does not exist in the workspace")})
+            for c in calls]]
+
+    failed = NewEvent("turn_failed", {"reason": "error",
+                                      "diagnostic": "the model asked for more than 4 tool rounds in one turn"})
+    job, events = _events(store, workspace, [
+        said("What files are in this workspace?", kinds=("user",)), round_(1, "list_dir.txt", "list_dir", "read_file"),
+        round_(2, "list_dir.txt", "list_dir", "read_file"), [failed],
+        said("What port does config.toml set?", kinds=("user",)), round_(1, "list_dir", "list_dir"), [failed],
+    ])
+    text = extractive.summarize(SummaryRequest(job, events, 2000, FourCharacterTokens()))
+    missing = "error, `WorkspacePathError: path '{}' does not exist in the workspace`."
+    assert text.splitlines() == [
+        "user: What files are in this workspace?",  # a request is quoted with the calls it led to
+        f"tool: list_dir `list_dir.txt`: {missing.format('list_dir.txt')}",  # each call once, the same path or not
+        f"tool: read_file `list_dir.txt`: {missing.format('list_dir.txt')}",
+        "system: The turn ended without an answer (error): `the model asked for more than 4 tool rounds in one "
+        "turn`.",
+        "user: What port does config.toml set?",
+        f"tool: list_dir `list_dir`: {missing.format('list_dir')}",
+    ]
