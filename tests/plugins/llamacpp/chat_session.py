@@ -1,6 +1,7 @@
-"""A chat Session as `emelex chat` writes it: the adapter over the built-in tools in a real workspace, driven by a
-scripted binding whose rounds are what the default model proposes (repeated calls, a path built from a tool's
-name, an answer that echoes a listing, answers that are tool-call JSON, a denied command, four identical rounds)."""
+"""A chat Session as `emelex chat` writes it: the adapter over the built-in tools in a real workspace, with a
+workspace map and recalled notes recorded before the first round, driven by a scripted binding whose rounds are
+what the default model proposes (repeated calls, a path built from a tool's name, an answer that echoes a listing,
+answers that are tool-call JSON, a denied command, four identical rounds)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,14 @@ TURNS = [
 ]
 
 
+NOTE = "Notes from earlier Sessions (may be outdated): the deploy runs from the release branch."
+CONTEXT = {  # context sources as the chat's: a workspace map and recalled notes, recorded before the first round
+    "workspace_map": lambda request: {"text": "Workspace: " + ", ".join(
+        f"{p.name} ({p.stat().st_size} bytes)" for p in sorted(request.workspace.iterdir())), "entries": len(FILES)},
+    "recall": lambda request: {"text": NOTE, "notes": [{"key": "deploy-release-branch", "version": 1}]},
+}
+
+
 def chat_session(store: MemoryStore, settings: Settings, workspace: Path) -> str:
     """Write `FILES` into `workspace`, run `TURNS` through the adapter with the built-in tools, close cleanly (which
     queues distillation); the Session's ID."""
@@ -59,8 +68,8 @@ def chat_session(store: MemoryStore, settings: Settings, workspace: Path) -> str
 
     async def main() -> str:
         snapshot = build_snapshot(binding, tools, model_reference="test/scripted", model_snapshot_id="s" * 64,
-                                  system_prompt="You are a coding assistant.")
-        agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot)
+                                  system_prompt="You are a coding assistant.", context=tuple(CONTEXT))
+        agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot, context_sources=CONTEXT)
         for text, _rounds, decisions in TURNS:
             pending = iter(decisions)
             await agent.turn(text, approve=lambda call, tool: next(pending))

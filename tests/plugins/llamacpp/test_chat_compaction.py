@@ -62,6 +62,7 @@ def test_a_chat_session_compacts_on_the_default_model_stating_its_tool_rounds(
         view = store.replay(sid).events
     assert report.counts["failed"] == 0, [d.message for j in jobs.values() for d in j.diagnostics]
     assert queued.plan.compact_turns == 8 and view[0].kind == "summary"
+    assert [e.kind for e in compacted[:3]] == ["context", "context", "user"]  # the notes are compacted too
     text = view[0].payload["text"]
     assert view[0].payload["provenance"]["model"] is None  # rules alone: no model call
     lines = text.splitlines()
@@ -86,5 +87,6 @@ def test_distilling_a_chat_session_stores_no_tool_call_json(settings: Settings, 
         for part in (entry.content, *(fx.qa_parts(entry.content) or ())):
             assert part.lstrip()[:1] not in "{[", entry.content
         assert '"tool_calls"' not in entry.content and '"arguments"' not in entry.content, entry.content
+        assert "release branch" not in entry.content  # a recalled note is not said again: never new Knowledge
     contents = {e.content for e in entries}
     assert "Q: What port does config.toml set? A: config.toml sets port = 8080." in contents
