@@ -353,8 +353,9 @@ class RepeatedOutputError(PermanentJobError):
 
 class DeterministicOutputError(PermanentJobError):
     """A summarizer that made no model call (rule-based, e.g. the extractive mode) produced degenerate output: a retry
-    would compute the same, so it fails at once; set EMELEX_SUMMARY_MODE=abstractive or choose another summarizer,
-    then `emelex memory jobs retry`."""
+    would compute the same, so it fails at once. Nothing was replaced and the Session goes on with its full history;
+    plan another span (`emelex memory compact SESSION --force --preserve-turns N`) or choose another summarizer
+    (EMELEX_SUMMARIZER)."""
 
 
 class SummaryProvenanceError(StoreError):

@@ -1,10 +1,12 @@
 """What faithful output means and the guards that enforce it: the plain text checks (`checks`: support, vacuity,
-worked-example matches, Summary cleaning), which plugins may use too, and the guards the worker applies to every
-summarizer's and distiller's output (`guards`).
+worked-example matches, Summary cleaning) and the rule-made records of tool rounds and failed turns (`records`),
+which plugins may use too, and the guards the worker applies to every summarizer's and distiller's output
+(`guards`).
 
-`checks` imports nothing of emelex_workers; `guards` imports emelex_memory, the host's types and the attempts'
-wording (`worker.attempts`). The names below are the checks' public API, and `guard_candidates`, which the
-built-in `remember` tool applies as distillation does.
+`checks` imports nothing of emelex_workers, `records` only emelex_memory's `Event`; `guards` imports
+emelex_memory, the host's types and the attempts' wording (`worker.attempts`). The names below are the checks'
+and the records' public API, and `guard_candidates`, which the built-in `remember` tool applies as
+distillation does.
 """
 
 from .checks import (
@@ -22,6 +24,7 @@ from .checks import (
     content_words,
     corroboration,
     is_invented,
+    json_shaped,
     key_names,
     looping,
     matches_example,
@@ -32,6 +35,7 @@ from .checks import (
     quoted,
     sentences,
     stem,
+    summary_lines,
     support,
     supported,
     terminated,
@@ -39,10 +43,12 @@ from .checks import (
     words,
 )
 from .guards import guard_candidates
+from .records import call_record, failure_record, machinery_records, record_texts
 
 __all__ = [
-    "CODE_SPAN", "EXAMPLE_JACCARD", "MIN_CONTENT_WORDS", "NEGATIONS", "PARAPHRASE", "SPEAKER_LABEL", "STOP_WORDS", "SUMMARY_META",
-    "SummaryCheck", "check_summary", "claim_supported", "content_words", "corroboration", "is_invented", "key_names",
-    "looping", "matches_example", "negated", "normalize", "qa", "qa_parts", "quoted", "sentences", "stem", "support",
+    "CODE_SPAN", "EXAMPLE_JACCARD", "MIN_CONTENT_WORDS", "NEGATIONS", "PARAPHRASE", "SPEAKER_LABEL", "STOP_WORDS",
+    "SUMMARY_META", "SummaryCheck", "call_record", "check_summary", "claim_supported", "content_words", "corroboration",
+    "failure_record", "is_invented", "json_shaped", "key_names", "looping", "machinery_records", "matches_example",
+    "negated", "normalize", "qa", "qa_parts", "quoted", "record_texts", "sentences", "stem", "summary_lines", "support",
     "supported", "terminated", "vacuous", "words", "guard_candidates",
 ]

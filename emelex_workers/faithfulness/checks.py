@@ -124,8 +124,34 @@ def sentences(text: str) -> list[str]:
 
 
 def terminated(sentence: str) -> bool:
-    """True when `sentence` ends with `.`, `!` or `?` (closing quotes, brackets or backticks allowed after it)."""
-    return bool(_TERMINATED.search(sentence.rstrip()))
+    """True when `sentence` ends with `.`, `!` or `?` (closing quotes, brackets or backticks allowed after it), or
+    is a fenced code block, which ends with its closing fence."""
+    return bool(_TERMINATED.search(sentence.rstrip()) or _FENCE.fullmatch(sentence.strip()))
+
+
+_OPENING_FENCE = re.compile(r"```[^`\n]*\Z")
+_CLOSING_FENCE = re.compile(r"```[ \t]*\Z")
+
+
+def summary_lines(text: str) -> list[str]:
+    """The lines of a Summary, a fenced code block kept whole: a line whose text after its speaker label opens a
+    fence (```` ``` ```` and an optional info string) runs on, line breaks included, to the line that closes it;
+    without a closing line, lines are lines."""
+    lines = text.splitlines()
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        body = lines[i][m.end():] if (m := SPEAKER_LABEL.match(lines[i])) else lines[i]
+        end = None
+        if _OPENING_FENCE.match(body):
+            end = next((j for j in range(i + 1, len(lines)) if _CLOSING_FENCE.match(lines[j])), None)
+        if end is not None:
+            out.append("\n".join(lines[i:end + 1]))
+            i = end + 1
+        else:
+            out.append(lines[i])
+            i += 1
+    return out
 
 
 def support(candidate: str, sources: Sequence[str]) -> float:
@@ -213,6 +239,15 @@ def matches_example(candidate: str, examples: Iterable[str], sources: Sequence[s
     return False
 
 
+_JSON_OPENING = re.compile(r"\s*(?:\{\s*(?:\"|\})|\[\s*(?:[\"{\[\]\d-]|true|false|null))")
+
+
+def json_shaped(text: str) -> bool:
+    """True when `text` opens like JSON of an object or a list (`{"`, `{}`, `["`, `[{`, `[1`, `[]`, ...; white
+    space allowed): a tool call or a tool result, whole or cut off. "[server]" or "{braces} in prose" is not."""
+    return bool(_JSON_OPENING.match(text))
+
+
 def key_names(text: str) -> list[str]:
     """The identifiers, file names and numbers in `text` (see the module docstring), in order, without trailing
     sentence punctuation."""
@@ -291,7 +326,8 @@ def check_summary(text: str, *, sources: Sequence[str], examples: Iterable[str] 
                   speakers: Mapping[str, Sequence[str]] | None = None) -> SummaryCheck:
     """Clean a Summary and judge it, line by line.
 
-    Each line keeps its speaker label ("user: ", "assistant: ", "summary: ",
+    Each line (`summary_lines`: a fenced code block is part of the line it
+    opens in) keeps its speaker label ("user: ", "assistant: ", "summary: ",
     ...); its sentences are checked apart and the ones kept are joined again
     with a space, so the Summary keeps its line structure. Sentences are cut
     when they repeat an earlier one (once normalized), when they loop
@@ -311,7 +347,7 @@ def check_summary(text: str, *, sources: Sequence[str], examples: Iterable[str] 
     """
     examples = tuple(examples)
     source_text = "\n".join(sources).casefold()
-    lines = [(label, sentences(body)) for label, body in map(_labelled, text.splitlines())]
+    lines = [(label, sentences(body)) for label, body in map(_labelled, summary_lines(text))]
     count_all = sum(len(parts) for _, parts in lines)
     kept: list[tuple[str, list[str]]] = []
     seen: set[str] = set()

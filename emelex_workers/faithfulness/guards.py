@@ -8,7 +8,8 @@ and drops, counting each under its reason in the job's result:
   long, control characters);
 - `rejected_machinery`: content that is the agent's machinery, not what was
   said: JSON (a tool call's arguments, a tool result, a failure record, an
-  audit event), or text quoted from an event outside `SAID_KINDS` ("user",
+  audit event), whole or cut off, alone or as the answer of a
+  question-and-answer entry, or text quoted from an event outside `SAID_KINDS` ("user",
   "assistant") and from no said event. A fact a tool result established is
   kept when the candidate states it in words (it is then supported like any
   other), with the job's source range, which holds the call, as provenance;
@@ -36,14 +37,16 @@ digest an earlier diagnostic names, it is a `RepeatedOutputError`,
 terminal: retrying a summarizer that does not vary its output cannot help.
 A summarizer that made no model call on the attempt (rule-based, such as the
 built-in extractive mode) computes the same output again, so its degenerate
-Summary is a `DeterministicOutputError` at once, terminal, naming the setting
-that lets a model write it instead.
+Summary is a `DeterministicOutputError` at once, terminal, saying what a user
+can do: nothing was replaced, so the Session goes on with its full history;
+another span (other kept turns) is a new plan, or another summarizer
+(`EMELEX_SUMMARIZER`) may do better. It does not point at the abstractive
+mode: on the default model that writes worse Summaries, not better.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Iterable, Sequence
 from itertools import islice
@@ -63,6 +66,7 @@ from emelex_memory.sessions.transcript import SUMMARY_KIND
 from emelex_memory.knowledge.values import validate_content, validate_key
 
 from . import checks as fx
+from .records import record_texts
 from ..worker.attempts import attempt_text
 from ..host.types import SAID_KINDS, event_body
 
@@ -70,19 +74,23 @@ REASONS = ("confidence", "invalid", "machinery", "vacuous", "example", "unsuppor
 
 
 def source_texts(events: Iterable[Event]) -> list[str]:
-    """The texts the Summary guard checks against: each event's `event_body` (a base Summary included)."""
-    return [event_body(e) for e in events]
+    """The texts the Summary guard checks against: each event's `event_body` (a base Summary included), then the
+    records of its tool calls and failed turns (`records.machinery_records`)."""
+    events = list(events)
+    return [event_body(e) for e in events] + [r for made in record_texts(events).values() for r in made]
 
 
 def speaker_texts(events: Iterable[Event]) -> dict[str, list[str]]:
     """What each speaker said, by event kind ("user", "assistant", ...): each event's `event_body`; a base
-    Summary's labelled lines count as their label's speaker's, its other lines as "summary"'s."""
-    said: dict[str, list[str]] = {}
+    Summary's labelled lines count as their label's speaker's, its other lines as "summary"'s; the records of
+    tool calls count as "tool"'s, those of failed turns as "system"'s (`records.machinery_records`)."""
+    events = list(events)
+    said: dict[str, list[str]] = {speaker: list(made) for speaker, made in record_texts(events).items()}
     for e in events:
         if e.kind != SUMMARY_KIND:
             said.setdefault(e.kind, []).append(event_body(e))
             continue
-        for line in event_body(e).splitlines():
+        for line in fx.summary_lines(event_body(e)):
             match = fx.SPEAKER_LABEL.match(line)
             name = match.group(0)[:-2].lower() if match else SUMMARY_KIND
             said.setdefault(name, []).append(line[match.end():] if match else line)
@@ -95,15 +103,11 @@ def fact_sources(events: Iterable[Event]) -> list[str]:
 
 
 def machinery(content: str, said: Sequence[str], other: Sequence[str]) -> bool:
-    """True when `content` is JSON of an object or a list, or is quoted from one of `other` (texts of events outside
-    `SAID_KINDS`) and from none of `said`."""
-    text = content.strip()
-    if text[:1] in "{[":
-        try:
-            json.loads(text)
-            return True
-        except ValueError:
-            pass
+    """True when `content`, or the question or the answer of a `qa` entry, opens like JSON of an object or a list
+    (`checks.json_shaped`: a tool call or result, whole or cut off), or when `content` is quoted from one of `other`
+    (texts of events outside `SAID_KINDS`) and from none of `said`."""
+    if any(fx.json_shaped(part) for part in (content, *(fx.qa_parts(content) or ()))):
+        return True
     return fx.quoted(content, other) and not fx.quoted(content, said)
 
 
@@ -175,11 +179,13 @@ def guard_summary(text: str, *, job: Job, events: Iterable[Event], examples: Seq
     digest = output_digest(text)
     marker = f"output {digest}"
     if not model_called:
+        kept = job.source.get("preserve_turns")
+        other = f" with N other than {kept}" if kept is not None else ""
         raise DeterministicOutputError(
             f"degenerate Summary ({marker}): {check.problem}; the summarizer made no model call, so a retry would "
-            "compute the same output and none is made: set EMELEX_SUMMARY_MODE=abstractive (summary_mode) to let "
-            f"the model write it, or choose another summarizer (EMELEX_SUMMARIZER), then `emelex memory jobs retry "
-            f"{job.id}`"
+            "compute the same output and none is made; nothing was replaced: the Session keeps its full history and "
+            f"can go on as it is; to compact it, plan another span with `emelex memory compact {job.session_id} "
+            f"--force --preserve-turns N`{other}, or choose another summarizer (EMELEX_SUMMARIZER)"
         )
     if any(marker in d.message for d in job.diagnostics):
         raise RepeatedOutputError(

@@ -3,11 +3,20 @@
 A candidate is a sentence of one event's text (`faithfulness.sentences`),
 verbatim. Only what was *said* is a candidate: events of the kinds in
 `SAID_KINDS` ("user", "assistant") and, for a Summary, the lines of an
-earlier Summary. Tool calls and their arguments, tool results, turn failures
-and audit events are the agent's machinery, never a candidate (a fact a tool
-result established is a candidate in the words the assistant said it in).
+earlier Summary. Tool calls and their arguments, tool results, turn failures,
+audit and context events are the agent's machinery, never a fact candidate (a
+fact a tool result established is a candidate in the words the assistant said
+it in). For a Summary, each tool round and each failed turn is one statement
+of *records* instead (`faithfulness.machinery_records`, made by rule: which
+tool ran with which arguments and what came of it; speaker "tool" or
+"system", like an earlier Summary's lines so labelled): each record is a
+candidate, once, filtered by nothing else; records supersede nothing and are
+not superseded, and an answer after a tool round answers the question before
+the round.
 
-Dropped always: questions, sentences with fewer than two content words,
+Dropped always: sentences that open like JSON (`faithfulness.json_shaped`: a
+small model's answer that is a tool call, whole or cut off), questions,
+sentences with fewer than two content words,
 pure conversation (only words like "thanks", "sure", "noted"), sentences
 over `MAX_CANDIDATE_CHARS`, and statements *superseded* later in the source
 (`superseded`): a later statement that gives the same subject another value,
@@ -53,6 +62,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 from emelex_memory import Event
 from emelex_workers.faithfulness import (
@@ -60,17 +70,21 @@ from emelex_workers.faithfulness import (
     NEGATIONS,
     SPEAKER_LABEL,
     content_words,
+    json_shaped,
     key_names,
+    machinery_records,
     negated,
     normalize,
     qa,
     sentences,
     stem,
+    summary_lines,
     words,
 )
 from emelex_workers.plugin_api import SAID_KINDS, event_body
 
 MAX_CANDIDATE_CHARS = 240
+RECORD_SPEAKERS = frozenset({"tool", "system"})  # the speakers of rule-made records (`faithfulness.records`)
 FRAGMENT_WORDS = 8
 CHATTER = frozenset(
     "thanks thank ok okay sure good great nice perfect fine right agreed understood noted done yes yeah yep "
@@ -126,21 +140,31 @@ class Candidate:
 
 
 def _statements(events: Sequence[Event], *, summaries: bool) -> list[tuple[int, str, list[str]]]:
-    """(event index, speaker, sentences) per event said (`SAID_KINDS`), and per Summary event with `summaries`;
-    an earlier Summary's labelled lines keep their speaker."""
+    """(event index, speaker, sentences) per event said (`SAID_KINDS`), and, with `summaries`, per Summary event
+    (an earlier Summary's labelled lines keep their speaker) and per tool round or failed turn (its records,
+    `faithfulness.machinery_records`, speaker "tool" or "system"), in source order."""
     out = []
+    made = {index: (speaker, texts) for index, speaker, texts in machinery_records(events)} if summaries else {}
     for index, event in enumerate(events):
         body = event_body(event)
-        if event.kind == "summary":
+        if index in made:
+            out.append((index, *made[index]))
+        elif event.kind == "summary":
             if not summaries:
                 continue
-            for line in body.splitlines():
+            for line in summary_lines(body):
                 match = SPEAKER_LABEL.match(line)
                 speaker = match.group(0)[:-2].lower() if match else "summary"
                 out.append((index, speaker, sentences(line[match.end():] if match else line)))
         elif event.kind in SAID_KINDS:
             out.append((index, event.kind, sentences(body)))
     return out
+
+
+def _said_before(statements: Sequence[tuple[int, str, list[str]]], position: int) -> int | None:
+    """The position of the statement before `position` that is not a record (`RECORD_SPEAKERS`): what an answer
+    after a tool round replies to."""
+    return next((p for p in range(position - 1, -1, -1) if statements[p][1] not in RECORD_SPEAKERS), None)
 
 
 def chatter(sentence: str) -> bool:
@@ -286,12 +310,20 @@ def candidates(events: Sequence[Event], *, facts: bool) -> list[Candidate]:
     seen: set[str] = set()
     found: list[Candidate] = []
     order = 0
+    records: set[int] = set()  # indexes in `found` of records, which no statement supersedes nor is superseded by
     for position, (index, speaker, parts) in enumerate(statements):
-        asked = _question(statements[position - 1] if position else None, speaker)
+        before = _said_before(statements, position)
+        asked = None if speaker in RECORD_SPEAKERS or before is None else _question(statements[before], speaker)
         for number, sentence in enumerate(parts):
             order += 1
             norm = normalize(sentence)
-            if sentence.endswith("?") or len(sentence) > MAX_CANDIDATE_CHARS or norm in seen:
+            if speaker in RECORD_SPEAKERS:
+                if norm not in seen:
+                    seen.add(norm)
+                    records.add(len(found))
+                    found.append(Candidate(sentence, index, speaker, order, None, position))
+                continue
+            if sentence.endswith("?") or len(sentence) > MAX_CANDIDATE_CHARS or norm in seen or json_shaped(sentence):
                 continue
             question = None
             if facts and number == 0 and asked is not None and not _PROPOSAL.search(asked) and (
@@ -308,22 +340,27 @@ def candidates(events: Sequence[Event], *, facts: bool) -> list[Candidate]:
                 continue
             seen.add(norm)
             found.append(Candidate(sentence, index, speaker, order, question, position))
-    dropped = superseded([c.text for c in found])
+    said = [i for i in range(len(found)) if i not in records]
+    dropped = {said[i] for i in superseded([found[i].text for i in said])}
     return [c for i, c in enumerate(found) if i not in dropped]
 
 
 def questions(events: Sequence[Event]) -> dict[int, Candidate]:
     """For each `Candidate.line` (of the Summary candidates) that answers a question of the other side, that
-    question, shortened (`shorten`), as a `Candidate` of its own line: what a Summary quotes before the answer."""
+    question, shortened (`shorten`), as a `Candidate` of its own line: what a Summary quotes before the answer.
+    A tool round's records answer the question before the round, as the answer after it does (one `Candidate`
+    for both: the Summary quotes it once)."""
     statements = _statements(events, summaries=True)
     out: dict[int, Candidate] = {}
-    order = 0
-    for position, (_index, speaker, parts) in enumerate(statements):
-        previous = statements[position - 1] if position else None
-        asked = _question(previous, speaker)
-        if previous is not None and asked is not None:
-            out[position] = Candidate(shorten(asked), previous[0], previous[1], order, line=position - 1)
-        order += len(parts)
+    by_line: dict[int, Candidate] = {}
+    ends = list(accumulate(len(parts) for _index, _speaker, parts in statements))  # each line's last sentence's order
+    for position, (_index, speaker, _parts) in enumerate(statements):
+        before = _said_before(statements, position)
+        asked = None if before is None else _question(statements[before], speaker)
+        if before is not None and asked is not None:
+            index, asker, _ = statements[before]
+            out[position] = by_line.setdefault(before, Candidate(shorten(asked), index, asker, ends[before],
+                                                                 line=before))
     return out
 
 

@@ -1,7 +1,9 @@
 """Extractive output: Summaries and Knowledge that can only quote the source (the default modes).
 
 Both start from the source's candidate statements (`candidates.py`), which
-are verbatim sentences of its events.
+are verbatim sentences of its events; a Summary's also include the rule-made
+records of tool rounds and failed turns (`faithfulness.machinery_records`),
+so a chat Session's Summary says which tools ran on what with what outcome.
 
 *Summary.* The statements that carry the most of what a compacted history
 must keep are chosen greedily: each step takes the statement with the most
@@ -11,7 +13,11 @@ source's tokens (at least 48), at most the job's Summary budget. Statements
 a later one supersedes (`candidates.supersedes`) are not candidates. An
 answer is taken only together with the question it answers (the question's
 sentence, verbatim, its last clause when it is longer than 16 words), both
-counted against the length: a Summary never holds a question-less answer.
+counted against the length: a Summary never holds a question-less answer;
+a tool call's record is taken with the question before its round the same
+way (the question quoted once however many records and answers follow it).
+Each record is new to the Summary until it is taken (`_names`), so every
+distinct call counts, even on a tool and a path named before.
 *Decisions* (`candidates.decision`: statements naming a value or an
 identifier, such as a command, a version or a file, or saying use / keep /
 pin / set / ...) go first, and first among them the decisions that change
@@ -23,10 +29,15 @@ keeps every step's decisions while they fit; then the new slice's decisions
 (changes first), then its other statements, then the previous Summary's other lines, each by
 the same rule, so a step never just repeats the previous Summary. Ties go
 to the earlier statement. They are
-written in source order, one line per event, `speaker: sentence ...`,
+written in source order, one line per event (each tool call's record on a
+line of its own labelled "tool"), `speaker: sentence ...`,
 verbatim but for one thing: a sentence without terminal punctuation (the
 end of a line or message) gets a full stop, so that sentences written on one
-line stay apart for the guards and for the next step's Summary. No
+line stay apart for the guards and for the next step's Summary; a sentence
+that would still run into the one before it (it opens with a lowercase
+letter, as a listing echoed line by line does) starts a new line under the
+same label, and so does a fenced code block, kept whole, line breaks
+included, and the sentence after it. No
 model call: on the quality benchmark's development set the 135M model's own
 choices were no better than chance (see benchmarks/RESULTS.md), so the
 Summary's content is chosen by these rules alone.
@@ -66,6 +77,7 @@ from emelex_workers.faithfulness import (
     corroboration,
     key_names,
     normalize,
+    sentences,
     terminated,
     words,
 )
@@ -74,6 +86,7 @@ from emelex_workers.plugin_api import SAID_KINDS, DistillRequest, SummaryRequest
 from .binding import generate
 from .candidates import (
     CHATTER,
+    RECORD_SPEAKERS,
     Candidate,
     Evidence,
     candidates,
@@ -101,12 +114,28 @@ def names(statement: str) -> set[str]:
     return found
 
 
+def _names(c: Candidate) -> set[str]:
+    """`names(c.text)`, and for a record (`candidates.RECORD_SPEAKERS`) the record itself: each call said is new,
+    even when its tool and its path were each named before."""
+    return names(c.text) | ({normalize(c.text)} if c.speaker in RECORD_SPEAKERS else set())
+
+
 def _gain(c: Candidate, covered: set[str], seen: set[str]) -> int:
-    return KEY_NAME_WEIGHT * len(names(c.text) - covered) + len(content_words(c.text) - seen)
+    return KEY_NAME_WEIGHT * len(_names(c) - covered) + len(content_words(c.text) - seen)
 
 
-def _line(speaker: str, parts: list[str]) -> str:
-    return f"{speaker}: " + " ".join(p if terminated(p) else p + "." for p in parts)
+def _lines(speaker: str, parts: list[str]) -> list[str]:
+    """`speaker: sentence ...` for `parts`, each terminated; a sentence the splitter would join to the one before it
+    (one that opens with a lowercase letter: "file 40 config.toml") starts a new line under the same label, and a
+    fenced code block has a line of its own (`faithfulness.summary_lines` reads it whole)."""
+    runs: list[list[str]] = []
+    for part in (p if terminated(p) else p + "." for p in parts):
+        fenced = part.startswith("```") or (runs and runs[-1][-1].startswith("```"))
+        if runs and not fenced and sentences(" ".join([*runs[-1], part])) == [*runs[-1], part]:
+            runs[-1].append(part)
+        else:
+            runs.append([part])
+    return [f"{speaker}: " + " ".join(run) for run in runs]
 
 
 def _render(units: list[list[Candidate]]) -> str:
@@ -118,22 +147,25 @@ def _render(units: list[list[Candidate]]) -> str:
     chosen = {id(c): c for unit in units for c in unit}.values()
     for c in sorted(chosen, key=lambda c: c.order):
         if last is not None and (c.line, c.speaker) != last:
-            lines.append(_line(last[1], run))
+            lines += _lines(last[1], run)
             run = []
         run.append(c.text)
         last = (c.line, c.speaker)
     if last is not None:
-        lines.append(_line(last[1], run))
+        lines += _lines(last[1], run)
     return "\n".join(lines)
 
 
 def _pool(request: SummaryRequest) -> list[Candidate]:
-    """The summary candidates; for a source with none (only questions or small talk), its sentences as they are."""
+    """The summary candidates; for a source with none (only questions or small talk), the text of its first event
+    said (`SAID_KINDS`) or, without one, of its first event, as it is (never a context note when something was
+    said)."""
     pool = candidates(request.events, facts=False)
     if pool:
         return pool
-    return [Candidate(text, i, e.kind) for i, e in enumerate(request.events)
-            for text in [event_body(e).strip()] if text][:1]
+    texts = [(i, e.kind, event_body(e).strip()) for i, e in enumerate(request.events) if event_body(e).strip()]
+    said = [t for t in texts if t[1] in SAID_KINDS]
+    return [Candidate(text, i, kind) for i, kind, text in (said or texts)[:1]]
 
 
 PREVIOUS_DECISIONS_SHARE = 1 / 2
@@ -154,12 +186,12 @@ def summarize(request: SummaryRequest) -> str:
     units: list[list[Candidate]] = []
     covered: set[str] = set()
     seen: set[str] = set()
-    picked: set[int] = set()  # lines whose question is already in the Summary
+    picked: set[int] = set()  # the lines of the questions already in the Summary
     used = 0
 
     def unit(c: Candidate) -> list[Candidate]:
         question = asked.get(c.line)
-        return [c] if question is None or c.line in picked else [question, c]
+        return [c] if question is None or question.line in picked else [question, c]
 
     def cost(c: Candidate) -> int:
         return sum(tokens[u.text] for u in unit(c))
@@ -181,8 +213,8 @@ def summarize(request: SummaryRequest) -> str:
                 continue
             used += cost(best)
             units.append(unit(best))
-            picked.add(best.line)
-            covered.update(names(best.text))
+            picked.update(u.line for u in unit(best)[:-1])
+            covered.update(_names(best))
             seen.update(content_words(best.text))
 
     # The previous Summary's decisions first, within half the target: a chain keeps every step's decisions.

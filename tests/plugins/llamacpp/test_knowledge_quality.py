@@ -197,3 +197,36 @@ def test_confidence_counts_checkable_evidence_stated_confirmed_repeated_and_unco
     assert confirmed > said_once
     assert confirmed == 0.95  # stated with a value, confirmed by the other side, repeated, uncontested
     assert said_once == 0.55  # only uncontested
+
+
+JSON_ANSWERS = [
+    ("user", "What does notes.md say?"),
+    ("tool_calls", {"round": 1, "calls": [{"call_id": "c1", "tool": "read_file", "arguments": {"path": "notes.md"}}]}),
+    ("tool_result", {"call_id": "c1", "tool": "read_file", "outcome": "ok", "output": "The release is on Friday."}),
+    ("assistant", '{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md"}}]}'),
+    ("user", "Read notes.md again."),
+    ("assistant", '{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes'),  # cut off by the limit
+    ("user", "Which section of config.toml holds the port?"),
+    ("assistant", "[server] holds port = 8080 in config.toml."),
+]
+
+
+def test_an_answer_that_is_tool_call_json_is_never_a_candidate(store: MemoryStore, workspace: Path) -> None:
+    found = _distill(store, workspace, JSON_ANSWERS)
+    assert [c.content for c in found] == [
+        "Read notes.md again.",
+        "Q: Which section of config.toml holds the port? A: [server] holds port = 8080 in config.toml.",
+    ]
+
+
+def test_the_guard_rejects_tool_call_json_whole_cut_off_or_as_an_answer(store: MemoryStore, workspace: Path) -> None:
+    _, events = _session(store, workspace, JSON_ANSWERS)
+    proposals = [
+        KnowledgeCandidate("cut", '{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes'),
+        KnowledgeCandidate("qa", 'Q: What does notes.md say? A: {"tool_calls": [{"name": "read_file", '
+                                 '"arguments": {"path": "notes.md"}}]}'),
+        KnowledgeCandidate("port", "[server] holds port = 8080 in config.toml."),  # prose opening with brackets
+    ]
+    result = guard_candidates(proposals, events=events)
+    assert [c.key for c in result.candidates] == ["port"]
+    assert result.rejected["rejected_machinery"] == 2

@@ -44,12 +44,19 @@ class ScriptedBinding:
         pass
 
 
-def _events(store: MemoryStore, workspace: Path):
+def said(*texts: str, kinds=("user", "assistant")) -> list[NewEvent]:
+    """One store turn of `texts`, said by `kinds` in order."""
+    return [NewEvent(kind, {"text": text}) for kind, text in zip(kinds, texts, strict=True)]
+
+
+def _events(store: MemoryStore, workspace: Path, turns=None):
+    """A finished Session of `turns` (store turns, lists of `NewEvent`; default `TURNS`): its distill job and its
+    replayed events."""
     session = store.create_session(workspace)
     with store.acquire_lease(session.id, workspace) as lease:
         list(lease.replay_all())
-        for user, assistant in TURNS:
-            lease.append_turn([NewEvent("user", {"text": user}), NewEvent("assistant", {"text": assistant})])
+        for turn in [said(*pair) for pair in TURNS] if turns is None else turns:
+            lease.append_turn(turn)
         enqueued = store.finish_session(lease)
     return enqueued.job, tuple(store.replay(session.id).events)
 
@@ -215,3 +222,135 @@ def test_a_step_favours_its_new_slice_over_the_previous_summary() -> None:
     text = extractive.summarize(SummaryRequest(None, events, 60, ScriptedBinding()))
     assert all(t in text for t in fresh), text  # the previous Summary's decisions take at most half the room
     assert "Shard s" in text  # and keep their place: a chain keeps every step's decisions
+
+
+def test_a_chat_sessions_summary_records_its_tool_rounds_by_rule_and_the_guard_cuts_nothing(
+    store: MemoryStore, settings: Settings, workspace: Path
+) -> None:
+    from emelex_workers.faithfulness import guards
+
+    from .chat_session import chat_session
+
+    events = tuple(store.replay(chat_session(store, settings, workspace)).events)
+    job = store.list_jobs().jobs[0]
+    binding = ScriptedBinding()
+    text = extractive.summarize(SummaryRequest(job, events, 2000, binding))
+    lines = text.splitlines()
+    assert binding.calls == []
+    assert lines[:7] == [
+        "user: What files are in this workspace?",
+        "tool: list_dir `.`: ok, `file 40 config.toml`.",  # the identical second round is said once
+        "assistant: file 52 main.py.",  # a sentence the splitter would join to the one before gets its own line
+        "assistant: file 31 notes.md.",
+        "user: What port does config.toml set?",  # the question before the tool round its answer follows
+        "tool: read_file `config.toml`: ok, `[server]`.",
+        "assistant: config.toml sets port = 8080.",
+    ]
+    assert "tool: run_command `ls`: denied." in lines and not any("tool_calls" in line for line in lines)
+    check = fx.check_summary(text, sources=guards.source_texts(events), speakers=guards.speaker_texts(events))
+    assert (check.text, check.problem, check.relabelled) == (text, None, 0)
+
+
+def test_an_answer_echoing_lowercase_lines_keeps_each_as_a_sentence(store: MemoryStore, workspace: Path) -> None:
+    job, events = _events(store, workspace, [said(
+        "We keep the service files under deploy/.",
+        "deploy/api.service runs gunicorn\ndeploy/worker.service runs celery\nmain.py starts both")])
+    text = extractive.summarize(SummaryRequest(job, events, 200, ScriptedBinding()))
+    assert text.splitlines() == ["user: We keep the service files under deploy/.",
+                                 "assistant: deploy/api.service runs gunicorn.",
+                                 "assistant: deploy/worker.service runs celery.", "assistant: main.py starts both."]
+    assert fx.check_summary(text, sources=[event_body(e) for e in events]).text == text
+
+
+def test_a_summary_of_small_talk_after_a_context_note_quotes_what_was_said_not_the_note(
+    store: MemoryStore, workspace: Path
+) -> None:
+    note = NewEvent("context", {"source": "workspace_map", "text": "Workspace: file 40 config.toml"})
+    job, events = _events(store, workspace, [[note, *said("Hi there!", "Hello!")]])
+    assert extractive.summarize(SummaryRequest(job, events, 200, ScriptedBinding())) == "user: Hi there!"
+
+
+def test_answers_with_code_blocks_are_summarised_whole_and_the_guard_cuts_nothing(
+    store: MemoryStore, workspace: Path
+) -> None:
+    from emelex_workers.faithfulness import guards
+
+    job, events = _events(store, workspace, [
+        said("List the files.", "```\nconfig.toml\nmain.py\n```"),
+        said("Show the config.", "```toml\n[server]\nport = 8080\n```\nThe port is 8080."),
+        said("How do I run it?", "Run this:\n```\npython main.py\n```"),
+    ])
+    text = extractive.summarize(SummaryRequest(job, events, 2000, ScriptedBinding()))
+    assert "assistant: ```toml\n[server]\nport = 8080\n```\nassistant: The port is 8080." in text
+    assert "assistant: ```\npython main.py\n```" in text and "```." not in text
+    check = fx.check_summary(text, sources=guards.source_texts(events), speakers=guards.speaker_texts(events))
+    assert (check.text, check.repeated, check.unsupported, check.relabelled, check.trimmed) == (text, 0, 0, 0, False)
+    step = events[0]._replace(kind="summary", payload_json=json.dumps({"text": text}))  # a next step reads blocks whole
+    first = [c.text for c in candidates([step], facts=False)][:2]
+    assert first == ["List the files.", "```\nconfig.toml\nmain.py\n```"]
+
+
+def test_a_step_over_a_summary_with_tool_lines_keeps_them_as_records_and_the_guard_cuts_nothing() -> None:
+    from emelex_memory import Event
+    from emelex_workers.faithfulness import guards
+
+    def event(seq: int, kind: str, payload: dict) -> Event:
+        body = json.dumps(payload)
+        return Event((seq, seq, seq, 0, kind, body, len(body), 0, 0.0, None))
+
+    previous = ("user: What port does config.toml set?\ntool: read_file `config.toml`: ok, `[server]`.\n"
+                "assistant: config.toml sets port = 8080.")
+    events = (
+        event(1, "summary", {"text": previous}),
+        event(2, "user", {"text": "Which file defines parse_args?"}),
+        event(3, "tool_calls", {"round": 1, "calls": [{"call_id": "c1", "tool": "search_text",
+                                                       "arguments": {"text": "def parse_args"}}]}),
+        event(4, "tool_result", {"call_id": "c1", "tool": "search_text", "outcome": "ok",
+                                 "output": "main.py:4: def parse_args(argv):"}),
+        event(5, "assistant", {"text": "parse_args is defined in main.py."}),
+    )
+    text = extractive.summarize(SummaryRequest(None, events, 2000, ScriptedBinding()))
+    assert text.splitlines() == [
+        "user: What port does config.toml set?", "tool: read_file `config.toml`: ok, `[server]`.",
+        "assistant: config.toml sets port = 8080.", "user: Which file defines parse_args?",
+        "tool: search_text `def parse_args`: ok, `main.py:4: def parse_args(argv):`.",
+        "assistant: parse_args is defined in main.py.",
+    ]
+    check = fx.check_summary(text, sources=guards.source_texts(events), speakers=guards.speaker_texts(events))
+    assert (check.text, check.problem, check.relabelled) == (text, None, 0)
+
+
+def test_a_chat_of_failed_turns_is_summarised_as_each_request_its_calls_and_how_the_turn_ended(
+    store: MemoryStore, workspace: Path
+) -> None:
+    from itertools import count
+
+    from ...support.agent import ScriptedBinding as FourCharacterTokens
+
+    ids = count()
+
+    def round_(n: int, path: str, *tools: str) -> list[NewEvent]:  # as the default model proposes them
+        calls = [{"call_id": f"{next(ids):032x}", "tool": t, "arguments": {"path": path}} for t in tools]
+        return [NewEvent("tool_calls", {"round": n, "calls": calls}), *[
+            NewEvent("tool_result", {"call_id": c["call_id"], "tool": c["tool"], "outcome": "error", "output": (
+                f"tool '{c['tool']}' failed: WorkspacePathError: path '{path}' does not exist in the workspace")})
+            for c in calls]]
+
+    failed = NewEvent("turn_failed", {"reason": "error",
+                                      "diagnostic": "the model asked for more than 4 tool rounds in one turn"})
+    job, events = _events(store, workspace, [
+        said("What files are in this workspace?", kinds=("user",)), round_(1, "list_dir.txt", "list_dir", "read_file"),
+        round_(2, "list_dir.txt", "list_dir", "read_file"), [failed],
+        said("What port does config.toml set?", kinds=("user",)), round_(1, "list_dir", "list_dir"), [failed],
+    ])
+    text = extractive.summarize(SummaryRequest(job, events, 2000, FourCharacterTokens()))
+    missing = "error, `WorkspacePathError: path '{}' does not exist in the workspace`."
+    assert text.splitlines() == [
+        "user: What files are in this workspace?",  # a request is quoted with the calls it led to
+        f"tool: list_dir `list_dir.txt`: {missing.format('list_dir.txt')}",  # each call once, the same path or not
+        f"tool: read_file `list_dir.txt`: {missing.format('list_dir.txt')}",
+        "system: The turn ended without an answer (error): `the model asked for more than 4 tool rounds in one "
+        "turn`.",
+        "user: What port does config.toml set?",
+        f"tool: list_dir `list_dir`: {missing.format('list_dir')}",
+    ]

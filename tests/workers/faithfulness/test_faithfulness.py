@@ -123,3 +123,12 @@ def test_sentence_splitting_respects_code_spans_paths_ellipses_and_version_numbe
         "Install it with pip install -e . and restart.", "Done."]
     fenced = "Build it with:\n```\nmake build\nmake test\n```\nThat is all."
     assert fx.sentences(fenced) == ["Build it with:", "```\nmake build\nmake test\n```", "That is all."]
+
+
+def test_summary_lines_keep_a_closed_code_block_whole_and_an_unclosed_one_is_plain_lines() -> None:
+    from emelex_workers.faithfulness import summary_lines, terminated
+
+    assert summary_lines("assistant: ```sh\nls -l\n```\nuser: ok") == ["assistant: ```sh\nls -l\n```", "user: ok"]
+    assert summary_lines("assistant: ```\nx\nuser: y") == ["assistant: ```", "x", "user: y"]
+    assert summary_lines("a ``` b\n```") == ["a ``` b", "```"]  # only a line that opens with a fence opens one
+    assert terminated("```sh\nls -l\n```") and not terminated("```sh\nls -l")

@@ -188,7 +188,7 @@ def test_a_retry_repeating_a_rejected_summary_fails_for_good(env: Settings, work
     assert "emelex models install PATH" in message
 
 
-def test_a_degenerate_summary_from_a_summarizer_that_made_no_model_call_fails_for_good_naming_the_mode(
+def test_a_degenerate_summary_from_a_summarizer_that_made_no_model_call_fails_for_good_saying_what_a_user_can_do(
     env: Settings, workspace: Path
 ) -> None:
     plugin = Scripted(summaries=[EXAMPLE], rule_based=True)  # a retry would compute the same output
@@ -197,10 +197,16 @@ def test_a_degenerate_summary_from_a_summarizer_that_made_no_model_call_fails_fo
         report = _run(store, env, plugin)
         job = _job(store, "compaction")
         assert all(e.kind != "summary" for e in store.replay(sid).events)
+        message = job.diagnostics[-1].message
+        # What it advises works: another span is a new plan, queued while the failed job stays failed.
+        again = store.queue_compaction(sid, context_window=4096, force=True, policy=CompactionPolicy(preserve_turns=1))
     assert report.counts["failed"] == 1 and job.state == "failed" and job.attempts == 1
-    message = job.diagnostics[-1].message
     assert message.startswith("DeterministicOutputError: degenerate Summary (output ")
-    assert "EMELEX_SUMMARY_MODE=abstractive" in message and f"emelex memory jobs retry {job.id}" in message
+    assert "nothing was replaced: the Session keeps its full history and can go on" in message
+    assert f"`emelex memory compact {sid} --force --preserve-turns N` with N other than 0" in message
+    assert "EMELEX_SUMMARIZER" in message and "abstractive" not in message.casefold()
+    assert "jobs retry" not in message  # a retry computes the same output
+    assert again.created and again.job.id != job.id
 
 
 def test_guard_candidates_leaves_what_is_not_a_candidate_batch_to_validation() -> None:
