@@ -55,7 +55,7 @@ from emelex_memory.sessions.leases import SessionLease
 from emelex_memory.snapshots.installed import InstalledModel
 from emelex_workers.host.types import AgentBinding, GenerationInterrupted
 
-from .protocol import PROTOCOL_VERSION, ProposedCall
+from .protocol import PROTOCOL_VERSION, PROTOCOLS, ProposedCall
 from .session import AgentSession
 from .tools import RegisteredTool, ToolInvocation, run_tool
 
@@ -76,11 +76,16 @@ def build_snapshot(
     round_tokens: int = 512,
     chain_limit: int = 4,
     calls_per_batch: int = 2,
+    protocol: str = PROTOCOL_VERSION,
 ) -> SessionSnapshot:
     """The snapshot of an agent over `binding` and `tools` (all of them) with these semantics; `context_size`
-    defaults to the binding's context window. A binding with `model_identity` (a served model) has it recorded."""
+    defaults to the binding's context window, `protocol` to the current version (an older one of `PROTOCOLS` for
+    a Session made with it; ValueError for any other). A binding with `model_identity` (a served model) has it
+    recorded."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol {protocol!r} is not one of {PROTOCOLS}")
     return SessionSnapshot(
-        model_reference, model_snapshot_id, PROTOCOL_VERSION, binding.template_digest,
+        model_reference, model_snapshot_id, protocol, binding.template_digest,
         binding.context_window if context_size is None else context_size, temperature, seed, round_tokens,
         chain_limit, calls_per_batch, system_prompt, tuple(t.authority() for t in tools.values()),
         getattr(binding, "model_identity", None),

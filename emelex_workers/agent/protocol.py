@@ -12,6 +12,7 @@ are rendered as ordinary user and assistant text.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,9 @@ from .errors import RoundOutputError
 from .schema import validate
 from .tools import bounded
 
-PROTOCOL_VERSION = "emelex-tools/1"
+PROTOCOL_V1 = "emelex-tools/1"
+PROTOCOL_VERSION = "emelex-tools/2"
+PROTOCOLS = (PROTOCOL_V1, PROTOCOL_VERSION)  # every version this code renders: an older Session keeps its own
 MAX_ANSWER_CHARS = 500
 MAX_CALLS_PER_BATCH = 16
 EXCERPT_BYTES = 300
@@ -42,11 +45,14 @@ class ProposedCall:
 
 @dataclass(frozen=True)
 class RoundOutput:
-    """One parsed model round: the `raw` text and either an `answer` or the proposed `calls` (never both)."""
+    """One parsed model round: the `raw` text and either an `answer` or the proposed `calls` (never both);
+    `stopped` is "repetition" for an answer whose generation was ended at a runaway repetition (see
+    `runaway_at`: `answer` keeps the text before it, `raw` is what was generated)."""
 
     raw: str
     answer: str | None
     calls: tuple[ProposedCall, ...]
+    stopped: str | None = None
 
 
 def _compact(value: Any) -> str:
@@ -94,12 +100,32 @@ def _refuse(raw: str, why: str) -> RoundOutputError:
     return RoundOutputError(f"the model's output is not a valid round ({why}): {excerpt!r}")
 
 
-def parse_round(raw: str) -> RoundOutput:
-    """Parse one round's text; `RoundOutputError` (with a bounded excerpt) when it is not the union form."""
+def _json_problem(raw: str, error: json.JSONDecodeError, token_limit: int | None) -> str:
+    """Why `raw` is not JSON, honestly: cut by the token limit (`token_limit`: the limit the generation reached),
+    stopped before its JSON was complete, text after a complete object, or the decoder's own complaint and where."""
+    unfinished = error.pos >= len(raw.rstrip()) or error.msg.startswith("Unterminated string")
+    if unfinished and token_limit is not None:
+        return f"cut by the token limit: all {token_limit} tokens of the round were used before its JSON was complete"
+    if unfinished:
+        return f"its JSON stops unfinished at char {len(raw)}, before the token limit"
+    if error.msg == "Extra data":
+        return f"text follows the complete JSON object at char {error.pos}"
+    return f"invalid JSON at char {error.pos}: {error.msg}"
+
+
+def parse_round(raw: str, *, token_limit: int | None = None) -> RoundOutput:
+    """Parse one round's text; `RoundOutputError` (with a bounded excerpt) when it is not the union form.
+
+    A raw control character (a newline, a tab) inside a string, which the
+    grammar admits, reads as that character. `token_limit` is the round's
+    token limit when its generation used every token of it (None: it stopped
+    earlier, or the caller does not know); only then does a refusal blame the
+    limit. The diagnostic says what is wrong and at which character.
+    """
     try:
-        value = json.loads(raw)
-    except ValueError:
-        raise _refuse(raw, "not complete JSON; it may have been cut by the token limit") from None
+        value = json.loads(raw, strict=False)
+    except json.JSONDecodeError as error:
+        raise _refuse(raw, _json_problem(raw, error, token_limit)) from None
     if isinstance(value, dict) and set(value) == {"answer"} and isinstance(value["answer"], str):
         return RoundOutput(raw, value["answer"], ())
     if not (isinstance(value, dict) and set(value) == {"tool_calls"} and isinstance(value["tool_calls"], list)
@@ -112,6 +138,85 @@ def parse_round(raw: str) -> RoundOutput:
             raise _refuse(raw, 'a call is not {"name": str, "arguments": {...}}')
         proposed.append(ProposedCall(item["name"], item["arguments"]))
     return RoundOutput(raw, None, tuple(proposed))
+
+
+def partial_answer(raw: str) -> str | None:
+    """The answer text so far of a round still being generated: the decoded string after `{"answer":` (an escape
+    not yet complete left out), or None when `raw` is no answer round or its string is already closed."""
+    head = raw.lstrip()
+    if not head.startswith("{"):
+        return None
+    rest = head[1:].lstrip()
+    if not rest.startswith('"answer"'):
+        return None
+    rest = rest[len('"answer"'):].lstrip()
+    if not rest.startswith(":"):
+        return None
+    body = rest[1:].lstrip()
+    if not body.startswith('"'):
+        return None
+    shown, index = [], 1
+    while index < len(body):
+        char = body[index]
+        if char == '"':
+            return None
+        if char == "\\":
+            size = 6 if body[index + 1:index + 2] == "u" else 2
+            escape = body[index:index + size]
+            if len(escape) < size:
+                break
+            try:
+                shown.append(json.loads(f'"{escape}"'))
+            except ValueError:
+                break
+            index += size
+            continue
+        shown.append(char)
+        index += 1
+    return "".join(shown)
+
+
+LOOP_MIN_CHARS = 30  # a repeated unit is a loop once its copies span this many characters
+LOOP_LONG_UNIT = 40  # a unit this long is a loop at its second copy; a shorter one needs three
+LOOP_LINE_REPEATS = 3  # the same line (list markers aside) this often is a loop
+LOOP_LINE_CHARS = 8  # shorter lines may repeat
+_LIST_MARKER = re.compile(r"^\s*(?:\d+[.)]|[-*\u2022])?\s*")
+
+
+def _periodic_tail(text: str, unit: int) -> int:
+    """The length of the longest end of `text` that repeats with period `unit` (every character equal to the one
+    `unit` further on)."""
+    index = len(text) - unit - 1
+    while index >= 0 and text[index] == text[index + unit]:
+        index -= 1
+    return len(text) - index - 1
+
+
+def runaway_at(text: str) -> int | None:
+    """Where a runaway repetition at the end of answer `text` stops making sense, as the length of `text` to keep
+    (the first copy kept, every later one dropped), or None when `text` does not end in one.
+
+    A loop is an end of `text` that repeats a unit back to back: a unit of
+    at least `LOOP_LONG_UNIT` characters twice, a shorter one three times
+    and over at least `LOOP_MIN_CHARS` characters; or, line by line, the
+    last complete line (a list marker such as "3." or "-" aside, at least
+    `LOOP_LINE_CHARS` characters) for the `LOOP_LINE_REPEATS`th time.
+    """
+    for unit in range(1, len(text) // 2 + 1):
+        tail = _periodic_tail(text, unit)
+        if tail >= 2 * unit and (unit >= LOOP_LONG_UNIT or (tail >= 3 * unit and tail >= LOOP_MIN_CHARS)):
+            return len(text) - tail + unit
+    lines = text.split("\n")[:-1]  # complete lines only
+    if lines:
+        key = _LIST_MARKER.sub("", lines[-1]).strip()
+        starts, offset = [], 0
+        for line in lines:
+            if _LIST_MARKER.sub("", line).strip() == key:
+                starts.append(offset)
+            offset += len(line) + 1
+        if len(key) >= LOOP_LINE_CHARS and len(starts) >= LOOP_LINE_REPEATS:
+            return starts[1]
+    return None
 
 
 def gate(call: ProposedCall, snapshot: SessionSnapshot, enabled: frozenset[str]) -> str | None:
@@ -131,7 +236,84 @@ def gate(call: ProposedCall, snapshot: SessionSnapshot, enabled: frozenset[str])
 
 
 def system_message(snapshot: SessionSnapshot) -> str:
-    """The system message: the snapshot's system prompt, the reply format and every snapshot tool."""
+    """The system message of `snapshot`'s protocol version: the snapshot's system prompt, the reply format and
+    every snapshot tool; from "emelex-tools/2" on also a worked example of a tool round and of an answer (see
+    `EXAMPLE`). A Session keeps the rendering of the version its snapshot records."""
+    if snapshot.protocol == PROTOCOL_V1:
+        return _system_message_v1(snapshot)
+    lines = [snapshot.system_prompt.strip(), ""]
+    if not snapshot.tools:
+        lines.append('Reply with one JSON object and nothing else: {"answer": "<your reply to the user>"}.')
+        return "\n".join(lines).strip()
+    lines += [
+        "Reply with one JSON object and nothing else, in one of two forms:",
+        f'- {{"tool_calls": [{{"name": "<tool>", "arguments": {{...}}}}]}} calls 1 to {snapshot.calls_per_batch} '
+        "tools; their results come back in the next message.",
+        '- {"answer": "<your reply to the user>"} ends your turn.',
+        "Tools:",
+    ]
+    lines += [f"- {tool.name}: {tool.description} Arguments: {_arguments_text(tool.input_schema)}"
+              for tool in sorted(snapshot.tools, key=lambda t: t.name)]
+    lines += ["", *_example_lines(snapshot), "",
+              "Answer as soon as the results hold what the user asked for, and quote them exactly. "
+              "Never repeat a call you already made: its result is above."]
+    return "\n".join(lines).strip()
+
+
+@dataclass(frozen=True)
+class Example:
+    """A worked example of the system message (protocol "emelex-tools/2"): the user's `question`, the `call`
+    that looks it up and the tool's `result` (None: answered without a tool) and the `answer`."""
+
+    question: str
+    call: ProposedCall | None
+    result: str | None
+    answer: str
+
+
+EXAMPLE = Example("What is the port in config.ini?", ProposedCall("read_file", {"path": "config.ini"}),
+                  "[server]\nport = 8080", "The port in config.ini is 8080.")
+EXAMPLE_WITHOUT_TOOL = Example("Say hello.", None, None, "Hello! What can I do in this workspace?")
+
+
+def _example_lines(snapshot: SessionSnapshot) -> list[str]:
+    """The worked example: `EXAMPLE` (a tool round, then an answer quoting its result) when the snapshot has its
+    tool with a schema that admits its arguments, else `EXAMPLE_WITHOUT_TOOL` (an answer alone)."""
+    tool = snapshot.tool(EXAMPLE.call.tool)
+    example = EXAMPLE if tool is not None and validate(EXAMPLE.call.arguments, tool.input_schema) is None \
+        else EXAMPLE_WITHOUT_TOOL
+    lines = ["Example:", f"user: {example.question}"]
+    if example.call is not None:
+        call = {"round": 1, "calls": [{"call_id": "1", "tool": example.call.tool, "arguments": example.call.arguments}]}
+        result = {"call_id": "1", "tool": example.call.tool, "outcome": "ok", "output": example.result}
+        lines += [f"assistant: {calls_text(call)}", f"user: {result_text(result)}"]
+    return [*lines, f"assistant: {answer_text(example.answer)}"]
+
+
+def _arguments_text(schema: dict) -> str:
+    """A tool's arguments as a model reads them best: "name (type, its description), other (optional, type)"; a
+    schema that is not an object of properties as compact JSON."""
+    properties = schema.get("properties") if schema.get("type") == "object" else None
+    if not isinstance(properties, dict):
+        return _compact(schema)
+    if not properties:
+        return "none"
+    required = set(schema.get("required", ()))
+    parts = []
+    for name, spec in properties.items():
+        notes = [] if name in required else ["optional"]
+        if "enum" in spec:
+            notes.append("one of " + ", ".join(_compact(value) for value in spec["enum"]))
+        else:
+            notes.append(spec.get("type", "value"))
+        if spec.get("description"):
+            notes.append(spec["description"])
+        parts.append(f"{name} ({', '.join(map(str, notes))})")
+    return ", ".join(parts)
+
+
+def _system_message_v1(snapshot: SessionSnapshot) -> str:
+    """The system message of protocol "emelex-tools/1", unchanged: Sessions made with it keep rendering it."""
     lines = [snapshot.system_prompt.strip(), ""]
     if not snapshot.tools:
         lines.append('Reply with JSON only: {"answer": "<your reply to the user>"}.')
@@ -155,9 +337,10 @@ def result_text(payload: dict) -> str:
 
 
 def calls_text(payload: dict) -> str:
-    """A `tool_calls` payload as the assistant's own round output (the union form)."""
-    return _compact({"tool_calls": [{"name": c.get("tool"), "arguments": c.get("arguments")}
-                                    for c in payload.get("calls", [])]})
+    """A `tool_calls` payload as the assistant's own round output (the union form, in the order the grammar
+    generates it: each call's name, then its arguments as proposed)."""
+    value = {"tool_calls": [{"name": c.get("tool"), "arguments": c.get("arguments")} for c in payload.get("calls", [])]}
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def answer_text(text: str) -> str:

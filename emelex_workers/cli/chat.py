@@ -31,7 +31,7 @@ from emelex_memory.errors import ModelNotInstalledError, SnapshotMismatchError, 
 from emelex_memory.sessions.identity import WorkspaceIdentity
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.errors import UnknownToolError
-from emelex_workers.agent.protocol import ProposedCall, parse_round
+from emelex_workers.agent.protocol import PROTOCOL_VERSION, PROTOCOLS, ProposedCall, parse_round
 from emelex_workers.agent.tools import RegisteredTool, registered_tools
 from emelex_workers.models import ModelManager
 from emelex_workers.host.manager import bind_model, get_plugin_manager
@@ -334,16 +334,17 @@ async def _main(store, workspace, binding, tools, snapshot, resume: str | None, 
 
 
 def _resumed_snapshot(stored: SessionSnapshot, binding, tools: dict[str, RegisteredTool], installed) -> SessionSnapshot:
-    """The snapshot a resume runs with: the Session's own recorded values (sampling, limits, system prompt, and the
-    model snapshot ID it recorded, as `installed` has the recorded content: `_session_model` checked its
-    reference), and what this process provides (the protocol, the chat template, the tools and the window the
-    binding allocated for the recorded context size), which the resume compares with the record, refusing only
-    those that differ."""
+    """The snapshot a resume runs with: the Session's own recorded values (sampling, limits, system prompt, the
+    protocol version when this process still renders it, and the model snapshot ID it recorded, as `installed` has
+    the recorded content: `_session_model` checked its reference), and what this process provides (a protocol it
+    does not render, the chat template, the tools and the window the binding allocated for the recorded context
+    size), which the resume compares with the record, refusing only those that differ."""
     return build_snapshot(
         binding, tools, model_reference=installed.reference, model_snapshot_id=stored.model_snapshot_id,
         system_prompt=stored.system_prompt, context_size=binding.context_window, temperature=stored.temperature,
         seed=stored.seed, round_tokens=stored.round_tokens, chain_limit=stored.chain_limit,
-        calls_per_batch=stored.calls_per_batch)
+        calls_per_batch=stored.calls_per_batch,
+        protocol=stored.protocol if stored.protocol in PROTOCOLS else PROTOCOL_VERSION)
 
 
 def _session_model(manager: ModelManager, session_id: str, reference: str, model: str | None):
