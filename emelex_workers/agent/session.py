@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from emelex_memory import Event
 from emelex_memory.agent.journal import UnknownEffect
 from emelex_memory.agent.snapshot import SessionSnapshot
-from emelex_workers.host.types import AgentBinding
+from emelex_workers.host.types import AgentBinding, GenerationInterrupted
 
 from . import protocol
 from .errors import UnknownToolError
@@ -83,12 +83,48 @@ class AgentSession:
 
     def generate_round(self, *, stop: threading.Event, on_token: Callable[[str], None] | None = None) -> RoundOutput:
         """One constrained model round, streamed to `on_token`; `GenerationInterrupted` when `stop` was set
-        between tokens, `RoundOutputError` when the output is not a valid round. Does not change `messages`."""
-        raw = self.binding.stream_chat(
-            self.round_messages(), max_tokens=self.snapshot.round_tokens, json_schema=self.round_schema(),
-            stop=stop, on_text=on_token, temperature=self.snapshot.temperature, seed=self.snapshot.seed)
-        return protocol.parse_round(raw)
+        between tokens, `RoundOutputError` when the output is not a valid round (blaming the token limit only when
+        the round used all of its tokens). An answer that runs into a runaway repetition (`protocol.runaway_at`)
+        is ended there through the binding's stop event: the round is that answer up to the repetition, `stopped`
+        "repetition". Does not change `messages`."""
+        limit = self.snapshot.round_tokens
+        ended = _RoundStop(stop)
+        pieces: list[str] = []
+
+        def on_text(piece: str) -> None:
+            pieces.append(piece)
+            if on_token is not None:
+                on_token(piece)
+            answer = protocol.partial_answer("".join(pieces))
+            if answer and protocol.runaway_at(answer) is not None:
+                ended.set()
+
+        try:
+            raw = self.binding.stream_chat(
+                self.round_messages(), max_tokens=limit, json_schema=self.round_schema(), stop=ended,
+                on_text=on_text, temperature=self.snapshot.temperature, seed=self.snapshot.seed)
+        except GenerationInterrupted:
+            if stop.is_set() or not ended.is_set():
+                raise
+            raw = "".join(pieces)
+            answer = protocol.partial_answer(raw)
+            return RoundOutput(raw, answer[:protocol.runaway_at(answer)].rstrip(), (), stopped="repetition")
+        used = max(len(pieces), self.binding.count_tokens(raw)) if raw else 0
+        return protocol.parse_round(raw, token_limit=limit if used >= limit else None)
 
     def gate(self, call: ProposedCall) -> str | None:
         """Why `call` must not run now (not a snapshot tool, disabled, invalid arguments), or None."""
         return protocol.gate(call, self.snapshot, self.enabled_tools)
+
+
+class _RoundStop(threading.Event):
+    """The stop event one round is generated under: set by the round itself (a runaway repetition), and set too
+    whenever the turn's own stop event (`outer`) is."""
+
+    def __init__(self, outer: threading.Event) -> None:
+        super().__init__()
+        self._outer = outer
+
+    def is_set(self) -> bool:
+        """True once this round or the turn was stopped."""
+        return super().is_set() or self._outer.is_set()
