@@ -53,6 +53,10 @@ class AgentSession:
         (see `protocol.history_messages`)."""
         self.messages = protocol.history_messages(self.snapshot, events, unknown)
 
+    def add_context(self, payload: dict) -> None:
+        """Append a context note (see `protocol.context_message`)."""
+        self.messages.append(protocol.context_message(payload))
+
     def add_user(self, text: str) -> None:
         """Append the user's input."""
         self.messages.append({"role": "user", "content": text})

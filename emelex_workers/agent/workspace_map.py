@@ -19,6 +19,8 @@ import stat
 from collections import deque
 from pathlib import Path
 
+from .context import ContextRequest
+
 SOURCE = "workspace_map"  # the context source's name in a snapshot's `context`
 MAP_CHARS = 1600  # the map's text at most (about 400 tokens of the default model)
 MAX_DEPTH = 3  # levels listed: the top level is 1
@@ -105,3 +107,12 @@ def workspace_map(root: str | Path, *, budget_chars: int = MAP_CHARS) -> dict:
     lines = [line for _, line in sorted(kept)]
     text = "\n".join([HEADER, *lines, *([] if complete else [MORE])])
     return {"text": text, "entries": len(lines), "complete": complete}
+
+
+def workspace_map_source(request: ContextRequest) -> dict | None:
+    """The "workspace_map" context source: `workspace_map` of the Session's workspace, recorded before its first
+    round; None (nothing recorded) when the workspace itself cannot be read."""
+    try:
+        return workspace_map(request.workspace)
+    except OSError:
+        return None

@@ -29,6 +29,7 @@ from emelex_memory.agent import journal
 from emelex_memory.agent.snapshot import SessionSnapshot
 from emelex_memory.errors import ModelNotInstalledError, SnapshotMismatchError, WorkspaceReplacedError
 from emelex_memory.sessions.identity import WorkspaceIdentity
+from emelex_workers.agent import workspace_map
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.errors import UnknownToolError
 from emelex_workers.agent.protocol import PROTOCOL_VERSION, PROTOCOLS, ProposedCall, parse_round
@@ -46,6 +47,8 @@ EXIT_INTERRUPTED = 130
 EXIT_PIPE = 141  # 128 + SIGPIPE: standard output was closed
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 ANSWER_START = '"answer"'
+CONTEXT = (workspace_map.SOURCE,)  # what a new chat's first turn records before its first round
+CONTEXT_SOURCES = {workspace_map.SOURCE: workspace_map.workspace_map_source}
 REMEMBER_ADVICE = "`emelex memory knowledge remember --new-workspace` (new_workspace=True in the library)"
 
 
@@ -318,9 +321,10 @@ async def _main(store, workspace, binding, tools, snapshot, resume: str | None, 
     lines: asyncio.Queue = asyncio.Queue()
     if resume is None:
         agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot, model=model,
-                                                new_workspace=new_workspace)
+                                                new_workspace=new_workspace, context_sources=CONTEXT_SOURCES)
     else:
-        agent = await DurableAgentSession.resume(store, resume, workspace, binding, tools, snapshot, model=model)
+        agent = await DurableAgentSession.resume(store, resume, workspace, binding, tools, snapshot, model=model,
+                                                 context_sources=CONTEXT_SOURCES)
     chat = Chat(agent, lines)
     threading.Thread(target=_reader, args=(loop, lines), daemon=True).start()
     loop.add_signal_handler(signal.SIGINT, chat.on_sigint)
@@ -343,7 +347,7 @@ def _resumed_snapshot(stored: SessionSnapshot, binding, tools: dict[str, Registe
         binding, tools, model_reference=installed.reference, model_snapshot_id=stored.model_snapshot_id,
         system_prompt=stored.system_prompt, context_size=binding.context_window, temperature=stored.temperature,
         seed=stored.seed, round_tokens=stored.round_tokens, chain_limit=stored.chain_limit,
-        calls_per_batch=stored.calls_per_batch,
+        calls_per_batch=stored.calls_per_batch, context=stored.context,
         protocol=stored.protocol if stored.protocol in PROTOCOLS else PROTOCOL_VERSION)
 
 
@@ -416,7 +420,8 @@ def chat(
             raise typer.BadParameter(f"model {installed.name!r} has a binding without stream_chat; chat needs one")
         if stored is None:
             snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
-                                      model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT)
+                                      model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT,
+                                      context=CONTEXT)
         else:
             snapshot = _resumed_snapshot(stored, binding, tools, installed)
         try:
