@@ -5,7 +5,8 @@ lease token and expiry, the workspace identity and the raw cursor
 (`SessionLease.check_authority`), and each is restart-idempotent: repeating a
 step that committed changes nothing. The order of one turn:
 
-1. `open_turn`: the user input and the open-turn row, together.
+1. `open_turn`: the user input (after the Session's context notes, on its first
+   turn) and the open-turn row, together.
 2. `plan_batch`: the whole proposed batch, every call `planned`.
 3. per call `start_call` (-> `started`), then `complete_call` (-> `completed`
    with its exact `tool_result` payload); a call that never runs (gated,
@@ -53,6 +54,7 @@ Store = Any  # the `MemoryStore` facade: the journal uses its `db` (the core `Da
 # feature packages never import store.py
 
 MAX_DIAGNOSTIC_BYTES = 2048
+CONTEXT_KIND = "context"  # a note recorded before a Session's first model round (`open_turn`'s `context`)
 FAILURE_REASONS = ("interrupted", "error", "aborted")
 NOT_EXECUTED = "this call never ran"
 NOT_RUN_OUTCOMES = ("not_executed", "denied", "error", "repeated")  # what a call may complete with that never started
@@ -279,20 +281,25 @@ def _require_turn(conn: Any, rowid: int, lease: SessionLease) -> OpenTurn:
 # -- the steps of a turn -----------------------------------------------------------------------------
 
 
-def open_turn(store: Store, lease: SessionLease, text: str) -> AppendedTurn:
+def open_turn(store: Store, lease: SessionLease, text: str, context: Sequence[dict] = ()) -> AppendedTurn:
     """Record a turn's user input and open the turn, in one transaction; raises `JournalStateError` while a turn is
-    open (resume reconciles it first)."""
+    open (resume reconciles it first). Each payload of `context` (a JSON object with a string "source" and a string
+    "text") is recorded before the user input, as an event of kind `context`, in the same transaction."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidInputError("a turn needs non-empty input text")
+    for payload in context:
+        if not (isinstance(payload, dict) and isinstance(payload.get("source"), str)
+                and isinstance(payload.get("text"), str)):
+            raise InvalidInputError('a context note must be a JSON object with a string "source" and a string "text"')
     with store.db.write() as conn:
         lease.check_authority(conn)
         rowid = _rowid(conn, lease)
         if _open_turn(conn, rowid) is not None:
             raise JournalStateError(f"Session {lease.session_id} has an open agent turn; resume it to reconcile")
-        appended = lease.append_turn([NewEvent("user", {"text": text})])
+        appended = lease.append_turn([*(NewEvent(CONTEXT_KIND, p) for p in context), NewEvent("user", {"text": text})])
         conn.execute(
             "INSERT INTO agent_turns (session_id, input_seq, opened_at) VALUES (?, ?, ?)",
-            (rowid, appended.first_seq, store.db.clock()),
+            (rowid, appended.last_seq, store.db.clock()),
         )
     return appended
 

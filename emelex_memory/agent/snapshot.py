@@ -19,6 +19,8 @@ from ..errors import InvalidInputError
 
 SNAPSHOT_FORMAT = 1  # bumped only if the canonical JSON layout itself changes
 APPROVALS = ("always", "never")
+CONTEXT_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}\Z")
+OPTIONAL_FIELDS = ("model_identity", "context")  # left out of the JSON when None / empty
 
 
 def canonical_json(value: Any) -> bytes:
@@ -62,8 +64,12 @@ class SessionSnapshot:
     `protocol` is the tool-call protocol version, `template_digest` the
     SHA-256 of the chat template the binding renders with, `round_tokens` the
     token limit of one model round, `chain_limit` the most tool rounds in one
-    turn and `calls_per_batch` the most calls in one round. Construction
-    orders `tools` by name and refuses two tools of one name.
+    turn and `calls_per_batch` the most calls in one round. `context` names
+    the context sources whose notes the Session records before its first
+    model round, in order (see `emelex_workers.agent.context`); empty, it is
+    left out of the JSON, so a snapshot made before the field existed keeps
+    its digest. Construction orders `tools` by name and refuses two tools of
+    one name.
     """
 
     model_reference: str
@@ -79,6 +85,7 @@ class SessionSnapshot:
     system_prompt: str
     tools: tuple[ToolAuthority, ...]
     model_identity: dict | None = None
+    context: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("model_reference", "model_snapshot_id", "protocol", "template_digest", "system_prompt"):
@@ -96,6 +103,12 @@ class SessionSnapshot:
             if not isinstance(self.model_identity, dict):
                 raise InvalidInputError("snapshot model_identity must be a JSON object or None")
             canonical_json(self.model_identity)
+        context = tuple(self.context) if isinstance(self.context, (list, tuple)) else None
+        if context is None or any(not isinstance(c, str) or not CONTEXT_NAME.match(c) for c in context) \
+                or len(set(context)) != len(context):
+            raise InvalidInputError(f"snapshot context must be distinct source names ([a-z][a-z0-9_]*), got "
+                                    f"{self.context!r}")
+        object.__setattr__(self, "context", context)
         tools = tuple(sorted(self.tools, key=lambda t: t.name))
         if any(not isinstance(t, ToolAuthority) for t in tools):
             raise InvalidInputError("snapshot tools must be ToolAuthority values")
@@ -110,6 +123,9 @@ class SessionSnapshot:
         value["tools"] = [t.to_json() for t in self.tools]
         if self.model_identity is None:
             del value["model_identity"]
+        value["context"] = list(self.context)
+        if not self.context:
+            del value["context"]
         value["format"] = SNAPSHOT_FORMAT
         return value
 
@@ -128,8 +144,9 @@ class SessionSnapshot:
         try:
             if value.get("format") != SNAPSHOT_FORMAT:
                 raise InvalidInputError(f"unknown snapshot format {value.get('format')!r}")
-            data = {f.name: value[f.name] for f in fields(cls) if f.name != "model_identity"}
+            data = {f.name: value[f.name] for f in fields(cls) if f.name not in OPTIONAL_FIELDS}
             data["model_identity"] = value.get("model_identity")
+            data["context"] = value.get("context", ())
             data["tools"] = tuple(ToolAuthority(**t) for t in value["tools"])
         except (AttributeError, KeyError, TypeError) as exc:
             raise InvalidInputError(f"a stored execution snapshot is malformed ({exc!r})") from None

@@ -26,6 +26,7 @@ distillation, and the next resume reconciles the journal.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
 import threading
@@ -39,6 +40,7 @@ from typing import Any
 
 from emelex_memory import MemoryStore
 from emelex_memory.agent import journal
+from emelex_memory.agent.journal import CONTEXT_KIND
 from emelex_memory.sessions.leases import lease_ttl
 from emelex_memory.agent.snapshot import SessionSnapshot
 from emelex_memory.compaction.planning import CompactionQueued
@@ -55,6 +57,7 @@ from emelex_memory.sessions.leases import SessionLease
 from emelex_memory.snapshots.installed import InstalledModel
 from emelex_workers.host.types import AgentBinding, GenerationInterrupted
 
+from .context import ContextRequest, ContextSource, check_sources, gather
 from .protocol import PROTOCOL_VERSION, ProposedCall
 from .session import REPEATED, AgentSession
 from .tools import RegisteredTool, ToolInvocation, run_tool
@@ -76,29 +79,33 @@ def build_snapshot(
     round_tokens: int = 512,
     chain_limit: int = 4,
     calls_per_batch: int = 2,
+    context: tuple[str, ...] = (),
 ) -> SessionSnapshot:
     """The snapshot of an agent over `binding` and `tools` (all of them) with these semantics; `context_size`
-    defaults to the binding's context window. A binding with `model_identity` (a served model) has it recorded."""
+    defaults to the binding's context window; `context` names the context sources recorded before the first
+    round (`emelex_workers.agent.context`). A binding with `model_identity` (a served model) has it recorded."""
     return SessionSnapshot(
         model_reference, model_snapshot_id, PROTOCOL_VERSION, binding.template_digest,
         binding.context_window if context_size is None else context_size, temperature, seed, round_tokens,
         chain_limit, calls_per_batch, system_prompt, tuple(t.authority() for t in tools.values()),
-        getattr(binding, "model_identity", None),
+        getattr(binding, "model_identity", None), context,
     )
 
 
 @dataclass(frozen=True)
 class TurnResult:
     """How a turn ended: `outcome` is "answer" (with `answer`), "interrupted", "aborted" or "error" (with a bounded
-    `diagnostic`); `rounds` model rounds ran and `calls` tool calls were published. `forced` says why an answer was
-    forced (generated under the answer form only): "chain_limit" (the turn used its `chain_limit` tool rounds) or
-    "repeat" (the last round's results were all repeats); None for an answer the model chose."""
+    `diagnostic`); `rounds` model rounds ran and `calls` tool calls were published; `context` holds the context
+    payloads recorded before this turn's first round (a Session's first turn only). `forced` says why an answer
+    was forced (generated under the answer form only): "chain_limit" (the turn used its `chain_limit` tool rounds)
+    or "repeat" (the last round's results were all repeats); None for an answer the model chose."""
 
     outcome: str
     answer: str | None
     rounds: int
     calls: int
     diagnostic: str = ""
+    context: tuple[dict, ...] = ()
     forced: str | None = None
 
 
@@ -146,9 +153,13 @@ class DurableAgentSession:
     """One durable agent Session; build it with `create` or `resume`, end it with `close`."""
 
     def __init__(self, store: MemoryStore, lease: SessionLease, agent: AgentSession, ttl_s: float,
-                 executors: tuple[ThreadPoolExecutor, ThreadPoolExecutor, ThreadPoolExecutor]) -> None:
+                 executors: tuple[ThreadPoolExecutor, ThreadPoolExecutor, ThreadPoolExecutor], *,
+                 sources: Mapping[str, ContextSource], fresh: bool, context: list[dict]) -> None:
         """Internal: use `create` or `resume`."""
         self.store = store
+        self._sources = dict(sources)
+        self._fresh = fresh  # no event yet: the next turn records the context notes
+        self._context = context
         self._lease = lease
         self.agent = agent
         self._ttl = ttl_s
@@ -173,13 +184,17 @@ class DurableAgentSession:
     async def create(cls, store: MemoryStore, workspace: str | Path, binding: AgentBinding,
                      tools: Mapping[str, RegisteredTool], snapshot: SessionSnapshot, *, title: str | None = None,
                      ttl_s: float | None = None, model: InstalledModel | None = None,
-                     new_workspace: bool = False) -> DurableAgentSession:
+                     new_workspace: bool = False,
+                     context_sources: Mapping[str, ContextSource] | None = None) -> DurableAgentSession:
         """A new Session in `workspace` (`new_workspace`: as for `create_session`) with `snapshot` recorded in the
         transaction that proves it empty, and its lease. `model`, when given, is bound to the Session right after
         its creating transaction (`bind_session_model`, under the snapshot lock), so the model cannot be removed
-        while the Session is retained. `tools` must provide exactly the snapshot's tool authority
-        (`SnapshotMismatchError` otherwise)."""
+        while the Session is retained. `tools` must provide exactly the snapshot's tool authority and
+        `context_sources` every context source it names (`SnapshotMismatchError` otherwise); the first turn records
+        their notes (`emelex_workers.agent.context`)."""
         _check_tools(snapshot, tools)
+        sources = context_sources or {}
+        check_sources(snapshot, sources)
         executors = cls._executors("new")
         ttl = lease_ttl(store.settings, ttl_s)
 
@@ -201,14 +216,18 @@ class DurableAgentSession:
             return lease
 
         lease = await _on(executors[0], setup, shutdown=executors)
-        return cls(store, lease, AgentSession(binding, snapshot, tools, exclude=_home(store)), ttl, executors)
+        return cls(store, lease, AgentSession(binding, snapshot, tools, exclude=_home(store)), ttl, executors,
+                   sources=sources, fresh=True, context=[])
 
     @classmethod
     async def resume(cls, store: MemoryStore, session_id: str, workspace: str | Path, binding: AgentBinding,
                      tools: Mapping[str, RegisteredTool], snapshot: SessionSnapshot, *,
-                     ttl_s: float | None = None, model: InstalledModel | None = None) -> DurableAgentSession:
+                     ttl_s: float | None = None, model: InstalledModel | None = None,
+                     context_sources: Mapping[str, ContextSource] | None = None) -> DurableAgentSession:
         """Resume a Session: workspace preflight, lease, verified replay, the identical snapshot (else
-        `SnapshotMismatchError` naming the field), no started call without a result (else `UnknownEffectsError`:
+        `SnapshotMismatchError` naming the field; `context_sources` must provide every context source it names
+        while the Session has no event yet, and are never called once it has one: its context events replay),
+        no started call without a result (else `UnknownEffectsError`:
         recover it with `emelex memory sessions recover`), then the writes: the binding of `model` (when given) to
         the Session, the snapshot of an empty Session that has none, and the reconciliation of an interrupted turn
         without running any tool. Every refusal comes before the first write, so a refused resume releases the
@@ -219,13 +238,18 @@ class DurableAgentSession:
         ttl = lease_ttl(store.settings, ttl_s)
 
         agent = AgentSession(binding, snapshot, tools, exclude=_home(store))
+        sources = context_sources or {}
+        replayed: list = []
 
         def setup() -> SessionLease:
             path = store.get_session(session_id).validate_workspace(workspace)
             lease = store.acquire_lease(session_id, path, ttl_s=ttl)
             try:
-                agent.load_history(lease.replay_all())  # decodes every payload: a corrupt one refuses here
+                replayed.extend(lease.replay_all())
+                agent.load_history(replayed)  # decodes every payload: a corrupt one refuses here
                 journal.verify_snapshot(store, lease, snapshot)  # every refusal before the first write
+                if not replayed:
+                    check_sources(snapshot, sources)
                 open_turn = journal.read_journal(store, session_id)
                 if open_turn is not None and open_turn.unknown:
                     raise journal.unknown_effects_error(session_id, open_turn)
@@ -242,7 +266,8 @@ class DurableAgentSession:
             return lease
 
         lease = await _on(executors[0], setup, shutdown=executors)
-        return cls(store, lease, agent, ttl, executors)
+        return cls(store, lease, agent, ttl, executors, sources=sources, fresh=not replayed,
+                   context=[e.payload for e in replayed if e.kind == CONTEXT_KIND])
 
     # -- state ----------------------------------------------------------------------------------------------
 
@@ -261,6 +286,12 @@ class DurableAgentSession:
     def snapshot(self) -> SessionSnapshot:
         """The Session's execution snapshot."""
         return self.agent.snapshot
+
+    @property
+    def context(self) -> tuple[dict, ...]:
+        """The context payloads in the Session's history, in order (each with its "source" and "text"): what its
+        sources recorded before the first round, as replayed (a Summary that replaced them removes them)."""
+        return tuple(self._context)
 
     @property
     def poisoned(self) -> bool:
@@ -326,10 +357,33 @@ class DurableAgentSession:
 
     async def _run_turn(self, text: str, approve: Approve | None, on_token: Callable[[str], None] | None,
                         on_result: Callable[[ProposedCall, dict], None] | None) -> TurnResult:
+        context = await self._open(text)
+        result = await self._rounds(approve, on_token, on_result)
+        return dataclasses.replace(result, context=context)
+
+    async def _open(self, text: str) -> tuple[dict, ...]:
+        """Open the turn: on a Session's first turn gather its context notes first and record them with the
+        input. A source that fails has written nothing: the error is raised and the adapter stays usable."""
+        context: tuple[dict, ...] = ()
+        if self._fresh:
+            request = ContextRequest(self.store, self.session_id, self.workspace, text, self.agent.snapshot)
+            try:
+                context = await self._offload(self._db, gather, self._sources, request)
+            except Exception:
+                self._poisoned = False
+                raise
+        await self._offload(self._db, journal.open_turn, self.store, self._lease, text, context)
+        self._fresh = False
+        self._context.extend(context)
+        for payload in context:
+            self.agent.add_context(payload)
+        self.agent.add_user(text)
+        return context
+
+    async def _rounds(self, approve: Approve | None, on_token: Callable[[str], None] | None,
+                      on_result: Callable[[ProposedCall, dict], None] | None) -> TurnResult:
         store, lease, agent = self.store, self._lease, self.agent
         limit = agent.snapshot.chain_limit
-        await self._offload(self._db, journal.open_turn, store, lease, text)
-        agent.add_user(text)
         rounds = calls = 0
         forced: str | None = None
         try:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from emelex_memory import Event
-from emelex_memory.agent.journal import UNKNOWN_EFFECT, UnknownEffect
+from emelex_memory.agent.journal import CONTEXT_KIND, UNKNOWN_EFFECT, UnknownEffect
 from emelex_memory.agent.snapshot import SessionSnapshot, ToolAuthority
 from emelex_memory.sessions.transcript import SUMMARY_KIND
 from emelex_workers.host.types import event_body
@@ -165,6 +165,11 @@ def calls_text(payload: dict) -> str:
                                     for c in payload.get("calls", [])]})
 
 
+def context_message(payload: dict) -> dict[str, str]:
+    """A context note (`emelex_workers.agent.context`) as the model sees it: a system message of its "text"."""
+    return {"role": "system", "content": payload.get("text") if isinstance(payload.get("text"), str) else ""}
+
+
 def answer_text(text: str) -> str:
     """An answer as the assistant's own round output (the union form)."""
     return _compact({"answer": text})
@@ -174,7 +179,8 @@ def history_messages(snapshot: SessionSnapshot, events: Iterable[Event],
                      unknown: Sequence[UnknownEffect] = ()) -> list[dict[str, str]]:
     """The model messages for replayed `events`: the system message, then each event as plain chat text.
 
-    A Summary reads as a system note; `user` as the user; `assistant` and
+    A Summary reads as a system note, and so does a `context` note (its
+    "text"); `user` as the user; `assistant` and
     `tool_calls` as the assistant's union output; consecutive `tool_result`s
     as one user message; `turn_failed` as a system note; `audit` and other
     kinds are not shown. Calls to tools that are disabled now still render.
@@ -211,6 +217,8 @@ def history_messages(snapshot: SessionSnapshot, events: Iterable[Event],
             messages.append({"role": "assistant", "content": answer_text(event_body(event))})
         elif event.kind == "tool_calls" and isinstance(payload, dict):
             messages.append({"role": "assistant", "content": calls_text(payload)})
+        elif event.kind == CONTEXT_KIND and isinstance(payload, dict):
+            messages.append(context_message(payload))
         elif event.kind == "turn_failed" and isinstance(payload, dict):
             messages.append({"role": "system", "content": f"The previous turn ended without an answer "
                                                           f"({payload.get('reason')}): {payload.get('diagnostic')}"})

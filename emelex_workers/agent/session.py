@@ -31,7 +31,6 @@ from .protocol import ProposedCall, RoundOutput
 from .tools import RegisteredTool
 from .workspace import WorkspaceEntries, narrow_path, scan
 
-FORCED_REASONS = ("chain_limit", "repeat")  # why a turn's last round may offer the answer form only
 REPEATED = "repeated"  # the outcome of a call answered from an identical call's earlier result, never run
 _NOT_DONE = ("not_executed", REPEATED)  # outcomes that do not make a call "already done"
 _NO_EFFECT = ("denied", "not_executed", REPEATED)  # outcomes of a call that cannot have changed the workspace
@@ -102,6 +101,10 @@ class AgentSession:
         self._done.clear()
         self._seen.clear()
 
+    def add_context(self, payload: dict) -> None:
+        """Append a context note (see `protocol.context_message`)."""
+        self.messages.append(protocol.context_message(payload))
+
     def add_user(self, text: str) -> None:
         """Append the user's input; a new turn has done nothing yet."""
         self._new_turn()
@@ -144,8 +147,8 @@ class AgentSession:
         self.messages.append({"role": "assistant", "content": protocol.answer_text(text)})
 
     def round_messages(self, forced: str | None = None) -> list[dict[str, str]]:
-        """The messages a round is generated from: the history plus, when the turn is `forced` to end (one of
-        `FORCED_REASONS`), a note to answer from the results in context, else, while tools are disabled, a note
+        """The messages a round is generated from: the history plus, when the turn is `forced` to end ("chain_limit"
+        or "repeat"), a note to answer from the results in context, else, while tools are disabled, a note
         naming them. The notes are never part of `messages`."""
         if forced is not None:
             why = (f"This turn has used its {self.snapshot.chain_limit} tool rounds" if forced == "chain_limit"
