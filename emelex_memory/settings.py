@@ -141,9 +141,15 @@ def _checked_config(path: Path, values: dict[str, Any], text: str) -> dict[str, 
             raise SettingsFileError(
                 f"{where}: 'home' cannot be set in config.toml, which is read from the Home it would choose; set "
                 "EMELEX_HOME (or pass home=) instead and remove the line")
+        if isinstance(values[key], dict):
+            raise SettingsFileError(
+                f"{where}: {key!r} is a table ([{key}] or a dotted key {key}.NAME), and config.toml takes only "
+                "top-level settings (name = value, before any [table]); move the settings out of it and remove the "
+                "line")
         nearest = nearest_setting(key)
-        hint = f"did you mean {nearest!r}?" if nearest else "see `emelex config show` for every setting"
-        raise SettingsFileError(f"{where}: unknown setting {key!r}; {hint} (fix or remove the line)")
+        hint = (f"did you mean {nearest!r}? (fix or remove the line)" if nearest
+                else "remove the line, then `emelex config show` lists every setting")
+        raise SettingsFileError(f"{where}: unknown setting {key!r}; {hint}")
     return values
 
 

@@ -240,11 +240,15 @@ def restore_backup(src: str | os.PathLike[str], settings: Settings) -> BackupRep
     """Verify the backup at `src`, then restore it into the empty Home of `settings` and return its report.
 
     The Home must not exist or be empty (a `config.toml` is allowed, and the staging folder `.restoring` of a
-    restore cut short, which is removed): `RestoreTargetError` otherwise, as a restore never replaces a store. Model manifests are restored to `<Home>/restored-model-manifests/` for
+    restore cut short, which is removed) and must not overlap `src`: `RestoreTargetError` otherwise, as a restore
+    never replaces a store. Model manifests are restored to `<Home>/restored-model-manifests/` for
     reference (the model files are not in a backup: install the models again). On failure the Home is left as
     it was, or without a `memory/` store."""
     src = Path(os.path.abspath(src))
     report = verify_backup(src)
+    if _inside(settings.home_dir, src) or _inside(src, settings.home_dir):
+        raise RestoreTargetError(f"Emelex Home {settings.home_dir} overlaps the backup {src}: restore into a Home "
+                                 "outside it (set EMELEX_HOME to a new or empty directory elsewhere)")
     _check_empty_home(settings)
     home = settings.home_dir
     created_home = not os.path.lexists(home)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,11 +59,15 @@ def _compact(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def union_schema(tools: Sequence[ToolAuthority], calls_per_batch: int) -> dict:
+def union_schema(tools: Sequence[ToolAuthority], calls_per_batch: int,
+                 arguments: Mapping[str, dict] | None = None) -> dict:
     """The JSON schema of one round over `tools` (the enabled ones), with 1 to `calls_per_batch` calls.
 
-    With no tools it is the answer form alone. Every string is bounded: the
-    answer by `MAX_ANSWER_CHARS`, arguments by their tools' own schemas.
+    With no tools it is the answer form alone. A tool's arguments follow
+    `arguments[name]` when given (a round's restriction of its schema,
+    see `AgentSession.round_schema`), else its own input schema. Every
+    string is bounded: the answer by `MAX_ANSWER_CHARS`, arguments by their
+    tools' own schemas.
     """
     if not 1 <= calls_per_batch <= MAX_CALLS_PER_BATCH:
         raise ValueError(f"calls_per_batch must be between 1 and {MAX_CALLS_PER_BATCH}")
@@ -78,7 +82,8 @@ def union_schema(tools: Sequence[ToolAuthority], calls_per_batch: int) -> dict:
     options = [
         {
             "type": "object",
-            "properties": {"name": {"const": tool.name}, "arguments": tool.input_schema},
+            "properties": {"name": {"const": tool.name},
+                           "arguments": (arguments or {}).get(tool.name, tool.input_schema)},
             "required": ["name", "arguments"],
             "additionalProperties": False,
         }

@@ -10,7 +10,7 @@ import typer
 
 from emelex_memory.maintenance.backup import RESTORED_MODELS, backup_store, restore_backup, verify_backup
 
-from .common import JsonFlag, echo_json, open_store, settings_of
+from .common import JsonFlag, echo_json, given_path, open_store, settings_of
 
 
 def _say(what: str, report, as_json: bool) -> None:
@@ -26,7 +26,7 @@ def _say(what: str, report, as_json: bool) -> None:
 
 def backup(
     ctx: typer.Context,
-    dest: Annotated[Path, typer.Argument(metavar="DEST", help="A new or empty directory outside Emelex Home, or an earlier backup.")],
+    dest: Annotated[Path, typer.Argument(metavar="DEST", parser=given_path, help="A new or empty directory outside Emelex Home, or an earlier backup.")],
     verify: Annotated[bool, typer.Option("--verify", help="Only re-check the backup at DEST; change nothing.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
@@ -44,7 +44,7 @@ def backup(
 
 def restore(
     ctx: typer.Context,
-    src: Annotated[Path, typer.Argument(metavar="SRC", help="A complete backup made by `emelex memory backup`.")],
+    src: Annotated[Path, typer.Argument(metavar="SRC", parser=given_path, help="A complete backup made by `emelex memory backup`.")],
     as_json: JsonFlag = False,
 ) -> None:
     """Verify the backup at SRC, then restore it into Emelex Home, which must be empty (never over a store)."""

@@ -42,8 +42,19 @@ SessionArg = Annotated[str, typer.Argument(
     metavar="SESSION", help="Session ID, or a unique prefix of it (at least 4 characters).", show_default=False,
 )]
 CursorOpt = Annotated[Optional[str], typer.Option(metavar="CURSOR", help="next_cursor printed by the previous page.")]
+
+
+def given_path(value: str | Path) -> Path:
+    """A path argument as typed: an empty or blank one is a usage error (it would silently mean the current
+    directory); "." says that."""
+    if isinstance(value, str) and not value.strip():
+        raise typer.BadParameter("an empty path names no directory; give one (\".\" for the current directory)")
+    return Path(value)
+
+
 WorkspaceOpt = Annotated[Path, typer.Option(
-    "--workspace", "-w", metavar="DIR", show_default=False, help="Workspace directory (default: current).")]
+    "--workspace", "-w", metavar="DIR", show_default=False, parser=given_path,
+    help="Workspace directory (default: current).")]
 
 
 def when(ts: float | None, missing: str = "-") -> str:

@@ -13,7 +13,7 @@ from emelex_memory.errors import UnknownEffectsError
 from emelex_memory.agent.journal import read_journal
 from emelex_memory.agent.recovery import recover_session
 
-from .common import JsonFlag, echo_json, open_store
+from .common import JsonFlag, echo_json, given_path, open_store
 
 
 def journal_lines(turn: OpenTurn) -> list[str]:
@@ -38,7 +38,7 @@ def recover(
         help="Record started tool calls without a result as 'unknown effect' (after you checked what they did).",
     )] = False,
     workspace: Annotated[Path | None, typer.Option(
-        "--workspace", metavar="DIR",
+        "--workspace", metavar="DIR", parser=given_path,
         help="The Session's workspace directory, where it is now (default: its recorded path).")] = None,
     as_json: JsonFlag = False,
 ) -> None:

@@ -6,6 +6,7 @@ prefix with the seq (range) and turn of the matching event.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -32,13 +33,14 @@ def hit_dict(hit: KnowledgeHit | SessionHit) -> dict:
 
 
 def hit_line(hit: KnowledgeHit | SessionHit) -> str:
-    """One line per hit: where it is (what `knowledge show` / `sessions show` take), then its snippet."""
+    """One line per hit: where it is (what `knowledge show` / `sessions show` take; a key quoted as a shell would
+    need it), then its snippet."""
     from emelex_memory import KnowledgeHit
 
     snippet = " ".join(hit.snippet.split())
     if isinstance(hit, KnowledgeHit):
         pinned = "  pinned" if hit.pinned else ""
-        return f"knowledge  {hit.key}  v{hit.version}  conf {hit.confidence:.2f}{pinned}  {snippet}"
+        return f"knowledge  {shlex.quote(hit.key)}  v{hit.version}  conf {hit.confidence:.2f}{pinned}  {snippet}"
     where = f"#{hit.first_seq}-#{hit.last_seq} (Summary #{hit.seq})" if hit.event_kind == "summary" else f"#{hit.seq}"
     replaced = f"  [replaced by Summary #{hit.covered_by}: sessions show --raw]" if hit.covered_by else ""
     return (f"session    {hit.session_id[:SESSION_PREFIX]}  {where}  turn {hit.turn}  {hit.event_kind}  "

@@ -68,7 +68,8 @@ def work(
     Stops when no job is due, at --max-jobs/--max-seconds, or on SIGINT/SIGTERM (releasing the job in hand).
     Shows each job as it starts and ends (live progress on a terminal), then why jobs were left waiting.
 
-    Silent when there is nothing to do; several may run at once, from cron, launchd or systemd.
+    Silent when there is nothing to do (on a terminal it says so); several may run at once, from cron, launchd or
+    systemd.
     """
     settings = settings_of(ctx)
     stop = GracefulStop()
@@ -104,6 +105,8 @@ def _print(report: WorkReport, quiet: bool) -> None:
     nothing says (`done: distill job J: completed; 3 applied, ...`) and why each job left waiting waits."""
     if not report.idle:
         typer.echo(report.summary_line())
+    elif not quiet and not (report.waiting and report.waiting.jobs) and sys.stdout.isatty():
+        typer.echo("nothing to do: no job is due")  # a person at a terminal; cron and pipes get silence
     if quiet:
         return
     for job in report.jobs:

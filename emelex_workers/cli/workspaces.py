@@ -12,7 +12,7 @@ import typer
 from emelex_memory import WorkspaceInfo
 from emelex_memory.core.cursors import MAX_SQL_INT
 
-from .common import CursorOpt, EmelexTyper, JsonFlag, echo_json, echo_page, open_store, page_limit, when
+from .common import CursorOpt, EmelexTyper, JsonFlag, echo_json, echo_page, given_path, open_store, page_limit, when
 
 workspaces_app = EmelexTyper(help="List known workspaces; rebind one whose directory was replaced (e.g. re-cloned).")
 WorkspaceIdArg = Annotated[int, typer.Argument(  # an ID below 1 is a usage error (exit 2), like a non-integer
@@ -78,7 +78,7 @@ def workspaces_rebind(
     ctx: typer.Context,
     workspace_id: WorkspaceIdArg,
     directory: Annotated[Path, typer.Argument(
-        metavar="DIRECTORY", show_default=False, help="The directory that now is this workspace.")],
+        metavar="DIRECTORY", show_default=False, parser=given_path, help="The directory that now is this workspace.")],
     yes: Annotated[bool, typer.Option("--yes", help="Confirm: the directory takes over the workspace.")] = False,
     as_json: JsonFlag = False,
 ) -> None:

@@ -167,6 +167,25 @@ def test_restore_refuses_a_non_empty_home_and_changes_nothing(live, tmp_path: Pa
     assert file_state(settings.home) == before
 
 
+@pytest.mark.parametrize("where", ["inside", "around"])
+def test_restore_refuses_a_home_that_overlaps_the_backup_and_changes_nothing(live, tmp_path: Path,
+                                                                             where: str) -> None:
+    store, settings, ws = live
+    dest = tmp_path / "backup"
+    backup_store(store, dest)
+    if where == "inside":  # the Home to restore into is a new folder inside the backup
+        home = dest / "home"
+    else:  # the backup sits inside the Home
+        home = tmp_path / "new"
+        home.mkdir()
+        dest = dest.rename(home / "backup")
+    before = file_state(tmp_path)
+    with pytest.raises(RestoreTargetError, match="overlaps the backup"):
+        restore_backup(dest, Settings(home=home))
+    assert file_state(tmp_path) == before
+    verify_backup(dest)
+
+
 def test_bad_destinations_are_refused_without_change(live, tmp_path: Path) -> None:
     store, settings, ws = live
     with pytest.raises(BackupDestinationError, match="overlaps"):

@@ -91,3 +91,13 @@ def test_more_than_32_distinct_words_is_refused_not_cut(cli, workspace: Path) ->
 def test_knowledge_and_sessions_together_is_a_usage_error(cli, workspace: Path) -> None:
     say(workspace, "hello", "hi")
     assert cli("memory", "search", "hello", "--knowledge", "--sessions").exit_code == 2
+
+
+def test_a_key_with_a_space_is_printed_quoted_so_it_can_be_pasted(cli, workspace: Path) -> None:
+    import shlex
+
+    assert cli("memory", "knowledge", "remember", "door code", "the pelican door code is 4711").exit_code == 0
+    line = cli("memory", "search", "pelican").stdout.splitlines()[0]
+    assert line.startswith("knowledge  'door code'  v1  ")
+    key = shlex.split(line)[1]
+    assert "4711" in cli("memory", "knowledge", "show", key).stdout

@@ -124,3 +124,25 @@ def test_recover_checks_workspace_first_even_with_nothing_open(home: Path, works
     result = run("memory", "sessions", "recover", sid, "--workspace", str(bad), home=home)
     one_line_error(result, "--workspace", str(bad))
     assert "nothing to recover" not in result.output
+
+
+@pytest.mark.parametrize("args", [
+    ("memory", "backup", ""),
+    ("memory", "backup", "   "),
+    ("memory", "restore", ""),
+    ("memory", "search", "-w", "", "hello"),
+    ("memory", "workspaces", "rebind", "1", ""),
+])
+def test_an_empty_path_is_a_usage_error_not_the_current_directory(home: Path, tmp_path: Path, workspace: Path,
+                                                                 monkeypatch, args) -> None:
+    with MemoryStore.open(Settings(home=home)) as store:
+        store.create_session(workspace)
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    before = table_rows(Settings(home=home).database_path)
+    result = run(*args, home=home)
+    assert result.exit_code == 2, result.output
+    assert "an empty path names no directory" in result.output and "Traceback" not in result.output
+    assert os.listdir(here) == []  # a backup did not land in the current directory
+    assert table_rows(Settings(home=home).database_path) == before

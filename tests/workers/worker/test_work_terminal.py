@@ -163,3 +163,13 @@ def test_a_failure_line_keeps_its_whole_diagnostic_wrapped_never_cut() -> None:
     assert len(lines) > 4 and all(len(line) <= 80 for line in lines)  # wrapped to the terminal's width
     words = " ".join(out.getvalue().split())
     assert words.endswith(" ".join(end_line(report).split()))  # broken at spaces only: not a character lost
+
+
+def test_an_idle_run_says_so_on_a_terminal_only(proc_env: dict, home: Path, workspace: Path) -> None:
+    with MemoryStore.open(Settings(home=home)) as store:
+        store.create_session(workspace)
+    status, output = _run_on_a_terminal(WORKER, proc_env)
+    shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]|\r", "", output)  # the live display's cursor controls
+    assert status == 0 and shown.strip() == "nothing to do: no job is due", output
+    piped = subprocess.run(WORKER, env=proc_env, capture_output=True, text=True, timeout=120)
+    assert (piped.returncode, piped.stdout, piped.stderr) == (0, "", "")  # cron and pipes get silence
