@@ -46,8 +46,9 @@ class ProposedCall:
 @dataclass(frozen=True)
 class RoundOutput:
     """One parsed model round: the `raw` text and either an `answer` or the proposed `calls` (never both);
-    `stopped` is "repetition" for an answer whose generation was ended at a runaway repetition (see
-    `runaway_at`: `answer` keeps the text before it, `raw` is what was generated)."""
+    `stopped` is "repetition" for a round whose generation was ended at a runaway repetition inside a string
+    (see `runaway_at`): `raw` is then the text generated up to the end of the repetition's first copy, closed
+    as JSON."""
 
     raw: str
     answer: str | None
@@ -145,40 +146,48 @@ def parse_round(raw: str, *, token_limit: int | None = None) -> RoundOutput:
     return RoundOutput(raw, None, tuple(proposed))
 
 
-def partial_answer(raw: str) -> str | None:
-    """The answer text so far of a round still being generated: the decoded string after `{"answer":` (an escape
-    not yet complete left out), or None when `raw` is no answer round or its string is already closed."""
-    head = raw.lstrip()
-    if not head.startswith("{"):
-        return None
-    rest = head[1:].lstrip()
-    if not rest.startswith('"answer"'):
-        return None
-    rest = rest[len('"answer"'):].lstrip()
-    if not rest.startswith(":"):
-        return None
-    body = rest[1:].lstrip()
-    if not body.startswith('"'):
-        return None
-    shown, index = [], 1
-    while index < len(body):
-        char = body[index]
-        if char == '"':
-            return None
-        if char == "\\":
-            size = 6 if body[index + 1:index + 2] == "u" else 2
-            escape = body[index:index + size]
-            if len(escape) < size:
-                break
-            try:
-                shown.append(json.loads(f'"{escape}"'))
-            except ValueError:
-                break
-            index += size
-            continue
-        shown.append(char)
+@dataclass(frozen=True)
+class OpenString:
+    """The string a round's text ends inside (it is still being generated): its decoded `text` so far, `offsets`
+    (the index in the raw text where each character of `text` starts, then where the text so far ends) and
+    `closers`, the brackets that close the objects and arrays still open around it, innermost first."""
+
+    text: str
+    offsets: tuple[int, ...]
+    closers: str
+
+
+def open_string(raw: str) -> OpenString | None:
+    """The string `raw` (a round's text so far, JSON) ends inside, decoded (an escape not yet complete left
+    out), or None when `raw` does not end inside a string."""
+    closers: list[str] = []
+    index, size = 0, len(raw)
+    while index < size:
+        char = raw[index]
+        if char in "{[":
+            closers.append("}" if char == "{" else "]")
+        elif char in "}]" and closers:
+            closers.pop()
+        elif char == '"':
+            text, offsets, index = [], [], index + 1
+            while index < size and raw[index] != '"':
+                if raw[index] == "\\":
+                    step = 6 if raw[index + 1:index + 2] == "u" else 2
+                    try:
+                        decoded = json.loads(f'"{raw[index:index + step]}"') if index + step <= size else None
+                    except ValueError:
+                        decoded = None
+                    if decoded is None:
+                        return OpenString("".join(text), (*offsets, index), "".join(reversed(closers)))
+                else:
+                    step, decoded = 1, raw[index]
+                text.append(decoded)
+                offsets.append(index)
+                index += step
+            if index >= size:
+                return OpenString("".join(text), (*offsets, size), "".join(reversed(closers)))
         index += 1
-    return "".join(shown)
+    return None
 
 
 LOOP_MIN_CHARS = 30  # a repeated unit is a loop once its copies span this many characters
@@ -198,7 +207,7 @@ def _periodic_tail(text: str, unit: int) -> int:
 
 
 def runaway_at(text: str) -> int | None:
-    """Where a runaway repetition at the end of answer `text` stops making sense, as the length of `text` to keep
+    """Where a runaway repetition at the end of `text` (a string being generated) stops making sense, as the length of `text` to keep
     (the first copy kept, every later one dropped), or None when `text` does not end in one.
 
     A loop is an end of `text` that repeats a unit back to back: a unit of

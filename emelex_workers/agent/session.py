@@ -14,6 +14,7 @@ alone. The gate still checks every call against the snapshot only.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -216,9 +217,10 @@ class AgentSession:
                        workspace: Path | None = None, forced: str | None = None) -> RoundOutput:
         """One constrained model round, streamed to `on_token`, under `round_schema(workspace, forced)`;
         `GenerationInterrupted` when `stop` was set between tokens, `RoundOutputError` when the output is not a
-        valid round (blaming the token limit only when the round used all of its tokens). An answer that runs into
-        a runaway repetition (`protocol.runaway_at`) is ended there through the binding's stop event: the round is
-        that answer up to the repetition, `stopped` "repetition". Does not change `messages`."""
+        valid round (blaming the token limit only when the round used all of its tokens). A string (an answer, an
+        argument) that runs into a runaway repetition (`protocol.runaway_at`) is ended there through the binding's
+        stop event: the round is its text up to the end of the repetition's first copy, closed as JSON, `stopped`
+        "repetition" (`RoundOutputError` when that is no valid round). Does not change `messages`."""
         limit = self.snapshot.round_tokens
         ended = _RoundStop(stop)
         pieces: list[str] = []
@@ -227,8 +229,8 @@ class AgentSession:
             pieces.append(piece)
             if on_token is not None:
                 on_token(piece)
-            answer = protocol.partial_answer("".join(pieces))
-            if answer and protocol.runaway_at(answer) is not None:
+            inside = protocol.open_string("".join(pieces))
+            if inside is not None and protocol.runaway_at(inside.text) is not None:
                 ended.set()
 
         try:
@@ -238,9 +240,11 @@ class AgentSession:
         except GenerationInterrupted:
             if stop.is_set() or not ended.is_set():
                 raise
-            raw = "".join(pieces)
-            answer = protocol.partial_answer(raw)
-            return RoundOutput(raw, answer[:protocol.runaway_at(answer)].rstrip(), (), stopped="repetition")
+            inside = protocol.open_string("".join(pieces))
+            cut = inside.offsets[protocol.runaway_at(inside.text)]
+            closed = "".join(pieces)[:cut].rstrip() + '"' + inside.closers
+            out = protocol.parse_round(closed)
+            return dataclasses.replace(out, stopped="repetition")
         used = max(len(pieces), self.binding.count_tokens(raw)) if raw else 0
         return protocol.parse_round(raw, token_limit=limit if used >= limit else None)
 

@@ -1,29 +1,34 @@
-"""A runaway repetition inside an answer ends the answer there (through the round's stop event), the user's own
-stop still interrupts, and a round that fails to parse blames the token limit only when it used every token."""
+"""A runaway repetition inside a string of a round (an answer, a tool's argument) ends the round there (through the
+round's stop event), the user's own stop still interrupts, and a round that fails to parse blames the token limit
+only when it used every token."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import pytest
 
-from emelex_memory.agent.snapshot import SessionSnapshot
+from emelex_memory.agent.snapshot import SessionSnapshot, ToolAuthority
 from emelex_workers.agent import protocol
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.errors import RoundOutputError
-from emelex_workers.agent.protocol import partial_answer, runaway_at
+from emelex_workers.agent.protocol import ProposedCall, open_string, runaway_at
 from emelex_workers.agent.session import AgentSession
 from emelex_workers.plugin_api import GenerationInterrupted
 
-from ..support.agent import PIECE, ScriptedBinding, answer
+from ..support.agent import LABEL_SCHEMA, PIECE, ScriptedBinding, answer, calls
 
 LOOP = "The port is 8080. " * 12
 
 
-def snapshot(round_tokens: int = 256) -> SessionSnapshot:
+PEEK = ToolAuthority("peek", "Look at a label.", LABEL_SCHEMA, "never", "agenttest", "0.1.0")
+
+
+def snapshot(round_tokens: int = 256, tools=()) -> SessionSnapshot:
     return SessionSnapshot("scripted@sha256:" + "0" * 64, "0" * 64, protocol.PROTOCOL_VERSION, "1" * 64, 4096, 0.0,
-                           42, round_tokens, 4, 2, "You are a test agent.", ())
+                           42, round_tokens, 4, 2, "You are a test agent.", tools)
 
 
 @pytest.mark.parametrize("text, kept", [
@@ -45,10 +50,12 @@ def test_ordinary_answers_are_no_runaway(text: str) -> None:
     assert runaway_at(text) is None
 
 
-def test_the_partial_answer_is_decoded_as_it_streams() -> None:
-    assert partial_answer('{"answer": "a\\nb\\u00') == "a\nb"
-    assert partial_answer(' { "answer" : "x') == "x"
-    assert partial_answer('{"answer": "done"}') is None and partial_answer('{"tool_calls": [') is None
+def test_the_open_string_is_decoded_with_where_each_character_starts_and_what_closes_it() -> None:
+    inside = open_string('{"answer": "a\\nb\\u00')
+    assert (inside.text, inside.offsets, inside.closers) == ("a\nb", (12, 13, 15, 16), "}")
+    inside = open_string('{"tool_calls":[{"name":"w","arguments":{"content":"x y')
+    assert inside.text == "x y" and inside.closers == "}}]}"
+    assert open_string('{"answer": "done"}') is None and open_string('{"tool_calls": [') is None
 
 
 def test_an_answer_that_loops_is_ended_at_the_repetition() -> None:
@@ -57,7 +64,18 @@ def test_an_answer_that_loops_is_ended_at_the_repetition() -> None:
     out = AgentSession(binding, snapshot(), {}).generate_round(stop=threading.Event(), on_token=seen.append)
     assert out.answer == "The port is 8080." and out.stopped == "repetition" and out.calls == ()
     assert len("".join(seen)) < len(LOOP) // 2  # generation stopped, not merely trimmed afterwards
-    assert out.raw == "".join(seen)
+    assert out.raw == '{"answer":"The port is 8080."}'
+
+
+def test_a_tool_argument_that_loops_is_ended_at_the_repetition_and_closed() -> None:
+    label = "ab" + "xyz " * 15
+    binding = ScriptedBinding([calls(("peek", {"label": label}))])
+    seen: list[str] = []
+    out = AgentSession(binding, snapshot(tools=(PEEK,)), {}).generate_round(stop=threading.Event(),
+                                                                           on_token=seen.append)
+    assert out.calls == (ProposedCall("peek", {"label": "abxyz"}),) and out.stopped == "repetition"
+    assert len("".join(seen)) < len(json.dumps(calls(("peek", {"label": label})), separators=(",", ":")))
+    assert out.raw == '{"tool_calls":[{"name":"peek","arguments":{"label":"abxyz"}}]}'
 
 
 def test_the_users_stop_still_interrupts_a_looping_answer() -> None:
