@@ -300,7 +300,8 @@ def _example_lines(snapshot: SessionSnapshot) -> list[str]:
     if example.call is not None:
         call = {"round": 1, "calls": [{"call_id": "1", "tool": example.call.tool, "arguments": example.call.arguments}]}
         result = {"call_id": "1", "tool": example.call.tool, "outcome": "ok", "output": example.result}
-        lines += [f"assistant: {calls_text(call)}", f"user: {result_text(result)}"]
+        lines += [f"assistant: {calls_text(call)}",
+                  f"user: {result_text(result, snapshot.protocol, example.call.arguments)}"]
     return [*lines, f"assistant: {answer_text(example.answer)}"]
 
 
@@ -343,11 +344,16 @@ def _system_message_v1(snapshot: SessionSnapshot) -> str:
     return "\n".join(lines).strip()
 
 
-def result_text(payload: dict) -> str:
-    """How one `tool_result` payload reads to the model: "Result of <tool> (<call_id>, <outcome>): <output>"."""
+def result_text(payload: dict, version: str = PROTOCOL_VERSION, arguments: dict | None = None) -> str:
+    """How one `tool_result` payload reads to the model under protocol `version`: "Result of <tool>
+    <arguments> (<outcome>): <output>", naming the call by its `arguments` (a small model copied a call ID into
+    its answers); under "emelex-tools/1" "Result of <tool> (<call_id>, <outcome>): <output>"."""
     output = payload.get("output")
     body = output if isinstance(output, str) else _compact(output)
-    return f"Result of {payload.get('tool')} ({payload.get('call_id')}, {payload.get('outcome')}): {body}"
+    if version == PROTOCOL_V1:
+        return f"Result of {payload.get('tool')} ({payload.get('call_id')}, {payload.get('outcome')}): {body}"
+    shown = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
+    return f"Result of {payload.get('tool')} {shown} ({payload.get('outcome')}): {body}"
 
 
 def calls_text(payload: dict) -> str:
@@ -395,11 +401,14 @@ def history_messages(snapshot: SessionSnapshot, events: Iterable[Event],
             messages.append({"role": "user", "content": "\n".join(results)})
             results.clear()
 
+    arguments: dict[str, dict] = {}  # call ID -> the call's arguments, as its result names it
     for event in events:
         payload = event.payload if event.kind != SUMMARY_KIND else None
         if event.kind == "tool_result" and isinstance(payload, dict):
-            results.append(result_text(payload))
+            results.append(result_text(payload, snapshot.protocol, arguments.get(payload.get("call_id"))))
             continue
+        if event.kind == "tool_calls" and isinstance(payload, dict):
+            arguments.update((c.get("call_id"), c.get("arguments")) for c in payload.get("calls", []))
         flush()
         if event.kind == SUMMARY_KIND:
             messages.append({"role": "system", "content": f"Summary of the earlier conversation: {event_body(event)}"})

@@ -140,7 +140,9 @@ class AgentSession:
         payload = {"round": round, "calls": [{"call_id": cid, "tool": c.tool, "arguments": c.arguments}
                                              for cid, c in calls]}
         self.messages.append({"role": "assistant", "content": protocol.calls_text(payload)})
-        self.messages.append({"role": "user", "content": "\n".join(protocol.result_text(r) for r in results)})
+        arguments = {cid: c.arguments for cid, c in calls}
+        self.messages.append({"role": "user", "content": "\n".join(
+            protocol.result_text(r, self.snapshot.protocol, arguments.get(r.get("call_id"))) for r in results)})
 
     def add_answer(self, text: str) -> None:
         """Append the assistant's final answer; the turn is over."""

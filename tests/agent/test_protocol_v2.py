@@ -9,12 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from emelex_memory import Event
 from emelex_memory.agent import journal
 from emelex_memory.agent.snapshot import SessionSnapshot, ToolAuthority
 from emelex_workers.agent import protocol
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.errors import RoundOutputError
-from emelex_workers.agent.protocol import parse_round, system_message, union_schema
+from emelex_workers.agent.protocol import history_messages, parse_round, system_message, union_schema
 from emelex_workers.agent.schema import validate
 from emelex_workers.cli.chat import _resumed_snapshot
 
@@ -61,7 +62,7 @@ def test_the_system_message_shows_a_worked_tool_round_and_an_answer_valid_under_
     assert validate(json.loads(call_round), schema) is None and validate(json.loads(answer_round), schema) is None
     assert parse_round(call_round).calls == (protocol.ProposedCall("read_file", {"path": "config.ini"}),)
     assert "8080" in parse_round(answer_round).answer
-    assert "user: Result of read_file (1, ok): [server]\nport = 8080" in text  # as results come back
+    assert 'user: Result of read_file {"path": "config.ini"} (ok): [server]\nport = 8080' in text  # as results are
     assert call_round.startswith('{"tool_calls":[{"name":"read_file"')  # the order the grammar generates
     assert "- read_file: Read a text file in the workspace. Arguments: path (string, relative to the workspace)" in text
 
@@ -79,6 +80,15 @@ def test_a_version_1_snapshot_keeps_the_version_1_system_message() -> None:
         'You are a test agent.\n\nReply with JSON only: {"answer": "<your reply to the user>"}.')
     assert "Example:" not in system_message(snapshot(protocol.PROTOCOL_V1))
     assert system_message(snapshot()) != system_message(snapshot(protocol.PROTOCOL_V1))
+
+
+def test_a_result_is_named_by_its_calls_arguments_and_version_1_keeps_the_call_id() -> None:
+    events = [Event((1, 1, 1, 0, "tool_calls", json.dumps({"round": 1, "calls": [
+                  {"call_id": "c1", "tool": "peek", "arguments": {"label": "a"}}]}), 0, 0, 0.0, None)),
+              Event((2, 2, 1, 0, "tool_result", json.dumps({"call_id": "c1", "tool": "peek", "outcome": "ok",
+                                                            "output": "peeked a"}), 0, 0, 0.0, None))]
+    assert history_messages(snapshot(), events)[-1]["content"] == 'Result of peek {"label": "a"} (ok): peeked a'
+    assert history_messages(snapshot(protocol.PROTOCOL_V1), events)[-1]["content"] == "Result of peek (c1, ok): peeked a"
 
 
 def test_a_raw_newline_inside_a_string_reads_as_a_newline() -> None:
