@@ -204,8 +204,24 @@ class Chat:
 
 
 PROMPT = re.compile(r"(?:^|\n)> $")
-APPROVAL = re.compile(r"(?:^|\n)(\w+) (\{[^\n]*)\napprove this call\? [^\n]*: $")
+APPROVAL = re.compile(r"([^\n]*)\napprove this call\? [^\n]*: $")  # the call's line, then the question
+CALL = re.compile(r"(\w+) (\{.*)")  # "tool {arguments}", the last one on the call's line
 SESSION = re.compile(r"session ([0-9a-f-]{36})")
+
+
+def asked_call(line: str) -> tuple[str, dict]:
+    """The tool and arguments of the call an approval prompt asks about, from the line printed before it (where
+    the proposed call's own "-> tool {...}" may precede it without a line break): the last "tool {" on the line
+    whose rest is JSON; arguments {} when none is (cut in the preview)."""
+    tool = ""
+    for start in reversed([m.start() for m in re.finditer(r"(?<!\w)\w+ \{", line)]):
+        name, rest = CALL.match(line, start).groups()
+        tool = tool or name
+        try:
+            return name, json.loads(rest)
+        except ValueError:
+            continue
+    return tool, {}
 
 
 def turn_record(home: Path, session: str) -> dict:
@@ -256,11 +272,8 @@ def run_task(home: Path, task: Task, root: Path) -> dict:
         while True:
             seen, match = chat.wait_for({"prompt": PROMPT, "approval": APPROVAL}, deadline)
             if seen == "approval":
-                try:
-                    arguments = json.loads(match.group(2))
-                except ValueError:  # cut in the preview: a command is not approved unread
-                    arguments = {}
-                decision = approve(match.group(1), arguments)
+                tool, arguments = asked_call(match.group(1))
+                decision = approve(tool, arguments)
                 row["approved" if decision == "y" else "denied"] += 1
                 chat.type(decision)
                 continue
