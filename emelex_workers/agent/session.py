@@ -24,18 +24,19 @@ from emelex_memory import Event
 from emelex_memory.agent.journal import UnknownEffect
 from emelex_memory.agent.snapshot import SessionSnapshot, ToolAuthority
 from emelex_memory.sessions.transcript import SUMMARY_KIND
-from emelex_workers.host.types import AgentBinding, GenerationInterrupted
+from emelex_workers.host.types import AgentBinding, GenerationInterrupted, event_body
 
 from . import protocol
 from .errors import UnknownToolError
 from .protocol import ProposedCall, RoundOutput
-from .tools import RegisteredTool
+from .tools import RegisteredTool, bounded
 from .workspace import WorkspaceEntries, narrow_path, scan
 
 REPEATED = "repeated"  # the outcome of a call answered from an identical call's earlier result, never run
 _NOT_DONE = ("not_executed", REPEATED)  # outcomes that do not make a call "already done"
 _NO_EFFECT = ("denied", "not_executed", REPEATED)  # outcomes of a call that cannot have changed the workspace
 _ENUM_ONLY = {"type", "enum", "description", "title"}
+QUOTED_BYTES = 200  # of the user's request, quoted in the note of a forced round
 
 
 def call_key(tool: str, arguments: dict) -> str:
@@ -65,6 +66,7 @@ class AgentSession:
         self.messages: list[dict[str, str]] = protocol.history_messages(snapshot, ())
         self._done: dict[str, dict] = {}  # call key -> result of that call, done in this turn since the last effect
         self._seen: set[str] = set()  # (tool, outcome, output) of every result in this turn
+        self._asked = ""  # the user's input of the latest turn
 
     def _known(self, name: str) -> str:
         if self.snapshot.tool(name) is None:
@@ -92,6 +94,7 @@ class AgentSession:
             payload = event.payload if event.kind != SUMMARY_KIND else None
             if event.kind in ("user", "assistant", "turn_failed", SUMMARY_KIND):
                 self._new_turn()
+                self._asked = event_body(event) if event.kind == "user" else self._asked
             elif event.kind == "tool_calls" and isinstance(payload, dict):
                 calls = {c.get("call_id"): ProposedCall(c.get("tool"), c.get("arguments"))
                          for c in payload.get("calls", []) if isinstance(c, dict)}
@@ -109,6 +112,7 @@ class AgentSession:
     def add_user(self, text: str) -> None:
         """Append the user's input; a new turn has done nothing yet."""
         self._new_turn()
+        self._asked = text
         self.messages.append({"role": "user", "content": text})
 
     def earlier_result(self, call: ProposedCall) -> dict | None:
@@ -154,9 +158,10 @@ class AgentSession:
         or "repeat"), a note to answer from the results in context, else, while tools are disabled, a note
         naming them. The notes are never part of `messages`."""
         if forced is not None:
-            why = (f"This turn has used its {self.snapshot.chain_limit} tool rounds" if forced == "chain_limit"
-                   else "The last tool calls told you nothing new")
-            note = f"{why}: answer the user now, from the tool results above; no more tool calls in this turn."
+            why = (f"this turn has used its {self.snapshot.chain_limit} tool rounds" if forced == "chain_limit"
+                   else "the last tool calls told you nothing new")
+            note = (f"No more tool calls ({why}). Answer the user's request {bounded(self._asked, QUOTED_BYTES)!r} "
+                    "with what the tool results above show.")
             return [*self.messages, {"role": "system", "content": note}]
         disabled = sorted(t.name for t in self.snapshot.tools if t.name not in self.enabled_tools)
         if not disabled:

@@ -76,7 +76,8 @@ def _paths_problem(spec: ToolSpec) -> str | None:
     properties = spec.input_schema.get("properties", {})
     for name, kind in declared.items():
         if kind not in WORKSPACE_PATH_KINDS:
-            return f"workspace_paths[{name!r}] is {kind!r}, not a path kind; use one of {', '.join(WORKSPACE_PATH_KINDS)}"
+            kinds = ", ".join(WORKSPACE_PATH_KINDS)
+            return f"workspace_paths[{name!r}] is {kind!r}, not a path kind; use one of {kinds}"
         if not isinstance(properties.get(name), dict) or properties[name].get("type") != "string":
             return f"workspace_paths names {name!r}, which is not a string property of input_schema"
     return None

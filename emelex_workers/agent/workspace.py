@@ -123,7 +123,8 @@ def _new_file(schema: dict, directories: Collection[str]) -> dict | None:
     top = min(NAME_CHARS, schema["maxLength"])
     if schema.get("minLength", 0) > 1:
         return None  # a lower bound the prefixes cannot all meet: leave the name out
-    prefixes = [d + "/" for d in directories if d != "." and _SAFE_DIR.match(d) and len(d) + 1 + top <= schema["maxLength"]]
+    prefixes = [d + "/" for d in directories
+                if d != "." and _SAFE_DIR.match(d) and len(d) + 1 + top <= schema["maxLength"]]
     name = f"{NEW_NAME}{{0,{top - 1}}}"
     if not prefixes:
         return {"type": "string", "pattern": f"^{name}$"}

@@ -14,7 +14,7 @@ from typing import Literal
 
 from emelex_memory import AssetRef, MemoryStore
 
-__all__ = ["WORKSPACE_PATH_KINDS", "ToolInvocation", "ToolOutput", "ToolSpec"]
+__all__ = ["WORKSPACE_PATH_KINDS", "ToolInvocation", "ToolOutput", "ToolSpec", "WorkspacePathKind"]
 
 WorkspacePathKind = Literal["file", "directory", "existing", "new"]
 WORKSPACE_PATH_KINDS: tuple[str, ...] = ("file", "directory", "existing", "new")

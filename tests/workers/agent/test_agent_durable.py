@@ -185,6 +185,7 @@ def test_the_chain_limit_forces_an_answer(store: MemoryStore, workspace, tools, 
     assert binding.rounds[2]["schema"] == {"type": "object", "properties": {"answer": {"type": "string",
                                            "maxLength": 500}}, "required": ["answer"], "additionalProperties": False}
     assert "used its 2 tool rounds" in binding.rounds[2]["messages"][-1]["content"]
+    assert "'go'" in binding.rounds[2]["messages"][-1]["content"]  # the request, quoted
     assert binding.rounds[2]["messages"][-1]["role"] == "system"
     events = store.replay(agent.session_id).events
     audit = next(e.payload for e in events if e.kind == "audit")

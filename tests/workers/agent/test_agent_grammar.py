@@ -17,15 +17,15 @@ import pytest
 from emelex_memory import Event, MemoryStore
 from emelex_memory.agent.snapshot import SessionSnapshot
 from emelex_workers.agent import protocol
-from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
+from emelex_workers.agent.durable import DurableAgentSession
 from emelex_workers.agent.protocol import ProposedCall, history_messages
 from emelex_workers.agent.schema import validate
 from emelex_workers.agent.session import AgentSession
-from emelex_workers.agent.tools import RegisteredTool, registered_tools
-from emelex_workers.host.manager import get_plugin_manager
+from emelex_workers.agent.tools import RegisteredTool
 from emelex_tools.plugin import tool_specs
-from tests.support import agent as agent_support
 from tests.support.agent import ScriptedBinding, answer, calls
+
+from .test_agent_durable import effects, run, snap, tools  # noqa: F401 - the scripted tools and their fixtures
 
 BUILTIN = {s.name: RegisteredTool(s, "tools", "test") for s in tool_specs()}
 KINDS = {"read_file": "file", "list_dir": "directory", "search_text": "directory", "write_file": "new"}
@@ -196,7 +196,8 @@ def test_a_path_already_read_in_the_turn_is_not_offered_again_until_something_ch
     assert readable() == ["a.txt", "b.txt"]  # a write may have changed them
     assert agent.earlier_result(ProposedCall("write_file", {"path": "a.txt", "content": "new"}))["call_id"] == "c3"
     agent.add_answer("done")
-    assert readable() == ["a.txt", "b.txt"] and agent.earlier_result(ProposedCall("read_file", {"path": "a.txt"})) is None
+    assert readable() == ["a.txt", "b.txt"]
+    assert agent.earlier_result(ProposedCall("read_file", {"path": "a.txt"})) is None
 
 
 def event(seq: int, kind: str, payload) -> Event:
@@ -223,25 +224,6 @@ def test_replayed_history_rebuilds_what_the_open_turn_has_done(tmp_path: Path) -
 
 
 # -- the durable turn ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def effects(tmp_path, monkeypatch):
-    path = tmp_path / "effects.log"
-    monkeypatch.setenv(agent_support.ENV, json.dumps({"effects": str(path)}))
-    return path
-
-
-@pytest.fixture
-def tools(settings):
-    pm = get_plugin_manager(settings)
-    agent_support.add_to(pm)
-    return {name: tool for name, tool in registered_tools(pm).items() if name in ("effect", "peek", "boom")}
-
-
-def snap(binding, tools, **changes):
-    return build_snapshot(binding, tools, model_reference="test/scripted", model_snapshot_id="s" * 64,
-                          system_prompt="Test agent.", **changes)
 
 
 def results(store: MemoryStore, session_id: str) -> list[dict]:
@@ -325,6 +307,3 @@ def test_a_forced_answer_survives_resume_byte_identically(store: MemoryStore, wo
     audits = [e.payload for e in events if e.kind == "audit"]
     assert audits[0]["forced"] == "chain_limit" and "forced" not in audits[1]
 
-
-def run(coro):
-    return asyncio.run(coro)

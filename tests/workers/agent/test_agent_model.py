@@ -51,13 +51,18 @@ def binding(tmp_path_factory):
     b.close()
 
 
-def test_the_union_grammar_yields_schema_valid_rounds_on_the_default_model(binding, workspace) -> None:
+def builtin_agent(binding) -> AgentSession:
+    """An agent over the built-in tools with short string bounds, 48-token rounds and one call per round."""
     tools = {s.name: RegisteredTool(dataclasses.replace(s, input_schema=_short(s.input_schema)), "tools", "test")
              for s in tool_specs()}
     snapshot = SessionSnapshot(binding.model.reference, binding.model.snapshot_id, protocol.PROTOCOL_VERSION,
                                binding.template_digest, 2048, 0.0, 42, 48, 2, 1, "You are a coding assistant.",
                                tuple(t.authority() for t in tools.values()))
-    agent = AgentSession(binding, snapshot, tools)
+    return AgentSession(binding, snapshot, tools)
+
+
+def test_the_union_grammar_yields_schema_valid_rounds_on_the_default_model(binding, workspace) -> None:
+    agent = builtin_agent(binding)
     agent.disable_tool("run_command")  # the effectful tools' long strings make the grammar slow to sample
     agent.disable_tool("write_file")
     for prompt in PROMPTS:
@@ -98,12 +103,7 @@ def test_the_narrowed_grammar_keeps_the_default_model_to_paths_that_exist(bindin
     (root / "src").mkdir(parents=True)
     (root / "notes.txt").write_text("The launch code is 4711.\n")
     (root / "src" / "app.py").write_text("def main():\n    return 1\n")
-    tools = {s.name: RegisteredTool(dataclasses.replace(s, input_schema=_short(s.input_schema)), "tools", "test")
-             for s in tool_specs()}
-    snapshot = SessionSnapshot(binding.model.reference, binding.model.snapshot_id, protocol.PROTOCOL_VERSION,
-                               binding.template_digest, 2048, 0.0, 42, 48, 2, 1, "You are a coding assistant.",
-                               tuple(t.authority() for t in tools.values()))
-    agent = AgentSession(binding, snapshot, tools)
+    agent = builtin_agent(binding)
     for name in ("run_command", "list_dir", "search_text"):  # left: reading a file, writing one
         agent.disable_tool(name)
     proposed = []
