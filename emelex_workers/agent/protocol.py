@@ -210,7 +210,8 @@ def runaway_at(text: str) -> int | None:
     """Where a runaway repetition at the end of `text` (a string being generated) stops making sense, as the length of `text` to keep
     (the first copy kept, every later one dropped), or None when `text` does not end in one.
 
-    A loop is an end of `text` that repeats a unit back to back: a unit of
+    The kept text ends at a word's end (at most one more unit on). A loop is
+    an end of `text` that repeats a unit back to back: a unit of
     at least `LOOP_LONG_UNIT` characters twice, a shorter one three times
     and over at least `LOOP_MIN_CHARS` characters; or, line by line, the
     last complete line (a list marker such as "3." or "-" aside, at least
@@ -219,7 +220,11 @@ def runaway_at(text: str) -> int | None:
     for unit in range(1, len(text) // 2 + 1):
         tail = _periodic_tail(text, unit)
         if tail >= 2 * unit and (unit >= LOOP_LONG_UNIT or (tail >= 3 * unit and tail >= LOOP_MIN_CHARS)):
-            return len(text) - tail + unit
+            cut = len(text) - tail + unit
+            end = min(len(text), cut + unit)
+            while cut < end and text[cut - 1].isalnum() and text[cut].isalnum():
+                cut += 1  # not inside a word: the copy may have been found starting mid-word
+            return cut
     lines = text.split("\n")[:-1]  # complete lines only
     if lines:
         key = _LIST_MARKER.sub("", lines[-1]).strip()
@@ -285,8 +290,9 @@ class Example:
     answer: str
 
 
-EXAMPLE = Example("What is the port in config.ini?", ProposedCall("read_file", {"path": "config.ini"}),
-                  "[server]\nport = 8080", "The port in config.ini is 8080.")
+EXAMPLE = Example("What is the favorite color in notes/colors.txt?",
+                  ProposedCall("read_file", {"path": "notes/colors.txt"}), "favorite color: teal\nshoes: red",
+                  "The favorite color in notes/colors.txt is teal.")
 EXAMPLE_WITHOUT_TOOL = Example("Say hello.", None, None, "Hello! What can I do in this workspace?")
 
 

@@ -33,7 +33,8 @@ def snapshot(round_tokens: int = 256, tools=()) -> SessionSnapshot:
 
 @pytest.mark.parametrize("text, kept", [
     ("The port is 8080. The port is 8080. The port is 8080. The", "The port is 8080. "),
-    ("ha" * 15, "ha"),
+    ("ha" * 15, "haha"),
+    ("The output of the output of the output of the output of t", "The output of the"),
     ("config.ini sets port to 8080 for the server. config.ini sets port to 8080 for the server. ",
      "config.ini sets port to 8080 for the server. "),
     ("1. notes.txt is here\n2. notes.txt is here\n3. notes.txt is here\n", "1. notes.txt is here\n"),
