@@ -290,9 +290,8 @@ class Example:
     answer: str
 
 
-EXAMPLE = Example("What is the favorite color in notes/colors.txt?",
-                  ProposedCall("read_file", {"path": "notes/colors.txt"}), "favorite color: teal\nshoes: red",
-                  "The favorite color in notes/colors.txt is teal.")
+EXAMPLE = Example("What is the port in config.ini?", ProposedCall("read_file", {"path": "config.ini"}),
+                  "[server]\nport = 8080", "The port in config.ini is 8080.")
 EXAMPLE_WITHOUT_TOOL = Example("Say hello.", None, None, "Hello! What can I do in this workspace?")
 
 

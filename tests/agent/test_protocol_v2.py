@@ -60,9 +60,9 @@ def test_the_system_message_shows_a_worked_tool_round_and_an_answer_valid_under_
     call_round, answer_round = example_rounds(text)
     schema = union_schema(snap.tools, snap.calls_per_batch)
     assert validate(json.loads(call_round), schema) is None and validate(json.loads(answer_round), schema) is None
-    assert parse_round(call_round).calls == (protocol.ProposedCall("read_file", {"path": "notes/colors.txt"}),)
-    assert "teal" in parse_round(answer_round).answer
-    assert 'user: Result of read_file {"path": "notes/colors.txt"} (ok): favorite color: teal\nshoes: red' in text
+    assert parse_round(call_round).calls == (protocol.ProposedCall("read_file", {"path": "config.ini"}),)
+    assert "8080" in parse_round(answer_round).answer
+    assert 'user: Result of read_file {"path": "config.ini"} (ok): [server]\nport = 8080' in text  # as results are
     assert call_round.startswith('{"tool_calls":[{"name":"read_file"')  # the order the grammar generates
     assert "- read_file: Read a text file in the workspace. Arguments: path (string, relative to the workspace)" in text
 
