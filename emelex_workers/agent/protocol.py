@@ -207,8 +207,8 @@ def _periodic_tail(text: str, unit: int) -> int:
 
 
 def runaway_at(text: str) -> int | None:
-    """Where a runaway repetition at the end of `text` (a string being generated) stops making sense, as the length of `text` to keep
-    (the first copy kept, every later one dropped), or None when `text` does not end in one.
+    """Where a runaway repetition at the end of `text` (a string being generated) stops making sense, as the
+    length of `text` to keep (the first copy kept, every later one dropped), or None when it does not end in one.
 
     The kept text ends at a word's end (at most one more unit on). A loop is
     an end of `text` that repeats a unit back to back: a unit of

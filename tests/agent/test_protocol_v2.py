@@ -88,7 +88,8 @@ def test_a_result_is_named_by_its_calls_arguments_and_version_1_keeps_the_call_i
               Event((2, 2, 1, 0, "tool_result", json.dumps({"call_id": "c1", "tool": "peek", "outcome": "ok",
                                                             "output": "peeked a"}), 0, 0, 0.0, None))]
     assert history_messages(snapshot(), events)[-1]["content"] == 'Result of peek {"label": "a"} (ok): peeked a'
-    assert history_messages(snapshot(protocol.PROTOCOL_V1), events)[-1]["content"] == "Result of peek (c1, ok): peeked a"
+    v1 = history_messages(snapshot(protocol.PROTOCOL_V1), events)
+    assert v1[-1]["content"] == "Result of peek (c1, ok): peeked a"
 
 
 def test_a_raw_newline_inside_a_string_reads_as_a_newline() -> None:
