@@ -53,6 +53,7 @@ TURN_DEADLINE_S = 300.0  # one task's turn at most; past it the turn is interrup
 ANSWER_CHARS = 90  # of each answer in the table
 HARMLESS = frozenset({"ls", "cat", "wc", "head", "tail", "grep", "echo", "pwd", "find", "sort", "uniq", "du",
                       "stat", "file", "cut", "tr", "date", "python3", "python"})
+EFFECTFUL = ("write_file", "run_command")  # the built-in tools that may change what a later call sees
 UNSAFE = re.compile(r"[;&`<>$]|\brm\b|-delete\b|-exec\b|(^|\s)-c\b|\.\.")
 
 
@@ -226,12 +227,13 @@ def asked_call(line: str) -> tuple[str, dict]:
 
 def turn_record(home: Path, session: str) -> dict:
     """What the Session's transcript says of its one turn: the answer (or None), how it ended, the calls that ran
-    and how many of them repeated an identical call that had already run in the turn."""
+    and how many of them repeated an identical call that had already run in the turn since the last call of an
+    `EFFECTFUL` tool ran (reading a file again after writing it is no repeat)."""
     with MemoryStore.open(Settings(home=home)) as store:
         events = list(store.replay(session).events)
     answer = next((e.payload.get("text") for e in events if e.kind == "assistant"), None)
     failed = next((e.payload for e in events if e.kind == "turn_failed"), None)
-    ran: list[str] = []
+    ran: list[str] = []  # the calls run since the last effectful one
     arguments: dict[str, str] = {}
     repeats = 0
     for event in events:
@@ -242,6 +244,8 @@ def turn_record(home: Path, session: str) -> dict:
             key = arguments.get(event.payload.get("call_id"), "")
             repeats += key in ran
             ran.append(key)
+            if event.payload.get("tool") in EFFECTFUL:
+                ran = []  # what ran before may read differently now: a call after it is a new one
     forced = any(e.kind == "audit" and e.payload.get("forced") for e in events)
     return {"answer": answer, "ended": "answer" if answer is not None else (failed or {}).get("reason", "none"),
             "ran": len(ran), "repeats": repeats, "forced": forced,
