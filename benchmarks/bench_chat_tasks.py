@@ -235,7 +235,7 @@ def turn_record(home: Path, session: str) -> dict:
     failed = next((e.payload for e in events if e.kind == "turn_failed"), None)
     ran: list[str] = []  # the calls run since the last effectful one
     arguments: dict[str, str] = {}
-    repeats = 0
+    runs = repeats = 0
     for event in events:
         if event.kind == "tool_calls":
             for call in event.payload.get("calls", []):
@@ -243,12 +243,13 @@ def turn_record(home: Path, session: str) -> dict:
         elif event.kind == "tool_result" and event.payload.get("outcome") == "ok":
             key = arguments.get(event.payload.get("call_id"), "")
             repeats += key in ran
+            runs += 1
             ran.append(key)
             if event.payload.get("tool") in EFFECTFUL:
                 ran = []  # what ran before may read differently now: a call after it is a new one
     forced = any(e.kind == "audit" and e.payload.get("forced") for e in events)
     return {"answer": answer, "ended": "answer" if answer is not None else (failed or {}).get("reason", "none"),
-            "ran": len(ran), "repeats": repeats, "forced": forced,
+            "ran": runs, "repeats": repeats, "forced": forced,
             "diagnostic": (failed or {}).get("diagnostic", "")}
 
 
