@@ -58,8 +58,8 @@ from emelex_memory.snapshots.installed import InstalledModel
 from emelex_workers.host.types import AgentBinding, GenerationInterrupted, GenerationProgress
 
 from .context import ContextRequest, ContextSource, check_sources, gather
-from .protocol import PROTOCOL_VERSION, ProposedCall
-from .session import AgentSession
+from .protocol import PROTOCOL_VERSION, PROTOCOLS, ProposedCall
+from .session import REPEATED, AgentSession
 from .tools import RegisteredTool, ToolInvocation, run_tool
 
 Approve = Callable[[ProposedCall, RegisteredTool], "str | Awaitable[str]"]
@@ -80,12 +80,17 @@ def build_snapshot(
     chain_limit: int = 4,
     calls_per_batch: int = 2,
     context: tuple[str, ...] = (),
+    protocol: str = PROTOCOL_VERSION,
 ) -> SessionSnapshot:
     """The snapshot of an agent over `binding` and `tools` (all of them) with these semantics; `context_size`
     defaults to the binding's context window; `context` names the context sources recorded before the first
-    round (`emelex_workers.agent.context`). A binding with `model_identity` (a served model) has it recorded."""
+    round (`emelex_workers.agent.context`); `protocol` is the current version (an older one of `PROTOCOLS` for a
+    Session made with it; ValueError for any other). A binding with `model_identity` (a served model) has it
+    recorded."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol {protocol!r} is not one of {PROTOCOLS}")
     return SessionSnapshot(
-        model_reference, model_snapshot_id, PROTOCOL_VERSION, binding.template_digest,
+        model_reference, model_snapshot_id, protocol, binding.template_digest,
         binding.context_window if context_size is None else context_size, temperature, seed, round_tokens,
         chain_limit, calls_per_batch, system_prompt, tuple(t.authority() for t in tools.values()),
         getattr(binding, "model_identity", None), context,
@@ -96,7 +101,9 @@ def build_snapshot(
 class TurnResult:
     """How a turn ended: `outcome` is "answer" (with `answer`), "interrupted", "aborted" or "error" (with a bounded
     `diagnostic`); `rounds` model rounds ran and `calls` tool calls were published; `context` holds the context
-    payloads recorded before this turn's first round (a Session's first turn only)."""
+    payloads recorded before this turn's first round (a Session's first turn only). `forced` says why an answer
+    was forced (generated under the answer form only): "chain_limit" (the turn used its `chain_limit` tool rounds)
+    or "repeat" (the last round's results were all repeats); None for an answer the model chose."""
 
     outcome: str
     answer: str | None
@@ -104,6 +111,7 @@ class TurnResult:
     calls: int
     diagnostic: str = ""
     context: tuple[dict, ...] = ()
+    forced: str | None = None
 
 
 class _Renewal(threading.Thread):
@@ -213,8 +221,8 @@ class DurableAgentSession:
             return lease
 
         lease = await _on(executors[0], setup, shutdown=executors)
-        return cls(store, lease, AgentSession(binding, snapshot, tools), ttl, executors, sources=sources,
-                   fresh=True, context=[])
+        return cls(store, lease, AgentSession(binding, snapshot, tools, exclude=_home(store)), ttl, executors,
+                   sources=sources, fresh=True, context=[])
 
     @classmethod
     async def resume(cls, store: MemoryStore, session_id: str, workspace: str | Path, binding: AgentBinding,
@@ -234,7 +242,7 @@ class DurableAgentSession:
         executors = cls._executors(session_id[:8])
         ttl = lease_ttl(store.settings, ttl_s)
 
-        agent = AgentSession(binding, snapshot, tools)
+        agent = AgentSession(binding, snapshot, tools, exclude=_home(store))
         sources = context_sources or {}
         replayed: list = []
 
@@ -324,8 +332,9 @@ class DurableAgentSession:
         tool)` (a value or an awaitable of "approve", "deny" or "abort") is
         asked for every call whose snapshot approval is "always"; without it
         such calls are denied. `on_token` gets streamed text on the loop, and
-        `on_result(call, tool_result)` the result of each call that ran, once
-        it is journaled (never for a result that could not be recorded).
+        `on_result(call, tool_result)` the result of each call that ran or was
+        answered from an identical call's earlier result (outcome "repeated"),
+        once it is journaled (never for a result that could not be recorded).
         `on_progress(round, progress)` gets, on the loop, each progress report
         of model round `round` (1, 2, ...) when the binding reports progress
         (`AgentBinding`). Raises `AgentPoisonedError` when poisoned or closed and
@@ -388,28 +397,33 @@ class DurableAgentSession:
         store, lease, agent = self.store, self._lease, self.agent
         limit = agent.snapshot.chain_limit
         rounds = calls = 0
+        forced: str | None = None
         try:
             while True:
                 if self._stop.is_set():
                     raise GenerationInterrupted()
                 out = await self._offload(self._model, agent.generate_round, stop=self._stop,
-                                          on_token=_on_loop(on_token), on_progress=_on_loop(
+                                          on_token=_on_loop(on_token), workspace=self.workspace, forced=forced,
+                                          on_progress=_on_loop(
                                               on_progress and functools.partial(on_progress, rounds + 1)))
                 rounds += 1
                 if out.answer is not None:
                     audit = {"event": "answer", "rounds": rounds, "calls": calls,
                              "model": agent.snapshot.model_reference}
+                    if forced is not None:
+                        audit["forced"] = forced
                     await self._offload(self._db, journal.close_answer, store, lease, out.answer, audit)
                     agent.add_answer(out.answer)
                     self._poisoned = False
-                    return TurnResult("answer", out.answer, rounds, calls)
-                if rounds > limit:
-                    return await self._fail("error", f"the model asked for more than {limit} tool rounds in one turn",
-                                            rounds, calls)
-                ended = await self._run_batch(rounds, out, approve, on_result)
+                    return TurnResult("answer", out.answer, rounds, calls, forced=forced)
+                if forced is not None:
+                    return await self._fail("error", "the model proposed tool calls in a round constrained to an "
+                                            "answer", rounds, calls)
+                ended, stale = await self._run_batch(rounds, out, approve, on_result)
                 calls += len(out.calls)
                 if ended is not None:
                     return await self._fail(ended, _ENDINGS[ended], rounds, calls)
+                forced = "chain_limit" if rounds >= limit else "repeat" if stale else None
         except GenerationInterrupted:
             return await self._fail("interrupted", _ENDINGS["interrupted"], rounds, calls)
         except asyncio.CancelledError:
@@ -418,13 +432,15 @@ class DurableAgentSession:
             return await self._fail("error", f"{type(exc).__name__}: {exc}", rounds, calls, cause=exc)
 
     async def _run_batch(self, round_: int, out: Any, approve: Approve | None,
-                         on_result: Callable[[ProposedCall, dict], None] | None) -> str | None:
-        """Journal, run and publish one batch; return "aborted" / "interrupted" when the turn must end after it."""
+                         on_result: Callable[[ProposedCall, dict], None] | None) -> tuple[str | None, bool]:
+        """Journal, run and publish one batch; return "aborted" / "interrupted" when the turn must end after it (else
+        None), and whether every result of the batch was a repeat of one already in the turn."""
         store, lease, agent = self.store, self._lease, self.agent
         ids = [uuid.uuid4().hex for _ in out.calls]
         await self._offload(self._db, journal.plan_batch, store, lease, round_, out.raw,
                             [(cid, c.tool, c.arguments) for cid, c in zip(ids, out.calls)])
         ended: str | None = None
+        new = False
         for cid, call in zip(ids, out.calls):
             if ended is None and self._stop.is_set():
                 ended = "interrupted"
@@ -434,17 +450,23 @@ class DurableAgentSession:
             if result is None:
                 result = {"call_id": cid, "tool": call.tool, "outcome": "not_executed", "output": journal.NOT_EXECUTED}
             await self._offload(self._db, journal.complete_call, store, lease, cid, result, assets)
-            if ran and on_result is not None:
+            new = agent.record(call, result) or new
+            if (ran or result["outcome"] == REPEATED) and on_result is not None:
                 on_result(call, result)
         results = await self._offload(self._db, journal.publish_batch, store, lease)
         agent.add_batch(round_, list(zip(ids, out.calls)), results)
-        return ended
+        return ended, not new
 
     async def _decide(self, cid: str, call: ProposedCall, approve: Approve | None) -> tuple[Any, tuple, bool]:
-        """Gate, ask, run one call: its `tool_result` payload (or "abort"), its assets, and whether it ran."""
+        """Gate, ask, run one call: its `tool_result` payload (or "abort"), its assets, and whether it ran. A call
+        identical to one already done in the turn is answered from that call's result, never asked nor run."""
         reason = self.agent.gate(call)
         if reason is not None:
             return {"call_id": cid, "tool": call.tool, "outcome": "error", "output": reason}, (), False
+        earlier = self.agent.earlier_result(call)
+        if earlier is not None:
+            return ({"call_id": cid, "tool": call.tool, "outcome": REPEATED, "output": earlier.get("output"),
+                     "earlier_call_id": earlier.get("call_id"), "earlier_outcome": earlier.get("outcome")}, (), False)
         tool = self.agent.tools[call.tool]
         if self.agent.snapshot.tool(call.tool).approval == "always":
             decision = "deny" if approve is None else approve(call, tool)
@@ -579,6 +601,16 @@ def _model_state(binding: AgentBinding, method: str, *args: Any) -> None:
     step = getattr(binding, method, None)
     if step is not None:
         step(*args)
+
+
+def _home(store: MemoryStore) -> tuple[tuple[int, int], ...]:
+    """The (st_dev, st_ino) of the store's Emelex Home, which no round offers as a workspace path; () when it
+    cannot be seen."""
+    try:
+        info = Path(store.settings.home).stat()
+    except OSError:
+        return ()
+    return ((info.st_dev, info.st_ino),)
 
 
 def _release_quietly(lease: SessionLease) -> None:

@@ -12,7 +12,8 @@ are rendered as ordinary user and assistant text.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,9 @@ from .errors import RoundOutputError
 from .schema import validate
 from .tools import bounded
 
-PROTOCOL_VERSION = "emelex-tools/1"
+PROTOCOL_V1 = "emelex-tools/1"
+PROTOCOL_VERSION = "emelex-tools/2"
+PROTOCOLS = (PROTOCOL_V1, PROTOCOL_VERSION)  # every version this code renders: an older Session keeps its own
 MAX_ANSWER_CHARS = 500
 MAX_CALLS_PER_BATCH = 16
 EXCERPT_BYTES = 300
@@ -42,22 +45,30 @@ class ProposedCall:
 
 @dataclass(frozen=True)
 class RoundOutput:
-    """One parsed model round: the `raw` text and either an `answer` or the proposed `calls` (never both)."""
+    """One parsed model round: the `raw` text and either an `answer` or the proposed `calls` (never both);
+    `stopped` is "repetition" for a round whose generation was ended at a runaway repetition inside a string
+    (see `runaway_at`): `raw` is then the text generated up to the end of the repetition's first copy, closed
+    as JSON."""
 
     raw: str
     answer: str | None
     calls: tuple[ProposedCall, ...]
+    stopped: str | None = None
 
 
 def _compact(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def union_schema(tools: Sequence[ToolAuthority], calls_per_batch: int) -> dict:
+def union_schema(tools: Sequence[ToolAuthority], calls_per_batch: int,
+                 arguments: Mapping[str, dict] | None = None) -> dict:
     """The JSON schema of one round over `tools` (the enabled ones), with 1 to `calls_per_batch` calls.
 
-    With no tools it is the answer form alone. Every string is bounded: the
-    answer by `MAX_ANSWER_CHARS`, arguments by their tools' own schemas.
+    With no tools it is the answer form alone. A tool's arguments follow
+    `arguments[name]` when given (a round's restriction of its schema,
+    see `AgentSession.round_schema`), else its own input schema. Every
+    string is bounded: the answer by `MAX_ANSWER_CHARS`, arguments by their
+    tools' own schemas.
     """
     if not 1 <= calls_per_batch <= MAX_CALLS_PER_BATCH:
         raise ValueError(f"calls_per_batch must be between 1 and {MAX_CALLS_PER_BATCH}")
@@ -72,7 +83,8 @@ def union_schema(tools: Sequence[ToolAuthority], calls_per_batch: int) -> dict:
     options = [
         {
             "type": "object",
-            "properties": {"name": {"const": tool.name}, "arguments": tool.input_schema},
+            "properties": {"name": {"const": tool.name},
+                           "arguments": (arguments or {}).get(tool.name, tool.input_schema)},
             "required": ["name", "arguments"],
             "additionalProperties": False,
         }
@@ -94,12 +106,32 @@ def _refuse(raw: str, why: str) -> RoundOutputError:
     return RoundOutputError(f"the model's output is not a valid round ({why}): {excerpt!r}")
 
 
-def parse_round(raw: str) -> RoundOutput:
-    """Parse one round's text; `RoundOutputError` (with a bounded excerpt) when it is not the union form."""
+def _json_problem(raw: str, error: json.JSONDecodeError, token_limit: int | None) -> str:
+    """Why `raw` is not JSON, honestly: cut by the token limit (`token_limit`: the limit the generation reached),
+    stopped before its JSON was complete, text after a complete object, or the decoder's own complaint and where."""
+    unfinished = error.pos >= len(raw.rstrip()) or error.msg.startswith("Unterminated string")
+    if unfinished and token_limit is not None:
+        return f"cut by the token limit: all {token_limit} tokens of the round were used before its JSON was complete"
+    if unfinished:
+        return f"its JSON stops unfinished at char {len(raw)}, before the token limit"
+    if error.msg == "Extra data":
+        return f"text follows the complete JSON object at char {error.pos}"
+    return f"invalid JSON at char {error.pos}: {error.msg}"
+
+
+def parse_round(raw: str, *, token_limit: int | None = None) -> RoundOutput:
+    """Parse one round's text; `RoundOutputError` (with a bounded excerpt) when it is not the union form.
+
+    A raw control character (a newline, a tab) inside a string, which the
+    grammar admits, reads as that character. `token_limit` is the round's
+    token limit when its generation used every token of it (None: it stopped
+    earlier, or the caller does not know); only then does a refusal blame the
+    limit. The diagnostic says what is wrong and at which character.
+    """
     try:
-        value = json.loads(raw)
-    except ValueError:
-        raise _refuse(raw, "not complete JSON; it may have been cut by the token limit") from None
+        value = json.loads(raw, strict=False)
+    except json.JSONDecodeError as error:
+        raise _refuse(raw, _json_problem(raw, error, token_limit)) from None
     if isinstance(value, dict) and set(value) == {"answer"} and isinstance(value["answer"], str):
         return RoundOutput(raw, value["answer"], ())
     if not (isinstance(value, dict) and set(value) == {"tool_calls"} and isinstance(value["tool_calls"], list)
@@ -112,6 +144,98 @@ def parse_round(raw: str) -> RoundOutput:
             raise _refuse(raw, 'a call is not {"name": str, "arguments": {...}}')
         proposed.append(ProposedCall(item["name"], item["arguments"]))
     return RoundOutput(raw, None, tuple(proposed))
+
+
+@dataclass(frozen=True)
+class OpenString:
+    """The string a round's text ends inside (it is still being generated): its decoded `text` so far, `offsets`
+    (the index in the raw text where each character of `text` starts, then where the text so far ends) and
+    `closers`, the brackets that close the objects and arrays still open around it, innermost first."""
+
+    text: str
+    offsets: tuple[int, ...]
+    closers: str
+
+
+def open_string(raw: str) -> OpenString | None:
+    """The string `raw` (a round's text so far, JSON) ends inside, decoded (an escape not yet complete left
+    out), or None when `raw` does not end inside a string."""
+    closers: list[str] = []
+    index, size = 0, len(raw)
+    while index < size:
+        char = raw[index]
+        if char in "{[":
+            closers.append("}" if char == "{" else "]")
+        elif char in "}]" and closers:
+            closers.pop()
+        elif char == '"':
+            text, offsets, index = [], [], index + 1
+            while index < size and raw[index] != '"':
+                if raw[index] == "\\":
+                    step = 6 if raw[index + 1:index + 2] == "u" else 2
+                    try:
+                        decoded = json.loads(f'"{raw[index:index + step]}"') if index + step <= size else None
+                    except ValueError:
+                        decoded = None
+                    if decoded is None:
+                        return OpenString("".join(text), (*offsets, index), "".join(reversed(closers)))
+                else:
+                    step, decoded = 1, raw[index]
+                text.append(decoded)
+                offsets.append(index)
+                index += step
+            if index >= size:
+                return OpenString("".join(text), (*offsets, size), "".join(reversed(closers)))
+        index += 1
+    return None
+
+
+LOOP_MIN_CHARS = 30  # a repeated unit is a loop once its copies span this many characters
+LOOP_LONG_UNIT = 40  # a unit this long is a loop at its second copy; a shorter one needs three
+LOOP_LINE_REPEATS = 3  # the same line (list markers aside) this often is a loop
+LOOP_LINE_CHARS = 8  # shorter lines may repeat
+_LIST_MARKER = re.compile(r"^\s*(?:\d+[.)]|[-*\u2022])?\s*")
+
+
+def _periodic_tail(text: str, unit: int) -> int:
+    """The length of the longest end of `text` that repeats with period `unit` (every character equal to the one
+    `unit` further on)."""
+    index = len(text) - unit - 1
+    while index >= 0 and text[index] == text[index + unit]:
+        index -= 1
+    return len(text) - index - 1
+
+
+def runaway_at(text: str) -> int | None:
+    """Where a runaway repetition at the end of `text` (a string being generated) stops making sense, as the
+    length of `text` to keep (the first copy kept, every later one dropped), or None when it does not end in one.
+
+    The kept text ends at a word's end (at most one more unit on). A loop is
+    an end of `text` that repeats a unit back to back: a unit of
+    at least `LOOP_LONG_UNIT` characters twice, a shorter one three times
+    and over at least `LOOP_MIN_CHARS` characters; or, line by line, the
+    last complete line (a list marker such as "3." or "-" aside, at least
+    `LOOP_LINE_CHARS` characters) for the `LOOP_LINE_REPEATS`th time.
+    """
+    for unit in range(1, len(text) // 2 + 1):
+        tail = _periodic_tail(text, unit)
+        if tail >= 2 * unit and (unit >= LOOP_LONG_UNIT or (tail >= 3 * unit and tail >= LOOP_MIN_CHARS)):
+            cut = len(text) - tail + unit
+            end = min(len(text), cut + unit)
+            while cut < end and text[cut - 1].isalnum() and text[cut].isalnum():
+                cut += 1  # not inside a word: the copy may have been found starting mid-word
+            return cut
+    lines = text.split("\n")[:-1]  # complete lines only
+    if lines:
+        key = _LIST_MARKER.sub("", lines[-1]).strip()
+        starts, offset = [], 0
+        for line in lines:
+            if _LIST_MARKER.sub("", line).strip() == key:
+                starts.append(offset)
+            offset += len(line) + 1
+        if len(key) >= LOOP_LINE_CHARS and len(starts) >= LOOP_LINE_REPEATS:
+            return starts[1]
+    return None
 
 
 def gate(call: ProposedCall, snapshot: SessionSnapshot, enabled: frozenset[str]) -> str | None:
@@ -131,7 +255,85 @@ def gate(call: ProposedCall, snapshot: SessionSnapshot, enabled: frozenset[str])
 
 
 def system_message(snapshot: SessionSnapshot) -> str:
-    """The system message: the snapshot's system prompt, the reply format and every snapshot tool."""
+    """The system message of `snapshot`'s protocol version: the snapshot's system prompt, the reply format and
+    every snapshot tool; from "emelex-tools/2" on also a worked example of a tool round and of an answer (see
+    `EXAMPLE`). A Session keeps the rendering of the version its snapshot records."""
+    if snapshot.protocol == PROTOCOL_V1:
+        return _system_message_v1(snapshot)
+    lines = [snapshot.system_prompt.strip(), ""]
+    if not snapshot.tools:
+        lines.append('Reply with one JSON object and nothing else: {"answer": "<your reply to the user>"}.')
+        return "\n".join(lines).strip()
+    lines += [
+        "Reply with one JSON object and nothing else, in one of two forms:",
+        f'- {{"tool_calls": [{{"name": "<tool>", "arguments": {{...}}}}]}} calls 1 to {snapshot.calls_per_batch} '
+        "tools; their results come back in the next message.",
+        '- {"answer": "<your reply to the user>"} ends your turn.',
+        "Tools:",
+    ]
+    lines += [f"- {tool.name}: {tool.description} Arguments: {_arguments_text(tool.input_schema)}"
+              for tool in sorted(snapshot.tools, key=lambda t: t.name)]
+    lines += ["", *_example_lines(snapshot), "",
+              "Answer as soon as the results hold what the user asked for, and quote them exactly. "
+              "Never repeat a call you already made: its result is above."]
+    return "\n".join(lines).strip()
+
+
+@dataclass(frozen=True)
+class Example:
+    """A worked example of the system message (protocol "emelex-tools/2"): the user's `question`, the `call`
+    that looks it up and the tool's `result` (None: answered without a tool) and the `answer`."""
+
+    question: str
+    call: ProposedCall | None
+    result: str | None
+    answer: str
+
+
+EXAMPLE = Example("What is the port in config.ini?", ProposedCall("read_file", {"path": "config.ini"}),
+                  "[server]\nport = 8080", "The port in config.ini is 8080.")
+EXAMPLE_WITHOUT_TOOL = Example("Say hello.", None, None, "Hello! What can I do in this workspace?")
+
+
+def _example_lines(snapshot: SessionSnapshot) -> list[str]:
+    """The worked example: `EXAMPLE` (a tool round, then an answer quoting its result) when the snapshot has its
+    tool with a schema that admits its arguments, else `EXAMPLE_WITHOUT_TOOL` (an answer alone)."""
+    tool = snapshot.tool(EXAMPLE.call.tool)
+    example = EXAMPLE if tool is not None and validate(EXAMPLE.call.arguments, tool.input_schema) is None \
+        else EXAMPLE_WITHOUT_TOOL
+    lines = ["Example:", f"user: {example.question}"]
+    if example.call is not None:
+        call = {"round": 1, "calls": [{"call_id": "1", "tool": example.call.tool, "arguments": example.call.arguments}]}
+        result = {"call_id": "1", "tool": example.call.tool, "outcome": "ok", "output": example.result}
+        lines += [f"assistant: {calls_text(call)}",
+                  f"user: {result_text(result, snapshot.protocol, example.call.arguments)}"]
+    return [*lines, f"assistant: {answer_text(example.answer)}"]
+
+
+def _arguments_text(schema: dict) -> str:
+    """A tool's arguments as a model reads them best: "name (type, its description), other (optional, type)"; a
+    schema that is not an object of properties as compact JSON."""
+    properties = schema.get("properties") if schema.get("type") == "object" else None
+    if not isinstance(properties, dict):
+        return _compact(schema)
+    if not properties:
+        return "none"
+    required = set(schema.get("required", ()))
+    parts = []
+    for name, spec in properties.items():
+        notes = [] if name in required else ["optional"]
+        if "enum" in spec:
+            notes.append("one of " + ", ".join(_compact(value) for value in spec["enum"]))
+        else:
+            notes.append(spec.get("type", "value"))
+        if spec.get("description"):
+            notes.append(spec["description"])
+        parts.append(f"{name} ({', '.join(map(str, notes))})")
+    return ", ".join(parts)
+
+
+def _system_message_v1(snapshot: SessionSnapshot) -> str:
+    """The system message of protocol "emelex-tools/1", unchanged: Sessions made with it keep rendering it."""
     lines = [snapshot.system_prompt.strip(), ""]
     if not snapshot.tools:
         lines.append('Reply with JSON only: {"answer": "<your reply to the user>"}.')
@@ -147,17 +349,23 @@ def system_message(snapshot: SessionSnapshot) -> str:
     return "\n".join(lines).strip()
 
 
-def result_text(payload: dict) -> str:
-    """How one `tool_result` payload reads to the model: "Result of <tool> (<call_id>, <outcome>): <output>"."""
+def result_text(payload: dict, version: str = PROTOCOL_VERSION, arguments: dict | None = None) -> str:
+    """How one `tool_result` payload reads to the model under protocol `version`: "Result of <tool>
+    <arguments> (<outcome>): <output>", naming the call by its `arguments` (a small model copied a call ID into
+    its answers); under "emelex-tools/1" "Result of <tool> (<call_id>, <outcome>): <output>"."""
     output = payload.get("output")
     body = output if isinstance(output, str) else _compact(output)
-    return f"Result of {payload.get('tool')} ({payload.get('call_id')}, {payload.get('outcome')}): {body}"
+    if version == PROTOCOL_V1:
+        return f"Result of {payload.get('tool')} ({payload.get('call_id')}, {payload.get('outcome')}): {body}"
+    shown = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
+    return f"Result of {payload.get('tool')} {shown} ({payload.get('outcome')}): {body}"
 
 
 def calls_text(payload: dict) -> str:
-    """A `tool_calls` payload as the assistant's own round output (the union form)."""
-    return _compact({"tool_calls": [{"name": c.get("tool"), "arguments": c.get("arguments")}
-                                    for c in payload.get("calls", [])]})
+    """A `tool_calls` payload as the assistant's own round output (the union form, in the order the grammar
+    generates it: each call's name, then its arguments as proposed)."""
+    value = {"tool_calls": [{"name": c.get("tool"), "arguments": c.get("arguments")} for c in payload.get("calls", [])]}
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def context_message(payload: dict) -> dict[str, str]:
@@ -198,11 +406,14 @@ def history_messages(snapshot: SessionSnapshot, events: Iterable[Event],
             messages.append({"role": "user", "content": "\n".join(results)})
             results.clear()
 
+    arguments: dict[str, dict] = {}  # call ID -> the call's arguments, as its result names it
     for event in events:
         payload = event.payload if event.kind != SUMMARY_KIND else None
         if event.kind == "tool_result" and isinstance(payload, dict):
-            results.append(result_text(payload))
+            results.append(result_text(payload, snapshot.protocol, arguments.get(payload.get("call_id"))))
             continue
+        if event.kind == "tool_calls" and isinstance(payload, dict):
+            arguments.update((c.get("call_id"), c.get("arguments")) for c in payload.get("calls", []))
         flush()
         if event.kind == SUMMARY_KIND:
             messages.append({"role": "system", "content": f"Summary of the earlier conversation: {event_body(event)}"})

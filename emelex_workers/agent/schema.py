@@ -6,12 +6,14 @@ turns into a grammar faithfully: objects with `properties`, `required` and
 a model cannot run away inside one; llama.cpp refuses longer repetitions), arrays with a `maxItems`, integers,
 numbers, booleans, `enum`, `const` and `anyOf`. Numeric `minimum`/`maximum`
 are refused because the converter ignores them. `validate(value, schema)`
-checks a value against a schema that passed `check_schema` and returns the
-first problem as a sentence, or None.
+checks a value against a schema that passed `check_schema` (or a round's
+narrowed schema, which may add a string `pattern`) and returns the first
+problem as a sentence, or None.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 MAX_STRING_LENGTH = 1000  # llama.cpp refuses a grammar repeating a character rule much more often
@@ -109,6 +111,8 @@ def validate(value: Any, schema: dict, where: str = "arguments") -> str | None:
     if kind == "string":
         if len(value) > schema.get("maxLength", MAX_STRING_LENGTH) or len(value) < schema.get("minLength", 0):
             return f"{where} must be {schema.get('minLength', 0)} to {schema.get('maxLength')} characters long"
+        if "pattern" in schema and not re.fullmatch(schema["pattern"], value):
+            return f"{where} must match {schema['pattern']}"
     elif kind == "array":
         if not schema.get("minItems", 0) <= len(value) <= schema["maxItems"]:
             return f"{where} must have {schema.get('minItems', 0)} to {schema['maxItems']} items"

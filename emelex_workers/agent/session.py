@@ -1,21 +1,48 @@
 """`AgentSession`: the in-memory half of an agent: model messages, the bound model, the snapshot's tools and the
-enabled subset. It touches no database; `DurableAgentSession` (in `durable.py`) drives it and persists."""
+enabled subset, and what each round's grammar offers. It touches no database; `DurableAgentSession` (in
+`durable.py`) drives it and persists.
+
+A round's grammar is narrower than the snapshot's authority, never wider:
+the enabled tools only; each path argument a tool declares
+(`ToolSpec.workspace_paths`) restricted to what exists in the workspace at
+that round (`workspace.narrow_path`); no call identical to one already done
+in the turn where the grammar can say so (a tool whose only argument is an
+enum loses the values already called, and a tool with no admissible value
+left is not offered); and, when the turn is forced to end, the answer form
+alone. The gate still checks every call against the snapshot only.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from pathlib import Path
 
 from emelex_memory import Event
 from emelex_memory.agent.journal import UnknownEffect
-from emelex_memory.agent.snapshot import SessionSnapshot
+from emelex_memory.agent.snapshot import SessionSnapshot, ToolAuthority
+from emelex_memory.sessions.transcript import SUMMARY_KIND
 from emelex_workers.host.manager import accepts_keyword
-from emelex_workers.host.types import AgentBinding, GenerationProgress
+from emelex_workers.host.types import AgentBinding, GenerationInterrupted, GenerationProgress, event_body
 
 from . import protocol
 from .errors import UnknownToolError
 from .protocol import ProposedCall, RoundOutput
-from .tools import RegisteredTool
+from .tools import RegisteredTool, bounded
+from .workspace import WorkspaceEntries, narrow_path, scan
+
+REPEATED = "repeated"  # the outcome of a call answered from an identical call's earlier result, never run
+_NOT_DONE = ("not_executed", REPEATED)  # outcomes that do not make a call "already done"
+_NO_EFFECT = ("denied", "not_executed", REPEATED)  # outcomes of a call that cannot have changed the workspace
+_ENUM_ONLY = {"type", "enum", "description", "title"}
+QUOTED_BYTES = 200  # of the user's request, quoted in the note of a forced round
+
+
+def call_key(tool: str, arguments: dict) -> str:
+    """The identity of a call: its tool and its canonical arguments (identical calls have equal keys)."""
+    return json.dumps([tool, arguments], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 class AgentSession:
@@ -27,13 +54,20 @@ class AgentSession:
     at a time.
     """
 
-    def __init__(self, binding: AgentBinding, snapshot: SessionSnapshot, tools: Mapping[str, RegisteredTool]) -> None:
-        """An agent over `binding` and `snapshot`; `tools` are the registered tools that run the snapshot's calls."""
+    def __init__(self, binding: AgentBinding, snapshot: SessionSnapshot, tools: Mapping[str, RegisteredTool], *,
+                 exclude: Collection[tuple[int, int]] = ()) -> None:
+        """An agent over `binding` and `snapshot`; `tools` are the registered tools that run the snapshot's calls
+        (their `workspace_paths` narrow each round's grammar); `exclude` holds the (st_dev, st_ino) of directories
+        a round never offers (the Emelex Home)."""
         self.binding = binding
         self.snapshot = snapshot
         self.tools = dict(tools)
+        self.exclude = frozenset(exclude)
         self.enabled_tools: frozenset[str] = frozenset(t.name for t in snapshot.tools)
         self.messages: list[dict[str, str]] = protocol.history_messages(snapshot, ())
+        self._done: dict[str, dict] = {}  # call key -> result of that call, done in this turn since the last effect
+        self._seen: set[str] = set()  # (tool, outcome, output) of every result in this turn
+        self._asked = ""  # the user's input of the latest turn
 
     def _known(self, name: str) -> str:
         if self.snapshot.tool(name) is None:
@@ -51,53 +85,195 @@ class AgentSession:
 
     def load_history(self, events: Iterable[Event], unknown: Sequence[UnknownEffect] = ()) -> None:
         """Replace the messages with the rendering of replayed `events` and the Session's calls of `unknown` effect
-        (see `protocol.history_messages`)."""
+        (see `protocol.history_messages`), and rebuild what the open turn (if any) has already done from its
+        replayed calls and results, so a resumed turn offers and answers exactly what the live one would."""
+        events = list(events)
         self.messages = protocol.history_messages(self.snapshot, events, unknown)
+        self._new_turn()
+        calls: dict[str, ProposedCall] = {}
+        for event in events:
+            payload = event.payload if event.kind != SUMMARY_KIND else None
+            if event.kind in ("user", "assistant", "turn_failed", SUMMARY_KIND):
+                self._new_turn()
+                self._asked = event_body(event) if event.kind == "user" else self._asked
+            elif event.kind == "tool_calls" and isinstance(payload, dict):
+                calls = {c.get("call_id"): ProposedCall(c.get("tool"), c.get("arguments"))
+                         for c in payload.get("calls", []) if isinstance(c, dict)}
+            elif event.kind == "tool_result" and isinstance(payload, dict) and payload.get("call_id") in calls:
+                self.record(calls[payload["call_id"]], payload)
+
+    def _new_turn(self) -> None:
+        self._done.clear()
+        self._seen.clear()
 
     def add_context(self, payload: dict) -> None:
         """Append a context note (see `protocol.context_message`)."""
         self.messages.append(protocol.context_message(payload))
 
     def add_user(self, text: str) -> None:
-        """Append the user's input."""
+        """Append the user's input; a new turn has done nothing yet."""
+        self._new_turn()
+        self._asked = text
         self.messages.append({"role": "user", "content": text})
+
+    def earlier_result(self, call: ProposedCall) -> dict | None:
+        """The `tool_result` of a call identical to `call` already done in this turn (since the last call that may
+        have changed the workspace), or None."""
+        return self._done.get(call_key(call.tool, call.arguments))
+
+    def record(self, call: ProposedCall, result: dict) -> bool:
+        """Note that `call` completed with `result` in this turn; True when the result is new to the turn (not a
+        repeat, and no earlier result of the same tool had the same outcome and output).
+
+        A call of an "always" tool (one that may have effects) that did not
+        end `denied`, `not_executed` or `repeated` may have changed the
+        workspace: what was done before it no longer counts as done.
+        """
+        outcome = result.get("outcome")
+        authority = self.snapshot.tool(call.tool)
+        if authority is not None and authority.approval == "always" and outcome not in _NO_EFFECT:
+            self._done.clear()
+        if outcome not in _NOT_DONE:
+            self._done.setdefault(call_key(call.tool, call.arguments), result)
+        seen = call_key(call.tool, {"outcome": outcome, "output": result.get("output")})
+        new = outcome != REPEATED and seen not in self._seen
+        self._seen.add(seen)
+        return new
 
     def add_batch(self, round: int, calls: Sequence[tuple[str, ProposedCall]], results: Sequence[dict]) -> None:
         """Append one complete round: the assistant's calls `(call_id, call)` and their `tool_result` payloads."""
         payload = {"round": round, "calls": [{"call_id": cid, "tool": c.tool, "arguments": c.arguments}
                                              for cid, c in calls]}
         self.messages.append({"role": "assistant", "content": protocol.calls_text(payload)})
-        self.messages.append({"role": "user", "content": "\n".join(protocol.result_text(r) for r in results)})
+        arguments = {cid: c.arguments for cid, c in calls}
+        self.messages.append({"role": "user", "content": "\n".join(
+            protocol.result_text(r, self.snapshot.protocol, arguments.get(r.get("call_id"))) for r in results)})
 
     def add_answer(self, text: str) -> None:
-        """Append the assistant's final answer."""
+        """Append the assistant's final answer; the turn is over."""
+        self._new_turn()
         self.messages.append({"role": "assistant", "content": protocol.answer_text(text)})
 
-    def round_messages(self) -> list[dict[str, str]]:
-        """The messages a round is generated from: the history plus, while tools are disabled, a note naming them."""
+    def round_messages(self, forced: str | None = None) -> list[dict[str, str]]:
+        """The messages a round is generated from: the history plus, when the turn is `forced` to end ("chain_limit"
+        or "repeat"), a note to answer from the results in context, else, while tools are disabled, a note
+        naming them. The notes are never part of `messages`."""
+        if forced is not None:
+            why = (f"this turn has used its {self.snapshot.chain_limit} tool rounds" if forced == "chain_limit"
+                   else "the last tool calls told you nothing new")
+            note = (f"No more tool calls ({why}). Answer the user's request {bounded(self._asked, QUOTED_BYTES)!r} "
+                    "with what the tool results above show.")
+            return [*self.messages, {"role": "system", "content": note}]
         disabled = sorted(t.name for t in self.snapshot.tools if t.name not in self.enabled_tools)
         if not disabled:
             return list(self.messages)
         note = f"These tools are disabled now; do not call them: {', '.join(disabled)}."
         return [*self.messages, {"role": "system", "content": note}]
 
-    def round_schema(self) -> dict:
-        """The union schema of the next round, over the enabled tools only."""
+    def round_schema(self, workspace: Path | None = None, forced: str | None = None) -> dict:
+        """The union schema of the next round: the answer form alone when `forced`; else over the enabled tools,
+        each with its arguments narrowed (to what exists in `workspace` when given, and without calls already done
+        in this turn where the grammar can express it; see the module docstring), a tool left with no admissible
+        arguments not offered. Every call it admits is one the snapshot's schema admits."""
+        if forced is not None:
+            return protocol.union_schema((), self.snapshot.calls_per_batch)
         enabled = [t for t in self.snapshot.tools if t.name in self.enabled_tools]
-        return protocol.union_schema(enabled, self.snapshot.calls_per_batch)
+        declares = any(self._paths(t) for t in enabled)
+        entries = scan(workspace, self.exclude) if workspace is not None and declares else None
+        offered, arguments = [], {}
+        for tool in enabled:
+            schema = self._arguments(tool, entries)
+            if schema is not None:
+                offered.append(tool)
+                arguments[tool.name] = schema
+        return protocol.union_schema(offered, self.snapshot.calls_per_batch, arguments)
+
+    def _paths(self, tool: ToolAuthority) -> Mapping[str, str]:
+        registered = self.tools.get(tool.name)
+        return registered.spec.workspace_paths if registered is not None else {}
+
+    def _arguments(self, tool: ToolAuthority, entries: WorkspaceEntries | None) -> dict | None:
+        """`tool`'s argument schema for the next round, or None when no argument admissible now is left."""
+        schema = tool.input_schema
+        properties = dict(schema.get("properties", {}))
+        required = schema.get("required", [])
+        for name, kind in self._paths(tool).items() if entries is not None else ():
+            if name not in properties:
+                continue
+            narrowed = narrow_path(properties[name], kind, entries)
+            if narrowed is not None:
+                properties[name] = narrowed
+            elif name in required:
+                return None
+            else:
+                del properties[name]
+        if len(properties) == 1:
+            (name, only), = properties.items()
+            if "enum" in only and set(only) <= _ENUM_ONLY:
+                left = [v for v in only["enum"] if call_key(tool.name, {name: v}) not in self._done]
+                if left:
+                    properties[name] = {**only, "enum": left}
+                elif name in required:
+                    return None
+                else:
+                    del properties[name]
+        if not properties and call_key(tool.name, {}) in self._done:
+            return None
+        return {**schema, "properties": properties}
 
     def generate_round(self, *, stop: threading.Event, on_token: Callable[[str], None] | None = None,
+                       workspace: Path | None = None, forced: str | None = None,
                        on_progress: Callable[[GenerationProgress], None] | None = None) -> RoundOutput:
         """One constrained model round, streamed to `on_token` (and its progress to `on_progress`, when the
-        binding's `stream_chat` reports it); `GenerationInterrupted` when `stop` was set between tokens,
-        `RoundOutputError` when the output is not a valid round. Does not change `messages`."""
+        binding's `stream_chat` reports it), under `round_schema(workspace, forced)`;
+        `GenerationInterrupted` when `stop` was set between tokens, `RoundOutputError` when the output is not a
+        valid round (blaming the token limit only when the round used all of its tokens). A string (an answer, an
+        argument) that runs into a runaway repetition (`protocol.runaway_at`) is ended there through the binding's
+        stop event: the round is its text up to the end of the repetition's first copy, closed as JSON, `stopped`
+        "repetition" (`RoundOutputError` when that is no valid round). Does not change `messages`."""
+        limit = self.snapshot.round_tokens
         reports = {} if on_progress is None or not accepts_keyword(self.binding.stream_chat, "on_progress") \
             else {"on_progress": on_progress}
-        raw = self.binding.stream_chat(
-            self.round_messages(), max_tokens=self.snapshot.round_tokens, json_schema=self.round_schema(),
-            stop=stop, on_text=on_token, temperature=self.snapshot.temperature, seed=self.snapshot.seed, **reports)
-        return protocol.parse_round(raw)
+        ended = _RoundStop(stop)
+        pieces: list[str] = []
+
+        def on_text(piece: str) -> None:
+            pieces.append(piece)
+            if on_token is not None:
+                on_token(piece)
+            inside = protocol.open_string("".join(pieces))
+            if inside is not None and protocol.runaway_at(inside.text) is not None:
+                ended.set()
+
+        try:
+            raw = self.binding.stream_chat(
+                self.round_messages(forced), max_tokens=limit, json_schema=self.round_schema(workspace, forced),
+                stop=ended, on_text=on_text, temperature=self.snapshot.temperature, seed=self.snapshot.seed,
+                **reports)
+        except GenerationInterrupted:
+            if stop.is_set() or not ended.is_set():
+                raise
+            inside = protocol.open_string("".join(pieces))
+            cut = inside.offsets[protocol.runaway_at(inside.text)]
+            closed = "".join(pieces)[:cut].rstrip() + '"' + inside.closers
+            out = protocol.parse_round(closed)
+            return dataclasses.replace(out, stopped="repetition")
+        used = max(len(pieces), self.binding.count_tokens(raw)) if raw else 0
+        return protocol.parse_round(raw, token_limit=limit if used >= limit else None)
 
     def gate(self, call: ProposedCall) -> str | None:
         """Why `call` must not run now (not a snapshot tool, disabled, invalid arguments), or None."""
         return protocol.gate(call, self.snapshot, self.enabled_tools)
+
+
+class _RoundStop(threading.Event):
+    """The stop event one round is generated under: set by the round itself (a runaway repetition), and set too
+    whenever the turn's own stop event (`outer`) is."""
+
+    def __init__(self, outer: threading.Event) -> None:
+        super().__init__()
+        self._outer = outer
+
+    def is_set(self) -> bool:
+        """True once this round or the turn was stopped."""
+        return super().is_set() or self._outer.is_set()

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from emelex_memory import EmelexError, PluginHookError
 from emelex_memory.agent.snapshot import ToolAuthority
 from emelex_workers.host.manager import EmelexPluginManager, call_one, hook_order
-from emelex_workers.host.tools import ToolInvocation, ToolOutput, ToolSpec
+from emelex_workers.host.tools import WORKSPACE_PATH_KINDS, ToolInvocation, ToolOutput, ToolSpec
 
 from .schema import check_schema
 
@@ -63,8 +64,23 @@ def spec_problem(spec: object) -> str | None:
         return f"tool {spec.name!r} has a run that is not callable"
     if type(spec.max_output_bytes) is not int or not 1 <= spec.max_output_bytes <= MAX_OUTPUT_BYTES:
         return f"tool {spec.name!r} needs a max_output_bytes between 1 and {MAX_OUTPUT_BYTES}"
-    problem = check_schema(spec.input_schema)
+    problem = check_schema(spec.input_schema) or _paths_problem(spec)
     return f"tool {spec.name!r}: {problem}" if problem else None
+
+
+def _paths_problem(spec: ToolSpec) -> str | None:
+    """What is wrong with `spec.workspace_paths` (its input schema already checked), or None."""
+    declared = spec.workspace_paths
+    if not isinstance(declared, Mapping):
+        return "workspace_paths must be a mapping of argument name to path kind"
+    properties = spec.input_schema.get("properties", {})
+    for name, kind in declared.items():
+        if kind not in WORKSPACE_PATH_KINDS:
+            kinds = ", ".join(WORKSPACE_PATH_KINDS)
+            return f"workspace_paths[{name!r}] is {kind!r}, not a path kind; use one of {kinds}"
+        if not isinstance(properties.get(name), dict) or properties[name].get("type") != "string":
+            return f"workspace_paths names {name!r}, which is not a string property of input_schema"
+    return None
 
 
 def registered_tools(pm: EmelexPluginManager) -> dict[str, RegisteredTool]:

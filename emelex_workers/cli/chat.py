@@ -44,9 +44,10 @@ from emelex_memory.agent import journal
 from emelex_memory.agent.snapshot import SessionSnapshot
 from emelex_memory.errors import ModelNotInstalledError, SnapshotMismatchError, WorkspaceReplacedError
 from emelex_memory.sessions.identity import WorkspaceIdentity
+from emelex_workers.agent import workspace_map
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.errors import UnknownToolError
-from emelex_workers.agent.protocol import ProposedCall, parse_round
+from emelex_workers.agent.protocol import PROTOCOL_VERSION, PROTOCOLS, ProposedCall, parse_round
 from emelex_workers.agent.recall import RECALL_SOURCE, recall_budget, recall_source, recalled_notes, \
     without_memory_tools
 from emelex_workers.agent.tools import RegisteredTool, registered_tools
@@ -74,6 +75,8 @@ EXIT_INTERRUPTED = 130
 EXIT_PIPE = 141  # 128 + SIGPIPE: standard output was closed
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 ANSWER_START = '"answer"'
+CONTEXT = (workspace_map.SOURCE,)  # what a new chat's first turn records before its first round
+CONTEXT_SOURCES = {workspace_map.SOURCE: workspace_map.workspace_map_source}
 REMEMBER_ADVICE = "`emelex memory knowledge remember --new-workspace` (new_workspace=True in the library)"
 
 
@@ -461,7 +464,8 @@ def _reader(loop: asyncio.AbstractEventLoop, receive: Callable[[str | None], Non
 async def _main(store, workspace, binding, tools, snapshot, resume: str | None, model, new_workspace: bool) -> int:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue = asyncio.Queue()
-    sources = {RECALL_SOURCE: recall_source(recall_budget(store.settings, snapshot.context_size))}
+    sources = {**CONTEXT_SOURCES,
+               RECALL_SOURCE: recall_source(recall_budget(store.settings, snapshot.context_size))}
     if resume is None:
         agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot, model=model,
                                                 new_workspace=new_workspace, context_sources=sources)
@@ -482,16 +486,17 @@ async def _main(store, workspace, binding, tools, snapshot, resume: str | None, 
 
 
 def _resumed_snapshot(stored: SessionSnapshot, binding, tools: dict[str, RegisteredTool], installed) -> SessionSnapshot:
-    """The snapshot a resume runs with: the Session's own recorded values (sampling, limits, system prompt, and the
-    model snapshot ID it recorded, as `installed` has the recorded content: `_session_model` checked its
-    reference), and what this process provides (the protocol, the chat template, the tools and the window the
-    binding allocated for the recorded context size), which the resume compares with the record, refusing only
-    those that differ."""
+    """The snapshot a resume runs with: the Session's own recorded values (sampling, limits, system prompt, the
+    protocol version when this process still renders it, and the model snapshot ID it recorded, as `installed` has
+    the recorded content: `_session_model` checked its reference), and what this process provides (a protocol it
+    does not render, the chat template, the tools and the window the binding allocated for the recorded context
+    size), which the resume compares with the record, refusing only those that differ."""
     return build_snapshot(
         binding, tools, model_reference=installed.reference, model_snapshot_id=stored.model_snapshot_id,
         system_prompt=stored.system_prompt, context_size=binding.context_window, temperature=stored.temperature,
         seed=stored.seed, round_tokens=stored.round_tokens, chain_limit=stored.chain_limit,
-        calls_per_batch=stored.calls_per_batch, context=stored.context)
+        calls_per_batch=stored.calls_per_batch, context=stored.context,
+        protocol=stored.protocol if stored.protocol in PROTOCOLS else PROTOCOL_VERSION)
 
 
 def _session_model(manager: ModelManager, session_id: str, reference: str, model: str | None):
@@ -571,7 +576,7 @@ def chat(
         if stored is None:
             snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
                                       model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT,
-                                      context=(RECALL_SOURCE,) if recall else ())
+                                      context=CONTEXT + ((RECALL_SOURCE,) if recall else ()))
         else:
             snapshot = _resumed_snapshot(stored, binding, tools, installed)
         try:

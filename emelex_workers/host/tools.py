@@ -7,14 +7,17 @@ The agent checks and runs the specs (`emelex_workers.agent.tools`); a plugin imp
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from emelex_memory import AssetRef, MemoryStore
 
-__all__ = ["ToolInvocation", "ToolOutput", "ToolSpec"]
+__all__ = ["WORKSPACE_PATH_KINDS", "ToolInvocation", "ToolOutput", "ToolSpec", "WorkspacePathKind"]
+
+WorkspacePathKind = Literal["file", "directory", "existing", "new"]
+WORKSPACE_PATH_KINDS: tuple[str, ...] = ("file", "directory", "existing", "new")
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,11 @@ class ToolSpec:
     """A tool a plugin offers: `name` ([a-z][a-z0-9_]{0,47}, unique across plugins), `description` (at most
     1024 characters, shown to the model), `input_schema` (a JSON-schema object in the subset of
     `emelex_workers.agent.schema`), `run` (synchronous; runs on a worker thread), `approval` ("always": the
-    user approves each call; "never": read-only tools) and `max_output_bytes` (larger output becomes an
-    asset)."""
+    user approves each call; "never": read-only tools), `max_output_bytes` (larger output becomes an
+    asset) and `workspace_paths`: which top-level string arguments name workspace paths, and of what kind
+    ("file": an existing regular file, "directory": an existing directory, "existing": either, "new": a file
+    to create or replace under an existing directory). Each round's grammar narrows those arguments to what
+    exists in the workspace then; the recorded authority (`input_schema`) and the gate are unchanged by it."""
 
     name: str
     description: str
@@ -58,3 +64,4 @@ class ToolSpec:
     run: Callable[[ToolInvocation], ToolOutput]
     approval: Literal["always", "never"] = "always"
     max_output_bytes: int = 65_536
+    workspace_paths: Mapping[str, WorkspacePathKind] = field(default_factory=dict)

@@ -4,8 +4,9 @@ move (docs/plugins.md). Re-exports the types plugins exchange (`emelex_workers.h
 """
 
 from emelex_workers.host import types as _types
-from emelex_workers.host.tools import ToolInvocation, ToolOutput, ToolSpec
+from emelex_workers.host.tools import WORKSPACE_PATH_KINDS, ToolInvocation, ToolOutput, ToolSpec, WorkspacePathKind
 from emelex_workers.models.threads import model_threads
 from emelex_workers.host.types import *  # noqa: F403 - the host's public types, as its __all__ lists them
 
-__all__ = [*_types.__all__, "ToolInvocation", "ToolOutput", "ToolSpec", "model_threads"]
+__all__ = [*_types.__all__, "WORKSPACE_PATH_KINDS", "ToolInvocation", "ToolOutput", "ToolSpec", "WorkspacePathKind",
+           "model_threads"]

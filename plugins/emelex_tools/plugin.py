@@ -1,5 +1,7 @@
 """The built-in "tools" plugin: read_file, list_dir, search_text (no approval), write_file and run_command (every
-call approved by the user). File tools are confined to the Session's workspace; see `paths`."""
+call approved by the user). File tools are confined to the Session's workspace; see `paths`. Their `path`
+arguments are declared workspace paths, so each round's grammar offers only what exists (a new file's name under
+an existing directory for write_file)."""
 
 from __future__ import annotations
 
@@ -23,15 +25,15 @@ def tool_specs() -> list[ToolSpec]:
     """The five built-in tools."""
     return [
         ToolSpec("read_file", "Read a text file in the workspace.", _object(["path"], path=PATH), read_file,
-                 approval="never"),
+                 approval="never", workspace_paths={"path": "file"}),
         ToolSpec("list_dir", "List a directory in the workspace (\".\" is the workspace).",
-                 _object(["path"], path=PATH), list_dir, approval="never"),
+                 _object(["path"], path=PATH), list_dir, approval="never", workspace_paths={"path": "directory"}),
         ToolSpec("search_text", "Find lines containing a text in the workspace's files.",
                  _object(["text"], text={"type": "string", "minLength": 1, "maxLength": 200}, path=PATH),
-                 search_text, approval="never"),
+                 search_text, approval="never", workspace_paths={"path": "directory"}),
         ToolSpec("write_file", "Create or replace a text file in the workspace.",
                  _object(["path", "content"], path=PATH, content={"type": "string", "maxLength": MAX_CONTENT_CHARS}),
-                 write_file, approval="always"),
+                 write_file, approval="always", workspace_paths={"path": "new"}),
         ToolSpec("run_command", f"Run a shell command in the workspace (stopped after {TIMEOUT_S} s).",
                  _object(["command"], command={"type": "string", "minLength": 1, "maxLength": 500}), run_command,
                  approval="always"),

@@ -408,7 +408,7 @@ def test_emelex_chat_runs_on_a_served_model_and_refuses_a_changed_one(tmp_path: 
         assert "hello from the server" in chat.stdout
         with MemoryStore.open(Settings(home=home)) as store:
             (session,) = store.list_sessions().sessions
-            assert [e.kind for e in store.replay(session.id).events] == ["user", "assistant", "audit"]
+            assert [e.kind for e in store.replay(session.id).events] == ["context", "user", "assistant", "audit"]
         server.digest = "sha256:" + "c" * 64
         resumed = subprocess.run([*EMELEX, "chat", "--workspace", str(workspace), "--resume", session.id],
                                  input="/exit\n", env={**os.environ, "EMELEX_HOME": str(home)}, cwd=ROOT,

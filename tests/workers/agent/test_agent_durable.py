@@ -166,19 +166,32 @@ def test_a_model_error_is_a_bounded_diagnostic(store: MemoryStore, workspace, to
     assert last.kind == "turn_failed" and len(last.payload["diagnostic"].encode()) <= journal.MAX_DIAGNOSTIC_BYTES
 
 
-def test_the_chain_limit_ends_the_turn(store: MemoryStore, workspace, tools, effects):
-    binding = ScriptedBinding([calls(("peek", {"label": str(i)})) for i in range(3)])
+def test_the_chain_limit_forces_an_answer(store: MemoryStore, workspace, tools, effects):
+    binding = ScriptedBinding([*(calls(("peek", {"label": str(i)})) for i in range(2)), answer("from the results"),
+                               calls(("peek", {"label": "x"})), calls(("peek", {"label": "y"})),
+                               calls(("peek", {"label": "z"}))])
 
     async def main():
         agent = await DurableAgentSession.create(store, workspace, binding, tools,
                                                  snap(binding, tools, chain_limit=2))
-        result = await agent.turn("go")
+        first = await agent.turn("go")
+        second = await agent.turn("again")  # a binding that ignores the answer-only grammar: the turn fails
         await agent.close()
-        return agent, result
+        return agent, first, second
 
-    agent, result = run(main())
-    assert result.outcome == "error" and "more than 2 tool rounds" in result.diagnostic
-    assert kinds(store, agent.session_id).count("tool_calls") == 2
+    agent, result, second = run(main())
+    assert (result.outcome, result.answer, result.forced, result.rounds) == ("answer", "from the results",
+                                                                             "chain_limit", 3)
+    assert binding.rounds[2]["schema"] == {"type": "object", "properties": {"answer": {"type": "string",
+                                           "maxLength": 500}}, "required": ["answer"], "additionalProperties": False}
+    assert "used its 2 tool rounds" in binding.rounds[2]["messages"][-1]["content"]
+    assert "'go'" in binding.rounds[2]["messages"][-1]["content"]  # the request, quoted
+    assert binding.rounds[2]["messages"][-1]["role"] == "system"
+    events = store.replay(agent.session_id).events
+    audit = next(e.payload for e in events if e.kind == "audit")
+    assert audit["forced"] == "chain_limit" and audit["rounds"] == 3
+    assert [e.kind for e in events].count("tool_calls") == 4
+    assert second.outcome == "error" and "constrained to an answer" in second.diagnostic
 
 
 def test_poison_is_armed_before_the_task_runs(store: MemoryStore, workspace, tools, effects, db_path):

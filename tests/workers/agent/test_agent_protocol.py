@@ -108,7 +108,7 @@ def test_history_renders_a_summary_calls_results_and_failures_as_plain_text() ->
     text = "\n".join(m["content"] for m in agent.messages)
     assert "The user likes tea." in agent.messages[1]["content"]
     assert json.loads(agent.messages[3]["content"])["tool_calls"][0]["name"] == "effect"  # a disabled tool still renders
-    assert "Result of effect (c1, ok): did a" in agent.messages[4]["content"]
+    assert 'Result of effect {"label": "a"} (ok): did a' in agent.messages[4]["content"]
     assert "unknown_effect" in agent.messages[4]["content"]
     assert json.loads(agent.messages[5]["content"]) == {"answer": "done"}
     assert "interrupted" in agent.messages[7]["content"] and "audit" not in text

@@ -84,6 +84,11 @@ def test_a_tool_name_registered_by_two_plugins_names_both(settings: Settings) ->
     (spec(input_schema={"type": "object", "properties": {"a": {"type": "array", "items": {"type": "boolean"}}}}),
      "maxItems"),
     (spec(max_output_bytes=0), "max_output_bytes"),
+    (spec(workspace_paths={"label": "somewhere"}), "path kind"),
+    (spec(workspace_paths={"path": "file"}), "not a string property"),
+    (spec(workspace_paths=["label"]), "workspace_paths must be a mapping"),
+    (spec(input_schema={"type": "object", "properties": {"n": {"type": "integer"}}}, workspace_paths={"n": "file"}),
+     "not a string property"),
     ("not a spec", "not a ToolSpec"),
 ])
 def test_an_invalid_tool_spec_is_refused_naming_the_plugin(settings: Settings, bad: object, words: str) -> None:

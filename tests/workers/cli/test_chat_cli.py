@@ -59,7 +59,7 @@ def test_a_chat_turn_runs_an_approved_tool_and_streams_the_answer(env, home, wor
     assert '-> effect {"label": "one"}' in out.stdout and "<- effect: ok\n     did one" in out.stdout
     assert effects.read_text().count(" one\n") == 1
     kinds = [k for k, _ in events(home)]
-    assert kinds == ["user", "tool_calls", "tool_result", "assistant", "audit"]
+    assert kinds == ["context", "user", "tool_calls", "tool_result", "assistant", "audit"]
 
 
 def test_denied_and_aborted_calls_never_run(env, home, workspace, tmp_path) -> None:
@@ -178,7 +178,7 @@ def test_ctrl_c_during_generation_interrupts_the_turn_and_the_chat_goes_on(env, 
     live.expect("second answer")
     live.type("/exit")
     assert live.wait() == 0, live.process.stderr.read()
-    assert [k for k, _ in events(home)] == ["user", "turn_failed", "user", "assistant", "audit"]
+    assert [k for k, _ in events(home)] == ["context", "user", "turn_failed", "user", "assistant", "audit"]
 
 
 def test_ctrl_c_during_a_tool_waits_for_it(env, home, workspace, tmp_path) -> None:
@@ -196,7 +196,7 @@ def test_ctrl_c_during_a_tool_waits_for_it(env, home, workspace, tmp_path) -> No
     live.type("/exit")
     assert live.wait() == 0, live.process.stderr.read()
     assert [(k, p.get("outcome", p.get("reason"))) for k, p in events(home)] == [
-        ("user", None), ("tool_calls", None), ("tool_result", "ok"), ("turn_failed", "interrupted")]
+        ("context", None), ("user", None), ("tool_calls", None), ("tool_result", "ok"), ("turn_failed", "interrupted")]
     assert len(effects.read_text().splitlines()) == 1
 
 

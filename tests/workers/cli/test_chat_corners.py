@@ -54,7 +54,7 @@ def test_sigterm_while_a_tool_runs_keeps_the_lease_until_the_tool_returned(env, 
     resumed = chat(env, workspace, "/exit\n", [], effects, "--resume", session)
     assert resumed.returncode == 0, resumed.stderr
     assert [(k, p.get("outcome", p.get("reason"))) for k, p in events(home)] == [
-        ("user", None), ("tool_calls", None), ("tool_result", "ok"), ("turn_failed", "interrupted")]
+        ("context", None), ("user", None), ("tool_calls", None), ("tool_result", "ok"), ("turn_failed", "interrupted")]
     assert len(effects.read_text().splitlines()) == 1
 
 

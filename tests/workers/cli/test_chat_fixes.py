@@ -38,7 +38,7 @@ def test_sigterm_during_a_turn_releases_the_lease_at_once(env, home, workspace, 
     assert f"Session {session}'s lease is released" in live.process.stderr.read()
     resumed = chat(env, workspace, "/exit\n", [], tmp_path / "effects", "--resume", session)
     assert resumed.returncode == 0, resumed.stderr  # no "leased by": the lease is free; the turn was reconciled
-    assert [k for k, _ in events(home)] == ["user", "turn_failed"]
+    assert [k for k, _ in events(home)] == ["context", "user", "turn_failed"]
 
 
 def test_a_closed_stdout_releases_the_lease(env, home, workspace, tmp_path) -> None:

@@ -43,11 +43,12 @@ def test_a_new_chat_recalls_says_how_many_and_memory_lists_them(env, home, works
     assert "  style v1, pinned  from no Session (remembered by hand)\n    Use tabs in the Makefile" in out.stdout
     assert "  deploy v1  from no Session (remembered by hand)\n    We deploy with make release" in out.stdout
     kinds = [k for k, _ in events(home)]
-    assert kinds == ["context", "user", "assistant", "audit"]
-    (_, note), _ = events(home)[:2]
+    assert kinds == ["context", "context", "user", "assistant", "audit"]  # the workspace map, then the notes
+    (_, workspace_note), (_, note) = events(home)[:2]
+    assert workspace_note["source"] == "workspace_map"
     assert note["source"] == "recall" and [n["key"] for n in note["notes"]] == ["style", "deploy"]
     _, snapshot = session_of(home)
-    assert snapshot.context == ("recall",)
+    assert snapshot.context == ("workspace_map", "recall")
     assert {"recall", "remember"} <= {t.name for t in snapshot.tools}
 
 
@@ -64,7 +65,7 @@ def test_a_resumed_chat_shows_the_notes_it_recalled_whatever_knowledge_holds_now
     assert resumed.returncode == 0, resumed.stderr
     assert "  deploy v1  from no Session (remembered by hand)\n    We deploy with make release" in resumed.stdout
     assert "pipeline" not in resumed.stdout and "recalled" not in resumed.stdout.split("1 note recalled")[1]
-    assert [k for k, _ in events(home)].count("context") == 1
+    assert [k for k, _ in events(home)].count("context") == 2  # recorded once: the map and the notes
 
 
 def test_no_recall_is_recorded_and_a_resumed_session_keeps_it(env, home, workspace, tmp_path) -> None:
@@ -76,12 +77,12 @@ def test_no_recall_is_recorded_and_a_resumed_session_keeps_it(env, home, workspa
     assert "this Session was started with --no-recall: it recalls no notes and has no memory tools" in out.stdout
     assert " remember " not in out.stdout and " recall " not in out.stdout
     session, snapshot = session_of(home)
-    assert snapshot.context == () and not {"recall", "remember"} & {t.name for t in snapshot.tools}
+    assert snapshot.context == ("workspace_map",) and not {"recall", "remember"} & {t.name for t in snapshot.tools}
     resumed = chat(env, workspace, "/memory\nagain\n/exit\n", [answer("still no idea")], tmp_path / "effects",
                    "--resume", session)
     assert resumed.returncode == 0, resumed.stderr
     assert "started with --no-recall" in resumed.stdout
-    assert [k for k, _ in events(home)] == ["user", "assistant", "audit"] * 2
+    assert [k for k, _ in events(home)] == ["context", *["user", "assistant", "audit"] * 2]  # the map only
     refused = chat(env, workspace, "", [], tmp_path / "effects", "--resume", session, "--no-recall")
     assert refused.returncode != 0 and "a resumed Session keeps the choice it was started with" in refused.stderr
 
@@ -92,4 +93,4 @@ def test_a_new_chat_with_nothing_to_recall_says_so_and_records_nothing(env, home
     assert out.returncode == 0, out.stderr
     assert "[no notes recalled from earlier Sessions]" in out.stdout
     assert "this Session recalled no notes" in out.stdout
-    assert [k for k, _ in events(home)] == ["user", "assistant", "audit"]
+    assert [k for k, _ in events(home)] == ["context", "user", "assistant", "audit"]  # the workspace map only

@@ -97,7 +97,7 @@ def test_a_line_typed_during_a_turn_on_a_terminal_is_dropped_with_a_notice(env, 
     terminal.type("/exit")
     assert terminal.wait() == 0, terminal.process.stderr.read()
     assert not effects.exists()
-    assert [k for k, _ in events(home)] == ["user", "tool_calls", "tool_result", "assistant", "audit"]
+    assert [k for k, _ in events(home)] == ["context", "user", "tool_calls", "tool_result", "assistant", "audit"]
 
 
 def test_lines_piped_in_by_a_script_are_read_in_order(env, home, workspace, tmp_path) -> None:
