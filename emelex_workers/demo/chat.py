@@ -49,12 +49,12 @@ QUESTION = "What did the echo command print?"  # asked with no tool enabled, so 
 RECALL_QUESTION = "Which formatter do we use, and what is the default branch?"  # what the closed Session said
 EVERY_TOOL = ("read_file", "list_dir", "search_text", "write_file", "run_command", "recall", "remember")
 PROJECT = {
-    "config.toml": '[server]\nhost = "127.0.0.1"\nport = 8080\n\n[log]\nlevel = "info"\n',
+    "config.toml": '[server]\nhost = "127.0.0.1"\nport = 5174\n\n[log]\nlevel = "info"\n',
     "README.md": "# notes-service\n\nA small web service for notes. Settings live in config.toml.\n",
     "app.py": 'import tomllib\n\n\ndef main():\n    with open("config.toml", "rb") as f:\n'
               '        print(tomllib.load(f)["server"])\n',
 }
-TASK, TASK_ANSWER = "What is the port in config.toml?", "8080"
+TASK, TASK_ANSWER = "What is the port in config.toml?", "5174"  # not the worked example's 8080
 TURN_WAIT_S = 600  # a whole turn: up to chain limit + 1 rounds of 512 tokens, and their tool calls, on two busy cores
 ROUND_WAIT_S = 120  # a model round on two busy cores, with the model load of a fresh process
 START_WAIT_S = 30
