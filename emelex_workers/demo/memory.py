@@ -96,8 +96,7 @@ def main(argv: list[str]) -> None:
     print(f"\nLook around the demo store yourself: export EMELEX_HOME={settings.home_dir}, then run "
           "`.venv/bin/emelex memory sessions list` (README.md, \"After `make demo`\", lists more).")
     if failed is not None:
-        raise SystemExit(f"make demo failed: the chat task {demo_chat.TASK!r} did not end with the right answer: "
-                         f"{failed}")
+        raise SystemExit(f"make demo failed: the chat task {demo_chat.TASK!r} did not run to its end: {failed}")
 
 
 def summary_heading(payload: dict) -> str:
