@@ -43,6 +43,7 @@ TOOL_SPEAKER = "tool"
 FAILURE_SPEAKER = "system"
 MAX_ARGUMENT_CHARS = 40
 EXCERPT_CHARS = {"ok": 40, "error": 72}  # the outcomes whose record quotes the output's first line, and how much
+REPEATED = "repeated"  # the outcome of a call the adapter answered from an identical earlier one, never run
 
 
 def _span(text: str, limit: int) -> str:
@@ -84,7 +85,8 @@ def failure_record(payload: Mapping[str, Any]) -> str:
 
 def machinery_records(events: Sequence[Event]) -> list[tuple[int, str, list[str]]]:
     """(event index, speaker, records) for each `tool_calls` event of `events` (its calls', speaker "tool", each
-    with the result of the same call ID in `events`) and each `turn_failed` event (speaker "system"), in order."""
+    with the result of the same call ID in `events`; a call answered from an identical earlier call's result, outcome
+    "repeated", is not recorded again) and each `turn_failed` event (speaker "system"), in order."""
     results = {e.payload.get("call_id"): e.payload for e in events
                if e.kind == "tool_result" and isinstance(e.payload, dict)}
     out: list[tuple[int, str, list[str]]] = []
@@ -94,7 +96,8 @@ def machinery_records(events: Sequence[Event]) -> list[tuple[int, str, list[str]
             continue
         if event.kind == "tool_calls" and isinstance(payload.get("calls"), list):
             calls = [c for c in payload["calls"] if isinstance(c, Mapping)]
-            made = [call_record(c, results.get(c.get("call_id"))) for c in calls]
+            made = [call_record(c, results.get(c.get("call_id"))) for c in calls
+                    if (results.get(c.get("call_id")) or {}).get("outcome") != REPEATED]
             if made:
                 out.append((index, TOOL_SPEAKER, made))
         elif event.kind == "turn_failed":

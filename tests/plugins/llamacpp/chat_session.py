@@ -1,7 +1,8 @@
 """A chat Session as `emelex chat` writes it: the adapter over the built-in tools in a real workspace, with a
 workspace map and recalled notes recorded before the first round, driven by a scripted binding whose rounds are
 what the default model proposes (repeated calls, a path built from a tool's name, an answer that echoes a listing,
-answers that are tool-call JSON, a denied command, four identical rounds)."""
+answers that are tool-call JSON, a denied command, identical rounds, each answered from the first and then
+forced to an answer as the adapter does)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ TURNS = [
       answer('{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md"}}, {"name": "read_file", '
              '"arguments": {"path": "notes')], []),
     ("How many lines does notes.md have?",
-     [calls(("list_dir", {"path": "list_dir.txt"}))] * 4 + [answer("notes.md has 2 lines.")], []),
+     [calls(("list_dir", {"path": "list_dir.txt"}))] * 2 + [answer("notes.md has 2 lines.")], []),  # repeated: forced
     ("Which file defines the function parse_args?",
      [calls(("read_file", {"path": "read_file.py"})), calls(("search_text", {"text": "def parse_args"})),
       answer("parse_args is defined in main.py.")], []),
