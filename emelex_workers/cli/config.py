@@ -11,6 +11,9 @@ from .common import EmelexTyper, JsonFlag, echo_json, settings_of
 config_app = EmelexTyper(help="Show the effective settings and where each came from.")
 
 
+UNSET = {"model_threads": "unset (chosen when work starts)"}  # what an unset value means, where it means more
+
+
 @config_app.command("show")
 def config_show(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     """Print every setting's value and its source: the default, config.toml (path and line) or an EMELEX_* variable;
@@ -28,10 +31,11 @@ def config_show(ctx: typer.Context, as_json: JsonFlag = False) -> None:
             "unknown_environment": unknown,
         })
         return
+    shown = {name: UNSET.get(name, "unset") if value is None else str(value) for name, value in values.items()}
     name_width = max(map(len, sources))
-    value_width = max(len(str(v)) for v in values.values())
+    value_width = max(map(len, shown.values()))
     for name, source in sources.items():
-        typer.echo(f"{name:<{name_width}}  {values[name]!s:<{value_width}}  {source}")
+        typer.echo(f"{name:<{name_width}}  {shown[name]:<{value_width}}  {source}")
     for variable in unknown:
         hint = f"; did you mean {variable['nearest']}?" if variable["nearest"] else ""
         typer.echo(f"{variable['name']}: not a setting, ignored{hint}")

@@ -129,3 +129,12 @@ def test_a_mistyped_variable_is_warned_about_with_the_nearest_name(monkeypatch: 
         {"name": "EMELEX_SESION_RETENTION_DAYS", "nearest": "EMELEX_SESSION_RETENTION_DAYS"},
         {"name": "EMELEX_SOMETHING_ELSE", "nearest": None},
     ]
+
+
+def test_config_show_says_an_unset_model_threads_is_chosen_when_work_starts(home: Path) -> None:
+    result = runner.invoke(app, ["config", "show"])
+    assert result.exit_code == 0, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("model_threads ")]
+    assert line.split(None, 1)[1].startswith("unset (chosen when work starts)") and "None" not in line
+    data = json.loads(runner.invoke(app, ["config", "show", "--json"]).output)
+    assert {s["name"]: s["value"] for s in data["settings"]}["model_threads"] is None
