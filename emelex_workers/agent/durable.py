@@ -40,7 +40,7 @@ from typing import Any
 
 from emelex_memory import MemoryStore
 from emelex_memory.agent import journal
-from emelex_memory.agent.journal import CONTEXT_KIND
+from emelex_memory.agent.journal import CONTEXT_KIND, REPEATED
 from emelex_memory.sessions.leases import lease_ttl
 from emelex_memory.agent.snapshot import SessionSnapshot
 from emelex_memory.compaction.planning import CompactionQueued
@@ -59,7 +59,7 @@ from emelex_workers.host.types import AgentBinding, GenerationInterrupted, Gener
 
 from .context import ContextRequest, ContextSource, check_sources, gather
 from .protocol import PROTOCOL_VERSION, PROTOCOLS, ProposedCall
-from .session import REPEATED, AgentSession
+from .session import AgentSession
 from .tools import RegisteredTool, ToolInvocation, run_tool
 
 Approve = Callable[[ProposedCall, RegisteredTool], "str | Awaitable[str]"]

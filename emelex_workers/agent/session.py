@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from emelex_memory import Event
-from emelex_memory.agent.journal import UnknownEffect
+from emelex_memory.agent.journal import REPEATED, UnknownEffect
 from emelex_memory.agent.snapshot import SessionSnapshot, ToolAuthority
 from emelex_memory.sessions.transcript import SUMMARY_KIND
 from emelex_workers.host.manager import accepts_keyword
@@ -33,7 +33,6 @@ from .protocol import ProposedCall, RoundOutput
 from .tools import RegisteredTool, bounded
 from .workspace import WorkspaceEntries, narrow_path, scan
 
-REPEATED = "repeated"  # the outcome of a call answered from an identical call's earlier result, never run
 _NOT_DONE = ("not_executed", REPEATED)  # outcomes that do not make a call "already done"
 _NO_EFFECT = ("denied", "not_executed", REPEATED)  # outcomes of a call that cannot have changed the workspace
 _ENUM_ONLY = {"type", "enum", "description", "title"}

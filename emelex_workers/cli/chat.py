@@ -59,7 +59,6 @@ from .common import settings_of
 
 SYSTEM_PROMPT = ("You are a careful coding assistant working in the user's workspace. Use a tool when you need "
                  "to look at or change files; otherwise answer briefly.")
-HELP = "commands: /tools, /tools disable NAME, /tools enable NAME, /memory, /compact, /help, /exit"
 COMMANDS = (
     ("/tools", "list the tools, whether each is enabled and whether it asks before it runs"),
     ("/tools disable NAME", "stop offering tool NAME to the model (this chat only)"),
@@ -69,6 +68,7 @@ COMMANDS = (
     ("/help", "this list"),
     ("/exit", "end the chat (so does end of input, Ctrl-D)"),
 )
+HELP = "commands: " + ", ".join(usage for usage, _ in COMMANDS)
 TYPED_AHEAD = "(not sent: {!r} was typed while the turn ran; type it again at the prompt)"
 TICK_S = 0.2  # how often the status line is redrawn
 EXIT_INTERRUPTED = 130

@@ -3,7 +3,7 @@ worked-example matches, Summary cleaning) and the rule-made records of tool roun
 which plugins may use too, and the guards the worker applies to every summarizer's and distiller's output
 (`guards`).
 
-`checks` imports nothing of emelex_workers, `records` only emelex_memory's `Event`; `guards` imports
+`checks` imports nothing of emelex_workers, `records` only emelex_memory; `guards` imports
 emelex_memory, the host's types and the attempts' wording (`worker.attempts`). The names below are the checks'
 and the records' public API, and `guard_candidates`, which the built-in `remember` tool applies as
 distillation does.

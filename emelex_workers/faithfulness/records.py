@@ -38,12 +38,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from emelex_memory import Event
+from emelex_memory.agent.journal import REPEATED
 
 TOOL_SPEAKER = "tool"
 FAILURE_SPEAKER = "system"
 MAX_ARGUMENT_CHARS = 40
 EXCERPT_CHARS = {"ok": 40, "error": 72}  # the outcomes whose record quotes the output's first line, and how much
-REPEATED = "repeated"  # the outcome of a call the adapter answered from an identical earlier one, never run
 
 
 def _span(text: str, limit: int) -> str:
