@@ -22,6 +22,23 @@ from emelex_workers.plugin_api import DEFAULT_SEED, GenerationInterrupted
 
 DEFAULT_MAX_CTX = 8192
 _LOAD_LOCK = threading.Lock()
+_GRAMMAR_ESCAPES = {"\r": "\\r", "\n": "\\n", '"': '\\"', "\\": "\\\\"}
+
+
+def grammar_literal(text: str) -> str:
+    """``text`` as a GBNF string literal: quotes, backslashes, CR and LF escaped."""
+    return '"' + "".join(_GRAMMAR_ESCAPES.get(char, char) for char in text) + '"'
+
+
+_CONVERTERS: dict[int, type] = {}
+
+
+def _converter(module: Any) -> type:
+    """llama-cpp-python's ``SchemaConverter`` with `grammar_literal` for its literals (one class per module)."""
+    if id(module) not in _CONVERTERS:
+        _CONVERTERS[id(module)] = type("SchemaConverter", (module.SchemaConverter,),
+                                       {"_format_literal": lambda self, literal: grammar_literal(literal)})
+    return _CONVERTERS[id(module)]
 
 
 # GGUF scalar value type -> struct format (8 = string, 9 = array: handled apart).
@@ -173,6 +190,28 @@ class LlamaEngine:
         self._last_prompt: list[int] = []
         self._offered: tuple[list[int], bytes, Callable[[bool, str], None]] | None = None
 
+    def grammar(self, json_schema: dict) -> Any:
+        """The ``LlamaGrammar`` that constrains generation to ``json_schema``; ValueError when the schema is not one
+        the converter supports, or when the grammar it makes does not parse (llama.cpp would then sample without
+        any constraint, so it is never used).
+
+        llama-cpp-python's converter escapes a literal's quotes and newlines but not its backslashes, so a
+        ``const`` or ``enum`` string holding a quote or a backslash (a quoted line, a file name) became a grammar
+        llama.cpp cannot parse; literals are escaped whole here (`grammar_literal`)."""
+        module = self._llama_cpp.llama_grammar
+        try:
+            converter = _converter(module)(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+            converter.visit(converter.resolve_refs(json_schema, "schema"), "")
+            text = converter.format_grammar()
+        except Exception as exc:  # the converter raises AssertionError/KeyError/...
+            raise ValueError(f"unsupported json_schema: {exc}") from exc
+        sampler = self._llama_cpp.llama_sampler_init_grammar(self._model()._model.vocab, text.encode("utf-8"),
+                                                              b"root")
+        if not sampler:
+            raise ValueError("unsupported json_schema: the grammar made of it does not parse")
+        self._llama_cpp.llama_sampler_free(sampler)
+        return self._llama_cpp.LlamaGrammar.from_string(text, verbose=False)
+
     def _model(self) -> Any:
         if self._llm is None:
             raise RuntimeError("LlamaEngine is closed")
@@ -234,13 +273,7 @@ class LlamaEngine:
         """
         if max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
-        grammar = None
-        try:
-            if json_schema is not None:
-                grammar = self._llama_cpp.LlamaGrammar.from_json_schema(
-                    json.dumps(json_schema), verbose=False)
-        except Exception as exc:  # the converter raises AssertionError/KeyError/...
-            raise ValueError(f"unsupported json_schema: {exc}") from exc
+        grammar = None if json_schema is None else self.grammar(json_schema)
         options = dict(messages=messages, max_tokens=max_tokens, temperature=temperature,
                        seed=self._seed if seed is None else seed, grammar=grammar, repeat_penalty=repeat_penalty)
         with self._lock, self._generating():
@@ -301,10 +334,7 @@ class LlamaEngine:
         ``on_prompt`` report exact counts as for `complete`."""
         if max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
-        try:
-            grammar = self._llama_cpp.LlamaGrammar.from_json_schema(json.dumps(json_schema), verbose=False)
-        except Exception as exc:  # the converter raises AssertionError/KeyError/...
-            raise ValueError(f"unsupported json_schema: {exc}") from exc
+        grammar = self.grammar(json_schema)
         if on_token is not None:
             options = dict(messages=messages, max_tokens=max_tokens, temperature=temperature, grammar=grammar,
                            seed=self._seed if seed is None else seed)
