@@ -56,7 +56,9 @@ def _usable(name: str) -> bool:
     return True
 
 
-def _open_dir(root: int, rel: str) -> int:
+def open_dir(root: int, rel: str) -> int:
+    """A descriptor of directory `rel` (workspace-relative, "/" separators; "" is the workspace) opened from `root`
+    (the workspace's descriptor) one component at a time with `O_NOFOLLOW`; OSError when any is not a directory."""
     fd = os.dup(root)
     try:
         for part in rel.split("/") if rel else ():
@@ -84,7 +86,7 @@ def scan(workspace: Path, exclude: Collection[tuple[int, int]] = ()) -> Workspac
         while queue and len(files) + len(directories) < MAX_ENTRIES:
             rel, depth = queue.popleft()
             try:
-                fd = _open_dir(root, rel)
+                fd = open_dir(root, rel)
             except OSError:
                 continue
             try:
