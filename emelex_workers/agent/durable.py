@@ -58,7 +58,8 @@ from emelex_memory.snapshots.installed import InstalledModel
 from emelex_workers.host.types import AgentBinding, GenerationInterrupted, GenerationProgress
 
 from .context import ContextRequest, ContextSource, check_sources, gather
-from .protocol import PROTOCOL_VERSION, PROTOCOLS, ProposedCall
+from .mentions import SOURCE as MENTIONS, mentions_note
+from .protocol import PROTOCOL_V3, PROTOCOL_VERSION, PROTOCOLS, ProposedCall
 from .session import AgentSession
 from .tools import RegisteredTool, ToolInvocation, run_tool
 
@@ -373,8 +374,8 @@ class DurableAgentSession:
         return dataclasses.replace(result, context=context)
 
     async def _open(self, text: str) -> tuple[dict, ...]:
-        """Open the turn: on a Session's first turn gather its context notes first and record them with the
-        input. A source that fails has written nothing: the error is raised and the adapter stays usable."""
+        """Open the turn: on a Session's first turn gather its context notes first, and under "emelex-tools/3" read
+        the files the input names (`mentions`), and record them with the input. A source that fails has written nothing: the error is raised and the adapter stays usable."""
         context: tuple[dict, ...] = ()
         if self._fresh:
             request = ContextRequest(self.store, self.session_id, self.workspace, text, self.agent.snapshot)
@@ -383,6 +384,9 @@ class DurableAgentSession:
             except Exception:
                 self._poisoned = False
                 raise
+        if self.agent.snapshot.protocol == PROTOCOL_V3:
+            note = await self._offload(self._db, mentions_note, self.workspace, text, self.agent.exclude)
+            context += () if note is None else ({**note, "source": MENTIONS},)
         await self._offload(self._db, journal.open_turn, self.store, self._lease, text, context)
         self._fresh = False
         self._context.extend(context)

@@ -11,6 +11,7 @@ are rendered as ordinary user and assistant text.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,8 +29,10 @@ from .schema import validate
 from .tools import bounded
 
 PROTOCOL_V1 = "emelex-tools/1"
-PROTOCOL_VERSION = "emelex-tools/2"
-PROTOCOLS = (PROTOCOL_V1, PROTOCOL_VERSION)  # every version this code renders: an older Session keeps its own
+PROTOCOL_V2 = "emelex-tools/2"
+PROTOCOL_V3 = "emelex-tools/3"
+PROTOCOL_VERSION = PROTOCOL_V3
+PROTOCOLS = (PROTOCOL_V1, PROTOCOL_V2, PROTOCOL_V3)  # every version this code renders: an older Session keeps its own
 MAX_ANSWER_CHARS = 500
 MAX_CALLS_PER_BATCH = 16
 EXCERPT_BYTES = 300
@@ -61,20 +64,21 @@ def _compact(value: Any) -> str:
 
 
 def union_schema(tools: Sequence[ToolAuthority], calls_per_batch: int,
-                 arguments: Mapping[str, dict] | None = None) -> dict:
+                 arguments: Mapping[str, dict] | None = None, answers: Sequence[str] | None = None) -> dict:
     """The JSON schema of one round over `tools` (the enabled ones), with 1 to `calls_per_batch` calls.
 
     With no tools it is the answer form alone. A tool's arguments follow
     `arguments[name]` when given (a round's restriction of its schema,
     see `AgentSession.round_schema`), else its own input schema. Every
     string is bounded: the answer by `MAX_ANSWER_CHARS`, arguments by their
-    tools' own schemas.
+    tools' own schemas. With `answers` the answer is one of them (an enum).
     """
     if not 1 <= calls_per_batch <= MAX_CALLS_PER_BATCH:
         raise ValueError(f"calls_per_batch must be between 1 and {MAX_CALLS_PER_BATCH}")
     answer = {
         "type": "object",
-        "properties": {"answer": {"type": "string", "maxLength": MAX_ANSWER_CHARS}},
+        "properties": {"answer": {"type": "string", "maxLength": MAX_ANSWER_CHARS} if not answers
+                       else {"type": "string", "enum": list(answers)}},
         "required": ["answer"],
         "additionalProperties": False,
     }
@@ -273,9 +277,13 @@ def system_message(snapshot: SessionSnapshot) -> str:
     ]
     lines += [f"- {tool.name}: {tool.description} Arguments: {_arguments_text(tool.input_schema)}"
               for tool in sorted(snapshot.tools, key=lambda t: t.name)]
-    lines += ["", *_example_lines(snapshot), "",
-              "Answer as soon as the results hold what the user asked for, and quote them exactly. "
-              "Never repeat a call you already made: its result is above."]
+    closing = ("Answer as soon as the results hold what the user asked for, and quote them exactly. "
+               "Never repeat a call you already made: its result is above.")
+    if snapshot.protocol == PROTOCOL_V3:
+        closing = ("Answer as soon as the results hold what the user asked for: once tools have answered, your "
+                   'answer is the line of their results that answers the user, as "<file>: <line>". '
+                   "Never repeat a call you already made: its result is above.")
+    lines += ["", *_example_lines(snapshot), "", closing]
     return "\n".join(lines).strip()
 
 
@@ -292,6 +300,7 @@ class Example:
 
 EXAMPLE = Example("What is the port in config.ini?", ProposedCall("read_file", {"path": "config.ini"}),
                   "[server]\nport = 8080", "The port in config.ini is 8080.")
+QUOTED_EXAMPLE = dataclasses.replace(EXAMPLE, answer="config.ini: port = 8080")  # "emelex-tools/3": quoted
 EXAMPLE_WITHOUT_TOOL = Example("Say hello.", None, None, "Hello! What can I do in this workspace?")
 
 
@@ -301,6 +310,8 @@ def _example_lines(snapshot: SessionSnapshot) -> list[str]:
     tool = snapshot.tool(EXAMPLE.call.tool)
     example = EXAMPLE if tool is not None and validate(EXAMPLE.call.arguments, tool.input_schema) is None \
         else EXAMPLE_WITHOUT_TOOL
+    if example is EXAMPLE and snapshot.protocol == PROTOCOL_V3:
+        example = QUOTED_EXAMPLE
     lines = ["Example:", f"user: {example.question}"]
     if example.call is not None:
         call = {"round": 1, "calls": [{"call_id": "1", "tool": example.call.tool, "arguments": example.call.arguments}]}

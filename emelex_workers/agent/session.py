@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from emelex_memory import Event
-from emelex_memory.agent.journal import REPEATED, UnknownEffect
+from emelex_memory.agent.journal import CONTEXT_KIND, REPEATED, UnknownEffect
 from emelex_memory.agent.snapshot import SessionSnapshot, ToolAuthority
 from emelex_memory.sessions.transcript import SUMMARY_KIND
 from emelex_workers.host.manager import accepts_keyword
@@ -30,6 +31,9 @@ from emelex_workers.host.types import AgentBinding, GenerationInterrupted, Gener
 from . import protocol
 from .errors import UnknownToolError
 from .protocol import ProposedCall, RoundOutput
+from .quotes import choose, note_quotes, result_quotes
+from .request import mentioned, set_off, spans, verbs
+from .schema import validate
 from .tools import RegisteredTool, bounded
 from .workspace import WorkspaceEntries, narrow_path, scan
 
@@ -66,6 +70,9 @@ class AgentSession:
         self.messages: list[dict[str, str]] = protocol.history_messages(snapshot, ())
         self._done: dict[str, dict] = {}  # call key -> result of that call, done in this turn since the last effect
         self._seen: set[str] = set()  # (tool, outcome, output) of every result in this turn
+        self._results: list[tuple[ProposedCall, dict]] = []  # every call completed in this turn, with its result
+        self._effected = False  # a call of a tool with `requested_by` words ran in this turn
+        self._notes: list[dict] = []  # the context notes in the history
         self._asked = ""  # the user's input of the latest turn
 
     def _known(self, name: str) -> str:
@@ -89,6 +96,7 @@ class AgentSession:
         events = list(events)
         self.messages = protocol.history_messages(self.snapshot, events, unknown)
         self._new_turn()
+        self._notes = [e.payload for e in events if e.kind == CONTEXT_KIND and isinstance(e.payload, dict)]
         calls: dict[str, ProposedCall] = {}
         for event in events:
             payload = event.payload if event.kind != SUMMARY_KIND else None
@@ -104,9 +112,12 @@ class AgentSession:
     def _new_turn(self) -> None:
         self._done.clear()
         self._seen.clear()
+        self._results.clear()
+        self._effected = False
 
     def add_context(self, payload: dict) -> None:
         """Append a context note (see `protocol.context_message`)."""
+        self._notes.append(payload)
         self.messages.append(protocol.context_message(payload))
 
     def add_user(self, text: str) -> None:
@@ -129,7 +140,10 @@ class AgentSession:
         workspace: what was done before it no longer counts as done.
         """
         outcome = result.get("outcome")
+        self._results.append((call, result))
         authority = self.snapshot.tool(call.tool)
+        if authority is not None and self._requested_by(call.tool) and outcome not in _NO_EFFECT:
+            self._effected = True
         if authority is not None and authority.approval == "always" and outcome not in _NO_EFFECT:
             self._done.clear()
         if outcome not in _NOT_DONE:
@@ -174,9 +188,10 @@ class AgentSession:
         each with its arguments narrowed (to what exists in `workspace` when given, and without calls already done
         in this turn where the grammar can express it; see the module docstring), a tool left with no admissible
         arguments not offered. Every call it admits is one the snapshot's schema admits."""
+        quotes = self.answer_quotes()
         if forced is not None:
-            return protocol.union_schema((), self.snapshot.calls_per_batch)
-        enabled = [t for t in self.snapshot.tools if t.name in self.enabled_tools]
+            return protocol.union_schema((), self.snapshot.calls_per_batch, answers=quotes)
+        enabled = self._offered()
         declares = any(self._paths(t) for t in enabled)
         entries = scan(workspace, self.exclude) if workspace is not None and declares else None
         offered, arguments = [], {}
@@ -185,7 +200,74 @@ class AgentSession:
             if schema is not None:
                 offered.append(tool)
                 arguments[tool.name] = schema
-        return protocol.union_schema(offered, self.snapshot.calls_per_batch, arguments)
+        return protocol.union_schema(offered, self.snapshot.calls_per_batch, arguments, answers=quotes)
+
+    def answer_quotes(self) -> list[str] | None:
+        """The quotes the next round's answer chooses among (`emelex_workers.agent.quotes`), or None for a free
+        answer: under protocol "emelex-tools/3" the quotes of the turn's tool results and of the context notes most
+        relevant to the user's request (`quotes.choose`), or, once a tool the request asks for (`requested_by`) ran,
+        of that tool's results only; before the turn's first result only when a note's quote has a word of the
+        request. Always None under older protocols."""
+        if not self._v3:
+            return None
+        results = [(call, result) for call, result in self._results
+                   if result.get("outcome") not in _NOT_DONE and isinstance(result.get("output"), str)]
+        requested = self._requested_tools()
+        effects = [(call, result) for call, result in results
+                   if call.tool in requested and result.get("outcome") not in _NO_EFFECT]
+        quotes = []
+        for call, result in effects or results:
+            outcome = result["outcome"]
+            label = self._label(call) + ("" if outcome == "ok" else f" ({outcome})")
+            quotes += result_quotes(label, result["output"], "" if effects else self._asked)  # an effect: no count
+        if not effects:
+            quotes += note_quotes(self._notes, self._asked)
+        chosen = choose(self._asked, quotes, relevant_only=not results)
+        return chosen or None
+
+    @property
+    def _v3(self) -> bool:
+        """Whether the Session's protocol is "emelex-tools/3" (quoted answers, tools and arguments narrowed by the
+        request)."""
+        return self.snapshot.protocol == protocol.PROTOCOL_V3
+
+    def _label(self, call: ProposedCall) -> str:
+        """What a quote of `call`'s result is labelled with: its workspace path argument ("." as "./"), else its
+        only string argument, else the tool's name."""
+        authority = self.snapshot.tool(call.tool)
+        for name in self._paths(authority) if authority is not None else ():
+            value = call.arguments.get(name)
+            if isinstance(value, str):
+                return "./" if value in (".", "") else value
+        strings = [v for v in call.arguments.values() if isinstance(v, str)]
+        return bounded(strings[0], 80) if len(strings) == 1 else call.tool
+
+    def _offered(self) -> list[ToolAuthority]:
+        """The tools the next round offers: the enabled ones; under protocol "emelex-tools/3" narrowed by what the
+        request asks for (`_requested_tools`): a tool whose registered spec names `requested_by` words only when
+        the request asks for it, and only until one of its calls (or another such tool's) ran in the turn; while
+        the turn has no result yet, when the request's first clause asks for such a tool, only those tools."""
+        enabled = [t for t in self.snapshot.tools if t.name in self.enabled_tools]
+        if not self._v3:
+            return enabled
+        effects = {t.name for t in enabled if self._requested_by(t.name)}
+        requested = self._requested_tools() & effects
+        if self._effected:
+            return [t for t in enabled if t.name not in effects]
+        if not self._results and (first := self._requested_tools(first=True) & effects):
+            return [t for t in enabled if t.name in first]
+        return [t for t in enabled if t.name not in effects or t.name in requested]
+
+    def _requested_tools(self, first: bool = False) -> set[str]:
+        """The snapshot tools the user's request asks for: those whose registered `requested_by` words one of its
+        clauses begins with (`request.verbs`); with `first`, those its first clause begins with."""
+        asked = verbs(self._asked)[:1] if first else verbs(self._asked)
+        return {t.name for t in self.snapshot.tools if not self._requested_by(t.name).isdisjoint(asked)}
+
+    def _requested_by(self, name: str) -> frozenset[str]:
+        """The `requested_by` words of registered tool `name` (none for a tool not registered here)."""
+        registered = self.tools.get(name)
+        return registered.spec.requested_by if registered is not None else frozenset()
 
     def _paths(self, tool: ToolAuthority) -> Mapping[str, str]:
         registered = self.tools.get(tool.name)
@@ -200,12 +282,23 @@ class AgentSession:
             if name not in properties:
                 continue
             narrowed = narrow_path(properties[name], kind, entries)
-            if narrowed is not None:
+            named = [p for p in mentioned(self._asked) if validate(p, narrowed) is None] \
+                if narrowed is not None and kind == "new" and self._v3 else []
+            if named:
+                properties[name] = {"type": "string", "enum": named}
+            elif narrowed is not None:
                 properties[name] = narrowed
             elif name in required:
                 return None
             else:
                 del properties[name]
+        registered = self.tools.get(tool.name)
+        for name, kind in registered.spec.request_spans.items() if registered is not None and self._v3 else ():
+            if name in properties:
+                offered = spans(self._asked, _program) if kind == "command" else set_off(self._asked)
+                fitting = [span for span in offered if validate(span, properties[name]) is None]
+                if fitting:
+                    properties[name] = {**properties[name], "enum": fitting}
         if len(properties) == 1:
             (name, only), = properties.items()
             if "enum" in only and set(only) <= _ENUM_ONLY:
@@ -263,6 +356,11 @@ class AgentSession:
     def gate(self, call: ProposedCall) -> str | None:
         """Why `call` must not run now (not a snapshot tool, disabled, invalid arguments), or None."""
         return protocol.gate(call, self.snapshot, self.enabled_tools)
+
+
+def _program(word: str) -> bool:
+    """Whether `word` names a program on PATH (a command starts with one)."""
+    return "/" not in word and shutil.which(word) is not None
 
 
 class _RoundStop(threading.Event):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from emelex_memory import EmelexError, PluginHookError
 from emelex_memory.agent.snapshot import ToolAuthority
 from emelex_workers.host.manager import EmelexPluginManager, call_one, hook_order
-from emelex_workers.host.tools import WORKSPACE_PATH_KINDS, ToolInvocation, ToolOutput, ToolSpec
+from emelex_workers.host.tools import REQUEST_SPAN_KINDS, WORKSPACE_PATH_KINDS, ToolInvocation, ToolOutput, ToolSpec
 
 from .schema import check_schema
 
@@ -64,7 +64,7 @@ def spec_problem(spec: object) -> str | None:
         return f"tool {spec.name!r} has a run that is not callable"
     if type(spec.max_output_bytes) is not int or not 1 <= spec.max_output_bytes <= MAX_OUTPUT_BYTES:
         return f"tool {spec.name!r} needs a max_output_bytes between 1 and {MAX_OUTPUT_BYTES}"
-    problem = check_schema(spec.input_schema) or _paths_problem(spec)
+    problem = check_schema(spec.input_schema) or _paths_problem(spec) or _request_problem(spec)
     return f"tool {spec.name!r}: {problem}" if problem else None
 
 
@@ -80,6 +80,23 @@ def _paths_problem(spec: ToolSpec) -> str | None:
             return f"workspace_paths[{name!r}] is {kind!r}, not a path kind; use one of {kinds}"
         if not isinstance(properties.get(name), dict) or properties[name].get("type") != "string":
             return f"workspace_paths names {name!r}, which is not a string property of input_schema"
+    return None
+
+
+def _request_problem(spec: ToolSpec) -> str | None:
+    """What is wrong with `spec.requested_by` or `spec.request_spans` (its input schema already checked), or None."""
+    verbs = spec.requested_by
+    if not isinstance(verbs, frozenset) or not all(isinstance(v, str) and v.isalpha() and v.islower() for v in verbs):
+        return "requested_by must be a frozenset of lowercase words"
+    declared = spec.request_spans
+    if not isinstance(declared, Mapping):
+        return "request_spans must be a mapping of argument name to span kind"
+    properties = spec.input_schema.get("properties", {})
+    for name, kind in declared.items():
+        if kind not in REQUEST_SPAN_KINDS:
+            return f"request_spans[{name!r}] is {kind!r}, not a span kind; use one of {', '.join(REQUEST_SPAN_KINDS)}"
+        if not isinstance(properties.get(name), dict) or properties[name].get("type") != "string":
+            return f"request_spans names {name!r}, which is not a string property of input_schema"
     return None
 
 

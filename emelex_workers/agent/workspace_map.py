@@ -30,6 +30,7 @@ SKIPPED_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", 
 HEADER = "Workspace map (what the workspace holds; paths relative to it, file sizes in bytes):"
 EMPTY = "The workspace is empty."
 MORE = "(the map stops here: list_dir shows any directory in full)"
+QUOTE = "workspace files: "  # the map's quote (an answer may quote it, `quotes`): every file it lists
 
 
 def _name(raw: str) -> str:
@@ -106,7 +107,22 @@ def workspace_map(root: str | Path, *, budget_chars: int = MAP_CHARS) -> dict:
         return {"text": EMPTY if complete else f"{HEADER}\n{MORE}", "entries": 0, "complete": complete}
     lines = [line for _, line in sorted(kept)]
     text = "\n".join([HEADER, *lines, *([] if complete else [MORE])])
-    return {"text": text, "entries": len(lines), "complete": complete}
+    files = [path for path, line in sorted(kept) if line.endswith(" bytes)")]
+    return {"text": text, "entries": len(lines), "complete": complete, "quotes": _quotes(files, complete)}
+
+
+def _quotes(files: list[tuple[str, ...]], complete: bool) -> list[str]:
+    """The map's quotes (an answer may quote them, `quotes`): every file it lists, then each directory's files."""
+    if not files:
+        return []
+    more = "" if complete else ", ..."
+    quotes = [QUOTE + ", ".join("/".join(path) for path in files) + more]
+    directories: dict[tuple[str, ...], list[str]] = {}
+    for path in files:
+        directories.setdefault(path[:-1], []).append(path[-1])
+    quotes += [f"files in {'/'.join(parent)}/: {', '.join(names)}{more}"
+               for parent, names in directories.items() if parent]
+    return quotes
 
 
 def workspace_map_source(request: ContextRequest) -> dict | None:

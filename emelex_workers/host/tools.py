@@ -14,10 +14,12 @@ from typing import Literal
 
 from emelex_memory import AssetRef, MemoryStore
 
-__all__ = ["WORKSPACE_PATH_KINDS", "ToolInvocation", "ToolOutput", "ToolSpec", "WorkspacePathKind"]
+__all__ = ["REQUEST_SPAN_KINDS", "WORKSPACE_PATH_KINDS", "RequestSpanKind", "ToolInvocation", "ToolOutput", "ToolSpec", "WorkspacePathKind"]
 
 WorkspacePathKind = Literal["file", "directory", "existing", "new"]
 WORKSPACE_PATH_KINDS: tuple[str, ...] = ("file", "directory", "existing", "new")
+RequestSpanKind = Literal["command", "text"]
+REQUEST_SPAN_KINDS: tuple[str, ...] = ("command", "text")
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,15 @@ class ToolSpec:
     asset) and `workspace_paths`: which top-level string arguments name workspace paths, and of what kind
     ("file": an existing regular file, "directory": an existing directory, "existing": either, "new": a file
     to create or replace under an existing directory). Each round's grammar narrows those arguments to what
-    exists in the workspace then; the recorded authority (`input_schema`) and the gate are unchanged by it."""
+    exists in the workspace then; the recorded authority (`input_schema`) and the gate are unchanged by it.
+    `requested_by`: the verbs (lowercase, no plural "s") a user's request begins a clause with when it asks for
+    this tool's effect ("create", "run"); when given, a round (protocol "emelex-tools/3") offers the tool only in
+    a turn whose request asks for it so (`emelex_workers.agent.request.verbs`), so a question never leads a small
+    model to a write; empty (the default): offered in every turn. `request_spans`:
+    string arguments the user's request spells out, and how: "command" (a command to run: a round of
+    "emelex-tools/3" narrows it to the request's quoted parts and runs of its words that begin with a program's
+    name, `emelex_workers.agent.request.spans`) or "text" (text to write: narrowed to what the request sets off
+    in quotes or after a colon, `request.set_off`, when it sets off any)."""
 
     name: str
     description: str
@@ -65,3 +75,5 @@ class ToolSpec:
     approval: Literal["always", "never"] = "always"
     max_output_bytes: int = 65_536
     workspace_paths: Mapping[str, WorkspacePathKind] = field(default_factory=dict)
+    requested_by: frozenset[str] = frozenset()
+    request_spans: Mapping[str, RequestSpanKind] = field(default_factory=dict)

@@ -17,6 +17,14 @@ MAX_CONTENT_CHARS = 1000
 PATH = {"type": "string", "maxLength": MAX_PATH_CHARS, "description": "relative to the workspace"}
 
 
+# the verbs a request that asks for the tool's effect begins a clause with (`ToolSpec.requested_by`)
+WRITE_WORDS = frozenset({"create", "write", "make", "save", "add", "append", "change", "edit", "update", "modify",
+                         "replace", "put", "insert", "generate", "fix", "rename", "overwrite", "store", "empty", "clear",
+                         "remove", "delete", "rewrite", "copy"})
+RUN_WORDS = frozenset({"run", "execute", "exec", "launch", "start", "compile", "build", "test", "install", "invoke",
+                       "rerun"})
+
+
 def _object(required: list[str], **properties: dict) -> dict:
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
@@ -33,10 +41,11 @@ def tool_specs() -> list[ToolSpec]:
                  search_text, approval="never", workspace_paths={"path": "directory"}),
         ToolSpec("write_file", "Create or replace a text file in the workspace.",
                  _object(["path", "content"], path=PATH, content={"type": "string", "maxLength": MAX_CONTENT_CHARS}),
-                 write_file, approval="always", workspace_paths={"path": "new"}),
+                 write_file, approval="always", workspace_paths={"path": "new"}, requested_by=WRITE_WORDS,
+                 request_spans={"content": "text"}),
         ToolSpec("run_command", f"Run a shell command in the workspace (stopped after {TIMEOUT_S} s).",
                  _object(["command"], command={"type": "string", "minLength": 1, "maxLength": 500}), run_command,
-                 approval="always"),
+                 approval="always", requested_by=RUN_WORDS, request_spans={"command": "command"}),
     ]
 
 

@@ -19,6 +19,7 @@ from emelex_memory.errors import (
     WorkspaceReplacedError,
 )
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
+from emelex_workers.agent.protocol import PROTOCOL_V2
 from emelex_workers.agent.tools import registered_tools
 from emelex_workers.host.manager import get_plugin_manager
 from tests.support import agent as agent_support
@@ -173,7 +174,7 @@ def test_the_chain_limit_forces_an_answer(store: MemoryStore, workspace, tools, 
 
     async def main():
         agent = await DurableAgentSession.create(store, workspace, binding, tools,
-                                                 snap(binding, tools, chain_limit=2))
+                                                 snap(binding, tools, chain_limit=2, protocol=PROTOCOL_V2))
         first = await agent.turn("go")
         second = await agent.turn("again")  # a binding that ignores the answer-only grammar: the turn fails
         await agent.close()

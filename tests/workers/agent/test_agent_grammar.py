@@ -33,8 +33,10 @@ ANSWER_ONLY = {"type": "object", "properties": {"answer": {"type": "string", "ma
                "required": ["answer"], "additionalProperties": False}
 
 
-def builtin_snapshot() -> SessionSnapshot:
-    return SessionSnapshot("scripted@sha256:" + "0" * 64, "0" * 64, protocol.PROTOCOL_VERSION, "1" * 64, 4096, 0.0,
+def builtin_snapshot(version: str = protocol.PROTOCOL_V2) -> SessionSnapshot:
+    """The built-in tools' snapshot, by default under "emelex-tools/2" (its grammar is not narrowed by the request:
+    "emelex-tools/3" is tested in test_agent_quotes.py)."""
+    return SessionSnapshot("scripted@sha256:" + "0" * 64, "0" * 64, version, "1" * 64, 4096, 0.0,
                            42, 256, 4, 2, "You are a test agent.", tuple(t.authority() for t in BUILTIN.values()))
 
 
@@ -262,7 +264,8 @@ def test_a_round_that_learned_nothing_forces_an_answer(store: MemoryStore, works
                                calls(("peek", {"label": 7})), calls(("peek", {"label": 7})), answer("b")])
 
     async def main():
-        agent = await DurableAgentSession.create(store, workspace, binding, tools, snap(binding, tools))
+        agent = await DurableAgentSession.create(store, workspace, binding, tools,
+                                                 snap(binding, tools, protocol=protocol.PROTOCOL_V2))
         repeated = await agent.turn("go")
         refused = await agent.turn("again")  # a gate error identical to the last one: nothing new either
         await agent.close()

@@ -89,6 +89,11 @@ def test_a_tool_name_registered_by_two_plugins_names_both(settings: Settings) ->
     (spec(workspace_paths=["label"]), "workspace_paths must be a mapping"),
     (spec(input_schema={"type": "object", "properties": {"n": {"type": "integer"}}}, workspace_paths={"n": "file"}),
      "not a string property"),
+    (spec(requested_by={"run"}), "requested_by must be a frozenset"),
+    (spec(requested_by=frozenset({"Run"})), "lowercase words"),
+    (spec(request_spans={"label": "anything"}), "not a span kind"),
+    (spec(request_spans={"path": "command"}), "not a string property"),
+    (spec(request_spans=["label"]), "request_spans must be a mapping"),
     ("not a spec", "not a ToolSpec"),
 ])
 def test_an_invalid_tool_spec_is_refused_naming_the_plugin(settings: Settings, bad: object, words: str) -> None:

@@ -1,0 +1,117 @@
+"""What a user's request says, read by rule for the protocol "emelex-tools/3": its words (to rank quotes), the
+verbs its clauses begin with (to see which tools it asks for), its spans (the strings an argument it spells out can be) and the paths it names.
+Each is a pure function of the request's text, so a resumed turn reads it exactly as the live one did.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+SPAN_WORDS = 12  # words of the request one span holds at most
+MAX_SPANS = 400  # spans offered at most (the longest requests lose their latest starts)
+CLAUSE_WORDS = frozenset({"and", "then"})
+LEAD_WORDS = frozenset({"please", "can", "could", "would", "will", "you", "kindly", "now", "just", "also", "go",
+                        "ahead", "i", "we", "want", "need", "to", "let", "lets", "let's", "us", "first", "next",
+                        "finally", "ok", "okay", "so"})
+_TRIM = "\"'`.,;:!?()[]{}<>"
+_WORD = re.compile(r"[a-z0-9]+(?:[._/-][a-z0-9]+)*")
+_PART = re.compile(r"[._/-]")
+COMMON_WORDS = frozenset("""
+a about after again all also am an and any are as at be been before being both but by can could did do does doing
+done each either few for from had has have having he her here him his how i if in into is it its itself just me
+more most my no nor not now of off on once only or other our out over own please same she should show so some such
+tell than that the their them then there these they this those through to too under until up very want was we
+were what when where which while who whom why will with would you your give say said let know find see look
+""".split())
+
+
+def stem(word: str) -> str:
+    """`word` without a plural "s" ("files" -> "file"; "ss", "us" and "is" endings and short words kept)."""
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
+def words(text: str) -> set[str]:
+    """The words of `text` a quote is ranked by: lowercase runs of letters and digits (a dotted or slashed name
+    such as "config.ini" or "src/app.py" kept whole and also split in parts), stemmed, common words left out."""
+    found = set()
+    for token in _WORD.findall(text.lower()):
+        found.add(stem(token))
+        found.update(stem(part) for part in _PART.split(token) if part)
+    return found - COMMON_WORDS
+
+
+
+
+def _tokens(request: str) -> list[str]:
+    """The request's whitespace-separated words, each without the quotes and punctuation around it."""
+    return [token.strip(_TRIM) for token in request.split() if token.strip(_TRIM)]
+
+
+def _clauses(request: str) -> list[list[str]]:
+    """The request's words in clauses: a clause ends after a word followed by ",", ";", ":", ".", "!" or "?"
+    and before "and" or "then"."""
+    clauses: list[list[str]] = [[]]
+    for raw in request.split():
+        token = raw.strip(_TRIM)
+        if token.lower() in CLAUSE_WORDS:
+            clauses.append([])
+            continue
+        if token:
+            clauses[-1].append(token)
+        if raw.rstrip("\"'`)]}").endswith((",", ";", ":", ".", "!", "?")):
+            clauses.append([])
+    return [clause for clause in clauses if clause]
+
+
+def spans(request: str, starts: Callable[[str], bool] = lambda word: True) -> list[str]:
+    """The strings an argument the request spells out (a command to run) can be: the text inside each pair of
+    backquotes or double quotes, then every run of 2 to `SPAN_WORDS` consecutive words within one clause of the
+    request (see `_clauses`; the punctuation around each word dropped, one space between words) that begins with
+    a word `starts` accepts (a program's name; every word when it accepts none), that word alone only when it
+    ends its clause; in order, each once, at most
+    `MAX_SPANS`."""
+    found = [quoted.strip() for pair in re.findall(r"`([^`]+)`|\"([^\"]+)\"", request) for quoted in pair
+             if quoted.strip()]
+    clauses = _clauses(request)
+    if not any(starts(word) for clause in clauses for word in clause):
+        starts = lambda word: True  # noqa: E731 - no word starts a command: any may
+    for clause in clauses:
+        for start in range(len(clause)):
+            if starts(clause[start]):
+                last = min(len(clause), start + SPAN_WORDS)
+                found += [" ".join(clause[start:end]) for end in range(min(start + 2, last), last + 1)]
+    return list(dict.fromkeys(found))[:MAX_SPANS]
+
+
+def verbs(request: str) -> list[str]:
+    """The verbs the request's clauses (see `_clauses`) begin with, in order: each clause's first word once the
+    polite and framing words before it (`LEAD_WORDS`: "please", "can you", "I want to", ...) are skipped,
+    lowercase and stemmed ("Please create x" and "Can you run ls?" ask to "create" and "run"; a question such
+    as "How do I install it?" asks to do nothing)."""
+    found = []
+    for clause in _clauses(request):
+        lead = [word.lower() for word in clause]
+        while lead and lead[0] in LEAD_WORDS:
+            lead.pop(0)
+        if lead:
+            found.append(stem(lead[0]))
+    return found
+
+
+def set_off(request: str) -> list[str]:
+    """The text the request sets off, which a write is to write: each part in backquotes or double quotes, and
+    what follows its last colon (stripped); in order, each once."""
+    found = [quoted for pair in re.findall(r"`([^`]+)`|\"([^\"]+)\"", request) for quoted in pair if quoted.strip()]
+    if ":" in request and (after := request.rsplit(":", 1)[1].strip()):
+        found.append(after)
+    return list(dict.fromkeys(found))
+
+
+def mentioned(request: str) -> list[str]:
+    """The words of the request that may be paths, in order, each once: a word with a "." or "/" in it (its
+    punctuation around dropped, a leading "./" too)."""
+    found = [token.removeprefix("./") for token in _tokens(request) if "." in token or "/" in token]
+    return list(dict.fromkeys(token for token in found if token))

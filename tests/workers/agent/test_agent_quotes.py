@@ -1,0 +1,202 @@
+"""Protocol "emelex-tools/3": answers quoted from what was read, tools and arguments narrowed by what the request
+asks for, and the files a request names read for the model and recorded; over the scripted binding, the built-in
+tools and real workspaces in tmp_path."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+from emelex_memory import MemoryStore
+from emelex_memory.agent.snapshot import SessionSnapshot
+from emelex_workers.agent import protocol
+from emelex_workers.agent.durable import DurableAgentSession
+from emelex_workers.agent.mentions import mentions_note
+from emelex_workers.agent.protocol import ProposedCall
+from emelex_workers.agent.quotes import choose, result_quotes
+from emelex_workers.agent.request import set_off, spans, verbs
+from emelex_workers.agent.schema import validate
+from emelex_workers.agent.session import AgentSession
+from emelex_workers.agent.tools import RegisteredTool
+from emelex_workers.agent.workspace_map import workspace_map
+from emelex_tools.plugin import tool_specs
+from tests.support.agent import ScriptedBinding, answer, calls
+
+BUILTIN = {s.name: RegisteredTool(s, "tools", "test") for s in tool_specs()}
+
+
+def snapshot(version: str = protocol.PROTOCOL_V3) -> SessionSnapshot:
+    return SessionSnapshot("scripted@sha256:" + "0" * 64, "0" * 64, version, "1" * 64, 4096, 0.0, 42, 256, 4, 2,
+                           "You are a test agent.", tuple(t.authority() for t in BUILTIN.values()))
+
+
+def offered(schema: dict) -> dict[str, dict]:
+    """The arguments schema of each tool a round offers, by name."""
+    if "anyOf" not in schema:
+        return {}
+    return {o["properties"]["name"]["const"]: o["properties"]["arguments"]
+            for o in schema["anyOf"][1]["properties"]["tool_calls"]["items"]["anyOf"]}
+
+
+def answer_form(schema: dict) -> dict:
+    return (schema["anyOf"][0] if "anyOf" in schema else schema)["properties"]["answer"]
+
+
+def agent_for(root: Path, request: str, version: str = protocol.PROTOCOL_V3) -> AgentSession:
+    agent = AgentSession(ScriptedBinding([]), snapshot(version), BUILTIN)
+    agent.add_user(request)
+    return agent
+
+
+def ok(agent: AgentSession, tool: str, arguments: dict, output: str) -> None:
+    agent.record(ProposedCall(tool, arguments), {"call_id": tool, "tool": tool, "outcome": "ok", "output": output})
+
+
+def test_the_request_is_read_by_rule() -> None:
+    assert verbs("Please create a.txt, then run it.") == ["create", "run"]
+    assert verbs("Can you run ls?") == ["run"]
+    assert verbs("How do I install this, according to README.md?") == ["how", "according"]
+    program = {"python3", "ls"}.__contains__
+    assert spans("Run the command python3 greet.py and tell me what it prints.", program) == ["python3 greet.py"]
+    assert spans("Run `make all` now", program)[0] == "make all"
+    assert set_off('Create hello.txt containing the text: Hello, world!') == ["Hello, world!"]
+    assert set_off('Make greeting.txt that says "hi there"') == ["hi there"]
+    assert set_off("Create hello.txt") == []
+
+
+def test_an_answer_quotes_the_best_lines_and_a_whole_short_output_among_equals() -> None:
+    config = result_quotes("config.ini", "[server]\nport = 8421\n\n[log]\nlevel = info\n", "port?")
+    assert choose("What port does config.ini set?", config) == \
+        ["config.ini: [server]; port = 8421; [log]; level = info"]  # ties with its port line: the whole holds it
+    big = result_quotes("big.ini", "".join(f"key{n} = {n}\n" for n in range(40)) + "port = 8421\n", "port")
+    assert choose("What port does big.ini set?", big) == ["big.ini: port = 8421"]
+    assert choose("How many lines does big.ini have?", result_quotes("big.ini", "a\nb\n", "how many lines")) == \
+        ["big.ini: 2 lines, 4 bytes"]
+    assert not any("bytes" in q for q, _ in result_quotes("a", "x\ny\n", "what does it say"))  # no count asked
+    assert choose("hello", config, relevant_only=True) == []
+
+
+def test_a_round_answers_with_a_quote_once_the_turn_has_read_something(tmp_path: Path) -> None:
+    (tmp_path / "config.ini").write_text("port = 8421\n")
+    agent = agent_for(tmp_path, "What port does config.ini set?")
+    assert answer_form(agent.round_schema(tmp_path)) == {"type": "string", "maxLength": 500}  # nothing read yet
+    ok(agent, "read_file", {"path": "config.ini"}, "port = 8421\n")
+    for forced in (None, "chain_limit"):
+        assert answer_form(agent.round_schema(tmp_path, forced))["enum"] == ["config.ini: port = 8421"]
+    agent.add_user("hello")  # a new turn that read nothing, whose words no note has: a free answer
+    assert answer_form(agent.round_schema(tmp_path)) == {"type": "string", "maxLength": 500}
+    older = agent_for(tmp_path, "What port does config.ini set?", protocol.PROTOCOL_V2)
+    ok(older, "read_file", {"path": "config.ini"}, "port = 8421\n")
+    assert answer_form(older.round_schema(tmp_path)) == {"type": "string", "maxLength": 500}  # v2: never quoted
+
+
+def test_a_question_never_offers_a_write_or_a_command(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("x\n")
+    for question in ("What does notes.txt say?", "How do I install this?", "Which file mentions pizza?"):
+        tools = offered(agent_for(tmp_path, question).round_schema(tmp_path))
+        assert {"read_file", "list_dir", "search_text"} <= set(tools), question
+        assert not {"write_file", "run_command"} & set(tools), question
+    assert {"write_file", "run_command"} <= set(offered(agent_for(tmp_path, "x", protocol.PROTOCOL_V2)
+                                                        .round_schema(tmp_path)))
+
+
+def test_a_request_to_write_offers_the_write_it_names_first_and_once(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    agent = agent_for(tmp_path, "Write a file docs/notes.md with the line: meeting at noon")
+    first = offered(agent.round_schema(tmp_path))
+    assert set(first) == {"write_file"}
+    assert first["write_file"]["properties"]["path"] == {"type": "string", "enum": ["docs/notes.md"]}
+    assert first["write_file"]["properties"]["content"]["enum"] == ["meeting at noon"]
+    (tmp_path / "docs" / "notes.md").write_text("meeting at noon")  # what the call did
+    ok(agent, "write_file", {"path": "docs/notes.md", "content": "meeting at noon"}, "wrote 15 bytes to docs/notes.md")
+    after = offered(agent.round_schema(tmp_path))
+    assert "write_file" not in after and "read_file" in after  # one effect per request; reading goes on
+    assert answer_form(agent.round_schema(tmp_path))["enum"] == ["docs/notes.md: wrote 15 bytes to docs/notes.md"]
+
+
+def test_a_command_is_a_span_of_the_request_that_starts_with_a_program(tmp_path: Path) -> None:
+    agent = agent_for(tmp_path, "Run the command python3 greet.py and tell me what it prints.")
+    command = offered(agent.round_schema(tmp_path))["run_command"]["properties"]["command"]
+    assert command["enum"] == ["python3 greet.py"]
+
+
+def test_a_named_path_the_authority_refuses_is_never_offered(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "src").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, root / "link_out")
+    named = ["../x.txt", "/etc/passwd", ".hidden", "src/../../x.txt", "link_out/new.txt", "nope/x.txt", "x" * 300 + ".md"]
+    agent = agent_for(root, "Create " + " ".join(named) + " and src/ok.txt")
+    path = offered(agent.round_schema(root))["write_file"]["properties"]["path"]
+    authority = snapshot().tool("write_file").input_schema["properties"]["path"]
+    assert path == {"type": "string", "enum": ["src/ok.txt"]}
+    assert all(validate(value, authority) is None for value in path["enum"])
+
+
+def test_the_files_a_request_names_are_read_and_a_symlink_is_not(tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "config").mkdir(parents=True)
+    (root / "config" / "db.toml").write_text('name = "inventory_prod"\n')
+    (root / "pizza.txt").write_text("ham and pineapple\n")
+    (tmp_path / "secret.txt").write_text("SECRET\n")
+    os.symlink(tmp_path / "secret.txt", root / "link.txt")
+    note = mentions_note(root, "What is in db.toml, link.txt and ../secret.txt? Who likes pineapple?")
+    assert [f["path"] for f in note["files"]] == ["config/db.toml"]
+    assert note["hits"] == ["pizza.txt:1: ham and pineapple"]
+    assert "inventory_prod" in note["text"] and "SECRET" not in json.dumps(note)
+    assert mentions_note(root, "hello there") is None
+
+
+def test_the_map_offers_its_files_as_quotes(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("x")
+    (tmp_path / "notes.txt").write_text("y")
+    assert workspace_map(tmp_path)["quotes"] == ["workspace files: notes.txt, src/a.py", "files in src/: a.py"]
+
+
+def test_a_named_file_is_recorded_with_the_input_and_a_resume_replays_it_byte_identically(
+        store: MemoryStore, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "motd.txt").write_text("Deploy freeze starts Friday.\n")
+    binding = ScriptedBinding([answer("motd.txt: Deploy freeze starts Friday.")])
+
+    async def main():
+        agent = await DurableAgentSession.create(store, root, binding, BUILTIN, snapshot())
+        result = await agent.turn("What does motd.txt say?")
+        sid = agent.session_id
+        await agent.close()
+        (root / "motd.txt").write_text("changed\n")
+        resumed = await DurableAgentSession.resume(store, sid, root, ScriptedBinding([]), BUILTIN, snapshot())
+        messages = resumed.agent.messages
+        await resumed.close()
+        return result, sid, messages
+
+    result, sid, messages = asyncio.run(main())
+    assert [p["source"] for p in result.context] == ["mentions"]
+    kinds = [e.kind for e in store.replay(sid).events]
+    assert kinds[:2] == ["context", "user"]  # recorded before the input, in its transaction
+    live = binding.rounds[0]["messages"]
+    assert "Deploy freeze starts Friday." in live[-2]["content"] and live[-1]["content"] == "What does motd.txt say?"
+    assert answer_form(binding.rounds[0]["schema"])["enum"][0] == "motd.txt: Deploy freeze starts Friday."
+    assert messages[:len(live)] == live  # replayed, not read again: the file's change is not seen
+
+
+def test_an_older_session_keeps_its_protocol_and_records_no_file(store: MemoryStore, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "motd.txt").write_text("hi\n")
+    binding = ScriptedBinding([calls(("read_file", {"path": "motd.txt"})), answer("it says hi")])
+
+    async def main():
+        agent = await DurableAgentSession.create(store, root, binding, BUILTIN, snapshot(protocol.PROTOCOL_V2))
+        result = await agent.turn("What does motd.txt say?")
+        await agent.close()
+        return result
+
+    assert asyncio.run(main()).context == ()
+    assert answer_form(binding.rounds[1]["schema"]) == {"type": "string", "maxLength": 500}
+    assert "write_file" in offered(binding.rounds[0]["schema"])
