@@ -27,73 +27,99 @@ is answered, not quoted).
 The request's words (lowercased, split at punctuation too, a plural "s"
 dropped, common words left out) rank the quotes: a quote scores the sum of
 `log(1 + n / df)` over the request words it contains (n quotes, df of them
-containing the word), and the quotes of the best score are offered (of
-them only whole outputs when one is among them; at most `QUOTE_CHOICES`, in
-their order): the model chooses among ties only. A pure function of the recorded history, so a resumed turn
-offers exactly what the live one would.
+containing the word), and only the quotes of the best score are offered,
+at most `QUOTE_CHOICES`, in their order: the model chooses among ties only.
+When the request names files (`request.mentioned`: "motd.txt", or its name
+"db.toml" of "config/db.toml"), only the quotes labelled with them compete,
+when there are any (what motd.txt says, not the listing that names it).
+Among ties, when some hold a request word in what they quote (not only in
+their label), the single lines among those are offered (the precise
+answer: "config.ini: port = 8421", not the whole file); when none does
+(only the label matched), the whole outputs among them are (they hold every
+line that ties with them: the command's output, not its exit code alone).
+A pure function of the recorded history, so a resumed turn offers exactly
+what the live one would.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
-from .request import words
+from .request import mentioned, words
 
 QUOTE_CHOICES = 4  # quotes one answer chooses among
 QUOTE_CHARS = 300  # of one quote at most: a longer line is cut
 WHOLE_CHARS = 240  # a multi-line output this short is offered whole, too
 LINES_PER_RESULT = 200  # lines of one output quoted at most
 COUNT_WORDS = frozenset({"line", "byte", "size", "long", "big", "large", "many", "count", "length", "much"})
-def _cut(text: str) -> str:
-    return text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS - 3].rstrip() + "..."
 
 
-def result_quotes(label: str, output: str, request: str, size: int | None = None) -> list[tuple[str, bool]]:
-    """The quotes of one tool result whose call `label` names (see the module docstring), each with whether it is
-    the whole output; its count only when `request` asks for one (it has a word of `COUNT_WORDS`) and `output` is
-    all there is (`size`, the bytes it was read from when known, is its own)."""
+class Quote(NamedTuple):
+    """One quote an answer may be: its `text` ("LABEL: what it quotes"), whether it is a `whole` output (or note)
+    rather than one of its lines, the `quoted` part (the text without its label) and the `label`."""
+
+    text: str
+    whole: bool
+    quoted: str
+    label: str
+
+
+def _quote(label: str, quoted: str, whole: bool) -> Quote:
+    text = f"{label}: {quoted}"
+    return Quote(text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS - 3].rstrip() + "...", whole, quoted,
+                 label)
+
+
+def result_quotes(label: str, output: str, request: str, size: int | None = None) -> list[Quote]:
+    """The quotes of one tool result whose call `label` names (see the module docstring); its count only when
+    `request` asks for one (it has a word of `COUNT_WORDS`) and `output` is all there is (`size`, the bytes it was
+    read from when known, is its own)."""
     lines = [line.strip() for line in output.splitlines() if line.strip()][:LINES_PER_RESULT]
-    quotes = [(_cut(f"{label}: {line}"), False) for line in lines] or [(f"{label}: (nothing)", True)]
-    whole = f"{label}: " + "; ".join(lines)
-    if len(lines) > 1 and len(whole) <= WHOLE_CHARS:
-        quotes.append((whole, True))
-    elif len(lines) == 1:
-        quotes[0] = (quotes[0][0], True)
+    quotes = [_quote(label, line, len(lines) == 1) for line in lines] or [_quote(label, "(nothing)", True)]
+    whole = "; ".join(lines)
+    if len(lines) > 1 and len(label) + 2 + len(whole) <= WHOLE_CHARS:
+        quotes.append(_quote(label, whole, True))
     if not words(request).isdisjoint(COUNT_WORDS) and size in (None, len(output.encode("utf-8"))):
         count = len(output.splitlines())
-        quotes.append((f"{label}: {count} line{'' if count == 1 else 's'}, {len(output.encode('utf-8'))} bytes",
-                       False))
+        quotes.append(_quote(label, f"{count} line{'' if count == 1 else 's'}, {len(output.encode('utf-8'))} bytes",
+                             False))
     return quotes
 
 
-def choose(request: str, quotes: Sequence[tuple[str, bool]], choices: int = QUOTE_CHOICES, *,
+def choose(request: str, quotes: Sequence[Quote], choices: int = QUOTE_CHOICES, *,
            relevant_only: bool = False) -> list[str]:
-    """The quotes an answer to `request` chooses among, of `quotes` ((quote, whether it is a whole output); each
-    once): those of the best score, and of them only the whole outputs when one is among them (a whole output
-    holds every line of it that scores as well); at most `choices`, in the order given. When none has a word of
-    the request: the first `choices`, or none when `relevant_only`."""
-    whole = {quote for quote, is_whole in quotes if is_whole}
-    unique = list(dict.fromkeys(quote for quote, _ in quotes))
+    """The quotes (their texts) an answer to `request` chooses among, of `quotes` (each text once): those of the
+    best score, narrowed among ties as the module docstring says; at most `choices`, in the order given. When
+    none has a word of the request: the first `choices`, or none when `relevant_only`."""
+    unique = list({quote.text: quote for quote in quotes}.values())
+    named = mentioned(request)
+    unique = [q for q in unique if any(q.label == p or q.label.endswith("/" + p) for p in named)] or unique
     wanted = words(request)
-    sets = [words(quote) for quote in unique]
-    frequency = {word: sum(word in s for s in sets) for word in wanted}
-    total = len(unique)
-    scores = [sum(math.log(1 + total / frequency[word]) for word in wanted & found) for found in sets]
+    sets = [words(quote.text) for quote in unique]
+    frequency = {word: sum(word in found for found in sets) for word in wanted}
+    scores = [sum(math.log(1 + len(unique) / frequency[word]) for word in wanted & found) for found in sets]
     best = max(scores, default=0.0)
     if relevant_only and best <= 0:
         return []
     tied = [quote for quote, score in zip(unique, scores) if score >= best - 1e-9]
-    return ([quote for quote in tied if quote in whole] or tied)[:choices]
+    precise = [quote for quote in tied if not wanted.isdisjoint(words(quote.quoted))]
+    narrowed = [quote for quote in precise if not quote.whole] or precise if precise else \
+        [quote for quote in tied if quote.whole]
+    return [quote.text for quote in narrowed or tied][:choices]
 
 
-def note_quotes(payloads: Iterable[dict], request: str) -> list[tuple[str, bool]]:
-    """The quotes context notes offer: each payload's "quotes" that are strings (each a whole, as `choose` takes
-    them), and for each of its "files" (a `mentions` note) the quotes of its content as of a result labelled with
-    its path (a binary file: its size); cut to `QUOTE_CHARS`."""
-    found: list[tuple[str, bool]] = []
+def note_quotes(payloads: Iterable[dict], request: str) -> list[Quote]:
+    """The quotes context notes offer: each payload's "quotes" that are strings ("LABEL: text", each whole), the
+    quotes of each of its "files" (a `mentions` note) as of a result labelled with its path (a binary file: its
+    size), and each of its "hits" ("path:N: line")."""
+    found: list[Quote] = []
     for payload in payloads:
-        found += [(_cut(quote), True) for quote in payload.get("quotes", ()) if isinstance(quote, str)]
+        for quote in payload.get("quotes", ()):
+            if isinstance(quote, str):
+                label, _, quoted = quote.partition(": ")
+                found.append(_quote(label, quoted, True))
         for file in payload.get("files", ()):
             if not isinstance(file, dict) or not isinstance(file.get("path"), str):
                 continue
@@ -101,6 +127,9 @@ def note_quotes(payloads: Iterable[dict], request: str) -> list[tuple[str, bool]
             if isinstance(content, str):
                 found += result_quotes(file["path"], content, request, size if isinstance(size, int) else None)
             elif isinstance(size, int):
-                found.append((f"{file['path']}: {size} bytes (binary)", True))
-        found += [(_cut(hit), False) for hit in payload.get("hits", ()) if isinstance(hit, str)]
+                found.append(_quote(file["path"], f"{size} bytes (binary)", True))
+        for hit in payload.get("hits", ()):
+            if isinstance(hit, str):
+                label, _, quoted = hit.partition(": ")
+                found.append(_quote(label, quoted, False))
     return found

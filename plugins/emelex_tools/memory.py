@@ -46,6 +46,10 @@ REFUSALS = {
 }
 
 
+# the verbs a request that asks to remember begins a clause with (`ToolSpec.requested_by`)
+REMEMBER_WORDS = frozenset({"remember", "note", "memorize", "record", "save", "keep"})
+
+
 def hit_line(hit) -> str:
     """One hit as the recall tool shows it: its citation, then its snippet."""
     if isinstance(hit, KnowledgeHit):
@@ -154,7 +158,7 @@ def tool_specs() -> list[ToolSpec]:
                  _object(["key", "content"], key={"type": "string", "minLength": 1, "maxLength": MAX_KEY_CHARS},
                          content={"type": "string", "minLength": 1, "maxLength": MAX_CONTENT_CHARS},
                          confidence={"type": "number"}),
-                 run_remember, approval="always"),
+                 run_remember, approval="always", requested_by=REMEMBER_WORDS),
     ]
 
 

@@ -66,15 +66,18 @@ def test_the_request_is_read_by_rule() -> None:
     assert set_off("Create hello.txt") == []
 
 
-def test_an_answer_quotes_the_best_lines_and_a_whole_short_output_among_equals() -> None:
+def test_an_answer_quotes_the_precise_line_or_else_the_whole_output() -> None:
     config = result_quotes("config.ini", "[server]\nport = 8421\n\n[log]\nlevel = info\n", "port?")
-    assert choose("What port does config.ini set?", config) == \
-        ["config.ini: [server]; port = 8421; [log]; level = info"]  # ties with its port line: the whole holds it
+    assert choose("What port does config.ini set?", config) == ["config.ini: port = 8421"]  # not the whole file
+    assert choose("What is in config.ini?", config) == ["config.ini: [server]; port = 8421; [log]; level = info"]
+    ran = result_quotes("python3 greet.py", "exit code 0\nlaunch code 5519\n", "run it")
+    assert choose("Run python3 greet.py and tell me what it prints", ran) == \
+        ["python3 greet.py: exit code 0; launch code 5519"]  # only the label matched: its output whole
     big = result_quotes("big.ini", "".join(f"key{n} = {n}\n" for n in range(40)) + "port = 8421\n", "port")
     assert choose("What port does big.ini set?", big) == ["big.ini: port = 8421"]
     assert choose("How many lines does big.ini have?", result_quotes("big.ini", "a\nb\n", "how many lines")) == \
         ["big.ini: 2 lines, 4 bytes"]
-    assert not any("bytes" in q for q, _ in result_quotes("a", "x\ny\n", "what does it say"))  # no count asked
+    assert not any("bytes" in q.text for q in result_quotes("a", "x\ny\n", "what does it say"))  # no count asked
     assert choose("hello", config, relevant_only=True) == []
 
 
