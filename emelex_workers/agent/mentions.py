@@ -12,16 +12,21 @@ A word of the input names a file when it has a "." or "/" in it
 (`request.mentioned`) and is the workspace-relative path of a regular file
 the round's grammar could offer (`workspace.scan`: no hidden or skipped
 directory, no symlink, not in the Emelex Home), or that file's name when
-exactly one listed file has it. At most `MAX_FILES` files are read, each
+exactly one listed file has it, or a word that is a listed file's name
+whatever its case or without its suffixes ("readme", see `named_files`),
+or a hidden file at the top (".env") named exactly. At most `MAX_FILES` files are read, each
 opened one component at a time with `O_NOFOLLOW` (a symlink swapped in is
 not followed), at most `FILE_BYTES` of each and `NOTE_CHARS` in all; a
 binary file (a NUL byte in what was read) is named with its size only.
 
-The note also holds the lines of the workspace's other text files (the
-first `SEARCH_FILES` listed, the first `SEARCH_BYTES` of each) that hold a
-rare word of the input: a word of at least `HIT_WORD_CHARS` characters, not
-a common one (`request.words`), found in at most `HIT_FILES` files; at most
-`MAX_HITS` lines, so "Which file mentions pineapple?" comes with its answer.
+When the input looks for something (it has a word of `SEEK_WORDS`:
+"which", "where", "file", "mention", "define", ...), the note also holds
+the lines of the workspace's other text files (the first `SEARCH_FILES`
+listed, the first `SEARCH_BYTES` of each) that hold a rare word of the
+input: a word of at least `HIT_WORD_CHARS` characters, neither a common one
+(`request.words`) nor one of `SEEK_WORDS`, found in at most `HIT_FILES`
+files; at most `MAX_HITS` lines, so "Which file mentions pineapple?" comes
+with its answer.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import stat
 from collections.abc import Collection
 from pathlib import Path
 
-from .request import mentioned, words
+from .request import COMMON_WORDS, mentioned, tokens, words
 from .workspace import open_dir, scan
 
 SOURCE = "mentions"  # the `source` of the note
@@ -40,6 +45,8 @@ FILE_BYTES = 4096  # read of one file at most
 NOTE_CHARS = 4000  # the note's text at most
 HEADER = "Files the next message names, as they are now (read for you; no tool call needed):"
 HITS = "Lines of the workspace's files with rare words of the next message (path:line: text):"
+SEEK_WORDS = frozenset({"file", "where", "which", "mention", "contain", "define", "defined", "find", "search", "grep",
+                        "locate", "declare", "declared", "use", "used", "refer", "reference", "appear"})
 HIT_WORD_CHARS = 4  # a word searched for has at least these characters
 HIT_FILES = 3  # a word found in more files is not rare: its lines are left out
 MAX_HITS = 8  # lines of hits at most
@@ -50,13 +57,20 @@ SEARCH_BYTES = 65536  # of each file searched
 
 def named_files(files: Collection[str], message: str) -> list[str]:
     """The paths of `files` (workspace-relative) that `message` names, in its order, each once, at most
-    `MAX_FILES`: a word that is a path of `files`, or the name of exactly one of them."""
+    `MAX_FILES`: a word with a "." or "/" that is a path of `files` or the name of exactly one of them, or
+    another word (of 3 or more characters, not a common one) that is, whatever its case, the name of exactly
+    one of them or that name without its suffixes ("readme" names README.md, "makefile" Makefile)."""
     by_name: dict[str, list[str]] = {}
     for path in files:
-        by_name.setdefault(path.rsplit("/", 1)[-1], []).append(path)
+        name = path.rsplit("/", 1)[-1]
+        by_name.setdefault(name, []).append(path)
+        for key in {name.lower(), name.split(".", 1)[0].lower()} - {name}:
+            by_name.setdefault(key, []).append(path)
     found: list[str] = []
-    for word in mentioned(message):
-        path = word if word in files else by_name[word][0] if len(by_name.get(word, ())) == 1 else None
+    plain = [w.lower() for w in tokens(message) if len(w) >= 3 and "." not in w and "/" not in w
+             and w.lower() not in COMMON_WORDS]
+    for word in [*mentioned(message), *plain]:
+        path = word if word in files else by_name[word][0] if len(set(by_name.get(word, ()))) == 1 else None
         if path is not None and path not in found:
             found.append(path)
     return found[:MAX_FILES]
@@ -90,8 +104,9 @@ def _read(workspace: Path, path: str, limit: int = FILE_BYTES) -> tuple[bytes, i
 def _hits(workspace: Path, files: Collection[str], message: str, skip: Collection[str]) -> list[str]:
     """Lines of the workspace's text files holding a rare word of `message` (see the module docstring), as
     "path:N: line", at most `MAX_HITS`; the files of `skip` (read whole already) are not searched."""
-    wanted = [w for w in words(message) if len(w) >= HIT_WORD_CHARS and not any(c in w for c in "./")]
-    if not wanted:
+    asked = words(message)
+    wanted = [w for w in asked if len(w) >= HIT_WORD_CHARS and not any(c in w for c in "./") and w not in SEEK_WORDS]
+    if asked.isdisjoint(SEEK_WORDS) or not wanted:
         return []
     found: dict[str, list[str]] = {word: [] for word in wanted}
     owners: dict[str, set[str]] = {word: set() for word in wanted}
@@ -116,7 +131,8 @@ def mentions_note(workspace: str | Path, message: str, exclude: Collection[tuple
     neither. Never raises for the workspace's content."""
     workspace = Path(workspace)
     listed = scan(workspace, exclude).files
-    paths = named_files(listed, message) if mentioned(message) else []
+    hidden = [word for word in mentioned(message) if word.startswith(".") and "/" not in word]  # ".env", named
+    paths = named_files([*listed, *hidden], message)
     files, parts, room = [], [HEADER], NOTE_CHARS - len(HEADER)
     for path in paths:
         read = _read(workspace, path)

@@ -15,7 +15,8 @@ is an enum of quotes, and the model chooses one of them:
 - when the request asks how many or how big (a word of `COUNT_WORDS`),
   "LABEL: N lines, B bytes", what the output is, counted (a file read whole
   is that file);
-- each quote a context note offers: its payload's "quotes" (the workspace
+- each quote a context note recorded with the turn's input offers (notes
+  of earlier turns are not quoted): its payload's "quotes" (the workspace
   map's file list, whole and by directory) and the quotes of each file a
   `mentions` note holds, as of a result labelled with its path, and each
   line of its hits ("path:N: line").
@@ -30,10 +31,12 @@ dropped, common words left out) rank the quotes: a quote scores the sum of
 containing the word), and only the quotes of the best score are offered,
 at most `QUOTE_CHOICES`, in their order: the model chooses among ties only.
 When the request names files (`request.mentioned`: "motd.txt", or its name
-"db.toml" of "config/db.toml"), only the quotes labelled with them compete,
+"db.toml" of "config/db.toml"; and those the caller says it names, as the
+files a `mentions` note read), only the quotes labelled with them compete,
 when there are any (what motd.txt says, not the listing that names it).
 Among ties, when some hold a request word in what they quote (not only in
-their label), the single lines among those are offered (the precise
+their label, and not one that every line of their output holds, as "file"
+in a listing), the single lines among those are offered (the precise
 answer: "config.ini: port = 8421", not the whole file); when none does
 (only the label matched), the whole outputs among them are (they hold every
 line that ties with them: the command's output, not its exit code alone).
@@ -44,7 +47,7 @@ what the live one would.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import NamedTuple
 
 from .request import mentioned, words
@@ -89,12 +92,12 @@ def result_quotes(label: str, output: str, request: str, size: int | None = None
 
 
 def choose(request: str, quotes: Sequence[Quote], choices: int = QUOTE_CHOICES, *,
-           relevant_only: bool = False) -> list[str]:
+           relevant_only: bool = False, named: Collection[str] = ()) -> list[str]:
     """The quotes (their texts) an answer to `request` chooses among, of `quotes` (each text once): those of the
     best score, narrowed among ties as the module docstring says; at most `choices`, in the order given. When
     none has a word of the request: the first `choices`, or none when `relevant_only`."""
     unique = list({quote.text: quote for quote in quotes}.values())
-    named = mentioned(request)
+    named = [*named, *mentioned(request)]
     unique = [q for q in unique if any(q.label == p or q.label.endswith("/" + p) for p in named)] or unique
     wanted = words(request)
     sets = [words(quote.text) for quote in unique]
@@ -104,7 +107,12 @@ def choose(request: str, quotes: Sequence[Quote], choices: int = QUOTE_CHOICES, 
     if relevant_only and best <= 0:
         return []
     tied = [quote for quote, score in zip(unique, scores) if score >= best - 1e-9]
-    precise = [quote for quote in tied if not wanted.isdisjoint(words(quote.quoted))]
+    uniform: dict[str, set[str]] = {}  # the words every line of a label's output holds
+    for quote in unique:
+        if not quote.whole:
+            found = words(quote.quoted)
+            uniform[quote.label] = uniform[quote.label] & found if quote.label in uniform else found
+    precise = [quote for quote in tied if not wanted.isdisjoint(words(quote.quoted) - uniform.get(quote.label, set()))]
     narrowed = [quote for quote in precise if not quote.whole] or precise if precise else \
         [quote for quote in tied if quote.whole]
     return [quote.text for quote in narrowed or tied][:choices]

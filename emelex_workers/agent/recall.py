@@ -63,7 +63,8 @@ def recall_source(budget_tokens: int) -> Callable[[ContextRequest], dict[str, An
     """The "recall" `ContextSource` selecting within `budget_tokens` (1..1,000,000; see `recall_budget`).
 
     Called once, at a new Session's first turn: it returns the payload to
-    record (`text`, `terms`, `budget_tokens`, `tokens` and `notes`, each
+    record (`text`, `terms`, `budget_tokens`, `tokens`, `quotes` (each note as "key: content", which an
+    answer may quote, `quotes`) and `notes`, each
     with `key`, `version`, `content`, `confidence`, `pinned` and `source`:
     `session`, `first_seq`, `last_seq`, `digest` and `turn`, or None), or
     None when no note was selected. Raises `InvalidInputError` for a bad
@@ -77,7 +78,8 @@ def recall_source(budget_tokens: int) -> Callable[[ContextRequest], dict[str, An
         recorded = selection.event.payload
         notes = [{**note, "source": _with_turn(request.store, note["source"])} for note in recorded["notes"]]
         return {"text": notes_text(notes), "terms": recorded["terms"], "budget_tokens": budget_tokens,
-                "tokens": selection.tokens, "notes": notes}
+                "tokens": selection.tokens, "notes": notes,
+                "quotes": [f"{note['key']}: {note['content']}" for note in notes]}
 
     return source
 

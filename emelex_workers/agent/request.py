@@ -15,6 +15,7 @@ LEAD_WORDS = frozenset({"please", "can", "could", "would", "will", "you", "kindl
                         "ahead", "i", "we", "want", "need", "to", "let", "lets", "let's", "us", "first", "next",
                         "finally", "ok", "okay", "so"})
 _TRIM = "\"'`.,;:!?()[]{}<>"
+_LEAD = "\"'`([{<"
 _WORD = re.compile(r"[a-z0-9]+(?:[._/-][a-z0-9]+)*")
 _PART = re.compile(r"[._/-]")
 COMMON_WORDS = frozenset("""
@@ -45,9 +46,17 @@ def words(text: str) -> set[str]:
 
 
 
-def _tokens(request: str) -> list[str]:
+_SET_OFF = re.compile(r"`([^`]+)`|\"([^\"]+)\"|(?:^|(?<=\s))'([^']+)'(?=$|[\s.,;:!?])")
+
+
+def tokens(request: str) -> list[str]:
     """The request's whitespace-separated words, each without the quotes and punctuation around it."""
-    return [token.strip(_TRIM) for token in request.split() if token.strip(_TRIM)]
+    return [_strip(token) for token in request.split() if _strip(token)]
+
+
+def _strip(token: str) -> str:
+    """`token` without the quotes, brackets and punctuation around it (a leading "." kept: ".env" is a name)."""
+    return token.lstrip(_LEAD).rstrip(_TRIM)
 
 
 def _clauses(request: str) -> list[list[str]]:
@@ -55,7 +64,7 @@ def _clauses(request: str) -> list[list[str]]:
     and before "and" or "then"."""
     clauses: list[list[str]] = [[]]
     for raw in request.split():
-        token = raw.strip(_TRIM)
+        token = _strip(raw)
         if token.lower() in CLAUSE_WORDS:
             clauses.append([])
             continue
@@ -66,22 +75,28 @@ def _clauses(request: str) -> list[list[str]]:
     return [clause for clause in clauses if clause]
 
 
-def spans(request: str, starts: Callable[[str], bool] = lambda word: True) -> list[str]:
+def spans(request: str, starts: Callable[[str], bool] = lambda word: True,
+          script: Callable[[str], str | None] = lambda word: None) -> list[str]:
     """The strings an argument the request spells out (a command to run) can be: the text inside each pair of
-    backquotes or double quotes, then every run of 2 to `SPAN_WORDS` consecutive words within one clause of the
+    backquotes or double quotes when there is any (the user set the command off); else every run of 2 to `SPAN_WORDS` consecutive words within one clause of the
     request (see `_clauses`; the punctuation around each word dropped, one space between words) that begins with
-    a word `starts` accepts (a program's name; every word when it accepts none), that word alone only when it
-    ends its clause; in order, each once, at most
+    a word `starts` accepts (a program's name), that word alone only when it ends its clause, and each run that
+    begins with a script `script` names the interpreter of ("stats.py" -> "python3"), with the interpreter
+    before it (every word may begin a run when neither accepts any); in order, each once, at most
     `MAX_SPANS`."""
     found = [quoted.strip() for pair in re.findall(r"`([^`]+)`|\"([^\"]+)\"", request) for quoted in pair
              if quoted.strip()]
+    if found:
+        return list(dict.fromkeys(found))[:MAX_SPANS]
     clauses = _clauses(request)
-    if not any(starts(word) for clause in clauses for word in clause):
+    if not any(starts(word) or script(word) for clause in clauses for word in clause):
         starts = lambda word: True  # noqa: E731 - no word starts a command: any may
     for clause in clauses:
         for start in range(len(clause)):
+            last = min(len(clause), start + SPAN_WORDS)
+            if (interpreter := script(clause[start])) is not None:
+                found += [f"{interpreter} " + " ".join(clause[start:end]) for end in range(start + 1, last + 1)]
             if starts(clause[start]):
-                last = min(len(clause), start + SPAN_WORDS)
                 found += [" ".join(clause[start:end]) for end in range(min(start + 2, last), last + 1)]
     return list(dict.fromkeys(found))[:MAX_SPANS]
 
@@ -102,10 +117,11 @@ def verbs(request: str) -> list[str]:
 
 
 def set_off(request: str) -> list[str]:
-    """The text the request sets off, which a write is to write: each part in backquotes or double quotes, and
-    what follows its last colon (stripped); in order, each once."""
-    found = [quoted for pair in re.findall(r"`([^`]+)`|\"([^\"]+)\"", request) for quoted in pair if quoted.strip()]
-    if ":" in request and (after := request.rsplit(":", 1)[1].strip()):
+    """The text the request sets off, which a write is to write: each part in backquotes, double quotes or single
+    quotes (a single quote opening after a space or the start and closing before one, punctuation or the end, so
+    "what's" is no quote), and what follows its last colon (stripped); in order, each once."""
+    found = [quoted for group in re.findall(_SET_OFF, request) for quoted in group if quoted.strip()]
+    if ":" in request and (after := request.rsplit(":", 1)[1].strip().strip("\"'`")):
         found.append(after)
     return list(dict.fromkeys(found))
 
@@ -113,5 +129,5 @@ def set_off(request: str) -> list[str]:
 def mentioned(request: str) -> list[str]:
     """The words of the request that may be paths, in order, each once: a word with a "." or "/" in it (its
     punctuation around dropped, a leading "./" too)."""
-    found = [token.removeprefix("./") for token in _tokens(request) if "." in token or "/" in token]
+    found = [token.removeprefix("./") for token in tokens(request) if "." in token or "/" in token]
     return list(dict.fromkeys(token for token in found if token))

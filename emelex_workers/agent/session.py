@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -72,7 +73,8 @@ class AgentSession:
         self._seen: set[str] = set()  # (tool, outcome, output) of every result in this turn
         self._results: list[tuple[ProposedCall, dict]] = []  # every call completed in this turn, with its result
         self._effected = False  # a call of a tool with `requested_by` words ran in this turn
-        self._notes: list[dict] = []  # the context notes in the history
+        self._notes: list[dict] = []  # the context notes recorded with the latest turn's input
+        self._pending: list[dict] = []  # the context notes added since, for the next input
         self._asked = ""  # the user's input of the latest turn
 
     def _known(self, name: str) -> str:
@@ -96,13 +98,17 @@ class AgentSession:
         events = list(events)
         self.messages = protocol.history_messages(self.snapshot, events, unknown)
         self._new_turn()
-        self._notes = [e.payload for e in events if e.kind == CONTEXT_KIND and isinstance(e.payload, dict)]
+        self._notes, self._pending = [], []
         calls: dict[str, ProposedCall] = {}
         for event in events:
             payload = event.payload if event.kind != SUMMARY_KIND else None
-            if event.kind in ("user", "assistant", "turn_failed", SUMMARY_KIND):
+            if event.kind == CONTEXT_KIND and isinstance(payload, dict):
+                self._pending.append(payload)
+            elif event.kind in ("user", "assistant", "turn_failed", SUMMARY_KIND):
                 self._new_turn()
-                self._asked = event_body(event) if event.kind == "user" else self._asked
+                if event.kind == "user":
+                    self._asked = event_body(event)
+                    self._notes, self._pending = self._pending, []
             elif event.kind == "tool_calls" and isinstance(payload, dict):
                 calls = {c.get("call_id"): ProposedCall(c.get("tool"), c.get("arguments"))
                          for c in payload.get("calls", []) if isinstance(c, dict)}
@@ -116,14 +122,15 @@ class AgentSession:
         self._effected = False
 
     def add_context(self, payload: dict) -> None:
-        """Append a context note (see `protocol.context_message`)."""
-        self._notes.append(payload)
+        """Append a context note (see `protocol.context_message`); it belongs to the next input's turn."""
+        self._pending.append(payload)
         self.messages.append(protocol.context_message(payload))
 
     def add_user(self, text: str) -> None:
-        """Append the user's input; a new turn has done nothing yet."""
+        """Append the user's input; a new turn has done nothing yet, and has the context notes added before it."""
         self._new_turn()
         self._asked = text
+        self._notes, self._pending = self._pending, []
         self.messages.append({"role": "user", "content": text})
 
     def earlier_result(self, call: ProposedCall) -> dict | None:
@@ -204,8 +211,8 @@ class AgentSession:
 
     def answer_quotes(self) -> list[str] | None:
         """The quotes the next round's answer chooses among (`emelex_workers.agent.quotes`), or None for a free
-        answer: under protocol "emelex-tools/3" the quotes of the turn's tool results and of the context notes most
-        relevant to the user's request (`quotes.choose`), or, once a tool the request asks for (`requested_by`) ran,
+        answer: under protocol "emelex-tools/3" the quotes of the turn's tool results and of the context notes
+        recorded with its input most relevant to the user's request (`quotes.choose`), or, once a tool the request asks for (`requested_by`) ran,
         of that tool's results only; before the turn's first result only when a note's quote has a word of the
         request. Always None under older protocols."""
         if not self._v3:
@@ -222,7 +229,9 @@ class AgentSession:
             quotes += result_quotes(label, result["output"], "" if effects else self._asked)  # an effect: no count
         if not effects:
             quotes += note_quotes(self._notes, self._asked)
-        chosen = choose(self._asked, quotes, relevant_only=not results)
+        named = [f.get("path") for note in self._notes for f in note.get("files", ()) if isinstance(f, dict)]
+        named = [path for path in named if isinstance(path, str)]
+        chosen = choose(self._asked, quotes, relevant_only=not results, named=named)
         return chosen or None
 
     @property
@@ -232,15 +241,17 @@ class AgentSession:
         return self.snapshot.protocol == protocol.PROTOCOL_V3
 
     def _label(self, call: ProposedCall) -> str:
-        """What a quote of `call`'s result is labelled with: its workspace path argument ("." as "./"), else its
-        only string argument, else the tool's name."""
+        """What a quote of `call`'s result is labelled with: the path of a declared "file" or "new" path argument
+        (a file read, a file written), or of a "directory" one when it is the call's only string argument (a
+        directory listed; "." as "./"); else the tool's name and its string arguments ("search_text pineapple",
+        "run_command python3 greet.py"), so that only what a file holds is labelled with its path."""
         authority = self.snapshot.tool(call.tool)
-        for name in self._paths(authority) if authority is not None else ():
-            value = call.arguments.get(name)
-            if isinstance(value, str):
-                return "./" if value in (".", "") else value
-        strings = [v for v in call.arguments.values() if isinstance(v, str)]
-        return bounded(strings[0], 80) if len(strings) == 1 else call.tool
+        paths = self._paths(authority) if authority is not None else {}
+        strings = {name: v for name, v in call.arguments.items() if isinstance(v, str)}
+        for name, kind in paths.items():
+            if name in strings and (kind in ("file", "new") or len(strings) == 1):
+                return "./" if strings[name] in (".", "") else strings[name]
+        return bounded(" ".join([call.tool, *strings.values()]), 80)
 
     def _offered(self) -> list[ToolAuthority]:
         """The tools the next round offers: the enabled ones; under protocol "emelex-tools/3" narrowed by what the
@@ -295,7 +306,9 @@ class AgentSession:
         registered = self.tools.get(tool.name)
         for name, kind in registered.spec.request_spans.items() if registered is not None and self._v3 else ():
             if name in properties:
-                offered = spans(self._asked, _program) if kind == "command" else set_off(self._asked)
+                files = frozenset(entries.files) if entries is not None else frozenset()
+                offered = spans(self._asked, _program, lambda word: _interpreter(word, files)) \
+                    if kind == "command" else set_off(self._asked)
                 fitting = [span for span in offered if validate(span, properties[name]) is None]
                 if fitting:
                     properties[name] = {**properties[name], "enum": fitting}
@@ -361,6 +374,16 @@ class AgentSession:
 def _program(word: str) -> bool:
     """Whether `word` names a program on PATH (a command starts with one)."""
     return "/" not in word and shutil.which(word) is not None
+
+
+INTERPRETERS = {".py": "python3", ".sh": "sh", ".js": "node", ".rb": "ruby", ".pl": "perl"}
+
+
+def _interpreter(word: str, files: frozenset[str]) -> str | None:
+    """The interpreter that runs `word` when it is a script of `files` (workspace-relative paths) with a suffix of
+    `INTERPRETERS` whose program is on PATH; else None."""
+    interpreter = INTERPRETERS.get(os.path.splitext(word)[1])
+    return interpreter if word in files and interpreter and shutil.which(interpreter) else None
 
 
 class _RoundStop(threading.Event):

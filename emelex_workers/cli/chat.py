@@ -92,6 +92,11 @@ class AnswerStream:
         self._on_round = on_round
         self._before_write = before_write
 
+    def next_round(self) -> None:
+        """A new round starts: drop what is left of the last one (a round the adapter ended at a runaway
+        repetition never streamed its closing brackets, and must not swallow the next)."""
+        self.text, self._shown = "", 0
+
     @property
     def answering(self) -> bool:
         """True once the current round has written answer text (the line it is on is not yet ended)."""
@@ -375,7 +380,12 @@ class Chat:
             self.working = not stream.answering
             stream.feed(piece)
 
+        rounds = [0]
+
         def on_progress(round_: int, report) -> None:
+            if round_ != rounds[0]:
+                rounds[0] = round_
+                stream.next_round()
             progress.report(round_, report)
             self.working = not stream.answering
 

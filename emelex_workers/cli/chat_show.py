@@ -135,13 +135,18 @@ class TurnProgress:
         return f"[{', '.join(parts)}]"
 
 
+FORCED = {"chain_limit": "the model used all of this turn's tool rounds, so it answered from what it had read",
+          "repeat": "the last tool calls found nothing new, so the model answered from what it had read"}
+
+
 def ending_line(result: Any) -> str | None:
     """How turn `result` ended, when it is more than its answer: "[turn OUTCOME: diagnostic]" for a turn without
-    an answer, "[limit-forced answer: REASON]" for an answer the chain limit forced (`result.forced`, set by an
-    adapter that forces answers; read with getattr, so an adapter without it shows plain answers), else None."""
+    an answer, "[limit-forced answer: REASON]" for an answer the adapter forced (`result.forced`, said in words for
+    the reasons of `FORCED`; read with getattr, so an adapter without it shows plain answers), else None."""
     if result.outcome != "answer":
         return f"[turn {result.outcome}: {result.diagnostic}]"
     forced = getattr(result, "forced", None)
     if forced:
-        return f"[limit-forced answer: {forced}]" if isinstance(forced, str) else "[limit-forced answer]"
+        reason = FORCED.get(forced, forced) if isinstance(forced, str) else None
+        return f"[limit-forced answer: {reason}]" if reason else "[limit-forced answer]"
     return None

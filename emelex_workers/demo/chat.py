@@ -7,8 +7,8 @@ for approval (the task only reads). The turn must end with an answer that
 names the port (read from the Session's transcript, not the screen); when
 it does not, the demo goes on and `main` returns the failure, so `make
 demo` exits non-zero. Then a second chat asks the model to run a slow
-command with `run_command` (the only enabled tool, asked for by the exact
-call: this part shows recovery, not the model) and approves it; once the
+command with `run_command` (the only enabled tool, asked for as a user would:
+"Run `sleep 20; echo done`") and approves it; once the
 journal shows the call `started`, the chat process is killed with SIGKILL. Then: `emelex chat
 --resume` fails closed and names the recover command, `emelex memory
 sessions recover` refuses without the flag and changes nothing, recovery
@@ -62,8 +62,9 @@ EMELEX = [sys.executable, "-c", "from emelex_workers.cli import main; main()"]
 
 
 def ask_for(command: str) -> str:
-    """The user's request that makes SmolLM2-135M propose exactly `command` (found by trying the model)."""
-    return f'Call run_command with {{"command": "{command}"}}'
+    """The user's request to run `command`, as a user types it (protocol "emelex-tools/3" offers the quoted command
+    among the spans of the request; see docs/agent.md, Quoted answers)."""
+    return f"Run `{command}`"
 
 
 class DrivenChat:

@@ -60,7 +60,7 @@ def test_the_request_is_read_by_rule() -> None:
     assert verbs("How do I install this, according to README.md?") == ["how", "according"]
     program = {"python3", "ls"}.__contains__
     assert spans("Run the command python3 greet.py and tell me what it prints.", program) == ["python3 greet.py"]
-    assert spans("Run `make all` now", program)[0] == "make all"
+    assert spans("Run `sleep 20; echo done` now", program) == ["sleep 20; echo done"]  # set off: that alone
     assert set_off('Create hello.txt containing the text: Hello, world!') == ["Hello, world!"]
     assert set_off('Make greeting.txt that says "hi there"') == ["hi there"]
     assert set_off("Create hello.txt") == []
@@ -146,18 +146,20 @@ def test_the_files_a_request_names_are_read_and_a_symlink_is_not(tmp_path: Path)
     (root / "pizza.txt").write_text("ham and pineapple\n")
     (tmp_path / "secret.txt").write_text("SECRET\n")
     os.symlink(tmp_path / "secret.txt", root / "link.txt")
-    note = mentions_note(root, "What is in db.toml, link.txt and ../secret.txt? Who likes pineapple?")
+    note = mentions_note(root, "What is in db.toml, link.txt and ../secret.txt? Which one mentions pineapple?")
     assert [f["path"] for f in note["files"]] == ["config/db.toml"]
     assert note["hits"] == ["pizza.txt:1: ham and pineapple"]
     assert "inventory_prod" in note["text"] and "SECRET" not in json.dumps(note)
     assert mentions_note(root, "hello there") is None
+    assert mentions_note(root, "Do you like pineapple?") is None  # not looking for where: no search
 
 
 def test_the_map_offers_its_files_as_quotes(tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "a.py").write_text("x")
     (tmp_path / "notes.txt").write_text("y")
-    assert workspace_map(tmp_path)["quotes"] == ["workspace files: notes.txt, src/a.py", "files in src/: a.py"]
+    assert workspace_map(tmp_path)["quotes"] == ["workspace files (this folder): notes.txt, src/a.py",
+                                                "files in src/: a.py"]
 
 
 def test_a_named_file_is_recorded_with_the_input_and_a_resume_replays_it_byte_identically(

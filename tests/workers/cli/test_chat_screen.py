@@ -140,6 +140,24 @@ def test_an_answer_the_limit_forced_says_so() -> None:
     assert ending_line(TurnResult("answer", "8080", 2, 1)) is None
     assert ending_line(TurnResult("error", None, 5, 8, "the model asked for more than 4 tool rounds")) == \
         "[turn error: the model asked for more than 4 tool rounds]"
+    assert ending_line(TurnResult("answer", "a", 5, 4, forced="chain_limit")) == \
+        "[limit-forced answer: the model used all of this turn's tool rounds, so it answered from what it had read]"
+    assert "found nothing new" in ending_line(TurnResult("answer", "a", 3, 2, forced="repeat"))
+
+
+def test_a_round_cut_at_a_repetition_does_not_swallow_the_next_rounds(capsys) -> None:
+    """The adapter ends a runaway round without its closing brackets; the next round's answer still shows."""
+    from emelex_workers.cli.chat import AnswerStream
+
+    rounds: list[str] = []
+    stream = AnswerStream(rounds.append)
+    for piece in ['{"tool_calls":[{"name":"write_file","arguments":{"path":"a.txt","content":"This is a file. This']:
+        stream.feed(piece)
+    stream.next_round()
+    for piece in ['{"answer":', ' "a.txt: wrote', ' 4 bytes"}']:
+        stream.feed(piece)
+    assert capsys.readouterr().out == "a.txt: wrote 4 bytes"
+    assert rounds == ['{"answer": "a.txt: wrote 4 bytes"}']
 
 
 def test_careless_input_gets_a_clear_answer_and_runs_no_turn(env, home, workspace, tmp_path) -> None:
