@@ -97,15 +97,17 @@ def _claim_sql(kind_count: int, guarded: bool) -> str:
     """The claim: one `UPDATE ... RETURNING` of the oldest due pending job of the kinds whose Session is not live.
 
     A `guarded` claim claims nothing while an expired claim waits to be rescued; see `claim_job`. The pending job is
-    found through `jobs_due`, whose order is the claim's: through `jobs_active`, once ANALYZE has run, the planner
-    walks that index's `state IN` list and sorts every due job to take the first. The unary `+` keeps the planner from looking the kinds up in the
-    (kind, Session, source key) index instead, which also sorts every due job of those kinds.
+    found through `jobs_active` (state, due_at, id), whose order after `state = 'pending'` is the claim's; its
+    partial-index condition is repeated (`_ACTIVE`) so SQLite may use it. That index's first leaves hold the claimed
+    entries and the oldest pending ones, so a completion and the next claim rewrite one page of it. The unary `+`
+    keeps the planner from looking the kinds up in the (kind, Session, source key) index instead, which sorts every
+    due job of those kinds.
     """
     marks = ", ".join("?" * kind_count)
     guard = f"AND NOT EXISTS (SELECT 1 {_EXPIRED_CLAIMS}) " if guarded else ""
     return (
         "UPDATE jobs SET state = 'claimed', lease_hash = ?, lease_holder = ?, lease_expires_at = ?, due_at = ?, "
-        "updated_at = ? WHERE id = (SELECT j.id FROM jobs j WHERE j.state = 'pending' "
+        f"updated_at = ? WHERE id = (SELECT j.id FROM jobs j WHERE j.{_ACTIVE} AND j.state = 'pending' "
         f"AND j.due_at <= ? AND +j.kind IN ({marks}) AND NOT EXISTS (SELECT 1 FROM session_leases l "
         f"WHERE l.session_id = j.session_id AND {live_lease('l')}) "
         f"AND NOT {open_journal('j.session_id')} "  # nor an open agent journal
