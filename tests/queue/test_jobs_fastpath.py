@@ -199,3 +199,23 @@ def test_jobs_built_from_rows_are_the_same_as_constructed_ones(cstore: MemorySto
     assert type(job) is Job and vars(job) == vars(built)
     with pytest.raises(dataclasses.FrozenInstanceError):
         job.state = "done"  # type: ignore[misc]
+
+
+def test_a_completion_and_the_next_claim_rewrite_two_pages(cstore: MemoryStore, session_id: str) -> None:
+    """A worker going on to its next job commits once, and that commit writes the jobs' table page (the two rows,
+    neighbours) and the one page of `jobs_active` holding the claimed entries and the oldest pending ones: counted
+    as the WAL frames each commit appends (the hook replaces auto-checkpointing, so the log only grows)."""
+    with cstore.db.write():
+        for n in range(60):
+            cstore.enqueue_job("noop", session_id, {"n": n})
+    frames: list[int] = []
+    conn = cstore.db.conn
+    conn.set_wal_hook(lambda _conn, _name, pages: frames.append(pages) or apsw.SQLITE_OK)
+    held = None
+    for _ in range(40):
+        held = run_one_job(cstore, lambda claim: None, kinds="noop", claim=held, claim_next=lambda: True).next_claim
+    conn.set_wal_hook(None)
+    conn.wal_autocheckpoint(1000)  # what the hook replaced
+    per_commit = [b - a for a, b in zip(frames, frames[1:])]
+    assert len(per_commit) == 40  # after the first claim, 40 completions that each claim the next job
+    assert sorted(per_commit)[len(per_commit) // 2] == 2, per_commit  # the median: page splits are rare
