@@ -126,6 +126,12 @@ def _claim_sql(kind_count: int, guarded: bool) -> str:
 _holder = holder_label()  # `pid@host` of this process, looked up once instead of per claim
 
 
+def _lease_digest() -> bytes:
+    """A new worker lease: the SHA-256 of a fresh 256-bit token from the OS CSPRNG. The token itself is never needed
+    again: the claim object holds the digest and is the authority."""
+    return _sha256(os.urandom(32)).digest()
+
+
 def _relabel() -> None:
     global _holder
     _holder = holder_label()
@@ -282,9 +288,11 @@ class JobQueue:
         lease lasts `ttl_s` (default `worker_lease_ttl_s`).
         """
         names, ttl = self._claim_terms(kinds, ttl_s)
+        digest, holder = _lease_digest(), _holder  # made before the write lock is taken, the claim after it is freed
         with self._db.write() as conn:
-            claim = self._claim(conn, names, ttl, self._db.clock())
-        return claim
+            now = self._db.clock()
+            row = self._claim(conn, names, ttl, now, digest, holder)
+        return None if row is None else JobClaim(self._owner, row, holder, now, digest, now + ttl)
 
     def _claim_terms(self, kinds: str | Iterable[str] | None, ttl_s: float | None) -> tuple[tuple[str, ...], float]:
         """The checked kind names and worker lease TTL of a claim."""
@@ -295,12 +303,12 @@ class JobQueue:
             raise InvalidInputError("claim_job needs at least one job kind")
         return names, self._worker_ttl(ttl_s)
 
-    def _claim(self, conn: apsw.Connection, names: tuple[str, ...], ttl: float, now: float) -> JobClaim | None:
-        """Inside a write transaction: rescue expired claims as needed and claim the oldest due job of `names`."""
-        # The SHA-256 of a fresh 256-bit lease token from the OS CSPRNG; the token itself is never needed again: the
-        # claim object holds the digest and is the authority.
-        digest = _sha256(os.urandom(32)).digest()
-        holder = _holder
+    def _claim(
+        self, conn: apsw.Connection, names: tuple[str, ...], ttl: float, now: float, digest: bytes, holder: str
+    ) -> tuple | None:
+        """Inside a write transaction: rescue expired claims as needed and claim the oldest due job of `names` under
+        the worker lease `digest` held by `holder`, until `now + ttl`; return the claim's `CLAIM_RETURNING` row (for
+        its `JobClaim`), or None when no job is due."""
         expires = now + ttl
         params = (digest, holder, expires, expires, now, now, *names, now)
         # Rescue first, in one statement with the claim in the common case: the guarded claim claims nothing
@@ -309,9 +317,7 @@ class JobQueue:
         row = conn.execute(_claim_sql(len(names), True), (*params, now)).fetchone()
         if row is None and self._rescue(conn, now):
             row = conn.execute(_claim_sql(len(names), False), params).fetchone()
-        if row is None:
-            return None
-        return JobClaim(self._owner, row, holder, now, digest, expires)
+        return row
 
     def rescue_expired_jobs(self) -> int:
         """Turn up to 100 expired claims into counted failures (as every claim does first); return how many."""
@@ -404,7 +410,9 @@ class JobQueue:
         """Complete `claim` in one write transaction and, given `then_claim` (kind names, TTL), claim the next job in
         it too."""
         kind = self.kinds.get(claim._kind)
-        following = None
+        row = None  # the next claim's row
+        if then_claim is not None:
+            digest, holder = _lease_digest(), _holder
         try:
             with self._db.write() as conn:
                 now = self._db.clock()
@@ -433,7 +441,7 @@ class JobQueue:
                     text = encode_json(dict(outcome), max_bytes=MAX_RESULT_BYTES, what="the job result")
                     conn.execute("UPDATE jobs SET result = ? WHERE id = ?", (text, claim._rowid))
                 if then_claim is not None:
-                    following = self._claim(conn, *then_claim, now)
+                    row = self._claim(conn, *then_claim, now, digest, holder)
         except CommitOutcomeUnknownError as exc:
             claim._unsure_at = now
             raise restated(
@@ -445,6 +453,7 @@ class JobQueue:
         job = done_job(claim._row, claim.expires_at, None if text is None else stored_json(text), now)
         claim.ended = True
         claim._job = job
+        following = None if row is None else JobClaim(self._owner, row, holder, now, digest, now + then_claim[1])
         return job, following
 
     def fail_job(self, claim: JobClaim, message: str, *, permanent: bool = False) -> Job:
