@@ -46,11 +46,15 @@ Where fsync is cheap, as on this VM (the raw rate above shows what a committed u
 per-transaction costs decide the ratio; where a commit costs a millisecond or more the saved commit counts for
 more. What a job still costs beyond one commit:
 
-- **Two WAL frames per transaction instead of one.** The row, and the one leaf of the partial index
-  `jobs_active (state, due_at, id)`, which holds a job's pending entry and, next to it, its claimed entry
-  (so a claim rewrites one index page, and completion removes the entry). Rescuing expired claims at every
-  claim needs claims indexed. A completion and the next claim usually touch the same two pages, jobs queued
-  together being neighbours, so a job costs about two frames, as the baseline's two updates do.
+- **Two WAL frames per transaction instead of one.** The table page holding the completed job and the next
+  one (jobs queued together are neighbours), and the first leaf of the partial index `jobs_active (state,
+  due_at, id)`, which holds the claimed entries and, right after them ('claimed' sorts before 'pending'), the
+  oldest pending ones: the completion removes one entry and the claim moves the next job's entry within that
+  page. The claim finds the oldest due job through that index; a second index of the pending jobs alone
+  (`jobs_due`, dropped by m016) was a third page every claim rewrote. Rescuing expired claims at every claim
+  needs claims indexed. So a job costs about two frames, as the baseline's two updates do, plus the page
+  splits of a table filled full at enqueue whose rows grow when claimed (`tests/queue/test_jobs_fastpath.py`
+  counts the frames per commit).
 - **Richer statements.** The claim's `UPDATE ... RETURNING` finds the oldest due job through the index,
   checks the Session's lease and that no claim has expired, and returns what the `Job` snapshot needs;
   completion re-checks the worker lease and the Session.

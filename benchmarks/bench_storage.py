@@ -3,8 +3,8 @@
 append_turn (one 4-event turn per transaction, with its capped canonical
 encoding and its lease, workspace and cursor re-checks) is compared with a
 raw apsw insert of the same four rows (payloads encoded with the C
-`json.dumps`) by one multi-row `INSERT`, the statement append_turn runs, into
-a migrated store, so the search index's triggers write the same index rows on
+`json.dumps`) by one multi-row `INSERT`, as append_turn writes them (its
+`INSERT` also carries the re-check), into a migrated store, so the search index's triggers write the same index rows on
 both sides, at the same pragmas and one commit per turn, alternating turn by
 turn and swapping which side goes first every other turn. Replay of a
 100,000-event Session (pages of Event objects, assets and Summary provenance
@@ -41,15 +41,18 @@ PAGE = 500  # the default replay page (Settings.page_items)
 ABOUT = """\
 How the storage figures are reached (the design is in [docs/storage.md](../docs/storage.md)). An append
 encodes each payload with one call of the C encoder behind `json` once a bounded walk shows it fits the caps
-(cheaper than `json.dumps`, which builds a new encoder per call), re-checks lease, workspace row and Session
-head with one statement plus one `stat`, and writes only its events: the Session head is read from the
-newest event (each event carries `byte_end`, its Session's running byte total) instead of being updated in
-the `sessions` row. A turn is one multi-row `INSERT`: the search index's FTS5 triggers write a new index
-segment per statement, so a turn inserted event by event cost a segment per event. The raw baseline runs that
-same `INSERT` of the same rows into a migrated store, so the triggers index the same events on both sides
-(here the question and the answer; this turn's tool call and result use a kind and a field the index does not
-read). Traced, an append runs `BEGIN IMMEDIATE`, the re-check, the `INSERT`, `COMMIT`, and the baseline the
-same without the re-check: what an append costs beyond it is that statement, the `stat` and Python glue.
+(cheaper than `json.dumps`, which builds a new encoder per call), and writes only its events: the Session head
+is read from the newest event (each event carries `byte_end`, its Session's running byte total) instead of
+being updated in the `sessions` row. A turn is one multi-row `INSERT`: the search index's FTS5 triggers write
+a new index segment per statement, so a turn inserted event by event cost a segment per event. The raw
+baseline runs that same `INSERT` of the same rows into a migrated store, so the triggers index the same events
+on both sides (here the question and the answer; this turn's tool call and result use a kind and a field the
+index does not read), and both write the same WAL pages per turn. A lease that has appended remembers the head
+it left, and its next `INSERT` re-checks lease token and expiry, workspace row and epoch, open agent journal and
+that head itself (`INSERT ... SELECT` joined to the one row of the check; the separate check runs only when it
+inserted nothing, to raise the right error). Traced, an append runs `BEGIN IMMEDIATE`, that `INSERT`, `COMMIT`,
+as the baseline does: what an append costs beyond it is the check inside the `INSERT`, one `stat` of the
+workspace path and Python glue.
 Replay builds `Event` tuples straight from rows, takes a page's byte total from its first and last
 `byte_end`, and asks one statement whether the page has any assets. Every connection enables SQLite's query
 planner stability guarantee; without it, statements on tables with a partial index were re-prepared on every

@@ -64,6 +64,14 @@ from ..sessions.holders import holder_label, live_lease, open_journal
 from ..core.utf8 import check_utf8
 
 
+try:  # CPython's own SHA-256 (3.11; `_sha2` from 3.12): for a claim's 32 bytes much cheaper than OpenSSL's behind
+    from _sha256 import sha256 as _sha256  # `hashlib.sha256`, which sets up a digest context per call
+except ImportError:  # Python 3.12 and later, or another implementation
+    try:
+        from _sha2 import sha256 as _sha256
+    except ImportError:
+        from hashlib import sha256 as _sha256
+
 RESCUE_BATCH = 100
 _ACTIVE = "state IN ('pending', 'claimed')"  # repeats the partial index's WHERE so SQLite uses jobs_active
 _EXPIRED_CLAIMS = f"FROM jobs WHERE {_ACTIVE} AND state = 'claimed' AND due_at <= ?"  # worker lease expired by ?
@@ -97,15 +105,17 @@ def _claim_sql(kind_count: int, guarded: bool) -> str:
     """The claim: one `UPDATE ... RETURNING` of the oldest due pending job of the kinds whose Session is not live.
 
     A `guarded` claim claims nothing while an expired claim waits to be rescued; see `claim_job`. The pending job is
-    found through `jobs_due`, whose order is the claim's: through `jobs_active`, once ANALYZE has run, the planner
-    walks that index's `state IN` list and sorts every due job to take the first. The unary `+` keeps the planner from looking the kinds up in the
-    (kind, Session, source key) index instead, which also sorts every due job of those kinds.
+    found through `jobs_active` (state, due_at, id), whose order after `state = 'pending'` is the claim's; its
+    partial-index condition is repeated (`_ACTIVE`) so SQLite may use it. That index's first leaves hold the claimed
+    entries and the oldest pending ones, so a completion and the next claim rewrite one page of it. The unary `+`
+    keeps the planner from looking the kinds up in the (kind, Session, source key) index instead, which sorts every
+    due job of those kinds.
     """
     marks = ", ".join("?" * kind_count)
     guard = f"AND NOT EXISTS (SELECT 1 {_EXPIRED_CLAIMS}) " if guarded else ""
     return (
         "UPDATE jobs SET state = 'claimed', lease_hash = ?, lease_holder = ?, lease_expires_at = ?, due_at = ?, "
-        "updated_at = ? WHERE id = (SELECT j.id FROM jobs j WHERE j.state = 'pending' "
+        f"updated_at = ? WHERE id = (SELECT j.id FROM jobs j WHERE j.{_ACTIVE} AND j.state = 'pending' "
         f"AND j.due_at <= ? AND +j.kind IN ({marks}) AND NOT EXISTS (SELECT 1 FROM session_leases l "
         f"WHERE l.session_id = j.session_id AND {live_lease('l')}) "
         f"AND NOT {open_journal('j.session_id')} "  # nor an open agent journal
@@ -114,6 +124,12 @@ def _claim_sql(kind_count: int, guarded: bool) -> str:
 
 
 _holder = holder_label()  # `pid@host` of this process, looked up once instead of per claim
+
+
+def _lease_digest() -> bytes:
+    """A new worker lease: the SHA-256 of a fresh 256-bit token from the OS CSPRNG. The token itself is never needed
+    again: the claim object holds the digest and is the authority."""
+    return _sha256(os.urandom(32)).digest()
 
 
 def _relabel() -> None:
@@ -272,9 +288,11 @@ class JobQueue:
         lease lasts `ttl_s` (default `worker_lease_ttl_s`).
         """
         names, ttl = self._claim_terms(kinds, ttl_s)
+        digest, holder = _lease_digest(), _holder  # made before the write lock is taken, the claim after it is freed
         with self._db.write() as conn:
-            claim = self._claim(conn, names, ttl, self._db.clock())
-        return claim
+            now = self._db.clock()
+            row = self._claim(conn, names, ttl, now, digest, holder)
+        return None if row is None else JobClaim(self._owner, row, holder, now, digest, now + ttl)
 
     def _claim_terms(self, kinds: str | Iterable[str] | None, ttl_s: float | None) -> tuple[tuple[str, ...], float]:
         """The checked kind names and worker lease TTL of a claim."""
@@ -285,12 +303,12 @@ class JobQueue:
             raise InvalidInputError("claim_job needs at least one job kind")
         return names, self._worker_ttl(ttl_s)
 
-    def _claim(self, conn: apsw.Connection, names: tuple[str, ...], ttl: float, now: float) -> JobClaim | None:
-        """Inside a write transaction: rescue expired claims as needed and claim the oldest due job of `names`."""
-        # The SHA-256 of a fresh 256-bit lease token from the OS CSPRNG; the token itself is never needed again: the
-        # claim object holds the digest and is the authority.
-        digest = hashlib.sha256(os.urandom(32)).digest()
-        holder = _holder
+    def _claim(
+        self, conn: apsw.Connection, names: tuple[str, ...], ttl: float, now: float, digest: bytes, holder: str
+    ) -> tuple | None:
+        """Inside a write transaction: rescue expired claims as needed and claim the oldest due job of `names` under
+        the worker lease `digest` held by `holder`, until `now + ttl`; return the claim's `CLAIM_RETURNING` row (for
+        its `JobClaim`), or None when no job is due."""
         expires = now + ttl
         params = (digest, holder, expires, expires, now, now, *names, now)
         # Rescue first, in one statement with the claim in the common case: the guarded claim claims nothing
@@ -299,9 +317,7 @@ class JobQueue:
         row = conn.execute(_claim_sql(len(names), True), (*params, now)).fetchone()
         if row is None and self._rescue(conn, now):
             row = conn.execute(_claim_sql(len(names), False), params).fetchone()
-        if row is None:
-            return None
-        return JobClaim(self._owner, row, holder, now, digest, expires)
+        return row
 
     def rescue_expired_jobs(self) -> int:
         """Turn up to 100 expired claims into counted failures (as every claim does first); return how many."""
@@ -394,7 +410,9 @@ class JobQueue:
         """Complete `claim` in one write transaction and, given `then_claim` (kind names, TTL), claim the next job in
         it too."""
         kind = self.kinds.get(claim._kind)
-        following = None
+        row = None  # the next claim's row
+        if then_claim is not None:
+            digest, holder = _lease_digest(), _holder
         try:
             with self._db.write() as conn:
                 now = self._db.clock()
@@ -423,7 +441,7 @@ class JobQueue:
                     text = encode_json(dict(outcome), max_bytes=MAX_RESULT_BYTES, what="the job result")
                     conn.execute("UPDATE jobs SET result = ? WHERE id = ?", (text, claim._rowid))
                 if then_claim is not None:
-                    following = self._claim(conn, *then_claim, now)
+                    row = self._claim(conn, *then_claim, now, digest, holder)
         except CommitOutcomeUnknownError as exc:
             claim._unsure_at = now
             raise restated(
@@ -435,6 +453,7 @@ class JobQueue:
         job = done_job(claim._row, claim.expires_at, None if text is None else stored_json(text), now)
         claim.ended = True
         claim._job = job
+        following = None if row is None else JobClaim(self._owner, row, holder, now, digest, now + then_claim[1])
         return job, following
 
     def fail_job(self, claim: JobClaim, message: str, *, permanent: bool = False) -> Job:

@@ -44,10 +44,10 @@ from ..errors import (
 )
 from ..core.io_errors import file_error, restated
 from ..settings import Settings
-from .holders import open_journal
+from .holders import live_lease, open_journal
 from .identity import WorkspaceIdentity, rebind_advice
 from .replay import replay_page
-from .transcript import AppendedTurn, Event, NewEvent, ReplayPage, encode_turn, media_of
+from .transcript import AppendedTurn, EncodedEvent, Event, NewEvent, ReplayPage, encode_turn, media_of
 
 MAX_FAILURE_CHARS = 2000
 T = TypeVar("T")
@@ -74,6 +74,43 @@ def _insert_sql(count: int) -> str:
     its pending terms into a new index segment at every statement that writes it (the search index's triggers), so a
     turn written event by event costs a segment per event."""
     return _INSERT_SQL + ", ".join([_ROW] * count)
+
+
+@functools.lru_cache(maxsize=None)
+def _checked_insert_sql(count: int, journaled: bool) -> str:
+    """`_insert_sql(count)` that inserts only when what `_AUTHORITY_SQL` reads is what the lease expects: the Session's
+    workspace and epoch, the lease token, state and expiry (bound: Session row ID, workspace ID, epoch, token digest,
+    now), no open agent journal (unless `journaled`), and the head (newest seq, turn, byte_end, media_end: four more
+    bindings) the lease last wrote; then the `count` rows. It inserts all of them or none: `changes()` tells which.
+    The turn's rows come from one `VALUES` list joined to the one row of the check, so they are inserted in order."""
+    journal = "" if journaled else f"AND NOT {open_journal('s.id')} "
+    return (
+        _INSERT_SQL.removesuffix("VALUES ") + "SELECT v.* FROM (SELECT 1 FROM sessions s JOIN session_leases l "
+        "ON l.session_id = s.id WHERE s.id = ? AND s.workspace_id = ? AND s.workspace_epoch = ? AND l.token_hash = ? "
+        f"AND {live_lease('l')} {journal}AND (SELECT seq, turn, byte_end, media_end FROM events "
+        "WHERE session_id = s.id ORDER BY seq DESC LIMIT 1) = (?, ?, ?, ?)) CROSS JOIN (VALUES "
+        + ", ".join([_ROW] * count) + ") AS v"
+    )
+
+
+def _turn_rows(
+    encoded: Sequence[EncodedEvent], rowid: int, last_seq: int, turn: int, byte_end: int, media_end: int,
+    media: dict[int, int] | None, now: float,
+) -> tuple[list, int, int]:
+    """The bindings of a turn's rows, one after the other, as the one INSERT binds them, after a head at `last_seq`
+    with `byte_end` and `media_end`: consecutive seqs and positions, the running byte total, and the media total
+    growing by `media` (position -> bytes; None: none); with the turn's last byte_end and media_end."""
+    values: list = []
+    if media:
+        for i, e in enumerate(encoded):
+            byte_end += e.size
+            media_end += media.get(i, 0)
+            values += (rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now)
+    else:  # no media: every event carries the Session's media_end unchanged
+        for i, e in enumerate(encoded):
+            byte_end += e.size
+            values += (rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now)
+    return values, byte_end, media_end
 
 
 def token_digest(token: str) -> bytes:
@@ -124,6 +161,7 @@ class SessionLease:
         self._path = workspace.path
         self._epoch = epoch  # the Session's workspace_epoch when the lease verified the workspace row
         self._cursor = 0
+        self._head: tuple[int, int, int, int] | None = None  # (seq, turn, byte_end, media_end) this lease last wrote
         self._replayed = False
         self._ended = False
         self._media = 0  # bytes of media in the replay view this holder has read (from the start) or appended
@@ -223,39 +261,44 @@ class SessionLease:
         media = {position: sum(ref.size for ref in refs) for position, refs in linked} if linked else None
         db = self._db
         rowid = self._rowid
+        count = len(encoded)
+        head = self._head
         try:
             with db.write() as conn:
-                row = conn.execute(_AUTHORITY_SQL, (rowid,)).fetchone()
-                now = self._check_authority(row)
-                if row[9] and not journaled:
-                    raise OpenJournalError(
-                        f"Session {self.session_id} has an open agent turn; only its agent appends until the turn "
-                        f"closes: resume the agent, or run `emelex memory sessions recover {self.session_id}`"
+                # The common case in one statement: the INSERT itself checks what `_AUTHORITY_SQL` reads against what
+                # this lease expects (`_checked_insert_sql`). Only when it inserts nothing does the full check run,
+                # raising the typed error of whatever changed, or finding the head the lease did not know.
+                if head is not None and head[0] == expected and not linked and self._same_workspace():
+                    now = db.clock()
+                    last_seq, turn = expected, head[1] + 1
+                    values, byte_end, media_end = _turn_rows(encoded, rowid, last_seq, turn, head[2], head[3], None, now)
+                    conn.execute(_checked_insert_sql(count, journaled),
+                                 (rowid, self.workspace_id, self._epoch, self._digest, now, *head, *values))
+                    if not conn.changes():
+                        head = None
+                else:
+                    head = None
+                if head is None:
+                    row = conn.execute(_AUTHORITY_SQL, (rowid,)).fetchone()
+                    now = self._check_authority(row)
+                    if row[9] and not journaled:
+                        raise OpenJournalError(
+                            f"Session {self.session_id} has an open agent turn; only its agent appends until the turn "
+                            f"closes: resume the agent, or run `emelex memory sessions recover {self.session_id}`"
+                        )
+                    last_seq = row[5] or 0
+                    if last_seq != expected:
+                        raise StaleCursorError(
+                            f"Session {self.session_id} is at seq {last_seq} but the caller last saw {expected}; "
+                            "replay from your cursor and retry"
+                        )
+                    turn = (row[6] or 0) + 1
+                    if media:
+                        check_view_media(conn, rowid, (row[8] or 0) + sum(media.values()), self.session_id)
+                    values, byte_end, media_end = _turn_rows(
+                        encoded, rowid, last_seq, turn, row[7] or 0, row[8] or 0, media, now
                     )
-                last_seq = row[5] or 0
-                if last_seq != expected:
-                    raise StaleCursorError(
-                        f"Session {self.session_id} is at seq {last_seq} but the caller last saw {expected}; "
-                        "replay from your cursor and retry"
-                    )
-                turn = (row[6] or 0) + 1
-                byte_end = row[7] or 0
-                media_end = row[8] or 0
-                values: list = []  # the turn's rows, one after the other, as the one INSERT binds them
-                if media:
-                    check_view_media(conn, rowid, media_end + sum(media.values()), self.session_id)
-                    for i, e in enumerate(encoded):
-                        byte_end += e.size
-                        media_end += media.get(i, 0)
-                        values += (rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end,
-                                   now)
-                else:  # no media: every event carries the Session's media_end unchanged
-                    for i, e in enumerate(encoded):
-                        byte_end += e.size
-                        values += (rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end,
-                                   now)
-                count = len(encoded)
-                conn.execute(_insert_sql(count), values)
+                    conn.execute(_insert_sql(count), values)
                 # Rowids of an INTEGER PRIMARY KEY are max + 1, so under our write lock the turn's IDs are consecutive.
                 last_id = conn.last_insert_rowid()
                 ids = tuple(range(last_id - count + 1, last_id + 1))
@@ -264,6 +307,7 @@ class SessionLease:
                         link_turn_assets(conn, folder, rowid, last_seq + 1, linked, now)
         except CommitOutcomeUnknownError as exc:
             self._replayed = False  # the cursor check makes the retry safe once the holder has looked again
+            self._head = None
             raise restated(
                 exc, db.path, f"a turn to Session {self.session_id}",
                 f"replay this lease to the end, then append the turn again with expected_seq={expected} (a "
@@ -271,9 +315,19 @@ class SessionLease:
             ) from exc.__cause__
         new_seq = last_seq + count
         self._cursor = new_seq
+        self._head = (new_seq, turn, byte_end, media_end)
         if media:
             self._media += sum(media.values())
         return AppendedTurn(turn, last_seq + 1, new_seq, ids)
+
+    def _same_workspace(self) -> bool:
+        """Whether the workspace path still names the directory this lease holds open (`_check_authority` checks
+        that, and the rest, fully)."""
+        try:
+            st = os.stat(self._path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self._dev_ino and self._pin is not None
 
     def check_authority(self, conn: apsw.Connection) -> float:
         """Inside a write transaction on this lease's store (`conn`): re-check what `append_turn` re-checks (replayed,

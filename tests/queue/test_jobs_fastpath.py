@@ -5,6 +5,7 @@ the sub-millisecond busy handler."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import multiprocessing
 import threading
 import time
@@ -16,7 +17,7 @@ import pytest
 from emelex_memory import Job, JobOutcome, MemoryStore, Settings, run_one_job
 from emelex_memory.job_kinds import builtin_kinds
 from emelex_memory.core.connection import BusyWait, connect
-from emelex_memory.queue.service import _COMPLETE, RESCUE_BATCH, _claim_sql
+from emelex_memory.queue.service import _COMPLETE, RESCUE_BATCH, _claim_sql, _sha256
 from emelex_memory.queue.renewal import IDLE_NAME, renewing
 
 from ..support import Clock, kinds_fixture, table_rows
@@ -199,3 +200,29 @@ def test_jobs_built_from_rows_are_the_same_as_constructed_ones(cstore: MemorySto
     assert type(job) is Job and vars(job) == vars(built)
     with pytest.raises(dataclasses.FrozenInstanceError):
         job.state = "done"  # type: ignore[misc]
+
+
+def test_a_completion_and_the_next_claim_rewrite_two_pages(cstore: MemoryStore, session_id: str) -> None:
+    """A worker going on to its next job commits once, and that commit writes the jobs' table page (the two rows,
+    neighbours) and the one page of `jobs_active` holding the claimed entries and the oldest pending ones: counted
+    as the WAL frames each commit appends (the hook replaces auto-checkpointing, so the log only grows)."""
+    with cstore.db.write():
+        for n in range(60):
+            cstore.enqueue_job("noop", session_id, {"n": n})
+    frames: list[int] = []
+    conn = cstore.db.conn
+    conn.set_wal_hook(lambda _conn, _name, pages: frames.append(pages) or apsw.SQLITE_OK)
+    held = None
+    for _ in range(40):
+        held = run_one_job(cstore, lambda claim: None, kinds="noop", claim=held, claim_next=lambda: True).next_claim
+    conn.set_wal_hook(None)
+    conn.wal_autocheckpoint(1000)  # what the hook replaced
+    per_commit = [b - a for a, b in zip(frames, frames[1:])]
+    assert len(per_commit) == 40  # after the first claim, 40 completions that each claim the next job
+    assert sorted(per_commit)[len(per_commit) // 2] == 2, per_commit  # the median: page splits are rare
+
+
+def test_the_claims_sha256_is_sha256() -> None:
+    """A claim stores the SHA-256 of its token, computed by CPython's own implementation where it has one."""
+    for data in (b"", b"abc", bytes(range(32)), b"x" * 1000):
+        assert _sha256(data).digest() == hashlib.sha256(data).digest()
