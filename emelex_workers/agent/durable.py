@@ -375,7 +375,8 @@ class DurableAgentSession:
 
     async def _open(self, text: str) -> tuple[dict, ...]:
         """Open the turn: on a Session's first turn gather its context notes first, and under "emelex-tools/3" read
-        the files the input names (`mentions`), and record them with the input. A source that fails has written nothing: the error is raised and the adapter stays usable."""
+        the files the input names (`mentions`), and record them with the input. A source that fails has written
+        nothing: the error is raised and the adapter stays usable."""
         context: tuple[dict, ...] = ()
         if self._fresh:
             request = ContextRequest(self.store, self.session_id, self.workspace, text, self.agent.snapshot)

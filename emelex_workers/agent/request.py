@@ -1,6 +1,7 @@
 """What a user's request says, read by rule for the protocol "emelex-tools/3": its words (to rank quotes), the
-verbs its clauses begin with (to see which tools it asks for), its spans (the strings an argument it spells out can be) and the paths it names.
-Each is a pure function of the request's text, so a resumed turn reads it exactly as the live one did.
+verbs its clauses begin with (to see which tools it asks for), its spans (the strings an argument it spells out
+can be) and the paths it names. Each is a pure function of the request's text, so a resumed turn reads it
+exactly as the live one did.
 """
 
 from __future__ import annotations
@@ -78,12 +79,12 @@ def _clauses(request: str) -> list[list[str]]:
 def spans(request: str, starts: Callable[[str], bool] = lambda word: True,
           script: Callable[[str], str | None] = lambda word: None) -> list[str]:
     """The strings an argument the request spells out (a command to run) can be: the text inside each pair of
-    backquotes or double quotes when there is any (the user set the command off); else every run of 2 to `SPAN_WORDS` consecutive words within one clause of the
-    request (see `_clauses`; the punctuation around each word dropped, one space between words) that begins with
-    a word `starts` accepts (a program's name), that word alone only when it ends its clause, and each run that
-    begins with a script `script` names the interpreter of ("stats.py" -> "python3"), with the interpreter
-    before it (every word may begin a run when neither accepts any); in order, each once, at most
-    `MAX_SPANS`."""
+    backquotes or double quotes when there is any (the user set the command off); else every run of 2 to
+    `SPAN_WORDS` consecutive words within one clause of the request (see `_clauses`; the punctuation around each
+    word dropped, one space between words) that begins with a word `starts` accepts (a program's name), that
+    word alone only when it ends its clause, and each run that begins with a script `script` names the
+    interpreter of ("stats.py" -> "python3"), with the interpreter before it (every word may begin a run when
+    neither accepts any); in order, each once, at most `MAX_SPANS`."""
     found = [quoted.strip() for pair in re.findall(r"`([^`]+)`|\"([^\"]+)\"", request) for quoted in pair
              if quoted.strip()]
     if found:

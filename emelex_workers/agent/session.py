@@ -212,9 +212,9 @@ class AgentSession:
     def answer_quotes(self) -> list[str] | None:
         """The quotes the next round's answer chooses among (`emelex_workers.agent.quotes`), or None for a free
         answer: under protocol "emelex-tools/3" the quotes of the turn's tool results and of the context notes
-        recorded with its input most relevant to the user's request (`quotes.choose`), or, once a tool the request asks for (`requested_by`) ran,
-        of that tool's results only; before the turn's first result only when a note's quote has a word of the
-        request. Always None under older protocols."""
+        recorded with its input most relevant to the user's request (`quotes.choose`), or, once a tool the
+        request asks for (`requested_by`) ran, of that tool's results only; before the turn's first result only
+        when a note's quote has a word of the request. Always None under older protocols."""
         if not self._v3:
             return None
         results = [(call, result) for call, result in self._results

@@ -325,8 +325,8 @@ def task(env: dict[str, str], workspace: Path, settings: Settings) -> str | None
     answer, why = turn_ending(settings, session_id)
     if answer is None or TASK_ANSWER not in answer:
         miss = why if answer is None else f"the answer {answer!r} does not name the port, {TASK_ANSWER}"
-        note(f"NOT DONE: {miss}. The chat worked; the embedded 135M model does not finish this task reliably (its "
-             "pass rate on simple tasks: benchmarks/RESULTS.md, \"Chat tasks\")")
+        note(f"NOT DONE: {miss}. The chat worked, but the embedded 135M model did not finish the task this time (how "
+             "often it does on simple tasks: benchmarks/RESULTS.md, \"Chat tasks\")")
         return None
     note(f"the chat answered {answer!r}: config.toml sets port {TASK_ANSWER}")
     return None

@@ -4,9 +4,17 @@ move (docs/plugins.md). Re-exports the types plugins exchange (`emelex_workers.h
 """
 
 from emelex_workers.host import types as _types
-from emelex_workers.host.tools import WORKSPACE_PATH_KINDS, ToolInvocation, ToolOutput, ToolSpec, WorkspacePathKind
+from emelex_workers.host.tools import (
+    REQUEST_SPAN_KINDS,
+    WORKSPACE_PATH_KINDS,
+    RequestSpanKind,
+    ToolInvocation,
+    ToolOutput,
+    ToolSpec,
+    WorkspacePathKind,
+)
 from emelex_workers.models.threads import model_threads
 from emelex_workers.host.types import *  # noqa: F403 - the host's public types, as its __all__ lists them
 
-__all__ = [*_types.__all__, "WORKSPACE_PATH_KINDS", "ToolInvocation", "ToolOutput", "ToolSpec", "WorkspacePathKind",
-           "model_threads"]
+__all__ = [*_types.__all__, "REQUEST_SPAN_KINDS", "RequestSpanKind", "WORKSPACE_PATH_KINDS", "ToolInvocation",
+           "ToolOutput", "ToolSpec", "WorkspacePathKind", "model_threads"]

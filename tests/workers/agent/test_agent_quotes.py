@@ -131,7 +131,8 @@ def test_a_named_path_the_authority_refuses_is_never_offered(tmp_path: Path) -> 
     outside = tmp_path / "outside"
     outside.mkdir()
     os.symlink(outside, root / "link_out")
-    named = ["../x.txt", "/etc/passwd", ".hidden", "src/../../x.txt", "link_out/new.txt", "nope/x.txt", "x" * 300 + ".md"]
+    named = ["../x.txt", "/etc/passwd", ".hidden", "src/../../x.txt", "link_out/new.txt", "nope/x.txt",
+             "x" * 300 + ".md"]
     agent = agent_for(root, "Create " + " ".join(named) + " and src/ok.txt")
     path = offered(agent.round_schema(root))["write_file"]["properties"]["path"]
     authority = snapshot().tool("write_file").input_schema["properties"]["path"]
@@ -146,12 +147,16 @@ def test_the_files_a_request_names_are_read_and_a_symlink_is_not(tmp_path: Path)
     (root / "pizza.txt").write_text("ham and pineapple\n")
     (tmp_path / "secret.txt").write_text("SECRET\n")
     os.symlink(tmp_path / "secret.txt", root / "link.txt")
-    note = mentions_note(root, "What is in db.toml, link.txt and ../secret.txt? Which one mentions pineapple?")
+    os.symlink(tmp_path / "secret.txt", root / ".env")  # a hidden file is read only when named, never through a link
+    note = mentions_note(root, "What is in db.toml, link.txt, .env and ../secret.txt? Which one mentions pineapple?")
     assert [f["path"] for f in note["files"]] == ["config/db.toml"]
     assert note["hits"] == ["pizza.txt:1: ham and pineapple"]
     assert "inventory_prod" in note["text"] and "SECRET" not in json.dumps(note)
     assert mentions_note(root, "hello there") is None
     assert mentions_note(root, "Do you like pineapple?") is None  # not looking for where: no search
+    (root / ".flags").write_text("beta=on\n")
+    assert mentions_note(root, "What does .flags say?")["files"] == [{"path": ".flags", "bytes": 8,
+                                                                      "content": "beta=on\n"}]
 
 
 def test_the_map_offers_its_files_as_quotes(tmp_path: Path) -> None:
@@ -205,3 +210,12 @@ def test_an_older_session_keeps_its_protocol_and_records_no_file(store: MemorySt
     assert asyncio.run(main()).context == ()
     assert answer_form(binding.rounds[1]["schema"]) == {"type": "string", "maxLength": 500}
     assert "write_file" in offered(binding.rounds[0]["schema"])
+
+
+def test_the_worked_example_answers_with_the_quote_its_round_would_offer() -> None:
+    text = protocol.system_message(snapshot())
+    example = protocol.QUOTED_EXAMPLE
+    assert f"assistant: {protocol.answer_text(example.answer)}" in text and "<file>: <line>" in text
+    offered = choose(example.question, result_quotes(example.call.arguments["path"], example.result, example.question))
+    assert offered == [example.answer]
+    assert "config.ini: port = 8080" not in protocol.system_message(snapshot(protocol.PROTOCOL_V2))
