@@ -34,9 +34,10 @@ When the request names files (`request.mentioned`: "motd.txt", or its name
 "db.toml" of "config/db.toml"; and those the caller says it names, as the
 files a `mentions` note read), only the quotes labelled with them compete,
 when there are any (what motd.txt says, not the listing that names it).
-Among ties, when some hold a request word in what they quote (not only in
-their label, and not one that every line of their output holds, as "file"
-in a listing), the single lines among those are offered (the precise
+Among ties, the counts when the request asks how many or how big; else,
+when some hold a request word in what they quote (not only in their label,
+and not one that every line of their output holds, as "file" in a
+listing), the single lines among those are offered (the precise
 answer: "config.ini: port = 8421", not the whole file); when none does
 (only the label matched), the whole outputs among them are (they hold every
 line that ties with them: the command's output, not its exit code alone).
@@ -60,18 +61,19 @@ COUNT_WORDS = frozenset({"line", "byte", "size", "long", "big", "large", "many",
 
 
 class Quote(NamedTuple):
-    """One quote an answer may be: its `text` ("LABEL: what it quotes"), whether it is a `whole` output (or note)
-    rather than one of its lines, the `quoted` part (the text without its label) and the `label`."""
+    """One quote an answer may be: its `text` ("LABEL: what it quotes"), its `kind` ("line": one line of an
+    output; "whole": a whole output or note; "count": an output's lines and bytes), the `quoted` part (the text
+    without its label) and the `label`."""
 
     text: str
-    whole: bool
+    kind: str
     quoted: str
     label: str
 
 
-def _quote(label: str, quoted: str, whole: bool) -> Quote:
+def _quote(label: str, quoted: str, kind: str) -> Quote:
     text = f"{label}: {quoted}"
-    return Quote(text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS - 3].rstrip() + "...", whole, quoted,
+    return Quote(text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS - 3].rstrip() + "...", kind, quoted,
                  label)
 
 
@@ -80,14 +82,15 @@ def result_quotes(label: str, output: str, request: str, size: int | None = None
     `request` asks for one (it has a word of `COUNT_WORDS`) and `output` is all there is (`size`, the bytes it was
     read from when known, is its own)."""
     lines = [line.strip() for line in output.splitlines() if line.strip()][:LINES_PER_RESULT]
-    quotes = [_quote(label, line, len(lines) == 1) for line in lines] or [_quote(label, "(nothing)", True)]
+    quotes = [_quote(label, line, "line" if len(lines) > 1 else "whole") for line in lines] or \
+        [_quote(label, "(nothing)", "whole")]
     whole = "; ".join(lines)
     if len(lines) > 1 and len(label) + 2 + len(whole) <= WHOLE_CHARS:
-        quotes.append(_quote(label, whole, True))
+        quotes.append(_quote(label, whole, "whole"))
     if not words(request).isdisjoint(COUNT_WORDS) and size in (None, len(output.encode("utf-8"))):
         count = len(output.splitlines())
         quotes.append(_quote(label, f"{count} line{'' if count == 1 else 's'}, {len(output.encode('utf-8'))} bytes",
-                             False))
+                             "count"))
     return quotes
 
 
@@ -107,14 +110,16 @@ def choose(request: str, quotes: Sequence[Quote], choices: int = QUOTE_CHOICES, 
     if relevant_only and best <= 0:
         return []
     tied = [quote for quote, score in zip(unique, scores) if score >= best - 1e-9]
-    uniform: dict[str, set[str]] = {}  # the words every line of a label's output holds
+    if not wanted.isdisjoint(COUNT_WORDS) and (counts := [quote for quote in tied if quote.kind == "count"]):
+        return [quote.text for quote in counts][:choices]
+    lines: dict[str, list[set[str]]] = {}
     for quote in unique:
-        if not quote.whole:
-            found = words(quote.quoted)
-            uniform[quote.label] = uniform[quote.label] & found if quote.label in uniform else found
+        if quote.kind == "line":
+            lines.setdefault(quote.label, []).append(words(quote.quoted))
+    uniform = {label: set.intersection(*found) for label, found in lines.items() if len(found) > 1}
     precise = [quote for quote in tied if not wanted.isdisjoint(words(quote.quoted) - uniform.get(quote.label, set()))]
-    narrowed = [quote for quote in precise if not quote.whole] or precise if precise else \
-        [quote for quote in tied if quote.whole]
+    narrowed = [quote for quote in precise if quote.kind != "whole"] or precise if precise else \
+        [quote for quote in tied if quote.kind == "whole"]
     return [quote.text for quote in narrowed or tied][:choices]
 
 
@@ -127,7 +132,7 @@ def note_quotes(payloads: Iterable[dict], request: str) -> list[Quote]:
         for quote in payload.get("quotes", ()):
             if isinstance(quote, str):
                 label, _, quoted = quote.partition(": ")
-                found.append(_quote(label, quoted, True))
+                found.append(_quote(label, quoted, "whole"))
         for file in payload.get("files", ()):
             if not isinstance(file, dict) or not isinstance(file.get("path"), str):
                 continue
@@ -135,9 +140,9 @@ def note_quotes(payloads: Iterable[dict], request: str) -> list[Quote]:
             if isinstance(content, str):
                 found += result_quotes(file["path"], content, request, size if isinstance(size, int) else None)
             elif isinstance(size, int):
-                found.append(_quote(file["path"], f"{size} bytes (binary)", True))
+                found.append(_quote(file["path"], f"{size} bytes (binary)", "whole"))
         for hit in payload.get("hits", ()):
             if isinstance(hit, str):
                 label, _, quoted = hit.partition(": ")
-                found.append(_quote(label, quoted, False))
+                found.append(_quote(label, quoted, "line"))
     return found

@@ -11,6 +11,9 @@ from collections.abc import Callable
 
 SPAN_WORDS = 12  # words of the request one span holds at most
 MAX_SPANS = 400  # spans offered at most (the longest requests lose their latest starts)
+SMALL_TALK = frozenset({"hi", "hello", "hey", "thank", "thanks", "thx", "bye", "goodbye", "ok", "okay", "cool",
+                        "great", "nice", "good", "morning", "afternoon", "evening", "yes", "yep", "no", "nope", "sure",
+                        "cheer", "cheers", "help", "welcome", "awesome", "perfect"})
 CLAUSE_WORDS = frozenset({"and", "then"})
 LEAD_WORDS = frozenset({"please", "can", "could", "would", "will", "you", "kindly", "now", "just", "also", "go",
                         "ahead", "i", "we", "want", "need", "to", "let", "lets", "let's", "us", "first", "next",
@@ -21,7 +24,7 @@ _WORD = re.compile(r"[a-z0-9]+(?:[._/-][a-z0-9]+)*")
 _PART = re.compile(r"[._/-]")
 COMMON_WORDS = frozenset("""
 a about after again all also am an and any are as at be been before being both but by can could did do does doing
-done each either few for from had has have having he her here him his how i if in into is it its itself just me
+done each either few for from had has have having he her him his how i if in into is it its itself just me
 more most my no nor not now of off on once only or other our out over own please same she should show so some such
 tell than that the their them then there these they this those through to too under until up very want was we
 were what when where which while who whom why will with would you your give say said let know find see look
@@ -37,17 +40,23 @@ def stem(word: str) -> str:
 
 def words(text: str) -> set[str]:
     """The words of `text` a quote is ranked by: lowercase runs of letters and digits (a dotted or slashed name
-    such as "config.ini" or "src/app.py" kept whole and also split in parts), stemmed, common words left out."""
+    such as "config.ini" or "src/app.py" kept whole and also split in parts), stemmed, common words and single
+    letters left out."""
     found = set()
     for token in _WORD.findall(text.lower()):
         found.add(stem(token))
         found.update(stem(part) for part in _PART.split(token) if part)
-    return found - COMMON_WORDS
+    return {word for word in found if len(word) > 1 or word.isdigit()} - COMMON_WORDS
 
 
 
 
 _SET_OFF = re.compile(r"`([^`]+)`|\"([^\"]+)\"|(?:^|(?<=\s))'([^']+)'(?=$|[\s.,;:!?])")
+
+
+_TEXT_CUE = re.compile(r"\b(?:that|which)\s+(?:says|reads)\s+(.+)$|\b(?:saying|containing|contains)\s+(?:the\s+"
+                       r"(?:text|line|words?)\s+)?(.+)$|\bwith\s+the\s+(?:text|line|content|contents|words?)\s+(.+)$",
+                       re.IGNORECASE)
 
 
 def tokens(request: str) -> list[str]:
@@ -79,26 +88,25 @@ def _clauses(request: str) -> list[list[str]]:
 def spans(request: str, starts: Callable[[str], bool] = lambda word: True,
           script: Callable[[str], str | None] = lambda word: None) -> list[str]:
     """The strings an argument the request spells out (a command to run) can be: the text inside each pair of
-    backquotes or double quotes when there is any (the user set the command off); else every run of 2 to
-    `SPAN_WORDS` consecutive words within one clause of the request (see `_clauses`; the punctuation around each
-    word dropped, one space between words) that begins with a word `starts` accepts (a program's name), that
-    word alone only when it ends its clause, and each run that begins with a script `script` names the
-    interpreter of ("stats.py" -> "python3"), with the interpreter before it (every word may begin a run when
-    neither accepts any); in order, each once, at most `MAX_SPANS`."""
+    backquotes or double quotes when there is any (the user set the command off); else, when the request names
+    a script that `script` gives the interpreter of ("stats.py" -> "python3"), the interpreter and each such
+    script ("python3 stats.py"); else the rest of each clause (see `_clauses`; at most `SPAN_WORDS` words, the
+    punctuation around each dropped, one space between them) from each word `starts` accepts (a program's name;
+    from every word when it accepts none): "Run wc -l words.txt and tell me" offers "wc -l words.txt". In
+    order, each once, at most `MAX_SPANS`."""
     found = [quoted.strip() for pair in re.findall(r"`([^`]+)`|\"([^\"]+)\"", request) for quoted in pair
              if quoted.strip()]
     if found:
         return list(dict.fromkeys(found))[:MAX_SPANS]
     clauses = _clauses(request)
-    if not any(starts(word) or script(word) for clause in clauses for word in clause):
+    if not any(starts(word) for clause in clauses for word in clause):
         starts = lambda word: True  # noqa: E731 - no word starts a command: any may
+    scripts = [f"{interpreter} {word}" for clause in clauses for word in clause
+               if (interpreter := script(word)) is not None]
+    if scripts:
+        return list(dict.fromkeys(scripts))[:MAX_SPANS]
     for clause in clauses:
-        for start in range(len(clause)):
-            last = min(len(clause), start + SPAN_WORDS)
-            if (interpreter := script(clause[start])) is not None:
-                found += [f"{interpreter} " + " ".join(clause[start:end]) for end in range(start + 1, last + 1)]
-            if starts(clause[start]):
-                found += [" ".join(clause[start:end]) for end in range(min(start + 2, last), last + 1)]
+        found += [" ".join(clause[start:start + SPAN_WORDS]) for start in range(len(clause)) if starts(clause[start])]
     return list(dict.fromkeys(found))[:MAX_SPANS]
 
 
@@ -117,12 +125,39 @@ def verbs(request: str) -> list[str]:
     return found
 
 
+def small_talk(request: str) -> bool:
+    """Whether the request is only talk (a greeting, thanks, "what can you do?"): none of its words is other than
+    common words and `SMALL_TALK` (an empty request is none)."""
+    return bool(request.strip()) and not words(request) - SMALL_TALK
+
+
+def asks_for(request_verbs: list[str], wanted: frozenset[str]) -> bool:
+    """Whether one of `request_verbs` (see `verbs`) is one of `wanted`, or, 4 letters or longer, one edit (a letter
+    added, dropped or changed) from one ("creat" asks to "create")."""
+    return any(verb in wanted or len(verb) >= 4 and any(_one_edit(verb, word) for word in wanted)
+               for verb in request_verbs)
+
+
+def _one_edit(a: str, b: str) -> bool:
+    if abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b)) == 1
+    short, long = sorted((a, b), key=len)
+    return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
+
+
 def set_off(request: str) -> list[str]:
     """The text the request sets off, which a write is to write: each part in backquotes, double quotes or single
     quotes (a single quote opening after a space or the start and closing before one, punctuation or the end, so
-    "what's" is no quote), and what follows its last colon (stripped); in order, each once."""
+    "what's" is no quote), and what follows its last colon (stripped); with neither, what follows a cue such as
+    "that says", "saying", "containing" or "with the text" (`_TEXT_CUE`), a final "." dropped; in order, each
+    once."""
     found = [quoted for group in re.findall(_SET_OFF, request) for quoted in group if quoted.strip()]
     if ":" in request and (after := request.rsplit(":", 1)[1].strip().strip("\"'`")):
+        found.append(after)
+    elif not found and (cue := _TEXT_CUE.search(request)) and \
+            (after := next(g for g in cue.groups() if g).strip().rstrip(".")):
         found.append(after)
     return list(dict.fromkeys(found))
 

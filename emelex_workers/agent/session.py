@@ -33,7 +33,7 @@ from . import protocol
 from .errors import UnknownToolError
 from .protocol import ProposedCall, RoundOutput
 from .quotes import choose, note_quotes, result_quotes
-from .request import mentioned, set_off, spans, verbs
+from .request import asks_for, mentioned, set_off, small_talk, spans, verbs
 from .schema import validate
 from .tools import RegisteredTool, bounded
 from .workspace import WorkspaceEntries, narrow_path, scan
@@ -41,6 +41,8 @@ from .workspace import WorkspaceEntries, narrow_path, scan
 _NOT_DONE = ("not_executed", REPEATED)  # outcomes that do not make a call "already done"
 _NO_EFFECT = ("denied", "not_executed", REPEATED)  # outcomes of a call that cannot have changed the workspace
 _ENUM_ONLY = {"type", "enum", "description", "title"}
+SMALL_TALK_ANSWERS = ("Hello! I can read, list and search the files in this workspace, create a file, or run a "
+                      "command you name.", "You're welcome.", "Goodbye.")  # the answers to a request that is only talk
 QUOTED_BYTES = 200  # of the user's request, quoted in the note of a forced round
 
 
@@ -199,7 +201,7 @@ class AgentSession:
         if forced is not None:
             return protocol.union_schema((), self.snapshot.calls_per_batch, answers=quotes)
         enabled = self._offered()
-        declares = any(self._paths(t) for t in enabled)
+        declares = any(self._paths(t) or self._spans(t.name) for t in enabled)
         entries = scan(workspace, self.exclude) if workspace is not None and declares else None
         offered, arguments = [], {}
         for tool in enabled:
@@ -214,9 +216,12 @@ class AgentSession:
         answer: under protocol "emelex-tools/3" the quotes of the turn's tool results and of the context notes
         recorded with its input most relevant to the user's request (`quotes.choose`), or, once a tool the
         request asks for (`requested_by`) ran, of that tool's results only; before the turn's first result only
-        when a note's quote has a word of the request. Always None under older protocols."""
+        when a note's quote has a word of the request, and `SMALL_TALK_ANSWERS` for a request that is only talk.
+        Always None under older protocols."""
         if not self._v3:
             return None
+        if not self._results and small_talk(self._asked):
+            return list(SMALL_TALK_ANSWERS)
         results = [(call, result) for call, result in self._results
                    if result.get("outcome") not in _NOT_DONE and isinstance(result.get("output"), str)]
         requested = self._requested_tools()
@@ -257,10 +262,13 @@ class AgentSession:
         """The tools the next round offers: the enabled ones; under protocol "emelex-tools/3" narrowed by what the
         request asks for (`_requested_tools`): a tool whose registered spec names `requested_by` words only when
         the request asks for it, and only until one of its calls (or another such tool's) ran in the turn; while
-        the turn has no result yet, when the request's first clause asks for such a tool, only those tools."""
+        the turn has no result yet, none for a request that is only talk (`request.small_talk`: "hi", "thanks"),
+        and when the request's first clause asks for such a tool, only those tools."""
         enabled = [t for t in self.snapshot.tools if t.name in self.enabled_tools]
         if not self._v3:
             return enabled
+        if not self._results and small_talk(self._asked):
+            return []
         effects = {t.name for t in enabled if self._requested_by(t.name)}
         requested = self._requested_tools() & effects
         if self._effected:
@@ -271,9 +279,15 @@ class AgentSession:
 
     def _requested_tools(self, first: bool = False) -> set[str]:
         """The snapshot tools the user's request asks for: those whose registered `requested_by` words one of its
-        clauses begins with (`request.verbs`); with `first`, those its first clause begins with."""
+        clauses begins with (`request.verbs`, `request.asks_for`: one typo forgiven); with `first`, those its first
+        clause begins with."""
         asked = verbs(self._asked)[:1] if first else verbs(self._asked)
-        return {t.name for t in self.snapshot.tools if not self._requested_by(t.name).isdisjoint(asked)}
+        return {t.name for t in self.snapshot.tools if asks_for(asked, self._requested_by(t.name))}
+
+    def _spans(self, name: str) -> Mapping[str, str]:
+        """The `request_spans` of registered tool `name` (none for a tool not registered here)."""
+        registered = self.tools.get(name)
+        return registered.spec.request_spans if registered is not None else {}
 
     def _requested_by(self, name: str) -> frozenset[str]:
         """The `requested_by` words of registered tool `name` (none for a tool not registered here)."""
@@ -303,8 +317,7 @@ class AgentSession:
                 return None
             else:
                 del properties[name]
-        registered = self.tools.get(tool.name)
-        for name, kind in registered.spec.request_spans.items() if registered is not None and self._v3 else ():
+        for name, kind in self._spans(tool.name).items() if self._v3 else ():
             if name in properties:
                 files = frozenset(entries.files) if entries is not None else frozenset()
                 offered = spans(self._asked, _program, lambda word: _interpreter(word, files)) \

@@ -30,7 +30,7 @@ SKIPPED_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", 
 HEADER = "Workspace map (what the workspace holds; paths relative to it, file sizes in bytes):"
 EMPTY = "The workspace is empty."
 MORE = "(the map stops here: list_dir shows any directory in full)"
-QUOTE = "workspace files (this folder): "  # the map's quote (an answer may quote it, `quotes`): every file it lists
+QUOTE = "workspace files (here, this folder): "  # the map's quote (an answer may quote it, `quotes`): every file it lists
 
 
 def _name(raw: str) -> str:

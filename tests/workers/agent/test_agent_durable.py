@@ -367,7 +367,7 @@ def test_a_fresh_resume_enables_every_tool_and_history_keeps_a_disabled_tools_de
     async def resumed():
         agent = await DurableAgentSession.resume(store, sid, workspace, again, tools, snap(again, tools))
         enabled = agent.enabled_tools
-        await agent.turn("hello again")
+        await agent.turn("check the label")
         await agent.close()
         return enabled
 

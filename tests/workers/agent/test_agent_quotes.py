@@ -15,8 +15,8 @@ from emelex_workers.agent import protocol
 from emelex_workers.agent.durable import DurableAgentSession
 from emelex_workers.agent.mentions import mentions_note
 from emelex_workers.agent.protocol import ProposedCall
-from emelex_workers.agent.quotes import choose, result_quotes
-from emelex_workers.agent.request import set_off, spans, verbs
+from emelex_workers.agent.quotes import choose, note_quotes, result_quotes
+from emelex_workers.agent.request import asks_for, set_off, small_talk, spans, verbs
 from emelex_workers.agent.schema import validate
 from emelex_workers.agent.session import AgentSession
 from emelex_workers.agent.tools import RegisteredTool
@@ -64,6 +64,14 @@ def test_the_request_is_read_by_rule() -> None:
     assert set_off('Create hello.txt containing the text: Hello, world!') == ["Hello, world!"]
     assert set_off('Make greeting.txt that says "hi there"') == ["hi there"]
     assert set_off("Create hello.txt") == []
+    assert set_off("please make notes/reminder.txt that says call the dentist.") == ["call the dentist"]
+    assert set_off("Save the line 'deadline is March 3' to plans/q1.txt") == ["deadline is March 3"]
+    assert spans("Run wc -l words.txt", {"wc"}.__contains__) == ["wc -l words.txt"]
+    assert spans("run calc.py with python3 and tell me the output", program, {"calc.py": "python3"}.get) == \
+        ["python3 calc.py"]
+    assert asks_for(verbs("creat a file greeting.md"), frozenset({"create"}))
+    assert not asks_for(verbs("what is in it"), frozenset({"write"}))
+    assert small_talk("hi!") and small_talk("What can you do?") and small_talk("thanks") and not small_talk("ls src")
 
 
 def test_an_answer_quotes_the_precise_line_or_else_the_whole_output() -> None:
@@ -79,6 +87,12 @@ def test_an_answer_quotes_the_precise_line_or_else_the_whole_output() -> None:
         ["big.ini: 2 lines, 4 bytes"]
     assert not any("bytes" in q.text for q in result_quotes("a", "x\ny\n", "what does it say"))  # no count asked
     assert choose("hello", config, relevant_only=True) == []
+    poem = result_quotes("poem.txt", "line number 1 of the poem\nline number 2\n", "count the lines")
+    assert choose("count the lines in poem.txt", poem) == ["poem.txt: 2 lines, 40 bytes"]  # a count asked: counts
+    hit = note_quotes([{"hits": ["src/fetcher.py:1: # TODO: handle retries on timeout"]}], "x")
+    missed = result_quotes("recall retries", "nothing in this workspace's memory matches 'retries'", "x")
+    assert choose("Which file contains the word retries?", [*missed, *hit]) == \
+        ["src/fetcher.py:1: # TODO: handle retries on timeout"]  # the line found, not the tool that found none
 
 
 def test_a_round_answers_with_a_quote_once_the_turn_has_read_something(tmp_path: Path) -> None:
@@ -88,7 +102,7 @@ def test_a_round_answers_with_a_quote_once_the_turn_has_read_something(tmp_path:
     ok(agent, "read_file", {"path": "config.ini"}, "port = 8421\n")
     for forced in (None, "chain_limit"):
         assert answer_form(agent.round_schema(tmp_path, forced))["enum"] == ["config.ini: port = 8421"]
-    agent.add_user("hello")  # a new turn that read nothing, whose words no note has: a free answer
+    agent.add_user("Explain monads")  # a new turn that read nothing, whose words no note has: a free answer
     assert answer_form(agent.round_schema(tmp_path)) == {"type": "string", "maxLength": 500}
     older = agent_for(tmp_path, "What port does config.ini set?", protocol.PROTOCOL_V2)
     ok(older, "read_file", {"path": "config.ini"}, "port = 8421\n")
@@ -103,6 +117,14 @@ def test_a_question_never_offers_a_write_or_a_command(tmp_path: Path) -> None:
         assert not {"write_file", "run_command"} & set(tools), question
     assert {"write_file", "run_command"} <= set(offered(agent_for(tmp_path, "x", protocol.PROTOCOL_V2)
                                                         .round_schema(tmp_path)))
+
+
+def test_small_talk_offers_no_tool_and_answers_in_kind(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello\n")
+    for talk in ("hi", "thanks!", "what can you do?"):
+        schema = agent_for(tmp_path, talk).round_schema(tmp_path)
+        assert offered(schema) == {}, talk
+        assert answer_form(schema)["enum"][0].startswith("Hello! I can read, list and search the files"), talk
 
 
 def test_a_request_to_write_offers_the_write_it_names_first_and_once(tmp_path: Path) -> None:
@@ -123,6 +145,9 @@ def test_a_command_is_a_span_of_the_request_that_starts_with_a_program(tmp_path:
     agent = agent_for(tmp_path, "Run the command python3 greet.py and tell me what it prints.")
     command = offered(agent.round_schema(tmp_path))["run_command"]["properties"]["command"]
     assert command["enum"] == ["python3 greet.py"]
+    (tmp_path / "calc.py").write_text("print(1)\n")
+    only = offered(agent_for(tmp_path, "run calc.py with python3 and tell me the output").round_schema(tmp_path))
+    assert only["run_command"]["properties"]["command"]["enum"] == ["python3 calc.py"]
 
 
 def test_a_named_path_the_authority_refuses_is_never_offered(tmp_path: Path) -> None:
@@ -163,7 +188,7 @@ def test_the_map_offers_its_files_as_quotes(tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "a.py").write_text("x")
     (tmp_path / "notes.txt").write_text("y")
-    assert workspace_map(tmp_path)["quotes"] == ["workspace files (this folder): notes.txt, src/a.py",
+    assert workspace_map(tmp_path)["quotes"] == ["workspace files (here, this folder): notes.txt, src/a.py",
                                                 "files in src/: a.py"]
 
 
