@@ -131,6 +131,18 @@ def small_talk(request: str) -> bool:
     return bool(request.strip()) and not words(request) - SMALL_TALK
 
 
+GREETING = "Hello! I can read, list and search the files in this workspace, create a file, or run a command you name."
+
+
+def small_talk_answer(request: str) -> str:
+    """The reply to a request that is only talk: "You're welcome." to thanks, "Goodbye." to a farewell, else
+    `GREETING` (what the chat can do)."""
+    said = words(request)
+    if said & {"thank", "thanks", "thx", "cheer", "cheers"}:
+        return "You're welcome."
+    return "Goodbye." if said & {"bye", "goodbye"} else GREETING
+
+
 def asks_for(request_verbs: list[str], wanted: frozenset[str]) -> bool:
     """Whether one of `request_verbs` (see `verbs`) is one of `wanted`, or, 4 letters or longer, one edit (a letter
     added, dropped or changed) from one ("creat" asks to "create")."""

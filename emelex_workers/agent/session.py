@@ -33,7 +33,7 @@ from . import protocol
 from .errors import UnknownToolError
 from .protocol import ProposedCall, RoundOutput
 from .quotes import choose, note_quotes, result_quotes
-from .request import asks_for, mentioned, set_off, small_talk, spans, verbs
+from .request import asks_for, mentioned, set_off, small_talk, small_talk_answer, spans, verbs
 from .schema import validate
 from .tools import RegisteredTool, bounded
 from .workspace import WorkspaceEntries, narrow_path, scan
@@ -41,8 +41,6 @@ from .workspace import WorkspaceEntries, narrow_path, scan
 _NOT_DONE = ("not_executed", REPEATED)  # outcomes that do not make a call "already done"
 _NO_EFFECT = ("denied", "not_executed", REPEATED)  # outcomes of a call that cannot have changed the workspace
 _ENUM_ONLY = {"type", "enum", "description", "title"}
-SMALL_TALK_ANSWERS = ("Hello! I can read, list and search the files in this workspace, create a file, or run a "
-                      "command you name.", "You're welcome.", "Goodbye.")  # the answers to a request that is only talk
 QUOTED_BYTES = 200  # of the user's request, quoted in the note of a forced round
 
 
@@ -216,12 +214,12 @@ class AgentSession:
         answer: under protocol "emelex-tools/3" the quotes of the turn's tool results and of the context notes
         recorded with its input most relevant to the user's request (`quotes.choose`), or, once a tool the
         request asks for (`requested_by`) ran, of that tool's results only; before the turn's first result only
-        when a note's quote has a word of the request, and `SMALL_TALK_ANSWERS` for a request that is only talk.
+        when a note's quote has a word of the request, and `request.small_talk_answer` for a request that is only talk.
         Always None under older protocols."""
         if not self._v3:
             return None
         if not self._results and small_talk(self._asked):
-            return list(SMALL_TALK_ANSWERS)
+            return [small_talk_answer(self._asked)]
         results = [(call, result) for call, result in self._results
                    if result.get("outcome") not in _NOT_DONE and isinstance(result.get("output"), str)]
         requested = self._requested_tools()
