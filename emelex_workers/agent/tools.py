@@ -64,22 +64,23 @@ def spec_problem(spec: object) -> str | None:
         return f"tool {spec.name!r} has a run that is not callable"
     if type(spec.max_output_bytes) is not int or not 1 <= spec.max_output_bytes <= MAX_OUTPUT_BYTES:
         return f"tool {spec.name!r} needs a max_output_bytes between 1 and {MAX_OUTPUT_BYTES}"
-    problem = check_schema(spec.input_schema) or _paths_problem(spec) or _request_problem(spec)
+    problem = (check_schema(spec.input_schema) or _request_problem(spec)
+               or _arguments_problem(spec, "workspace_paths", WORKSPACE_PATH_KINDS, "path kind"))
     return f"tool {spec.name!r}: {problem}" if problem else None
 
 
-def _paths_problem(spec: ToolSpec) -> str | None:
-    """What is wrong with `spec.workspace_paths` (its input schema already checked), or None."""
-    declared = spec.workspace_paths
+def _arguments_problem(spec: ToolSpec, field: str, kinds: tuple[str, ...], noun: str) -> str | None:
+    """What is wrong with `spec.<field>`, a mapping of string properties of its input schema (already checked) to
+    one of `kinds` (a `noun`), or None."""
+    declared = getattr(spec, field)
     if not isinstance(declared, Mapping):
-        return "workspace_paths must be a mapping of argument name to path kind"
+        return f"{field} must be a mapping of argument name to {noun}"
     properties = spec.input_schema.get("properties", {})
     for name, kind in declared.items():
-        if kind not in WORKSPACE_PATH_KINDS:
-            kinds = ", ".join(WORKSPACE_PATH_KINDS)
-            return f"workspace_paths[{name!r}] is {kind!r}, not a path kind; use one of {kinds}"
+        if kind not in kinds:
+            return f"{field}[{name!r}] is {kind!r}, not a {noun}; use one of {', '.join(kinds)}"
         if not isinstance(properties.get(name), dict) or properties[name].get("type") != "string":
-            return f"workspace_paths names {name!r}, which is not a string property of input_schema"
+            return f"{field} names {name!r}, which is not a string property of input_schema"
     return None
 
 
@@ -88,16 +89,7 @@ def _request_problem(spec: ToolSpec) -> str | None:
     verbs = spec.requested_by
     if not isinstance(verbs, frozenset) or not all(isinstance(v, str) and v.isalpha() and v.islower() for v in verbs):
         return "requested_by must be a frozenset of lowercase words"
-    declared = spec.request_spans
-    if not isinstance(declared, Mapping):
-        return "request_spans must be a mapping of argument name to span kind"
-    properties = spec.input_schema.get("properties", {})
-    for name, kind in declared.items():
-        if kind not in REQUEST_SPAN_KINDS:
-            return f"request_spans[{name!r}] is {kind!r}, not a span kind; use one of {', '.join(REQUEST_SPAN_KINDS)}"
-        if not isinstance(properties.get(name), dict) or properties[name].get("type") != "string":
-            return f"request_spans names {name!r}, which is not a string property of input_schema"
-    return None
+    return _arguments_problem(spec, "request_spans", REQUEST_SPAN_KINDS, "span kind")
 
 
 def registered_tools(pm: EmelexPluginManager) -> dict[str, RegisteredTool]:
