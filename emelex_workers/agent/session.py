@@ -41,6 +41,7 @@ from .workspace import WorkspaceEntries, narrow_path, scan
 _NOT_DONE = ("not_executed", REPEATED)  # outcomes that do not make a call "already done"
 _NO_EFFECT = ("denied", "not_executed", REPEATED)  # outcomes of a call that cannot have changed the workspace
 _ENUM_ONLY = {"type", "enum", "description", "title"}
+EARLIER_RESULTS = 50  # results of earlier turns an answer may quote before its turn has one
 QUOTED_BYTES = 200  # of the user's request, quoted in the note of a forced round
 
 
@@ -72,6 +73,7 @@ class AgentSession:
         self._done: dict[str, dict] = {}  # call key -> result of that call, done in this turn since the last effect
         self._seen: set[str] = set()  # (tool, outcome, output) of every result in this turn
         self._results: list[tuple[ProposedCall, dict]] = []  # every call completed in this turn, with its result
+        self._earlier: list[tuple[ProposedCall, dict]] = []  # those of earlier turns, the latest EARLIER_RESULTS
         self._effected = False  # a call of a tool with `requested_by` words ran in this turn
         self._notes: list[dict] = []  # the context notes recorded with the latest turn's input
         self._pending: list[dict] = []  # the context notes added since, for the next input
@@ -97,6 +99,7 @@ class AgentSession:
         replayed calls and results, so a resumed turn offers and answers exactly what the live one would."""
         events = list(events)
         self.messages = protocol.history_messages(self.snapshot, events, unknown)
+        self._results, self._earlier = [], []
         self._new_turn()
         self._notes, self._pending = [], []
         calls: dict[str, ProposedCall] = {}
@@ -116,6 +119,7 @@ class AgentSession:
                 self.record(calls[payload["call_id"]], payload)
 
     def _new_turn(self) -> None:
+        self._earlier = [*self._earlier, *self._results][-EARLIER_RESULTS:]
         self._done.clear()
         self._seen.clear()
         self._results.clear()
@@ -213,20 +217,21 @@ class AgentSession:
         """The quotes the next round's answer chooses among (`emelex_workers.agent.quotes`), or None for a free
         answer: under protocol "emelex-tools/3" the quotes of the turn's tool results and of the context notes
         recorded with its input most relevant to the user's request (`quotes.choose`), or, once a tool the
-        request asks for (`requested_by`) ran, of that tool's results only; before the turn's first result only
-        when a note's quote has a word of the request, and `request.small_talk_answer` for a request that is only talk.
+        request asks for (`requested_by`) ran, of that tool's results only; before the turn's first result those of
+        the notes and of earlier turns' results, only when one has a word of the request, and `request.small_talk_answer` for a request that is only talk.
         Always None under older protocols."""
         if not self._v3:
             return None
         if not self._results and small_talk(self._asked):
             return [small_talk_answer(self._asked)]
-        results = [(call, result) for call, result in self._results
-                   if result.get("outcome") not in _NOT_DONE and isinstance(result.get("output"), str)]
+        done = [(call, result) for call, result in self._results or self._earlier
+                if result.get("outcome") not in _NOT_DONE and isinstance(result.get("output"), str)]
+        results = done if self._results else []
         requested = self._requested_tools()
         effects = [(call, result) for call, result in results
                    if call.tool in requested and result.get("outcome") not in _NO_EFFECT]
         quotes = []
-        for call, result in effects or results:
+        for call, result in effects or done:
             outcome = result["outcome"]
             label = self._label(call) + ("" if outcome == "ok" else f" ({outcome})")
             quotes += result_quotes(label, result["output"], "" if effects else self._asked)  # an effect: no count

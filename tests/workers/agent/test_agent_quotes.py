@@ -245,3 +245,14 @@ def test_the_worked_example_answers_with_the_quote_its_round_would_offer() -> No
     offered = choose(example.question, result_quotes(example.call.arguments["path"], example.result, example.question))
     assert offered == [example.answer]
     assert "config.ini: port = 8080" not in protocol.system_message(snapshot(protocol.PROTOCOL_V2))
+
+
+def test_a_turn_that_reads_nothing_may_quote_what_an_earlier_turn_read(tmp_path: Path) -> None:
+    agent = agent_for(tmp_path, "Run `echo hello from the tool`")
+    ok(agent, "run_command", {"command": "echo hello from the tool"}, "exit code 0\nhello from the tool\n")
+    agent.add_answer("run_command echo hello from the tool: exit code 0; hello from the tool")
+    agent.add_user("What did the echo command print?")
+    assert answer_form(agent.round_schema(tmp_path))["enum"] == \
+        ["run_command echo hello from the tool: exit code 0; hello from the tool"]
+    agent.add_user("Explain monads")  # no word of it in what was read: a free answer
+    assert answer_form(agent.round_schema(tmp_path)) == {"type": "string", "maxLength": 500}
