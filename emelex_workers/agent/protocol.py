@@ -64,14 +64,16 @@ def _compact(value: Any) -> str:
 
 
 def union_schema(tools: Sequence[ToolAuthority], calls_per_batch: int,
-                 arguments: Mapping[str, dict] | None = None, answers: Sequence[str] | None = None) -> dict:
+                 arguments: Mapping[str, dict] | None = None, answers: Sequence[str] | None = None,
+                 calls_only: bool = False) -> dict:
     """The JSON schema of one round over `tools` (the enabled ones), with 1 to `calls_per_batch` calls.
 
     With no tools it is the answer form alone. A tool's arguments follow
     `arguments[name]` when given (a round's restriction of its schema,
     see `AgentSession.round_schema`), else its own input schema. Every
     string is bounded: the answer by `MAX_ANSWER_CHARS`, arguments by their
-    tools' own schemas. With `answers` the answer is one of them (an enum).
+    tools' own schemas. With `answers` the answer is one of them (an enum); with `calls_only` (and tools) the round
+    is the tool-call form alone.
     """
     if not 1 <= calls_per_batch <= MAX_CALLS_PER_BATCH:
         raise ValueError(f"calls_per_batch must be between 1 and {MAX_CALLS_PER_BATCH}")
@@ -102,7 +104,7 @@ def union_schema(tools: Sequence[ToolAuthority], calls_per_batch: int,
         "required": ["tool_calls"],
         "additionalProperties": False,
     }
-    return {"anyOf": [answer, batch]}
+    return batch if calls_only else {"anyOf": [answer, batch]}
 
 
 def _refuse(raw: str, why: str) -> RoundOutputError:

@@ -211,7 +211,15 @@ class AgentSession:
             if schema is not None:
                 offered.append(tool)
                 arguments[tool.name] = schema
-        return protocol.union_schema(offered, self.snapshot.calls_per_batch, arguments, answers=quotes)
+        return protocol.union_schema(offered, self.snapshot.calls_per_batch, arguments, answers=quotes,
+                                     calls_only=self._must_act())
+
+    def _must_act(self) -> bool:
+        """Whether the next round must call a tool: under "emelex-tools/3", while the turn has no result yet and
+        the request's first clause asks for a tool with `requested_by` words ("Create out.txt ..."), the round is
+        the tool-call form alone, so the model does what was asked (the user still approves it) instead of
+        answering that it did."""
+        return self._v3 and not self._results and bool(self._requested_tools(first=True) & self.enabled_tools)
 
     def answer_quotes(self) -> list[str] | None:
         """The quotes the next round's answer chooses among (`emelex_workers.agent.quotes`), or None for a free

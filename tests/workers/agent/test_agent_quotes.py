@@ -34,10 +34,11 @@ def snapshot(version: str = protocol.PROTOCOL_V3) -> SessionSnapshot:
 
 def offered(schema: dict) -> dict[str, dict]:
     """The arguments schema of each tool a round offers, by name."""
-    if "anyOf" not in schema:
+    batch = schema["anyOf"][1] if "anyOf" in schema else schema if "tool_calls" in schema["properties"] else None
+    if batch is None:
         return {}
     return {o["properties"]["name"]["const"]: o["properties"]["arguments"]
-            for o in schema["anyOf"][1]["properties"]["tool_calls"]["items"]["anyOf"]}
+            for o in batch["properties"]["tool_calls"]["items"]["anyOf"]}
 
 
 def answer_form(schema: dict) -> dict:
@@ -131,8 +132,9 @@ def test_small_talk_offers_no_tool_and_answers_in_kind(tmp_path: Path) -> None:
 def test_a_request_to_write_offers_the_write_it_names_first_and_once(tmp_path: Path) -> None:
     (tmp_path / "docs").mkdir()
     agent = agent_for(tmp_path, "Write a file docs/notes.md with the line: meeting at noon")
-    first = offered(agent.round_schema(tmp_path))
-    assert set(first) == {"write_file"}
+    schema = agent.round_schema(tmp_path)
+    first = offered(schema)
+    assert set(first) == {"write_file"} and "answer" not in json.dumps(schema)  # it must act: no answer form yet
     assert first["write_file"]["properties"]["path"] == {"type": "string", "enum": ["docs/notes.md"]}
     assert first["write_file"]["properties"]["content"]["enum"] == ["meeting at noon"]
     (tmp_path / "docs" / "notes.md").write_text("meeting at noon")  # what the call did
