@@ -386,7 +386,7 @@ class DurableAgentSession:
                 self._poisoned = False
                 raise
         if self.agent.snapshot.protocol == PROTOCOL_V3:
-            note = await self._offload(self._db, mentions_note, self.workspace, text, self.agent.exclude)
+            note = await self._offload(self._tools, mentions_note, self.workspace, text, self.agent.exclude)
             context += () if note is None else ({**note, "source": MENTIONS},)
         await self._offload(self._db, journal.open_turn, self.store, self._lease, text, context)
         self._fresh = False

@@ -60,6 +60,7 @@ def named_files(files: Collection[str], message: str) -> list[str]:
     `MAX_FILES`: a word with a "." or "/" that is a path of `files` or the name of exactly one of them, or
     another word (of 3 or more characters, not a common one) that is, whatever its case, the name of exactly
     one of them or that name without its suffixes ("readme" names README.md, "makefile" Makefile)."""
+    files = set(files)
     by_name: dict[str, list[str]] = {}
     for path in files:
         name = path.rsplit("/", 1)[-1]
@@ -76,13 +77,9 @@ def named_files(files: Collection[str], message: str) -> list[str]:
     return found[:MAX_FILES]
 
 
-def _read(workspace: Path, path: str, limit: int = FILE_BYTES) -> tuple[bytes, int] | None:
-    """The first `limit` bytes of workspace file `path` and its size; None when it is not a regular file reached
-    without a symlink (or cannot be read)."""
-    try:
-        root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return None
+def _read(root: int, path: str, limit: int = FILE_BYTES) -> tuple[bytes, int] | None:
+    """The first `limit` bytes of workspace file `path` (from `root`, the workspace's descriptor) and its size;
+    None when it is not a regular file reached without a symlink (or cannot be read)."""
     parent, _, name = path.rpartition("/")
     try:
         directory = open_dir(root, parent)
@@ -97,11 +94,9 @@ def _read(workspace: Path, path: str, limit: int = FILE_BYTES) -> tuple[bytes, i
             os.close(fd)
     except OSError:
         return None
-    finally:
-        os.close(root)
 
 
-def _hits(workspace: Path, files: Collection[str], message: str, skip: Collection[str]) -> list[str]:
+def _hits(root: int, files: Collection[str], message: str, skip: Collection[str]) -> list[str]:
     """Lines of the workspace's text files holding a rare word of `message` (see the module docstring), as
     "path:N: line", at most `MAX_HITS`; the files of `skip` (read whole already) are not searched."""
     asked = words(message)
@@ -111,10 +106,13 @@ def _hits(workspace: Path, files: Collection[str], message: str, skip: Collectio
     found: dict[str, list[str]] = {word: [] for word in wanted}
     owners: dict[str, set[str]] = {word: set() for word in wanted}
     for path in [f for f in files if f not in skip][:SEARCH_FILES]:
-        read = _read(workspace, path, SEARCH_BYTES)
+        read = _read(root, path, SEARCH_BYTES)
         if read is None or b"\0" in read[0]:
             continue
         for number, line in enumerate(read[0].decode("utf-8", "replace").splitlines(), 1):
+            low = line.lower()
+            if not any(word in low for word in wanted):  # a word of the line is a lowercase part of it
+                continue
             present = words(line)
             for word in wanted:
                 if word in present and len(found[word]) < MAX_HITS:
@@ -130,12 +128,23 @@ def mentions_note(workspace: str | Path, message: str, exclude: Collection[tuple
     a binary file, else the text read, cut to the room left), each hit "path:N: line"; None when there is
     neither. Never raises for the workspace's content."""
     workspace = Path(workspace)
-    listed = scan(workspace, exclude).files
+    try:
+        root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return _note(root, scan(workspace, exclude).files, message)
+    finally:
+        os.close(root)
+
+
+def _note(root: int, listed: Collection[str], message: str) -> dict | None:
+    """`mentions_note` of the workspace open as `root`, whose files `scan` lists as `listed`."""
     hidden = [word for word in mentioned(message) if word.startswith(".") and "/" not in word]  # ".env", named
     paths = named_files([*listed, *hidden], message)
     files, parts, room = [], [HEADER], NOTE_CHARS - len(HEADER)
     for path in paths:
-        read = _read(workspace, path)
+        read = _read(root, path)
         if read is None:
             continue
         data, size = read
@@ -150,7 +159,7 @@ def mentions_note(workspace: str | Path, message: str, exclude: Collection[tuple
             room -= len(text) + 1
         files.append({"path": path, "bytes": size, "content": text})
         parts += [head] + ([text.rstrip("\n")] if text else [])
-    hits = _hits(workspace, listed, message, [f["path"] for f in files])
+    hits = _hits(root, listed, message, [f["path"] for f in files])
     hits = [hit for hit in hits if (room := room - len(hit) - 1) > 0]
     if not files and not hits:
         return None

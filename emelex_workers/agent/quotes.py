@@ -123,6 +123,12 @@ def choose(request: str, quotes: Sequence[Quote], choices: int = QUOTE_CHOICES, 
     return [quote.text for quote in narrowed or tied][:choices]
 
 
+def note_files(payloads: Iterable[dict]) -> list[str]:
+    """The paths of the files context notes hold (a `mentions` note's "files")."""
+    return [file["path"] for payload in payloads for file in payload.get("files", ())
+            if isinstance(file, dict) and isinstance(file.get("path"), str)]
+
+
 def note_quotes(payloads: Iterable[dict], request: str) -> list[Quote]:
     """The quotes context notes offer: each payload's "quotes" that are strings ("LABEL: text", each whole), the
     quotes of each of its "files" (a `mentions` note) as of a result labelled with its path (a binary file: its

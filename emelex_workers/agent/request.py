@@ -11,9 +11,10 @@ from collections.abc import Callable
 
 SPAN_WORDS = 12  # words of the request one span holds at most
 MAX_SPANS = 400  # spans offered at most (the longest requests lose their latest starts)
-SMALL_TALK = frozenset({"hi", "hello", "hey", "thank", "thanks", "thx", "bye", "goodbye", "ok", "okay", "cool",
-                        "great", "nice", "good", "morning", "afternoon", "evening", "yes", "yep", "no", "nope", "sure",
-                        "cheer", "cheers", "help", "welcome", "awesome", "perfect"})
+THANKS, FAREWELLS = frozenset({"thank", "thx", "cheer"}), frozenset({"bye", "goodbye"})  # as `words` gives them
+SMALL_TALK = THANKS | FAREWELLS | frozenset({"hi", "hello", "hey", "ok", "okay", "cool", "great", "nice", "good",
+                                             "morning", "afternoon", "evening", "yes", "yep", "no", "nope", "sure",
+                                             "help", "welcome", "awesome", "perfect"})
 CLAUSE_WORDS = frozenset({"and", "then"})
 LEAD_WORDS = frozenset({"please", "can", "could", "would", "will", "you", "kindly", "now", "just", "also", "go",
                         "ahead", "i", "we", "want", "need", "to", "let", "lets", "let's", "us", "first", "next",
@@ -49,14 +50,16 @@ def words(text: str) -> set[str]:
     return {word for word in found if len(word) > 1 or word.isdigit()} - COMMON_WORDS
 
 
-
-
-_SET_OFF = re.compile(r"`([^`]+)`|\"([^\"]+)\"|(?:^|(?<=\s))'([^']+)'(?=$|[\s.,;:!?])")
-
-
+_QUOTED = r"`([^`]+)`|\"([^\"]+)\""  # a part in backquotes or double quotes
+_SET_OFF = re.compile(_QUOTED + r"|(?:^|(?<=\s))'([^']+)'(?=$|[\s.,;:!?])")  # or in single quotes
 _TEXT_CUE = re.compile(r"\b(?:that|which)\s+(?:says|reads)\s+(.+)$|\b(?:saying|containing|contains)\s+(?:the\s+"
                        r"(?:text|line|words?)\s+)?(.+)$|\bwith\s+the\s+(?:text|line|content|contents|words?)\s+(.+)$",
                        re.IGNORECASE)
+
+
+def _quoted(pattern: str | re.Pattern, request: str) -> list[str]:
+    """The parts of `request` that `pattern`'s groups catch (each stripped, the empty left out), in order."""
+    return [part.strip() for groups in re.findall(pattern, request) for part in groups if part.strip()]
 
 
 def tokens(request: str) -> list[str]:
@@ -94,19 +97,16 @@ def spans(request: str, starts: Callable[[str], bool] = lambda word: True,
     punctuation around each dropped, one space between them) from each word `starts` accepts (a program's name;
     from every word when it accepts none): "Run wc -l words.txt and tell me" offers "wc -l words.txt". In
     order, each once, at most `MAX_SPANS`."""
-    found = [quoted.strip() for pair in re.findall(r"`([^`]+)`|\"([^\"]+)\"", request) for quoted in pair
-             if quoted.strip()]
-    if found:
-        return list(dict.fromkeys(found))[:MAX_SPANS]
+    found = _quoted(_QUOTED, request)
     clauses = _clauses(request)
-    if not any(starts(word) for clause in clauses for word in clause):
-        starts = lambda word: True  # noqa: E731 - no word starts a command: any may
-    scripts = [f"{interpreter} {word}" for clause in clauses for word in clause
-               if (interpreter := script(word)) is not None]
-    if scripts:
-        return list(dict.fromkeys(scripts))[:MAX_SPANS]
-    for clause in clauses:
-        found += [" ".join(clause[start:start + SPAN_WORDS]) for start in range(len(clause)) if starts(clause[start])]
+    if not found:
+        found = [f"{interpreter} {word}" for clause in clauses for word in clause
+                 if (interpreter := script(word)) is not None]
+    if not found:
+        if not any(starts(word) for clause in clauses for word in clause):
+            starts = lambda word: True  # noqa: E731 - no word starts a command: any may
+        found = [" ".join(clause[start:start + SPAN_WORDS]) for clause in clauses for start in range(len(clause))
+                 if starts(clause[start])]
     return list(dict.fromkeys(found))[:MAX_SPANS]
 
 
@@ -138,9 +138,9 @@ def small_talk_answer(request: str) -> str:
     """The reply to a request that is only talk: "You're welcome." to thanks, "Goodbye." to a farewell, else
     `GREETING` (what the chat can do)."""
     said = words(request)
-    if said & {"thank", "thanks", "thx", "cheer", "cheers"}:
+    if said & THANKS:
         return "You're welcome."
-    return "Goodbye." if said & {"bye", "goodbye"} else GREETING
+    return "Goodbye." if said & FAREWELLS else GREETING
 
 
 def asks_for(request_verbs: list[str], wanted: frozenset[str]) -> bool:
@@ -165,7 +165,7 @@ def set_off(request: str) -> list[str]:
     "what's" is no quote), and what follows its last colon (stripped); with neither, what follows a cue such as
     "that says", "saying", "containing" or "with the text" (`_TEXT_CUE`), a final "." dropped; in order, each
     once."""
-    found = [quoted for group in re.findall(_SET_OFF, request) for quoted in group if quoted.strip()]
+    found = _quoted(_SET_OFF, request)
     if ":" in request and (after := request.rsplit(":", 1)[1].strip().strip("\"'`")):
         found.append(after)
     elif not found and (cue := _TEXT_CUE.search(request)) and \

@@ -27,12 +27,13 @@ from emelex_memory.agent.journal import CONTEXT_KIND, REPEATED, UnknownEffect
 from emelex_memory.agent.snapshot import SessionSnapshot, ToolAuthority
 from emelex_memory.sessions.transcript import SUMMARY_KIND
 from emelex_workers.host.manager import accepts_keyword
+from emelex_workers.host.tools import ToolSpec
 from emelex_workers.host.types import AgentBinding, GenerationInterrupted, GenerationProgress, event_body
 
 from . import protocol
 from .errors import UnknownToolError
 from .protocol import ProposedCall, RoundOutput
-from .quotes import choose, note_quotes, result_quotes
+from .quotes import choose, note_files, note_quotes, result_quotes
 from .request import asks_for, mentioned, set_off, small_talk, small_talk_answer, spans, verbs
 from .schema import validate
 from .tools import RegisteredTool, bounded
@@ -226,8 +227,8 @@ class AgentSession:
         answer: under protocol "emelex-tools/3" the quotes of the turn's tool results and of the context notes
         recorded with its input most relevant to the user's request (`quotes.choose`), or, once a tool the
         request asks for (`requested_by`) ran, of that tool's results only; before the turn's first result those of
-        the notes and of earlier turns' results, only when one has a word of the request, and `request.small_talk_answer` for a request that is only talk.
-        Always None under older protocols."""
+        the notes and of earlier turns' results, only when one has a word of the request, and
+        `request.small_talk_answer` for a request that is only talk. Always None under older protocols."""
         if not self._v3:
             return None
         if not self._results and small_talk(self._asked):
@@ -245,9 +246,7 @@ class AgentSession:
             quotes += result_quotes(label, result["output"], "" if effects else self._asked)  # an effect: no count
         if not effects:
             quotes += note_quotes(self._notes, self._asked)
-        named = [f.get("path") for note in self._notes for f in note.get("files", ()) if isinstance(f, dict)]
-        named = [path for path in named if isinstance(path, str)]
-        chosen = choose(self._asked, quotes, relevant_only=not results, named=named)
+        chosen = choose(self._asked, quotes, relevant_only=not results, named=note_files(self._notes))
         return chosen or None
 
     @property
@@ -295,19 +294,19 @@ class AgentSession:
         asked = verbs(self._asked)[:1] if first else verbs(self._asked)
         return {t.name for t in self.snapshot.tools if asks_for(asked, self._requested_by(t.name))}
 
-    def _spans(self, name: str) -> Mapping[str, str]:
-        """The `request_spans` of registered tool `name` (none for a tool not registered here)."""
+    def _spec(self, name: str) -> ToolSpec:
+        """The registered spec of tool `name` (`_UNREGISTERED`, declaring nothing, for a tool not registered here)."""
         registered = self.tools.get(name)
-        return registered.spec.request_spans if registered is not None else {}
+        return registered.spec if registered is not None else _UNREGISTERED
+
+    def _spans(self, name: str) -> Mapping[str, str]:
+        return self._spec(name).request_spans
 
     def _requested_by(self, name: str) -> frozenset[str]:
-        """The `requested_by` words of registered tool `name` (none for a tool not registered here)."""
-        registered = self.tools.get(name)
-        return registered.spec.requested_by if registered is not None else frozenset()
+        return self._spec(name).requested_by
 
     def _paths(self, tool: ToolAuthority) -> Mapping[str, str]:
-        registered = self.tools.get(tool.name)
-        return registered.spec.workspace_paths if registered is not None else {}
+        return self._spec(tool.name).workspace_paths
 
     def _arguments(self, tool: ToolAuthority, entries: WorkspaceEntries | None) -> dict | None:
         """`tool`'s argument schema for the next round, or None when no argument admissible now is left."""
@@ -408,6 +407,9 @@ def _interpreter(word: str, files: frozenset[str]) -> str | None:
     `INTERPRETERS` whose program is on PATH; else None."""
     interpreter = INTERPRETERS.get(os.path.splitext(word)[1])
     return interpreter if word in files and interpreter and shutil.which(interpreter) else None
+
+
+_UNREGISTERED = ToolSpec("unregistered", "A snapshot tool no plugin registers here.", {}, lambda invocation: None)
 
 
 class _RoundStop(threading.Event):

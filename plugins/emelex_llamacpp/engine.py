@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hashlib
 import json
 import struct
@@ -30,15 +31,11 @@ def grammar_literal(text: str) -> str:
     return '"' + "".join(_GRAMMAR_ESCAPES.get(char, char) for char in text) + '"'
 
 
-_CONVERTERS: dict[int, type] = {}
-
-
+@functools.cache
 def _converter(module: Any) -> type:
-    """llama-cpp-python's ``SchemaConverter`` with `grammar_literal` for its literals (one class per module)."""
-    if id(module) not in _CONVERTERS:
-        _CONVERTERS[id(module)] = type("SchemaConverter", (module.SchemaConverter,),
-                                       {"_format_literal": lambda self, literal: grammar_literal(literal)})
-    return _CONVERTERS[id(module)]
+    """llama-cpp-python's ``SchemaConverter`` with `grammar_literal` for its literals (made once)."""
+    return type("SchemaConverter", (module.SchemaConverter,),
+                {"_format_literal": lambda self, literal: grammar_literal(literal)})
 
 
 # GGUF scalar value type -> struct format (8 = string, 9 = array: handled apart).
