@@ -52,11 +52,12 @@ def holder_is_dead(holder: str | None) -> bool:
     return False
 
 
-def live_lease(alias: str = "") -> str:
+def live_lease(alias: str = "", now: str = "?") -> str:
     """The one SQL condition "this `session_leases` row (named `alias`, if given) is a live lease": active and not
-    expired at the `?` it leaves to bind (the caller's now). Every query asking whether a Session is held uses it."""
+    expired at the parameter `now` (a plain `?` by default) the caller binds to its now. Every query asking whether a
+    Session is held uses it."""
     p = f"{alias}." if alias else ""
-    return f"{p}state = 'active' AND {p}expires_at > ?"
+    return f"{p}state = 'active' AND {p}expires_at > {now}"
 
 
 def live_holder(conn: apsw.Connection, rowid: int, now: float) -> tuple[str, float] | None:

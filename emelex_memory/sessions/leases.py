@@ -78,18 +78,21 @@ def _insert_sql(count: int) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _checked_insert_sql(count: int, journaled: bool) -> str:
-    """`_insert_sql(count)` that inserts only when what `_AUTHORITY_SQL` reads is what the lease expects: the Session's
-    workspace and epoch, the lease token, state and expiry (bound: Session row ID, workspace ID, epoch, token digest,
-    now), no open agent journal (unless `journaled`), and the head (newest seq, turn, byte_end, media_end: four more
-    bindings) the lease last wrote; then the `count` rows. It inserts all of them or none: `changes()` tells which.
-    The turn's rows come from one `VALUES` list joined to the one row of the check, so they are inserted in order."""
-    journal = "" if journaled else f"AND NOT {open_journal('s.id')} "
+    """The one `INSERT` of a turn of `count` events without media that inserts only when what `_AUTHORITY_SQL` reads
+    is what the lease expects: the Session's workspace and epoch, the lease token, state and expiry, no open agent
+    journal (unless `journaled`), and the head the lease last wrote. It inserts all of the rows or none: `changes()`
+    tells which. Bound: ?1 Session row ID, ?2 workspace ID, ?3 epoch, ?4 token digest, ?5 now, ?6-?9 that head (seq,
+    turn, byte_end, media_end), then each event's kind, payload, size and byte_end. The rest of a row follows from
+    those: seq and position from the head and the event's place, the next turn, the unchanged media_end, created_at
+    now. The rows come from one `VALUES` list joined to the one row of the check, so they are inserted in order."""
+    journal = "" if journaled else f"AND NOT {open_journal('?1')} "
+    rows = ", ".join(f"({i}, ?{10 + 4 * i}, ?{11 + 4 * i}, ?{12 + 4 * i}, ?{13 + 4 * i})" for i in range(count))
     return (
-        _INSERT_SQL.removesuffix("VALUES ") + "SELECT v.* FROM (SELECT 1 FROM sessions s JOIN session_leases l "
-        "ON l.session_id = s.id WHERE s.id = ? AND s.workspace_id = ? AND s.workspace_epoch = ? AND l.token_hash = ? "
-        f"AND {live_lease('l')} {journal}AND (SELECT seq, turn, byte_end, media_end FROM events "
-        "WHERE session_id = s.id ORDER BY seq DESC LIMIT 1) = (?, ?, ?, ?)) CROSS JOIN (VALUES "
-        + ", ".join([_ROW] * count) + ") AS v"
+        _INSERT_SQL.removesuffix("VALUES ") + "SELECT ?1, ?6 + 1 + v.column1, ?7 + 1, v.column1, v.column2, v.column3, "
+        "v.column4, v.column5, ?9, ?5 FROM (SELECT 1 FROM sessions s JOIN session_leases l ON l.session_id = s.id "
+        "WHERE s.id = ?1 AND s.workspace_id = ?2 AND s.workspace_epoch = ?3 AND l.token_hash = ?4 "
+        f"AND {live_lease('l', '?5')} {journal}AND (SELECT seq, turn, byte_end, media_end FROM events "
+        f"WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) = (?6, ?7, ?8, ?9)) CROSS JOIN (VALUES {rows}) AS v"
     )
 
 
@@ -270,11 +273,16 @@ class SessionLease:
                 # raising the typed error of whatever changed, or finding the head the lease did not know.
                 if head is not None and head[0] == expected and not linked and self._same_workspace():
                     now = db.clock()
-                    last_seq, turn = expected, head[1] + 1
-                    values, byte_end, media_end = _turn_rows(encoded, rowid, last_seq, turn, head[2], head[3], None, now)
-                    conn.execute(_checked_insert_sql(count, journaled),
-                                 (rowid, self.workspace_id, self._epoch, self._digest, now, *head, *values))
-                    if not conn.changes():
+                    byte_end = head[2]
+                    values = [rowid, self.workspace_id, self._epoch, self._digest, now, *head]
+                    for e in encoded:  # (kind, payload, size) and the running byte total
+                        byte_end += e.size
+                        values += e
+                        values.append(byte_end)
+                    conn.execute(_checked_insert_sql(count, journaled), values)
+                    if conn.changes():
+                        last_seq, turn, media_end = expected, head[1] + 1, head[3]
+                    else:
                         head = None
                 else:
                     head = None
