@@ -247,7 +247,7 @@ def turn_record(home: Path, session: str) -> dict:
             ran.append(key)
             if event.payload.get("tool") in EFFECTFUL:
                 ran = []  # what ran before may read differently now: a call after it is a new one
-    forced = any(e.kind == "audit" and e.payload.get("forced") for e in events)
+    forced = next((e.payload["forced"] for e in events if e.kind == "audit" and e.payload.get("forced")), None)
     return {"answer": answer, "ended": "answer" if answer is not None else (failed or {}).get("reason", "none"),
             "ran": runs, "repeats": repeats, "forced": forced,
             "diagnostic": (failed or {}).get("diagnostic", "")}
@@ -313,7 +313,7 @@ def render(figures: dict) -> str:
     table = ["| task | kind | criterion | passed | time | calls run | approvals y/n | ended | answer |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
-        ended = r["ended"] + (" (forced)" if r.get("forced") else "")
+        ended = r["ended"] + (f" (forced: {r['forced']})" if r.get("forced") else "")
         shown = r["answer"] if r["answer"] is not None else r.get("diagnostic", "")
         table.append(f"| {r['task']} | {r['kind']} | {_cell(r['criterion'])} | {'yes' if r['passed'] else 'no'} | "
                      f"{r['seconds']:.1f} s | {r['ran']} | {r['approved']}/{r['denied']} | {ended} | "

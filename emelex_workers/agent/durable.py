@@ -103,8 +103,9 @@ class TurnResult:
     """How a turn ended: `outcome` is "answer" (with `answer`), "interrupted", "aborted" or "error" (with a bounded
     `diagnostic`); `rounds` model rounds ran and `calls` tool calls were published; `context` holds the context
     payloads recorded before this turn's first round (a Session's first turn only). `forced` says why an answer
-    was forced (generated under the answer form only): "chain_limit" (the turn used its `chain_limit` tool rounds)
-    or "repeat" (the last round's results were all repeats); None for an answer the model chose."""
+    was forced (generated under the answer form only): "chain_limit" (the turn used its `chain_limit` tool rounds),
+    "repeat" (the last round's results were all repeats) or "answered" (the turn's results hold the answer:
+    `AgentSession.answered`); None for an answer the model chose."""
 
     outcome: str
     answer: str | None
@@ -428,7 +429,8 @@ class DurableAgentSession:
                 calls += len(out.calls)
                 if ended is not None:
                     return await self._fail(ended, _ENDINGS[ended], rounds, calls)
-                forced = "chain_limit" if rounds >= limit else "repeat" if stale else None
+                forced = "chain_limit" if rounds >= limit else "repeat" if stale else \
+                    "answered" if agent.answered() else None
         except GenerationInterrupted:
             return await self._fail("interrupted", _ENDINGS["interrupted"], rounds, calls)
         except asyncio.CancelledError:

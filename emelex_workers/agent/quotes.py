@@ -27,8 +27,10 @@ is answered, not quoted).
 
 The request's words (lowercased, split at punctuation too, a plural "s"
 dropped, common words left out) rank the quotes: a quote scores the sum of
-`log(1 + n / df)` over the request words it contains (n quotes, df of them
-containing the word), and only the quotes of the best score are offered,
+`log(1 + n / df)` over the request words it contains (n things quoted, df of
+them containing the word: the quotes of one file, listing or output count
+once, its lines the notes hold as "path:N: line" with them), and only the
+quotes of the best score are offered,
 at most `QUOTE_CHOICES`, in their order: the model chooses among ties only.
 When the request names files (`request.mentioned`: "motd.txt", or its name
 "db.toml" of "config/db.toml"; and those the caller says it names, as the
@@ -41,7 +43,9 @@ listing), the single lines among those are offered (the precise
 answer: "config.ini: port = 8421", not the whole file); when none does
 (only the label matched), the whole outputs among them are (they hold every
 line that ties with them: the command's output, not its exit code alone).
-A pure function of the recorded history, so a resumed turn offers exactly
+`answers` says whether the quotes already hold the answer, so that the turn's
+next round is the answer form alone (`AgentSession.answered`).
+All of it is a pure function of the recorded history, so a resumed turn offers exactly
 what the live one would.
 """
 
@@ -51,12 +55,15 @@ import math
 from collections.abc import Collection, Iterable, Sequence
 from typing import NamedTuple
 
+from .mentions import SEEK_WORDS
 from .request import mentioned, words
 
 QUOTE_CHOICES = 4  # quotes one answer chooses among
 QUOTE_CHARS = 300  # of one quote at most: a longer line is cut
 WHOLE_CHARS = 240  # a multi-line output this short is offered whole, too
 LINES_PER_RESULT = 200  # lines of one output quoted at most
+SOUGHT_CHARS = 4  # a word of the request this long says what is sought (see `answers`)
+KIND_WORDS = frozenset({"file"})  # what a request names the kind of its answer by: a quote holding it answers nothing
 COUNT_WORDS = frozenset({"line", "byte", "size", "long", "big", "large", "many", "count", "length", "much"})
 
 
@@ -94,33 +101,82 @@ def result_quotes(label: str, output: str, request: str, size: int | None = None
     return quotes
 
 
+def _competing(request: str, quotes: Sequence[Quote], named: Collection[str]) -> tuple[list[Quote], list[Quote]]:
+    """The quotes that compete for an answer to `request` (each text once): those labelled with a file the request
+    names (`named` and `request.mentioned`), and all of them when none is; with those of the named files alone."""
+    unique = list({quote.text: quote for quote in quotes}.values())
+    paths = [*named, *mentioned(request)]
+    of_named = [q for q in unique if any(q.label == p or q.label.endswith("/" + p) for p in paths)]
+    return of_named or unique, of_named
+
+
+def _source(label: str) -> str:
+    """What a quote labelled `label` quotes: the label without the line number of a hit ("notes/a.md:3")."""
+    path, _, number = label.rpartition(":")
+    return path if path and number.isdigit() else label
+
+
+def _uniform(quotes: Sequence[Quote]) -> dict[str, set[str]]:
+    """For each label of several line quotes, the words every one of its lines holds (as "file" in a listing)."""
+    lines: dict[str, list[set[str]]] = {}
+    for quote in quotes:
+        if quote.kind == "line":
+            lines.setdefault(quote.label, []).append(words(quote.quoted))
+    return {label: set.intersection(*found) for label, found in lines.items() if len(found) > 1}
+
+
 def choose(request: str, quotes: Sequence[Quote], choices: int = QUOTE_CHOICES, *,
            relevant_only: bool = False, named: Collection[str] = ()) -> list[str]:
     """The quotes (their texts) an answer to `request` chooses among, of `quotes` (each text once): those of the
     best score, narrowed among ties as the module docstring says; at most `choices`, in the order given. When
     none has a word of the request: the first `choices`, or none when `relevant_only`."""
-    unique = list({quote.text: quote for quote in quotes}.values())
-    named = [*named, *mentioned(request)]
-    unique = [q for q in unique if any(q.label == p or q.label.endswith("/" + p) for p in named)] or unique
+    unique, _ = _competing(request, quotes, named)
     wanted = words(request)
     sets = [words(quote.text) for quote in unique]
-    frequency = {word: sum(word in found for found in sets) for word in wanted}
-    scores = [sum(math.log(1 + len(unique) / frequency[word]) for word in wanted & found) for found in sets]
+    # A word's rarity is counted over what is quoted (a file, a listing, a command's output), not over the quotes:
+    # one output gives several (its lines, itself whole, a line of it the notes hold as "path:N").
+    sources: dict[str, set[str]] = {}
+    for quote, found in zip(unique, sets):
+        sources.setdefault(_source(quote.label), set()).update(found)
+    frequency = {word: sum(word in found for found in sources.values()) for word in wanted}
+    scores = [sum(math.log(1 + len(sources) / frequency[word]) for word in wanted & found) for found in sets]
     best = max(scores, default=0.0)
     if relevant_only and best <= 0:
         return []
     tied = [quote for quote, score in zip(unique, scores) if score >= best - 1e-9]
     if not wanted.isdisjoint(COUNT_WORDS) and (counts := [quote for quote in tied if quote.kind == "count"]):
         return [quote.text for quote in counts][:choices]
-    lines: dict[str, list[set[str]]] = {}
-    for quote in unique:
-        if quote.kind == "line":
-            lines.setdefault(quote.label, []).append(words(quote.quoted))
-    uniform = {label: set.intersection(*found) for label, found in lines.items() if len(found) > 1}
+    uniform = _uniform(unique)
     precise = [quote for quote in tied if not wanted.isdisjoint(words(quote.quoted) - uniform.get(quote.label, set()))]
     narrowed = [quote for quote in precise if quote.kind != "whole"] or precise if precise else \
         [quote for quote in tied if quote.kind == "whole"]
     return [quote.text for quote in narrowed or tied][:choices]
+
+
+def answers(request: str, quotes: Sequence[Quote], named: Collection[str] = ()) -> bool:
+    """Whether `quotes` hold an answer to `request`. When the request names files (`named`, `request.mentioned`),
+    only quotes of those count, and none means no. A count counts when the request asks how many or how big.
+    Else no while a word of the request that says what is sought (of `SOUGHT_CHARS` characters or more, not the
+    name of a file it names, not one of `KIND_WORDS` nor of `mentions.SEEK_WORDS`, which say how: "define",
+    "mention") is in none of the quotes; then a quote counts when what it quotes (not its label) holds a word of
+    the request other than those and than the words every line of its output holds. A request with no word but
+    its files' names ("What does motd.txt say?") is answered by any quote of them."""
+    unique, of_named = _competing(request, quotes, named)
+    paths = [*named, *mentioned(request)]
+    if not unique or (paths and not of_named):
+        return False
+    wanted = words(request) - KIND_WORDS
+    if not wanted.isdisjoint(COUNT_WORDS) and any(quote.kind == "count" for quote in unique):
+        return True
+    wanted -= set().union(*(words(path) for path in paths))
+    if not wanted:
+        return bool(of_named)
+    found = set().union(*(words(quote.text) for quote in unique))
+    if any(len(word) >= SOUGHT_CHARS and word not in SEEK_WORDS and word not in found for word in wanted):
+        return False
+    uniform = _uniform(unique)
+    return any(not wanted.isdisjoint(words(quote.quoted) - uniform.get(quote.label, set())) for quote in unique
+               if quote.kind != "count")
 
 
 def note_files(payloads: Iterable[dict]) -> list[str]:

@@ -44,9 +44,8 @@ def words(text: str) -> set[str]:
     such as "config.ini" or "src/app.py" kept whole and also split in parts), stemmed, common words and single
     letters left out."""
     found = set()
-    for token in _WORD.findall(text.lower()):
-        found.add(stem(token))
-        found.update(stem(part) for part in _PART.split(token) if part)
+    for token in _WORD.findall(text.lower()):  # a common word is left out before it is stemmed too ("does")
+        found.update(stem(part) for part in (token, *_PART.split(token)) if part and part not in COMMON_WORDS)
     return {word for word in found if len(word) > 1 or word.isdigit()} - COMMON_WORDS
 
 

@@ -33,7 +33,7 @@ from emelex_workers.host.types import AgentBinding, GenerationInterrupted, Gener
 from . import protocol
 from .errors import UnknownToolError
 from .protocol import ProposedCall, RoundOutput
-from .quotes import choose, note_files, note_quotes, result_quotes
+from .quotes import Quote, answers, choose, note_files, note_quotes, result_quotes
 from .request import asks_for, mentioned, set_off, small_talk, small_talk_answer, spans, verbs
 from .schema import validate
 from .tools import RegisteredTool, bounded
@@ -180,12 +180,13 @@ class AgentSession:
         self.messages.append({"role": "assistant", "content": protocol.answer_text(text)})
 
     def round_messages(self, forced: str | None = None) -> list[dict[str, str]]:
-        """The messages a round is generated from: the history plus, when the turn is `forced` to end ("chain_limit"
-        or "repeat"), a note to answer from the results in context, else, while tools are disabled, a note
+        """The messages a round is generated from: the history plus, when the turn is `forced` to end ("chain_limit",
+        "repeat" or "answered"), a note to answer from the results in context, else, while tools are disabled, a note
         naming them. The notes are never part of `messages`."""
         if forced is not None:
-            why = (f"this turn has used its {self.snapshot.chain_limit} tool rounds" if forced == "chain_limit"
-                   else "the last tool calls told you nothing new")
+            why = {"chain_limit": f"this turn has used its {self.snapshot.chain_limit} tool rounds",
+                   "answered": "the tool results above answer it"}.get(forced,
+                                                                        "the last tool calls told you nothing new")
             note = (f"No more tool calls ({why}). Answer the user's request {bounded(self._asked, QUOTED_BYTES)!r} "
                     "with what the tool results above show.")
             return [*self.messages, {"role": "system", "content": note}]
@@ -233,6 +234,23 @@ class AgentSession:
             return None
         if not self._results and small_talk(self._asked):
             return [small_talk_answer(self._asked)]
+        chosen = choose(self._asked, self._quotes(), relevant_only=not self._results, named=note_files(self._notes))
+        return chosen or None
+
+    def answered(self) -> bool:
+        """Whether the turn holds its answer, so that its next round is the answer form alone (`forced`
+        "answered"): under protocol "emelex-tools/3", once the turn has a result, when a tool the request asks for
+        (`requested_by`) ran (the answer then quotes its results only, and no such tool is offered again), or when
+        the quotes the answer would choose among answer the request (`quotes.answers`). False under older
+        protocols."""
+        if not self._v3 or not self._results:
+            return False
+        return self._effected or answers(self._asked, self._quotes(), note_files(self._notes))
+
+    def _quotes(self) -> list[Quote]:
+        """The quotes an answer is chosen among (`answer_quotes`): of the results of the tools the request asks for
+        that ran in the turn, when there are any; else of the turn's results (or, before it has any, of earlier
+        turns' results) and of the context notes recorded with its input."""
         done = [(call, result) for call, result in self._results or self._earlier
                 if result.get("outcome") not in _NOT_DONE and isinstance(result.get("output"), str)]
         results = done if self._results else []
@@ -246,8 +264,7 @@ class AgentSession:
             quotes += result_quotes(label, result["output"], "" if effects else self._asked)  # an effect: no count
         if not effects:
             quotes += note_quotes(self._notes, self._asked)
-        chosen = choose(self._asked, quotes, relevant_only=not results, named=note_files(self._notes))
-        return chosen or None
+        return quotes
 
     @property
     def _v3(self) -> bool:

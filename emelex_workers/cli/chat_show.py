@@ -142,11 +142,12 @@ FORCED = {"chain_limit": "the model used all of this turn's tool rounds, so it a
 def ending_line(result: Any) -> str | None:
     """How turn `result` ended, when it is more than its answer: "[turn OUTCOME: diagnostic]" for a turn without
     an answer, "[limit-forced answer: REASON]" for an answer the adapter forced (`result.forced`, said in words for
-    the reasons of `FORCED`; read with getattr, so an adapter without it shows plain answers), else None."""
+    the reasons of `FORCED`; read with getattr, so an adapter without it shows plain answers; an answer forced
+    because the turn's results held it, "answered", is a plain answer), else None."""
     if result.outcome != "answer":
         return f"[turn {result.outcome}: {result.diagnostic}]"
     forced = getattr(result, "forced", None)
-    if forced:
+    if forced and forced != "answered":  # the turn's results held the answer: the ordinary end of a turn
         reason = FORCED.get(forced, forced) if isinstance(forced, str) else None
         return f"[limit-forced answer: {reason}]" if reason else "[limit-forced answer]"
     return None

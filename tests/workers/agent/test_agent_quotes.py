@@ -15,12 +15,13 @@ from emelex_workers.agent import protocol
 from emelex_workers.agent.durable import DurableAgentSession
 from emelex_workers.agent.mentions import mentions_note
 from emelex_workers.agent.protocol import ProposedCall
-from emelex_workers.agent.quotes import choose, note_quotes, result_quotes
-from emelex_workers.agent.request import asks_for, set_off, small_talk, spans, verbs
+from emelex_workers.agent.quotes import answers, choose, note_quotes, result_quotes
+from emelex_workers.agent.request import asks_for, set_off, small_talk, spans, verbs, words
 from emelex_workers.agent.schema import validate
 from emelex_workers.agent.session import AgentSession
 from emelex_workers.agent.tools import RegisteredTool
 from emelex_workers.agent.workspace_map import workspace_map
+from emelex_workers.cli.chat_show import ending_line
 from emelex_tools.plugin import tool_specs
 from tests.support.agent import ScriptedBinding, answer, calls
 
@@ -258,3 +259,48 @@ def test_a_turn_that_reads_nothing_may_quote_what_an_earlier_turn_read(tmp_path:
         ["run_command echo hello from the tool: exit code 0; hello from the tool"]
     agent.add_user("Explain monads")  # no word of it in what was read: a free answer
     assert answer_form(agent.round_schema(tmp_path)) == {"type": "string", "maxLength": 500}
+
+
+def test_a_turn_stops_reading_once_its_results_hold_the_answer(store: MemoryStore, tmp_path: Path) -> None:
+    root = tmp_path / "ws"
+    (root / "logs").mkdir(parents=True)
+    (root / "logs" / "server.log").write_text("INFO started\nINFO ready\n")
+    (root / "logs" / "worker.log").write_text("INFO started\nERROR disk full\n")
+    (root / "config.ini").write_text("[server]\nport = 8421\n")
+    more = [calls(("list_dir", {"path": "."}))] * 4  # a model that would go on reading to the chain limit
+    binding = ScriptedBinding([calls(("read_file", {"path": "config.ini"})), answer("config.ini: port = 8421"),
+                               calls(("list_dir", {"path": "logs"})), *more[:2], answer("logs/worker.log: ERROR disk full")])
+
+    async def main():
+        agent = await DurableAgentSession.create(store, root, binding, BUILTIN, snapshot())
+        port = await agent.turn("What port does config.ini set?")
+        error = await agent.turn("Which log has the word ERROR?")
+        await agent.close()
+        return port, error
+
+    port, error = asyncio.run(main())
+    assert (port.rounds, port.forced, port.answer) == (2, "answered", "config.ini: port = 8421")
+    assert binding.rounds[1]["schema"]["properties"].keys() == {"answer"}  # the answer form alone, after one read
+    assert "the tool results above answer it" in binding.rounds[1]["messages"][-1]["content"]
+    # A listing names the logs but not what is sought ("error" is in no quote): the turn reads on.
+    assert binding.rounds[3]["schema"] != binding.rounds[1]["schema"]
+    assert error.outcome == "answer" and error.forced != "answered"
+    assert ending_line(port) is None  # an answer in hand is no limit: the screen says nothing of it
+
+
+def test_what_holds_the_answer_is_decided_by_rule() -> None:
+    listing = result_quotes("logs/", "server.log\nworker.log\n", "")
+    error = result_quotes("logs/worker.log", "INFO started\nERROR disk full\n", "")
+    assert not answers("Which log file has an ERROR in it?", listing)  # "error" is in no quote yet
+    assert answers("Which log file has an ERROR in it?", listing + error)
+    config = result_quotes("config.ini", "port = 8421\n", "")
+    assert answers("What port does config.ini set?", config)
+    assert not answers("What port does app.toml set?", config)  # not the file it names
+    assert answers("What does config.ini say?", config)  # no word but the file's name: any quote of it
+    assert not answers("What files are here?", result_quotes("src", "file 12 main.py\n", ""))  # "file" answers nothing
+    assert answers("How many lines does a.txt have?", result_quotes("a.txt", "x\ny\n", "how many lines"))
+    assert words("What does motd.txt say?") == {"motd.txt", "motd", "txt"}  # "does" is common, not "doe"
+    hit = note_quotes([{"hits": ["logs/worker.log:2: ERROR disk full"]}], "")
+    quotes = result_quotes("workspace files", "logs/server.log, logs/worker.log", "") + error + hit
+    # "error" is rare among what is quoted (one file), though three quotes hold it: the line wins over the listing.
+    assert choose("Which log file has an ERROR in it?", quotes)[0] == "logs/worker.log: ERROR disk full"
