@@ -155,8 +155,8 @@ def choose(request: str, quotes: Sequence[Quote], choices: int = QUOTE_CHOICES, 
 
 def answers(request: str, quotes: Sequence[Quote], named: Collection[str] = ()) -> bool:
     """Whether `quotes` hold an answer to `request`. When the request names files (`named`, `request.mentioned`),
-    only quotes of those count, and none means no. A count counts when the request asks how many or how big.
-    Else no while a word of the request that says what is sought (of `SOUGHT_CHARS` characters or more, not the
+    only quotes of those count, and none means no. A request that asks how many or how big is answered by a count
+    of a file it names, and by nothing else (what else it counts is not known: "how many files ..."). Else no while a word of the request that says what is sought (of `SOUGHT_CHARS` characters or more, not the
     name of a file it names, not one of `KIND_WORDS` nor of `mentions.SEEK_WORDS`, which say how: "define",
     "mention") is in none of the quotes; then a quote counts when what it quotes (not its label) holds a word of
     the request other than those and than the words every line of its output holds. A request with no word but
@@ -166,8 +166,8 @@ def answers(request: str, quotes: Sequence[Quote], named: Collection[str] = ()) 
     if not unique or (paths and not of_named):
         return False
     wanted = words(request) - KIND_WORDS
-    if not wanted.isdisjoint(COUNT_WORDS) and any(quote.kind == "count" for quote in unique):
-        return True
+    if not wanted.isdisjoint(COUNT_WORDS):  # only the count of a file it names answers how many or how big
+        return any(quote.kind == "count" for quote in of_named)
     wanted -= set().union(*(words(path) for path in paths))
     if not wanted:
         return bool(of_named)

@@ -299,6 +299,9 @@ def test_what_holds_the_answer_is_decided_by_rule() -> None:
     assert answers("What does config.ini say?", config)  # no word but the file's name: any quote of it
     assert not answers("What files are here?", result_quotes("src", "file 12 main.py\n", ""))  # "file" answers nothing
     assert answers("How many lines does a.txt have?", result_quotes("a.txt", "x\ny\n", "how many lines"))
+    # The count of a file read is no answer to what else the request counts.
+    assert not answers("How many files are in the photos folder?", result_quotes("a.txt", "x\n", "how many files")
+                       + result_quotes("workspace files", "photos/a.jpg, photos/b.jpg", ""))
     assert words("What does motd.txt say?") == {"motd.txt", "motd", "txt"}  # "does" is common, not "doe"
     hit = note_quotes([{"hits": ["logs/worker.log:2: ERROR disk full"]}], "")
     quotes = result_quotes("workspace files", "logs/server.log, logs/worker.log", "") + error + hit
