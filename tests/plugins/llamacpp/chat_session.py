@@ -2,7 +2,7 @@
 workspace map and recalled notes recorded before the first round, driven by a scripted binding whose rounds are
 what the default model proposes (repeated calls, a path built from a tool's name, an answer that echoes a listing,
 answers that are tool-call JSON, a denied command, identical rounds, each answered from the first and then
-forced to an answer as the adapter does)."""
+forced to an answer as the adapter does, and an answer forced once the turn's results hold it)."""
 
 from __future__ import annotations
 
@@ -37,8 +37,8 @@ TURNS = [
      [calls(("read_file", {"path": "notes.md"})),
       answer('{"tool_calls": [{"name": "read_file", "arguments": {"path": "notes.md"}}, {"name": "read_file", '
              '"arguments": {"path": "notes')], []),
-    ("How many lines does notes.md have?",
-     [calls(("list_dir", {"path": "list_dir.txt"}))] * 2 + [answer("notes.md has 2 lines.")], []),  # repeated: forced
+    ("How many lines does notes.md have?",  # the count of notes.md, read for the model, answers it: forced
+     [calls(("list_dir", {"path": "list_dir.txt"})), answer("notes.md has 2 lines.")], []),
     ("Which file defines the function parse_args?",
      [calls(("read_file", {"path": "read_file.py"})), calls(("search_text", {"text": "def parse_args"})),
       answer("parse_args is defined in main.py.")], []),
