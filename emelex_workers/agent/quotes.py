@@ -35,7 +35,9 @@ at most `QUOTE_CHOICES`, in their order: the model chooses among ties only.
 When the request names files (`request.mentioned`: "motd.txt", or its name
 "db.toml" of "config/db.toml"; and those the caller says it names, as the
 files a `mentions` note read), only the quotes labelled with them compete,
-when there are any (what motd.txt says, not the listing that names it).
+when there are any (what motd.txt says, not the listing that names it); a
+file named by a plain word only ("database" for database.py) narrows them
+only when its quotes hold what the request seeks, or it seeks nothing else.
 Among ties, the counts when the request asks how many or how big; else,
 when some hold a request word in what they quote (not only in their label,
 and not one that every line of their output holds, as "file" in a
@@ -101,13 +103,33 @@ def result_quotes(label: str, output: str, request: str, size: int | None = None
     return quotes
 
 
-def _competing(request: str, quotes: Sequence[Quote], named: Collection[str]) -> tuple[list[Quote], list[Quote]]:
-    """The quotes that compete for an answer to `request` (each text once): those labelled with a file the request
-    names (`named` and `request.mentioned`), and all of them when none is; with those of the named files alone."""
+def _competing(request: str, quotes: Sequence[Quote], named: Collection[str]) -> tuple[list[Quote], bool]:
+    """The quotes that compete for an answer to `request` (each text once), and whether they are narrowed to the
+    files the request names. When it names one by path (`request.mentioned`), only the quotes labelled with those
+    files and with `named` compete (the files read for it: a `mentions` note's), if there are any. When it names
+    files only by a plain word (`named` alone: "database" for database.py), only theirs compete when one of them
+    holds a word of the request that says what is sought (`_sought`) besides the files' names, or the request has
+    no such word; else all of them do
+    (what the database password is, not what database.py says). Otherwise all of them do."""
     unique = list({quote.text: quote for quote in quotes}.values())
-    paths = [*named, *mentioned(request)]
-    of_named = [q for q in unique if any(q.label == p or q.label.endswith("/" + p) for p in paths)]
-    return of_named or unique, of_named
+
+    def of(paths: Collection[str]) -> list[Quote]:
+        return [q for q in unique if any(q.label == p or q.label.endswith("/" + p) for p in paths)]
+
+    if explicit := mentioned(request):
+        narrowed = of([*named, *explicit])
+        return (narrowed, True) if narrowed else (unique, False)
+    narrowed = of(named)
+    other = _sought(words(request) - set().union(*(words(path) for path in named)))
+    if narrowed and (not other or any(not other.isdisjoint(words(quote.text)) for quote in narrowed)):
+        return narrowed, True
+    return unique, False
+
+
+def _sought(wanted: set[str]) -> set[str]:
+    """The words of `wanted` that say what a request seeks: of `SOUGHT_CHARS` characters or more, not one of
+    `KIND_WORDS` nor of `mentions.SEEK_WORDS`, which say how ("define", "mention")."""
+    return {word for word in wanted if len(word) >= SOUGHT_CHARS and word not in KIND_WORDS | SEEK_WORDS}
 
 
 def _source(label: str) -> str:
@@ -154,25 +176,25 @@ def choose(request: str, quotes: Sequence[Quote], choices: int = QUOTE_CHOICES, 
 
 
 def answers(request: str, quotes: Sequence[Quote], named: Collection[str] = ()) -> bool:
-    """Whether `quotes` hold an answer to `request`. When the request names files (`named`, `request.mentioned`),
-    only quotes of those count, and none means no. A request that asks how many or how big is answered by a count
-    of a file it names, and by nothing else (what else it counts is not known: "how many files ..."). Else no while a word of the request that says what is sought (of `SOUGHT_CHARS` characters or more, not the
-    name of a file it names, not one of `KIND_WORDS` nor of `mentions.SEEK_WORDS`, which say how: "define",
-    "mention") is in none of the quotes; then a quote counts when what it quotes (not its label) holds a word of
-    the request other than those and than the words every line of its output holds. A request with no word but
-    its files' names ("What does motd.txt say?") is answered by any quote of them."""
-    unique, of_named = _competing(request, quotes, named)
+    """Whether `quotes` hold an answer to `request`, among the quotes that compete for it (`_competing`): none
+    when the request names a file by path whose quotes are not there. A request that asks how many or how big is
+    answered by a count of a file it names, and by nothing else (what else it counts is not known: "how many
+    files ..."). Else no while a word of the request that says what is sought (`_sought`), not the name of a file
+    it names, is in none of the quotes; then a quote counts when what it quotes (not its label) holds a
+    word of the request other than those and than the words every line of its output holds. A request with no
+    word but its files' names ("What does motd.txt say?") is answered by any quote of them."""
+    unique, narrowed = _competing(request, quotes, named)
     paths = [*named, *mentioned(request)]
-    if not unique or (paths and not of_named):
+    if not unique or (mentioned(request) and not narrowed):
         return False
     wanted = words(request) - KIND_WORDS
     if not wanted.isdisjoint(COUNT_WORDS):  # only the count of a file it names answers how many or how big
-        return any(quote.kind == "count" for quote in of_named)
+        return narrowed and any(quote.kind == "count" for quote in unique)
     wanted -= set().union(*(words(path) for path in paths))
     if not wanted:
-        return bool(of_named)
+        return narrowed
     found = set().union(*(words(quote.text) for quote in unique))
-    if any(len(word) >= SOUGHT_CHARS and word not in SEEK_WORDS and word not in found for word in wanted):
+    if not _sought(wanted) <= found:
         return False
     uniform = _uniform(unique)
     return any(not wanted.isdisjoint(words(quote.quoted) - uniform.get(quote.label, set())) for quote in unique

@@ -303,6 +303,15 @@ def test_what_holds_the_answer_is_decided_by_rule() -> None:
     assert not answers("How many files are in the photos folder?", result_quotes("a.txt", "x\n", "how many files")
                        + result_quotes("workspace files", "photos/a.jpg, photos/b.jpg", ""))
     assert words("What does motd.txt say?") == {"motd.txt", "motd", "txt"}  # "does" is common, not "doe"
+    # A file named by a plain word ("database" for database.py, read for the request) narrows the quotes only when
+    # it holds what is sought, or nothing but its name is asked about.
+    db = result_quotes("database.py", "import sqlite3\n# connect here\n", "")
+    env = result_quotes("secrets/db.env", "DB_PASSWORD=hunter42\n", "")
+    assert not answers("What's the database password?", db, named=["database.py"])
+    assert answers("What's the database password?", db + env, named=["database.py"])
+    assert choose("What's the database password?", db + env, named=["database.py"]) == \
+        ["secrets/db.env: DB_PASSWORD=hunter42"]
+    assert {q.split(":")[0] for q in choose("Show the database", db + env, named=["database.py"])} == {"database.py"}
     hit = note_quotes([{"hits": ["logs/worker.log:2: ERROR disk full"]}], "")
     quotes = result_quotes("workspace files", "logs/server.log, logs/worker.log", "") + error + hit
     # "error" is rare among what is quoted (one file), though three quotes hold it: the line wins over the listing.
