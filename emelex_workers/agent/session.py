@@ -185,8 +185,8 @@ class AgentSession:
         naming them. The notes are never part of `messages`."""
         if forced is not None:
             why = {"chain_limit": f"this turn has used its {self.snapshot.chain_limit} tool rounds",
-                   "answered": "the tool results above answer it"}.get(forced,
-                                                                        "the last tool calls told you nothing new")
+                   "repeat": "the last tool calls told you nothing new",
+                   "answered": "the tool results above answer it"}[forced]
             note = (f"No more tool calls ({why}). Answer the user's request {bounded(self._asked, QUOTED_BYTES)!r} "
                     "with what the tool results above show.")
             return [*self.messages, {"role": "system", "content": note}]
