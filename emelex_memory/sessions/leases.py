@@ -104,15 +104,11 @@ def _turn_rows(
     with `byte_end` and `media_end`: consecutive seqs and positions, the running byte total, and the media total
     growing by `media` (position -> bytes; None: none); with the turn's last byte_end and media_end."""
     values: list = []
-    if media:
-        for i, e in enumerate(encoded):
-            byte_end += e.size
-            media_end += media.get(i, 0)
-            values += (rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now)
-    else:  # no media: every event carries the Session's media_end unchanged
-        for i, e in enumerate(encoded):
-            byte_end += e.size
-            values += (rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now)
+    media = media or {}
+    for i, e in enumerate(encoded):
+        byte_end += e.size
+        media_end += media.get(i, 0)
+        values += (rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now)
     return values, byte_end, media_end
 
 

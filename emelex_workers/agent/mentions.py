@@ -36,7 +36,7 @@ import stat
 from collections.abc import Collection
 from pathlib import Path
 
-from .request import COMMON_WORDS, mentioned, tokens, words
+from .request import COMMON_WORDS, SEEK_WORDS, mentioned, tokens, words
 from .workspace import open_dir, scan
 
 SOURCE = "mentions"  # the `source` of the note
@@ -45,8 +45,6 @@ FILE_BYTES = 4096  # read of one file at most
 NOTE_CHARS = 4000  # the note's text at most
 HEADER = "Files the next message names, as they are now (read for you; no tool call needed):"
 HITS = "Lines of the workspace's files with rare words of the next message (path:line: text):"
-SEEK_WORDS = frozenset({"file", "where", "which", "mention", "contain", "define", "defined", "find", "search", "grep",
-                        "locate", "declare", "declared", "use", "used", "refer", "reference", "appear"})
 HIT_WORD_CHARS = 4  # a word searched for has at least these characters
 HIT_FILES = 3  # a word found in more files is not rare: its lines are left out
 MAX_HITS = 8  # lines of hits at most
@@ -71,7 +69,7 @@ def named_files(files: Collection[str], message: str) -> list[str]:
     plain = [w.lower() for w in tokens(message) if len(w) >= 3 and "." not in w and "/" not in w
              and w.lower() not in COMMON_WORDS]
     for word in [*mentioned(message), *plain]:
-        path = word if word in files else by_name[word][0] if len(set(by_name.get(word, ()))) == 1 else None
+        path = word if word in files else by_name[word][0] if len(by_name.get(word, ())) == 1 else None
         if path is not None and path not in found:
             found.append(path)
     return found[:MAX_FILES]

@@ -57,8 +57,7 @@ import math
 from collections.abc import Collection, Iterable, Sequence
 from typing import NamedTuple
 
-from .mentions import SEEK_WORDS
-from .request import mentioned, words
+from .request import SEEK_WORDS, mentioned, words
 
 QUOTE_CHOICES = 4  # quotes one answer chooses among
 QUOTE_CHARS = 300  # of one quote at most: a longer line is cut
@@ -66,6 +65,7 @@ WHOLE_CHARS = 240  # a multi-line output this short is offered whole, too
 LINES_PER_RESULT = 200  # lines of one output quoted at most
 SOUGHT_CHARS = 4  # a word of the request this long says what is sought (see `answers`)
 KIND_WORDS = frozenset({"file"})  # what a request names the kind of its answer by: a quote holding it answers nothing
+_HOW_WORDS = KIND_WORDS | SEEK_WORDS  # words of a request that never say what it seeks
 COUNT_WORDS = frozenset({"line", "byte", "size", "long", "big", "large", "many", "count", "length", "much"})
 
 
@@ -103,24 +103,26 @@ def result_quotes(label: str, output: str, request: str, size: int | None = None
     return quotes
 
 
-def _competing(request: str, quotes: Sequence[Quote], named: Collection[str]) -> tuple[list[Quote], bool]:
-    """The quotes that compete for an answer to `request` (each text once), and whether they are narrowed to the
-    files the request names. When it names one by path (`request.mentioned`), only the quotes labelled with those
+def _competing(asked: set[str], explicit: list[str], quotes: Sequence[Quote], named: Collection[str]
+               ) -> tuple[list[Quote], bool]:
+    """The quotes that compete for an answer to a request of the words `asked` naming the paths `explicit`
+    (`request.words`, `request.mentioned`), each text once, and whether they are narrowed to the files the request
+    names. When it names one by path, only the quotes labelled with those
     files and with `named` compete (the files read for it: a `mentions` note's), if there are any. When it names
     files only by a plain word (`named` alone: "database" for database.py), only theirs compete when one of them
     holds a word of the request that says what is sought (`_sought`) besides the files' names, or the request has
-    no such word; else all of them do
-    (what the database password is, not what database.py says). Otherwise all of them do."""
+    no such word; else all of them do (what the database password is, not what database.py says). Otherwise all
+    of them do."""
     unique = list({quote.text: quote for quote in quotes}.values())
 
     def of(paths: Collection[str]) -> list[Quote]:
         return [q for q in unique if any(q.label == p or q.label.endswith("/" + p) for p in paths)]
 
-    if explicit := mentioned(request):
+    if explicit:
         narrowed = of([*named, *explicit])
         return (narrowed, True) if narrowed else (unique, False)
     narrowed = of(named)
-    other = _sought(words(request) - set().union(*(words(path) for path in named)))
+    other = _sought(asked - _words_of(named))
     if narrowed and (not other or any(not other.isdisjoint(words(quote.text)) for quote in narrowed)):
         return narrowed, True
     return unique, False
@@ -128,8 +130,13 @@ def _competing(request: str, quotes: Sequence[Quote], named: Collection[str]) ->
 
 def _sought(wanted: set[str]) -> set[str]:
     """The words of `wanted` that say what a request seeks: of `SOUGHT_CHARS` characters or more, not one of
-    `KIND_WORDS` nor of `mentions.SEEK_WORDS`, which say how ("define", "mention")."""
-    return {word for word in wanted if len(word) >= SOUGHT_CHARS and word not in KIND_WORDS | SEEK_WORDS}
+    `KIND_WORDS` nor of `request.SEEK_WORDS`, which say how ("define", "mention")."""
+    return {word for word in wanted if len(word) >= SOUGHT_CHARS and word not in _HOW_WORDS}
+
+
+def _words_of(paths: Iterable[str]) -> set[str]:
+    """The words of the paths `paths` ("config", "ini" and "config.ini" of config.ini)."""
+    return set().union(*(words(path) for path in paths))
 
 
 def _source(label: str) -> str:
@@ -147,13 +154,19 @@ def _uniform(quotes: Sequence[Quote]) -> dict[str, set[str]]:
     return {label: set.intersection(*found) for label, found in lines.items() if len(found) > 1}
 
 
+def _precise(quote: Quote, wanted: set[str], uniform: dict[str, set[str]]) -> bool:
+    """Whether what `quote` quotes (not its label) holds a word of `wanted` that not every line of its output
+    holds (`_uniform`)."""
+    return not wanted.isdisjoint(words(quote.quoted) - uniform.get(quote.label, set()))
+
+
 def choose(request: str, quotes: Sequence[Quote], choices: int = QUOTE_CHOICES, *,
            relevant_only: bool = False, named: Collection[str] = ()) -> list[str]:
     """The quotes (their texts) an answer to `request` chooses among, of `quotes` (each text once): those of the
     best score, narrowed among ties as the module docstring says; at most `choices`, in the order given. When
     none has a word of the request: the first `choices`, or none when `relevant_only`."""
-    unique, _ = _competing(request, quotes, named)
     wanted = words(request)
+    unique, _ = _competing(wanted, mentioned(request), quotes, named)
     sets = [words(quote.text) for quote in unique]
     # A word's rarity is counted over what is quoted (a file, a listing, a command's output), not over the quotes:
     # one output gives several (its lines, itself whole, a line of it the notes hold as "path:N").
@@ -169,9 +182,11 @@ def choose(request: str, quotes: Sequence[Quote], choices: int = QUOTE_CHOICES, 
     if not wanted.isdisjoint(COUNT_WORDS) and (counts := [quote for quote in tied if quote.kind == "count"]):
         return [quote.text for quote in counts][:choices]
     uniform = _uniform(unique)
-    precise = [quote for quote in tied if not wanted.isdisjoint(words(quote.quoted) - uniform.get(quote.label, set()))]
-    narrowed = [quote for quote in precise if quote.kind != "whole"] or precise if precise else \
-        [quote for quote in tied if quote.kind == "whole"]
+    precise = [quote for quote in tied if _precise(quote, wanted, uniform)]
+    if precise:
+        narrowed = [quote for quote in precise if quote.kind != "whole"] or precise
+    else:
+        narrowed = [quote for quote in tied if quote.kind == "whole"]
     return [quote.text for quote in narrowed or tied][:choices]
 
 
@@ -180,25 +195,24 @@ def answers(request: str, quotes: Sequence[Quote], named: Collection[str] = ()) 
     when the request names a file by path whose quotes are not there. A request that asks how many or how big is
     answered by a count of a file it names, and by nothing else (what else it counts is not known: "how many
     files ..."). Else no while a word of the request that says what is sought (`_sought`), not the name of a file
-    it names, is in none of the quotes; then a quote counts when what it quotes (not its label) holds a
-    word of the request other than those and than the words every line of its output holds. A request with no
-    word but its files' names ("What does motd.txt say?") is answered by any quote of them."""
-    unique, narrowed = _competing(request, quotes, named)
-    paths = [*named, *mentioned(request)]
-    if not unique or (mentioned(request) and not narrowed):
+    it names, is in none of the quotes; then a quote counts when what it quotes holds a word of the request
+    other than those (`_precise`). A request with no word but its files' names ("What does motd.txt say?") is
+    answered by any quote of them."""
+    asked, explicit = words(request), mentioned(request)
+    unique, narrowed = _competing(asked, explicit, quotes, named)
+    if not unique or (explicit and not narrowed):
         return False
-    wanted = words(request) - KIND_WORDS
+    wanted = asked - KIND_WORDS
     if not wanted.isdisjoint(COUNT_WORDS):  # only the count of a file it names answers how many or how big
         return narrowed and any(quote.kind == "count" for quote in unique)
-    wanted -= set().union(*(words(path) for path in paths))
+    wanted -= _words_of([*named, *explicit])
     if not wanted:
         return narrowed
     found = set().union(*(words(quote.text) for quote in unique))
     if not _sought(wanted) <= found:
         return False
     uniform = _uniform(unique)
-    return any(not wanted.isdisjoint(words(quote.quoted) - uniform.get(quote.label, set())) for quote in unique
-               if quote.kind != "count")
+    return any(_precise(quote, wanted, uniform) for quote in unique if quote.kind != "count")
 
 
 def note_files(payloads: Iterable[dict]) -> list[str]:

@@ -31,6 +31,9 @@ tell than that the their them then there these they this those through to too un
 were what when where which while who whom why will with would you your give say said let know find see look
 """.split())
 
+# Words that say how a request looks for something ("which file mentions ..."), not what it looks for.
+SEEK_WORDS = frozenset({"file", "where", "which", "mention", "contain", "define", "defined", "find", "search", "grep",
+                        "locate", "declare", "declared", "use", "used", "refer", "reference", "appear"})
 
 def stem(word: str) -> str:
     """`word` without a plural "s" ("files" -> "file"; "ss", "us" and "is" endings and short words kept)."""
