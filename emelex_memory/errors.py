@@ -564,6 +564,28 @@ class RestoreTargetError(BackupError):
     """Restore only fills an empty Emelex Home: set EMELEX_HOME (or --home) to a new or empty directory."""
 
 
+# --- Imports and exports (emelex_memory/interchange/) ------------------------------------------
+
+
+class InterchangeError(EmelexError):
+    """An import or export was refused; what was refused wrote nothing: follow the message."""
+
+
+class UnreadableSourceError(InterchangeError, InvalidInputError):
+    """A file to import does not parse (the message names the file and line): fix or remove that line, pass
+    `--skip-damaged` to import the rest, or name the right `--format`."""
+
+
+class SourceRewrittenError(InterchangeError):
+    """A file changed in lines an earlier import already read (it was rewritten, not appended to), so it cannot be
+    imported incrementally: delete the imported Session (`emelex memory sessions delete`) to import it anew."""
+
+
+class ImportConflictError(InterchangeError):
+    """What is being imported disagrees with what the store already holds (another import ran meanwhile, or an
+    exported Session or Knowledge entry differs from the one here): run the import again, or read the message."""
+
+
 class LeftoverTempFileWarning(UserWarning):
     """A call succeeded, but a temporary file of its own could not be removed afterwards: nothing to redo; asset
     collection (`emelex memory maintain`) removes the file once it is an hour old and no writer holds it."""

@@ -10,6 +10,7 @@
     store.model_refs    Session -> model snapshot references (`snapshots/`)
     store.deletion, store.maintenance   `delete_session` and `maintain` (`maintenance/`)
     store.search_index  full-text search over Knowledge and transcripts: `store.search` (`search/`)
+    store.interchange   imports of other agents' histories, Emelex exports out and back in (`interchange/`)
 
 Every method the documentation shows on the store (`store.put_asset`, `store.claim_job`, ...) stays there: the
 table `_API` below names the service that answers it, and the store forwards the call unchanged. `finish_session`
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from .knowledge.service import Knowledge
     from .maintenance.deletion import Deletion
     from .maintenance.retention import Maintenance
+    from .interchange.service import Interchange
     from .search.service import Search
     from .queue.jobs import Enqueued
     from .queue.runner import JobOutcome
@@ -85,6 +87,9 @@ _API = {
     "maintenance": ("maintain",),
     "model_states": ("save_model_state", "model_state"),
     "search_index": ("search", "select_recall"),
+    "interchange": (
+        "latest_import", "session_imports", "import_history", "export_records", "restore_session", "restore_entry",
+    ),
 }
 
 
@@ -110,6 +115,7 @@ class MemoryStore:
     deletion: Deletion
     maintenance: Maintenance
     search_index: Search
+    interchange: Interchange
 
     def __init__(
         self,
@@ -365,6 +371,7 @@ _SERVICES = {  # attribute: the service's module and class, and what its constru
     "maintenance": _Service(".maintenance.retention", "Maintenance", ("assets", "jobs")),
     "model_states": _Service(".maintenance.model_states", "ModelStates", ("assets",)),
     "search_index": _Service(".search.service", "Search"),
+    "interchange": _Service(".interchange.service", "Interchange", ("distillation",)),
 }
 for _attribute, _descriptor in _SERVICES.items():
     setattr(MemoryStore, _attribute, _descriptor)

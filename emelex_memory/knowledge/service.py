@@ -40,6 +40,7 @@ from .values import (
     validate_confidence,
     validate_content,
     validate_key,
+    validate_client,
     validate_source,
     version_from_row,
 )
@@ -81,6 +82,7 @@ class Knowledge:
         confidence: float = 1.0,
         source: KnowledgeSource | None = None,
         new_workspace: bool = False,
+        client: str | None = None,
     ) -> KnowledgeVersion:
         """Upsert `key` in the caller's workspace by appending an immutable version; return the newest version.
 
@@ -93,32 +95,35 @@ class Knowledge:
         Session of the same workspace, a seq range within its transcript and
         that range's `source_digest`; it is verified inside the transaction.
         Remembering exactly the current content, confidence and source appends
-        nothing. A tombstoned key is revived by a new version.
+        nothing. A tombstoned key is revived by a new version. `client` names
+        the program that asked (an MCP client, "name version"), kept on the
+        version; None for Emelex's own callers.
         """
         key, content = validate_key(key), validate_content(content)
         confidence, source = validate_confidence(confidence), validate_source(source)
+        client = validate_client(client)
         with self._db.write() as conn:
             scope = workspace_scope(conn, workspace, write=True, create_at=self._db.clock(), new_workspace=new_workspace)
             src = self._source_columns(conn, source, scope)
-            return upsert_version(conn, scope, key, content, confidence, "user", src, self._db.clock())
+            return upsert_version(conn, scope, key, content, confidence, "user", src, self._db.clock(), client)
 
-    def forget(self, workspace: WorkspaceLike, key: str) -> KnowledgeVersion:
+    def forget(self, workspace: WorkspaceLike, key: str, *, client: str | None = None) -> KnowledgeVersion:
         """Tombstone `key` in the caller's workspace; return the tombstone version.
 
         The tombstone keeps the retired version's confidence and provenance;
         recall no longer shows the entry and `maintain` deletes it after the
         grace period. Raises `KnowledgePinnedError` for a pinned entry and
         `KnowledgeNotFoundError` when the key is unknown here. Forgetting a
-        tombstoned entry changes nothing.
+        tombstoned entry changes nothing. `client` as for `remember`.
         """
-        key = validate_key(key)
+        key, client = validate_key(key), validate_client(client)
         with self._db.write() as conn:
             row = self._entry_row(conn, workspace_scope(conn, workspace, write=True), key)
             if row[3]:
                 raise KnowledgePinnedError(
                     f"Knowledge {key!r} is pinned; unpin it (`emelex memory knowledge unpin`) before forgetting it"
                 )
-            return tombstone_version(conn, row, key, "user", self._db.clock())
+            return tombstone_version(conn, row, key, "user", self._db.clock(), client)
 
     def pin(self, workspace: WorkspaceLike, key: str) -> KnowledgeEntry:
         """Pin `key`: automatic distillation and retention will neither change, tombstone nor delete it.

@@ -52,6 +52,7 @@ class KnowledgeVersion:
     origin: str
     source: KnowledgeSource | None
     created_at: float
+    client: str | None = None  # the program that wrote it through remember/forget (an MCP client), if it said
 
 
 @dataclass(frozen=True)
@@ -161,15 +162,33 @@ def validate_source(source: object) -> KnowledgeSource | None:
 
 VERSION_COLUMNS = (
     "v.version, v.content, v.confidence, v.tombstone, v.origin, v.source_session_uuid, v.source_first_seq, "
-    "v.source_last_seq, v.source_digest, v.source_session_id IS NULL, v.created_at, v.size"
+    "v.source_last_seq, v.source_digest, v.source_session_id IS NULL, v.created_at, v.client, v.size"
 )
 
 
 def version_from_row(key: str, row: tuple) -> KnowledgeVersion:
     """Build a `KnowledgeVersion` from a row selected with `VERSION_COLUMNS`."""
-    version, content, confidence, tombstone, origin, s_uuid, s_first, s_last, s_digest, s_gone, created = row[:11]
+    version, content, confidence, tombstone, origin, s_uuid, s_first, s_last, s_digest, s_gone, created, client = row[:12]
     source = None if s_uuid is None else KnowledgeSource(s_uuid, s_first, s_last, s_digest, bool(s_gone))
-    return KnowledgeVersion(key, version, content, confidence, bool(tombstone), origin, source, created)
+    return KnowledgeVersion(key, version, content, confidence, bool(tombstone), origin, source, created, client)
+
+
+MAX_CLIENT_CHARS = 200
+
+
+def validate_client(client: object) -> str | None:
+    """Return `client` (None, or a name of 1-200 characters without control characters) or raise
+    `InvalidKnowledgeError`."""
+    if client is None:
+        return None
+    if not isinstance(client, str) or not 1 <= len(client) <= MAX_CLIENT_CHARS or client != client.strip() \
+            or any(unicodedata.category(ch) == "Cc" for ch in client):
+        raise InvalidKnowledgeError(
+            f"a client name is 1 to {MAX_CLIENT_CHARS} characters without control characters or surrounding "
+            f"whitespace, got {client!r}"
+        )
+    _utf8(client, "the client name")
+    return client
 
 
 def encode_cursor(key: str, rowid: int) -> str:

@@ -22,8 +22,11 @@ def upsert_version(
     origin: str,
     src: SourceColumns,
     now: float,
+    client: str | None = None,
 ) -> KnowledgeVersion:
-    """Inside a transaction: append an upsert version at `now` unless it would repeat the live head; return the head."""
+    """Inside a transaction: append an upsert version at `now` unless it would repeat the live head; return the head.
+
+    `client` names the program that wrote it (an MCP client), None for Emelex's own callers."""
     row = conn.execute(
         "SELECT k.id, k.head_version, v.tombstone, v.content, v.confidence, v.source_session_uuid, "
         "v.source_first_seq, v.source_last_seq, v.source_digest "
@@ -47,13 +50,15 @@ def upsert_version(
             (version, now, entry_id),
         )
     size = len(key.encode("utf-8")) + len(content.encode("utf-8"))
-    _insert_version(conn, entry_id, version, content, size, confidence, origin, src, now)
+    _insert_version(conn, entry_id, version, content, size, confidence, origin, src, now, client)
     return version_at(conn, entry_id, key, version)
 
 
-def tombstone_version(conn: apsw.Connection, row: tuple, key: str, origin: str, now: float) -> KnowledgeVersion:
+def tombstone_version(
+    conn: apsw.Connection, row: tuple, key: str, origin: str, now: float, client: str | None = None
+) -> KnowledgeVersion:
     """Inside a transaction: tombstone the entry `row` (id, head version, tombstoned_at, pinned) at `now`, keeping its
-    confidence and source."""
+    confidence and source; `client` as for `upsert_version`."""
     entry_id, head, tombstoned_at, _pinned = row
     if tombstoned_at is not None:
         return version_at(conn, entry_id, key, head)
@@ -66,7 +71,7 @@ def tombstone_version(conn: apsw.Connection, row: tuple, key: str, origin: str, 
         "UPDATE knowledge SET head_version = ?, tombstoned_at = ?, updated_at = ? WHERE id = ?",
         (head + 1, now, now, entry_id),
     )
-    _insert_version(conn, entry_id, head + 1, None, len(key.encode("utf-8")), confidence, origin, src, now)
+    _insert_version(conn, entry_id, head + 1, None, len(key.encode("utf-8")), confidence, origin, src, now, client)
     return version_at(conn, entry_id, key, head + 1)
 
 
@@ -80,12 +85,13 @@ def _insert_version(
     origin: str,
     src: SourceColumns,
     now: float,
+    client: str | None = None,
 ) -> None:
     conn.execute(
         "INSERT INTO knowledge_versions (knowledge_id, version, tombstone, content, size, confidence, origin, "
-        "source_session_id, source_session_uuid, source_first_seq, source_last_seq, source_digest, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (entry_id, version, int(content is None), content, size, confidence, origin, *src, now),
+        "source_session_id, source_session_uuid, source_first_seq, source_last_seq, source_digest, created_at, "
+        "client) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (entry_id, version, int(content is None), content, size, confidence, origin, *src, now, client),
     )
 
 
