@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+from dataclasses import replace
 from collections.abc import Iterable
 from typing import Any
 
@@ -34,6 +35,7 @@ from ..assets.files import stat_asset
 from ..assets.folder import AssetFolder
 from ..compaction.prefix_digest import SOURCE_DOMAIN, digest_prefix, event_frame, summary_digest
 from ..compaction.summaries import provenance, summary_payload
+from ..core.jsonbound import encode_canonical_text
 from ..errors import ImportConflictError
 from ..knowledge.source_digest import source_digest
 from ..sessions.identity import WorkspaceIdentity
@@ -170,7 +172,7 @@ def restore_session(
     """
     row = conn.execute("SELECT id FROM sessions WHERE uuid = ?", (session.id,)).fetchone()
     if row is not None:
-        if same_session(conn, row[0], session, events):
+        if same_session(conn, row[0], session, (_canonical_event(e, max_event_bytes) for e in events)):
             return False
         raise ImportConflictError(
             f"this store already holds a Session {session.id} that differs from the exported one; nothing of it was "
@@ -189,6 +191,7 @@ def restore_session(
     exported_id: dict[int, int] = {}  # seq -> the export's event ID, of the Summaries' events (bases of later ones)
     seq = byte_end = media_end = 0
     for event in events:
+        event = _canonical_event(event, max_event_bytes)
         if event.seq != seq + 1:
             raise ImportConflictError(f"exported Session {session.id} skips from seq {seq} to {event.seq}; the "
                                       "export is damaged: nothing of that Session was imported")
@@ -225,6 +228,17 @@ def restore_session(
         conn.execute("INSERT INTO session_snapshots (session_id, digest, snapshot, created_at) VALUES (?, ?, ?, ?)",
                      (rowid, session.snapshot["digest"], text, session.snapshot["created_at"]))
     return True
+
+
+def _canonical_event(event: ExportedEvent, max_event_bytes: int) -> ExportedEvent:
+    """`event` with its payload in the store's canonical JSON (an export may spell it otherwise)."""
+    try:
+        value = json.loads(event.payload_json)
+    except (TypeError, ValueError, RecursionError):
+        raise ImportConflictError(f"an exported event (seq {event.seq}) has a payload that is not JSON; the export is "
+                                  "damaged") from None
+    text, _ = encode_canonical_text(value, max_bytes=max_event_bytes, max_depth=200, what=f"exported event {event.seq}")
+    return event if text == event.payload_json else replace(event, payload_json=text)
 
 
 def _reanchored(conn: apsw.Connection, rowid: int, s: ExportedSummary, payload: str, max_event_bytes: int) -> str:

@@ -1,0 +1,99 @@
+"""What every history reader shares: the events it makes, bounded to the store's per-event cap, and times."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from emelex_memory import ImportedEvent
+
+# Room left in an event for everything around a text (keys, the line number, JSON escapes of a cut text are counted).
+_ROOM = 4096
+CUT_MARK = "\n[cut at import: {n} more bytes]"
+
+
+@dataclass
+class Conversion:
+    """The state of one source being read: its conversation's identity and workspace as its lines tell them, the
+    tool names of calls seen (results name their call only), the newest time seen, and what was skipped or cut."""
+
+    max_event_bytes: int
+    key: str | None = None
+    workspace: str | None = None
+    title: str | None = None
+    tools: dict[str, str] = field(default_factory=dict)
+    last_time: float = 0.0
+    skipped: int = 0
+    cut: int = 0
+
+    def text(self, value: str) -> str:
+        """`value`, cut (and counted) so an event holding it stays within the per-event cap."""
+        cap = max(256, self.max_event_bytes - _ROOM)
+        data = value.encode("utf-8", "replace")
+        if len(json.dumps(value)) <= cap:
+            return value
+        self.cut += 1
+        kept = data[: cap // 2].decode("utf-8", "ignore")  # JSON escapes can double a text's size
+        return kept + CUT_MARK.format(n=len(data) - len(kept.encode("utf-8")))
+
+    def value(self, value: Any) -> Any:
+        """A JSON value (tool arguments, a structured output) as is when it fits the cap, else its text, cut."""
+        try:
+            text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError):
+            return self.text(repr(value))
+        if len(text.encode("utf-8")) <= self.max_event_bytes - _ROOM:
+            return value
+        return {"text": self.text(text)}
+
+    def when(self, stamp: Any) -> float:
+        """Seconds since the epoch of an ISO 8601 time or a number (seconds, or milliseconds past 10^11); an absent
+        or unreadable one is the newest time seen before it (the order of the lines stands)."""
+        at = parse_time(stamp)
+        if at is None:
+            return self.last_time
+        self.last_time = max(self.last_time, at)
+        return at
+
+    def event(self, kind: str, payload: dict[str, Any], at: float, line: int, *, new_turn: bool = False) -> ImportedEvent:
+        """An imported event whose payload also names the source line it came from."""
+        return ImportedEvent(kind, {**payload, "line": line}, at, new_turn)
+
+
+def parse_time(stamp: Any) -> float | None:
+    """Seconds since the epoch of `stamp` (ISO 8601 text, naive meaning UTC, or a number), None if it is none."""
+    if isinstance(stamp, bool):
+        return None
+    if isinstance(stamp, (int, float)) and math.isfinite(stamp) and stamp >= 0:
+        return float(stamp) / 1000.0 if stamp > 1e11 else float(stamp)
+    if isinstance(stamp, str) and 0 < len(stamp) <= 64:
+        try:
+            moment = datetime.fromisoformat(stamp.strip().replace("Z", "+00:00").replace(" ", "T", 1))
+        except ValueError:
+            return None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        return moment.timestamp()
+    return None
+
+
+def block_text(content: Any) -> str:
+    """The text of a message's content: a string, or the text of its text blocks (`text`, `input_text`,
+    `output_text`) joined by blank lines; other blocks (images, files) are named in brackets."""
+    if isinstance(content, str):
+        return content
+    parts = []
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, str):
+                parts.append(block)
+            elif isinstance(block, dict):
+                kind = block.get("type")
+                if isinstance(block.get("text"), str) and kind in (None, "text", "input_text", "output_text"):
+                    parts.append(block["text"])
+                elif kind in ("image", "input_image", "file", "input_file", "document"):
+                    parts.append(f"[{kind}]")
+    return "\n\n".join(p for p in parts if p)

@@ -1,0 +1,233 @@
+"""`emelex memory import`: other agents' histories become Emelex Sessions, one source at a time.
+
+For each source (a JSON Lines file, or one Session of an OpenAI Agents SDK database) the importer reads what the
+store last recorded of it (`store.latest_import`), checks that the source still begins with what that run read (its
+digest), reads the lines after it once to plan the run (refusing a damaged line before anything is written), then
+hands the same lines, read again and converted as they go, to `store.import_history`, which writes them in one
+transaction and queues the Session's distillation. So re-importing an unchanged file writes nothing, a grown file
+adds only its new lines, and a process killed during an import leaves no part of that run.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from emelex_memory import (
+    EmelexError,
+    ImportedEvent,
+    ImportSource,
+    MemoryStore,
+    SourceRewrittenError,
+    UnreadableSourceError,
+    WorkspaceMissingError,
+)
+
+from . import agents_sdk, claude_code, codex, generic
+from .events import Conversion
+from .lines import Line, hash_prefix, open_source, read_after
+
+READERS: dict[str, ModuleType] = {m.FORMAT: m for m in (claude_code, codex, generic)}
+FORMATS = ("auto", *READERS, agents_sdk.FORMAT)
+SQLITE_MAGIC = b"SQLite format 3\x00"
+EXPORT_TYPE = "emelex-export"
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    """What became of one source: `outcome` is "imported", "unchanged" or "refused" (then `message` says why; nothing
+    of it was written); the Session it went into, whether it was created, the lines read and events written, lines
+    skipped (kinds not read) and events cut to the size cap, and the distillation job queued."""
+
+    path: str
+    format: str
+    outcome: str
+    message: str | None = None
+    session_id: str | None = None
+    created: bool = False
+    first_line: int | None = None
+    last_line: int | None = None
+    events: int = 0
+    skipped: int = 0
+    cut: int = 0
+    job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """How to import: the format (`auto`: told by the source's first line), the workspace to use instead of the one
+    the source names, and whether a damaged line is skipped (`skip_damaged`) rather than refusing its source."""
+
+    format: str = "auto"
+    workspace: str | None = None
+    skip_damaged: bool = False
+    new_workspace: bool = False
+
+
+def sources(path: str) -> list[str]:
+    """The files an import of `path` reads: the file itself, or every `*.jsonl` file below a directory, in name
+    order. Raises `UnreadableSourceError` for a path that is neither."""
+    p = Path(path)
+    if p.is_dir():
+        return sorted(str(f) for f in p.rglob("*.jsonl") if f.is_file() and not f.is_symlink())
+    if p.is_file():
+        return [str(p)]
+    raise UnreadableSourceError(f"{path} is neither a file nor a directory; name a history file or a folder of them")
+
+
+def sniff(path: str) -> tuple[str, dict | None]:
+    """("sqlite", None) for a SQLite database, else ("jsonl", the first non-blank line's object or None)."""
+    with open_source(path) as handle:
+        if handle.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC:
+            return "sqlite", None
+        for line in read_after(handle, 0, 1, _NullHash()):
+            if line.obj is None:
+                return "jsonl", None
+            if line.obj:
+                return "jsonl", line.obj
+    return "jsonl", None
+
+
+class _NullHash:
+    def update(self, data: bytes) -> None:
+        pass
+
+
+def detect(first: dict | None, path: str) -> str:
+    """The format of a JSON Lines source whose first non-blank line is `first`; `UnreadableSourceError` if none
+    matches."""
+    if first is not None:
+        if first.get("type") == EXPORT_TYPE:
+            return EXPORT_TYPE
+        for name, reader in READERS.items():
+            if reader.detect(first):
+                return name
+    raise UnreadableSourceError(
+        f"{path}: cannot tell its format from its first line; name it with --format ({', '.join(FORMATS[1:])})"
+    )
+
+
+def _key(fmt: str, path: str, conv: Conversion) -> str:
+    """The source's identity across runs: the file name (Claude Code and Codex name each session's file by its ID),
+    the generic header's `session`, else the absolute path."""
+    if fmt in (claude_code.FORMAT, codex.FORMAT):
+        return Path(path).name
+    return conv.key or os.path.abspath(path)
+
+
+def _damaged(path: str, line: Line) -> UnreadableSourceError:
+    return UnreadableSourceError(
+        f"{path}:{line.number}: {line.problem}; nothing of this file was imported: fix or remove that line, or pass "
+        "--skip-damaged to import the rest"
+    )
+
+
+def _feed(reader: ModuleType, conv: Conversion, line: Line, path: str, skip_damaged: bool) -> list[ImportedEvent]:
+    if line.obj is None:
+        if not skip_damaged:
+            raise _damaged(path, line)
+        conv.skipped += 1
+        return []
+    try:
+        events = reader.feed(conv, line.obj, line.number)
+    except generic.GenericLineError as exc:
+        if not skip_damaged:
+            raise _damaged(path, Line(line.number, line.end, None, str(exc))) from None
+        events = None
+    if events is None:
+        conv.skipped += 1
+        return []
+    return events
+
+
+def import_jsonl(store: MemoryStore, path: str, fmt: str, options: ImportOptions) -> SourceResult:
+    """Import what is new in the JSON Lines history `path` of format `fmt` (not "auto")."""
+    reader = READERS[fmt]
+    path = os.path.abspath(path)
+    conv = Conversion(store.settings.max_event_bytes)
+    with open_source(path) as handle:
+        first_line = next(read_after(handle, 0, 1, _NullHash()), None)
+        if fmt == generic.FORMAT and first_line is not None and first_line.obj and "emelex_history" in first_line.obj:
+            conv.key = first_line.obj.get("session") if isinstance(first_line.obj.get("session"), str) else None
+        key = _key(fmt, path, conv)
+        latest = store.latest_import(fmt, key)
+        start, number = (0, 1) if latest is None else (latest.byte_end, latest.last_line + 1)
+        h, before = hash_prefix(handle, start, path)
+        for line in before:  # rebuild the reader's state (tool names, workspace, title) from what was imported
+            _feed(reader, conv, line, path, True)
+        if latest is not None and h.hexdigest() != latest.prefix_digest:
+            raise SourceRewrittenError(
+                f"{path} changed in lines 1-{latest.last_line}, which an earlier import read (Session "
+                f"{latest.session_id}): it was rewritten, not appended to; delete that Session (`emelex memory sessions "
+                "delete`) to import the file anew"
+            )
+        at_start = copy.deepcopy(conv)
+        events, end, last = 0, start, number - 1
+        for line in read_after(handle, start, number, h):
+            events += len(_feed(reader, conv, line, path, options.skip_damaged))
+            end, last = line.end, line.number
+        digest = h.hexdigest()
+    if last < number:
+        return SourceResult(path, fmt, "unchanged", session_id=latest and latest.session_id)
+    if latest is None and events == 0:
+        return SourceResult(path, fmt, "unchanged", "no conversation in it yet", skipped=conv.skipped)
+    workspace = _workspace(options.workspace or conv.workspace, path)
+    source = ImportSource(fmt, key, path, number, last, end, digest, conv.skipped - at_start.skipped,
+                          conv.cut - at_start.cut)
+
+    def convert() -> Iterator[ImportedEvent]:  # the second read, inside the import's transaction
+        with open_source(path) as again:
+            prefix, lines = hash_prefix(again, start, path)
+            for _ in lines:
+                pass
+            for line in read_after(again, start, number, prefix, stop=end):
+                yield from _feed(reader, at_start, line, path, options.skip_damaged)
+            if prefix.hexdigest() != digest:
+                raise SourceRewrittenError(f"{path} changed while it was being imported; nothing was imported: "
+                                           "import it again")
+
+    title = conv.title or Path(path).stem
+    outcome = store.import_history(workspace, source, convert(), planned_from=latest, title=title[:512],
+                                   new_workspace=options.new_workspace)
+    record = outcome.record
+    written = 0 if record.last_seq is None else record.last_seq - record.first_seq + 1
+    job = outcome.distillation.job.id if outcome.distillation is not None else None
+    return SourceResult(path, fmt, "imported", None, outcome.session_id, outcome.created, number, last, written,
+                        source.skipped, source.cut, job)
+
+
+def _workspace(workspace: str | None, path: str) -> str:
+    if workspace is None:
+        raise UnreadableSourceError(
+            f"{path} does not say which directory it was recorded in; pass --workspace DIR to import it there"
+        )
+    if not os.path.isdir(workspace):
+        raise WorkspaceMissingError(
+            f"{path} was recorded in {workspace}, which does not exist (any more); nothing of it was imported: pass "
+            "--workspace DIR to import it into another directory"
+        )
+    return workspace
+
+
+def import_source(store: MemoryStore, path: str, options: ImportOptions,
+                  restore_export: Callable[[MemoryStore, str], list[SourceResult]] | None = None) -> list[SourceResult]:
+    """Import one file (all of an Agents SDK database's Sessions, or one history file); a refusal is a "refused"
+    result naming its reason, never an exception (other files go on)."""
+    fmt = options.format
+    try:
+        kind, first = sniff(path)
+        if kind == "sqlite" or fmt == agents_sdk.FORMAT:
+            return agents_sdk.import_database(store, path, options)
+        if fmt == "auto":
+            fmt = detect(first, path)
+        if fmt == EXPORT_TYPE:
+            if restore_export is None:
+                raise UnreadableSourceError(f"{path} is an Emelex export; import it on its own")
+            return restore_export(store, path)
+        return [import_jsonl(store, path, fmt, options)]
+    except EmelexError as exc:
+        return [SourceResult(os.path.abspath(path), fmt, "refused", str(exc))]

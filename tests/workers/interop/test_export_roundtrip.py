@@ -1,0 +1,158 @@
+"""An export read back into a fresh Home is the same store, event for event and version for version: compacted
+Sessions (a chain of two Summaries, verified on replay), assets, tombstones, pins, provenance and the client that
+wrote a version. A second import changes nothing; an import into a store whose event IDs are taken re-anchors the
+Summaries' provenance, and they still verify."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from emelex_memory import (
+    COMPACTION_KIND,
+    Event,
+    ExportedEvent,
+    ExportedSession,
+    MemoryStore,
+    NewEvent,
+    Settings,
+    compaction_handler,
+    run_one_job,
+)
+from emelex_workers.interop.export_file import import_export, write_export
+
+WINDOW = 2000
+
+
+def tokens(event: Event) -> int:
+    return 100
+
+
+def summarize(events: list[Event], job) -> str:
+    return "summary of " + ",".join(str(e.seq) for e in events)
+
+
+def add_turns(store: MemoryStore, session_id: str, workspace: Path, n: int, label: str, assets=()) -> None:
+    with store.acquire_lease(session_id, workspace) as lease:
+        list(lease.replay_all())
+        for i in range(n):
+            lease.append_turn([NewEvent("user", {"text": f"{label}{i} question", "n": 1.5e-7}, assets=assets),
+                               NewEvent("assistant", {"text": f"{label}{i} answer é"})])
+        lease.release()
+
+
+def compact(store: MemoryStore, session_id: str) -> None:
+    queued = store.queue_compaction(session_id, context_window=WINDOW, count_tokens=tokens, force=True)
+    assert queued.job is not None, queued.reason
+    outcome = run_one_job(store, compaction_handler(summarize, model_ref="m@sha256:abc"), kinds=COMPACTION_KIND)
+    assert outcome.status == "done", outcome.detail
+
+
+def build(store: MemoryStore, workspace: Path) -> None:
+    plot = store.put_asset(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4000, "image/png")  # > one asset_data chunk
+    first = store.create_session(workspace, title="compacted twice")
+    add_turns(store, first.id, workspace, 10, "a", assets=(plot,))
+    compact(store, first.id)
+    add_turns(store, first.id, workspace, 10, "b")
+    compact(store, first.id)
+    second = store.create_session(workspace, title="plain")
+    add_turns(store, second.id, workspace, 3, "c")
+    store.remember(workspace, "port", "the api listens on 8443", confidence=0.8,
+                   source=store.knowledge_source(second.id, 1, 2))
+    store.remember(workspace, "port", "the api listens on 9443", client="claude-code 2.1.3")
+    store.remember(workspace, "old", "a retired fact here")
+    store.forget(workspace, "old", client="codex 0.65")
+    store.remember(workspace, "pinned", "always run make test first")
+    store.pin(workspace, "pinned")
+
+
+def records(store: MemoryStore) -> list:
+    return [r for r in store.export_records()]
+
+
+def view_of(exported: list, session_id: str) -> list[tuple]:
+    """The raw events of an exported Session that its replay shows (after its newest Summary's range)."""
+    session = next(r for r in exported if isinstance(r, ExportedSession) and r.id == session_id)
+    through = max(s.through_seq for s in session.summaries)
+    start = exported.index(session) + 1
+    events = exported[start:start + session.events]
+    return [(e.seq, e.kind, e.payload_json) for e in events if e.kind != "summary" and e.seq > through]
+
+
+def view(store: MemoryStore, session_id: str) -> list[tuple]:
+    events, after = [], 0
+    while True:
+        page = store.replay(session_id, after)  # verifies every Summary it shows
+        events += [(e.seq, e.kind, e.payload_json, e.created_at, e.assets) for e in page.events]
+        after = page.next_cursor
+        if page.done:
+            return events
+
+
+@pytest.fixture
+def exported(tmp_path: Path, workspace: Path) -> tuple[Path, list]:
+    with MemoryStore.open(Settings(home=tmp_path / "a")) as store:
+        build(store, workspace)
+        path = tmp_path / "export.jsonl"
+        report = write_export(store, str(path))
+        assert report.counts == {"assets": 1, "sessions": 2, "events": 48, "knowledge": 3}
+        return path, records(store)
+
+
+def test_an_export_read_back_into_a_fresh_home_is_the_same_store(tmp_path: Path, workspace: Path, exported) -> None:
+    path, before = exported
+    assert path.stat().st_mode & 0o777 == 0o600
+    with MemoryStore.open(Settings(home=tmp_path / "b")) as fresh:
+        report = import_export(fresh, str(path))
+        assert (report.imported, report.refused) == ({"assets": 1, "sessions": 2, "knowledge": 3}, [])
+        after = records(fresh)
+        assert after == before  # every event (IDs, payload bytes, times, assets) and every version, in order
+        sessions = [r for r in after if isinstance(r, ExportedSession)]
+        assert [len(s.summaries) for s in sessions] == [2, 0]
+        views = {s.id: view(fresh, s.id) for s in sessions}
+        assert views[sessions[0].id][0][1] == "summary"
+        assert fresh.read_asset(next(e for e in after if isinstance(e, ExportedEvent) and e.assets).assets[0])
+        again = import_export(fresh, str(path))
+        assert again.unchanged == {"sessions": 2, "knowledge": 3} and again.refused == []
+        assert records(fresh) == before
+    with MemoryStore.open(Settings(home=tmp_path / "a")) as original:
+        assert {s.id: view(original, s.id) for s in sessions} == views
+
+
+def test_an_import_where_the_event_ids_are_taken_reanchors_the_summaries(tmp_path: Path, workspace: Path,
+                                                                         exported) -> None:
+    path, before = exported
+    with MemoryStore.open(Settings(home=tmp_path / "c")) as other:
+        own = other.create_session(workspace, title="already here")
+        add_turns(other, own.id, workspace, 5, "z")
+        report = import_export(other, str(path))
+        assert report.refused == []
+        exported_sessions = [r for r in before if isinstance(r, ExportedSession)]
+        compacted = exported_sessions[0]
+        shown = view(other, compacted.id)  # the re-anchored Summaries verify
+        assert shown[0][1] == "summary"
+        assert [e[2] for e in shown if e[1] != "summary"] == [e[2] for e in view_of(before, compacted.id)]
+        theirs = [(e.seq, e.kind, e.created_at) for e in before if isinstance(e, ExportedEvent)]
+        ours = [(e.seq, e.kind, e.created_at) for e in records(other) if isinstance(e, ExportedEvent)]
+        assert ours[10:] == theirs  # the 10 events of the Session already here come first
+
+
+def test_a_session_whose_summary_does_not_verify_is_refused_and_nothing_of_it_written(tmp_path: Path,
+                                                                                       exported) -> None:
+    path, _ = exported
+    lines = path.read_text().splitlines()
+    tampered = []
+    for line in lines:
+        obj = json.loads(line)
+        if obj["type"] == "event" and obj["kind"] == "user" and obj["seq"] == 3:
+            obj["payload"]["text"] = "something never said"
+        tampered.append(json.dumps(obj))
+    bad = tmp_path / "tampered.jsonl"
+    bad.write_text("\n".join(tampered) + "\n")
+    with MemoryStore.open(Settings(home=tmp_path / "d")) as fresh:
+        report = import_export(fresh, str(bad))
+        assert report.refused_count == 1 and "does not verify" in report.refused[0]
+        assert report.imported["sessions"] == 1
+        assert len(fresh.list_sessions().sessions) == 1
