@@ -47,6 +47,8 @@ class _Root(LazyGroup):
         "models": Lazy("emelex_workers.cli.models:models_app", "Install, list, verify and remove local GGUF models, and add served ones."),
         "plugins": Lazy("emelex_workers.cli.plugins:plugins_app", "Inspect the plugins Emelex loads."),
         "config": Lazy("emelex_workers.cli.config:config_app", "Show the effective settings and where each came from."),
+        "mcp": Lazy("emelex_workers.cli.mcp:mcp", "Serve the workspace's memory (search, recall, Knowledge, Sessions) to an "
+                    "MCP client over stdio; needs the `mcp` extra."),
         "chat": Lazy("emelex_workers.cli.chat:chat", "Chat with the local model and its tools in a durable Session (new, or --resume "
                      "SESSION)."),
     }

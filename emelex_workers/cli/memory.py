@@ -31,6 +31,14 @@ class MemoryCommands(LazyGroup):
         "search": Lazy(f"{_CLI}.search:search",
                        "Search the workspace's live Knowledge and its Sessions' transcripts; print ranked hits with "
                        "the key or Session ID prefix and seq that `knowledge show` and `sessions show` take."),
+        "import": Lazy(f"{_CLI}.interop:import_histories",
+                       "Import other agents' histories as Sessions (with their source, digest and lines), queued for "
+                       "distillation; re-importing is a no-op and a grown file adds only what is new. Also reads an "
+                       "Emelex export back."),
+        "export": Lazy(f"{_CLI}.interop:export",
+                       "Export every Session (events, Summaries and their provenance, assets) and all Knowledge "
+                       "(every version, tombstones, pins) to FILE, which `emelex memory import FILE` reads back into "
+                       "any Home."),
         "sessions": Lazy(f"{_CLI}.sessions:sessions_app", "List and inspect Sessions."),
         "knowledge": Lazy(f"{_CLI}.knowledge:knowledge_app", "Inspect and curate the current workspace's Knowledge."),
         "workspaces": Lazy(f"{_CLI}.workspaces:workspaces_app",
