@@ -29,6 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "constraints-min.txt"
 BUILT_MARKER = "emelex-floors-built"
 NOT_INSTALLED = {"llama-cpp-python"}  # the llama extra: a source build, far too slow for the suite
+# Extras kept out of the floor environment altogether (neither floored nor installed there): the MCP SDK pins its
+# major version (`>=X,<N`), and its dependencies (starlette, uvicorn, ...) have no place in a floor check of the core.
+UNFLOORED_EXTRAS = {"mcp"}
 # A part of the suite that exercises every dependency: apsw (leases, compaction), hypothesis (the policy's
 # properties), tenacity (in-process retries), pluggy (plugins), pydantic-settings and typer (the CLI).
 FLOOR_TESTS = (
@@ -49,8 +52,9 @@ def _floors() -> dict[str, Version]:
     """Every requirement of pyproject.toml (dependencies and extras) -> its floor; each must be exactly `>=X`."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     requirements = list(project["dependencies"])
-    for extra in project["optional-dependencies"].values():
-        requirements += extra
+    for name, extra in project["optional-dependencies"].items():
+        if name not in UNFLOORED_EXTRAS:
+            requirements += extra
     floors = {}
     for text in requirements:
         req = Requirement(text)
@@ -72,6 +76,14 @@ def _pins() -> dict[str, Version]:
 
 def test_every_floor_is_pinned_in_the_constraints() -> None:
     assert _pins() == _floors()
+
+
+def test_the_unfloored_extras_pin_their_major_version() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for name in UNFLOORED_EXTRAS:
+        for text in project["optional-dependencies"][name]:
+            ops = {spec.operator for spec in Requirement(text).specifier}
+            assert ops == {">=", "<"}, f"{text}: an unfloored extra declares a floor and the next major (`>=X,<N`)"
 
 
 def _run(args: list[str], what: str, **kwargs) -> subprocess.CompletedProcess:

@@ -249,56 +249,56 @@ def build_server(settings: Settings, workspace: str, *, read_only: bool = False)
     Key = Annotated[str, Field(description="The entry's key: a short name of the fact.")]
 
     @server.tool(annotations=reading)
-    def search(query: Query, scope: str = "all", limit: Limit = 10, cursor: str | None = None) -> dict:
+    def search(query: Query, scope: str = "all", limit: Limit = 10, cursor: str | None = None) -> dict[str, Any]:
         """Search this workspace's Knowledge notes and earlier Sessions' transcripts; cited hits, best first."""
         return t().search(query, scope, limit, cursor)
 
     @server.tool(annotations=reading)
-    def recall(query: Query, budget_tokens: Annotated[int, Field(ge=1, le=100_000)] = 1000) -> dict:
+    def recall(query: Query, budget_tokens: Annotated[int, Field(ge=1, le=100_000)] = 1000) -> dict[str, Any]:
         """The memory notes relevant to a query (pinned first), within a token budget, each with its source."""
         return t().recall(query, budget_tokens)
 
     @server.tool(annotations=reading)
-    def list_knowledge(include_forgotten: bool = False, limit: Limit = 50, cursor: str | None = None) -> dict:
+    def list_knowledge(include_forgotten: bool = False, limit: Limit = 50, cursor: str | None = None) -> dict[str, Any]:
         """This workspace's Knowledge entries by key."""
         return t().list_knowledge(include_forgotten, limit, cursor)
 
     @server.tool(annotations=reading)
-    def show_knowledge(key: Key, history: bool = False) -> dict:
+    def show_knowledge(key: Key, history: bool = False) -> dict[str, Any]:
         """One Knowledge entry with its provenance (and its versions with history=true)."""
         return t().show_knowledge(key, history)
 
     @server.tool(annotations=reading)
-    def list_sessions(limit: Limit = 20, cursor: str | None = None) -> dict:
+    def list_sessions(limit: Limit = 20, cursor: str | None = None) -> dict[str, Any]:
         """This workspace's Sessions (chats and imported histories), newest first."""
         return t().list_sessions(limit, cursor)
 
     @server.tool(annotations=reading)
     def show_session(session: Annotated[str, Field(description="Session ID or a unique prefix (4+ characters).")],
                      after_seq: Annotated[int, Field(ge=0)] = 0,
-                     limit: Annotated[int, Field(ge=1, le=MAX_EVENTS)] = 50) -> dict:
+                     limit: Annotated[int, Field(ge=1, le=MAX_EVENTS)] = 50) -> dict[str, Any]:
         """A Session's events as replay shows them, and where an imported one came from."""
         return t().show_session(session, after_seq, limit)
 
     if not read_only:
         @server.tool(annotations=writing)
         def remember(key: Key, content: Annotated[str, Field(description="The fact, in words.")],
-                     confidence: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0, ctx: Context = None) -> dict:
+                     confidence: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0, ctx: Context = None) -> dict[str, Any]:
             """Save one durable fact of this project as a Knowledge note (a new version if the key exists)."""
             return t().remember(key, content, confidence, client=client_name(ctx))
 
         @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, openWorldHint=False))
-        def forget(key: Key, ctx: Context = None) -> dict:
+        def forget(key: Key, ctx: Context = None) -> dict[str, Any]:
             """Forget a Knowledge note (its history is kept; remembering it again revives it)."""
             return t().forget(key, client=client_name(ctx))
 
         @server.tool(annotations=writing)
-        def pin(key: Key) -> dict:
+        def pin(key: Key) -> dict[str, Any]:
             """Pin a Knowledge note: automatic processes leave it alone and recall offers it first."""
             return t().pin(key)
 
         @server.tool(annotations=writing)
-        def unpin(key: Key) -> dict:
+        def unpin(key: Key) -> dict[str, Any]:
             """Unpin a Knowledge note."""
             return t().unpin(key)
 
