@@ -80,13 +80,14 @@ def sources(path: str) -> list[str]:
 
 
 def sniff(path: str) -> tuple[str, dict | None]:
-    """("sqlite", None) for a SQLite database, else ("jsonl", the first non-blank line's object or None)."""
+    """("sqlite", None) for a SQLite database, else ("jsonl", the first non-blank line's object or None); a first
+    line that does not parse is `UnreadableSourceError` naming it."""
     with open_source(path) as handle:
         if handle.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC:
             return "sqlite", None
         for line in read_after(handle, 0, 1, _NullHash()):
             if line.obj is None:
-                return "jsonl", None
+                raise UnreadableSourceError(f"{path}:{line.number}: {line.problem}; fix or remove that line")
             if line.obj:
                 return "jsonl", line.obj
     return "jsonl", None

@@ -1,0 +1,224 @@
+"""`emelex memory import` over fixtures of each format written for these tests in the formats' own shapes (Claude
+Code session files, Codex rollout files, OpenAI Agents SDK SQLiteSession databases, the generic JSON Lines): the
+Sessions they become (in the workspace they were recorded in, timestamps kept, provenance recorded), re-import as a
+no-op, a file growing between imports, damaged lines, a rewritten file, a workspace that no longer exists; and the
+imported Sessions found by `memory search` and distilled by `memory work` on the default model."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import apsw
+import pytest
+from typer.testing import CliRunner
+
+from emelex_memory import MemoryStore, Settings
+from emelex_workers.cli import app
+
+from ...support import table_rows
+
+HISTORIES = Path(__file__).parent / "histories"
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def env_home(monkeypatch: pytest.MonkeyPatch, home: Path) -> Path:
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    monkeypatch.setenv("EMELEX_PLUGINS_AUTOLOAD", "0")
+    return home
+
+
+def history(tmp_path: Path, name: str, workspace: Path, as_name: str | None = None) -> Path:
+    """A copy of fixture `name` whose recorded workspace is `workspace`."""
+    text = (HISTORIES / name).read_text().replace("__WORKSPACE__", str(workspace))
+    path = tmp_path / (as_name or name)
+    path.write_text(text)
+    return path
+
+
+def agents_db(tmp_path: Path) -> Path:
+    """An OpenAI Agents SDK SQLiteSession database: its two tables as the SDK creates them, two sessions' items."""
+    path = tmp_path / "agents.db"
+    conn = apsw.Connection(str(path))
+    conn.execute(
+        "CREATE TABLE agent_sessions (session_id TEXT PRIMARY KEY, created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP, "
+        "updated_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP);"
+        "CREATE TABLE agent_messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, "
+        "message_data TEXT NOT NULL, created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP, FOREIGN KEY (session_id) "
+        "REFERENCES agent_sessions (session_id) ON DELETE CASCADE);"
+        "CREATE INDEX idx_agent_messages_session_id ON agent_messages (session_id, id);"
+    )
+    items = [
+        ("support-bot", {"role": "user", "content": "Refunds over 500 euros need a manager's approval."}),
+        ("support-bot", {"type": "function_call", "name": "lookup_policy", "arguments": "{\"topic\": \"refunds\"}",
+                         "call_id": "fc_1", "id": "fc_1", "status": "completed"}),
+        ("support-bot", {"type": "function_call_output", "call_id": "fc_1", "output": "approval above 500 EUR"}),
+        ("support-bot", {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+                         "content": [{"type": "output_text", "text": "Yes: above 500 euros a manager approves.",
+                                      "annotations": []}]}),
+        ("triage", {"role": "user", "content": "Tickets tagged P1 page the on-call engineer."}),
+    ]
+    for session_id, item in items:
+        conn.execute("INSERT OR IGNORE INTO agent_sessions (session_id) VALUES (?)", (session_id,))
+        conn.execute("INSERT INTO agent_messages (session_id, message_data, created_at) VALUES (?, ?, ?)",
+                     (session_id, json.dumps(item), "2026-11-27 15:04:05"))
+    conn.close()
+    return path
+
+
+def imported(*args: str) -> dict:
+    result = runner.invoke(app, ["memory", "import", "--json", *args])
+    return {"exit": result.exit_code, **json.loads(result.stdout)}
+
+
+def db(home: Path) -> Path:
+    return home / "memory" / "emelex.sqlite3"
+
+
+def events(session_id: str) -> list[tuple[str, dict]]:
+    with MemoryStore.open(Settings()) as store:
+        return [(e.kind, e.payload) for e in store.replay(session_id).events]
+
+
+@pytest.mark.parametrize("name, kinds, first_text", [
+    ("claude-code.jsonl", ["user", "assistant", "tool_calls", "tool_result", "assistant"],
+     "The billing service must stay on Postgres 15 until the migration window in March."),
+    ("codex.jsonl", ["user", "tool_calls", "tool_result", "assistant"],
+     "Release builds are signed with the key in ops/release.key; never commit it."),
+    ("generic.jsonl", ["user", "tool_calls", "tool_result", "assistant"],
+     "Our API rate limit is 120 requests per minute per token."),
+])
+def test_each_format_becomes_a_session_with_its_provenance(tmp_path, workspace, name, kinds, first_text) -> None:
+    path = history(tmp_path, name, workspace)
+    out = imported(str(path))
+    assert out["exit"] == 0, out
+    (source,) = out["sources"]
+    assert source["outcome"] == "imported" and source["created"] and source["job_id"]
+    shown = events(source["session_id"])
+    assert [k for k, _ in shown] == kinds
+    assert shown[0][1]["text"] == first_text
+    calls = next(p for k, p in shown if k == "tool_calls")["calls"]
+    result = next(p for k, p in shown if k == "tool_result")
+    assert result["call_id"] == calls[0]["call_id"] and result["tool"] == calls[0]["tool"]
+    with MemoryStore.open(Settings()) as store:
+        session = store.get_session(source["session_id"])
+        (run,) = store.session_imports(source["session_id"])
+        first_event = store.replay(source["session_id"]).events[0]
+    assert Path(session.workspace.path) == workspace.resolve()
+    lines = path.read_text().count("\n")
+    assert (run.path, run.first_line, run.last_line) == (str(path), 1, lines)
+    assert run.prefix_digest == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert first_event.created_at < 1_800_000_000 and first_event.created_at > 1_790_000_000  # the source's time
+    before = table_rows(db(Path(Settings().home_dir)))
+    again = imported(str(path))
+    assert again["sources"][0]["outcome"] == "unchanged" and again["exit"] == 0
+    assert table_rows(db(Path(Settings().home_dir))) == before
+
+
+def test_an_agents_sdk_database_becomes_one_session_per_conversation(tmp_path, workspace) -> None:
+    path = agents_db(tmp_path)
+    refused = imported(str(path))
+    assert refused["exit"] == 1 and "--workspace" in refused["sources"][0]["message"]
+    out = imported(str(path), "--workspace", str(workspace))
+    assert out["exit"] == 0 and [s["outcome"] for s in out["sources"]] == ["imported", "imported"]
+    by_title = {}
+    with MemoryStore.open(Settings()) as store:
+        for s in out["sources"]:
+            by_title[store.get_session(s["session_id"]).title] = s["session_id"]
+    assert [k for k, _ in events(by_title["support-bot"])] == ["user", "tool_calls", "tool_result", "assistant"]
+    conn = apsw.Connection(str(path))
+    conn.execute("INSERT INTO agent_messages (session_id, message_data) VALUES ('triage', ?)",
+                 (json.dumps({"role": "assistant", "content": [{"type": "output_text", "text": "Paging works."}]}),))
+    conn.execute("DELETE FROM agent_messages WHERE id = 4")  # pop_item on support-bot: a rewritten history
+    conn.close()
+    grown = imported(str(path), "--workspace", str(workspace))
+    outcomes = {s["outcome"]: s for s in grown["sources"]}
+    assert grown["exit"] == 1 and set(outcomes) == {"imported", "refused"}
+    assert "changed in rows an earlier import read" in outcomes["refused"]["message"]
+    assert [k for k, _ in events(by_title["triage"])] == ["user", "assistant"]
+
+
+def test_a_grown_file_imports_only_its_new_lines(tmp_path, workspace) -> None:
+    path = history(tmp_path, "claude-code.jsonl", workspace)
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:3]) + lines[3][:40])  # the fourth line still being written: not read yet
+    first = imported(str(path))["sources"][0]
+    assert (first["first_line"], first["last_line"], first["events"]) == (1, 3, 3)
+    path.write_text("".join(lines))
+    second = imported(str(path))["sources"][0]
+    assert (second["outcome"], second["session_id"], second["created"]) == ("imported", first["session_id"], False)
+    assert (second["first_line"], second["last_line"], second["events"]) == (4, len(lines), 2)
+    assert [k for k, _ in events(first["session_id"])] == ["user", "assistant", "tool_calls", "tool_result",
+                                                            "assistant"]
+    # the result names the tool of a call imported by the first run
+    assert events(first["session_id"])[3][1]["tool"] == "Read"
+    with MemoryStore.open(Settings()) as store:
+        runs = store.session_imports(first["session_id"])
+        jobs = store.list_jobs(kind="distill").jobs
+    assert [(r.first_line, r.last_line, r.first_seq, r.last_seq) for r in runs] == [(1, 3, 1, 3), (4, 8, 4, 5)]
+    assert runs[1].prefix_digest == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert sorted((j.source["first_seq"], j.source["last_seq"]) for j in jobs) == [(1, 3), (4, 5)]
+
+
+def test_a_damaged_line_refuses_its_file_by_line_and_writes_nothing(tmp_path, workspace, home) -> None:
+    path = history(tmp_path, "codex.jsonl", workspace)
+    lines = path.read_text().splitlines(keepends=True)
+    lines[6] = lines[6][:50] + "\n"
+    path.write_text("".join(lines))
+    runner.invoke(app, ["memory", "import", str(history(tmp_path, "generic.jsonl", workspace))])
+    before = table_rows(db(home))
+    out = imported(str(path))
+    assert out["exit"] == 1 and out["sources"][0]["outcome"] == "refused"
+    assert f"{path}:7: not JSON" in out["sources"][0]["message"] and "--skip-damaged" in out["sources"][0]["message"]
+    assert table_rows(db(home)) == before
+    skipped = imported(str(path), "--skip-damaged")["sources"][0]
+    assert skipped["outcome"] == "imported" and skipped["skipped"] >= 1
+    kinds = [k for k, _ in events(skipped["session_id"])]
+    assert kinds == ["user", "tool_result", "assistant"]  # the damaged function_call line is the one left out
+
+
+def test_a_rewritten_file_is_refused(tmp_path, workspace, home) -> None:
+    path = history(tmp_path, "generic.jsonl", workspace)
+    imported(str(path))
+    path.write_text(path.read_text().replace("120 requests", "999 requests"))
+    before = table_rows(db(home))
+    out = imported(str(path))
+    assert out["exit"] == 1 and "rewritten, not appended to" in out["sources"][0]["message"]
+    assert table_rows(db(home)) == before
+
+
+def test_a_workspace_that_no_longer_exists_is_refused_until_one_is_named(tmp_path, workspace, home) -> None:
+    gone = tmp_path / "deleted-project"
+    path = history(tmp_path, "claude-code.jsonl", gone)
+    MemoryStore.open(Settings()).close()
+    before = table_rows(db(home))
+    out = imported(str(path))
+    assert out["exit"] == 1
+    message = out["sources"][0]["message"]
+    assert str(gone) in message and "does not exist" in message and "--workspace DIR" in message
+    assert table_rows(db(home)) == before
+    moved = imported(str(path), "--workspace", str(workspace))
+    assert moved["exit"] == 0 and moved["sources"][0]["outcome"] == "imported"
+
+
+def test_a_folder_imports_every_history_in_it_and_goes_on_past_a_refusal(tmp_path, workspace) -> None:
+    folder = tmp_path / "projects" / "-home-me-project"
+    folder.mkdir(parents=True)
+    history(folder, "claude-code.jsonl", workspace, "5f0e7c1a.jsonl")
+    (folder / "broken.jsonl").write_text("{not json\n")
+    result = runner.invoke(app, ["memory", "import", str(tmp_path / "projects")])
+    assert result.exit_code == 1
+    assert "refused    " in result.stdout and "broken.jsonl:1: not JSON" in result.stdout
+    assert "imported   " in result.stdout and "-> new Session" in result.stdout
+
+
+def test_imported_sessions_are_found_by_memory_search(tmp_path, workspace) -> None:
+    for name in ("claude-code.jsonl", "codex.jsonl"):
+        imported(str(history(tmp_path, name, workspace)))
+    found = runner.invoke(app, ["memory", "search", "-w", str(workspace), "Postgres", "release.key"])
+    assert found.exit_code == 0
+    assert "Postgres 15" in found.stdout.replace("[", "").replace("]", "")
+    assert "ops/release.key" in found.stdout.replace("[", "").replace("]", "")
