@@ -12,7 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
 PLUGINS = ROOT / "plugins"
-FEATURES = ("sessions", "assets", "queue", "compaction", "knowledge", "snapshots", "maintenance", "agent", "search")
+FEATURES = ("sessions", "assets", "queue", "compaction", "knowledge", "snapshots", "maintenance", "agent", "search",
+            "interchange")
 # top-level package -> the directory that holds it: the two packages, and each built-in plugin package
 TOPS = {"emelex_memory": ROOT, "emelex_workers": ROOT} | {
     d.name: PLUGINS for d in sorted(PLUGINS.iterdir()) if (d / "__init__.py").is_file()}
@@ -25,7 +26,8 @@ WORKER_FLOORS = {
     "faithfulness": {"host", "worker.attempts"},  # the guards word an attempt as every user-facing text does
     "worker": {"host", "models", "faithfulness"},
     "agent": {"host"},
-    "cli": {"host", "models", "faithfulness", "worker", "agent"},
+    "interop": set(),  # other agents' histories, the export file and the MCP server: over the core only
+    "cli": {"host", "models", "faithfulness", "worker", "agent", "interop"},
     "demo": {"cli"},
 }
 # what a built-in plugin may import of the two packages: their public APIs

@@ -108,7 +108,7 @@ def import_histories(
             try:
                 files = sources(given)
             except EmelexError as exc:
-                from ..interop.importer import SourceResult
+                from ..interop.events import SourceResult
 
                 files, found = [], [SourceResult(os.path.abspath(given), format, "refused", str(exc))]
             else:
@@ -116,7 +116,7 @@ def import_histories(
             for path in files:
                 found += import_source(store, path, options, restore)
             if not files and not found:
-                from ..interop.importer import SourceResult
+                from ..interop.events import SourceResult
 
                 found = [SourceResult(os.path.abspath(given), format, "refused",
                                       "no *.jsonl history files in this folder")]

@@ -20,13 +20,11 @@ import apsw
 
 from emelex_memory import EmelexError, ImportedEvent, ImportSource, SourceRewrittenError, UnreadableSourceError
 
-from .events import Conversion
+from .events import Conversion, ImportOptions, SourceResult, require_workspace
 from .responses import feed_item
 
 if TYPE_CHECKING:
     from emelex_memory import MemoryStore
-
-    from .importer import ImportOptions, SourceResult
 
 FORMAT = "agents-sdk"
 PAGE = 500
@@ -82,8 +80,6 @@ def _feed(conv: Conversion, row: tuple, number: int, path: str, skip_damaged: bo
 def import_session(store: MemoryStore, conn: apsw.Connection, path: str, session_id: str,
                    options: ImportOptions) -> SourceResult:
     """Import what is new in Session `session_id` of the database `conn` at `path`."""
-    from .importer import SourceResult, _workspace
-
     key = f"{path}#{session_id}"
     latest = store.latest_import(FORMAT, key)
     h = hashlib.sha256()
@@ -109,7 +105,7 @@ def import_session(store: MemoryStore, conn: apsw.Connection, path: str, session
         end = row[0]
     if number < first:
         return SourceResult(path, FORMAT, "unchanged", session_id=latest and latest.session_id)
-    workspace = _workspace(options.workspace, f"{path} (Session {session_id!r})")
+    workspace = require_workspace(options.workspace, f"{path} (Session {session_id!r})")
     source = ImportSource(FORMAT, key, path, first, number, end, h.hexdigest(), conv.skipped - at_start.skipped,
                           conv.cut - at_start.cut)
 
@@ -134,8 +130,6 @@ def import_session(store: MemoryStore, conn: apsw.Connection, path: str, session
 def import_database(store: MemoryStore, path: str, options: ImportOptions) -> list[SourceResult]:
     """Import every Session of the Agents SDK database at `path`, each on its own; a refused one is reported as
     such and the others go on."""
-    from .importer import SourceResult
-
     path = os.path.abspath(path)
     conn = _open(path)
     try:

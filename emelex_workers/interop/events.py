@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from emelex_memory import ImportedEvent
+from emelex_memory import ImportedEvent, UnreadableSourceError, WorkspaceMissingError
 
 # Room left in an event for everything around a text (keys, the line number, JSON escapes of a cut text are counted).
 _ROOM = 4096
@@ -97,3 +98,48 @@ def block_text(content: Any) -> str:
                 elif kind in ("image", "input_image", "file", "input_file", "document"):
                     parts.append(f"[{kind}]")
     return "\n\n".join(p for p in parts if p)
+
+
+@dataclass(frozen=True)
+class SourceResult:
+    """What became of one source: `outcome` is "imported", "unchanged" or "refused" (then `message` says why; nothing
+    of it was written); the Session it went into, whether it was created, the lines read and events written, lines
+    skipped (kinds not read) and events cut to the size cap, and the distillation job queued."""
+
+    path: str
+    format: str
+    outcome: str
+    message: str | None = None
+    session_id: str | None = None
+    created: bool = False
+    first_line: int | None = None
+    last_line: int | None = None
+    events: int = 0
+    skipped: int = 0
+    cut: int = 0
+    job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """How to import: the format (`auto`: told by the source's first line), the workspace to use instead of the one
+    the source names, and whether a damaged line is skipped (`skip_damaged`) rather than refusing its source."""
+
+    format: str = "auto"
+    workspace: str | None = None
+    skip_damaged: bool = False
+    new_workspace: bool = False
+
+
+def require_workspace(workspace: str | None, path: str) -> str:
+    """`workspace` when it is an existing directory; else a typed error saying what to pass."""
+    if workspace is None:
+        raise UnreadableSourceError(
+            f"{path} does not say which directory it was recorded in; pass --workspace DIR to import it there"
+        )
+    if not os.path.isdir(workspace):
+        raise WorkspaceMissingError(
+            f"{path} was recorded in {workspace}, which does not exist (any more); nothing of it was imported: pass "
+            "--workspace DIR to import it into another directory"
+        )
+    return workspace

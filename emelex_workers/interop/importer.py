@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -24,48 +23,16 @@ from emelex_memory import (
     MemoryStore,
     SourceRewrittenError,
     UnreadableSourceError,
-    WorkspaceMissingError,
 )
 
 from . import agents_sdk, claude_code, codex, generic
-from .events import Conversion
+from .events import Conversion, ImportOptions, SourceResult, require_workspace
 from .lines import Line, hash_prefix, open_source, read_after
 
 READERS: dict[str, ModuleType] = {m.FORMAT: m for m in (claude_code, codex, generic)}
 FORMATS = ("auto", *READERS, agents_sdk.FORMAT)
 SQLITE_MAGIC = b"SQLite format 3\x00"
 EXPORT_TYPE = "emelex-export"
-
-
-@dataclass(frozen=True)
-class SourceResult:
-    """What became of one source: `outcome` is "imported", "unchanged" or "refused" (then `message` says why; nothing
-    of it was written); the Session it went into, whether it was created, the lines read and events written, lines
-    skipped (kinds not read) and events cut to the size cap, and the distillation job queued."""
-
-    path: str
-    format: str
-    outcome: str
-    message: str | None = None
-    session_id: str | None = None
-    created: bool = False
-    first_line: int | None = None
-    last_line: int | None = None
-    events: int = 0
-    skipped: int = 0
-    cut: int = 0
-    job_id: str | None = None
-
-
-@dataclass(frozen=True)
-class ImportOptions:
-    """How to import: the format (`auto`: told by the source's first line), the workspace to use instead of the one
-    the source names, and whether a damaged line is skipped (`skip_damaged`) rather than refusing its source."""
-
-    format: str = "auto"
-    workspace: str | None = None
-    skip_damaged: bool = False
-    new_workspace: bool = False
 
 
 def sources(path: str) -> list[str]:
@@ -176,7 +143,7 @@ def import_jsonl(store: MemoryStore, path: str, fmt: str, options: ImportOptions
         return SourceResult(path, fmt, "unchanged", session_id=latest and latest.session_id)
     if latest is None and events == 0:
         return SourceResult(path, fmt, "unchanged", "no conversation in it yet", skipped=conv.skipped)
-    workspace = _workspace(options.workspace or conv.workspace, path)
+    workspace = require_workspace(options.workspace or conv.workspace, path)
     source = ImportSource(fmt, key, path, number, last, end, digest, conv.skipped - at_start.skipped,
                           conv.cut - at_start.cut)
 
@@ -199,19 +166,6 @@ def import_jsonl(store: MemoryStore, path: str, fmt: str, options: ImportOptions
     job = outcome.distillation.job.id if outcome.distillation is not None else None
     return SourceResult(path, fmt, "imported", None, outcome.session_id, outcome.created, number, last, written,
                         source.skipped, source.cut, job)
-
-
-def _workspace(workspace: str | None, path: str) -> str:
-    if workspace is None:
-        raise UnreadableSourceError(
-            f"{path} does not say which directory it was recorded in; pass --workspace DIR to import it there"
-        )
-    if not os.path.isdir(workspace):
-        raise WorkspaceMissingError(
-            f"{path} was recorded in {workspace}, which does not exist (any more); nothing of it was imported: pass "
-            "--workspace DIR to import it into another directory"
-        )
-    return workspace
 
 
 def import_source(store: MemoryStore, path: str, options: ImportOptions,

@@ -51,7 +51,8 @@ def _leaves(command, path: tuple[str, ...] = ()):
 
 
 LEAVES = list(_leaves(typer.main.get_command(app)))
-INTERACTIVE = {("chat",)}  # a conversation on stdin and stdout: no one JSON object to print
+# a conversation on stdin and stdout (the chat's, or the MCP protocol's JSON-RPC): no one JSON object to print
+INTERACTIVE = {("chat",), ("mcp",)}
 
 
 def test_there_are_commands_to_check() -> None:

@@ -222,3 +222,17 @@ def test_imported_sessions_are_found_by_memory_search(tmp_path, workspace) -> No
     assert found.exit_code == 0
     assert "Postgres 15" in found.stdout.replace("[", "").replace("]", "")
     assert "ops/release.key" in found.stdout.replace("[", "").replace("]", "")
+
+
+def test_a_run_planned_from_a_stale_record_is_refused(tmp_path, workspace, home) -> None:
+    """Two importers of one file: the second commits nothing once the first's run is recorded."""
+    from emelex_memory import ImportConflictError, ImportedEvent, ImportSource
+
+    with MemoryStore.open(Settings()) as store:
+        source = ImportSource("jsonl", "race", str(tmp_path / "race.jsonl"), 1, 1, 10, "0" * 64)
+        event = ImportedEvent("user", {"text": "first"}, 1.0, True)
+        store.import_history(workspace, source, [event], planned_from=None)
+        before = table_rows(db(home))
+        with pytest.raises(ImportConflictError, match="imported by another run meanwhile"):
+            store.import_history(workspace, source, [event], planned_from=None)
+    assert table_rows(db(home)) == before
