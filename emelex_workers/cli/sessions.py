@@ -83,17 +83,21 @@ def sessions_show(
         s = store.get_session(store.resolve_session_id(session))
         page = store.raw_events(s.id, after, limit=limit) if raw else store.replay(s.id, after, limit=limit)
         turn = read_journal(store, s.id)
+        runs = store.session_imports(s.id)
     events = [_raw_dict(e) if raw else _event_dict(e) for e in page.events]
     corrupt = [str(e["seq"]) for e in events if "payload_error" in e]
     if as_json:
         echo_json("found", {"session": _session_dict(s), "events": events, "next_cursor": page.next_cursor,
-                            "agent_journal": None if turn is None else turn.to_json()})
+                            "agent_journal": None if turn is None else turn.to_json(),
+                            "imported_from": [_import_dict(r) for r in runs]})
     else:
         typer.echo(f"Session {s.id}")
         typer.echo(f"  title:     {s.title or '-'}")
         typer.echo(f"  workspace: {s.workspace.path}")
         typer.echo(f"  created:   {when(s.created_at)}   updated: {when(s.updated_at)}")
         typer.echo(f"  history:   {s.last_seq} events in {s.last_turn} turns, {s.event_bytes} bytes")
+        for line in _import_lines(runs):
+            typer.echo(line)
         if raw:
             typer.echo("  raw:       every stored event; [replaced by Summary #N]: replay shows Summary #N instead")
         if turn is not None:
@@ -111,6 +115,29 @@ def sessions_show(
                    "restore the database from a backup")
         typer.echo(error_text(CorruptEventError.__name__, message, as_json), err=True)
         raise typer.Exit(1)
+
+
+SHOWN_RUNS = 5
+
+
+def _import_dict(r) -> dict:
+    """An import run (`ImportRecord`) as JSON: where the events came from."""
+    return {"format": r.format, "path": r.path, "first_line": r.first_line, "last_line": r.last_line,
+            "digest": r.prefix_digest, "first_seq": r.first_seq, "last_seq": r.last_seq, "skipped": r.skipped,
+            "cut": r.cut, "imported_at": r.imported_at}
+
+
+def _import_lines(runs: list) -> list[str]:
+    """The provenance of an imported Session: one line per import run (the newest few), each with the file, the
+    lines read, the events written and the digest of the file through those lines."""
+    lines = []
+    for r in runs[-SHOWN_RUNS:]:
+        seqs = f"#{r.first_seq}-#{r.last_seq}" if r.first_seq is not None else "no events"
+        lines.append(f"  imported:  {r.format} {r.path} lines {r.first_line}-{r.last_line} -> {seqs} "
+                     f"(sha256 {r.prefix_digest[:16]}, {when(r.imported_at)})")
+    if len(runs) > SHOWN_RUNS:
+        lines.insert(0, f"  imported:  {len(runs)} runs, the newest {SHOWN_RUNS} shown (--json lists up to 1000)")
+    return lines
 
 
 def _event_lines(e: dict) -> list[str]:

@@ -51,6 +51,8 @@ def compact(store: MemoryStore, session_id: str) -> None:
 
 
 def build(store: MemoryStore, workspace: Path) -> None:
+    scratch = store.create_session(workspace, title="deleted before the export")  # its event IDs stay unused
+    add_turns(store, scratch.id, workspace, 5, "s")
     plot = store.put_asset(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4000, "image/png")  # > one asset_data chunk
     first = store.create_session(workspace, title="compacted twice")
     add_turns(store, first.id, workspace, 10, "a", assets=(plot,))
@@ -66,6 +68,7 @@ def build(store: MemoryStore, workspace: Path) -> None:
     store.forget(workspace, "old", client="codex 0.65")
     store.remember(workspace, "pinned", "always run make test first")
     store.pin(workspace, "pinned")
+    store.delete_session(scratch.id)
 
 
 def records(store: MemoryStore) -> list:
@@ -126,7 +129,7 @@ def test_an_import_where_the_event_ids_are_taken_reanchors_the_summaries(tmp_pat
     path, before = exported
     with MemoryStore.open(Settings(home=tmp_path / "c")) as other:
         own = other.create_session(workspace, title="already here")
-        add_turns(other, own.id, workspace, 5, "z")
+        add_turns(other, own.id, workspace, 30, "z")  # event IDs 1-60: the export's (from 11 on) are taken
         report = import_export(other, str(path))
         assert report.refused == []
         exported_sessions = [r for r in before if isinstance(r, ExportedSession)]
@@ -136,7 +139,7 @@ def test_an_import_where_the_event_ids_are_taken_reanchors_the_summaries(tmp_pat
         assert [e[2] for e in shown if e[1] != "summary"] == [e[2] for e in view_of(before, compacted.id)]
         theirs = [(e.seq, e.kind, e.created_at) for e in before if isinstance(e, ExportedEvent)]
         ours = [(e.seq, e.kind, e.created_at) for e in records(other) if isinstance(e, ExportedEvent)]
-        assert ours[10:] == theirs  # the 10 events of the Session already here come first
+        assert ours[60:] == theirs  # the 60 events of the Session already here come first
 
 
 def test_a_session_whose_summary_does_not_verify_is_refused_and_nothing_of_it_written(tmp_path: Path,

@@ -236,3 +236,16 @@ def test_a_run_planned_from_a_stale_record_is_refused(tmp_path, workspace, home)
         with pytest.raises(ImportConflictError, match="imported by another run meanwhile"):
             store.import_history(workspace, source, [event], planned_from=None)
     assert table_rows(db(home)) == before
+
+
+def test_sessions_show_names_where_an_imported_session_came_from(tmp_path, workspace) -> None:
+    path = history(tmp_path, "codex.jsonl", workspace)
+    session_id = imported(str(path))["sources"][0]["session_id"]
+    shown = runner.invoke(app, ["memory", "sessions", "show", session_id[:8]])
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert shown.exit_code == 0
+    assert f"imported:  codex {path} lines 1-10 -> #1-#4 (sha256 {digest[:16]}" in shown.stdout
+    data = json.loads(runner.invoke(app, ["memory", "sessions", "show", session_id, "--json"]).stdout)
+    assert data["imported_from"][0] | {"imported_at": 0} == {
+        "format": "codex", "path": str(path), "first_line": 1, "last_line": 10, "digest": digest, "first_seq": 1,
+        "last_seq": 4, "skipped": 5, "cut": 0, "imported_at": 0}

@@ -67,8 +67,10 @@ def db(home: Path) -> Path:
 
 def run(home: Path, workspace: Path, script, *extra: str):
     """Run `script(session)` against a fresh `emelex mcp` subprocess for `workspace`; return its result."""
-    params = StdioServerParameters(command=EMELEX, args=["mcp", "-w", str(workspace), *extra],
-                                   env={"EMELEX_HOME": str(home), "EMELEX_PLUGINS_AUTOLOAD": "0"})
+    env = {"EMELEX_HOME": str(home), "EMELEX_PLUGINS_AUTOLOAD": "0"}
+    if "PYTHONPATH" in os.environ:  # the code under test, where it is not the installed one (`make mutants`)
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    params = StdioServerParameters(command=EMELEX, args=["mcp", "-w", str(workspace), *extra], env=env)
 
     async def main():
         with anyio.fail_after(DEADLINE_S):
