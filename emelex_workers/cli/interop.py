@@ -27,22 +27,24 @@ def _pair(value: str) -> tuple[str, str]:
     return os.path.abspath(old), os.path.abspath(new)
 
 
-def _status(enabled: bool):
-    """A progress callback writing one status line on stderr when it is a terminal (else nothing)."""
-    if not enabled:
-        return None
+class _Status:
+    """Progress as one status line on stderr, drawn only when it is a terminal, erased when done."""
 
-    def show(what: str, done: int, total: int) -> None:
-        sys.stderr.write(f"\r{what}: {done}/{total}\x1b[K")
-        sys.stderr.flush()
+    def __init__(self, enabled: bool) -> None:
+        self.enabled, self.drawn = enabled, False
 
-    return show
+    def __call__(self, what: str, done: int, total: int) -> None:
+        if self.enabled:
+            sys.stderr.write(f"\r{what}: {done} of {total}\x1b[K")
+            sys.stderr.flush()
+            self.drawn = True
 
-
-def _end_status(enabled: bool) -> None:
-    if enabled:
-        sys.stderr.write("\r\x1b[K")
-        sys.stderr.flush()
+    def end(self) -> None:
+        """Erase the line, if drawn."""
+        if self.drawn:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self.drawn = False
 
 
 def _line(result) -> str:
@@ -88,6 +90,7 @@ def import_histories(
     re-importing is a no-op and a grown file adds only what is new. Also reads an Emelex export back."""
     from emelex_memory import EmelexError, MemoryStore
 
+    from ..interop.events import SourceResult
     from ..interop.export_file import import_export
     from ..interop.importer import ImportOptions, import_source, sources
 
@@ -96,34 +99,45 @@ def import_histories(
                             new_workspace)
     terminal = sys.stderr.isatty() and not as_json
     results, restored = [], []
+    listed: list[tuple[str, list[str], list]] = []
+    for given in paths:  # what each path names, before anything (a store, too) is created
+        try:
+            listed.append((given, sources(given), []))
+        except EmelexError as exc:
+            listed.append((given, [], [SourceResult(os.path.abspath(given), format, "refused", str(exc))]))
+    for given, files, found in listed:
+        if not files and not found:
+            found.append(SourceResult(os.path.abspath(given), format, "refused", "no *.jsonl history files in it"))
+    if not any(files for _, files, _ in listed):
+        for _, _, found in listed:
+            results += found
+        return _report(results, [], as_json)
     with MemoryStore.open(settings_of(ctx)) as store:
         def restore(store_: MemoryStore, path: str) -> list:
-            report = import_export(store_, path, mapping=pairs, workspace=options.workspace,
-                                   progress=_status(terminal))
-            _end_status(terminal)
-            restored.append(report)
+            status = _Status(terminal)
+            try:
+                restored.append(import_export(store_, path, mapping=pairs, workspace=options.workspace,
+                                              progress=status))
+            finally:
+                status.end()
             return []
 
-        for given in paths:
-            try:
-                files = sources(given)
-            except EmelexError as exc:
-                from ..interop.events import SourceResult
-
-                files, found = [], [SourceResult(os.path.abspath(given), format, "refused", str(exc))]
-            else:
-                found = []
+        for given, files, found in listed:
             for path in files:
                 found += import_source(store, path, options, restore)
-            if not files and not found:
-                from ..interop.events import SourceResult
-
-                found = [SourceResult(os.path.abspath(given), format, "refused",
-                                      "no *.jsonl history files in this folder")]
             for result in found:
                 results.append(result)
                 if not as_json:
                     typer.echo(_line(result))
+    _report(results, restored, as_json, echoed=True)
+
+
+def _report(results: list, restored: list, as_json: bool, *, echoed: bool = False) -> None:
+    """Print what the import did (the sources' lines unless `echoed` already) and exit 1 when anything was
+    refused."""
+    if not as_json and not echoed:
+        for result in results:
+            typer.echo(_line(result))
     refused = sum(r.outcome == "refused" for r in results) + sum(r.refused_count for r in restored)
     if as_json:
         echo_json("imported", {
@@ -133,15 +147,19 @@ def import_histories(
         })
     else:
         for report in restored:
-            typer.echo(f"export     {report.path}: imported {report.imported['sessions']} Sessions, "
-                       f"{report.imported['knowledge']} Knowledge entries, {report.imported['assets']} assets; "
-                       f"unchanged {report.unchanged['sessions']} Sessions, {report.unchanged['knowledge']} entries")
+            i, u = report.imported, report.unchanged
+            typer.echo(f"export     {report.path}: imported {_n(i['sessions'], 'Session')}, "
+                       f"{_n(i['knowledge'], 'Knowledge entry', 'Knowledge entries')}, {_n(i['assets'], 'asset')}; "
+                       f"already here: {_n(u['sessions'], 'Session')}, {_n(u['knowledge'], 'entry', 'entries')}")
             for message in report.refused:
                 typer.echo(f"refused    {message}")
             if report.refused_count > len(report.refused):
                 typer.echo(f"refused    ... and {report.refused_count - len(report.refused)} more")
         if refused:
-            typer.echo(f"{refused} refused (nothing of each was written); the rest was imported", err=True)
+            rest = "; the rest was imported" if any(r.outcome != "refused" for r in results) or any(
+                sum(r.imported.values()) for r in restored) else ""
+            typer.echo(f"{refused} refused: nothing of {'it' if refused == 1 else 'those'} was written{rest}",
+                       err=True)
     if refused:
         raise typer.Exit(EXIT_ERROR)
 
@@ -157,13 +175,20 @@ def export(
     from ..interop.export_file import write_export
     from .common import open_store
 
-    terminal = sys.stderr.isatty() and not as_json
+    status = _Status(sys.stderr.isatty() and not as_json)
     with open_store(ctx) as store:
-        report = write_export(store, str(path), _status(terminal))
-    _end_status(terminal)
+        try:
+            report = write_export(store, str(path), status)
+        finally:
+            status.end()
     c = report.counts
     if as_json:
         echo_json("exported", {"path": str(path), "counts": c, "lines": report.lines})
         return
-    typer.echo(f"exported {c['sessions']} Sessions ({c['events']} events), {c['knowledge']} Knowledge entries and "
-               f"{c['assets']} assets to {path} ({report.lines} lines)")
+    typer.echo(f"exported {_n(c['sessions'], 'Session')} ({_n(c['events'], 'event')}), "
+               f"{_n(c['knowledge'], 'Knowledge entry', 'Knowledge entries')} and {_n(c['assets'], 'asset')} to {path} "
+               f"({_n(report.lines, 'line')})")
+
+
+def _n(count: int, one: str, many: str | None = None) -> str:
+    return f"{count} {one if count == 1 else many or one + 's'}"

@@ -19,10 +19,12 @@ def mcp(
 ) -> None:
     """Serve the workspace's memory (search, recall, Knowledge, Sessions) to an MCP client over stdio; needs the
     `mcp` extra."""
-    from ..interop.mcp_server import build_server
+    from ..interop.mcp_server import build_server, open_for_serving
 
-    server = build_server(settings_of(ctx), str(workspace), read_only=read_only)
+    store, where = open_for_serving(settings_of(ctx), str(workspace), read_only=read_only)
     try:
-        server.run("stdio")
+        build_server(store, where, read_only=read_only).run("stdio")
     except KeyboardInterrupt:
         pass
+    finally:
+        store.close()

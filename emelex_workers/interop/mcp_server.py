@@ -12,10 +12,8 @@ A refusal is a tool error carrying the store's one-line message; nothing was wri
 """
 
 # No `from __future__ import annotations`: the SDK reads the tools' annotations, some of them local names.
-import contextlib
 import json
 import os
-from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -220,28 +218,26 @@ def client_name(ctx: Any) -> str | None:
     return "".join(ch for ch in name if ch.isprintable())[:200] or None
 
 
-def build_server(settings: Settings, workspace: str, *, read_only: bool = False) -> Any:
-    """The MCP server for `workspace` over the store of `settings` (opened when the server starts, closed when it
-    stops; a read-only server never creates a store)."""
+def open_for_serving(settings: Settings, workspace: str, *, read_only: bool = False) -> tuple[MemoryStore, str]:
+    """The store of `settings` (a read-only server never creates one: `NoStoreError`) and the real path of
+    `workspace` (a missing or unreadable directory is a typed error), checked before any server starts, so a
+    refusal is one line, not a protocol failure."""
+    _require_sdk()
+    workspace = os.path.realpath(workspace)
+    WorkspaceIdentity.inspect(workspace)
+    return MemoryStore.open(settings, create=not read_only), workspace
+
+
+def build_server(store: MemoryStore, workspace: str, *, read_only: bool = False) -> Any:
+    """The MCP server for `workspace` (a real path, see `open_for_serving`) over the open `store`, which the caller
+    closes after `server.run()`."""
     MCPServer, ToolError = _require_sdk()
     from mcp.server.mcpserver import Context
     from mcp.types import ToolAnnotations
 
-    workspace = os.path.realpath(workspace)
-    WorkspaceIdentity.inspect(workspace)  # a missing or unreadable directory fails before the server starts
-    state: dict[str, MemoryTools] = {}
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_server: Any) -> AsyncIterator[None]:
-        store = MemoryStore.open(settings, create=not read_only)
-        state["tools"] = MemoryTools(store, workspace, ToolError)
-        try:
-            yield None
-        finally:
-            store.close()
-
-    server = MCPServer(NAME, instructions=INSTRUCTIONS, lifespan=lifespan, log_level="WARNING")
-    t = lambda: state["tools"]  # noqa: E731 - the tools exist once the server started
+    tools = MemoryTools(store, workspace, ToolError)
+    server = MCPServer(NAME, instructions=INSTRUCTIONS, log_level="WARNING")
+    t = lambda: tools  # noqa: E731
     reading = ToolAnnotations(readOnlyHint=True, idempotentHint=True, openWorldHint=False)
     writing = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
     Query = Annotated[str, Field(description="Words to search for (any of them).")]

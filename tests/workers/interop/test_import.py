@@ -249,3 +249,10 @@ def test_sessions_show_names_where_an_imported_session_came_from(tmp_path, works
     assert data["imported_from"][0] | {"imported_at": 0} == {
         "format": "codex", "path": str(path), "first_line": 1, "last_line": 10, "digest": digest, "first_seq": 1,
         "last_seq": 4, "skipped": 5, "cut": 0, "imported_at": 0}
+
+
+def test_an_import_of_nothing_importable_creates_no_store(tmp_path, home) -> None:
+    result = runner.invoke(app, ["memory", "import", str(tmp_path / "missing.jsonl"), str(tmp_path)])
+    assert result.exit_code == 1
+    assert "is neither a file nor a directory" in result.stdout and "no *.jsonl history files in it" in result.stdout
+    assert not home.exists()

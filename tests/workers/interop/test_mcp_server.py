@@ -184,3 +184,14 @@ def test_a_client_that_disconnects_mid_call_leaves_a_whole_write_or_none(home, w
     assert set(entries) - {"half"} == {"staging-port", "pinned-rule"}
     if "half" in entries:
         assert entries["half"]["content"] == "A fact written as we leave."
+
+
+def test_a_read_only_server_without_a_store_says_so_in_one_line_and_creates_nothing(home, workspace) -> None:
+    import subprocess
+
+    env = {**os.environ, "EMELEX_HOME": str(home)}
+    result = subprocess.run([EMELEX, "mcp", "--read-only", "-w", str(workspace)], env=env, capture_output=True,
+                            text=True, stdin=subprocess.DEVNULL, timeout=DEADLINE_S)
+    assert result.returncode == 1 and result.stdout == ""  # stdout is the protocol's: nothing else is written there
+    assert result.stderr.startswith("error: no store at") and len(result.stderr.splitlines()) == 1
+    assert not home.exists()
