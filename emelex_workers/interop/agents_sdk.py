@@ -20,7 +20,7 @@ import apsw
 
 from emelex_memory import EmelexError, ImportedEvent, ImportSource, SourceRewrittenError, UnreadableSourceError
 
-from .events import Conversion, ImportOptions, SourceResult, require_workspace
+from .events import Conversion, ImportOptions, SourceResult, imported_result, require_workspace
 from .responses import feed_item
 
 if TYPE_CHECKING:
@@ -120,11 +120,7 @@ def import_session(store: MemoryStore, conn: apsw.Connection, path: str, session
 
     outcome = store.import_history(workspace, source, convert(), planned_from=latest, title=session_id[:512],
                                    new_workspace=options.new_workspace)
-    record = outcome.record
-    written = 0 if record.last_seq is None else record.last_seq - record.first_seq + 1
-    job = outcome.distillation.job.id if outcome.distillation is not None else None
-    return SourceResult(path, FORMAT, "imported", None, outcome.session_id, outcome.created, first, number, written,
-                        source.skipped, source.cut, job)
+    return imported_result(path, FORMAT, outcome, source)
 
 
 def import_database(store: MemoryStore, path: str, options: ImportOptions) -> list[SourceResult]:

@@ -143,3 +143,12 @@ def require_workspace(workspace: str | None, path: str) -> str:
             "--workspace DIR to import it into another directory"
         )
     return workspace
+
+
+def imported_result(path: str, fmt: str, outcome: Any, source: Any) -> SourceResult:
+    """The `SourceResult` of a committed run (`store.import_history`'s `ImportOutcome` for `ImportSource` `source`)."""
+    record = outcome.record
+    written = 0 if record.last_seq is None else record.last_seq - record.first_seq + 1
+    job = outcome.distillation.job.id if outcome.distillation is not None else None
+    return SourceResult(path, fmt, "imported", None, outcome.session_id, outcome.created, source.first_line,
+                        source.last_line, written, source.skipped, source.cut, job)

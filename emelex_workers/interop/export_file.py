@@ -227,19 +227,8 @@ def import_export(store: MemoryStore, path: str, *, mapping: list[tuple[str, str
                 except (KeyError, TypeError, ValueError) as exc:
                     raise _damaged(path, line, f"a session record lacks {exc}") from None
                 events = _events(path, session, lines)
-                target = mapped(session.workspace, mapping, workspace)
-                try:
-                    if not os.path.isdir(target):
-                        raise WorkspaceMissingError(
-                            f"Session {session.id} was recorded in {session.workspace}, which does not exist here; "
-                            "create it, or map it with --map OLD=NEW (or --workspace DIR)"
-                        )
-                    if store.restore_session(target, session, events):
-                        report.imported["sessions"] += 1
-                    else:
-                        report.unchanged["sessions"] += 1
-                except EmelexError as exc:
-                    report.refuse(str(exc))
+                _restore(report, "sessions", f"Session {session.id}", mapped(session.workspace, mapping, workspace),
+                         session.workspace, lambda target: store.restore_session(target, session, events))
                 events.drain()  # what a refusal left unread
                 pending = events.after
                 done_sessions += 1
@@ -249,19 +238,8 @@ def import_export(store: MemoryStore, path: str, *, mapping: list[tuple[str, str
                     entry = _read_entry(obj)
                 except (KeyError, TypeError, ValueError) as exc:
                     raise _damaged(path, line, f"a knowledge record lacks {exc}") from None
-                target = mapped(entry.workspace, mapping, workspace)
-                try:
-                    if not os.path.isdir(target):
-                        raise WorkspaceMissingError(
-                            f"Knowledge {entry.key!r} belongs to {entry.workspace}, which does not exist here; create "
-                            "it, or map it with --map OLD=NEW (or --workspace DIR)"
-                        )
-                    if store.restore_entry(target, entry):
-                        report.imported["knowledge"] += 1
-                    else:
-                        report.unchanged["knowledge"] += 1
-                except EmelexError as exc:
-                    report.refuse(str(exc))
+                _restore(report, "knowledge", f"Knowledge {entry.key!r}", mapped(entry.workspace, mapping, workspace),
+                         entry.workspace, lambda target: store.restore_entry(target, entry))
             elif kind == "end":
                 if obj.get("lines") != line.number:
                     raise _damaged(path, line, f"the export says it has {obj.get('lines')} lines, not {line.number}")
@@ -272,6 +250,22 @@ def import_export(store: MemoryStore, path: str, *, mapping: list[tuple[str, str
             raise ImportConflictError(f"{path} ends before its closing line: the export was cut short (what it held "
                                       "before the cut was imported, each Session and entry whole)")
     return report
+
+
+def _restore(report: RestoreReport, kind: str, what: str, target: str, recorded: str,
+             restore: Callable[[str], bool]) -> None:
+    """Restore one record into `target` (the directory its `recorded` workspace is here), counting the outcome;
+    a refusal is counted with its message, never raised."""
+    try:
+        if not os.path.isdir(target):
+            raise WorkspaceMissingError(f"{what} belongs to {recorded}, which does not exist here; create it, or "
+                                        "map it with --map OLD=NEW (or --workspace DIR)")
+        if restore(target):
+            report.imported[kind] += 1
+        else:
+            report.unchanged[kind] += 1
+    except EmelexError as exc:
+        report.refuse(str(exc))
 
 
 def _restore_asset(store: MemoryStore, path: str, line: Line, lines: Iterator[Line], report: RestoreReport) -> None:

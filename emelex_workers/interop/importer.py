@@ -26,7 +26,7 @@ from emelex_memory import (
 )
 
 from . import agents_sdk, claude_code, codex, generic
-from .events import Conversion, ImportOptions, SourceResult, require_workspace
+from .events import Conversion, ImportOptions, SourceResult, imported_result, require_workspace
 from .lines import Line, hash_prefix, open_source, read_after
 
 READERS: dict[str, ModuleType] = {m.FORMAT: m for m in (claude_code, codex, generic)}
@@ -161,11 +161,7 @@ def import_jsonl(store: MemoryStore, path: str, fmt: str, options: ImportOptions
     title = conv.title or Path(path).stem
     outcome = store.import_history(workspace, source, convert(), planned_from=latest, title=title[:512],
                                    new_workspace=options.new_workspace)
-    record = outcome.record
-    written = 0 if record.last_seq is None else record.last_seq - record.first_seq + 1
-    job = outcome.distillation.job.id if outcome.distillation is not None else None
-    return SourceResult(path, fmt, "imported", None, outcome.session_id, outcome.created, number, last, written,
-                        source.skipped, source.cut, job)
+    return imported_result(path, fmt, outcome, source)
 
 
 def import_source(store: MemoryStore, path: str, options: ImportOptions,
