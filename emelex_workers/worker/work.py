@@ -28,10 +28,8 @@ waiting and why (`MemoryStore.waiting_jobs`).
 
 from __future__ import annotations
 
-import signal
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -49,6 +47,7 @@ from emelex_memory import (
     WorkerLeaseLostError,
 )
 
+from .stopping import GracefulStop, WorkerStopped
 from .work_report import JobReport, JobStart, WorkObserver, WorkReport, done_detail
 
 if TYPE_CHECKING:  # the runner, the plugin and model layers are imported once there is work (an idle run loads none)
@@ -62,15 +61,6 @@ REPORTED_WAITING = 20  # waiting jobs a report lists (it counts them all)
 BYTES_PER_TOKEN = 4  # the estimate for a source whose tokens were not counted when it was queued
 
 
-class WorkerStopped(BaseException):  # noqa: N818 - like KeyboardInterrupt, it is not an error
-    """Raised inside a running job when a stop was requested: the job is released, then the run ends."""
-
-    def __init__(self, signal_name: str) -> None:
-        """A stop requested by `signal_name` (e.g. "SIGTERM", or "stop" for `GracefulStop.request()`)."""
-        super().__init__(signal_name)
-        self.signal_name = signal_name
-
-
 class ModelUnavailable(BaseException):  # noqa: N818 - a control-flow signal carrying the real error
     """Raised inside a running job when binding or loading the model failed with `error` (a `ModelError` or
     `PluginError`): the job is released without consuming an attempt, then the run stops by raising `error`."""
@@ -79,47 +69,6 @@ class ModelUnavailable(BaseException):  # noqa: N818 - a control-flow signal car
         """Carry `error`, the model or plugin problem that stops the run."""
         super().__init__(str(error))
         self.error = error
-
-
-class GracefulStop:
-    """A stop request (SIGINT/SIGTERM, or `request`). Outside a job it only marks the run to end before the next
-    claim; inside `interruptible()` it raises `WorkerStopped`, so the job in hand is released."""
-
-    def __init__(self) -> None:
-        """No stop requested yet."""
-        self.requested: str | None = None
-        self._interruptible = False
-
-    def request(self, name: str = "stop") -> None:
-        """Ask the run to stop; raise `WorkerStopped` when called inside `interruptible()` on its thread."""
-        self.requested = self.requested or name
-        if self._interruptible:
-            self._interruptible = False  # a second request while releasing must not interrupt the release
-            raise WorkerStopped(name)
-
-    def _on_signal(self, signum: int, _frame: object) -> None:
-        self.request(signal.Signals(signum).name)
-
-    @contextmanager
-    def installed(self) -> Iterator[GracefulStop]:
-        """Handle SIGINT and SIGTERM with `request` while inside the block (main thread only), then restore."""
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield self
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-
-    @contextmanager
-    def interruptible(self) -> Iterator[None]:
-        """Within the block a stop request raises `WorkerStopped`; one already made raises at once."""
-        if self.requested:
-            raise WorkerStopped(self.requested)
-        self._interruptible = True
-        try:
-            yield
-        finally:
-            self._interruptible = False
 
 
 class Worker:
