@@ -70,8 +70,8 @@ _API = {
     ),
     "jobs": (
         "enqueue_job", "get_job", "list_jobs", "failed_jobs", "claim_job", "rescue_expired_jobs", "renew_job",
-        "complete_job", "complete_and_claim", "fail_job", "release_job", "cancel_job", "retry_failed_job",
-        "resolve_job_id",
+        "complete_job", "complete_and_claim", "fail_job", "release_job", "release_job_at_once", "cancel_job",
+        "retry_failed_job", "resolve_job_id",
     ),
     "job_status": ("waiting_jobs", "rescue_dead_claim", "job_source_bytes"),
     "compaction": (

@@ -273,8 +273,12 @@ class DurableAgentSession:
             return lease
 
         lease = await _on(executors[0], setup, shutdown=executors)
-        await _on(executors[1], functools.partial(_model_state, binding, "load_session_state", store, session_id),
-                  shutdown=executors)
+        try:
+            await _on(executors[1], functools.partial(_model_state, binding, "load_session_state", store,
+                                                      session_id), shutdown=executors)
+        except BaseException:  # the model's loading was stopped (Ctrl-C): give the lease back at once
+            lease.close()
+            raise
         return cls(store, lease, agent, ttl, executors, sources=sources, fresh=not replayed,
                    context=[e.payload for e in replayed if e.kind == CONTEXT_KIND])
 
@@ -431,8 +435,9 @@ class DurableAgentSession:
                     return await self._fail(ended, _ENDINGS[ended], rounds, calls)
                 forced = "chain_limit" if rounds >= limit else "repeat" if stale else \
                     "answered" if agent.answered() else None
-        except GenerationInterrupted:
-            return await self._fail("interrupted", _ENDINGS["interrupted"], rounds, calls)
+        except GenerationInterrupted as exc:  # its message, when the binding gives one, says where it stopped
+            where = f" {exc}" if str(exc) else ""
+            return await self._fail("interrupted", _ENDINGS["interrupted"] + where, rounds, calls)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -53,9 +53,11 @@ from emelex_workers.agent.recall import RECALL_SOURCE, recall_budget, recall_sou
 from emelex_workers.agent.tools import RegisteredTool, registered_tools
 from emelex_workers.models import ModelManager
 from emelex_workers.host.manager import bind_model, get_plugin_manager
+from emelex_workers.host.types import GenerationInterrupted
+from emelex_workers.worker.stopping import GracefulStop
 
 from .chat_show import StatusLine, TurnProgress, call_line, call_text, ending_line, outcome_lines
-from .common import settings_of
+from .common import SaidAtOnce, settings_of
 
 SYSTEM_PROMPT = ("You are a careful coding assistant working in the user's workspace. Use a tool when you need "
                  "to look at or change files; otherwise answer briefly.")
@@ -471,7 +473,8 @@ def _reader(loop: asyncio.AbstractEventLoop, receive: Callable[[str | None], Non
     loop.call_soon_threadsafe(receive, None)
 
 
-async def _main(store, workspace, binding, tools, snapshot, resume: str | None, model, new_workspace: bool) -> int:
+async def _main(store, workspace, binding, tools, snapshot, resume: str | None, model, new_workspace: bool,
+                stop: GracefulStop) -> int:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue = asyncio.Queue()
     sources = {**CONTEXT_SOURCES,
@@ -482,6 +485,10 @@ async def _main(store, workspace, binding, tools, snapshot, resume: str | None, 
     else:
         agent = await DurableAgentSession.resume(store, resume, workspace, binding, tools, snapshot, model=model,
                                                  context_sources=sources)
+    if stop.requested is not None:  # Ctrl-C while the Session opened: end it before the first prompt
+        await agent.close()
+        return _stopped_before_start(stop, f"Session {agent.session_id} is closed; resume it with "
+                                           f"`emelex chat --resume {agent.session_id}`")
     chat = Chat(agent, lines, terminal_input=sys.stdin.isatty(), terminal_output=sys.stdout.isatty())
     chat.recalling = resume is None and RECALL_SOURCE in snapshot.context
     threading.Thread(target=_reader, args=(loop, chat.receive), daemon=True).start()
@@ -559,6 +566,39 @@ def chat(
     if no_recall and resume is not None:
         raise typer.BadParameter("--no-recall starts a new Session; a resumed Session keeps the choice it was "
                                  "started with")
+    say = SaidAtOnce()
+    stop = GracefulStop(on_request=lambda name: say(f"stopping ({name}): the chat ends once the model stops starting"),
+                        on_repeat=lambda name: _stop_at_once(name, say))
+    try:
+        with stop.installed():  # until the chat's loop takes SIGINT and SIGTERM over: the model's loading stops
+            try:
+                code = _run(settings, workspace, resume, model, new_workspace, no_recall, stop)
+            except GenerationInterrupted as exc:
+                code = _stopped_before_start(stop, f"the chat stopped {exc or 'while the model started'}; nothing "
+                                                   "of its Session was changed")
+    finally:
+        say.close()
+    raise typer.Exit(code)
+
+
+def _stop_at_once(name: str, say: SaidAtOnce) -> None:
+    """A second stop request before the chat's prompt (from the signal handler): end the process at once, 128+N.
+    Nothing is held yet but a lease being taken, which then expires."""
+    say(f"stopped at once ({name})", raw=True)
+    os._exit(128 + signal.Signals[name].value if name in signal.Signals.__members__ else EXIT_INTERRUPTED)
+
+
+def _stopped_before_start(stop: GracefulStop, what: str) -> int:
+    """Say how a chat stopped before its first prompt (`what` happened); the exit status, 128+N of the signal."""
+    print(f"chat stopped by {stop.requested}: {what}", file=sys.stderr, flush=True)
+    name = stop.requested or "SIGINT"
+    return 128 + signal.Signals[name].value if name in signal.Signals.__members__ else EXIT_INTERRUPTED
+
+
+def _run(settings, workspace: Path, resume: str | None, model: str | None, new_workspace: bool, no_recall: bool,
+         stop: GracefulStop) -> int:
+    """The chat command's work, once its options are checked: open the store, bind and load the model (stopping
+    once `stop` is set), run the chat; its exit status."""
     if resume is None:  # a refused new chat creates nothing: check the workspace and the model before the store
         WorkspaceIdentity.inspect(workspace)
         with ModelManager(settings) as manager:
@@ -580,21 +620,25 @@ def chat(
         tools = registered_tools(pm) if recall else without_memory_tools(registered_tools(pm))
         binding_settings = settings if stored is None else \
             settings.model_copy(update={"model_max_context_tokens": stored.context_size})
-        _, binding = bind_model(pm, installed, binding_settings)
-        if not callable(getattr(binding, "stream_chat", None)):
-            raise typer.BadParameter(f"model {installed.name!r} has a binding without stream_chat; chat needs one")
-        if stored is None:
-            snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
-                                      model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT,
-                                      context=CONTEXT + ((RECALL_SOURCE,) if recall else ()))
-        else:
-            snapshot = _resumed_snapshot(stored, binding, tools, installed)
+        _, binding = bind_model(pm, installed, binding_settings, stop=stop.event)
         try:
-            code = asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id, installed, new_workspace))
-        except WorkspaceReplacedError as exc:
-            raise WorkspaceReplacedError(str(exc).replace(REMEMBER_ADVICE, "`emelex chat --new-workspace`")) from None
+            if not callable(getattr(binding, "stream_chat", None)):
+                raise typer.BadParameter(f"model {installed.name!r} has a binding without stream_chat; chat needs one")
+            if stored is None:
+                snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
+                                          model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT,
+                                          context=CONTEXT + ((RECALL_SOURCE,) if recall else ()))
+            else:
+                snapshot = _resumed_snapshot(stored, binding, tools, installed)
+            if stop.requested is not None:
+                raise GenerationInterrupted("once the model was loaded")
+            try:
+                return asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id, installed,
+                                         new_workspace, stop))
+            except WorkspaceReplacedError as exc:
+                raise WorkspaceReplacedError(str(exc).replace(REMEMBER_ADVICE, "`emelex chat --new-workspace`")) \
+                    from None
         finally:
             binding.close()
     finally:
         store.close()
-    raise typer.Exit(code)

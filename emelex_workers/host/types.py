@@ -100,9 +100,12 @@ class ModelBinding(Protocol):
 
 
 class GenerationInterrupted(Exception):
-    """Raised by `AgentBinding.stream_chat` when its `stop` event was set: generation stopped between two tokens
-    and the binding is ready for the next call. Not an error to show: the caller decides what an interrupted
-    round means (the agent closes the turn with a failure record)."""
+    """Raised by a binding once a stop event was set (the `stop` of the `model_binding` hook, or of
+    `AgentBinding.stream_chat`): its work stopped where the binding checks it (the built-in llama.cpp binding:
+    while loading the model, between the steps of a prompt's evaluation, between tokens) and the binding is ready
+    for the next call. Its message says where it stopped ("while evaluating the prompt (512 of 1204 tokens)"), or
+    is empty. Not an error to show: the caller decides what an interruption means (the worker releases the job
+    without consuming an attempt; the agent closes the turn with a failure record)."""
 
 
 class AgentBinding(ModelBinding, Protocol):
@@ -115,9 +118,9 @@ class AgentBinding(ModelBinding, Protocol):
     this call; a schema the binding cannot enforce raises ValueError, never
     falling back to free text), sampling with `temperature` and `seed`,
     passing each piece of text to `on_text` as it is generated. It checks
-    `stop` between tokens and raises `GenerationInterrupted` once it is set
-    (prompt evaluation itself cannot be interrupted). Calls must not overlap:
-    the caller runs them on one thread at a time.
+    `stop` between tokens (and, where it can, while it evaluates the prompt)
+    and raises `GenerationInterrupted` once it is set. Calls must not
+    overlap: the caller runs them on one thread at a time.
 
     Progress is optional, as for `chat`: a `stream_chat` that accepts an
     `on_progress` keyword calls `on_progress(GenerationProgress(...))` as it

@@ -101,6 +101,8 @@ class Worker:
         self.stop = stop or GracefulStop()
         self._pm, self._model, self._on_job, self._clock = pm, model, on_job, clock
         self._observer = observer
+        self._claim: JobClaim | None = None  # the job in hand, for a stop at once (`release_at_once`)
+        self._held: list[JobClaim] = []  # the next job, claimed by the last completion
         self._binding: MeteredBinding | None = None
         self._binding_plugin = ""
         self._window = 0
@@ -133,8 +135,8 @@ class Worker:
         self.prepare()
         bound = self.store.bind_session_model(claim.job.session_id, self._model)
         if self._binding is None:
-            self._binding_plugin, binding = bind_model(self._pm, bound.model, self.settings)
-            self._binding = MeteredBinding(binding)
+            self._binding_plugin, binding = bind_model(self._pm, bound.model, self.settings, stop=self.stop.event)
+            self._binding = MeteredBinding(binding, self.stop)
             self._window = 0
         if not self._window:
             self._window = context_window(self._binding, self._binding_plugin, self.settings)
@@ -151,26 +153,59 @@ class Worker:
             finally:
                 self._binding = None
 
+    def job_in_hand(self) -> str | None:
+        """The ID of the job this run holds right now (running, or claimed next), or None."""
+        for claim in (self._claim, *self._held):
+            if claim is not None and not claim.ended:
+                return claim.id
+        return None
+
+    def release_at_once(self, reason: str) -> str:
+        """For a second stop request, in its signal handler: give the job in hand (and a next one a completion
+        claimed) back to pending through a zero-wait connection (`JobClaim.close`), never blocking; return what
+        was done, one clause ("" when no job was in hand)."""
+        said = []
+        for claim in (self._claim, *self._held):
+            if claim is None or claim.ended:
+                continue
+            if claim.close(reason):
+                said.append(f"job {claim.id} released")
+            else:
+                said.append(f"job {claim.id} left to its worker lease (the database was busy); the next run "
+                            "counts it as a failed attempt")
+        return "; ".join(said)
+
     # -- one job ---------------------------------------------------------------------------------------
 
     def _handle(self, claim: JobClaim, began: float) -> Any:
         start = self._start(claim.job)
         self._notify("job_started", start)
+        self._claim = claim
         try:
-            with self.stop.interruptible():  # run_one_job renews the worker lease meanwhile
-                try:
+            self.stop.check("before the job started")
+            try:
+                with self.stop.deferred():  # the snapshot lock and the Session's binding: a stop waits for them
                     model = self._bound(claim)
-                except (ModelError, PluginError) as exc:
-                    raise ModelUnavailable(exc) from None
-                cost = self._binding.begin_job(lambda progress, most: self._notify("generating", start, progress, most))
-                try:
-                    return self._dispatch(claim, model)
-                except ModelError as exc:  # the model stopped working mid-job (a served model's server went away)
-                    raise ModelUnavailable(exc) from None
-                finally:  # before run_one_job records the outcome, which stores the cost with it
-                    claim.record_cost(cost.as_dict(self._clock() - began))
+            except (ModelError, PluginError) as exc:
+                self.stop.check("while loading the model")
+                raise ModelUnavailable(exc) from None
+            self.stop.check("once the model was loaded")
+            cost = self._binding.begin_job(lambda progress, most: self._notify("generating", start, progress, most))
+            try:
+                result = self._dispatch(claim, model)
+            except ModelError as exc:  # the model stopped working mid-job (a served model's server went away)
+                self.stop.check("while the model ran")
+                raise ModelUnavailable(exc) from None
+            except Exception:
+                self.stop.check("while the job ran")  # a failure met while stopping is the stop's, not the job's
+                raise
+            finally:  # before run_one_job records the outcome, which stores the cost with it
+                claim.record_cost(cost.as_dict(self._clock() - began))
+            self.stop.check("before its result was committed")
+            return result
         except WorkerStopped as stopped:
-            _release(claim, f"worker stopped by {stopped.signal_name}; no attempt consumed")
+            where = f" {stopped.where}" if stopped.where else ""
+            _release(claim, f"worker stopped by {stopped.signal_name}{where}; no attempt consumed")
             raise
         except ModelUnavailable as unavailable:
             from emelex_memory.queue.runner import describe
@@ -199,7 +234,7 @@ class Worker:
                 nonlocal called
                 request = SummaryRequest(job, tuple(events), budget, binding, job.attempts, self.settings)
                 calls = binding.cost.model_calls
-                text = _plugin_call(self._summarizer, lambda: summarize(request))
+                text = _plugin_call(self._summarizer, lambda: summarize(request), self.stop)
                 called = binding.cost.model_calls > calls
                 if not isinstance(text, str) or not text.strip():
                     raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} returned no text")
@@ -217,7 +252,7 @@ class Worker:
 
         def run_distill(data):
             request = DistillRequest(claim.job, data, MAX_CANDIDATES, binding, claim.job.attempts, self.settings)
-            proposals = _plugin_call(self._distiller, lambda: _bounded(distiller.distill(request)))
+            proposals = _plugin_call(self._distiller, lambda: _bounded(distiller.distill(request)), self.stop)
             return guard_candidates(proposals, events=data.events, examples=distiller.examples)
 
         safe = self._window - DISTILL_RESERVE_TOKENS
@@ -241,7 +276,7 @@ class Worker:
             self.prepare()
             # Asked as a job completes: will the run go on after it? Then the completion claims the next job too.
             goes_on = partial(self._limit_reached, report, start, max_jobs - 1, max_seconds)
-            held: list[JobClaim] = []  # the next job, claimed by the last completion
+            held = self._held = []  # the next job, claimed by the last completion
             try:
                 while True:
                     report.stopped = self._limit_reached(report, start, max_jobs, max_seconds)
@@ -294,12 +329,15 @@ class Worker:
             )
         except WorkerStopped as stopped:
             report.stopped = f"signal:{stopped.signal_name}"
-            record(current["claim"].job, "released", f"stopped by {stopped.signal_name}")
+            where = f" {stopped.where}" if stopped.where else ""
+            record(current["claim"].job, "released", f"stopped by {stopped.signal_name}{where}")
             return False
         except ModelUnavailable as unavailable:
             report.stopped = "error"
             record(current["claim"].job, "released", describe(unavailable.error))
             raise unavailable.error from None
+        finally:
+            self._claim = None
         if outcome is None:
             return False
         if outcome.next_claim is not None:
@@ -343,12 +381,14 @@ def _release(claim: JobClaim, reason: str) -> None:
         pass
 
 
-def _plugin_call(registered: Registered, call: Callable[[], Any]) -> Any:
-    """Run a plugin's summarizer or distiller through `plugin_call`, naming the component and its plugin."""
+def _plugin_call(registered: Registered, call: Callable[[], Any], stop: GracefulStop) -> Any:
+    """Run a plugin's summarizer or distiller through `plugin_call`, naming the component and its plugin; a stop
+    requested while its own code runs (not a model call: see `MeteredBinding`) raises `WorkerStopped` there."""
     from ..host.manager import plugin_call
 
     kind = type(registered.component).__name__.lower()
-    return plugin_call(call, f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed")
+    with stop.interruptible():
+        return plugin_call(call, f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed")
 
 
 def _bounded(proposals: Any) -> Any:

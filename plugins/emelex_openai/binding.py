@@ -88,11 +88,13 @@ class ServedBinding:
     must not overlap (the worker and the agent run one at a time).
     """
 
-    def __init__(self, model: InstalledModel, settings: Settings) -> None:
-        """Bind the served `model` with the `served_*` settings (timeouts, retries); nothing is contacted yet."""
+    def __init__(self, model: InstalledModel, settings: Settings, *, stop: threading.Event | None = None) -> None:
+        """Bind the served `model` with the `served_*` settings (timeouts, retries); nothing is contacted yet. Once
+        `stop` is set, a reply being read stops (`GenerationInterrupted`)."""
         if model.server is None:
             raise ValueError(f"model {model.name!r} is not a served model")
         self.model = model
+        self._stop = stop
         self._endpoint = model.server
         self._settings = settings
         self._client: ServerClient | None = None
@@ -239,8 +241,8 @@ class ServedBinding:
         client, url = self._http(), self._endpoint.url
         with client.stream_lines(CHAT_PATH, body) as lines:
             for line in lines:
-                if stop is not None and stop.is_set():
-                    raise GenerationInterrupted()
+                if (stop is not None and stop.is_set()) or (self._stop is not None and self._stop.is_set()):
+                    raise GenerationInterrupted(f"while the server at {url} replied ({len(pieces)} pieces so far)")
                 if not line.startswith("data:"):
                     continue  # blank separators, comments (": ping"), event names
                 data = line[5:].strip()
