@@ -214,6 +214,7 @@ _EXPORTS = {  # public name -> the module that defines it, relative to this pack
     "SummaryRecord": ".compaction.raw_history",
     "SummaryStateError": ".errors",
     "ToolAuthority": ".agent.snapshot",
+    "ToolStillRunningError": ".errors",
     "TransientJobError": ".errors",
     "TurnInProgressError": ".errors",
     "TurnTooLargeError": ".errors",

@@ -3,10 +3,15 @@
 The workspace is checked before the model loads (for a resume, it must be
 the Session's workspace). Replies stream as they are generated. Every call
 of a tool whose approval policy is "always" is asked once: approve, deny,
-or abort the turn. Ctrl-C during generation interrupts the turn; during a
-tool it waits for the tool, and a second Ctrl-C exits at once, leaving the
-Session for `emelex memory sessions recover`. Input is read line by line
-from standard input, so a script can drive it.
+or abort the turn. Ctrl-C while the model works (the prompt's evaluation
+or generation) interrupts the turn at once; during a tool it waits for the
+tool. A second Ctrl-C exits at once: it releases the lease (best-effort,
+without waiting) and says what it leaves behind: a command the tool started
+that keeps running (recorded in the journal: `emelex memory sessions recover
+--stop-running` stops it), a call whose effect is unknown, or a turn the next
+resume closes. Ctrl-C while the model loads, before the first prompt, ends
+the chat (status 130) with nothing changed. Input is read line by line from
+standard input, so a script can drive it.
 
 A new Session recalls workspace Knowledge at its first turn (the "recall"
 context source, `emelex_workers.agent.recall`) and has the memory tools;
@@ -237,12 +242,28 @@ class Chat:
             self.approval.set_result("abort")
             return
         if self.interrupts >= 2:
-            self.say(f"\nexiting now; the Session stays open: run `emelex memory sessions recover "
-                     f"{self.agent.session_id}` before resuming it")
+            self.say(f"\nexiting now; {self._left_behind()}")
+            self.agent.abandon()
             os._exit(EXIT_INTERRUPTED)
         self.agent.interrupt()
         waiting = " (waiting for the running tool; Ctrl-C again to exit now)" if self.in_tool else ""
         self.say(f"\ninterrupting the turn{waiting}")
+
+    def _left_behind(self) -> str:
+        """What a chat leaving at once (a second Ctrl-C) leaves, and what to do about it: the processes the running
+        tool call started that keep running, a tool call whose effect is unknown, or an interrupted turn that the
+        next resume closes."""
+        sid = self.agent.session_id
+        running = self.agent.running_processes()
+        if running:
+            named = ", ".join(f"`{tool}`'s {record.describe()}" for tool, record in running)
+            return (f"{named} keeps running: wait for it to end, or stop it with `emelex memory sessions recover "
+                    f"{sid} --stop-running`; then `emelex memory sessions recover {sid} --accept-unknown-effects` "
+                    "settles the call")
+        if self.in_tool:
+            return (f"the running tool call may or may not have finished: check what it did, then run `emelex memory "
+                    f"sessions recover {sid} --accept-unknown-effects`")
+        return f"the interrupted turn is closed when the Session is resumed: `emelex chat --resume {sid}`"
 
     async def approve(self, call: ProposedCall, tool: RegisteredTool) -> str:
         """Ask once for one call: approve, deny, or abort the turn (end of input aborts)."""
