@@ -93,6 +93,15 @@ _API = {
 }
 
 
+def _remove_empty(directories: list[Path]) -> None:
+    """Remove those of `directories` (made by a failed open, innermost last) that are still empty."""
+    for directory in reversed(directories):
+        try:
+            os.rmdir(directory)
+        except OSError:
+            return  # not empty (or gone): what is outside it stays too
+
+
 def _check_database_path(path: Path) -> None:
     check_no_symlinks(path, what="database", fix="open {real} instead")
 
@@ -170,12 +179,17 @@ class MemoryStore:
         evidence = (asset_dir_for(database),)
         if not os.path.lexists(settings.memory_dir):  # checked before Home or memory/ is created
             check_missing_database(database, create=create, where=home, marker=marker, evidence=evidence)
+        made = [d for d in (home, settings.memory_dir) if not os.path.lexists(d)]
         ensure_private_dir(home)
         ensure_private_dir(settings.memory_dir)
-        conn = open_database(
-            database, busy_timeout_ms=settings.busy_timeout_ms, marker=marker, evidence=evidence, create=create,
-            where=home,
-        )
+        try:
+            conn = open_database(
+                database, busy_timeout_ms=settings.busy_timeout_ms, marker=marker, evidence=evidence, create=create,
+                where=home,
+            )
+        except BaseException:
+            _remove_empty(made)  # a failed first open leaves no Home behind either
+            raise
         return cls(conn, database, settings, clock, kinds)
 
     @classmethod
