@@ -47,7 +47,7 @@ from ..core.utf8 import check_utf8
 from ..sessions.rows import session_rowid
 from ..sessions.transcript import AppendedTurn, NewEvent
 from .processes import ProcessRecord, ProcessStatus, status
-from .snapshot import SessionSnapshot, canonical_json
+from .snapshot import SessionSnapshot, canonical_json, identity_changes
 
 if TYPE_CHECKING:
     from ..sessions.leases import SessionLease
@@ -233,6 +233,18 @@ def snapshot_mismatch(session_id: str, stored: SessionSnapshot, snapshot: Sessio
     """The typed error of a resume whose `snapshot` differs from the Session's `stored` one: it names the first
     differing field with its recorded and its current value."""
     field = stored.differing_field(snapshot) or "format"
+    changed = identity_changes(stored, snapshot) if isinstance(stored.model_identity, dict) else []
+    if changed and (field.startswith("model_identity") or field == "template_digest"):  # a served model changed
+        changes = "; ".join(f"{path} was {bounded(repr(old), 200)} and is now {bounded(repr(new), 200)}"
+                            for path, old, new in changed)
+        model = stored.model_identity.get("model_id")
+        error = SnapshotMismatchError(
+            f"Session {session_id} was created with a served model whose server now reports it otherwise: {changes}; "
+            f"the server serves another model under {model!r} than when the Session was created (pulled again, or "
+            "replaced): serve the Session's model under that name again, or start a new Session"
+        )
+        error.field = field
+        return error
     old, new = stored.field_value(field), snapshot.field_value(field)
     fix = next((advice for prefix, advice in _MISMATCH_FIXES if field.startswith(prefix)),
                "resume it with the value it recorded (`journal.stored_snapshot`)")

@@ -52,7 +52,7 @@ from emelex_memory.sessions.identity import WorkspaceIdentity
 from emelex_workers.agent import workspace_map
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.errors import UnknownToolError
-from emelex_workers.agent.protocol import PROTOCOL_VERSION, PROTOCOLS, ProposedCall, parse_round
+from emelex_workers.agent.protocol import PROTOCOL_VERSION, PROTOCOLS, ProposedCall, StringScanner, parse_round
 from emelex_workers.agent.recall import RECALL_SOURCE, recall_budget, recall_source, recalled_notes, \
     without_memory_tools
 from emelex_workers.agent.tools import RegisteredTool, registered_tools
@@ -90,19 +90,22 @@ REMEMBER_ADVICE = "`emelex memory knowledge remember --new-workspace` (new_works
 class AnswerStream:
     """Prints the answer text of a streamed round as it arrives (the JSON string after `"answer":`), nothing of a
     tool-call round; `on_round` gets each complete round's text; `before_write` is called before answer text is
-    written; `text` is what the current round received."""
+    written; `text` is what the current round received. Each streamed character is read once (`StringScanner`;
+    a round's whole text is decoded once more when its object closes), so a long reply costs time in proportion to
+    its length."""
 
     def __init__(self, on_round: Callable[[str], None] | None = None,
                  before_write: Callable[[], None] | None = None) -> None:
-        self.text = ""
-        self._shown = 0
         self._on_round = on_round
         self._before_write = before_write
+        self.next_round()
 
     def next_round(self) -> None:
         """A new round starts: drop what is left of the last one (a round the adapter ended at a runaway
         repetition never streamed its closing brackets, and must not swallow the next)."""
         self.text, self._shown = "", 0
+        self._answer: bool | None = None  # whether the round is an answer: known once its first key was read
+        self._scanner = StringScanner()
 
     @property
     def answering(self) -> bool:
@@ -113,8 +116,21 @@ class AnswerStream:
         """Take one streamed piece and print the answer characters it completes; a complete round is dropped so
         that the next round starts afresh."""
         self.text += piece
-        self._show()
-        if piece.rstrip().endswith("}"):
+        scanner = self._scanner
+        scanner.feed(piece)
+        if self._answer is None and (scanner.strings > 1 or (scanner.strings == 1 and not scanner.inside)):
+            head = self.text.lstrip()
+            self._answer = head.startswith("{") and ANSWER_START in head[:16]
+        if self._answer and scanner.strings == 2:  # in, or just after, the answer's string (its second)
+            new = scanner.tail(scanner.length - self._shown).text if scanner.inside else \
+                scanner.closed[self._shown:]  # only what is new
+            if new:
+                if self._before_write is not None:
+                    self._before_write()
+                sys.stdout.write(new)
+                sys.stdout.flush()
+                self._shown += len(new)
+        if scanner.depth == 0 and scanner.strings and piece.rstrip().endswith("}"):
             try:
                 _, end = json.JSONDecoder().raw_decode(self.text.lstrip())
             except ValueError:
@@ -122,37 +138,10 @@ class AnswerStream:
             if end:
                 if self._on_round is not None:
                     self._on_round(self.text.lstrip()[:end])
-                self.text, self._shown = self.text.lstrip()[end:], 0
-
-    def _show(self) -> None:
-        head = self.text.lstrip()
-        if not head.startswith("{") or ANSWER_START not in head[:16]:
-            return
-        start = self.text.index(ANSWER_START) + len(ANSWER_START)
-        quote = self.text.find('"', start)
-        if quote < 0:
-            return
-        body, shown = self.text[quote + 1:], []
-        index = 0
-        while index < len(body):
-            char = body[index]
-            if char == '"':
-                break
-            if char == "\\":
-                escape = body[index:index + (6 if body[index + 1:index + 2] == "u" else 2)]
-                if len(escape) < 2 or (escape[1] == "u" and len(escape) < 6):
-                    break  # the rest of the escape has not arrived yet
-                shown.append(json.loads(f'"{escape}"'))
-                index += len(escape)
-                continue
-            shown.append(char)
-            index += 1
-        text = "".join(shown)
-        if len(text) > self._shown and self._before_write is not None:
-            self._before_write()
-        sys.stdout.write(text[self._shown:])
-        sys.stdout.flush()
-        self._shown = len(text)
+                rest = self.text.lstrip()[end:]
+                self.next_round()
+                if rest.strip():
+                    self.feed(rest)
 
 
 class Chat:

@@ -54,7 +54,9 @@ class GenerationProgress:
     of its `prompt_tokens` have been evaluated so far (`generated_tokens` is 0); None once generation runs, and
     always for a binding that does not report prompt evaluation. `estimated` is True
     when the counts are the binding's estimate rather than the model's exact count (a served model whose server
-    does not report them); the job's cost then says so."""
+    does not report them); the job's cost then says so. `waiting_s`, in a report a binding makes while its model
+    server is silent, is how long it has waited (since the request was sent, or since the last piece came); the
+    worker and the chat show "waiting for the model server: 12 s". None in every other report."""
 
     prompt_tokens: int
     generated_tokens: int
@@ -62,6 +64,7 @@ class GenerationProgress:
     _: KW_ONLY  # the optional reports are named, so a binding never passes one for the other
     evaluated_tokens: int | None = None
     estimated: bool = False
+    waiting_s: float | None = None
 
 
 class ModelBinding(Protocol):
