@@ -11,7 +11,6 @@ import contextlib
 import ctypes
 import functools
 import hashlib
-import json
 import struct
 import threading
 import weakref

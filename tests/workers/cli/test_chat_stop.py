@@ -7,12 +7,10 @@ traceback, nor llama-cpp-python's "Exception ignored on calling ctypes callback 
 from __future__ import annotations
 
 import os
-import pty
-import select
+import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,11 +18,11 @@ import pytest
 from emelex_memory import MemoryStore, Settings
 from emelex_workers.models import ModelManager
 from tests.support.models import remember_probe_pass, require_default_model
+from tests.support.terminal import Terminal, mapped
 
 require_default_model()
 
 EMELEX = [sys.executable, "-c", "from emelex_workers.cli import main; main()"]
-DEADLINE_S = 240.0
 LONG = " ".join(f"Line {n}: the exporter writes batch {n} to notes/{n}.md after the cache is checked." for n in range(60))
 
 
@@ -39,57 +37,14 @@ def chat_env(home: Path) -> dict[str, str]:
     return env, model.model_file
 
 
-class Chat:
+def _chat(env: dict[str, str], workspace: Path) -> Terminal:
     """`emelex chat` with standard input and output on a pseudo-terminal and standard error on a pipe."""
-
-    def __init__(self, env: dict[str, str], workspace: Path) -> None:
-        master, slave = pty.openpty()
-        self.proc = subprocess.Popen([*EMELEX, "chat", "--workspace", str(workspace)], stdin=slave, stdout=slave,
-                                     stderr=subprocess.PIPE, env=env, close_fds=True)
-        os.close(slave)
-        self.master, self.output = master, ""
-
-    def _read(self, timeout: float) -> bool:
-        ready, _, _ = select.select([self.master], [], [], timeout)
-        if not ready:
-            return True
-        try:
-            data = os.read(self.master, 65536)
-        except OSError:
-            return False
-        self.output += data.decode("utf-8", "replace")
-        return bool(data)
-
-    def wait_for(self, seen) -> None:
-        deadline = time.monotonic() + DEADLINE_S
-        while not seen():
-            assert self.proc.poll() is None, f"the chat ended first:\n{self.output[-3000:]}"
-            assert time.monotonic() < deadline, f"never seen in {DEADLINE_S} s:\n{self.output[-3000:]}"
-            self._read(0.005)
-
-    def expect(self, text: str) -> None:
-        self.wait_for(lambda: text in self.output)
-
-    def type(self, line: str) -> None:
-        os.write(self.master, (line + "\n").encode())
-
-    def finish(self) -> tuple[int, str, str]:
-        deadline = time.monotonic() + DEADLINE_S
-        while self._read(0.2):
-            if time.monotonic() > deadline:
-                self.proc.kill()
-                raise AssertionError(f"the chat did not end in {DEADLINE_S} s:\n{self.output[-3000:]}")
-        os.close(self.master)
-        status = self.proc.wait(timeout=DEADLINE_S)
-        return status, self.output, self.proc.stderr.read().decode("utf-8", "replace")
+    return Terminal([*EMELEX, "chat", "--workspace", str(workspace)], env, stderr=subprocess.PIPE)
 
 
-def _mapped(pid: int, model_file: Path) -> bool:
-    try:
-        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
-            return str(model_file) in f.read()
-    except OSError:
-        return False
+def _finish(chat: Terminal) -> tuple[int, str, str]:
+    status, output = chat.finish()
+    return status, output, chat.proc.stderr.read().decode("utf-8", "replace")
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
@@ -97,15 +52,17 @@ def test_a_signal_while_the_chat_loads_its_model_ends_it_and_creates_no_session(
     signum: int, chat_env, home: Path, workspace: Path
 ) -> None:
     env, model_file = chat_env
-    chat = Chat(env, workspace)
-    chat.wait_for(lambda: _mapped(chat.proc.pid, model_file))
+    chat = _chat(env, workspace)
+    chat.wait_for(lambda: mapped(chat.proc.pid, model_file))
     chat.proc.send_signal(signum)
-    status, output, err = chat.finish()
+    status, output, err = _finish(chat)
     name = signal.Signals(signum).name
     assert status == 128 + signum, err
     assert f"stopping ({name}): the chat ends once the model stops starting" in err
-    assert f"chat stopped by {name}: the chat stopped while loading the model; nothing of its Session was changed" \
-        in err, err
+    # The model file is mapped as its loading begins; the rest of a cached 100 MB file loads in milliseconds, so the
+    # signal may land just after (the load's own abort is proven in test_engine_stop.py): stopped either way.
+    assert re.search(f"chat stopped by {name}: the chat stopped (while loading the model|once the model was loaded); "
+                     "nothing of its Session was changed", err), err
     assert "Traceback" not in err + output and "Exception ignored" not in err + output
     with MemoryStore.open(Settings(home=home)) as store:
         assert store.list_sessions().sessions == []
@@ -115,15 +72,16 @@ def test_ctrl_c_while_the_model_reads_a_long_prompt_interrupts_the_turn_there(
     chat_env, home: Path, workspace: Path
 ) -> None:
     env, _ = chat_env
-    chat = Chat(env, workspace)
+    chat = _chat(env, workspace)
     chat.expect("; commands:")
     chat.type(f"Please summarize these notes. {LONG}")
     chat.expect("reading the prompt, ")  # the status line while the prompt is evaluated
     chat.proc.send_signal(signal.SIGINT)
     chat.expect("interrupting the turn")
-    chat.expect("[turn interrupted: the turn was interrupted while evaluating the prompt (")
+    chat.wait_for(lambda: re.search(r"\[turn interrupted: [^\]]*\]", chat.output))
+    assert "[turn interrupted: the turn was interrupted while evaluating the prompt (" in chat.output
     chat.proc.send_signal(signal.SIGTERM)
-    status, output, err = chat.finish()
+    status, output, err = _finish(chat)
     assert status == 143, err
     assert "Traceback" not in err + output and "Exception ignored" not in err + output
     with MemoryStore.open(Settings(home=home)) as store:
