@@ -545,7 +545,8 @@ def unknown_effects_error(session_id: str, turn: OpenTurn) -> UnknownEffectsErro
     running = tuple((call, record, seen) for call in turn.unknown for record, seen in call.running())
     listed = "; ".join(
         f"{c.tool} {bounded(canonical_json(c.arguments).decode(), 200)} (call {c.call_id}, started "
-        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(c.started_at or 0))}{_processes_text(c)})"
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(c.started_at or 0))}"
+        f"{'' if running else _processes_text(c)})"
         for c in turn.unknown
     )
     if running:

@@ -183,12 +183,13 @@ def request(chat: DrivenChat, command: str, *, whole_turn: bool) -> bool:
 
 
 def wait_started(settings: Settings, session_id: str) -> bool:
-    """Poll the Session's journal (at most `START_WAIT_S`) until a call is `started`."""
+    """Poll the Session's journal (at most `START_WAIT_S`) until a call is `started` with its command's process
+    recorded (`run_command` runs the command only once it is)."""
     deadline = time.monotonic() + START_WAIT_S
     with MemoryStore.open(settings) as store:
         while time.monotonic() < deadline:
             turn = read_journal(store, session_id)
-            if turn is not None and any(c.state == "started" for c in turn.calls):
+            if turn is not None and any(c.state == "started" and c.processes for c in turn.calls):
                 return True
             time.sleep(0.2)
     return False
@@ -219,12 +220,13 @@ def killed_tool(env: dict[str, str], workspace: Path, settings: Settings) -> str
         chat.finish()
         return None
     if not wait_started(settings, session_id):
-        note("the journal never showed the call started")
+        note("the journal never showed the call started with its command running")
         chat.finish()
         return None
     chat.process.send_signal(signal.SIGKILL)
     chat.finish()
-    note(f"the journal showed the call started; the chat process was killed with SIGKILL while `{SLOW}` ran. "
+    note(f"the journal showed the call started and its command's process; the chat process was killed with SIGKILL "
+         f"while `{SLOW}` ran. "
          f"Waiting {LEASE_TTL_S + 1} s for its Session lease (TTL {LEASE_TTL_S} s) to expire")
     time.sleep(LEASE_TTL_S + 1)
     return session_id
