@@ -431,8 +431,9 @@ def recall_line(context: tuple[dict, ...]) -> str:
 
 
 def memory_text(snapshot: SessionSnapshot, context: tuple[dict, ...]) -> str:
-    """What `/memory` prints: the notes the Session recalled, each with its key, version and source (Session ID
-    prefix, turn and seqs), or why there are none."""
+    """What `/memory` prints: the notes the Session recalled, each Knowledge note with its key, version and source
+    (Session ID prefix, turn and seqs), each transcript turn with its Session, date and event, or why there are
+    none."""
     if RECALL_SOURCE not in snapshot.context:
         return "this Session was started with --no-recall: it recalls no notes and has no memory tools"
     notes = recalled_notes(context)
@@ -441,6 +442,11 @@ def memory_text(snapshot: SessionSnapshot, context: tuple[dict, ...]) -> str:
     lines = [f"{len(notes)} note{'s' if len(notes) != 1 else ''} recalled at the first turn (from earlier "
              "Sessions; they may be outdated):"]
     for note in notes:
+        if note.get("kind") == "session":
+            title = f' "{note["title"]}"' if note.get("title") else ""
+            lines.append(f"  turn {note['turn']} of Session {note['session'][:8]}{title} ({note['date']}, event "
+                         f"{note['seq']}, {note['speaker']})\n    {note['content']}")
+            continue
         source = note["source"]
         origin = "no Session (remembered by hand)" if source is None else \
             f"Session {source['session'][:8]} turn {source['turn']} (events {source['first_seq']}-{source['last_seq']})"

@@ -13,6 +13,7 @@ from pathlib import Path
 import apsw
 import pytest
 
+from emelex_memory.search.service import day
 from emelex_memory import (
     COMPACTION_KIND,
     Event,
@@ -57,7 +58,8 @@ def index_agrees(settings_or_path, database: Path | None = None) -> bool:
 def test_an_appended_turn_is_found_with_its_citation(store: MemoryStore, workspace: Path, db_path: Path) -> None:
     sid = say(store, workspace, "how does the tokenizer treat tabs", "it splits on tabs and spaces")
     hits = found(store, workspace, "tokenizer", kinds="sessions")
-    assert hits == [SessionHit(sid, 1, 1, 1, 1, "user", None, "how does the [tokenizer] treat tabs", hits[0].score)]
+    assert hits == [SessionHit(sid, 1, 1, 1, 1, "user", None, "how does the [tokenizer] treat tabs", hits[0].score,
+                               1.0, None, day(store.get_session(sid).created_at))]
     assert {(h.seq, h.event_kind) for h in found(store, workspace, "tabs")} == {(1, "user"), (2, "assistant")}
     assert index_agrees(store.settings, db_path)
 
@@ -330,7 +332,8 @@ def test_pages_are_bounded_and_continue(store: MemoryStore, workspace: Path) -> 
         cursor = page.next_cursor
         if cursor is None:
             break
-    assert [h.kind for h in seen] == ["knowledge"] * 3 + ["sessions"] * 4
+    assert sorted(h.kind for h in seen) == ["knowledge"] * 3 + ["sessions"] * 4
+    assert [h.score for h in seen] == sorted((h.score for h in seen), reverse=True)
     assert len({(getattr(h, "key", None), getattr(h, "seq", None)) for h in seen}) == 7
     with pytest.raises(InvalidInputError):
         store.search(workspace, "ocelot", cursor="knowledge:x")
