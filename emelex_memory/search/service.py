@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import apsw
@@ -22,6 +22,7 @@ from ..errors import InvalidInputError
 from ..sessions.workspaces import WorkspaceLike, workspace_scope
 from .query import match_expression, query_terms
 from .ranking import EVENTS, KNOWLEDGE as KNOWLEDGE_TABLE, Ranked, rank
+from .vectors import check_model, fuse, nearest, unit_vector
 from .recall import RecallSelection, TokenCounter, check_budget, estimate_tokens, select_notes
 
 KNOWLEDGE, SESSIONS = "knowledge", "sessions"
@@ -156,6 +157,8 @@ class Search:
         limit: int | None = None,
         max_bytes: int | None = None,
         cursor: str | None = None,
+        query_vector: Sequence[float] | None = None,
+        embedding_model: str | None = None,
     ) -> SearchPage:
         """Search the workspace's live Knowledge and/or its Sessions' transcripts for any word of `query`.
 
@@ -169,19 +172,34 @@ class Search:
 
         The query is cut into words (letters and digits), each searched for as
         a word of its own; FTS5 operators, quotes and NUL are only separators.
+        With `query_vector` (the query embedded by the embedder whose model
+        is `embedding_model`), the rows whose stored vectors are most similar
+        are fused with the full-text ranking (`search/vectors.py`); rows not
+        embedded yet are found by full text alone.
+
         Raises `InvalidInputError` for a query that is not text, not valid
-        UTF-8, longer than 4096 bytes or without any word, and for bad limits,
-        kinds or cursor; nothing is written either way.
+        UTF-8, longer than 4096 bytes or without any word, for bad limits,
+        kinds or cursor, and for a vector without its model or not 1..16,384
+        finite numbers; nothing is written either way.
         """
         kinds = _check_kinds(kinds)
         terms = query_terms(query)
         limit, max_bytes = self._db.page_limits(limit, max_bytes, min_bytes=HIT_OVERHEAD * 4)
         offset = _decode_cursor(cursor)
+        unit = None
+        if query_vector is not None or embedding_model is not None:
+            if query_vector is None:
+                raise InvalidInputError("an embedding model was given without the query's vector")
+            check_model(embedding_model)
+            unit = unit_vector(query_vector)
         with self._db.read() as conn:
             scope = workspace_scope(conn, workspace)
             if scope is None:
                 return SearchPage([], None)
-            ranked = rank(conn, scope, terms, tuple(TABLES[k] for k in kinds))
+            tables = tuple(TABLES[k] for k in kinds)
+            ranked = rank(conn, scope, terms, tables)
+            if unit is not None:
+                ranked = fuse(ranked, nearest(conn, scope, embedding_model, unit, tables))
             hits = hits_of(conn, scope, terms, ranked[offset:offset + limit + 1])
         taken, more = take(hits, limit, max_bytes, _hit_size, lambda h: True, at_least_one=True)
         return SearchPage(taken, f"rank:{offset + len(taken)}" if more else None)

@@ -71,6 +71,7 @@ class WorkReport:
     stopped: str = "empty"
     seconds: float = 0.0
     waiting: WaitingPage | None = None
+    embedded: int = 0  # vectors the embedding pass stored (an embedder set)
 
     @property
     def claimed(self) -> int:

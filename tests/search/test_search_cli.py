@@ -3,6 +3,7 @@ never found again; a bad query is one error line."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -40,9 +41,10 @@ def test_hits_lead_to_sessions_show_and_knowledge_show(cli, workspace: Path) -> 
     assert cli("memory", "knowledge", "remember", "flamingo.config", "the flamingo config is in etc").exit_code == 0
     done = cli("memory", "search", "flamingo")
     assert done.exit_code == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert lines[0].split()[:3] == ["knowledge", "flamingo.config", "v1"]
-    assert lines[1].split()[:3] == ["session", sid[:8], "#1"]
+    lines = sorted(done.stdout.splitlines())  # one ranking: either kind may come first
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    assert lines[0].split()[:4] == ["knowledge", "flamingo.config", "v1", today]
+    assert lines[1].split()[:4] == ["session", sid[:8], today, "#1"]
     assert "[flamingo]" in lines[1]
     assert sid in cli("memory", "sessions", "show", lines[1].split()[1]).stdout
     assert "flamingo config is in etc" in cli("memory", "knowledge", "show", lines[0].split()[1]).stdout
