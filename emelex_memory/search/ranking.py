@@ -3,7 +3,7 @@ workspace alone.
 
 FTS5's own `bm25()` weighs a word by how rare it is in the whole table, so an unrelated workspace changed every
 ranking, and Knowledge and transcripts, ranked apart, could not be compared. Here the index finds the rows and this
-module scores them (BM25, k1 1.2, b 0.75) with statistics it counts in the searched workspace only:
+module scores them (BM25) with statistics it counts in the searched workspace only:
 
 - **Statistics.** A word's document frequency is the number of the workspace's indexed rows (events and Knowledge
   entries together, one corpus) that hold it, counted by FTS5 within the workspace's newest `WINDOW` rows of each
@@ -16,11 +16,11 @@ module scores them (BM25, k1 1.2, b 0.75) with statistics it counts in the searc
 - **Candidates.** The rows holding the query's words are gathered rarest word first, newest rows first, at most
   `CANDIDATES` in all, so a query of common words costs a bounded read, whatever the workspace's size.
 - **Scores.** Each candidate is scored by BM25 over its own text (re-tokenized by the index's tokenizer), with the
-  average length of the candidates of its table. A Knowledge entry's text is its key and content; its score is
-  multiplied by 0.9 + 0.1 x confidence, and by 1.1 when pinned: favoured among equals, never enough to lift a
-  weak match (common words only) over a strong one (rare words). An event also gains `NEIGHBOUR` of the better
-  score of the events just before and after it in its Session (an answer is often worded apart from the question
-  it answers), and `HEAD` of how well its Session's title and date match the query ("what did we decide in May").
+  average length of the candidates of its table and a weak length normalization (b 0.2: in a conversation a
+  short turn holding one query word, "What a day.", is not thereby more relevant). A Knowledge entry's text is its
+  key and content; its score is multiplied by 0.9 + 0.1 x confidence, and by 1.1 when pinned: favoured among
+  equals, never enough to lift a weak match (common words only) over a strong one (rare words). An event also
+  gains `HEAD` of how well its Session's title and date match the query ("what did we decide in May").
 - **Relevance.** `Ranked.relevance` is the share of the query's weight (the sum of its words' inverse document
   frequencies) that a row's own words hold: the recall selection keeps a note only above a threshold.
 """
@@ -38,8 +38,7 @@ EVENTS, KNOWLEDGE, HEADS = "event_search", "knowledge_search", "session_search"
 COLUMNS = {EVENTS: "body", KNOWLEDGE: "{key content}", HEADS: "head"}
 WINDOW = 20_000  # newest indexed rows of each table whose statistics a search counts
 CANDIDATES = 1_000  # rows scored at most per search
-K1, B = 1.2, 0.75
-NEIGHBOUR = 0.0  # share of the better adjacent event's score an event gains
+K1, B = 1.2, 0.2  # b: a short turn holding one query word is not thereby more relevant than a longer one
 HEAD = 0.5  # weight of a Session title and date match on its events' scores
 PRIOR = 50  # documents holding none of the query's words assumed beyond the workspace's own (a small one's words
 # would all look common)
@@ -173,16 +172,12 @@ def rank(conn: apsw.Connection, scope: int, words: list[str], tables: tuple[str,
 
 def _rank_events(conn: apsw.Connection, stats: Statistics, tokens: Tokens, ids: list[int]) -> list[Ranked]:
     rows = conn.execute(
-        "SELECT f.rowid, f.body, e.session_id, e.seq FROM event_search f JOIN events e ON e.id = f.rowid "
+        "SELECT f.rowid, f.body, e.session_id FROM event_search f JOIN events e ON e.id = f.rowid "
         "WHERE f.rowid IN (SELECT value FROM json_each(?))", (json.dumps(ids),)).fetchall()
-    scores = _bm25(stats, [Counter(tokens(body)) for _, body, _, _ in rows])
-    own = {(session, seq): score for (_, _, session, seq), (score, _) in zip(rows, scores)}
-    heads = _head_scores(conn, stats, tokens, {session for _, _, session, _ in rows})
-    ranked = []
-    for (rowid, _, session, seq), (score, held) in zip(rows, scores):
-        near = max(own.get((session, seq - 1), 0.0), own.get((session, seq + 1), 0.0))
-        ranked.append(Ranked(EVENTS, rowid, score + NEIGHBOUR * near + HEAD * heads.get(session, 0.0), held))
-    return ranked
+    scores = _bm25(stats, [Counter(tokens(body)) for _, body, _ in rows])
+    heads = _head_scores(conn, stats, tokens, {session for _, _, session in rows})
+    return [Ranked(EVENTS, rowid, score + HEAD * heads.get(session, 0.0), held)
+            for (rowid, _, session), (score, held) in zip(rows, scores)]
 
 
 def _head_scores(conn: apsw.Connection, stats: Statistics, tokens: Tokens, sessions: set[int]) -> dict[int, float]:
