@@ -1,6 +1,7 @@
 """The "openai" embedder: a served `/v1/embeddings` endpoint (Ollama, llama-server, vLLM, llama-cpp-python's
-server), at `embedding_url` (the server's base URL, without `/v1`), for the model `embedding_model`, through the
-same bounded, retried client as served models (httpx, the `openai` extra)."""
+server), at `embedding_url` (the server's base URL, with or without `/v1`), for the model `embedding_model`, through
+the same bounded, retried client as served models (httpx, the `openai` extra). A reply of one vector per token
+(llama-cpp-python's server, for a model without a pooling layer) is mean-pooled."""
 
 from __future__ import annotations
 
@@ -13,6 +14,16 @@ from emelex_workers.plugin_api import Embedder
 from .client import ServerClient
 
 BATCH = 32  # texts per request
+
+
+def _pooled(embedding: object) -> object:
+    """A vector as given, or the mean of one vector per token (llama-cpp-python's server answers so for a model
+    without a pooling layer)."""
+    if isinstance(embedding, list) and embedding and all(isinstance(row, list) and row for row in embedding):
+        width = len(embedding[0])
+        if all(len(row) == width for row in embedding):
+            return [sum(column) / len(embedding) for column in zip(*embedding)]
+    return embedding
 
 
 def served_embedder(settings: Settings) -> Embedder:
@@ -32,7 +43,7 @@ def served_embedder(settings: Settings) -> Embedder:
             if not isinstance(data, list) or len(data) != len(batch):
                 raise ModelServerReplyError(f"the server at {url} answered /v1/embeddings without one embedding per "
                                             "input; check that the model is an embedding model")
-            vectors += [item["embedding"] for item in sorted(data, key=lambda item: item.get("index", 0))]
+            vectors += [_pooled(item.get("embedding")) for item in sorted(data, key=lambda item: item.get("index", 0))]
         return vectors
 
     return Embedder(f"openai:{settings.embedding_model}", embed, client.close)

@@ -265,7 +265,8 @@ def test_a_restored_backup_finds_what_the_store_found(store: MemoryStore, worksp
 
 def test_the_migration_indexes_an_existing_store(tmp_path: Path) -> None:
     conn = apsw.Connection(str(tmp_path / "old.sqlite3"))
-    migrate(conn, MIGRATIONS[:-1])  # a store of the release before the index, with rows no trigger indexed
+    step = [m.name for m in MIGRATIONS].index("m014_search_index")
+    migrate(conn, MIGRATIONS[:step])  # a store of the release before the index, with rows no trigger indexed
     with conn:
         conn.execute("INSERT INTO workspaces (path, device, inode, created_at) VALUES ('/w', 1, 2, 0)")
         conn.execute("INSERT INTO sessions (uuid, workspace_id, created_at, updated_at) VALUES ('s', 1, 0, 0)")
@@ -278,11 +279,13 @@ def test_the_migration_indexes_an_existing_store(tmp_path: Path) -> None:
         conn.executemany(
             "INSERT INTO knowledge_versions (knowledge_id, version, tombstone, content, size, confidence, origin, "
             "created_at) VALUES (1, ?, 0, ?, 1, 1.0, 'user', 0)", [(1, "stale capybara"), (2, "fresh capybara")])
-    assert migrate(conn) == [MIGRATIONS[-1].name]
+    assert migrate(conn) == [m.name for m in MIGRATIONS[step:]]
     match = "SELECT rowid FROM {0} WHERE {0} MATCH ? ORDER BY rowid"
     assert conn.execute(match.format("event_search"), ('"capybara"',)).fetchall() == [(1,)]
     assert conn.execute(match.format("event_search"), ('"reply"',)).fetchall() == [(2,)]
     assert conn.execute("SELECT key, content FROM knowledge_search").fetchall() == [("k", "fresh capybara")]
+    assert conn.execute("SELECT rowid, ws, head FROM session_search").fetchall() == [  # m018: titles and dates
+        (1, "w1", "1970-01-01 January 1970 Thursday")]
     conn.close()
 
 
