@@ -18,6 +18,23 @@ if TYPE_CHECKING:
     from emelex_memory import KnowledgeHit, SessionHit
 
 SESSION_PREFIX = 8  # characters of a Session ID shown: `sessions show` takes any unique prefix of 4 or more
+MAX_CONTEXT = 10  # neighbouring events shown at most on each side of a transcript hit
+CONTEXT_CHARS = 200  # characters of a neighbouring event's text shown
+
+
+def neighbours(store, hit: SessionHit, n: int) -> list[dict]:
+    """The `n` stored events before and after a transcript hit's event (the raw history: replaced events too), each
+    as its seq, kind and text (cut to 200 characters); the hit's own event left out."""
+    from emelex_workers.host.types import event_body
+
+    page = store.raw_events(hit.session_id, max(0, hit.seq - 1 - n), limit=2 * n + 1)
+    out = []
+    for raw in page.events:
+        if raw.event.seq != hit.seq:
+            text = " ".join(event_body(raw.event).split())
+            out.append({"seq": raw.event.seq, "kind": raw.event.kind,
+                        "text": text if len(text) <= CONTEXT_CHARS else text[:CONTEXT_CHARS - 1] + "…"})
+    return out
 
 
 def hit_dict(hit: KnowledgeHit | SessionHit) -> dict:
@@ -60,6 +77,8 @@ def search(
     sessions: Annotated[bool, typer.Option("--sessions", help="Search only Session transcripts.")] = False,
     limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Hits per page.")] = 20,
     cursor: CursorOpt = None,
+    context: Annotated[int, typer.Option(metavar="N", min=0, max=MAX_CONTEXT, help=(
+        "Show the N events before and after each transcript hit (its neighbouring turns)."))] = 0,
     as_json: JsonFlag = False,
 ) -> None:
     """Search the workspace's live Knowledge and its Sessions' transcripts; print ranked hits (one ranking, best
@@ -79,5 +98,9 @@ def search(
             if embedder is not None and embedder.close is not None:
                 embedder.close()
         page = store.search(workspace, text, kinds=kinds, limit=limit, cursor=cursor, **fused)
-    echo_page("hits", page.hits, page.next_cursor, as_json, as_dict=hit_dict, line=hit_line,
+        around = {id(h): neighbours(store, h, context) for h in page.hits if context and h.kind == "sessions"}
+    echo_page("hits", page.hits, page.next_cursor, as_json,
+              as_dict=lambda h: {**hit_dict(h), **({"context": around[id(h)]} if id(h) in around else {})},
+              line=lambda h: "\n".join([hit_line(h), *(f"    #{e['seq']} {e['kind']}: {e['text']}"
+                                                        for e in around.get(id(h), []))]),
               empty="nothing found in this workspace")

@@ -103,3 +103,15 @@ def test_a_key_with_a_space_is_printed_quoted_so_it_can_be_pasted(cli, workspace
     assert line.startswith("knowledge  'door code'  v1  ")
     key = shlex.split(line)[1]
     assert "4711" in cli("memory", "knowledge", "show", key).stdout
+
+
+def test_context_shows_a_hits_neighbouring_turns(cli, workspace: Path) -> None:
+    sid = say(workspace, "what are you reading these days?", "The Lean Startup, it is great")
+    done = cli("memory", "search", "Lean", "Startup", "--sessions", "--context", "1")
+    assert done.exit_code == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:4] == ["session", sid[:8], dt.datetime.now(dt.timezone.utc).date().isoformat(), "#2"]
+    assert lines[1] == "    #1 user: what are you reading these days?"
+    as_json = json.loads(cli("memory", "search", "Lean", "--context", "1", "--json").stdout)
+    assert as_json["hits"][0]["context"] == [{"seq": 1, "kind": "user", "text": "what are you reading these days?"}]
+    assert cli("memory", "search", "Lean", "--context", "11").exit_code == 2
