@@ -10,7 +10,9 @@ Each conversation is one workspace of a real store in a temporary Emelex Home, i
 one Session per conversation Session, created at its date (the store's clock), titled, one `append_turn` per
 utterance (the first speaker `user`, the other `assistant`), closed cleanly. With `--distill` every Session is
 then distilled by `emelex_workers.worker.work.Worker` on the default model (the extractive distiller), as
-`emelex memory work` would. With `--embedder`, the local GGUF embedder embeds the workspace (see docs/knowledge.md).
+`emelex memory work` would. With `--embedder`, the llamacpp embedder on the embedded default model (a chat model,
+the only GGUF model a package here ships; see docs/knowledge.md, "Hybrid search") embeds every row, and recall@10
+of the fused search is reported beside full text alone, with the fused search's latency.
 
 Figures, per half and over both:
 - search recall@5 and @10: the share of a question's evidence turns among `store.search`'s first 5 or 10 hits
@@ -217,9 +219,11 @@ def run(args: argparse.Namespace) -> int:
     data = json.loads(DATA.read_text(encoding="utf-8"))
     conversations = [c for c in data["conversations"] if args.half in (None, c["half"])]
     rows = []  # one per question: half, category, store@5, store@10, bm25@10, fts@10, bm25@5, fts@5, notes...
+    fused_ms: list[float] = []
     with tempfile.TemporaryDirectory(prefix="emelex-bench-search-") as tmp:
         root, clock = Path(tmp), Clock()
-        settings = Settings(home=root / "home", plugins_autoload=False)
+        settings = Settings(home=root / "home", plugins_autoload=False,
+                            **({"embedder": "llamacpp", "model_threads": 2} if args.embedder else {}))
         if args.distill:
             from emelex_workers.models import ModelManager
 
@@ -241,6 +245,13 @@ def run(args: argparse.Namespace) -> int:
                 finally:
                     worker.close()
                 print(f"distilled in {time.perf_counter() - t0:.0f} s")
+            embedder = None
+            if args.embedder:
+                from emelex_workers.worker.embedding import embed_pending, embedder_of, query_vector
+
+                t0 = time.perf_counter()
+                embedder = embedder_of(settings)
+                print(f"embedded {embed_pending(store, embedder)} rows in {time.perf_counter() - t0:.0f} s")
             for conv in conversations:
                 workspace, where = spaces[conv["id"]]
                 judge = Judge(store, workspace, conv, where)
@@ -248,6 +259,11 @@ def run(args: argparse.Namespace) -> int:
                 bm25, fts = BM25([t["text"] for t in turns]), FtsOr([t["text"] for t in turns])
                 for q in conv["questions"]:
                     hits = store.search(workspace, q["question"], limit=10).hits
+                    if embedder is not None:
+                        fused = query_vector(embedder, q["question"])
+                        t0 = time.perf_counter()
+                        vhits = store.search(workspace, q["question"], limit=10, **fused).hits
+                        fused_ms.append((time.perf_counter() - t0) * 1000)
                     b = {turns[i]["id"] for i in bm25.top(q["question"], 10)}
                     b5 = {turns[i]["id"] for i in bm25.top(q["question"], 5)}
                     f = {turns[i]["id"] for i in fts.top(q["question"], 10)}
@@ -261,18 +277,20 @@ def run(args: argparse.Namespace) -> int:
                            "f5": share(q["evidence"], f5), "f10": share(q["evidence"], f),
                            "notes": answer_in(q, text), "tokens": tokens,
                            "before": answer_in(q, before), "before_tokens": before_tokens}
+                    if embedder is not None:
+                        row["v10"] = share(q["evidence"], judge.covered(vhits))
                     rows.append(row)
                     if args.verbose and row["s10"] < 1:
                         print(f"MISS {q['id']} [{q['category']}] {q['question']} -> {q['answer']} "
                               f"evidence {q['evidence']}; got {[getattr(h, 'snippet', '')[:60] for h in hits[:3]]}")
-    return report(rows, args)
+    return report(rows, args, fused_ms)
 
 
 def mean(rows: list[dict], key: str) -> float:
     return statistics.fmean(float(r[key]) for r in rows) if rows else 0.0
 
 
-def report(rows: list[dict], args: argparse.Namespace) -> int:
+def report(rows: list[dict], args: argparse.Namespace, fused_ms: list[float]) -> int:
     halves = [h for h in ("tuned", "untuned") if any(r["half"] == h for r in rows)]
     for half in halves:
         part = [r for r in rows if r["half"] == half]
@@ -284,6 +302,15 @@ def report(rows: list[dict], args: argparse.Namespace) -> int:
                     detail=f"recall@5 {mean(part, 's5'):.3f}; baselines recall@10 / @5: BM25 over raw turns "
                     f"{mean(part, 'b10'):.3f} / {mean(part, 'b5'):.3f}, FTS5 with OR-ed words {mean(part, 'f10'):.3f}"
                     f" / {mean(part, 'f5'):.3f}; recall@10 by category: {cats}")
+    if fused_ms:
+        for half in halves:
+            part = [r for r in rows if r["half"] == half]
+            FIGURES.add(f"{half} half: recall@10 with the embedder (llamacpp, the embedded default model)",
+                        mean(part, "v10"), ">=", 0.0,
+                        detail=f"gain over full text alone {mean(part, 'v10') - mean(part, 's10'):+.3f}")
+        FIGURES.add("fused search (full text + a scan of the workspace's vectors): p50", statistics.median(fused_ms),
+                    "<", 20.0, unit=" ms", format=".2f",
+                    detail=f"p95 {statistics.quantiles(fused_ms, n=20)[-1]:.2f} ms; the query's embedding not counted")
     before = mean(rows, "before")
     FIGURES.add(f"recall at a new Session ({len(rows)} questions): notes holding the answer", mean(rows, "notes"),
                 ">=", round(2 * before, 3),
@@ -301,6 +328,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--half", choices=("tuned", "untuned"), help="only this half (not recorded)")
     parser.add_argument("--distill", action="store_true", help="distill every Session on the default model first")
+    parser.add_argument("--embedder", action="store_true",
+                        help="also embed every row with the llamacpp embedder (the embedded default model) and report "
+                        "recall@10 of the fused search")
     parser.add_argument("--verbose", action="store_true", help="print each question whose evidence was missed")
     args = parser.parse_args()
     args.record = args.half is None
