@@ -36,8 +36,10 @@ import apsw
 
 EVENTS, KNOWLEDGE, HEADS = "event_search", "knowledge_search", "session_search"
 COLUMNS = {EVENTS: "body", KNOWLEDGE: "{key content}", HEADS: "head"}
-WINDOW = 20_000  # newest indexed rows of each table whose statistics a search counts
-CANDIDATES = 1_000  # rows scored at most per search
+WINDOW = 4_096  # newest indexed rows of each table whose statistics a search counts
+CANDIDATES = 200  # rows scored at most per search
+SNIPPET_TOKENS = 16
+MARK_START, MARK_END, ELLIPSIS = "[", "]", "…"
 K1, B = 1.2, 0.2  # b: a short turn holding one query word is not thereby more relevant than a longer one
 HEAD = 0.5  # weight of a Session title and date match on its events' scores
 PRIOR = 50  # documents holding none of the query's words assumed beyond the workspace's own (a small one's words
@@ -66,6 +68,31 @@ class Tokens:
         """The tokens of `text`, in order (with repeats)."""
         reason = apsw.FTS5_TOKENIZE_QUERY if query else apsw.FTS5_TOKENIZE_DOCUMENT
         return self._tokenize(text.encode("utf-8"), reason, None, include_offsets=False, include_colocated=False)
+
+    def snippet(self, text: str, wanted: set[str] | dict[str, str]) -> str:
+        """An extract of `text` of at most `SNIPPET_TOKENS` tokens, where most of the `wanted` tokens are, each
+        of them in [brackets], with "…" where text was left out (as FTS5's `snippet()` makes them)."""
+        data = text.encode("utf-8")
+        spans = self._tokenize(data, apsw.FTS5_TOKENIZE_DOCUMENT, None, include_offsets=True,
+                               include_colocated=False)
+        if not spans:
+            return text[:100]
+        hits = [token in wanted for _, _, token in spans]
+        starts = range(max(1, len(spans) - SNIPPET_TOKENS + 1))
+        first = max(starts, key=lambda i: (len({spans[k][2] for k in range(i, min(i + SNIPPET_TOKENS, len(spans)))
+                                                 if hits[k]}), -i))
+        last = min(first + SNIPPET_TOKENS, len(spans)) - 1
+        begin = 0 if first == 0 else spans[first][0]
+        end = len(data) if last == len(spans) - 1 else spans[last][1]
+        out, at = [], begin
+        for k in range(first, last + 1):
+            start, stop, _ = spans[k]
+            if hits[k]:
+                out += [data[at:start].decode("utf-8", "replace"), MARK_START,
+                        data[start:stop].decode("utf-8", "replace"), MARK_END]
+                at = stop
+        out.append(data[at:end].decode("utf-8", "replace"))
+        return (ELLIPSIS if first else "") + "".join(out) + (ELLIPSIS if end < len(data) else "")
 
 
 def _match(scope: int, table: str, word: str | None = None) -> str:
@@ -156,10 +183,10 @@ def rank(conn: apsw.Connection, scope: int, words: list[str], tables: tuple[str,
     found = _candidates(conn, stats, tables)
     ranked: list[Ranked] = []
     if found.get(KNOWLEDGE):
-        rows = conn.execute(
-            "SELECT f.rowid, f.key || ' ' || f.content, k.pinned, v.confidence FROM knowledge_search f "
-            "JOIN knowledge k ON k.id = f.rowid JOIN knowledge_versions v ON v.knowledge_id = k.id "
-            "AND v.version = k.head_version WHERE f.rowid IN (SELECT value FROM json_each(?))",
+        rows = conn.execute(  # the index's own content table: a lookup by rowid (a MATCH table's rowid IN is a scan)
+            "SELECT f.id, f.c1 || ' ' || f.c2, k.pinned, v.confidence FROM knowledge_search_content f "
+            "JOIN knowledge k ON k.id = f.id JOIN knowledge_versions v ON v.knowledge_id = k.id "
+            "AND v.version = k.head_version WHERE f.id IN (SELECT value FROM json_each(?))",
             (json.dumps(found[KNOWLEDGE]),)).fetchall()
         scores = _bm25(stats, [Counter(tokens(text)) for _, text, _, _ in rows])
         for (rowid, _, pinned, confidence), (score, held) in zip(rows, scores):
@@ -172,8 +199,8 @@ def rank(conn: apsw.Connection, scope: int, words: list[str], tables: tuple[str,
 
 def _rank_events(conn: apsw.Connection, stats: Statistics, tokens: Tokens, ids: list[int]) -> list[Ranked]:
     rows = conn.execute(
-        "SELECT f.rowid, f.body, e.session_id FROM event_search f JOIN events e ON e.id = f.rowid "
-        "WHERE f.rowid IN (SELECT value FROM json_each(?))", (json.dumps(ids),)).fetchall()
+        "SELECT f.id, f.c1, e.session_id FROM event_search_content f JOIN events e ON e.id = f.id "
+        "WHERE f.id IN (SELECT value FROM json_each(?))", (json.dumps(ids),)).fetchall()
     scores = _bm25(stats, [Counter(tokens(body)) for _, body, _ in rows])
     heads = _head_scores(conn, stats, tokens, {session for _, _, session in rows})
     return [Ranked(EVENTS, rowid, score + HEAD * heads.get(session, 0.0), held)
@@ -184,6 +211,6 @@ def _head_scores(conn: apsw.Connection, stats: Statistics, tokens: Tokens, sessi
     """Session id -> the summed weight of the query's words its title and date hold."""
     if not any(stats.head_idf.values()):
         return {}
-    rows = conn.execute("SELECT rowid, head FROM session_search WHERE rowid IN (SELECT value FROM json_each(?))",
+    rows = conn.execute("SELECT id, c1 FROM session_search_content WHERE id IN (SELECT value FROM json_each(?))",
                         (json.dumps(sorted(sessions)),))
     return {rowid: sum(stats.head_idf[t] for t in set(tokens(head)) if t in stats.head_idf) for rowid, head in rows}

@@ -20,8 +20,8 @@ from ..core.database import Database
 from ..core.paging import Items, Page, take
 from ..errors import InvalidInputError
 from ..sessions.workspaces import WorkspaceLike, workspace_scope
-from .query import match_expression, query_terms
-from .ranking import EVENTS, KNOWLEDGE as KNOWLEDGE_TABLE, Ranked, rank
+from .query import query_terms
+from .ranking import EVENTS, KNOWLEDGE as KNOWLEDGE_TABLE, Ranked, Tokens, rank
 from .vectors import check_model, fuse, nearest, unit_vector
 from .recall import RecallSelection, TokenCounter, check_budget, estimate_tokens, select_notes
 
@@ -29,13 +29,10 @@ KNOWLEDGE, SESSIONS = "knowledge", "sessions"
 KINDS = (KNOWLEDGE, SESSIONS)
 TABLES = {KNOWLEDGE: KNOWLEDGE_TABLE, SESSIONS: EVENTS}
 HIT_OVERHEAD = 256  # byte estimate of a hit's citation on top of its snippet
-SNIPPET_TOKENS = 16
-MARK_START, MARK_END, ELLIPSIS = "[", "]", "…"
 
-_SNIPPETS = (
-    "SELECT rowid, snippet({table}, {column}, '" + MARK_START + "', '" + MARK_END + "', '" + ELLIPSIS + "', "
-    f"{SNIPPET_TOKENS}) FROM {{table}} WHERE {{table}} MATCH ? AND rowid IN (SELECT value FROM json_each(?))"
-)
+# A hit's text from the index's own content tables (a lookup by rowid; a MATCH table's `rowid IN` is a scan).
+_KNOWLEDGE_TEXTS = "SELECT id, c2 FROM knowledge_search_content WHERE id IN (SELECT value FROM json_each(?))"
+_EVENT_TEXTS = "SELECT id, c1 FROM event_search_content WHERE id IN (SELECT value FROM json_each(?))"
 _KNOWLEDGE_ROWS = (
     "SELECT k.id, k.key, k.head_version, k.pinned, v.confidence, v.created_at FROM knowledge k "
     "JOIN knowledge_versions v ON v.knowledge_id = k.id AND v.version = k.head_version "
@@ -240,23 +237,25 @@ def hits_of(conn: apsw.Connection, scope: int, terms: list[str], ranked: list[Ra
         by_table.setdefault(r.table, []).append(r.rowid)
     built: dict[tuple[str, int], KnowledgeHit | SessionHit] = {}
     scores = {(r.table, r.rowid): r for r in ranked}
+    tokens = Tokens(conn)
+    wanted = {token for term in terms for token in tokens(term, query=True)}
     if by_table.get(KNOWLEDGE_TABLE):
-        ids = by_table[KNOWLEDGE_TABLE]
-        snippets = _snippets(conn, KNOWLEDGE_TABLE, 2, match_expression(scope, "{key content}", terms), ids)
-        for entry_id, key, version, pinned, confidence, created in conn.execute(_KNOWLEDGE_ROWS, (json.dumps(ids),)):
+        ids = json.dumps(by_table[KNOWLEDGE_TABLE])
+        texts = dict(conn.execute(_KNOWLEDGE_TEXTS, (ids,)).fetchall())
+        for entry_id, key, version, pinned, confidence, created in conn.execute(_KNOWLEDGE_ROWS, (ids,)):
             r = scores[(KNOWLEDGE_TABLE, entry_id)]
             built[(KNOWLEDGE_TABLE, entry_id)] = KnowledgeHit(
-                key, version, bool(pinned), confidence, snippets.get(entry_id, ""), r.score, r.relevance, day(created))
+                key, version, bool(pinned), confidence, tokens.snippet(texts[entry_id], wanted), r.score, r.relevance,
+                day(created))
     if by_table.get(EVENTS):
-        ids = by_table[EVENTS]
-        snippets = _snippets(conn, EVENTS, 1, match_expression(scope, "body", terms), ids)
-        for event_id, uuid, seq, turn, kind, title, created, through, covered_by in conn.execute(
-                _EVENT_ROWS, (json.dumps(ids),)):
+        ids = json.dumps(by_table[EVENTS])
+        texts = dict(conn.execute(_EVENT_TEXTS, (ids,)).fetchall())
+        for event_id, uuid, seq, turn, kind, title, created, through, covered_by in conn.execute(_EVENT_ROWS, (ids,)):
             first, last = (1, through) if kind == "summary" and through is not None else (seq, seq)
             r = scores[(EVENTS, event_id)]
             built[(EVENTS, event_id)] = SessionHit(uuid, seq, first, last, turn, kind, covered_by,
-                                                   snippets.get(event_id, ""), r.score, r.relevance, title,
-                                                   day(created))
+                                                   tokens.snippet(texts[event_id], wanted), r.score, r.relevance,
+                                                   title, day(created))
     return [built[(r.table, r.rowid)] for r in ranked]
 
 
@@ -264,12 +263,3 @@ def _ranked_hits(conn: apsw.Connection, scope: int, terms: list[str], limit: int
     """The best `limit` rows of both kinds in workspace `scope` for the query `terms`, each with its hit."""
     ranked = rank(conn, scope, terms, (KNOWLEDGE_TABLE, EVENTS))[:limit]
     return list(zip(ranked, hits_of(conn, scope, terms, ranked)))
-
-
-def _snippets(conn: apsw.Connection, table: str, column: int, match: str, rowids: list[int]) -> dict[int, str]:
-    """rowid -> the snippet of `column` of `table`'s rows `rowids` for the MATCH
-    expression `match`."""
-    if not rowids:
-        return {}
-    sql = _SNIPPETS.format(table=table, column=column)
-    return dict(conn.execute(sql, (match, json.dumps(rowids))).fetchall())
