@@ -55,8 +55,18 @@ DATA = Path(__file__).with_name("search") / "conversations.json"
 BUDGET = 512  # the chat's default recall budget (recall_budget_tokens)
 GAIN = 0.10  # recall@10 over the better baseline
 ABOUT = __doc__.split("\n\n", 1)[1]
-SECTIONS = ("search",)
-FIGURES = Figures("search", lambda figures: render_list("Search quality (`bench_search.py`)", ABOUT, figures))
+SECTIONS = ("search", "search-embedder")
+EMBEDDER_MARK = "with the embedder"  # how the figures of an `--embedder` run are named
+
+
+def render(figures: dict) -> str:
+    """The `search` section, or `search-embedder` (a run with `--embedder`) of the recorded `figures`."""
+    if any(EMBEDDER_MARK in f["what"] for f in figures["figures"]):
+        return render_list("Search quality with an embedder (`bench_search.py --embedder`)", ABOUT, figures)
+    return render_list("Search quality (`bench_search.py`)", ABOUT, figures)
+
+
+FIGURES = Figures("search", render)
 _WORDS = re.compile(r"\w+")
 _PREVIOUS_RECALL = (
     "SELECT k.key, v.content FROM knowledge_search f JOIN knowledge k ON k.id = f.rowid "
@@ -305,10 +315,11 @@ def report(rows: list[dict], args: argparse.Namespace, fused_ms: list[float]) ->
     if fused_ms:
         for half in halves:
             part = [r for r in rows if r["half"] == half]
-            FIGURES.add(f"{half} half: recall@10 with the embedder (llamacpp, the embedded default model)",
+            FIGURES.add(f"{half} half: recall@10 {EMBEDDER_MARK} (llamacpp, the embedded default model)",
                         mean(part, "v10"), ">=", 0.0,
                         detail=f"gain over full text alone {mean(part, 'v10') - mean(part, 's10'):+.3f}")
-        FIGURES.add("fused search (full text + a scan of the workspace's vectors): p50", statistics.median(fused_ms),
+        FIGURES.add(f"search {EMBEDDER_MARK}, fused (full text + a scan of the workspace's vectors): p50",
+                    statistics.median(fused_ms),
                     "<", 20.0, unit=" ms", format=".2f",
                     detail=f"p95 {statistics.quantiles(fused_ms, n=20)[-1]:.2f} ms; the query's embedding not counted")
     before = mean(rows, "before")
@@ -334,6 +345,8 @@ def main() -> int:
     parser.add_argument("--verbose", action="store_true", help="print each question whose evidence was missed")
     args = parser.parse_args()
     args.record = args.half is None
+    if args.embedder:
+        FIGURES.name = "search-embedder"
     return run(args)
 
 
