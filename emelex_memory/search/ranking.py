@@ -3,7 +3,7 @@ workspace alone.
 
 FTS5's own `bm25()` weighs a word by how rare it is in the whole table, so an unrelated workspace changed every
 ranking, and Knowledge and transcripts, ranked apart, could not be compared. Here the index finds the rows and this
-module scores them (BM25) with statistics it counts in the searched workspace only:
+module scores them (BM25) with statistics it counts in the searched workspace only (its newest `WINDOW` rows):
 
 - **Statistics.** A word's document frequency is the number of the workspace's indexed rows (events and Knowledge
   entries together, one corpus) that hold it, counted by FTS5 within the workspace's newest `WINDOW` rows of each
@@ -37,7 +37,7 @@ import apsw
 EVENTS, KNOWLEDGE, HEADS = "event_search", "knowledge_search", "session_search"
 COLUMNS = {EVENTS: "body", KNOWLEDGE: "{key content}", HEADS: "head"}
 WINDOW = 4_096  # newest indexed rows of each table whose statistics a search counts
-CANDIDATES = 200  # rows scored at most per search
+CANDIDATES = 100  # rows scored at most per search
 SNIPPET_TOKENS = 16
 MARK_START, MARK_END, ELLIPSIS = "[", "]", "…"
 K1, B = 1.2, 0.2  # b: a short turn holding one query word is not thereby more relevant than a longer one
