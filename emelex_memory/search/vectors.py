@@ -2,9 +2,9 @@
 full-text ranking.
 
 Storage: a plain table (schema step m019_search_vectors), one float32 vector per indexed row and embedder model,
-normalized to length 1, scanned in bounded pages of the searched workspace's rows (`SCAN_PAGE`). It was chosen by
-measurement over sqlite-vec (a loadable extension apsw would have to load into every connection): see
-docs/knowledge.md, "Hybrid search".
+normalized to length 1, scanned in bounded pages of the searched workspace's rows (`SCAN_PAGE`): no extension to
+load into every connection; its measured cost is in benchmarks/RESULTS.md (`bench_search.py --embedder`), and
+docs/knowledge.md, "Hybrid search", says why an index such as sqlite-vec was not needed.
 
 In step: a vector is written by `put_embeddings` only while its row still holds exactly the text that was embedded
 (the text's SHA-256 is compared inside the writing transaction), and triggers delete it in the transaction that
