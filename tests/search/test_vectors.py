@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import InvalidInputError, MemoryStore, Settings
+from emelex_memory import COMPACTION_KIND, InvalidInputError, MemoryStore, Settings, compaction_handler, run_one_job
 from emelex_memory.maintenance.backup import backup_store, restore_backup
 from emelex_memory.maintenance.doctor import diagnose
 from emelex_workers.host.types import Embedder
 from emelex_workers.worker.embedding import embed_pending
 
 from ..support import Clock
-from .test_search_index import say
+from .test_search_index import say, tokens
 
 MODEL = "letters"
 
@@ -103,6 +103,24 @@ def test_bad_vectors_are_refused_and_nothing_is_written(store: MemoryStore, work
     with pytest.raises(InvalidInputError, match="without the query's vector"):
         store.search(workspace, "one", embedding_model=MODEL)
     assert vectored(store) == {("event", 1)}
+
+
+def test_a_summary_is_embedded_after_it_is_published_and_its_raw_prefix_keeps_its_vectors(
+        cstore: MemoryStore, workspace: Path, db_path: Path) -> None:
+    sid = cstore.create_session(workspace).id
+    say(cstore, workspace, *[f"question {i} about zeppelins" if i % 2 == 0 else f"answer {i}" for i in range(20)],
+        session_id=sid)
+    assert embed_pending(cstore, EMBEDDER) == 20
+    assert cstore.queue_compaction(sid, context_window=2000, count_tokens=tokens).job is not None
+    handler = compaction_handler(lambda events, job: "the talk was about airships", model_ref="m@sha256:0")
+    assert run_one_job(cstore, handler, kinds=COMPACTION_KIND).status == "done"
+    assert [(i.item, i.text) for i in cstore.pending_embeddings(MODEL)] == [("event", "the talk was about airships")]
+    assert embed_pending(cstore, EMBEDDER) == 1
+    (best, *_) = by_vector(cstore, workspace, "airships")
+    assert (best.event_kind, best.first_seq, best.last_seq) == ("summary", 1, 12)
+    cstore.revert_compaction(sid)
+    assert cstore.embedding_counts(MODEL) == (21, 0)  # the reverted Summary's event is kept, marked reverted
+    assert vectors_agree(cstore.settings, db_path)
 
 
 def test_vectors_stay_in_step_across_retention_and_restore(db_path: Path, home: Path, workspace: Path,
