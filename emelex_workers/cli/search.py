@@ -30,7 +30,7 @@ def neighbours(store, hit: SessionHit, n: int) -> list[dict]:
     page = store.raw_events(hit.session_id, max(0, hit.seq - 1 - n), limit=2 * n + 1)
     out = []
     for raw in page.events:
-        if raw.event.seq != hit.seq:
+        if raw.event.seq != hit.seq and abs(raw.event.seq - hit.seq) <= n:
             text = " ".join(event_body(raw.event).split())
             out.append({"seq": raw.event.seq, "kind": raw.event.kind,
                         "text": text if len(text) <= CONTEXT_CHARS else text[:CONTEXT_CHARS - 1] + "…"})

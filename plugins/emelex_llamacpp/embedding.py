@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from emelex_memory import Settings
+from emelex_memory import InvalidModelError, Settings
 from emelex_workers.plugin_api import Embedder, model_threads
 
 CONTEXT = 512  # tokens of a text embedded; longer texts are cut
@@ -54,6 +54,9 @@ def llama_embedder(settings: Settings) -> Embedder:
     """The "llamacpp" embedder the settings name (`embedding_model`, else the embedded default model)."""
     if settings.embedding_model is not None:
         path = Path(settings.embedding_model).expanduser()
+        if not path.is_file():
+            raise InvalidModelError(f"the embedding model {path} is not a file: set embedding_model to the path of a "
+                                    "GGUF embedding model (unset: the embedded default model)")
     else:
         from emelex_workers.models.manager import default_model_file
 

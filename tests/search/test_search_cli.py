@@ -106,12 +106,20 @@ def test_a_key_with_a_space_is_printed_quoted_so_it_can_be_pasted(cli, workspace
 
 
 def test_context_shows_a_hits_neighbouring_turns(cli, workspace: Path) -> None:
-    sid = say(workspace, "what are you reading these days?", "The Lean Startup, it is great")
+    with MemoryStore.open(Settings()) as store:
+        sid = store.create_session(workspace).id
+        with store.acquire_lease(sid, workspace) as lease:
+            lease.replay()
+            lease.append_turn([NewEvent("user", {"text": "what are you reading these days?"}),
+                               NewEvent("assistant", {"text": "The Lean Startup, it is great"})])
+            lease.append_turn([NewEvent("user", {"text": "and after it?"}), NewEvent("assistant", {"text": "Dune"})])
+            lease.release()
     done = cli("memory", "search", "Lean", "Startup", "--sessions", "--context", "1")
     assert done.exit_code == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].split()[:4] == ["session", sid[:8], dt.datetime.now(dt.timezone.utc).date().isoformat(), "#2"]
-    assert lines[1] == "    #1 user: what are you reading these days?"
+    assert lines[1:3] == ["    #1 user: what are you reading these days?", "    #3 user: and after it?"]
     as_json = json.loads(cli("memory", "search", "Lean", "--context", "1", "--json").stdout)
-    assert as_json["hits"][0]["context"] == [{"seq": 1, "kind": "user", "text": "what are you reading these days?"}]
+    assert as_json["hits"][0]["context"] == [{"seq": 1, "kind": "user", "text": "what are you reading these days?"},
+                                             {"seq": 3, "kind": "user", "text": "and after it?"}]
     assert cli("memory", "search", "Lean", "--context", "11").exit_code == 2
