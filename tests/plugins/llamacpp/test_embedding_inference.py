@@ -27,7 +27,7 @@ def test_the_worker_embeds_with_a_local_gguf_model_and_search_fuses_it(home: Pat
         sid = say(store, workspace, "I bought a second-hand ukulele", "nice", "the weather is strange", "indeed")
         store.remember(workspace, "music", "Grace plays the ukulele")
         report = work(store, settings)
-        assert report.embedded == 5
+        assert report.embedded == 5 and "; embedded 5 row(s) for search;" in report.summary_line()
         embedder = embedder_of(settings)
         model = embedder.model
         fused = query_vector(embedder, "What instrument does Grace play?")
