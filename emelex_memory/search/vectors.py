@@ -3,8 +3,8 @@ full-text ranking.
 
 Storage: a plain table (schema step m019_search_vectors), one float32 vector per indexed row and embedder model,
 normalized to length 1, scanned in bounded pages of the searched workspace's rows (`SCAN_PAGE`): no extension to
-load into every connection; its measured cost is in benchmarks/RESULTS.md (`bench_search.py --embedder`), and
-docs/knowledge.md, "Hybrid search", says why an index such as sqlite-vec was not needed.
+load into every connection; `bench_search.py --embedder` measures the fused search's cost (docs/knowledge.md,
+"Hybrid search").
 
 In step: a vector is written by `put_embeddings` only while its row still holds exactly the text that was embedded
 (the text's SHA-256 is compared inside the writing transaction), and triggers delete it in the transaction that
