@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from emelex_memory import InvalidModelError, Settings
-from emelex_workers.plugin_api import Embedder, model_threads
+from emelex_workers.plugin_api import Embedder, default_model_file, model_threads
 
 CONTEXT = 512  # tokens of a text embedded; longer texts are cut
 
@@ -65,7 +65,5 @@ def llama_embedder(settings: Settings) -> Embedder:
             raise InvalidModelError(f"the embedding model {path} is not a file: set embedding_model to the path of a "
                                     "GGUF embedding model (unset: the embedded default model)")
     else:
-        from emelex_workers.models.manager import default_model_file
-
         path = default_model_file()
     return LlamaEmbedder(path, model_threads(settings)).embedder()

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from emelex_memory import ModelServerReplyError, Settings
-from emelex_memory.snapshots.installed import ServedEndpoint
+from emelex_memory import ModelServerReplyError, ServedEndpoint, Settings
 from emelex_workers.plugin_api import Embedder
 
 from .client import ServerClient
