@@ -8,18 +8,23 @@ events and 1,000 Knowledge entries. The large store holds that same workspace pl
 events (10,000 Sessions of 100) and 100,000 Knowledge entries; it is built once and cached under
 `benchmarks/.cache/` (gitignored; delete it to rebuild). Searching the same workspace in both shows what the rest
 of the store costs a search (target: large <= 2x small, p50 < 20 ms); searching the crowded workspace shows a
-search whose own workspace holds the 1,000,000 events and 100,000 entries (target p50 < 20 ms; its ratio to the
-small store is printed for reference). Within a workspace a search costs in proportion to its history: the query
-intersects the workspace's token, whose list has one entry per indexed event, with the words' lists, and BM25
-scores every match before the best page is taken; the other workspaces cost it little.
-The text is synthetic: 12 words per event and 10 per entry drawn from a 3,000-word vocabulary with Zipf weights.
+search whose own workspace holds the 1,000,000 events and 100,000 entries (target p50 < 20 ms and p95 < 100 ms;
+its ratio to the small store is printed for reference), first for those queries, then for questions full of common
+words (three of the five most frequent words, each in 30-75% of the events, as "the", "what" or a name are in a
+conversation, with or without one mid-frequency word). A search counts its words' statistics in the workspace's
+newest 4,096 rows and scores at most 100 candidates (docs/knowledge.md, "Ranking"), so its cost is bounded whatever
+the workspace's size; the CPU time per search is printed beside the wall time, since the shared machine's load
+stretches the latter. The text is synthetic: 12 words per event and 10 per entry drawn from a 3,000-word vocabulary
+with Zipf weights.
 
 Indexing cost: `append_turn` of a 4-event turn (user, tool call, tool result, answer) on a store with the index
-against the same on a store whose index triggers were dropped (the raw insert of the same rows through the same
-path), alternating turn by turn. Target <= 1.2. Each turn is one `INSERT` on both sides, so FTS5 writes one index
-segment per turn; what the index still adds is, per event, the trigger's read of the text through
-`event_search_source` and FTS5's content and document-size rows, and per commit the segment, its `%_idx` entry,
-the structure record and incremental merging: about eight 4 KiB WAL frames more than the events' own three.
+against the raw insert of the same rows (encoded as the store encodes them, one `INSERT` and its commit) into a
+migrated store whose index triggers were dropped, round-robin turn by turn with: the same raw insert into a store
+with the index (what the index alone costs), LangGraph's SQLite checkpointer writing a checkpoint of the turn's
+messages and the OpenAI Agents SDK's `SQLiteSession` adding them (both from the `compare` extra; skipped when not
+installed). The target of 1.2 that issue 25 set was retired (issue 37): the index stays in the append's
+transaction, so a search never disagrees with the store; the target is now that the ratio never grows past the
+1.71 recorded then. The others are printed for reference.
 
 The select_recall figure, given with the crowded workspace's search, is the p50 of selecting notes for a first
 message within a 400-token budget in that workspace, for reference.
