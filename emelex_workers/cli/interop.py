@@ -16,7 +16,7 @@ import typer
 
 from .common import EXIT_ERROR, JsonFlag, echo_json, given_path, one_of, settings_of
 
-FORMAT_HELP = "auto (told by the first line), claude-code, codex, agents-sdk or jsonl (Emelex's generic history)."
+FORMAT_HELP = "auto (told by the first lines), claude-code, codex, agents-sdk or jsonl (Emelex's generic history)."
 PREFIX = 8
 
 

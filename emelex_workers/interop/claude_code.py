@@ -21,9 +21,12 @@ KNOWN_TYPES = CONVERSATION_TYPES | {"summary", "file-history-snapshot", "system"
 
 
 def detect(obj: dict[str, Any]) -> bool:
-    """True when a line looks like Claude Code's: a known `type` with its session fields."""
-    return obj.get("type") in KNOWN_TYPES and any(k in obj for k in ("sessionId", "parentUuid", "leafUuid", "uuid",
-                                                                        "messageId", "snapshot"))
+    """True when a line looks like Claude Code's: any record of a session (a `type` and its `sessionId`; the
+    bookkeeping types that lead most files come and go), or a known type with its session fields."""
+    if isinstance(obj.get("type"), str) and isinstance(obj.get("sessionId"), str):
+        return True
+    return obj.get("type") in KNOWN_TYPES and any(k in obj for k in ("parentUuid", "leafUuid", "uuid", "messageId",
+                                                                        "snapshot"))
 
 
 def feed(conv: Conversion, obj: dict[str, Any], line: int) -> list[ImportedEvent] | None:

@@ -122,8 +122,9 @@ class SourceResult:
 
 @dataclass(frozen=True)
 class ImportOptions:
-    """How to import: the format (`auto`: told by the source's first line), the workspace to use instead of the one
-    the source names, and whether a damaged line is skipped (`skip_damaged`) rather than refusing its source."""
+    """How to import: the format (`auto`: told by the first line of the source that has a reader's shape), the
+    workspace to use instead of the one the source names, and whether a damaged line is skipped (`skip_damaged`)
+    rather than refusing its source."""
 
     format: str = "auto"
     workspace: str | None = None

@@ -33,6 +33,7 @@ READERS: dict[str, ModuleType] = {m.FORMAT: m for m in (claude_code, codex, gene
 FORMATS = ("auto", *READERS, agents_sdk.FORMAT)
 SQLITE_MAGIC = b"SQLite format 3\x00"
 EXPORT_TYPE = "emelex-export"
+SNIFF_LINES = 32  # non-blank lines read to tell a JSON Lines source's format
 
 
 def sources(path: str) -> list[str]:
@@ -46,18 +47,22 @@ def sources(path: str) -> list[str]:
     raise UnreadableSourceError(f"{path} is neither a file nor a directory; name a history file or a folder of them")
 
 
-def sniff(path: str) -> tuple[str, dict | None]:
-    """("sqlite", None) for a SQLite database, else ("jsonl", the first non-blank line's object or None); a first
-    line that does not parse is `UnreadableSourceError` naming it."""
+def sniff(path: str) -> tuple[str, list[dict]]:
+    """("sqlite", []) for a SQLite database, else ("jsonl", the objects of its first non-blank lines, at most
+    `SNIFF_LINES`). A damaged line among them is left to the reader (it refuses or skips it), unless it is the
+    first: then the format cannot be told, and `UnreadableSourceError` names that line."""
+    objs: list[dict] = []
     with open_source(path) as handle:
         if handle.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC:
-            return "sqlite", None
+            return "sqlite", objs
         for line in read_after(handle, 0, 1, _NullHash()):
-            if line.obj is None:
+            if line.obj is None and not objs:
                 raise UnreadableSourceError(f"{path}:{line.number}: {line.problem}; fix or remove that line")
             if line.obj:
-                return "jsonl", line.obj
-    return "jsonl", None
+                objs.append(line.obj)
+                if len(objs) == SNIFF_LINES:
+                    break
+    return "jsonl", objs
 
 
 class _NullHash:
@@ -65,17 +70,18 @@ class _NullHash:
         pass
 
 
-def detect(first: dict | None, path: str) -> str:
-    """The format of a JSON Lines source whose first non-blank line is `first`; `UnreadableSourceError` if none
-    matches."""
-    if first is not None:
-        if first.get("type") == EXPORT_TYPE:
-            return EXPORT_TYPE
+def detect(objs: list[dict], path: str) -> str:
+    """The format of a JSON Lines source whose first non-blank lines are `objs`: an export by its first line, else
+    the first line a reader recognises (agents lead their files with records of their own, whose types come and
+    go); `UnreadableSourceError` if none does."""
+    if objs and objs[0].get("type") == EXPORT_TYPE:
+        return EXPORT_TYPE
+    for obj in objs:
         for name, reader in READERS.items():
-            if reader.detect(first):
+            if reader.detect(obj):
                 return name
     raise UnreadableSourceError(
-        f"{path}: cannot tell its format from its first line; name it with --format ({', '.join(FORMATS[1:])})"
+        f"{path}: cannot tell its format from its first lines; name it with --format ({', '.join(FORMATS[1:])})"
     )
 
 
@@ -170,11 +176,11 @@ def import_source(store: MemoryStore, path: str, options: ImportOptions,
     result naming its reason, never an exception (other files go on)."""
     fmt = options.format
     try:
-        kind, first = sniff(path)
+        kind, leading = sniff(path)
         if kind == "sqlite" or fmt == agents_sdk.FORMAT:
             return agents_sdk.import_database(store, path, options)
         if fmt == "auto":
-            fmt = detect(first, path)
+            fmt = detect(leading, path)
         if fmt == EXPORT_TYPE:
             if restore_export is None:
                 raise UnreadableSourceError(f"{path} is an Emelex export; import it on its own")

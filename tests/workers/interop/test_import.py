@@ -256,3 +256,34 @@ def test_an_import_of_nothing_importable_creates_no_store(tmp_path, home) -> Non
     assert result.exit_code == 1
     assert "is neither a file nor a directory" in result.stdout and "no *.jsonl history files in it" in result.stdout
     assert not home.exists()
+
+
+SESSION = "5f0e7c1a-3b2d-4e8f-9a61-2c4d8e0f1a2b"
+
+
+@pytest.mark.parametrize("bookkeeping", [
+    [{"type": "last-prompt", "lastPrompt": "go on", "sessionId": SESSION}],
+    [{"type": "ai-title", "aiTitle": "Postgres pin", "sessionId": SESSION}],
+    [{"type": "a-record-type-not-invented-yet", "sessionId": SESSION}],
+    [{"type": "mode", "mode": "default"}, {"type": "hook-telemetry", "n": 1}],  # no session named: the scan goes on
+    [{"type": "queue-operation", "operation": "enqueue", "content": f"prompt {i}", "sessionId": SESSION}
+     for i in range(40)],  # more than the scan reads: the first names its session
+])
+def test_a_claude_code_file_led_by_bookkeeping_records_is_told_by_its_shape(tmp_path, workspace, bookkeeping) -> None:
+    """Claude Code opens most session files with bookkeeping records of types that come and go (`last-prompt`,
+    `mode`, `ai-title`, ...), not with a message: the format is told by the first line that has a reader's shape."""
+    path = history(tmp_path, "claude-code.jsonl", workspace)
+    path.write_text("".join(json.dumps(r) + "\n" for r in bookkeeping) + path.read_text())
+    out = imported(str(path))
+    assert out["exit"] == 0, out
+    (source,) = out["sources"]
+    assert (source["outcome"], source["format"]) == ("imported", "claude-code")
+    assert [k for k, _ in events(source["session_id"])] == ["user", "assistant", "tool_calls", "tool_result",
+                                                             "assistant"]
+
+
+def test_a_file_no_line_of_which_has_a_known_shape_is_refused_naming_it(tmp_path, home) -> None:
+    path = tmp_path / "telemetry.jsonl"
+    path.write_text("".join(json.dumps({"event": "hook", "n": i}) + "\n" for i in range(3)))
+    out = imported(str(path))
+    assert out["exit"] == 1 and "cannot tell its format" in out["sources"][0]["message"]
