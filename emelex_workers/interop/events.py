@@ -14,21 +14,37 @@ from emelex_memory import ImportedEvent, UnreadableSourceError, WorkspaceMissing
 # Room left in an event for everything around a text (keys, the line number, JSON escapes of a cut text are counted).
 _ROOM = 4096
 CUT_MARK = "\n[cut at import: {n} more bytes]"
+MAX_TITLE = 512  # characters of a Session title
+FIRST_WORDS = 120  # characters of a user's first line that title a history without a title of its own
 
 
 @dataclass
 class Conversion:
-    """The state of one source being read: its conversation's identity and workspace as its lines tell them, the
-    tool names of calls seen (results name their call only), the newest time seen, and what was skipped or cut."""
+    """The state of one source being read: its conversation's identity, workspace and title as its lines tell them
+    (`title_rank`: how much the title's record is to be trusted, see `titled`), what its user said first, the tool
+    names of calls seen (results name their call only), the newest time seen, and what was skipped or cut."""
 
     max_event_bytes: int
     key: str | None = None
     workspace: str | None = None
     title: str | None = None
+    title_rank: int = 0
+    first_words: str | None = None
     tools: dict[str, str] = field(default_factory=dict)
     last_time: float = 0.0
     skipped: int = 0
     cut: int = 0
+
+    def titled(self, title: object, rank: int) -> None:
+        """Take `title` from a record of trust `rank` (higher wins; a later record of the same rank replaces an
+        earlier one, as an agent retitles a conversation); blank or non-text titles are ignored."""
+        if isinstance(title, str) and title.strip() and rank >= self.title_rank:
+            self.title, self.title_rank = " ".join(title.split())[:MAX_TITLE], rank
+
+    def display_title(self, fallback: str) -> str:
+        """The Session's title: the source's own, else the first line of what its user said first, else
+        `fallback`."""
+        return self.title or self.first_words or fallback[:MAX_TITLE]
 
     def text(self, value: str) -> str:
         """`value`, cut (and counted) so an event holding it stays within the per-event cap."""
@@ -61,6 +77,9 @@ class Conversion:
 
     def event(self, kind: str, payload: dict[str, Any], at: float, line: int, *, new_turn: bool = False) -> ImportedEvent:
         """An imported event whose payload also names the source line it came from."""
+        if kind == "user" and self.first_words is None and isinstance(payload.get("text"), str):
+            first = next((row.strip() for row in payload["text"].splitlines() if row.strip()), "")
+            self.first_words = first[:FIRST_WORDS] or None
         return ImportedEvent(kind, {**payload, "line": line}, at, new_turn)
 
 

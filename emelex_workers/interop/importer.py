@@ -164,8 +164,8 @@ def import_jsonl(store: MemoryStore, path: str, fmt: str, options: ImportOptions
                 raise SourceRewrittenError(f"{path} changed while it was being imported; nothing was imported: "
                                            "import it again")
 
-    title = conv.title or Path(path).stem
-    outcome = store.import_history(workspace, source, convert(), planned_from=latest, title=title[:512],
+    outcome = store.import_history(workspace, source, convert(), planned_from=latest,
+                                   title=conv.display_title(Path(path).stem),
                                    new_workspace=options.new_workspace)
     return imported_result(path, fmt, outcome, source)
 

@@ -287,3 +287,20 @@ def test_a_file_no_line_of_which_has_a_known_shape_is_refused_naming_it(tmp_path
     path.write_text("".join(json.dumps({"event": "hook", "n": i}) + "\n" for i in range(3)))
     out = imported(str(path))
     assert out["exit"] == 1 and "cannot tell its format" in out["sources"][0]["message"]
+
+
+def test_an_imported_session_is_titled_as_its_agent_titled_it_else_by_its_first_words(tmp_path, workspace) -> None:
+    """Claude Code titles a session with `custom-title` (the user's /rename) and `ai-title` records, newest last;
+    a history without a title is titled by what its user said first, not by its file name."""
+    path = history(tmp_path, "claude-code.jsonl", workspace)
+    titles = [{"type": "ai-title", "aiTitle": "Postgres pin for billing", "sessionId": SESSION},
+              {"type": "custom-title", "customTitle": "billing: stay on PG 15", "sessionId": SESSION},
+              {"type": "ai-title", "aiTitle": "Billing Postgres version", "sessionId": SESSION}]
+    path.write_text(path.read_text() + "".join(json.dumps(r) + "\n" for r in titles))
+    codex = history(tmp_path, "codex.jsonl", workspace)
+    out = imported(str(path), str(codex))
+    assert out["exit"] == 0, out
+    with MemoryStore.open(Settings()) as store:
+        got = [store.get_session(s["session_id"]).title for s in out["sources"]]
+    assert got == ["billing: stay on PG 15",
+                   "Release builds are signed with the key in ops/release.key; never commit it."]
