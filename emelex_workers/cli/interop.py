@@ -48,8 +48,8 @@ class _Status:
 
 
 def _line(result) -> str:
-    if result.outcome == "refused":
-        return f"refused    {result.path}: {result.message}"
+    if result.outcome in ("refused", "skipped"):
+        return f"{result.outcome:<10} {result.path}: {result.message}"
     if result.outcome == "unchanged":
         why = result.message or "nothing new since its last import"
         session = f" (Session {result.session_id[:PREFIX]})" if result.session_id else ""
@@ -123,8 +123,9 @@ def import_histories(
             return []
 
         for given, files, found in listed:
+            walked = os.path.isdir(given)
             for path in files:
-                found += import_source(store, path, options, restore)
+                found += import_source(store, path, options, restore, walked=walked)
             for result in found:
                 results.append(result)
                 if not as_json:

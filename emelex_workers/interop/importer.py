@@ -65,6 +65,11 @@ def sniff(path: str) -> tuple[str, list[dict]]:
     return "jsonl", objs
 
 
+class UnknownFormatError(UnreadableSourceError):
+    """No line among a file's first ones has the shape of a history this importer reads: name its format with
+    `--format` if it is one."""
+
+
 class _NullHash:
     def update(self, data: bytes) -> None:
         pass
@@ -80,7 +85,7 @@ def detect(objs: list[dict], path: str) -> str:
         for name, reader in READERS.items():
             if reader.detect(obj):
                 return name
-    raise UnreadableSourceError(
+    raise UnknownFormatError(
         f"{path}: cannot tell its format from its first lines; name it with --format ({', '.join(FORMATS[1:])})"
     )
 
@@ -171,9 +176,11 @@ def import_jsonl(store: MemoryStore, path: str, fmt: str, options: ImportOptions
 
 
 def import_source(store: MemoryStore, path: str, options: ImportOptions,
-                  restore_export: Callable[[MemoryStore, str], list[SourceResult]] | None = None) -> list[SourceResult]:
+                  restore_export: Callable[[MemoryStore, str], list[SourceResult]] | None = None, *,
+                  walked: bool = False) -> list[SourceResult]:
     """Import one file (all of an Agents SDK database's Sessions, or one history file); a refusal is a "refused"
-    result naming its reason, never an exception (other files go on)."""
+    result naming its reason, never an exception (other files go on). A file found by walking a folder (`walked`)
+    whose format cannot be told is no history but another tool's file kept beside them: it is "skipped"."""
     fmt = options.format
     try:
         kind, leading = sniff(path)
@@ -187,4 +194,6 @@ def import_source(store: MemoryStore, path: str, options: ImportOptions,
             return restore_export(store, path)
         return [import_jsonl(store, path, fmt, options)]
     except EmelexError as exc:
+        if walked and isinstance(exc, UnknownFormatError):
+            return [SourceResult(os.path.abspath(path), fmt, "skipped", "no line of it has the shape of a history")]
         return [SourceResult(os.path.abspath(path), fmt, "refused", str(exc))]

@@ -304,3 +304,19 @@ def test_an_imported_session_is_titled_as_its_agent_titled_it_else_by_its_first_
         got = [store.get_session(s["session_id"]).title for s in out["sources"]]
     assert got == ["billing: stay on PG 15",
                    "Release builds are signed with the key in ops/release.key; never commit it."]
+
+
+def test_a_folder_walk_passes_over_files_that_are_no_history_and_says_so(tmp_path, workspace) -> None:
+    """Other tools keep JSON Lines files of their own beside the histories (hook logs under ~/.claude/projects): a
+    folder's import names each one it passes over and does not fail for them; named alone, such a file is refused."""
+    folder = tmp_path / "projects" / "-home-me-project"
+    folder.mkdir(parents=True)
+    history(folder, "claude-code.jsonl", workspace, "5f0e7c1a.jsonl")
+    log = folder / "hook-log.jsonl"
+    log.write_text(json.dumps({"event": "skill-injection", "hookEvent": "UserPromptSubmit"}) + "\n")
+    result = runner.invoke(app, ["memory", "import", str(tmp_path / "projects")])
+    assert result.exit_code == 0, result.stdout
+    assert f"skipped    {log}: no line of it has the shape of a history" in result.stdout
+    assert "imported   " in result.stdout
+    alone = imported(str(log))
+    assert alone["exit"] == 1 and alone["sources"][0]["outcome"] == "refused"
