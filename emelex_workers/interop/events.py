@@ -151,13 +151,17 @@ class ImportOptions:
     new_workspace: bool = False
 
 
-def require_workspace(workspace: str | None, path: str) -> str:
-    """`workspace` when it is an existing directory; else a typed error saying what to pass."""
+def require_workspace(workspace: str | None, path: str, *, named: bool = False) -> str:
+    """`workspace` when it is an existing directory; else a typed error saying what to pass. `named`: the directory
+    is the one the caller named (`--workspace`), not the one the source records."""
     if workspace is None:
         raise UnreadableSourceError(
             f"{path} does not say which directory it was recorded in; pass --workspace DIR to import it there"
         )
     if not os.path.isdir(workspace):
+        if named:
+            raise WorkspaceMissingError(f"--workspace {workspace} does not exist (or is no directory); nothing of "
+                                        f"{path} was imported: name an existing directory")
         raise WorkspaceMissingError(
             f"{path} was recorded in {workspace}, which does not exist (any more); nothing of it was imported: pass "
             "--workspace DIR to import it into another directory"

@@ -154,7 +154,7 @@ def import_jsonl(store: MemoryStore, path: str, fmt: str, options: ImportOptions
         return SourceResult(path, fmt, "unchanged", session_id=latest and latest.session_id)
     if latest is None and events == 0:
         return SourceResult(path, fmt, "unchanged", "no conversation in it yet", skipped=conv.skipped)
-    workspace = require_workspace(options.workspace or conv.workspace, path)
+    workspace = require_workspace(options.workspace or conv.workspace, path, named=options.workspace is not None)
     source = ImportSource(fmt, key, path, number, last, end, digest, conv.skipped - at_start.skipped,
                           conv.cut - at_start.cut)
 

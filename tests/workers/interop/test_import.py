@@ -320,3 +320,26 @@ def test_a_folder_walk_passes_over_files_that_are_no_history_and_says_so(tmp_pat
     assert "imported   " in result.stdout
     alone = imported(str(log))
     assert alone["exit"] == 1 and alone["sources"][0]["outcome"] == "refused"
+
+
+def test_what_import_prints_names_each_file_once_and_counts_in_words(tmp_path, workspace) -> None:
+    path = history(tmp_path, "generic.jsonl", workspace)
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]))
+    runner.invoke(app, ["memory", "import", str(path)])
+    path.write_text("".join(lines))
+    grown = runner.invoke(app, ["memory", "import", str(path)])
+    assert grown.exit_code == 0
+    assert f"imported   {path} -> Session " in grown.stdout and ": line 5, 1 event, distillation queued" in grown.stdout
+    db_path = agents_db(tmp_path)
+    refused = runner.invoke(app, ["memory", "import", str(db_path)])
+    assert f"refused    {db_path} (Session 'support-bot') does not say" in refused.stdout
+    assert refused.stdout.count(str(db_path)) == 2  # one line for each of its two Sessions
+
+
+def test_a_workspace_named_with_the_option_that_does_not_exist_is_said_to_be_the_option(tmp_path, home) -> None:
+    missing = tmp_path / "no-such-dir"
+    out = imported(str(agents_db(tmp_path)), "--workspace", str(missing))
+    assert out["exit"] == 1
+    message = out["sources"][0]["message"]
+    assert f"--workspace {missing} does not exist" in message and "recorded in" not in message
