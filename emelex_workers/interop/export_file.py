@@ -302,7 +302,7 @@ class _Events:
         self.read = 0
 
     def __iter__(self) -> Iterator[ExportedEvent]:
-        while self.read < self.session.events:
+        while self.after is None and self.read < self.session.events:  # the line after them is never read past
             line = next(self.lines, None)
             if line is None or not line.obj or line.obj.get("type") != "event" \
                     or line.obj.get("session") != self.session.id:
@@ -320,7 +320,6 @@ class _Events:
             except (KeyError, TypeError, ValueError) as exc:
                 raise ImportConflictError(f"{self.path}:{line.number}: an event record lacks {exc}; the export is "
                                           "damaged: nothing of that Session was imported") from None
-
 
     def drain(self) -> None:
         """Read past the event lines not read yet (after a refusal)."""

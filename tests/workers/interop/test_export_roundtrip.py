@@ -159,3 +159,33 @@ def test_a_session_whose_summary_does_not_verify_is_refused_and_nothing_of_it_wr
         assert report.refused_count == 1 and "does not verify" in report.refused[0]
         assert report.imported["sessions"] == 1
         assert len(fresh.list_sessions().sessions) == 1
+
+
+def rewritten(path: Path, tmp_path: Path, change) -> Path:
+    """A copy of the export at `path` with each record passed through `change` (which may return None to drop
+    it, or a list of records to put in its place); the closing line's count follows."""
+    out = []
+    for line in path.read_text().splitlines():
+        got = change(json.loads(line))
+        out += [] if got is None else got if isinstance(got, list) else [got]
+    out[-1]["lines"] = len(out)
+    copy = tmp_path / "altered.jsonl"
+    copy.write_text("".join(json.dumps(o) + "\n" for o in out))
+    return copy
+
+
+def test_a_session_short_of_its_event_lines_is_refused_and_every_record_after_it_read(tmp_path: Path,
+                                                                                    exported) -> None:
+    path, _ = exported
+    first = []
+
+    def short(obj):
+        if obj["type"] == "session" and not first:
+            first.append(obj["id"])
+            return {**obj, "events": obj["events"] + 1}  # one event line fewer than it says
+        return obj
+
+    with MemoryStore.open(Settings(home=tmp_path / "e")) as fresh:
+        report = import_export(fresh, str(rewritten(path, tmp_path, short)))
+        assert report.refused_count == 1 and f"exported Session {first[0]} has 42 of its 43 event lines" in report.refused[0]
+        assert (report.imported["sessions"], report.imported["knowledge"]) == (1, 3)
