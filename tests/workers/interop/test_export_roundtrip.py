@@ -189,3 +189,38 @@ def test_a_session_short_of_its_event_lines_is_refused_and_every_record_after_it
         report = import_export(fresh, str(rewritten(path, tmp_path, short)))
         assert report.refused_count == 1 and f"exported Session {first[0]} has 42 of its 43 event lines" in report.refused[0]
         assert (report.imported["sessions"], report.imported["knowledge"]) == (1, 3)
+
+
+def test_records_that_break_the_stores_rules_are_refused_one_by_one_in_a_line_each(tmp_path: Path,
+                                                                                   exported) -> None:
+    """An altered export is refused record by record with the store's own validation, never a traceback or a
+    database error that stops the import: a confidence out of range, a content that is no text, an unknown origin, a
+    key with a newline, versions out of order, a Session's snapshot that is no snapshot record, an event of turn 0."""
+    path, _ = exported
+    seen = []
+
+    def alter(obj):
+        kind = obj["type"]
+        if kind == "session":
+            seen.append(obj["id"])
+            return {**obj, "snapshot": "not a snapshot record"} if len(seen) == 1 else obj
+        if kind == "event" and obj["session"] == seen[-1] and len(seen) == 2 and obj["seq"] == 1:
+            return {**obj, "turn": 0}
+        if kind != "knowledge":
+            return obj
+        first = dict(obj["versions"][0])
+        if obj["key"] == "port":
+            descending = {**obj, "key": "descending", "versions": obj["versions"][::-1]}
+            return [{**obj, "versions": [{**first, "confidence": 5.0}, *obj["versions"][1:]]}, descending]
+        if obj["key"] == "old":
+            return {**obj, "versions": [{**first, "content": 5}, *obj["versions"][1:]]}
+        return [{**obj, "versions": [{**first, "origin": "hacker"}]}, {**obj, "key": "two\nlines"}]
+
+    altered = rewritten(path, tmp_path, alter)
+    with MemoryStore.open(Settings(home=tmp_path / "f")) as fresh:
+        report = import_export(fresh, str(altered))
+        assert report.refused_count == 7, report.refused
+        assert (report.imported["sessions"], report.imported["knowledge"]) == (0, 0)
+        assert all("\n" not in m and "database error" not in m for m in report.refused)
+        assert fresh.list_sessions().sessions == []
+        assert fresh.recall(altered.parent / "workspace", include_tombstones=True).entries == []
