@@ -11,8 +11,8 @@ What is kept, and why:
   provenance rewritten with them and its digests recomputed; the text is unchanged.
 - **Summaries are verified before they are adopted**: the exported payload against its recorded digest and
   provenance, and the exported events it replaced against the recorded source digest, recomputed from the export's
-  own events with their original IDs. A Summary that does not verify refuses the Session (nothing adopted that cannot
-  be verified); its compaction job comes back as a done job with the same ID.
+  own events with their original IDs. A Summary that does not verify, or a Summary event without its record, refuses
+  the Session (nothing adopted that cannot be verified); its compaction job comes back as a done job with the same ID.
 - **Knowledge versions** are kept as they were: numbers, contents, confidences, origins, clients, times, tombstones and
   pins (pruned versions stay absent). Provenance naming a Session the store holds is verified against that Session's
   events (`source_digest`); one naming a Session the store lacks keeps its ID, range and digest for audit, as for a
@@ -207,6 +207,12 @@ def restore_session(
         seq = event.seq
         payload = event.payload_json
         summary = by_seq.get(seq)
+        if summary is None and event.kind == SUMMARY_KIND:
+            raise ImportConflictError(
+                f"exported Session {session.id} has a Summary event at seq {seq} but no record of its provenance, "
+                "so it could never be verified; the export was altered or damaged: nothing of that Session was "
+                "imported"
+            )
         if summary is not None:
             check = next(c for c in checks if c.summary is summary)
             base = summary.base_event_seq

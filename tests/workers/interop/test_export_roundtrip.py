@@ -224,3 +224,19 @@ def test_records_that_break_the_stores_rules_are_refused_one_by_one_in_a_line_ea
         assert all("\n" not in m and "database error" not in m for m in report.refused)
         assert fresh.list_sessions().sessions == []
         assert fresh.recall(altered.parent / "workspace", include_tombstones=True).entries == []
+
+
+def test_a_summary_event_without_its_record_is_refused_not_adopted(tmp_path: Path, exported) -> None:
+    """A Summary event whose provenance record the export lacks could never be verified (replay would refuse the
+    whole Session): its Session is refused, nothing of it written."""
+    path, _ = exported
+
+    def unrecorded(obj):
+        if obj["type"] == "session" and len(obj["summaries"]) == 2:
+            return {**obj, "summaries": obj["summaries"][:1]}  # the newest Summary's record left out
+        return obj
+
+    with MemoryStore.open(Settings(home=tmp_path / "g")) as fresh:
+        report = import_export(fresh, str(rewritten(path, tmp_path, unrecorded)))
+        assert report.refused_count == 1 and "Summary event" in report.refused[0] and "no record" in report.refused[0]
+        assert [s.title for s in fresh.list_sessions().sessions] == ["plain"]
