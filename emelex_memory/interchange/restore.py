@@ -37,7 +37,7 @@ from ..assets.folder import AssetFolder
 from ..compaction.prefix_digest import SOURCE_DOMAIN, digest_prefix, event_frame, summary_digest
 from ..compaction.summaries import provenance, summary_payload
 from ..core.jsonbound import encode_canonical_text
-from ..errors import ImportConflictError, InvalidKnowledgeError
+from ..errors import ImportConflictError, InvalidInputError, InvalidKnowledgeError
 from ..knowledge.source_digest import source_digest
 from ..knowledge.values import (
     KnowledgeSource,
@@ -50,7 +50,8 @@ from ..knowledge.values import (
 from ..sessions.identity import WorkspaceIdentity
 from ..sessions.transcript import SUMMARY_KIND
 from ..sessions.workspaces import register_workspace
-from .records import ExportedEntry, ExportedEvent, ExportedSession, ExportedSummary
+from .history import latest_import
+from .records import ExportedEntry, ExportedEvent, ExportedSession, ExportedSummary, ImportSource
 
 _U64 = struct.Struct(">Q").pack
 _INSERT = (
@@ -244,7 +245,38 @@ def restore_session(
                                       "record or differs from its digest; nothing of that Session was imported")
         conn.execute("INSERT INTO session_snapshots (session_id, digest, snapshot, created_at) VALUES (?, ?, ?, ?)",
                      (rowid, session.snapshot["digest"], text, session.snapshot["created_at"]))
+    _restore_imports(conn, rowid, session)
     return True
+
+
+def _restore_imports(conn: apsw.Connection, rowid: int, session: ExportedSession) -> None:
+    """Record the exported Session's import runs as its own, so that importing the same history here continues it.
+    A source this store already imported into another Session refuses the exported one: two Sessions would hold the
+    same conversation, and a grown file could only continue one of them."""
+    for run in session.imports:
+        try:
+            ImportSource(run.format, run.key, run.path, run.first_line, run.last_line, run.byte_end,
+                         run.prefix_digest, run.skipped, run.cut)
+        except InvalidInputError as exc:
+            raise ImportConflictError(f"an import run of exported Session {session.id} is not valid ({exc}); the "
+                                      "export was altered or damaged: nothing of that Session was imported") from None
+        seqs = (run.first_seq, run.last_seq)
+        if seqs != (None, None) and not all(isinstance(n, int) and 1 <= n <= session.events for n in seqs):
+            raise ImportConflictError(f"an import run of exported Session {session.id} names events {seqs}, which it "
+                                      "does not hold; nothing of that Session was imported")
+        held = latest_import(conn, run.format, run.key)
+        if held is not None and held.session_id != session.id:
+            raise ImportConflictError(
+                f"this store already imported {run.path} as Session {held.session_id}, which exported Session "
+                f"{session.id} was imported from too; nothing of it was imported: delete one of the two Sessions"
+            )
+        conn.execute(
+            "INSERT INTO imports (session_id, format, source_key, path, first_line, last_line, byte_end, "
+            "prefix_digest, first_seq, last_seq, skipped, cut, imported_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+            "?, ?)",
+            (rowid, run.format, run.key, run.path, run.first_line, run.last_line, run.byte_end, run.prefix_digest,
+             run.first_seq, run.last_seq, run.skipped, run.cut, run.imported_at),
+        )
 
 
 def _canonical_event(event: ExportedEvent, max_event_bytes: int) -> ExportedEvent:

@@ -240,3 +240,37 @@ def test_a_summary_event_without_its_record_is_refused_not_adopted(tmp_path: Pat
         report = import_export(fresh, str(rewritten(path, tmp_path, unrecorded)))
         assert report.refused_count == 1 and "Summary event" in report.refused[0] and "no record" in report.refused[0]
         assert [s.title for s in fresh.list_sessions().sessions] == ["plain"]
+
+
+def test_an_imported_session_keeps_where_it_came_from_through_an_export(tmp_path: Path, workspace: Path) -> None:
+    """The import runs of an imported Session travel with it: in the new Home, `session_imports` names the same
+    source, and importing the same history again is a no-op, a grown one appends to the same Session (not a second
+    copy of the conversation)."""
+    from emelex_workers.interop.importer import ImportOptions, import_source
+
+    history = tmp_path / "agent.jsonl"
+    lines = [{"emelex_history": 1, "session": "bot-7", "workspace": str(workspace)},
+             {"role": "user", "text": "Deploys happen on Tuesdays.", "at": 1796126400},
+             {"role": "assistant", "text": "Noted: Tuesdays.", "at": 1796126401}]
+    history.write_text("".join(json.dumps(o) + "\n" for o in lines))
+    with MemoryStore.open(Settings(home=tmp_path / "a")) as store:
+        (first,) = import_source(store, str(history), ImportOptions())
+        runs = store.session_imports(first.session_id)
+        write_export(store, str(tmp_path / "export.jsonl"))
+    with MemoryStore.open(Settings(home=tmp_path / "b")) as fresh:
+        assert import_export(fresh, str(tmp_path / "export.jsonl")).imported["sessions"] == 1
+        assert fresh.session_imports(first.session_id) == runs
+        (again,) = import_source(fresh, str(history), ImportOptions())
+        assert (again.outcome, again.session_id) == ("unchanged", first.session_id)
+        with history.open("a") as f:
+            f.write(json.dumps({"role": "user", "text": "And hotfixes any day.", "at": 1796126500}) + "\n")
+        (grown,) = import_source(fresh, str(history), ImportOptions())
+        assert (grown.outcome, grown.session_id, grown.created) == ("imported", first.session_id, False)
+        assert len(fresh.list_sessions().sessions) == 1
+    with MemoryStore.open(Settings(home=tmp_path / "c")) as other:
+        (own,) = import_source(other, str(history), ImportOptions())  # the same history, imported here first
+        before = other.list_sessions().sessions
+        report = import_export(other, str(tmp_path / "export.jsonl"))
+        assert report.refused_count == 1 and f"already imported {history} as Session {own.session_id}" in \
+            report.refused[0]
+        assert other.list_sessions().sessions == before
