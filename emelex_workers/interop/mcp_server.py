@@ -206,6 +206,22 @@ class MemoryTools:
                 "done": page.done, "imported_from": imports}
 
 
+def argument_problems(error: Any) -> str:
+    """A pydantic `ValidationError` of a tool's arguments as one line: each argument named, what it should be and
+    what came (cut short), e.g. "`limit` should be less than or equal to 50, got 1000"."""
+    told = []
+    for problem in error.errors(include_url=False):
+        name = ".".join(str(part) for part in problem["loc"]) or "the arguments"
+        if problem["type"] == "missing":
+            told.append(f"`{name}` is required")
+            continue
+        said = " ".join(str(problem["msg"]).split())
+        said = said[len("Input "):] if said.startswith("Input ") else f"is wrong: {said[:1].lower()}{said[1:]}"
+        got = repr(problem.get("input"))
+        told.append(f"`{name}` {said}, got {got if len(got) <= 60 else got[:57] + '...'}")
+    return "; ".join(told)
+
+
 def client_name(ctx: Any) -> str | None:
     """"name version" of the MCP client of this request, as it introduced itself (None if it did not)."""
     try:
@@ -235,8 +251,21 @@ def build_server(store: MemoryStore, workspace: str, *, read_only: bool = False)
     from mcp.server.mcpserver import Context
     from mcp.types import ToolAnnotations
 
+    from pydantic import ValidationError
+
+    class Server(MCPServer):  # type: ignore[misc, valid-type]
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            """The SDK's call, with arguments that do not fit the tool's input schema told in one line."""
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                if isinstance(exc.__cause__, ValidationError):
+                    raise ToolError(f"Error executing tool {name}: {argument_problems(exc.__cause__)}") \
+                        from exc.__cause__
+                raise
+
     tools = MemoryTools(store, workspace, ToolError)
-    server = MCPServer(NAME, instructions=INSTRUCTIONS, log_level="WARNING")
+    server = Server(NAME, instructions=INSTRUCTIONS, log_level="WARNING")
     t = lambda: tools  # noqa: E731
     reading = ToolAnnotations(readOnlyHint=True, idempotentHint=True, openWorldHint=False)
     writing = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)

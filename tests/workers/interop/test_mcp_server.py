@@ -195,3 +195,28 @@ def test_a_read_only_server_without_a_store_says_so_in_one_line_and_creates_noth
     assert result.returncode == 1 and result.stdout == ""  # stdout is the protocol's: nothing else is written there
     assert result.stderr.startswith("error: no store at") and len(result.stderr.splitlines()) == 1
     assert not home.exists()
+
+
+def test_a_bad_argument_is_told_in_one_line_naming_it(home, workspace, seeded) -> None:
+    """Arguments that do not fit a tool's input schema are a tool error (the model reads it and corrects itself) of
+    one line naming the argument, what it should be and what came, as every other refusal is."""
+    async def script(session):
+        return [
+            await session.call_tool("search", {"query": "port", "limit": 1000}),
+            await session.call_tool("search", {"query": 12345}),
+            await session.call_tool("search", {}),
+            await session.call_tool("remember", {"key": "k", "content": "c", "confidence": "high"}),
+            await session.call_tool("show_session", {"session": ["a", "list"]}),
+        ]
+
+    before = table_rows(db(home))
+    results = run(home, workspace, script)
+    assert all(r.is_error for r in results)
+    messages = [text(r) for r in results]
+    assert all(len(m.splitlines()) == 1 and "pydantic" not in m for m in messages), messages
+    assert messages[0] == "Error executing tool search: `limit` should be less than or equal to 50, got 1000"
+    assert messages[1] == "Error executing tool search: `query` should be a valid string, got 12345"
+    assert messages[2] == "Error executing tool search: `query` is required"
+    assert "`confidence` should be a valid number" in messages[3] and "got 'high'" in messages[3]
+    assert "`session` should be a valid string, got ['a', 'list']" in messages[4]
+    assert table_rows(db(home)) == before
