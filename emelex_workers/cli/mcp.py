@@ -20,10 +20,11 @@ def mcp(
     """Serve the workspace's memory (search, recall, Knowledge, Sessions) to an MCP client over stdio; needs the
     `mcp` extra."""
     from ..interop.mcp_server import build_server, open_for_serving
+    from . import version
 
     store, where = open_for_serving(settings_of(ctx), str(workspace), read_only=read_only)
     try:
-        build_server(store, where, read_only=read_only).run("stdio")
+        build_server(store, where, read_only=read_only, version=version()).run("stdio")
     except KeyboardInterrupt:
         pass
     finally:

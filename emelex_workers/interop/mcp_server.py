@@ -14,7 +14,7 @@ A refusal is a tool error carrying the store's one-line message; nothing was wri
 # No `from __future__ import annotations`: the SDK reads the tools' annotations, some of them local names.
 import json
 import os
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -244,9 +244,9 @@ def open_for_serving(settings: Settings, workspace: str, *, read_only: bool = Fa
     return MemoryStore.open(settings, create=not read_only), workspace
 
 
-def build_server(store: MemoryStore, workspace: str, *, read_only: bool = False) -> Any:
+def build_server(store: MemoryStore, workspace: str, *, read_only: bool = False, version: str = "") -> Any:
     """The MCP server for `workspace` (a real path, see `open_for_serving`) over the open `store`, which the caller
-    closes after `server.run()`."""
+    closes after `server.run()`; it names itself `NAME` of `version` to clients."""
     MCPServer, ToolError = _require_sdk()
     from mcp.server.mcpserver import Context
     from mcp.types import ToolAnnotations
@@ -254,8 +254,20 @@ def build_server(store: MemoryStore, workspace: str, *, read_only: bool = False)
     from pydantic import ValidationError
 
     class Server(MCPServer):  # type: ignore[misc, valid-type]
+        async def list_tools(self) -> Any:
+            """The SDK's tools, each input schema admitting only the arguments the tool takes."""
+            return [t.model_copy(update={"input_schema": {**t.input_schema, "additionalProperties": False}})
+                    for t in await super().list_tools()]
+
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
-            """The SDK's call, with arguments that do not fit the tool's input schema told in one line."""
+            """The SDK's call, refusing an argument the tool does not take (a misspelt one would otherwise be
+            dropped for its default) and telling arguments that do not fit the tool's input schema in one line."""
+            takes = next((list(t.input_schema.get("properties", {})) for t in await self.list_tools()
+                          if t.name == name), None)
+            unknown = [key for key in arguments if takes is not None and key not in takes]
+            if unknown:
+                raise ToolError(f"Error executing tool {name}: `{unknown[0]}` is not an argument of {name}; it takes "
+                                f"{', '.join(takes) or 'none'}")
             try:
                 return await super().call_tool(name, arguments, context)
             except ToolError as exc:
@@ -265,16 +277,18 @@ def build_server(store: MemoryStore, workspace: str, *, read_only: bool = False)
                 raise
 
     tools = MemoryTools(store, workspace, ToolError)
-    server = Server(NAME, instructions=INSTRUCTIONS, log_level="WARNING")
+    server = Server(NAME, version=version, instructions=INSTRUCTIONS, log_level="WARNING")
     t = lambda: tools  # noqa: E731
     reading = ToolAnnotations(readOnlyHint=True, idempotentHint=True, openWorldHint=False)
     writing = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
     Query = Annotated[str, Field(description="Words to search for (any of them).")]
     Limit = Annotated[int, Field(ge=1, le=MAX_HITS)]
     Key = Annotated[str, Field(description="The entry's key: a short name of the fact.")]
+    Scope = Annotated[Literal["all", "knowledge", "sessions"], Field(description="What to search: all of it, "
+                                                                     "Knowledge notes or Sessions' transcripts.")]
 
     @server.tool(annotations=reading)
-    def search(query: Query, scope: str = "all", limit: Limit = 10, cursor: str | None = None) -> dict[str, Any]:
+    def search(query: Query, scope: Scope = "all", limit: Limit = 10, cursor: str | None = None) -> dict[str, Any]:
         """Search this workspace's Knowledge notes and earlier Sessions' transcripts; cited hits, best first."""
         return t().search(query, scope, limit, cursor)
 

@@ -220,3 +220,37 @@ def test_a_bad_argument_is_told_in_one_line_naming_it(home, workspace, seeded) -
     assert "`confidence` should be a valid number" in messages[3] and "got 'high'" in messages[3]
     assert "`session` should be a valid string, got ['a', 'list']" in messages[4]
     assert table_rows(db(home)) == before
+
+
+def test_the_input_schemas_say_exactly_what_each_tool_takes_and_other_keys_are_refused(home, workspace,
+                                                                                      seeded) -> None:
+    """A misspelt argument (`limt`) is not silently dropped for its default: the schemas admit no other property,
+    say which scopes there are, and the server names itself with Emelex's version."""
+    from importlib import metadata
+
+    async def script(session):
+        return (await session.list_tools(), await session.call_tool("search", {"query": "port", "limt": 5}),
+                await session.call_tool("list_knowledge", {"include_forgotten": True, "workspace": "/etc"}))
+
+    before = table_rows(db(home))
+    tools, misspelt, foreign = run(home, workspace, script)
+    schemas = {t.name: t.input_schema for t in tools.tools}
+    assert all(s.get("additionalProperties") is False for s in schemas.values()), schemas
+    assert schemas["search"]["properties"]["scope"]["enum"] == ["all", "knowledge", "sessions"]
+    assert misspelt.is_error and text(misspelt) == (
+        "Error executing tool search: `limt` is not an argument of search; it takes query, scope, limit, cursor")
+    assert foreign.is_error and "`workspace` is not an argument of list_knowledge" in text(foreign)
+    assert table_rows(db(home)) == before
+
+    env = {"EMELEX_HOME": str(home), "EMELEX_PLUGINS_AUTOLOAD": "0"}
+    params = StdioServerParameters(command=EMELEX, args=["mcp", "-w", str(workspace)], env=env)
+
+    async def main():
+        with anyio.fail_after(DEADLINE_S):
+            with open(os.devnull, "w") as errlog:
+                async with stdio_client(params, errlog=errlog) as streams:
+                    async with ClientSession(*streams, client_info=CLIENT) as session:
+                        return (await session.initialize()).server_info
+
+    info = anyio.run(main)
+    assert (info.name, info.version) == ("emelex-memory", metadata.version("emelex-memory"))
