@@ -164,18 +164,10 @@ class MemoryTools:
 
     def list_sessions(self, limit: int = 20, cursor: str | None = None) -> dict[str, Any]:
         """This workspace's Sessions, newest first (ID, title, times, events); pass `next_cursor` back for more."""
-        mine = self._mine()
-        found, next_cursor = [], cursor
-        while len(found) < limit:
-            page = self._call(self.store.list_sessions, cursor=next_cursor, limit=max(limit, 100))
-            for s in page.sessions:
-                if mine(s) and len(found) < limit:
-                    found.append({"session": s.id, "title": s.title, "created_at": s.created_at,
-                                  "updated_at": s.updated_at, "events": s.last_seq})
-            next_cursor = page.next_cursor
-            if next_cursor is None:
-                break
-        return {"sessions": found, "next_cursor": next_cursor if len(found) >= limit else None}
+        page = self._call(self.store.list_sessions, workspace=self.workspace, cursor=cursor, limit=limit)
+        return {"sessions": [{"session": s.id, "title": s.title, "created_at": s.created_at,
+                              "updated_at": s.updated_at, "events": s.last_seq} for s in page.sessions],
+                "next_cursor": page.next_cursor}
 
     def show_session(self, session: str, after_seq: int = 0, limit: int = 50) -> dict[str, Any]:
         """A Session of this workspace as replay shows it (a Summary first, where one replaced older events): events

@@ -254,3 +254,22 @@ def test_the_input_schemas_say_exactly_what_each_tool_takes_and_other_keys_are_r
 
     info = anyio.run(main)
     assert (info.name, info.version) == ("emelex-memory", metadata.version("emelex-memory"))
+
+
+def test_list_sessions_pages_through_every_session_of_the_workspace_once(home, workspace, other, seeded) -> None:
+    with MemoryStore.open(Settings(home=home)) as store:
+        for i in range(3):  # made one after another: one page of the store's Sessions holds them all
+            store.create_session(workspace, title=f"later {i}")
+            store.create_session(other, title=f"theirs {i}")
+        mine = [s.id for s in store.list_sessions(limit=100).sessions if s.workspace.path == str(workspace)]
+
+    async def script(session):
+        seen, cursor = [], None
+        while True:
+            page = (await session.call_tool("list_sessions", {"limit": 1, **({"cursor": cursor} if cursor else {})}))
+            seen += [s["session"] for s in page.structured_content["sessions"]]
+            cursor = page.structured_content["next_cursor"]
+            if cursor is None or len(seen) > 10:
+                return seen
+
+    assert run(home, workspace, script) == mine and len(mine) == 4
