@@ -15,7 +15,7 @@ def mcp(
     ctx: typer.Context,
     workspace: WorkspaceOpt = Path("."),
     read_only: Annotated[bool, typer.Option(
-        "--read-only", help="Offer only the tools that read (no remember, forget, pin or unpin).")] = False,
+        "--read-only", help="Offer only the tools that read (no remember, forget or pin).")] = False,
 ) -> None:
     """Serve the workspace's memory (search, recall, Knowledge, Sessions) to an MCP client over stdio; needs the
     `mcp` extra."""

@@ -3,8 +3,8 @@ Goose, ...). Needs the `mcp` extra (`pip install 'emelex-memory[mcp]'`): the off
 
 Tools: `search` (Knowledge and transcripts, with citations), `recall` (the notes a new Session would start with, for
 a query), `list_knowledge`, `show_knowledge`, `list_sessions`, `show_session`; and unless `--read-only`, `remember`
-(one entry, the calling client named on its version), `forget`, `pin` and `unpin`. Knowledge is also offered as
-resources (`emelex://knowledge`, `emelex://knowledge/{key}`).
+(one entry, the calling client named on its version), `forget` and `pin`: a pinned entry is the user's, which no tool
+changes, forgets or unpins. Knowledge is also offered as resources (`emelex://knowledge`, `emelex://knowledge/{key}`).
 
 Every call goes through the store's own API, with its validation, guards and bounds, in the one workspace the server
 was started for: a call names no workspace, and a Session of another workspace is answered as no Session at all.
@@ -22,8 +22,6 @@ from emelex_memory import (
     EmelexError,
     KnowledgeEntry,
     KnowledgeHit,
-    KnowledgeNotFoundError,
-    KnowledgePinnedError,
     KnowledgeVersion,
     MemoryStore,
     SessionNotFoundError,
@@ -136,17 +134,9 @@ class MemoryTools:
     def remember(self, key: str, content: str, confidence: float = 1.0, *, client: str | None = None
                  ) -> dict[str, Any]:
         """Save one durable fact as Knowledge `key` (a new version when the key exists), naming the calling client
-        on it. A pinned entry is the user's to change: refused."""
-        try:
-            pinned = self.store.get_knowledge(self.workspace, key).pinned
-        except KnowledgeNotFoundError:
-            pinned = False
-        except EmelexError as exc:
-            raise self.tool_error(str(exc)) from None
-        if pinned:
-            raise self.tool_error(str(KnowledgePinnedError(
-                f"Knowledge {key!r} is pinned; the user changes it (`emelex memory knowledge unpin` first)")))
-        version = self._call(self.store.remember, self.workspace, key, content, confidence=confidence, client=client)
+        on it. A pinned entry is the user's to change: refused (the pin is read in the writing transaction)."""
+        version = self._call(self.store.remember, self.workspace, key, content, confidence=confidence, client=client,
+                             unless_pinned=True)
         return {"remembered": key, **_version(version)}
 
     def forget(self, key: str, *, client: str | None = None) -> dict[str, Any]:
@@ -157,10 +147,6 @@ class MemoryTools:
     def pin(self, key: str) -> dict[str, Any]:
         """Pin Knowledge `key`: automatic distillation and retention leave it alone, and recall offers it first."""
         return _entry(self._call(self.store.pin, self.workspace, key))
-
-    def unpin(self, key: str) -> dict[str, Any]:
-        """Unpin Knowledge `key`."""
-        return _entry(self._call(self.store.unpin, self.workspace, key))
 
     def list_sessions(self, limit: int = 20, cursor: str | None = None) -> dict[str, Any]:
         """This workspace's Sessions, newest first (ID, title, times, events); pass `next_cursor` back for more."""
@@ -327,11 +313,6 @@ def build_server(store: MemoryStore, workspace: str, *, read_only: bool = False,
         def pin(key: Key) -> dict[str, Any]:
             """Pin a Knowledge note: automatic processes leave it alone and recall offers it first."""
             return t().pin(key)
-
-        @server.tool(annotations=writing)
-        def unpin(key: Key) -> dict[str, Any]:
-            """Unpin a Knowledge note."""
-            return t().unpin(key)
 
     @server.resource("emelex://knowledge", mime_type="application/json")
     def knowledge_index() -> str:

@@ -26,7 +26,7 @@ EMELEX = str(Path(sys.executable).parent / "emelex")
 CLIENT = Implementation(name="emelex-test", version="1.0")
 DEADLINE_S = 60
 READING = {"search", "recall", "list_knowledge", "show_knowledge", "list_sessions", "show_session"}
-WRITING = {"remember", "forget", "pin", "unpin"}
+WRITING = {"remember", "forget", "pin"}  # not unpin: a pinned entry is the user's, no agent lifts the pin
 
 
 @pytest.fixture
