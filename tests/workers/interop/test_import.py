@@ -343,3 +343,18 @@ def test_a_workspace_named_with_the_option_that_does_not_exist_is_said_to_be_the
     assert out["exit"] == 1
     message = out["sources"][0]["message"]
     assert f"--workspace {missing} does not exist" in message and "recorded in" not in message
+
+
+def test_resuming_an_imported_session_says_why_it_cannot_before_any_model_is_needed(tmp_path, workspace,
+                                                                                   home) -> None:
+    """An imported Session has no execution snapshot, so `emelex chat` cannot resume it: on a Home without a model,
+    the user is told that, and where it came from, not first asked to install a model."""
+    path = history(tmp_path, "generic.jsonl", workspace)
+    session_id = imported(str(path))["sources"][0]["session_id"]
+    before = table_rows(db(home))
+    out = runner.invoke(app, ["chat", "--resume", session_id[:8], "--workspace", str(workspace)])
+    assert out.exit_code == 1
+    (line,) = out.output.splitlines()
+    assert "no execution snapshot" in line and f"imported from {path}" in line and "model" not in line
+    assert "emelex memory sessions show" in line and "a new chat here recalls" in line
+    assert table_rows(db(home)) == before
