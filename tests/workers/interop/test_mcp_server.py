@@ -6,6 +6,7 @@ refused."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -273,3 +274,33 @@ def test_list_sessions_pages_through_every_session_of_the_workspace_once(home, w
                 return seen
 
     assert run(home, workspace, script) == mine and len(mine) == 4
+
+
+def test_run_by_hand_at_a_terminal_it_says_what_it_is_and_ctrl_c_stops_it_at_once(home, workspace, seeded) -> None:
+    """A person who runs `emelex mcp` in a terminal is told it is a server an agent starts, not a prompt; Ctrl-C ends
+    it promptly (status 130), though the SDK's reader is blocked on the terminal waiting for a line."""
+    import pty
+    import select
+    import signal
+    import time
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "EMELEX_HOME": str(home), "EMELEX_PLUGINS_AUTOLOAD": "0"}
+    process = subprocess.Popen([EMELEX, "mcp", "-w", str(workspace)], stdin=slave, stdout=slave, stderr=slave,
+                               env=env, start_new_session=True)
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while b"Ctrl-C stops it" not in seen and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.2)[0]:
+                seen += os.read(master, 4096)
+        assert b"not a prompt" in seen and str(workspace).encode() in seen, seen
+        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C at its terminal sends
+        started = time.monotonic()
+        assert process.wait(timeout=DEADLINE_S) == 130
+        assert time.monotonic() - started < 10, "Ctrl-C waited for a line to be typed"
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(master)
