@@ -145,14 +145,18 @@ def import_jsonl(store: MemoryStore, path: str, fmt: str, options: ImportOptions
                 "delete`) to import the file anew"
             )
         at_start = copy.deepcopy(conv)
-        events, end, last = 0, start, number - 1
+        events, end, last, known = 0, start, number - 1, False
         for line in read_after(handle, start, number, h):
             events += len(_feed(reader, conv, line, path, options.skip_damaged))
             end, last = line.end, line.number
+            known = known or bool(line.obj) and reader.detect(line.obj)
         digest = h.hexdigest()
     if last < number:
         return SourceResult(path, fmt, "unchanged", session_id=latest and latest.session_id)
     if latest is None and events == 0:
+        if not known:  # a --format that names another format than the file's
+            raise UnknownFormatError(f"{path}: no line of it is a {fmt} history line; name its format with --format "
+                                     "(auto tells it from its lines)")
         return SourceResult(path, fmt, "unchanged", "no conversation in it yet", skipped=conv.skipped)
     workspace = require_workspace(options.workspace or conv.workspace, path, named=options.workspace is not None)
     source = ImportSource(fmt, key, path, number, last, end, digest, conv.skipped - at_start.skipped,

@@ -358,3 +358,10 @@ def test_resuming_an_imported_session_says_why_it_cannot_before_any_model_is_nee
     assert "no execution snapshot" in line and f"imported from {path}" in line and "model" not in line
     assert "emelex memory sessions show" in line and "a new chat here recalls" in line
     assert table_rows(db(home)) == before
+
+
+def test_a_format_named_wrongly_is_refused_not_reported_as_an_empty_history(tmp_path, workspace, home) -> None:
+    path = history(tmp_path, "generic.jsonl", workspace)
+    out = imported(str(path), "--format", "codex")
+    assert out["exit"] == 1 and out["sources"][0]["outcome"] == "refused"
+    assert "no line of it is a codex history line" in out["sources"][0]["message"]
