@@ -227,8 +227,8 @@ def build_server(store: MemoryStore, workspace: str, *, read_only: bool = False,
     closes after `server.run()`; it names itself `NAME` of `version` to clients."""
     MCPServer, ToolError = _require_sdk()
     from mcp.server.mcpserver import Context
-    from mcp.types import ToolAnnotations
-
+    from mcp.shared.exceptions import MCPError
+    from mcp.types import INVALID_PARAMS, ToolAnnotations
     from pydantic import ValidationError
 
     class Server(MCPServer):  # type: ignore[misc, valid-type]
@@ -238,11 +238,15 @@ def build_server(store: MemoryStore, workspace: str, *, read_only: bool = False,
                     for t in await super().list_tools()]
 
         async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
-            """The SDK's call, refusing an argument the tool does not take (a misspelt one would otherwise be
-            dropped for its default) and telling arguments that do not fit the tool's input schema in one line."""
-            takes = next((list(t.input_schema.get("properties", {})) for t in await self.list_tools()
-                          if t.name == name), None)
-            unknown = [key for key in arguments if takes is not None and key not in takes]
+            """The SDK's call, refusing a tool this server does not offer as a protocol error (as the MCP spec has
+            it; the SDK answers a tool result) and an argument the tool does not take (a misspelt one would
+            otherwise be dropped for its default), and telling arguments that do not fit the tool's input schema in
+            one line."""
+            offered = {t.name: list(t.input_schema.get("properties", {})) for t in await self.list_tools()}
+            if name not in offered:
+                raise MCPError(INVALID_PARAMS, f"Unknown tool: {name}; this server offers {', '.join(sorted(offered))}")
+            takes = offered[name]
+            unknown = [key for key in arguments if key not in takes]
             if unknown:
                 raise ToolError(f"Error executing tool {name}: `{unknown[0]}` is not an argument of {name}; it takes "
                                 f"{', '.join(takes) or 'none'}")

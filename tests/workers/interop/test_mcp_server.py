@@ -17,7 +17,8 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed: pip install -
 
 from mcp.client.session import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
-from mcp.types import Implementation  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
+from mcp.types import INVALID_PARAMS, Implementation  # noqa: E402
 
 from emelex_memory import MemoryStore, NewEvent, Settings  # noqa: E402
 
@@ -96,11 +97,18 @@ def test_it_lists_every_tool_and_read_only_only_those_that_read(home, workspace,
     before = table_rows(db(home))
 
     async def refused_write(session):
-        return await session.list_tools(), await session.call_tool("remember", {"key": "k", "content": "a new fact"})
+        tools = await session.list_tools()
+        try:
+            await session.call_tool("remember", {"key": "k", "content": "a new fact"})
+        except MCPError as exc:  # a tool the server does not offer is a protocol error, as the MCP spec says
+            return tools, exc.error
+        return tools, None
 
-    tools, result = run(home, workspace, refused_write, "--read-only")
+    tools, error = run(home, workspace, refused_write, "--read-only")
     assert {t.name for t in tools.tools} == READING
-    assert result.is_error and "remember" in text(result)
+    assert error is not None and error.code == INVALID_PARAMS
+    assert error.message == ("Unknown tool: remember; this server offers list_knowledge, list_sessions, recall, search, "
+                             "show_knowledge, show_session")
     assert table_rows(db(home)) == before
 
 
