@@ -32,7 +32,7 @@ from emelex_memory import (
 NAME = "emelex-memory"
 MAX_HITS = 50
 MAX_EVENTS = 200
-MAX_TEXT = 4000  # characters of an event's text `show_session` returns (the rest is said to be cut)
+MAX_TEXT = 4000  # characters of each string of an event `show_session` returns (the rest is said to be cut)
 INSTRUCTIONS = (
     "Durable memory of this workspace: Knowledge notes (key -> content, versioned, with provenance) and the "
     "transcripts of earlier Sessions (Emelex chats and imported histories of other agents). Search or recall before "
@@ -157,8 +157,8 @@ class MemoryTools:
 
     def show_session(self, session: str, after_seq: int = 0, limit: int = 50) -> dict[str, Any]:
         """A Session of this workspace as replay shows it (a Summary first, where one replaced older events): events
-        after `after_seq`, at most `limit`, texts cut at 4000 characters; and, for an imported one, where it came
-        from (file, digest, lines)."""
+        after `after_seq`, at most `limit`, each string in them (what was said, tool arguments and outputs) cut at
+        4000 characters; and, for an imported one, where it came from (file, digest, lines)."""
         missing = self.tool_error(str(SessionNotFoundError(f"no Session {session!r} in this workspace")))
         try:
             full = self.store.resolve_session_id(session)
@@ -171,17 +171,25 @@ class MemoryTools:
         events = []
         for e in page.events:
             payload = e.payload
-            text = json.dumps(payload, ensure_ascii=False) if not isinstance(payload, dict) else None
-            shown = {k: v for k, v in payload.items() if k != "provenance"} if isinstance(payload, dict) else {}
-            if isinstance(shown.get("text"), str) and len(shown["text"]) > MAX_TEXT:
-                shown["text"] = shown["text"][:MAX_TEXT] + f" [... {len(shown['text']) - MAX_TEXT} characters cut]"
-            events.append({"seq": e.seq, "turn": e.turn, "kind": e.kind, "at": e.created_at,
-                           **({"payload": shown} if text is None else {"text": text[:MAX_TEXT]})})
+            shown = ({"payload": _clipped({k: v for k, v in payload.items() if k != "provenance"})}
+                     if isinstance(payload, dict) else {"text": _clipped(json.dumps(payload, ensure_ascii=False))})
+            events.append({"seq": e.seq, "turn": e.turn, "kind": e.kind, "at": e.created_at, **shown})
         imports = [{"format": r.format, "path": r.path, "lines": [r.first_line, r.last_line], "digest": r.prefix_digest,
                     "seqs": None if r.first_seq is None else [r.first_seq, r.last_seq]}
                    for r in self._call(self.store.session_imports, full)[:20]]
         return {"session": full, "title": info.title, "events": events, "next_cursor": page.next_cursor,
                 "done": page.done, "imported_from": imports}
+
+
+def _clipped(value: Any) -> Any:
+    """`value` (JSON) with every string longer than `MAX_TEXT` characters cut, saying how many were left out."""
+    if isinstance(value, str):
+        return value if len(value) <= MAX_TEXT else value[:MAX_TEXT] + f" [... {len(value) - MAX_TEXT} characters cut]"
+    if isinstance(value, dict):
+        return {k: _clipped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clipped(v) for v in value]
+    return value
 
 
 def argument_problems(error: Any) -> str:

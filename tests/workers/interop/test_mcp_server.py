@@ -312,3 +312,31 @@ def test_run_by_hand_at_a_terminal_it_says_what_it_is_and_ctrl_c_stops_it_at_onc
         if process.poll() is None:
             process.kill()
         os.close(master)
+
+
+def test_show_session_cuts_every_long_text_of_an_event_not_only_what_was_said(home, workspace, seeded) -> None:
+    """An imported Session's tool outputs and arguments can be a file's whole text: `show_session` cuts every long
+    string of an event, saying how much it left out, so one call cannot flood the agent's context."""
+    long_output, long_content = "line of build log\n" * 6000, "x = 1\n" * 9000
+    with MemoryStore.open(Settings(home=home)) as store:
+        session = store.create_session(workspace, title="big outputs")
+        with store.acquire_lease(session.id, workspace) as lease:
+            list(lease.replay_all())
+            lease.append_turn([
+                NewEvent("user", {"text": "build it"}),
+                NewEvent("tool_calls", {"calls": [{"call_id": "c1", "tool": "write_file",
+                                                   "arguments": {"path": "a.py", "content": long_content}}]}),
+                NewEvent("tool_result", {"call_id": "c1", "tool": "write_file", "outcome": "ok",
+                                         "output": long_output}),
+            ])
+            lease.release()
+
+    async def script(session_):
+        return await session_.call_tool("show_session", {"session": session.id})
+
+    shown = run(home, workspace, script).structured_content["events"]
+    arguments = shown[1]["payload"]["calls"][0]["arguments"]
+    output = shown[2]["payload"]["output"]
+    assert arguments["path"] == "a.py"
+    assert arguments["content"] == long_content[:4000] + f" [... {len(long_content) - 4000} characters cut]"
+    assert output == long_output[:4000] + f" [... {len(long_output) - 4000} characters cut]"
