@@ -2,9 +2,9 @@
 
 Read: `user` and `assistant` lines (`message.content` a string or blocks: `text`, `tool_use` {id, name, input},
 `tool_result` {tool_use_id, content, is_error}); `cwd` names the workspace, `timestamp` the time; `custom-title`,
-`ai-title` and (in older files) `summary` records title the Session. A user line of text opens a turn; `isMeta` lines (command echoes and caveats the tool adds)
-and `thinking` blocks are not what was said. Every other line type (`file-history-snapshot`, `system`, ...; new ones
-appear as the tool evolves) is skipped and counted, never refused.
+`ai-title` and (in older files) `summary` records title the Session. A user line of text opens a turn; `isMeta` lines
+(command echoes and caveats the tool adds) and `thinking` blocks are not what was said. Every other line type
+(`file-history-snapshot`, `system`, ...; new ones appear as the tool evolves) is skipped and counted, never refused.
 """
 
 from __future__ import annotations

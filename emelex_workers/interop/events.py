@@ -122,8 +122,9 @@ def block_text(content: Any) -> str:
 @dataclass(frozen=True)
 class SourceResult:
     """What became of one source: `outcome` is "imported", "unchanged", "skipped" (a file found in a folder that is
-    no history) or "refused" (then `message` says why; nothing of it was written); the Session it went into, whether it was created, the lines read and events written, lines
-    skipped (kinds not read) and events cut to the size cap, and the distillation job queued."""
+    no history) or "refused" (then `message` says why; nothing of it was written); the Session it went into, whether
+    it was created, the lines read and events written, lines skipped (kinds not read) and events cut to the size cap,
+    and the distillation job queued."""
 
     path: str
     format: str

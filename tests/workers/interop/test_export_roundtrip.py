@@ -187,7 +187,8 @@ def test_a_session_short_of_its_event_lines_is_refused_and_every_record_after_it
 
     with MemoryStore.open(Settings(home=tmp_path / "e")) as fresh:
         report = import_export(fresh, str(rewritten(path, tmp_path, short)))
-        assert report.refused_count == 1 and f"exported Session {first[0]} has 42 of its 43 event lines" in report.refused[0]
+        assert report.refused_count == 1
+        assert f"exported Session {first[0]} has 42 of its 43 event lines" in report.refused[0]
         assert (report.imported["sessions"], report.imported["knowledge"]) == (1, 3)
 
 

@@ -107,8 +107,8 @@ def test_it_lists_every_tool_and_read_only_only_those_that_read(home, workspace,
     tools, error = run(home, workspace, refused_write, "--read-only")
     assert {t.name for t in tools.tools} == READING
     assert error is not None and error.code == INVALID_PARAMS
-    assert error.message == ("Unknown tool: remember; this server offers list_knowledge, list_sessions, recall, search, "
-                             "show_knowledge, show_session")
+    assert error.message == ("Unknown tool: remember; this server offers list_knowledge, list_sessions, recall, "
+                             "search, show_knowledge, show_session")
     assert table_rows(db(home)) == before
 
 
