@@ -83,6 +83,7 @@ class Knowledge:
         source: KnowledgeSource | None = None,
         new_workspace: bool = False,
         client: str | None = None,
+        unless_pinned: bool = False,
     ) -> KnowledgeVersion:
         """Upsert `key` in the caller's workspace by appending an immutable version; return the newest version.
 
@@ -97,7 +98,9 @@ class Knowledge:
         Remembering exactly the current content, confidence and source appends
         nothing. A tombstoned key is revived by a new version. `client` names
         the program that asked (an MCP client, "name version"), kept on the
-        version; None for Emelex's own callers.
+        version; None for Emelex's own callers. With `unless_pinned` (a writer
+        that leaves pinned entries to the user) a pinned entry raises
+        `KnowledgePinnedError`, checked inside the writing transaction.
         """
         key, content = validate_key(key), validate_content(content)
         confidence, source = validate_confidence(confidence), validate_source(source)
@@ -105,6 +108,11 @@ class Knowledge:
         with self._db.write() as conn:
             scope = workspace_scope(conn, workspace, write=True, create_at=self._db.clock(), new_workspace=new_workspace)
             src = self._source_columns(conn, source, scope)
+            if unless_pinned and conn.execute("SELECT pinned FROM knowledge WHERE workspace_id = ? AND key = ?",
+                                              (scope, key)).fetchone() == (1,):
+                raise KnowledgePinnedError(
+                    f"Knowledge {key!r} is pinned: the user changes it (`emelex memory knowledge unpin` first)"
+                )
             return upsert_version(conn, scope, key, content, confidence, "user", src, self._db.clock(), client)
 
     def forget(self, workspace: WorkspaceLike, key: str, *, client: str | None = None) -> KnowledgeVersion:
