@@ -1,6 +1,7 @@
 # Two entry points: `make demo` (the main job over a real demo store) and `make test`; `make bench` runs every
 # benchmark, writing benchmarks/RESULTS.md, and fails when one missed its target; `make docs` regenerates
-# docs/cli.md from the commands' --help and `make schema` regenerates docs/schema.sql from a migrated database.
+# docs/cli.md from the commands' --help, `make schema` regenerates docs/schema.sql from a migrated database and
+# `make face` writes MemoryStore's methods into emelex_memory/store.py from its services (scripts/store_face.py).
 # `make mutants` applies each breaking change of scripts/mutants.toml to a temporary copy of the tree and fails
 # when the linked tests still pass.
 # Both create .venv and install the project with its extras on first use (scripts/setup-venv: llama-cpp-python is
@@ -13,7 +14,7 @@ DEMO_HOME := $(CURDIR)/.demo/home
 
 WHEEL_CACHE := $(or $(EMELEX_WHEEL_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/emelex-memory/wheels)
 
-.PHONY: test demo bench mutants docs schema clean rebuild-llama
+.PHONY: test demo bench mutants docs schema face clean rebuild-llama
 
 $(STAMP): pyproject.toml scripts/setup-venv
 	PYTHON=$(PYTHON) scripts/setup-venv $(VENV)
@@ -37,6 +38,9 @@ docs: $(STAMP)
 
 schema: $(STAMP)
 	$(BIN)/python -m emelex_memory.core.schema docs/schema.sql
+
+face: $(STAMP)
+	$(BIN)/python scripts/store_face.py
 
 clean:
 	rm -rf $(VENV) .demo

@@ -42,6 +42,7 @@ from ..queue.jobs import CompletionContext, Job
 from ..queue.kinds import JobKind
 from .prefix_digest import digest_prefix
 from .summaries import append_summary, newest_summary, read_source_page, summary_payload
+from ..sessions.tokens import TokenCounter, estimate_tokens
 from ..sessions.transcript import SUMMARY_KIND, Event, ReplayPage
 
 if TYPE_CHECKING:
@@ -50,14 +51,6 @@ if TYPE_CHECKING:
 COMPACTION_KIND = "compaction"
 MAX_MODEL_REF_CHARS = 512
 MAX_STOP_CHARS = 2048
-
-TokenCounter = Callable[[Event], int]
-
-
-def estimate_tokens(event: Event) -> int:
-    """A tokenizer-free estimate: one token per 4 bytes of the event's canonical JSON, rounded up."""
-    return (event.size + 3) // 4
-
 
 def tokens_text(tokens: int, estimated: bool) -> str:
     """`N tokens`, or `N tokens (estimated)` for a count made with `estimate_tokens`: the one way token figures
