@@ -25,13 +25,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from results import met, publish, verdict  # noqa: E402
-from emelex_memory import DefaultModelUnavailableError, MemoryStore, Settings  # noqa: E402
+from emelex_memory import DefaultModelUnavailableError, MemoryStore  # noqa: E402
 from emelex_memory.agent import journal  # noqa: E402
 from emelex_workers.agent.durable import build_snapshot  # noqa: E402
 from emelex_workers.agent.session import AgentSession  # noqa: E402
 from emelex_workers.agent.tools import ToolInvocation, registered_tools, run_tool  # noqa: E402
 from emelex_workers.models import ModelManager, default_model_file  # noqa: E402
 from emelex_workers.host.manager import bind_model, get_plugin_manager  # noqa: E402
+from emelex_workers.settings import WorkerSettings
 
 ROUNDS = 3
 CALLS = 30
@@ -106,7 +107,7 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        settings = Settings(home=root / "home", model_max_context_tokens=2048)
+        settings = WorkerSettings(home=root / "home", model_max_context_tokens=2048)
         model = ModelManager(settings).install_default()
         pm = get_plugin_manager(settings)
         tools = {n: t for n, t in registered_tools(pm).items() if n == "read_file"}

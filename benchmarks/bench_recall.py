@@ -52,6 +52,7 @@ from emelex_workers.agent.recall import recall_budget
 from emelex_workers.models import ModelManager
 from emelex_workers.worker.planning import default_model_budget
 from emelex_workers.worker.work import Worker
+from emelex_workers.settings import WorkerSettings
 
 sys.path.insert(0, str(Path(__file__).parent))
 from results import Figures, render_list  # noqa: E402
@@ -178,7 +179,7 @@ def build(root: Path, crowd: bool, log: Callable[[str], None] = lambda s: None) 
     for name in ("ws", "crowd"):
         (root / name).mkdir(exist_ok=True)
     t0 = time.perf_counter()
-    with MemoryStore.open_path(root / "store.sqlite3", Settings(home=root / "home")) as store:
+    with MemoryStore.open_path(root / "store.sqlite3", WorkerSettings(home=root / "home")) as store:
         fill(store, root / "ws", SMALL_SESSIONS, SMALL_ENTRIES, seed=1)
         if crowd:
             fill(store, root / "crowd", CROWD_SESSIONS, CROWD_ENTRIES, seed=2)
@@ -217,8 +218,8 @@ def p95_ms(samples: list[float]) -> float:
 
 
 def bench_search(small_root: Path, big_root: Path) -> None:
-    small = MemoryStore.open_path(small_root / "store.sqlite3", Settings(home=small_root / "home"))
-    big = MemoryStore.open_path(big_root / "store.sqlite3", Settings(home=big_root / "home"))
+    small = MemoryStore.open_path(small_root / "store.sqlite3", WorkerSettings(home=small_root / "home"))
+    big = MemoryStore.open_path(big_root / "store.sqlite3", WorkerSettings(home=big_root / "home"))
     try:
         hits = [len(big.search(big_root / "crowd", q, limit=PAGE).hits) for q in queries()]
         s, b = alternate(lambda q: small.search(small_root / "ws", q, limit=PAGE),
@@ -400,7 +401,7 @@ def bench_continuity() -> int:
         root = Path(tmp)
         workspace = root / "workspace"
         workspace.mkdir()
-        settings = Settings(home=root / "home", plugins_autoload=False)
+        settings = WorkerSettings(home=root / "home", plugins_autoload=False)
         ModelManager(settings).install_default(link=True)
         with default_model_budget(settings) as budget:
             window = budget.context_window

@@ -45,8 +45,9 @@ from pathlib import Path
 
 import apsw
 
-from emelex_memory import KnowledgeHit, MemoryStore, NewEvent, Settings
+from emelex_memory import KnowledgeHit, MemoryStore, NewEvent
 from emelex_memory.search.recall import estimate_tokens, note_text
+from emelex_workers.settings import WorkerSettings
 
 sys.path.insert(0, str(Path(__file__).parent))
 from results import Figures, render_list  # noqa: E402
@@ -232,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
     fused_ms: list[float] = []
     with tempfile.TemporaryDirectory(prefix="emelex-bench-search-") as tmp:
         root, clock = Path(tmp), Clock()
-        settings = Settings(home=root / "home", plugins_autoload=False,
+        settings = WorkerSettings(home=root / "home", plugins_autoload=False,
                             **({"embedder": "llamacpp", "model_threads": 2} if args.embedder else {}))
         if args.distill:
             from emelex_workers.models import ModelManager

@@ -21,9 +21,10 @@ from pathlib import Path
 
 from results import Figures, render_list
 
-from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent, Settings
+from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent
 from emelex_workers.models import ModelManager, default_model_file
 from emelex_workers.worker.work import Worker
+from emelex_workers.settings import WorkerSettings
 
 JOBS = 6  # measured jobs: compaction and distillation alternating
 ABOUT = """\
@@ -84,7 +85,7 @@ def bench_overhead(root: Path) -> float | None:
             inference.append(time.perf_counter() - start)
 
     LlamaBinding.complete = timed_chat
-    settings = Settings(home=root / "home", plugins_autoload=False, model_max_context_tokens=2048)
+    settings = WorkerSettings(home=root / "home", plugins_autoload=False, model_max_context_tokens=2048)
     ModelManager(settings).install_default()
     workspace = root / "workspace"
     workspace.mkdir()

@@ -19,17 +19,18 @@ TOPS = {"emelex_memory": ROOT, "emelex_workers": ROOT} | {
     d.name: PLUGINS for d in sorted(PLUGINS.iterdir()) if (d / "__init__.py").is_file()}
 # emelex_workers folder -> the other emelex_workers folders (or modules) it may import
 WORKER_FLOORS = {
-    "host": set(),
-    "models": set(),
-    "plugin_api": {"host", "models.threads", "models.manager"},  # the model threads a binding uses; the default
-    # model's file (the llamacpp embedder's default)
+    "settings": set(),  # the ground floor: the workers' settings, which every floor may be given
+    "host": {"settings"},
+    "models": {"settings"},
+    "plugin_api": {"host", "models.threads", "models.manager", "settings"},  # the model threads a binding uses; the
+    # default model's file (the llamacpp embedder's default); its settings
     "hookspecs": {"host"},
     "faithfulness": {"host", "worker.attempts"},  # the guards word an attempt as every user-facing text does
-    "worker": {"host", "models", "faithfulness"},
-    "agent": {"host"},
+    "worker": {"host", "models", "faithfulness", "settings"},
+    "agent": {"host", "settings"},
     "interop": set(),  # other agents' histories, the export file and the MCP server: over the core only
-    "cli": {"host", "models", "faithfulness", "worker", "agent", "interop"},
-    "demo": {"cli"},
+    "cli": {"host", "models", "faithfulness", "worker", "agent", "interop", "settings"},
+    "demo": {"cli", "settings"},
 }
 # what a built-in plugin may import of the two packages: their public APIs
 PUBLIC = {"emelex_memory", "emelex_workers.plugin_api", "emelex_workers.hookspecs", "emelex_workers.faithfulness"}

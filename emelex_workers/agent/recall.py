@@ -21,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from emelex_memory import EmelexError, MemoryStore, Settings
+from emelex_memory import EmelexError, MemoryStore
 from emelex_memory.search.recall import note_line
 
+from ..settings import WorkerSettings
 from .tools import RegisteredTool
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ NOTES_LABEL = (
 )
 
 
-def recall_budget(settings: Settings, context_window: int) -> int:
+def recall_budget(settings: WorkerSettings, context_window: int) -> int:
     """The token budget of a new Session's recalled notes: the `recall_budget_tokens` setting, and at most a tenth
     of `context_window` (at least 1)."""
     return max(1, min(settings.recall_budget_tokens, context_window // WINDOW_SHARE))

@@ -22,7 +22,7 @@ def config_show(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     sources = setting_sources(settings)
     values = {name: getattr(settings, name) for name in sources}
     values["home"] = settings.home_dir
-    unknown = [{"name": name, "nearest": nearest} for name, nearest in unknown_environment()]
+    unknown = [{"name": name, "nearest": nearest} for name, nearest in unknown_environment(type(settings))]
     if as_json:
         echo_json("shown", {
             "config_file": str(settings.home_dir / "config.toml"),

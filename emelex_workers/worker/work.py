@@ -45,10 +45,10 @@ from emelex_memory import (
     ModelError,
     PluginError,
     PluginHookError,
-    Settings,
     WorkerLeaseLostError,
 )
 
+from ..settings import WorkerSettings
 from .work_report import JobReport, JobStart, WorkObserver, WorkReport, done_detail
 
 if TYPE_CHECKING:  # the runner, the plugin and model layers are imported once there is work (an idle run loads none)
@@ -134,7 +134,7 @@ class Worker:
     def __init__(
         self,
         store: MemoryStore,
-        settings: Settings,
+        settings: WorkerSettings,
         *,
         kinds: tuple[str, ...] = KINDS,
         pm: EmelexPluginManager | None = None,
@@ -428,7 +428,7 @@ def _bounded(proposals: Any) -> Any:
     return list(islice(proposals, MAX_RAW_CANDIDATES + 1))
 
 
-def work(store: MemoryStore, settings: Settings, **options: Any) -> WorkReport:
+def work(store: MemoryStore, settings: WorkerSettings, **options: Any) -> WorkReport:
     """Convenience: one `Worker(store, settings, **options).run()`, closing the model binding afterwards."""
     run_options = {k: options.pop(k) for k in ("max_jobs", "max_seconds") if k in options}
     worker = Worker(store, settings, **options)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from emelex_memory.search.service import day
-from emelex_memory import InvalidInputError, MemoryStore, NewEvent, Settings
+from emelex_memory import InvalidInputError, MemoryStore, NewEvent
 from emelex_workers.agent.tools import registered_tools
 from emelex_workers.host.manager import get_plugin_manager
 from emelex_workers.agent.recall import (
@@ -22,6 +22,7 @@ from emelex_workers.agent.recall import (
     recalled_notes,
     without_memory_tools,
 )
+from emelex_workers.settings import WorkerSettings
 
 
 def request(store: MemoryStore, workspace: Path, first_message: str):
@@ -41,11 +42,11 @@ def said(store: MemoryStore, workspace: Path, *texts: str) -> str:
 
 
 def test_the_budget_is_the_setting_and_at_most_a_tenth_of_the_window(home: Path) -> None:
-    assert Settings(home=home).recall_budget_tokens == 512
-    assert recall_budget(Settings(home=home), 8192) == 512
-    assert recall_budget(Settings(home=home), 2048) == 204
-    assert recall_budget(Settings(home=home, recall_budget_tokens=100), 8192) == 100
-    assert recall_budget(Settings(home=home), 5) == 1
+    assert WorkerSettings(home=home).recall_budget_tokens == 512
+    assert recall_budget(WorkerSettings(home=home), 8192) == 512
+    assert recall_budget(WorkerSettings(home=home), 2048) == 204
+    assert recall_budget(WorkerSettings(home=home, recall_budget_tokens=100), 8192) == 100
+    assert recall_budget(WorkerSettings(home=home), 5) == 1
 
 
 def test_the_payload_labels_the_notes_and_names_key_version_and_source(store: MemoryStore, workspace: Path) -> None:
@@ -95,7 +96,7 @@ def test_a_bad_budget_is_refused_when_selecting(store: MemoryStore, workspace: P
         recall_source(0)(request(store, workspace, "x"))
 
 
-def test_recalled_notes_and_the_sessions_without_memory_tools(settings: Settings) -> None:
+def test_recalled_notes_and_the_sessions_without_memory_tools(settings: WorkerSettings) -> None:
     notes = [{"key": "a"}, {"key": "b"}]
     context = ({"source": "workspace_map", "text": "map"}, {"source": RECALL_SOURCE, "text": "t", "notes": notes})
     assert recalled_notes(context) == notes and recalled_notes(()) == []
