@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # every public name as a reader and a type checker see it; at
     from .compaction.revert import CompactionReversal
     from .core.private_files import create_private_file, ensure_private_dir, write_all
     from .core.retry import RETRY_SCHEDULE, RetrySchedule
+    from .core.settings import Settings
     from .errors import (
         AgentError, AgentPoisonedError, AmbiguousIdError, AssetError, AssetLinkMismatchError, AssetMediaCapError,
         AssetMismatchError, AssetMissingError, AssetNotFoundError, AssetTamperedError, AssetTooLargeError,
@@ -86,7 +87,6 @@ if TYPE_CHECKING:  # every public name as a reader and a type checker see it; at
     from .sessions.tokens import estimate_tokens
     from .sessions.transcript import AppendedTurn, Event, NewEvent, ReplayPage
     from .sessions.workspace_admin import WorkspaceInfo, WorkspacePage, WorkspaceRebind, WorkspaceRebindPage
-    from .settings import Settings
     from .snapshot_guard import MemorySnapshotReferenceGuard
     from .snapshots.installed import (
         content_digest, GGUF_MAGIC, InstalledModel, LinkedTarget, ModelFile, ServedEndpoint, SnapshotReferenceGuard,
@@ -278,7 +278,7 @@ _EXPORTS = {  # public name -> the module that defines it, relative to this pack
     "SessionHit": ".search.service",
     "SessionPage": ".sessions.service",
     "SessionSnapshot": ".agent.snapshot",
-    "Settings": ".settings",
+    "Settings": ".core.settings",
     "SettingsFileError": ".errors",
     "SnapshotLockTimeoutError": ".errors",
     "SnapshotMismatchError": ".errors",

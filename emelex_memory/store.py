@@ -35,12 +35,12 @@ from .core.database import Clock, Database
 from .core.io_errors import restated
 from .core.opening import STORE_MARKER, check_missing_database, open_database, reinitialize_database
 from .core.private_files import absolute, check_home, check_no_symlinks, check_private_dir, ensure_private_dir
+from .core.settings import Settings
 from .errors import CommitOutcomeUnknownError, InvalidInputError, LeaseLostError, OpenJournalError
 from .job_kinds import DEFAULT_KINDS, DISTILL_KIND
 from .queue.kinds import JobKindRegistry
 from .sessions.holders import open_journal
 from .sessions.tokens import estimate_tokens
-from .settings import Settings
 
 if TYPE_CHECKING:
     from .knowledge.distillation import DistillFunction, TokenCounter

@@ -4,7 +4,7 @@ built-in plugins, read the same way (arguments, `EMELEX_*` variables, `<Home>/co
 `WorkerSettings` is what the `emelex` command, the worker (`emelex memory work`), the agent and the plugins are
 given; a store opened with it keeps it as `store.settings`. It is registered in the `emelex.settings` entry-point
 group, so that the core's own `Settings` does not take its keys in config.toml for unknown settings
-(`emelex_memory/settings.py`).
+(`emelex_memory/core/settings.py`).
 """
 
 from __future__ import annotations

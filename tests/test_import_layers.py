@@ -90,6 +90,37 @@ def test_no_feature_package_imports_the_store() -> None:
     assert not wrong, wrong
 
 
+def _unit(module: str) -> str:
+    """The part of emelex_memory `module` belongs to: its folder (`sessions`, `core`, ...) or its top-level module."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_the_core_folders_import_each_other_one_way_only() -> None:
+    """No folder (or top-level module) of emelex_memory imports one that imports it back, however indirectly: each
+    stands on the ones below it, so an import never runs up (the store's replay view, say, lives where replay is)."""
+    units: dict[str, set[str]] = {}
+    for module, targets in GRAPH.items():
+        if module.startswith("emelex_memory.") and module != "emelex_memory.__init__":
+            units.setdefault(_unit(module), set()).update(
+                _unit(t) for t in targets if t.startswith("emelex_memory.") and _unit(t) != _unit(module))
+    state: dict[str, int] = {}
+
+    def circle(unit: str, path: list[str]) -> list[str] | None:
+        state[unit] = 1
+        for target in sorted(units.get(unit, ())):
+            if state.get(target) == 1:
+                return [*path[path.index(target):], target] if target in path else [unit, target]
+            if target not in state and (found := circle(target, [*path, target])):
+                return found
+        state[unit] = 2
+        return None
+
+    for unit in sorted(units):
+        if unit not in state and (found := circle(unit, [unit])):
+            raise AssertionError(f"emelex_memory's folders import each other in a circle: {' -> '.join(found)}")
+
+
 def test_the_core_imports_neither_the_workers_nor_the_plugins() -> None:
     wrong = sorted(f"{m} -> {t}" for m, ts in GRAPH.items() if m.startswith("emelex_memory") for t in ts
                    if not t.startswith("emelex_memory"))

@@ -8,7 +8,7 @@ choose how many leading turns to replace, one turn in memory at a time. A
 source never exceeds what the summarizer of the planned-for window can read
 (`source_token_budget`): a longer prefix is compacted in steps (see
 `compaction/steps.py`). The job records the exact source prefix (see
-`prefix_digest.py`). A worker later summarizes that prefix and completes the
+`sessions/prefix_digest.py`). A worker later summarizes that prefix and completes the
 job with a `SummaryDraft`; completion re-checks everything, appends the
 Summary and, for a step, queues the next step.
 """
@@ -40,8 +40,9 @@ from ..errors import InvalidInputError, InvalidJobSourceError, SourceChangedErro
 from ..queue.sources import check_fields
 from ..queue.jobs import CompletionContext, Job
 from ..queue.kinds import JobKind
-from .prefix_digest import digest_prefix
-from .summaries import append_summary, newest_summary, read_source_page, summary_payload
+from .summaries import append_summary, read_source_page, summary_payload
+from ..sessions.prefix_digest import digest_prefix
+from ..sessions.replay import newest_summary
 from ..sessions.tokens import TokenCounter, estimate_tokens
 from ..sessions.transcript import SUMMARY_KIND, Event, ReplayPage
 

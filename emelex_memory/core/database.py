@@ -15,7 +15,7 @@ from pathlib import Path
 import apsw
 
 from ..errors import EmelexError, InvalidInputError, StoreClosedError
-from ..settings import Settings
+from .settings import Settings
 from .directories import Directory
 from .io_errors import IO_ERRORS, commit_unknown, detail_of, failure_remedy, sqlite_error
 

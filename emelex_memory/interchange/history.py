@@ -23,7 +23,7 @@ from ..sessions.holders import live_holder, open_journal
 from ..sessions.identity import WorkspaceIdentity, not_the_workspace
 from ..sessions.transcript import SUMMARY_KIND, session_head
 from ..sessions.workspaces import WORKSPACE_COLUMNS, identity_of, register_workspace, settle_workspace
-from ..settings import Settings
+from ..core.settings import Settings
 from .records import ImportedEvent, ImportRecord, ImportSource
 
 RECORD_COLUMNS = (

@@ -33,8 +33,9 @@ import apsw
 from ..assets.catalog import check_catalogued
 from ..assets.files import stat_asset
 from ..assets.folder import AssetFolder
-from ..compaction.prefix_digest import SOURCE_DOMAIN, digest_prefix, event_frame, summary_digest
-from ..compaction.summaries import provenance, summary_payload
+from ..compaction.summaries import summary_payload
+from ..sessions.prefix_digest import SOURCE_DOMAIN, digest_prefix, event_frame, summary_digest
+from ..sessions.replay import provenance
 from ..core.jsonbound import encode_canonical_text
 from ..errors import ImportConflictError
 from ..knowledge.source_digest import source_digest

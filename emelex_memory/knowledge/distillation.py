@@ -38,7 +38,7 @@ from .splitting import DistillationSplit, byte_budget, byte_ranges, complete_spl
 from ..queue.sources import check_fields
 from ..queue.jobs import CompletionContext, Enqueued, Job
 from ..queue.kinds import JobKind
-from .source_digest import source_bytes, source_digest
+from .source_digest import source_digest
 from .values import (
     KnowledgeEntry,
     KnowledgeSource,
@@ -54,7 +54,7 @@ from ..core.database import Database
 from ..queue.jobs import job_by_rowid
 from ..queue.service import JobQueue
 from .versions import tombstone_version, upsert_version
-from ..sessions.rows import session_rowid
+from ..sessions.rows import range_bytes, session_rowid
 if TYPE_CHECKING:
     from ..queue.claim import JobClaim
 
@@ -333,7 +333,7 @@ class Distillation:
         source = _source_of(job)
         with self._db.read() as conn:
             rowid = session_rowid(conn, job.session_id)
-            size = source_bytes(conn, rowid, source.first_seq, source.last_seq)
+            size = range_bytes(conn, rowid, source.first_seq, source.last_seq)
             if size <= budget:
                 return None
             ranges = byte_ranges(conn, rowid, source.first_seq, source.last_seq, budget)
@@ -350,7 +350,7 @@ class Distillation:
         cap = self._db.settings.knowledge_source_max_bytes
         with self._db.read() as conn:
             rowid = session_rowid(conn, job.session_id)
-            size = source_bytes(conn, rowid, source.first_seq, source.last_seq)
+            size = range_bytes(conn, rowid, source.first_seq, source.last_seq)
             if size > cap:
                 raise SourceTooLargeError(
                     f"distillation source of job {job.id} holds {size} bytes, over knowledge_source_max_bytes "

@@ -43,7 +43,7 @@ from ..errors import (
     WorkspaceReplacedError,
 )
 from ..core.io_errors import file_error, restated
-from ..settings import Settings
+from ..core.settings import Settings
 from .holders import live_lease, open_journal
 from .identity import WorkspaceIdentity, rebind_advice
 from .replay import replay_page

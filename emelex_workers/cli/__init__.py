@@ -87,7 +87,7 @@ class _Root(LazyGroup):
         except EmelexError as exc:
             kind, message = type(exc).__name__, str(exc)
         except ValidationError as exc:
-            from emelex_memory.settings import source_of
+            from emelex_memory.core.settings import source_of
 
             first = exc.errors()[0]
             kind, name = type(exc).__name__, ".".join(map(str, first["loc"]))
@@ -133,7 +133,7 @@ def _root(
     )] = False,
 ) -> None:
     """Emelex: durable local memory for a local-LLM agent. Settings come from EMELEX_* and <home>/config.toml."""
-    from emelex_memory.settings import unknown_environment
+    from emelex_memory.core.settings import unknown_environment
 
     from ..settings import WorkerSettings
 

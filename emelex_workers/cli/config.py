@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from emelex_memory.settings import setting_sources, unknown_environment
+from emelex_memory.core.settings import setting_sources, unknown_environment
 
 from .common import EmelexTyper, JsonFlag, echo_json, settings_of
 

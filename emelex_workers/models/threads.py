@@ -115,7 +115,7 @@ def thread_choice(settings: WorkerSettings, *, machine: Callable[[], MachineLoad
     from, and warnings when it exceeds the usable CPUs or they are busy), otherwise `choose_threads` of the machine:
     `machine()`, by default `process_machine()` (the machine as this process first read it, so the worker's start
     line and its binding agree). Never raises for what the platform cannot tell."""
-    from emelex_memory.settings import setting_sources
+    from emelex_memory.core.settings import setting_sources
 
     found = (machine or process_machine)()
     chosen, reason = choose_threads(found)

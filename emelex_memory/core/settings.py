@@ -33,10 +33,10 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from .errors import InvalidHomeError, SettingsFileError
-from .core.private_files import check_no_symlink_loop, open_for_reading
-from .core.utf8 import SQLITE_NAMES, is_utf8
-from .core.io_errors import file_error
+from ..errors import InvalidHomeError, SettingsFileError
+from .io_errors import file_error
+from .private_files import check_no_symlink_loop, open_for_reading
+from .utf8 import SQLITE_NAMES, is_utf8
 
 MiB = 1024 * 1024
 MAX_CONFIG_BYTES = MiB  # config.toml is read whole; a larger one is refused
