@@ -40,6 +40,7 @@ from .errors import CommitOutcomeUnknownError, InvalidInputError, LeaseLostError
 from .job_kinds import DEFAULT_KINDS, DISTILL_KIND
 from .queue.kinds import JobKindRegistry
 from .sessions.holders import open_journal
+from .sessions.rows import session_rowid
 from .sessions.tokens import estimate_tokens
 
 if TYPE_CHECKING:
@@ -367,20 +368,20 @@ class MemoryStore:
         is refused with `OpenJournalError`, queueing nothing and keeping the
         lease. Call it on the store that acquired the lease.
         """
-        if lease._db is not self.db:
+        if lease.db is not self.db:
             raise InvalidInputError(
                 f"the lease on Session {lease.session_id} belongs to another MemoryStore; call finish_session on "
                 "the store that acquired it"
             )
-        if lease._finish_unknown:  # an earlier finish may have committed: queueing again is idempotent
+        if lease.finish_outcome_unknown:  # an earlier finish may have committed: queueing again is idempotent
             try:
-                return lease._end_with("released", None, functools.partial(self._finished, lease))
+                return lease.end_with("released", None, functools.partial(self._finished, lease))
             except LeaseLostError:  # released by that commit, or when its `with` block was left
                 return self.queue_distillation(lease.session_id)
         try:
-            return lease._end_with("released", None, functools.partial(self._finished, lease))
+            return lease.end_with("released", None, functools.partial(self._finished, lease))
         except CommitOutcomeUnknownError as exc:
-            lease._finish_unknown = True
+            lease.finish_outcome_unknown = True
             raise restated(
                 exc, self.path, f"finishing Session {lease.session_id} (queue distillation, release)",
                 "call finish_session(lease) again: it queues the distillation unless this commit did, and releases "
@@ -390,7 +391,7 @@ class MemoryStore:
     def _finished(self, lease: SessionLease, conn: Any) -> Enqueued | None:
         """Inside `finish_session`'s transaction: refuse an open agent journal (`OpenJournalError`: a turn that did
         not close is not a consistent history to distill), else queue the distillation."""
-        if conn.execute(f"SELECT {open_journal('?')}", (lease._rowid,)).fetchone()[0]:
+        if conn.execute(f"SELECT {open_journal('?')}", (session_rowid(conn, lease.session_id),)).fetchone()[0]:
             raise OpenJournalError(
                 f"Session {lease.session_id} has an open agent turn, so it cannot be finished (nothing was queued, "
                 f"the lease is still held): release the lease, then resume the agent or run `emelex memory sessions "

@@ -121,6 +121,34 @@ def test_the_core_folders_import_each_other_one_way_only() -> None:
             raise AssertionError(f"emelex_memory's folders import each other in a circle: {' -> '.join(found)}")
 
 
+# What the core may import from outside itself: the standard library's public modules and its four dependencies.
+# Not pluggy, typer, llama_cpp, httpx, mcp or any other package of the workers, the plugins or an extra.
+CORE_DEPENDENCIES = {"apsw", "pydantic", "pydantic_settings", "tenacity"}
+
+
+def test_the_core_imports_only_the_standard_library_and_its_own_dependencies() -> None:
+    import sys
+
+    wrong = []
+    for module, path in MODULES.items():
+        if not module.startswith("emelex_memory"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                ours = top == "emelex_memory" or top == "__future__"
+                standard = top in sys.stdlib_module_names and not top.startswith("_")  # no CPython internals
+                if not (ours or standard or top in CORE_DEPENDENCIES):
+                    wrong.append(f"{module} imports {name}")
+    assert not wrong, wrong
+
+
 def test_the_core_imports_neither_the_workers_nor_the_plugins() -> None:
     wrong = sorted(f"{m} -> {t}" for m, ts in GRAPH.items() if m.startswith("emelex_memory") for t in ts
                    if not t.startswith("emelex_memory"))

@@ -164,10 +164,16 @@ class SessionLease:
         self._replayed = False
         self._ended = False
         self._media = 0  # bytes of media in the replay view this holder has read (from the start) or appended
-        self._finish_unknown = False  # a `finish_session` of this lease raised CommitOutcomeUnknownError
+        # A `finish_session` of this lease raised CommitOutcomeUnknownError: the store's next finish completes it.
+        self.finish_outcome_unknown = False
 
     def __repr__(self) -> str:
         return f"<SessionLease session={self.session_id} expires_at={self.expires_at:.3f} ended={self._ended}>"
+
+    @property
+    def db(self) -> Database:
+        """The `Database` of the store that acquired this lease (its clock, its transactions)."""
+        return self._db
 
     @property
     def token(self) -> str:
@@ -247,8 +253,13 @@ class SessionLease:
         """
         return self._append(events, expected_seq, journaled=False)
 
+    def append_journaled(self, events: Sequence[NewEvent], *, expected_seq: int | None = None) -> AppendedTurn:
+        """`append_turn` for a step of the Session's open agent turn: the agent journal appends a published tool batch
+        with it, inside its own transaction (`agent/journal.py: publish_batch`), while the turn stays open. It checks
+        and writes exactly as `append_turn` does, except that the open journal does not refuse it."""
+        return self._append(events, expected_seq, journaled=True)
+
     def _append(self, events: Sequence[NewEvent], expected_seq: int | None, *, journaled: bool) -> AppendedTurn:
-        """`append_turn`; `journaled`: a step of the agent journal, which appends while its turn is open."""
         if not self._replayed:
             raise ReplayRequiredError(
                 f"lease on Session {self.session_id} has not replayed its history; replay to the end first"
@@ -441,10 +452,12 @@ class SessionLease:
         self._end("failed", reason[:MAX_FAILURE_CHARS])
 
     def _end(self, state: str, failure: str | None) -> None:
-        self._end_with(state, failure, None)
+        self.end_with(state, failure, None)
 
-    def _end_with(self, state: str, failure: str | None, work: Callable[[apsw.Connection], T] | None) -> T | None:
-        """End the lease in one write transaction with `work(conn)` (run first): both commit or neither.
+    def end_with(self, state: str, failure: str | None, work: Callable[[apsw.Connection], T] | None) -> T | None:
+        """End the lease as `state` ("released" or "failed", with `failure`) in one write transaction with
+        `work(conn)` (run first, inside it): both commit or neither. `MemoryStore.finish_session` queues distillation
+        so; raises as `release` does.
 
         Returns what `work` returned. The lease counts as ended only once the
         transaction committed, or once it is known not to be held
