@@ -30,7 +30,8 @@ from ..sessions.replay import (
     source_matches,
     through_seq_of,
 )
-from ..sessions.transcript import SUMMARY_KIND, ReplayPage, read_page, session_head
+from ..sessions.transcript import SUMMARY_KIND, EncodedEvent, ReplayPage, read_page, session_head
+from ..sessions.writing import Head, insert_turn
 
 
 # The kinds that open a store turn continuing the agent turn before it: a tool batch the request caused, the
@@ -75,13 +76,9 @@ def append_summary(ctx: CompletionContext, text: str, model_ref: str | None) -> 
         )
     check_replaceable(conn, rowid, ctx.job.id, source, base_through)
     payload = summary_payload(ctx.job.id, source, model_ref, text, ctx.store.settings.max_event_bytes)
-    last_seq, last_turn, byte_end, media_end = session_head(conn, rowid)
-    event_id = conn.execute(
-        "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, media_end, created_at) "
-        "VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?) RETURNING id",
-        (rowid, last_seq + 1, last_turn + 1, SUMMARY_KIND, payload.decode("utf-8"), len(payload),
-         byte_end + len(payload), media_end, ctx.now),
-    ).fetchone()[0]
+    summary = EncodedEvent(SUMMARY_KIND, payload.decode("utf-8"), len(payload))
+    head = insert_turn(conn, rowid, (summary,), Head(*session_head(conn, rowid)), ctx.now)  # the Session's next turn
+    event_id = conn.last_insert_rowid()
     conn.execute(
         "INSERT INTO summaries (event_id, session_id, job_id, base_event_id, through_seq, source_count, "
         "first_event_id, last_event_id, source_digest, summary_digest, model_ref, created_at) "
@@ -89,7 +86,7 @@ def append_summary(ctx: CompletionContext, text: str, model_ref: str | None) -> 
         (event_id, rowid, ctx.job_rowid, base, source["through_seq"], facts.count, facts.first_event_id,
          facts.last_event_id, bytes.fromhex(facts.digest), summary_digest(payload), model_ref, ctx.now),
     )
-    return {"summary_event_id": event_id, "summary_seq": last_seq + 1}
+    return {"summary_event_id": event_id, "summary_seq": head.seq}
 
 
 def check_replaceable(
