@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # every public name as a reader and a type checker see it; at
     from .assets.files import VerifiedAssetReader
     from .assets.refs import AssetRef, MAX_ASSET_BYTES, MAX_REPLAY_MEDIA_BYTES
     from .compaction.planning import (
-        compaction_handler, CompactionPlan, CompactionPolicy, CompactionQueued, NextStep, SummaryDraft,
+        check_source_fits, compaction_handler, CompactionPlan, CompactionPolicy, CompactionQueued, NextStep,
+        SummaryDraft,
     )
     from .compaction.raw_history import RawEvent, RawPage, SummaryRecord
     from .compaction.revert import CompactionReversal
@@ -64,7 +65,8 @@ if TYPE_CHECKING:  # every public name as a reader and a type checker see it; at
     )
     from .job_kinds import COMPACTION_KIND, DISTILL_KIND, register_job_kind, registered_kinds
     from .knowledge.distillation import (
-        distillation_handler, DistillationInput, DistillationResult, KnowledgeCandidate, validate_candidates,
+        distillation_handler, distillation_input, DistillationInput, DistillationResult, KnowledgeCandidate,
+        validate_candidates, validate_result,
     )
     from .knowledge.splitting import DistillationSplit
     from .knowledge.values import KnowledgeEntry, KnowledgeHistoryPage, KnowledgePage, KnowledgeSource, KnowledgeVersion
@@ -124,6 +126,7 @@ _EXPORTS = {  # public name -> the module that defines it, relative to this pack
     "BackupVerificationError": ".errors",
     "BoundModel": ".snapshots.refs",
     "CommitOutcomeUnknownError": ".errors",
+    "check_source_fits": ".compaction.planning",
     "compaction_handler": ".compaction.planning",
     "COMPACTION_KIND": ".job_kinds",
     "CompactionPlan": ".compaction.planning",
@@ -142,6 +145,7 @@ _EXPORTS = {  # public name -> the module that defines it, relative to this pack
     "DiskFullError": ".errors",
     "DISTILL_KIND": ".job_kinds",
     "distillation_handler": ".knowledge.distillation",
+    "distillation_input": ".knowledge.distillation",
     "DistillationInput": ".knowledge.distillation",
     "DistillationResult": ".knowledge.distillation",
     "DistillationSplit": ".knowledge.splitting",
@@ -306,6 +310,7 @@ _EXPORTS = {  # public name -> the module that defines it, relative to this pack
     "UnknownPluginComponentError": ".errors",
     "UnsafeModelPathError": ".errors",
     "validate_candidates": ".knowledge.distillation",
+    "validate_result": ".knowledge.distillation",
     "VerifiedAssetReader": ".assets.files",
     "verify_backup": ".maintenance.backup_manifest",
     "WaitingJob": ".queue.status",

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from .assets.files import VerifiedAssetReader
     from .assets.refs import AssetRef
     from .assets.service import AssetSource, AssetStore
-    from .compaction.planning import Compaction, CompactionPlan, CompactionQueued
+    from .compaction.planning import Compaction, CompactionPlan, CompactionQueued, SummaryDraft
     from .compaction.policy import CompactionPolicy
     from .compaction.raw_history import RawHistory, RawPage
     from .compaction.revert import CompactionReversal, CompactionRevert
@@ -867,9 +867,28 @@ class MemoryStore:
         None when `job` is not a step short of its goal, or when the view
         will be at most the target once its Summary lands. Counted with
         `estimate_tokens`, the step's source records `tokens_estimated`. Raises
-        `TurnTooLargeError` when the next turn does not fit the model.
+        `TurnTooLargeError` when the next turn does not fit the model. `job`'s
+        source is as a claim checked it (`run_one_job` checks a claimed job's).
         """
         return self.compaction.plan_next_compaction_step(
+            job, text, model_ref, context_window=context_window, count_tokens=count_tokens
+        )
+
+    def compaction_draft(
+        self,
+        job: Job,
+        text: str,
+        model_ref: str | None = None,
+        *,
+        context_window: int,
+        count_tokens: TokenCounter = estimate_tokens,
+    ) -> SummaryDraft:
+        """What compaction job `job` completes with once its Summary `text` is written (and checked): the text, the
+        model snapshot reference (None for a Summary no model wrote), and, for a step of a compaction in steps, the
+        next step (`plan_next_compaction_step` for a `context_window`-token model counting with `count_tokens`).
+        When the next turn cannot fit the model, this step's Summary still lands and the chain stops, the draft (and
+        the done job's result) saying why (`chain_stopped`). Read-only."""
+        return self.compaction.compaction_draft(
             job, text, model_ref, context_window=context_window, count_tokens=count_tokens
         )
 
@@ -906,11 +925,13 @@ class MemoryStore:
         return self.compaction.compaction_source(job_id, after_seq, limit=limit, max_bytes=max_bytes)
 
     def read_compaction_source(self, job: Job, *, max_total_bytes: int | None = None) -> list[Event]:
-        """Every event of a compaction job's source prefix, at most `max_total_bytes` (default `page_bytes`) in all.
+        """Every event of compaction job `job`'s source prefix in replay order (base Summary first), at most
+        `max_total_bytes` (default `page_bytes`) in all, read page by page in one read transaction.
 
-        Raises `SourceTooLargeError` (a permanent job failure) past the cap,
-        `SourceChangedError` when the source no longer matches the job and
-        `InvalidJobSourceError` when the source is malformed.
+        Raises `InvalidJobSourceError` when the source is malformed (a job
+        read from a database an older version or a hand wrote),
+        `SourceTooLargeError` (a permanent job failure) past the cap and
+        `SourceChangedError` when the source no longer matches the job.
         """
         return self.compaction.read_compaction_source(job, max_total_bytes=max_total_bytes)
 

@@ -130,12 +130,13 @@ def read_source_page(
 
     Raises `SourceChangedError` when the job's base Summary no longer exists.
     """
-    return read_in_snapshot(conn, _source_page, session_rowid, source, after_seq, limit, max_bytes)
+    return read_in_snapshot(conn, source_page, session_rowid, source, after_seq, limit, max_bytes)
 
 
-def _source_page(
+def source_page(
     conn: apsw.Connection, session_rowid: int, source: Mapping[str, Any], after_seq: int, limit: int, max_bytes: int
 ) -> ReplayPage:
+    """`read_source_page` inside the caller's read transaction."""
     base, through = source["base_summary_id"], source["through_seq"]
     base_through = through_seq_of(conn, session_rowid, base)
     if base_through is None:
