@@ -114,7 +114,13 @@ class SessionLease:
         workspace_id: int,
         epoch: int,
         pin: int,
+        *,
+        replayed: bool = False,
     ) -> None:
+        """A lease `MemoryStore.acquire_lease` (or `create_agent_session`) just took: the Session's row ID and public
+        ID, the token, its expiry, the verified workspace (its row ID, and the Session's epoch of it) and the open
+        descriptor of its directory (`pin`, closed when the lease ends). `replayed`: the Session was created empty
+        in the lease's own transaction, so there is nothing to replay before the first append."""
         self._db = db
         self._rowid = session_rowid
         self.session_id = session_id
@@ -131,7 +137,7 @@ class SessionLease:
         self._epoch = epoch  # the Session's workspace_epoch when the lease verified the workspace row
         self._cursor = 0
         self._head: Head | None = None  # the Session's newest event as this lease last wrote it
-        self._replayed = False
+        self._replayed = replayed
         self._ended = False
         self._media = 0  # bytes of media in the replay view this holder has read (from the start) or appended
         # A `finish_session` of this lease raised CommitOutcomeUnknownError: the store's next finish completes it.
