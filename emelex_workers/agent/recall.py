@@ -53,14 +53,15 @@ def notes_text(notes: list[dict[str, Any]]) -> str:
 
 
 def _with_turn(store: MemoryStore, source: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A note's recorded source with the turn of its first event (None when that Session is gone)."""
+    """A note's recorded source with the turn of its first event, as stored (a Summary may have replaced it in the
+    replay view since; None when that Session is gone)."""
     if source is None:
         return None
     try:
-        events = store.replay(source["session"], source["first_seq"] - 1, limit=1).events
+        events = store.raw_events(source["session"], source["first_seq"] - 1, limit=1).events
     except EmelexError:
         events = []
-    return {**source, "turn": events[0].turn if events else None}
+    return {**source, "turn": events[0].event.turn if events else None}
 
 
 def recall_source(budget_tokens: int) -> Callable[[ContextRequest], dict[str, Any] | None]:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from emelex_memory.search.service import day
-from emelex_memory import InvalidInputError, MemoryStore, NewEvent
+from emelex_memory import InvalidInputError, MemoryStore, NewEvent, compaction_handler, run_one_job
 from emelex_workers.agent.tools import registered_tools
 from emelex_workers.host.manager import get_plugin_manager
 from emelex_workers.agent.recall import (
@@ -71,6 +71,23 @@ def test_the_payload_labels_the_notes_and_names_key_version_and_source(store: Me
     assert (turn["session"], turn["seq"], turn["turn"], turn["date"]) == (session_id, 2, 2, today)
     assert payload["terms"] == ["deploy", "with", "make", "release"]
     assert payload["budget_tokens"] == 100 and 0 < payload["tokens"] <= 100
+
+
+def test_a_notes_turn_is_the_turn_of_its_source_also_in_a_compacted_session(
+    store: MemoryStore, workspace: Path
+) -> None:
+    session = store.create_session(workspace)
+    with store.acquire_lease(session.id, workspace) as lease:
+        lease.replay()
+        for i in range(8):
+            lease.append_turn([NewEvent("user", {"text": f"step {i}"}), NewEvent("assistant", {"text": "done"})])
+    store.queue_compaction(session.id, context_window=4096, force=True)  # the first four turns become a Summary
+    assert run_one_job(store, compaction_handler(lambda events, job: "steps 0 to 3 were done")).status == "done"
+    assert store.replay(session.id).events[0].kind == "summary"
+    store.remember(workspace, "step", "step 2 was done", source=store.knowledge_source(session.id, 5, 6))
+    notes = recall_source(100)(request(store, workspace, "which step was done?"))["notes"]
+    (note,) = [n for n in notes if n["kind"] == "knowledge"]  # past turns may be recalled beside it
+    assert note["source"]["turn"] == 3  # seq 5 opens the third turn, which the Summary replaced in the replay view
 
 
 def test_the_budget_is_kept_and_tombstones_are_never_recalled(store: MemoryStore, workspace: Path) -> None:
