@@ -222,7 +222,7 @@ def notes_text(store: MemoryStore, workspace: Path, question: str) -> tuple[str,
     from emelex_workers.agent.recall import notes_text as render_notes
 
     selection = store.select_recall(workspace, question, BUDGET)
-    notes = selection.event.payload["notes"]
+    notes = selection.payload()["notes"]
     return (render_notes(notes) if notes else ""), selection.tokens
 
 

@@ -80,7 +80,7 @@ if TYPE_CHECKING:  # every public name as a reader and a type checker see it; at
     from .queue.runner import JobOutcome, run_one_job
     from .queue.service import JobClaim
     from .queue.status import WaitingJob, WaitingPage
-    from .search.recall import RECALL_KIND, RecallSelection
+    from .search.recall import RecallSelection
     from .search.service import KnowledgeHit, SearchPage, SessionHit
     from .search.vectors import EmbeddingItem
     from .sessions.holders import holder_is_dead
@@ -254,7 +254,6 @@ _EXPORTS = {  # public name -> the module that defines it, relative to this pack
     "RawEvent": ".compaction.raw_history",
     "RawPage": ".compaction.raw_history",
     "ReadOnlyLocationError": ".errors",
-    "RECALL_KIND": ".search.recall",
     "RecallSelection": ".search.recall",
     "Reconciled": ".agent.journal",
     "register_job_kind": ".job_kinds",

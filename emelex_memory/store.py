@@ -1224,8 +1224,9 @@ class MemoryStore:
         turns relevant to `query` (e.g. the first user message), best first, within `budget_tokens`; see
         `search/recall.py`.
 
-        Returns the notes and the "recall" event to append before the model's
-        first round (replay it on resume; never select again). A note costs
+        Returns the notes with the turn of each Knowledge note's source, read
+        in one read transaction; record `payload()` before the model's first
+        round (replay it on resume; never select again). A note costs
         `count_tokens(note_text)` tokens (default: one per 4 UTF-8 bytes).
         Tombstones and entries whose content is a JSON object or array are
         never selected; a query without words (or unrelated to anything: no

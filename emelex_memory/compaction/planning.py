@@ -34,7 +34,7 @@ from .steps import (
     queue_next_step,
 )
 from ..core.cursors import check_position
-from ..core.database import Database
+from ..core.database import Database, read_in_snapshot
 from ..queue.service import JobQueue
 from ..sessions.replay import replay_page
 from ..sessions.rows import session_rowid
@@ -44,7 +44,7 @@ from ..queue.jobs import CompletionContext, Job
 from ..queue.kinds import JobKind
 from .summaries import append_summary, read_source_page, source_page, summary_payload
 from ..sessions.prefix_digest import digest_prefix
-from ..sessions.replay import newest_summary, read_in_snapshot
+from ..sessions.replay import newest_summary
 from ..sessions.tokens import TokenCounter, estimate_tokens
 from ..sessions.transcript import SUMMARY_KIND, Event, ReplayPage
 

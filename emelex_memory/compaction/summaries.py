@@ -17,6 +17,7 @@ from typing import Any
 
 import apsw
 
+from ..core.database import read_in_snapshot
 from ..core.jsonbound import encode_canonical
 from ..errors import InvalidJobSourceError, SourceChangedError
 from ..queue.jobs import CompletionContext
@@ -26,7 +27,6 @@ from ..sessions.replay import (
     with_events,
     newest_summary,
     provenance,
-    read_in_snapshot,
     source_matches,
     through_seq_of,
 )

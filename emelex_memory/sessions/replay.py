@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 import apsw
 
 from ..core.cursors import check_position
-from ..core.database import Database
+from ..core.database import Database, read_in_snapshot
 from ..errors import SourceTooLargeError, SummaryProvenanceError
 from .prefix_digest import MAX_COVERED_BYTES, SourceFacts, digest_prefix, summary_digest
 from .rows import session_rowid
@@ -44,9 +44,6 @@ from .transcript import SUMMARY_KIND, Event, ReplayPage, media_of, read_page
 
 
 SOURCE_FIELDS = ("base_summary_id", "count", "digest", "first_event_id", "last_event_id", "through_seq")
-
-
-T = TypeVar("T")
 
 
 _BOUNDARY = (  # the newest Summary event, and the newest provenance record (covered seq, reverted): the same Summary
@@ -195,33 +192,6 @@ def verify_summary(conn: apsw.Connection, session_rowid: int, event_id: int) -> 
         raise bad(f"its source holds more than the {MAX_COVERED_BYTES} bytes a Summary may cover") from None
     if not source_matches(facts, source):
         raise bad("the source events it replaced no longer match the recorded digest")
-
-
-def read_in_snapshot(conn: apsw.Connection, read: Callable[..., T], *args: Any) -> T:
-    """`read(conn, *args)` inside one read transaction (or the caller's), so its statements see one database state.
-
-    A plain function rather than a context manager: replay pays this once per page.
-    """
-    if conn.in_transaction:
-        return read(conn, *args)
-    conn.execute("BEGIN DEFERRED")
-    try:
-        page = read(conn, *args)
-    except BaseException:
-        _end_after_error(conn)
-        raise
-    conn.execute("COMMIT")
-    return page
-
-
-def _end_after_error(conn: apsw.Connection) -> None:
-    """End a failed read transaction; SQLite ends it itself after some I/O errors, and a failing ROLLBACK must never
-    hide the error that caused it."""
-    if conn.in_transaction:
-        try:
-            conn.execute("ROLLBACK")
-        except apsw.Error:
-            pass  # the connection reports the failure on its next use
 
 
 def summary_event_page(conn: apsw.Connection, session_rowid: int, event_id: int, max_bytes: int) -> ReplayPage:

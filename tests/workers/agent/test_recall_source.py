@@ -24,6 +24,8 @@ from emelex_workers.agent.recall import (
 )
 from emelex_workers.settings import WorkerSettings
 
+from ...support.counting import Counted
+
 
 def request(store: MemoryStore, workspace: Path, first_message: str):
     return SimpleNamespace(store=store, session_id="new", workspace=workspace, first_message=first_message,
@@ -85,9 +87,11 @@ def test_a_notes_turn_is_the_turn_of_its_source_also_in_a_compacted_session(
     assert run_one_job(store, compaction_handler(lambda events, job: "steps 0 to 3 were done")).status == "done"
     assert store.replay(session.id).events[0].kind == "summary"
     store.remember(workspace, "step", "step 2 was done", source=store.knowledge_source(session.id, 5, 6))
-    notes = recall_source(100)(request(store, workspace, "which step was done?"))["notes"]
+    with Counted(store) as counts:
+        notes = recall_source(100)(request(store, workspace, "which step was done?"))["notes"]
     (note,) = [n for n in notes if n["kind"] == "knowledge"]  # past turns may be recalled beside it
     assert note["source"]["turn"] == 3  # seq 5 opens the third turn, which the Summary replaced in the replay view
+    assert (counts.writes, counts.reads) == (0, 1)  # the notes and their sources' turns in one read
 
 
 def test_the_budget_is_kept_and_tombstones_are_never_recalled(store: MemoryStore, workspace: Path) -> None:
