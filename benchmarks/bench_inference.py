@@ -39,6 +39,10 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 JOB_PROMPT, JOB_TOKENS = 192, 16
 LOAD_DEADLINE_S = 600.0
 SECTIONS = ("inference",)
+MEASURES = (  # the code its figures measure (results.py flags a section older than it)
+    "plugins/emelex_llamacpp",
+    "emelex_workers/models/threads.py",
+)
 SCHEMA = {"type": "string", "maxLength": 60}
 FACT = ("The worker compacts a Session when its history nears the context window, then distills Knowledge from "
         "it; every Summary quotes the transcript, and every entry cites the events it came from. ")

@@ -70,6 +70,12 @@ SEARCH_RATIO, SEARCH_P50_MS, SEARCH_P95_MS = 2.0, 20.0, 100.0
 APPEND_RATIO = 1.71  # recorded when the 1.2 target was retired (issue 37): an append's cost must not grow
 ABOUT = __doc__.split("\n\n", 1)[1]
 SECTIONS = ("recall", "recall-continuity")
+MEASURES = (  # the code its figures measure (results.py flags a section older than it)
+    "emelex_memory/search",
+    "emelex_memory/knowledge",
+    "emelex_memory/core/schema",
+    "emelex_workers/agent/recall.py",
+)
 CONTINUITY = Path(__file__).with_name("continuity.json")
 CONTINUITY_HITS = 5  # search hits a fact may be found in
 CONTINUITY_NOTES_SHARE, CONTINUITY_HITS_SHARE = 0.5, 0.8

@@ -57,6 +57,13 @@ BUDGET = 512  # the chat's default recall budget (recall_budget_tokens)
 GAIN = 0.10  # recall@10 over the better baseline
 ABOUT = __doc__.split("\n\n", 1)[1]
 SECTIONS = ("search", "search-embedder")
+MEASURES = (  # the code its figures measure (results.py flags a section older than it)
+    "emelex_memory/search",
+    "emelex_memory/knowledge",
+    "emelex_memory/core/schema",
+    "emelex_workers/worker/embedding.py",
+    "plugins/emelex_llamacpp/embedding.py",
+)
 EMBEDDER_MARK = "with the embedder"  # how the figures of an `--embedder` run are named
 
 

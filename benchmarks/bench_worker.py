@@ -34,6 +34,16 @@ counting, prompts, cost metering, completion, as a share of the time inside the 
 default model, after a warm-up job that loads it. Start-up is `bench_startup.py`'s section.
 """
 SECTIONS = ("worker",)
+MEASURES = (  # the code its figures measure (results.py flags a section older than it)
+    "emelex_workers/worker",
+    "emelex_workers/host",
+    "emelex_workers/faithfulness",
+    "emelex_memory/queue",
+    "emelex_memory/compaction",
+    "emelex_memory/knowledge",
+    "emelex_memory/snapshots",
+    "plugins/emelex_llamacpp",
+)
 
 
 def render(figures: dict) -> str:
