@@ -42,13 +42,10 @@ from ..knowledge.source_digest import source_digest
 from ..sessions.identity import WorkspaceIdentity
 from ..sessions.transcript import SUMMARY_KIND
 from ..sessions.workspaces import register_workspace
+from ..sessions.writing import insert_restored
 from .records import ExportedEntry, ExportedEvent, ExportedSession, ExportedSummary
 
 _U64 = struct.Struct(">Q").pack
-_INSERT = (
-    "INSERT INTO events (id, session_id, seq, turn, position, kind, payload, size, byte_end, media_end, created_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
-)
 
 
 def _refs_json(event: ExportedEvent) -> str | None:
@@ -211,8 +208,8 @@ def restore_session(
         size = len(payload.encode("utf-8"))
         byte_end += size
         media_end += sum(r.size for r in event.assets)
-        event_id = conn.execute(_INSERT, (event.id if keep_ids else None, rowid, seq, event.turn, event.position,
-                                          event.kind, payload, size, byte_end, media_end, event.created_at)).fetchone()[0]
+        event_id = insert_restored(conn, event.id if keep_ids else None, (
+            rowid, seq, event.turn, event.position, event.kind, payload, size, byte_end, media_end, event.created_at))
         if summary is not None:
             exported_id[seq] = event.id
             _write_summary(conn, rowid, summary, event_id, payload)

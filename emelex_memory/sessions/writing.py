@@ -3,7 +3,9 @@ media total, inserted by one statement.
 
 `insert_turn` writes a turn after a head the caller read and checked in its own transaction (a lease's append
 after its full check, a compaction job's Summary at its completion). `insert_checked_turn` is a lease's common case:
-one `INSERT` that carries the lease's whole re-check and inserts only when it holds. A turn is written by one
+one `INSERT` that carries the lease's whole re-check and inserts only when it holds. The interchange writes rows
+whose every column its source decided: an imported history's runs (`insert_rows`, keeping the source's turns) and
+an export's events read back (`insert_restored`, keeping their IDs where free). A turn is written by one
 statement, not one per event, because FTS5 flushes its pending terms into a new index segment at every statement
 that writes it (the search index's triggers), so a turn written event by event costs a segment per event.
 """
@@ -78,6 +80,21 @@ def insert_turn(
         values += (session_rowid, head.seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now)
     conn.execute(_insert_sql(len(encoded)), values)
     return Head(head.seq + len(encoded), turn, byte_end, media_end)
+
+
+def insert_rows(conn: apsw.Connection, rows: Sequence[tuple]) -> None:
+    """Inside the caller's write transaction: insert events whose columns the caller computed, each row (session_id,
+    seq, turn, position, kind, payload, size, byte_end, media_end, created_at), in order."""
+    conn.executemany(_insert_sql(1), rows)
+
+
+def insert_restored(conn: apsw.Connection, event_id: int | None, row: tuple) -> int:
+    """Inside the caller's write transaction: insert one event read back from an export, its columns as
+    `insert_rows` takes them, with the ID `event_id` (None: the next free one); return its ID."""
+    return conn.execute(
+        "INSERT INTO events (id, session_id, seq, turn, position, kind, payload, size, byte_end, media_end, "
+        "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id", (event_id, *row)
+    ).fetchone()[0]
 
 
 def insert_checked_turn(
