@@ -137,7 +137,7 @@ def retry_busy(lease: SessionLease, step: Callable[..., T], *args: Any, **kwargs
     was written). It pauses between attempts (50 ms doubling to 1 s) for as long as the lease is valid by the store's
     clock, and then raises `StoreBusyError`; every other error is raised at once. Safe because each step is one
     transaction and restart-idempotent."""
-    clock = lease._db.clock
+    clock = lease.db.clock
     pause = BUSY_PAUSE_S[0]
     while True:
         try:
@@ -433,7 +433,7 @@ def publish_batch(store: Store, lease: SessionLease) -> tuple[dict, ...]:
         conn.execute(
             "UPDATE agent_turns SET published = published + 1, round = NULL, raw = NULL WHERE session_id = ?", (rowid,)
         )
-        lease._append(batch_events(turn, results), None, journaled=True)  # the turn stays open
+        lease.append_journaled(batch_events(turn, results))  # the turn stays open
     return results
 
 

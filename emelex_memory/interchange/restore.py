@@ -34,8 +34,9 @@ import apsw
 from ..assets.catalog import check_catalogued
 from ..assets.files import stat_asset
 from ..assets.folder import AssetFolder
-from ..compaction.prefix_digest import SOURCE_DOMAIN, digest_prefix, event_frame, summary_digest
-from ..compaction.summaries import provenance, summary_payload
+from ..compaction.summaries import summary_payload
+from ..sessions.prefix_digest import SOURCE_DOMAIN, digest_prefix, event_frame, summary_digest
+from ..sessions.replay import provenance
 from ..core.jsonbound import encode_canonical_text
 from ..errors import ImportConflictError, InvalidInputError, InvalidKnowledgeError
 from ..knowledge.source_digest import source_digest
@@ -50,14 +51,11 @@ from ..knowledge.values import (
 from ..sessions.identity import WorkspaceIdentity
 from ..sessions.transcript import SUMMARY_KIND
 from ..sessions.workspaces import register_workspace
+from ..sessions.writing import insert_restored
 from .history import latest_import
 from .records import ExportedEntry, ExportedEvent, ExportedSession, ExportedSummary, ImportSource
 
 _U64 = struct.Struct(">Q").pack
-_INSERT = (
-    "INSERT INTO events (id, session_id, seq, turn, position, kind, payload, size, byte_end, media_end, created_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
-)
 
 
 def _refs_json(event: ExportedEvent) -> str | None:
@@ -226,8 +224,8 @@ def restore_session(
         size = len(payload.encode("utf-8"))
         byte_end += size
         media_end += sum(r.size for r in event.assets)
-        event_id = conn.execute(_INSERT, (event.id if keep_ids else None, rowid, seq, event.turn, event.position,
-                                          event.kind, payload, size, byte_end, media_end, event.created_at)).fetchone()[0]
+        event_id = insert_restored(conn, event.id if keep_ids else None, (
+            rowid, seq, event.turn, event.position, event.kind, payload, size, byte_end, media_end, event.created_at))
         if summary is not None:
             exported_id[seq] = event.id
             _write_summary(conn, rowid, summary, event_id, payload)

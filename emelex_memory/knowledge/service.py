@@ -25,7 +25,7 @@ from ..errors import (
     KnowledgePinnedError,
     SessionNotFoundError,
 )
-from .source_digest import source_bytes, source_digest
+from .source_digest import source_digest
 from .values import (
     MAX_CONTENT_BYTES,
     MAX_KEY_BYTES,
@@ -47,7 +47,7 @@ from .values import (
 from ..sessions.workspaces import WorkspaceLike, workspace_scope
 
 from ..core.database import Database
-from ..sessions.rows import session_rowid
+from ..sessions.rows import range_bytes, session_rowid
 from .versions import ENTRY_JOIN, NO_SOURCE, Scope, SourceColumns, tombstone_version, upsert_version
 
 ROW_OVERHEAD = 256  # generous per-row byte estimate on top of key and content
@@ -289,7 +289,7 @@ class Knowledge:
         return (rowid, source.session_id, source.first_seq, source.last_seq, source.digest)
 
     def _check_source_size(self, conn: apsw.Connection, rowid: int, source: KnowledgeSource) -> None:
-        size = source_bytes(conn, rowid, source.first_seq, source.last_seq)
+        size = range_bytes(conn, rowid, source.first_seq, source.last_seq)
         if size > self._db.settings.knowledge_source_max_bytes:
             raise InvalidKnowledgeError(
                 f"events {source.first_seq}..{source.last_seq} of Session {source.session_id} hold {size} bytes, "
