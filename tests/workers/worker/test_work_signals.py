@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from emelex_memory import MemoryStore, NewEvent, Settings, content_digest
+from emelex_workers.settings import WorkerSettings
 from emelex_workers.models import ModelManager
 from emelex_workers.worker.planning import default_model_budget
 from tests.support.models import remember_probe_pass, require_default_model
@@ -42,7 +43,7 @@ def probed(tmp_path_factory) -> Path:
     """The embedded model's file, with llama.cpp's probe passed once for the module (its marker is copied into each
     test's Home, except where the probe is the stage under test)."""
     home = tmp_path_factory.mktemp("probe-home")
-    with ModelManager(Settings(home=home, plugins_autoload=False)) as manager:
+    with ModelManager(WorkerSettings(home=home, plugins_autoload=False)) as manager:
         model = manager.install_default(link=True)
     ensure_generates(model.model_file, home, model_digest=content_digest(model.files))
     return model.model_file
@@ -50,7 +51,7 @@ def probed(tmp_path_factory) -> Path:
 
 def _home_with_a_job(home: Path, workspace: Path, model_file: Path, *, probe_passed: bool) -> str:
     """A Home with the default model linked and one compaction job over a long Session; its job ID."""
-    settings = Settings(home=home, plugins_autoload=False, model_max_context_tokens=2048)
+    settings = WorkerSettings(home=home, plugins_autoload=False, model_max_context_tokens=2048)
     with ModelManager(settings) as manager:
         model = manager.install_default(link=True)
     if probe_passed:
@@ -97,7 +98,7 @@ def _send(terminal: Terminal, signum: int) -> None:
 
 
 def _job(home: Path, job_id: str):
-    with MemoryStore.open(Settings(home=home, plugins_autoload=False)) as store:
+    with MemoryStore.open(Settings(home=home)) as store:
         return store.get_job(job_id)
 
 
@@ -164,3 +165,4 @@ def test_a_second_signal_at_once_after_the_first_ends_the_worker_without_a_trace
     assert job.diagnostics[-1].message in (
         "worker stopped at once by a second SIGINT; no attempt consumed",
         *(d.message for d in job.diagnostics if d.message.startswith("worker stopped by SIGINT while evaluating")))
+
