@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,7 +206,13 @@ class Settings(BaseSettings):
     plugins_autoload: bool = Field(
         default=True, description="Load third-party plugins from the 'emelex' entry-point group; built-ins always load."
     )
-    plugins_trace: bool = Field(default=False, description="Trace every plugin hook call to stderr.")
+    plugins_trace: bool = Field(default=False, description=(
+        "Trace every plugin call to stderr (hooks, summarizers, distillers): the plugin, its arguments in brief, "
+        "what it returned and how long it took."))
+    plugins_load: str | None = Field(default=None, max_length=4096, description=(
+        "Comma-separated names of the only third-party plugins to load (built-ins always load); unset: all."))
+    plugins_skip: str | None = Field(default=None, max_length=4096, description=(
+        "Comma-separated names of third-party plugins not to load (the way past a broken one)."))
     default_model: str = Field(
         default="smollm2-135m-instruct", min_length=1, max_length=64, description="Installed model the worker uses."
     )
@@ -255,6 +262,21 @@ class Settings(BaseSettings):
         defaults. An unknown or forbidden key in config.toml raises `SettingsFileError` naming the file and line."""
         super().__init__(**values)
         self._arguments = frozenset(k for k in values if not k.startswith("_"))
+
+    @field_validator("plugins_load", "plugins_skip", mode="before")
+    @classmethod
+    def _plugin_names(cls, value: object) -> object:
+        """A list of plugin names (config.toml) or a comma-separated string (the environment), as one string of
+        names each matching [A-Za-z0-9_.-]+."""
+        if isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
+        if isinstance(value, str):
+            names = [n.strip() for n in value.split(",") if n.strip()]
+            bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", n)]
+            if bad:
+                raise ValueError(f"{bad[0]!r} is not a plugin name: give entry-point names separated by commas")
+            return ",".join(names)
+        return value
 
     @field_validator("home", mode="before")
     @classmethod

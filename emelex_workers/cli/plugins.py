@@ -27,8 +27,10 @@ def plugins_list(ctx: typer.Context, as_json: JsonFlag = False) -> None:
             "distillers": sorted(k for k, r in dists.items() if r.plugin == name),
             "binds_models": any(i.plugin_name == name for i in hook_order(pm, "model_binding")),
         })
+    skipped = [{"name": name, "distribution": info.distribution, "version": info.version, "module": info.module,
+                "reason": reason} for name, (info, reason) in sorted(pm.skipped.items())]
     if as_json:
-        echo_json("listed", {"autoload": settings.plugins_autoload, "plugins": rows})
+        echo_json("listed", {"autoload": settings.plugins_autoload, "plugins": rows, "skipped": skipped})
         return
     for r in rows:
         origin = f"{r['distribution']} {r['version']}".strip()
@@ -37,5 +39,7 @@ def plugins_list(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         typer.echo(f"    hooks: {', '.join(r['hooks']) or '-'}")
         typer.echo(f"    summarizers: {', '.join(r['summarizers']) or '-'}")
         typer.echo(f"    distillers: {', '.join(r['distillers']) or '-'}")
+    for s in skipped:
+        typer.echo(f"{s['name']}  from {s['distribution']} {s['version']}  [{s['module']}]  not loaded: {s['reason']}")
     if not rows:
         typer.echo("no plugins loaded")
