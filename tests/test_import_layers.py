@@ -27,7 +27,9 @@ WORKER_FLOORS = {
     "worker": {"host", "models", "faithfulness"},
     "agent": {"host"},
     "interop": set(),  # other agents' histories, the export file and the MCP server: over the core only
-    "cli": {"host", "models", "faithfulness", "worker", "agent", "interop"},
+    "plugin_template": set(),  # the files `emelex plugins new` copies
+    "plugin_testing": {"host", "worker", "agent"},  # runs a plugin the way the worker and the agent do
+    "cli": {"host", "models", "faithfulness", "worker", "agent", "interop", "plugin_template"},
     "demo": {"cli"},
 }
 # what a built-in plugin may import of the two packages: their public APIs

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
 from ..host.manager import distillers, get_plugin_manager, hook_order, summarizers
@@ -43,3 +46,16 @@ def plugins_list(ctx: typer.Context, as_json: JsonFlag = False) -> None:
         typer.echo(f"{s['name']}  from {s['distribution']} {s['version']}  [{s['module']}]  not loaded: {s['reason']}")
     if not rows:
         typer.echo("no plugins loaded")
+
+
+@plugins_app.command("new")
+def plugins_new(
+    name: Annotated[str, typer.Argument(help="The plugin's name: its entry point, summarizer and distiller.")],
+    directory: Annotated[Path, typer.Option("--directory", "-d", help="Where to create the package's folder.")] = Path("."),
+) -> None:
+    """Create a plugin package from the template: a summarizer, a distiller and a tool, with tests."""
+    from ..plugin_template import new_plugin
+
+    target = new_plugin(name, directory)
+    typer.echo(f"created {target}: a summarizer, a distiller and a tool named {name!r}, with tests")
+    typer.echo(f"next: cd {target} && pip install -e . && python -m pytest tests && emelex plugins list")
