@@ -443,8 +443,9 @@ def recall_line(context: tuple[dict, ...]) -> str:
 
 
 def memory_text(snapshot: SessionSnapshot, context: tuple[dict, ...]) -> str:
-    """What `/memory` prints: the notes the Session recalled, each with its key, version and source (Session ID
-    prefix, turn and seqs), or why there are none."""
+    """What `/memory` prints: the notes the Session recalled, each Knowledge note with its key, version and source
+    (Session ID prefix, turn and seqs), each transcript turn with its Session, date and event, or why there are
+    none."""
     if RECALL_SOURCE not in snapshot.context:
         return "this Session was started with --no-recall: it recalls no notes and has no memory tools"
     notes = recalled_notes(context)
@@ -453,6 +454,11 @@ def memory_text(snapshot: SessionSnapshot, context: tuple[dict, ...]) -> str:
     lines = [f"{len(notes)} note{'s' if len(notes) != 1 else ''} recalled at the first turn (from earlier "
              "Sessions; they may be outdated):"]
     for note in notes:
+        if note.get("kind") == "session":
+            title = f' "{note["title"]}"' if note.get("title") else ""
+            lines.append(f"  turn {note['turn']} of Session {note['session'][:8]}{title} ({note['date']}, event "
+                         f"{note['seq']}, {note['speaker']})\n    {note['content']}")
+            continue
         source = note["source"]
         origin = "no Session (remembered by hand)" if source is None else \
             f"Session {source['session'][:8]} turn {source['turn']} (events {source['first_seq']}-{source['last_seq']})"
@@ -618,9 +624,12 @@ def _run(settings, workspace: Path, resume: str | None, model: str | None, new_w
         session_id = stored = None
         if resume is not None:
             session_id = store.resolve_session_id(resume)
-            workspace = store.get_session(session_id).validate_workspace(workspace)
+            resumed = store.get_session(session_id)
+            workspace = resumed.validate_workspace(workspace)
+            stored = journal.stored_snapshot(store, session_id)
+            if stored is None and resumed.last_seq:  # it can never resume: say so before any model is needed
+                raise journal.snapshot_missing(store, session_id)
             with ModelManager(settings) as manager:
-                stored = journal.stored_snapshot(store, session_id)
                 if stored is not None:
                     installed = _session_model(manager, session_id, stored.model_reference, model)
                 else:

@@ -50,12 +50,19 @@ def plugins_list(ctx: typer.Context, as_json: JsonFlag = False) -> None:
 
 @plugins_app.command("new")
 def plugins_new(
-    name: Annotated[str, typer.Argument(help="The plugin's name: its entry point, summarizer and distiller.")],
-    directory: Annotated[Path, typer.Option("--directory", "-d", help="Where to create the package's folder.")] = Path("."),
+    name: Annotated[str, typer.Argument(metavar="NAME",
+                                        help="The plugin's name: its entry point, summarizer and distiller.")],
+    directory: Annotated[Path, typer.Option("--directory", "-d", metavar="DIR",
+                                            help="Where to create the package's folder.")] = Path("."),
+    as_json: JsonFlag = False,
 ) -> None:
     """Create a plugin package from the template: a summarizer, a distiller and a tool, with tests."""
     from ..plugin_template import new_plugin
 
     target = new_plugin(name, directory)
+    if as_json:
+        files = sorted(str(p.relative_to(target)) for p in target.rglob("*") if p.is_file())
+        echo_json("created", {"name": name, "directory": str(target), "files": files})
+        return
     typer.echo(f"created {target}: a summarizer, a distiller and a tool named {name!r}, with tests")
     typer.echo(f"next: cd {target} && pip install -e . && python -m pytest tests && emelex plugins list")

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
-from emelex_memory import InstalledModel, Settings
+from emelex_memory import InstalledModel
 
-from .types import Distiller, ModelBinding, ModelCheck, Summarizer
+from ..settings import WorkerSettings
+from .types import Distiller, Embedder, ModelBinding, ModelCheck, Summarizer
 
 if TYPE_CHECKING:
     from .tools import ToolSpec
@@ -56,7 +57,7 @@ def register_tools(register: Callable[[ToolSpec], None]) -> None:
 
 
 @hookspec(firstresult=True)
-def model_binding(model: InstalledModel, settings: Settings, stop: threading.Event) -> ModelBinding | None:
+def model_binding(model: InstalledModel, settings: WorkerSettings, stop: threading.Event) -> ModelBinding | None:
     """Return a `ModelBinding` that runs `model`, or None to pass. The first non-None result wins.
 
     Called once per worker run (and per chat), after Emelex validated the
@@ -72,11 +73,24 @@ def model_binding(model: InstalledModel, settings: Settings, stop: threading.Eve
 
 
 @hookspec(firstresult=True)
-def check_model(model: InstalledModel, settings: Settings) -> ModelCheck | None:
+def check_model(model: InstalledModel, settings: WorkerSettings) -> ModelCheck | None:
     """Try `model` on this machine and return a `ModelCheck`, or None to pass. The first non-None result wins.
 
     `emelex memory doctor` calls it for the worker's default model. It may
     take seconds (the built-in llama.cpp plugin generates a few tokens in a
     child process) and reports what the model does as a failed check, never
     as an exception.
+    """
+
+
+@hookspec(firstresult=True)
+def embedder(settings: WorkerSettings) -> Embedder | None:
+    """Return the `Embedder` the `embedder` setting names, or None to pass. The first non-None result wins.
+
+    Called when the worker embeds what the search index holds and when a
+    search embeds its query, only with the `embedder` setting set. Return
+    quickly: load the model lazily, on the first `embed`. The built-in
+    plugins answer for "llamacpp" (a local GGUF embedding model,
+    `embedding_model` its path) and "openai" (a served `/v1/embeddings`
+    endpoint at `embedding_url`, `embedding_model` its model name).
     """

@@ -30,11 +30,11 @@ from emelex_memory import (
     PluginError,
     PluginHookError,
     PluginLoadError,
-    Settings,
     UnknownPluginComponentError,
 )
 from emelex_memory.queue.runner import describe
 
+from ..settings import WorkerSettings
 from . import hookspecs
 from .types import Distiller, ModelBinding, ModelCheck, Summarizer
 
@@ -118,7 +118,7 @@ def plugin_names(value: str | None) -> list[str] | None:
     return None if value is None else [n for n in value.split(",") if n]
 
 
-def get_plugin_manager(settings: Settings) -> EmelexPluginManager:
+def get_plugin_manager(settings: WorkerSettings) -> EmelexPluginManager:
     """A plugin manager with the hookspecs, the `emelex` entry-point plugins (when `plugins_autoload`; only those
     `plugins_load` names when it is set; never those `plugins_skip` names) and the built-ins, checked with
     `check_pending()`. With `plugins_trace` every plugin call is written to stderr (`Tracer`).
@@ -384,7 +384,7 @@ def is_model_binding(obj: object) -> bool:
     return all(inspect.getattr_static(obj, name, None) is not None for name in BINDING_MEMBERS)
 
 
-def check_model(pm: EmelexPluginManager, model: InstalledModel, settings: Settings) -> ModelCheck | None:
+def check_model(pm: EmelexPluginManager, model: InstalledModel, settings: WorkerSettings) -> ModelCheck | None:
     """Ask plugins, first come first served, to try `model` here (the `check_model` hook); None when none answers.
 
     Raises `PluginHookError` when one fails or answers with something that is not a `ModelCheck`.
@@ -400,7 +400,7 @@ def check_model(pm: EmelexPluginManager, model: InstalledModel, settings: Settin
     return None
 
 
-def bind_model(pm: EmelexPluginManager, model: InstalledModel, settings: Settings,
+def bind_model(pm: EmelexPluginManager, model: InstalledModel, settings: WorkerSettings,
                stop: threading.Event | None = None) -> tuple[str, ModelBinding]:
     """Ask plugins, first come first served, for a binding of `model`; return (plugin name, binding). `stop` is the
     event the binding checks while it loads and runs the model (see the hook; default: one never set).

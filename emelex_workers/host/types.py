@@ -7,14 +7,17 @@ see docs/plugins.md for a complete example.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Protocol
 
-from emelex_memory import DistillationInput, Event, InstalledModel, Job, KnowledgeCandidate, Settings
+from emelex_memory import DistillationInput, Event, InstalledModel, Job, KnowledgeCandidate
+
+from ..settings import WorkerSettings
 
 __all__ = [
     "DEFAULT_SEED", "RETRY_TEMPERATURE", "SAID_KINDS", "AgentBinding", "Completion", "DistillRequest", "Distiller",
+    "Embedder",
     "GenerationInterrupted", "GenerationProgress", "ModelBinding", "ModelCheck", "Summarizer", "SummaryRequest",
     "event_body", "event_text",
 ]
@@ -163,7 +166,7 @@ class SummaryRequest:
     budget_tokens: int
     model: ModelBinding
     attempt: int = 0
-    settings: Settings | None = None
+    settings: WorkerSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,7 @@ class DistillRequest:
     max_candidates: int
     model: ModelBinding
     attempt: int = 0
-    settings: Settings | None = None
+    settings: WorkerSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -225,6 +228,17 @@ class Distiller:
     needs_model: bool = True
     mode: str = ""
     max_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Embedder:
+    """An embedder: `embed(texts)` returns one vector (a sequence of floats, all of one length) per text, in order;
+    `model` names the model, and vectors of different models are kept apart. Exceptions count as a failed
+    embedding pass (nothing stored); `close()`, if given, frees the model."""
+
+    model: str
+    embed: Callable[[list[str]], Sequence[Sequence[float]]]
+    close: Callable[[], None] | None = None
 
 
 def event_text(event: Event) -> str:

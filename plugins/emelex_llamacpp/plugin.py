@@ -14,7 +14,8 @@ import os
 import threading
 from pathlib import Path
 
-from emelex_memory import GGUF_MAGIC, InstalledModel, KnowledgeCandidate, Settings
+from emelex_memory import GGUF_MAGIC, InstalledModel, KnowledgeCandidate
+from emelex_workers.plugin_api import WorkerSettings
 from emelex_workers.hookspecs import hookimpl
 from emelex_workers.plugin_api import (
     Distiller,
@@ -56,7 +57,7 @@ def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
 
 
 @hookimpl
-def model_binding(model: InstalledModel, settings: Settings, stop: threading.Event) -> LlamaBinding | None:
+def model_binding(model: InstalledModel, settings: WorkerSettings, stop: threading.Event) -> LlamaBinding | None:
     """Bind any GGUF model (checked by its magic bytes); pass on anything else (a served model has no file). The
     threads are `model_threads`, or chosen now from the usable, idle cores (`plugin_api.model_threads`); `stop`
     stops the model's loading and its work (see `LlamaEngine`)."""
@@ -92,3 +93,13 @@ def register_summarizers(register) -> None:
 def register_distillers(register) -> None:
     """The "llamacpp" distiller, declaring its worked examples."""
     register(Distiller(NAME, distill, examples=prompts.EXAMPLES))
+
+
+@hookimpl
+def embedder(settings: WorkerSettings):
+    """The "llamacpp" embedder (a local GGUF model, see `embedding.py`) when the `embedder` setting names it."""
+    if settings.embedder != NAME:
+        return None
+    from .embedding import llama_embedder
+
+    return llama_embedder(settings)

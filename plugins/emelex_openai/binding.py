@@ -48,9 +48,9 @@ from emelex_memory import (
     InstalledModel,
     ModelServerError,
     ModelServerReplyError,
-    Settings,
     UnconstrainedServerError,
 )
+from emelex_workers.plugin_api import WorkerSettings
 from emelex_workers.plugin_api import (
     DEFAULT_SEED,
     RETRY_TEMPERATURE,
@@ -97,7 +97,8 @@ class ServedBinding:
     must not overlap (the worker and the agent run one at a time).
     """
 
-    def __init__(self, model: InstalledModel, settings: Settings, *, stop: threading.Event | None = None) -> None:
+    def __init__(self, model: InstalledModel, settings: WorkerSettings, *,
+                 stop: threading.Event | None = None) -> None:
         """Bind the served `model` with the `served_*` settings (timeouts, retries); nothing is contacted yet. Once
         `stop` is set, a reply being read stops (`GenerationInterrupted`)."""
         if model.server is None:

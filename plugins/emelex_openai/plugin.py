@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 
-from emelex_memory import InstalledModel, Settings
+from emelex_memory import InstalledModel
+from emelex_workers.plugin_api import WorkerSettings
 from emelex_workers.hookspecs import hookimpl
 
 from .binding import ServedBinding
@@ -21,8 +22,19 @@ __all__ = ["NAME", "ServedBinding", "model_binding"]
 
 
 @hookimpl
-def model_binding(model: InstalledModel, settings: Settings, stop: threading.Event) -> ServedBinding | None:
+def model_binding(model: InstalledModel, settings: WorkerSettings, stop: threading.Event) -> ServedBinding | None:
     """Bind a served model (its requests stop once `stop` is set); pass on anything else."""
     if model.kind != "served" or model.server is None:
         return None
     return ServedBinding(model, settings, stop=stop)
+
+
+@hookimpl
+def embedder(settings: WorkerSettings):
+    """The "openai" embedder (a served /v1/embeddings endpoint, see `embedding.py`) when the `embedder` setting
+    names it."""
+    if settings.embedder != NAME:
+        return None
+    from .embedding import served_embedder
+
+    return served_embedder(settings)

@@ -20,8 +20,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from emelex_memory import ServedEndpoint, Settings
+from emelex_memory import ServedEndpoint
 from emelex_workers.models import ModelManager
+from emelex_workers.settings import WorkerSettings
 
 SERVER_START_S = 120.0  # the longest wait for llama-cpp-python's server to answer
 ALIAS = "smollm2-served"
@@ -36,14 +37,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def llama_server(model_path: Path, *, n_ctx: int = 2048) -> Iterator[str]:
-    """`python -m llama_cpp.server` serving `model_path` as `ALIAS` on a free loopback port; yields its base URL.
-    Waits at most `SERVER_START_S` for it to answer; terminates it (then kills it) on leaving."""
+def llama_server(model_path: Path, *, n_ctx: int = 2048, embedding: bool = False) -> Iterator[str]:
+    """`python -m llama_cpp.server` serving `model_path` as `ALIAS` on a free loopback port (with `embedding`, its
+    `/v1/embeddings` too); yields its base URL. Waits at most `SERVER_START_S` for it to answer; terminates it (then
+    kills it) on leaving."""
     port = free_port()
     log = tempfile.TemporaryFile()  # not a pipe: the server logs a lot, and a full pipe would stall it
     proc = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--model_alias", ALIAS,
-         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", "2"],
+         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", "2",
+         *(["--embedding", "true"] if embedding else [])],
         stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -70,7 +73,7 @@ def llama_server(model_path: Path, *, n_ctx: int = 2048) -> Iterator[str]:
         log.close()
 
 
-def add_served(settings: Settings, name: str, url: str, model_id: str = ALIAS, **options: Any):
+def add_served(settings: WorkerSettings, name: str, url: str, model_id: str = ALIAS, **options: Any):
     """Record `model_id` at `url` as served model `name` (no server check); return the `InstalledModel`."""
     endpoint = ServedEndpoint(url, model_id, options.pop("api_key_env", None), options.pop("allow_insecure", False),
                               options.pop("context_window", 2048))

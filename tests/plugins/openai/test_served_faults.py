@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import MemoryStore, ModelServerError, ModelServerReplyError, Settings, SnapshotMismatchError
+from emelex_memory import MemoryStore, ModelServerError, ModelServerReplyError, SnapshotMismatchError
+from emelex_workers.settings import WorkerSettings
 from emelex_workers.agent import protocol
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.session import RUNAWAY_WINDOW
@@ -34,8 +35,8 @@ HI = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture
-def fast(home: Path) -> Settings:
-    return Settings(home=home, plugins_autoload=False, served_read_timeout_s=5.0, served_connect_timeout_s=1.0,
+def fast(home: Path) -> WorkerSettings:
+    return WorkerSettings(home=home, plugins_autoload=False, served_read_timeout_s=5.0, served_connect_timeout_s=1.0,
                     served_retries=2, served_request_timeout_s=60.0)
 
 
@@ -45,11 +46,11 @@ def server():
         yield s
 
 
-def bound(settings: Settings, model, stop: threading.Event | None = None):
+def bound(settings: WorkerSettings, model, stop: threading.Event | None = None):
     return bind_model(get_plugin_manager(settings), model, settings, stop=stop)[1]
 
 
-def test_a_changed_server_is_refused_naming_old_and_new_of_every_changed_field(fast: Settings,
+def test_a_changed_server_is_refused_naming_old_and_new_of_every_changed_field(fast: WorkerSettings,
                                                                                workspace: Path) -> None:
     from tests.support.agent_crash_child import tools_of
 
@@ -82,7 +83,7 @@ def test_a_changed_server_is_refused_naming_old_and_new_of_every_changed_field(f
     assert "None" not in message and "install" not in message  # nothing a served model cannot do
 
 
-def test_a_reply_that_never_ends_stops_at_the_token_limit(fast: Settings, server: ScriptedServer) -> None:
+def test_a_reply_that_never_ends_stops_at_the_token_limit(fast: WorkerSettings, server: ScriptedServer) -> None:
     binding = bound(fast, add_served(fast, "m", server.url, "scripted"))
     binding.constraint()
     server.fail("/v1/chat/completions", ("endless", 16))
@@ -91,7 +92,7 @@ def test_a_reply_that_never_ends_stops_at_the_token_limit(fast: Settings, server
     assert len(pieces) == 64 and text == "".join(pieces)  # the server ignored max_tokens: it is read no further
 
 
-def test_a_reply_of_huge_pieces_stops_at_the_reply_cap(fast: Settings, server: ScriptedServer) -> None:
+def test_a_reply_of_huge_pieces_stops_at_the_reply_cap(fast: WorkerSettings, server: ScriptedServer) -> None:
     binding = bound(fast, add_served(fast, "m", server.url, "scripted"))
     binding.constraint()
     server.fail("/v1/chat/completions", ("endless", 512 * 1024))  # 512 KiB per piece: the cap comes first
@@ -120,7 +121,7 @@ def test_a_rounds_string_is_read_once_however_long_it_gets(monkeypatch) -> None:
     (("whole",), 'with a whole JSON reply, not a stream of events (it ignored "stream": true)'),
     (("garbage",), "with an HTML page ('<html>not json</html>'...), not a stream of events; check the URL"),
 ])
-def test_a_reply_that_is_no_stream_is_named_with_the_url(fast: Settings, server: ScriptedServer, fault, said) -> None:
+def test_a_reply_that_is_no_stream_is_named_with_the_url(fast: WorkerSettings, server: ScriptedServer, fault, said) -> None:
     binding = bound(fast, add_served(fast, "m", server.url, "scripted"))
     binding.constraint()
     server.fail("/v1/chat/completions", fault)
@@ -130,7 +131,7 @@ def test_a_reply_that_is_no_stream_is_named_with_the_url(fast: Settings, server:
     assert "no [DONE]" not in str(error.value)
 
 
-def test_retry_after_is_waited_out(fast: Settings, server: ScriptedServer) -> None:
+def test_retry_after_is_waited_out(fast: WorkerSettings, server: ScriptedServer) -> None:
     """The server refuses every request for 2 s, saying so in Retry-After; two quick retries (0.25 s, 0.5 s) would
     both come too soon, waiting what it asked does not."""
     binding = bound(fast, add_served(fast, "m", server.url, "scripted"))
@@ -140,7 +141,7 @@ def test_retry_after_is_waited_out(fast: Settings, server: ScriptedServer) -> No
     assert [r[1] for r in server.requests].count("/v1/chat/completions") <= 1 + 2 + 1  # probe, 429s, the answer
 
 
-def test_a_retry_after_longer_than_emelex_waits_fails_at_once_saying_so(fast: Settings, server) -> None:
+def test_a_retry_after_longer_than_emelex_waits_fails_at_once_saying_so(fast: WorkerSettings, server) -> None:
     binding = bound(fast, add_served(fast, "m", server.url, "scripted"))
     binding.constraint()
     server.fail("/v1/chat/completions", ("ratelimit", 3600))
@@ -148,7 +149,7 @@ def test_a_retry_after_longer_than_emelex_waits_fails_at_once_saying_so(fast: Se
         binding.chat(HI, max_tokens=8, json_schema=SCHEMA)
 
 
-def test_a_reply_from_another_listed_model_or_a_model_that_changed_is_refused(fast: Settings, server) -> None:
+def test_a_reply_from_another_listed_model_or_a_model_that_changed_is_refused(fast: WorkerSettings, server) -> None:
     server.also_lists = ["fallback-model"]
     binding = bound(fast, add_served(fast, "m", server.url, "scripted"))
     binding.constraint()

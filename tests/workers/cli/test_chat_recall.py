@@ -4,12 +4,15 @@ Session (resumed too) has neither the notes nor the memory tools. Real subproces
 
 from __future__ import annotations
 
+import datetime as dt
+
 import re
 
 from pathlib import Path
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_memory.agent import journal
+from emelex_workers.settings import WorkerSettings
 
 from ...support.agent import answer
 from .test_chat_cli import chat, env, events  # noqa: F401 - env is a fixture
@@ -18,13 +21,13 @@ __all__ = ["env"]
 
 
 def session_of(home: Path):
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         (session,) = store.list_sessions().sessions
         return session.id, journal.stored_snapshot(store, session.id)
 
 
 def knowledge(home: Path, workspace: Path, *entries: tuple[str, str], pin: str | None = None) -> None:
-    with MemoryStore.open(Settings(home=home), create=True) as store:
+    with MemoryStore.open(WorkerSettings(home=home), create=True) as store:
         for key, content in entries:
             store.remember(workspace, key, content)
         if pin:
@@ -58,7 +61,7 @@ def test_a_resumed_chat_shows_the_notes_it_recalled_whatever_knowledge_holds_now
     first = chat(env, workspace, "how do we deploy?\n/exit\n", [answer("ok")], tmp_path / "effects")
     assert first.returncode == 0, first.stderr
     session, _ = session_of(home)
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         store.remember(workspace, "deploy", "We deploy with the pipeline now")
     resumed = chat(env, workspace, "/memory\nand now?\n/exit\n", [answer("fine")], tmp_path / "effects",
                    "--resume", session)
@@ -94,3 +97,21 @@ def test_a_new_chat_with_nothing_to_recall_says_so_and_records_nothing(env, home
     assert "[no notes recalled from earlier Sessions]" in out.stdout
     assert "this Session recalled no notes" in out.stdout
     assert [k for k, _ in events(home)] == ["context", "user", "assistant", "audit"]  # the workspace map only
+
+
+def test_a_new_chat_recalls_a_past_turn_with_its_date_and_memory_lists_it(env, home, workspace, tmp_path) -> None:
+    first = chat(env, workspace, "note that the ferry to the island leaves at nine\n/exit\n", [answer("noted")],
+                 tmp_path / "first")
+    assert first.returncode == 0, first.stderr
+    earlier, _ = session_of(home)
+    out = chat(env, workspace, "when does the ferry to the island leave?\n/memory\n/exit\n", [answer("at nine")],
+               tmp_path / "second")
+    assert out.returncode == 0, out.stderr
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    assert re.search(rf"  turn 1 of Session {earlier[:8]} \({today}, event \d+, user\)\n"
+                     r"    note that the ferry to the island leaves at nine\n", out.stdout), out.stdout
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
+        newest = store.list_sessions().sessions[0].id
+        (note,) = [e.payload for e in store.replay(newest).events if e.kind == "context"
+                   and e.payload["source"] == "recall"]
+    assert f"- [{today}] user: note that the ferry to the island leaves at nine" in note["text"]

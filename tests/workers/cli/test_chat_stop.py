@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from emelex_memory import MemoryStore, Settings
+from emelex_workers.settings import WorkerSettings
 from emelex_workers.models import ModelManager
 from tests.support.models import remember_probe_pass, require_default_model
 from tests.support.terminal import Terminal, mapped
@@ -28,7 +29,7 @@ LONG = " ".join(f"Line {n}: the exporter writes batch {n} to notes/{n}.md after 
 
 @pytest.fixture
 def chat_env(home: Path) -> dict[str, str]:
-    settings = Settings(home=home, plugins_autoload=False)
+    settings = WorkerSettings(home=home, plugins_autoload=False)
     with ModelManager(settings) as manager:
         model = manager.install_default(link=True)
     remember_probe_pass(home, model)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_workers.models import ModelManager
+from emelex_workers.settings import WorkerSettings
 
 from ...support.plugins import fake_model_file, fake_plugin_distribution
 from .test_work import FAKE_SETTINGS, seed
@@ -27,7 +28,7 @@ def proc_env(tmp_path: Path, home: Path) -> dict[str, str]:
     site = fake_plugin_distribution(tmp_path / "site")
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMELEX_")}
     env.update(FAKE_SETTINGS, EMELEX_HOME=str(home), PYTHONPATH=os.pathsep.join([str(site), env.get("PYTHONPATH", "")]))
-    with ModelManager(Settings(home=home, default_model="fake")) as manager:
+    with ModelManager(WorkerSettings(home=home, default_model="fake")) as manager:
         manager.install(fake_model_file(tmp_path / "files"), name="fake")
     return env
 
@@ -44,7 +45,7 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
 def test_a_signal_during_a_job_releases_it_without_consuming_an_attempt(
     signum: int, proc_env: dict, home: Path, workspace: Path, tmp_path: Path
 ) -> None:
-    settings = Settings(home=home)
+    settings = WorkerSettings(home=home)
     with MemoryStore.open(settings) as store:
         seed(store, workspace)
     started = tmp_path / "started"
@@ -67,7 +68,7 @@ def test_a_signal_during_a_job_releases_it_without_consuming_an_attempt(
 def test_two_worker_processes_drain_one_queue_with_no_job_run_twice(
     proc_env: dict, home: Path, workspace: Path, tmp_path: Path
 ) -> None:
-    settings = Settings(home=home)
+    settings = WorkerSettings(home=home)
     with MemoryStore.open(settings) as store:
         for _ in range(12):
             seed(store, workspace, turns=6)
@@ -96,7 +97,7 @@ def test_two_worker_processes_drain_one_queue_with_no_job_run_twice(
 def test_a_second_signal_ends_the_worker_at_once_releasing_the_job(
     proc_env: dict, home: Path, workspace: Path
 ) -> None:
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         seed(store, workspace, distill=False)
     # a binding that neither checks the stop nor reports progress: the first signal waits for its call to return
     proc_env["EMELEX_FAKE_PLUGIN"] = json.dumps({"legacy": True, "chat": 64, "delay": 1.0})
@@ -116,7 +117,7 @@ def test_a_second_signal_ends_the_worker_at_once_releasing_the_job(
     out, err = proc.communicate(timeout=30)  # at once: the model call had about a minute left
     assert proc.returncode == 143 and "Traceback" not in err, err
     assert f"stopped at once (SIGTERM): job {job_id} released" in err
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         job = store.get_job(job_id)
     assert job.state == "pending" and job.attempts == 0
     assert job.diagnostics[-1].message == "worker stopped at once by a second SIGTERM; no attempt consumed"
