@@ -73,6 +73,7 @@ class EmelexPluginManager(pluggy.PluginManager):
         self.plugin_info: dict[str, PluginInfo] = {}
         self.skipped: dict[str, tuple[PluginInfo, str]] = {}
         self.tracer: Tracer | None = None
+        self.settings: WorkerSettings | None = None  # what the registration hooks are given
 
     def add_plugin(self, plugin: object, info: PluginInfo) -> None:
         """Register `plugin` under `info.name`, or raise `PluginLoadError` naming it and its distribution."""
@@ -126,6 +127,7 @@ def get_plugin_manager(settings: WorkerSettings) -> EmelexPluginManager:
     Raises `PluginLoadError` naming a plugin that fails to load, and `UnknownPluginComponentError` when
     `plugins_load` names a plugin no installed distribution provides."""
     pm = EmelexPluginManager()
+    pm.settings = settings
     pm.add_hookspecs(hookspecs)
     if settings.plugins_trace:
         pm.tracer = Tracer(pm)
@@ -338,7 +340,7 @@ def _collect(pm: EmelexPluginManager, hook: str, kind: type) -> dict[str, Regist
                 )
             found[component.name] = Registered(plugin, component)
 
-        call_one(pm, hook, impl, register=register)
+        call_one(pm, hook, impl, register=register, settings=pm.settings)
     return found
 
 

@@ -153,29 +153,30 @@ def distill_request(items: Transcript, *, knowledge: Iterable[KnowledgeEntry] = 
     return DistillRequest(made, data, max_candidates, model if model is not None else TestModel(), attempt, settings)
 
 
-def _manager(plugin: object, name: str) -> EmelexPluginManager:
+def _manager(plugin: object, name: str, settings: Any = None) -> EmelexPluginManager:
     """A plugin manager holding only `plugin` (a module or object with hook implementations), checked as the
-    host checks an installed one."""
+    host checks an installed one; its registration hooks get `settings`."""
     pm = EmelexPluginManager()
+    pm.settings = settings
     pm.add_hookspecs(hookspecs)
     pm.add_plugin(plugin, PluginInfo(name, "the plugin under test", "", getattr(plugin, "__name__", ""), False))
     pm.check_pending()
     return pm
 
 
-def summarizer(plugin: object, name: str) -> Summarizer:
-    """The summarizer `name` that `plugin`'s `register_summarizers` registers (through the host, with its checks);
-    `UnknownPluginComponentError` when it registers none of that name."""
+def summarizer(plugin: object, name: str, settings: Any = None) -> Summarizer:
+    """The summarizer `name` that `plugin`'s `register_summarizers` registers (given `settings`; through the host,
+    with its checks); `UnknownPluginComponentError` when it registers none of that name."""
     from ..host.manager import choose
 
-    return choose(summarizers(_manager(plugin, "plugin-under-test")), name, "summarizer").component
+    return choose(summarizers(_manager(plugin, "plugin-under-test", settings)), name, "summarizer").component
 
 
-def distiller(plugin: object, name: str) -> Distiller:
+def distiller(plugin: object, name: str, settings: Any = None) -> Distiller:
     """The distiller `name` that `plugin`'s `register_distillers` registers, as `summarizer` does."""
     from ..host.manager import choose
 
-    return choose(distillers(_manager(plugin, "plugin-under-test")), name, "distiller").component
+    return choose(distillers(_manager(plugin, "plugin-under-test", settings)), name, "distiller").component
 
 
 def tool(plugin: object, name: str) -> ToolSpec:

@@ -264,7 +264,7 @@ def test_tracing_writes_each_hook_call_to_stderr(fake_dist: Path, settings: Work
     summarizers(pm)
     lines = [line for line in capsys.readouterr().err.splitlines() if "register_summarizers" in line]
     called = lines.index("emelex-trace: hook register_summarizers -> plugin 'fake' (emelex-fakeplugin 1.2.3): "
-                         "(register=<function register>)")
+                         "(register=<function register>, settings=<WorkerSettings>)")
     assert re.fullmatch(r"emelex-trace: hook register_summarizers <- plugin 'fake' \(emelex-fakeplugin 1\.2\.3\): "
                         r"returned None in \d+\.\d ms", lines[called + 1])
     assert any("plugin 'llamacpp' (emelex-memory" in line for line in lines)
