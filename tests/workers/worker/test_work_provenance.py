@@ -72,3 +72,19 @@ def test_an_altered_producer_fails_the_summary_s_verification(env: WorkerSetting
 def test_a_version_written_by_hand_names_no_producer(env: WorkerSettings, workspace: Path) -> None:
     with MemoryStore.open(env) as store:
         assert store.remember(workspace, "k", "a fact the user typed", confidence=1.0).producer is None
+
+
+def test_tracing_names_the_summarizer_and_distiller_calls(env: WorkerSettings, workspace: Path, capsys) -> None:
+    with MemoryStore.open(env) as store:
+        seed(store, workspace)
+        capsys.readouterr()
+        work(store, WorkerSettings(plugins_trace=True))
+    err = capsys.readouterr().err.splitlines()
+    calls = [line for line in err if line.startswith("emelex-trace: summarizer 'fake'")]
+    assert calls[0].startswith("emelex-trace: summarizer 'fake' -> plugin 'fake' (emelex-fakeplugin 1.2.3): "
+                               "(request=SummaryRequest(job=<compaction job ")
+    assert "events=<8 items>, budget_tokens=" in calls[0] and "attempt=0" in calls[0]
+    assert calls[1].startswith("emelex-trace: summarizer 'fake' <- plugin 'fake' (emelex-fakeplugin 1.2.3): "
+                               "returned 'Summary of the events")
+    assert any(line.startswith("emelex-trace: distiller 'fake' -> plugin 'fake' (emelex-fakeplugin 1.2.3): "
+                               "(request=DistillRequest(job=<distill job ") for line in err)
