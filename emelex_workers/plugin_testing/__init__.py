@@ -192,11 +192,13 @@ def tool(plugin: object, name: str) -> ToolSpec:
 @dataclass(frozen=True)
 class SummaryRun:
     """What the worker would make of a summarizer's output: `text`, the Summary it would append (after the
-    guards), `raw`, what the summarizer returned, and `model_calls`, how many times it called the model."""
+    guards), `raw`, what the summarizer returned, `model_calls`, how many times it called the model, and `cuts`,
+    what the guards took out (as the job's result counts it: `cut_unsupported`, ...; only nonzero counts)."""
 
     text: str
     raw: str
     model_calls: int
+    cuts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -241,9 +243,9 @@ def run_summarizer(component: Summarizer, items: Transcript, *, budget_tokens: i
     binding = _Counting(inner)
     request = summary_request(items, budget_tokens=budget_tokens, model=binding, attempt=attempt, settings=settings)
     raw = component.summarize(request)
-    text = checked_summary(raw, named=named, budget=budget_tokens, count=binding.count_tokens, job=request.job,
+    text, cuts = checked_summary(raw, named=named, budget=budget_tokens, count=binding.count_tokens, job=request.job,
                            events=request.events, examples=component.examples, model_called=binding.calls > 0)
-    return SummaryRun(text, raw, binding.calls)
+    return SummaryRun(text, raw, binding.calls, cuts)
 
 
 def run_distiller(component: Distiller, items: Transcript, *, knowledge: Iterable[KnowledgeEntry] = (),

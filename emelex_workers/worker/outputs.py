@@ -17,7 +17,7 @@ from typing import Any
 
 from emelex_memory import DistillationResult, Event, InstalledModel, Job, PermanentJobError, PluginHookError
 
-from ..faithfulness.guards import guard_candidates, guard_summary
+from ..faithfulness.guards import guard_candidates, guarded_summary, summary_cuts
 
 BYTES_PER_TOKEN = 4  # the estimate of a model-free run, as for a source whose tokens were not counted
 
@@ -28,16 +28,18 @@ def component_name(kind: str, name: str, plugin: str) -> str:
 
 
 def checked_summary(text: object, *, named: str, budget: int, count: Callable[[str], int], job: Job,
-                    events: Sequence[Event], examples: Sequence[str], model_called: bool) -> str:
+                    events: Sequence[Event], examples: Sequence[str], model_called: bool) -> tuple[str, dict[str, int]]:
     """The Summary `text` a summarizer (`named`) returned, checked and guarded: `PluginHookError` when it is not a
-    non-blank `str` or is over `budget` tokens (`count`), else what `guard_summary` keeps (or its typed error)."""
+    non-blank `str` or is over `budget` tokens (`count`), else what the faithfulness guards keep (or their typed
+    error) and what they cut (`summary_cuts`)."""
     if not isinstance(text, str):
         raise PluginHookError(f"{named} returned a {type(text).__name__}, not the Summary text (a str)")
     if not text.strip():
         raise PluginHookError(f"{named} returned no text")
     if count(text) > budget:
         raise PluginHookError(f"{named} exceeded the Summary budget of {budget} tokens")
-    return guard_summary(text, job=job, events=events, examples=examples, model_called=model_called)
+    check = guarded_summary(text, job=job, events=events, examples=examples, model_called=model_called)
+    return check.text, summary_cuts(check)
 
 
 def read_proposals(proposals: Any) -> Any:

@@ -289,12 +289,12 @@ class Worker:
         calls = binding.cost.model_calls
         text = self._plugin_call(self._summarizer, component.summarize, request)
         called = binding.cost.model_calls > calls  # a rule-based summarizer's Summary names no model
-        text = checked_summary(text, named=self._named(job), budget=budget,
+        text, cuts = checked_summary(text, named=self._named(job), budget=budget,
                                count=lambda t: count_text(binding, plugin, t), job=job, events=events,
                                examples=component.examples, model_called=called)
         return self.store.compaction_draft(job, text, model.reference if called and model else None,
                                            context_window=window, count_tokens=count,
-                                           producer=self._producer(self._summarizer))
+                                           producer=self._producer(self._summarizer), cuts=cuts)
 
     def _distill(self, claim: JobClaim, binding: MeteredBinding, plugin: str, window: int) -> Any:
         """A distill job, top to bottom: read its bounded source and the workspace's Knowledge (or split a source too

@@ -88,3 +88,28 @@ def test_tracing_names_the_summarizer_and_distiller_calls(env: WorkerSettings, w
                                "returned 'Summary of the events")
     assert any(line.startswith("emelex-trace: distiller 'fake' -> plugin 'fake' (emelex-fakeplugin 1.2.3): "
                                "(request=DistillRequest(job=<distill job ") for line in err)
+
+
+def test_the_sentences_the_guards_cut_are_counted_in_the_job(env: WorkerSettings, workspace: Path) -> None:
+    from emelex_workers.hookspecs import hookimpl
+    from emelex_workers.host.manager import PluginInfo, get_plugin_manager
+    from emelex_workers.plugin_api import Summarizer
+    from emelex_workers.worker.work import Worker
+
+    class Inventing:
+        @hookimpl
+        def register_summarizers(self, register):
+            register(Summarizer("inventing", lambda request: (
+                "The user asked question 0? The answer 0 is 0. The answer 1 is 1. The answer 2 is 4. "
+                "Zorblax deployed Kubernetes to Jupiter."), needs_model=False))
+
+    pm = get_plugin_manager(env)
+    pm.add_plugin(Inventing(), PluginInfo("inventing", "emelex-inventing", "0.1", "test", False))
+    with MemoryStore.open(env) as store:
+        seed(store, workspace, distill=False)
+        report = Worker(store, WorkerSettings(summarizer="inventing"), pm=pm, kinds=("compaction",)).run()
+        job = jobs(store)["compaction"]
+    assert job.state == "done" and job.result.get("cut_invented", 0) + job.result.get("cut_unsupported", 0) == 1
+    assert report.jobs[0].detail == "completed; 1 sentence cut by the faithfulness guards"
+    assert "completed; 1 sentence cut by the faithfulness guards" in CliRunner().invoke(
+        app, ["memory", "jobs", "list"]).output
