@@ -33,6 +33,7 @@ WORKER_FLOORS = {
     "plugin_testing": {"host", "worker", "agent"},  # runs a plugin the way the worker and the agent do
     "cli": {"host", "models", "faithfulness", "worker", "agent", "interop", "settings", "plugin_template"},
     "demo": {"cli", "settings"},
+    "console": {"cli"},  # the `emelex` console script, which nothing imports
 }
 # what a built-in plugin may import of the two packages: their public APIs
 PUBLIC = {"emelex_memory", "emelex_workers.plugin_api", "emelex_workers.hookspecs", "emelex_workers.faithfulness"}
