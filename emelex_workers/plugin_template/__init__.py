@@ -9,6 +9,8 @@ writes them.
 from __future__ import annotations
 
 import re
+import shutil
+import tempfile
 from pathlib import Path
 from string import Template
 
@@ -26,18 +28,32 @@ def template_files() -> list[Path]:
 def new_plugin(name: str, parent: Path) -> Path:
     """Write a new plugin package named `name` in `parent/emelex-<name>` and return that folder.
 
-    Raises `InvalidInputError` for a name that is not `[a-z][a-z0-9_]{0,30}` and `StoreExistsError` when the
-    folder exists (nothing is written then)."""
+    Raises `InvalidInputError` for a name that is not `[a-z][a-z0-9_]{0,30}`, for a `parent` that is not an existing
+    folder or cannot be written, and `StoreExistsError` when the package's folder exists. The files are written in a
+    temporary folder beside it, then renamed into place: a failure leaves nothing behind."""
     if not NAME.fullmatch(name):
         raise InvalidInputError(
             f"plugin name {name!r} is not a lowercase identifier of at most 31 characters ([a-z][a-z0-9_]*): it is "
             "the entry-point name, the summarizer's and the distiller's; choose e.g. 'notes'")
+    if not parent.is_dir():
+        raise InvalidInputError(f"{parent} is not an existing folder: create it first, or pass another --directory")
     values = {"name": name, "package": f"emelex_{name}", "distribution": f"emelex-{name.replace('_', '-')}"}
     target = parent / values["distribution"]
     if target.exists():
         raise StoreExistsError(f"{target} already exists: choose another name or folder (--directory), or move it away")
-    for rel in template_files():
-        out = target / str(rel.with_suffix("")).replace("package", values["package"], 1)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(Template((HERE / rel).read_text()).substitute(values))
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=parent))
+        try:
+            for rel in template_files():
+                out = staging / str(rel.with_suffix("")).replace("package", values["package"], 1)
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(Template((HERE / rel).read_text()).substitute(values))
+            staging.chmod(0o755)
+            staging.rename(target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    except OSError as exc:
+        raise InvalidInputError(f"cannot write the plugin package in {parent}: {exc.strerror or exc}; choose a folder "
+                                "you can write to (--directory)") from None
     return target

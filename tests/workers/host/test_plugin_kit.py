@@ -58,6 +58,23 @@ def test_a_bad_plugin_name_is_one_line_and_creates_nothing(cli_home: Path, tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("where", ["missing/deeper", "a-file"])
+def test_a_folder_that_is_not_there_is_one_line_and_creates_nothing(cli_home: Path, tmp_path: Path, where: str) -> None:
+    (tmp_path / "a-file").write_text("x")
+    result = CliRunner().invoke(app, ["plugins", "new", "notes", "--directory", str(tmp_path / where)])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert result.output == f"error: {tmp_path / where} is not an existing folder: create it first, or pass another --directory\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_a_folder_that_cannot_be_written_is_one_line(cli_home: Path) -> None:
+    """/proc refuses new files even to root: the error is one line, never an OSError's traceback."""
+    result = CliRunner().invoke(app, ["plugins", "new", "notes", "--directory", "/proc"])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith("error: cannot write the plugin package in /proc: ")
+    assert result.output.endswith("; choose a folder you can write to (--directory)\n")
+
+
 def test_an_existing_folder_is_left_alone(cli_home: Path, tmp_path: Path) -> None:
     (tmp_path / "emelex-notes").mkdir()
     (tmp_path / "emelex-notes" / "mine.txt").write_text("keep")
