@@ -117,7 +117,7 @@ class GracefulStop:
             return
         self.expired = reason
         self.event.set()
-        if self._interruptible and threading.get_ident() == self._thread:
+        if self._interruptible and self._thread == threading.get_ident():  # plain plugin code: stop it there
             raise JobDeadline(reason)
 
     def _on_alarm(self, _signum: int, _frame: object) -> None:
