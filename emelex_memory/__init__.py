@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # every public name as a reader and a type checker see it; at
     from .compaction.raw_history import RawEvent, RawPage, SummaryRecord
     from .compaction.revert import CompactionReversal
     from .core.private_files import create_private_file, ensure_private_dir, write_all
+    from .core.producer import describe_producer
     from .core.retry import RETRY_SCHEDULE, RetrySchedule
     from .core.settings import Settings
     from .errors import (
@@ -312,6 +313,7 @@ _EXPORTS = {  # public name -> the module that defines it, relative to this pack
     "UnknownPluginComponentError": ".errors",
     "UnsafeModelPathError": ".errors",
     "validate_candidates": ".knowledge.distillation",
+    "describe_producer": ".core.producer",
     "validate_result": ".knowledge.distillation",
     "VerifiedAssetReader": ".assets.files",
     "verify_backup": ".maintenance.backup_manifest",

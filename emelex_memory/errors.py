@@ -466,7 +466,7 @@ class UnconstrainedServerError(ModelServerError):
 
 
 class PluginError(EmelexError):
-    """A plugin failed to load or misbehaved: fix or uninstall it, or set EMELEX_PLUGINS_AUTOLOAD=0."""
+    """A plugin failed to load or misbehaved: fix or uninstall it, or leave it out with EMELEX_PLUGINS_SKIP=NAME."""
 
 
 class PluginLoadError(PluginError):

@@ -911,14 +911,17 @@ class MemoryStore:
         *,
         context_window: int,
         count_tokens: TokenCounter = estimate_tokens,
+        producer: Mapping[str, str] | None = None,
+        cuts: Mapping[str, int] | None = None,
     ) -> SummaryDraft:
         """What compaction job `job` completes with once its Summary `text` is written (and checked): the text, the
         model snapshot reference (None for a Summary no model wrote), and, for a step of a compaction in steps, the
         next step (`plan_next_compaction_step` for a `context_window`-token model counting with `count_tokens`).
         When the next turn cannot fit the model, this step's Summary still lands and the chain stops, the draft (and
-        the done job's result) saying why (`chain_stopped`). Read-only."""
+        the done job's result) saying why (`chain_stopped`); `producer` names the plugin that wrote it and `cuts`
+        counts what the faithfulness guards took out (both recorded in the done job's result). Read-only."""
         return self.compaction.compaction_draft(
-            job, text, model_ref, context_window=context_window, count_tokens=count_tokens
+            job, text, model_ref, context_window=context_window, count_tokens=count_tokens, producer=producer, cuts=cuts
         )
 
     def queue_compaction(

@@ -9,9 +9,10 @@ group, so that the core's own `Settings` does not take its keys in config.toml f
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from emelex_memory import Settings
 
@@ -24,7 +25,13 @@ class WorkerSettings(Settings):
     plugins_autoload: bool = Field(
         default=True, description="Load third-party plugins from the 'emelex' entry-point group; built-ins always load."
     )
-    plugins_trace: bool = Field(default=False, description="Trace every plugin hook call to stderr.")
+    plugins_trace: bool = Field(default=False, description=(
+        "Trace every plugin call to stderr (hooks, summarizers, distillers): the plugin, its arguments in brief, "
+        "what it returned and how long it took."))
+    plugins_load: str | None = Field(default=None, max_length=4096, description=(
+        "Comma-separated names of the only third-party plugins to load (built-ins always load); unset: all."))
+    plugins_skip: str | None = Field(default=None, max_length=4096, description=(
+        "Comma-separated names of third-party plugins not to load (the way past a broken one)."))
 
     # Models: which one the worker uses, and how a binding allocates it (`emelex_workers/models`, the plugins).
     default_model: str = Field(
@@ -41,8 +48,13 @@ class WorkerSettings(Settings):
     distiller: str = Field(default="llamacpp", min_length=1, max_length=64, description="Distiller the worker uses.")
     work_max_jobs: int = Field(default=100, ge=1, le=1_000_000, description="Jobs one worker run takes at most.")
     work_max_seconds: float = Field(
-        default=3600.0, gt=0, le=86_400, description="Seconds after which a worker run claims no further job."
+        default=3600.0, gt=0, le=86_400, description=(
+            "Seconds after which a worker run ends; the job in hand is stopped then (docs/plugins.md, bounded jobs).")
     )
+    job_max_seconds: float = Field(
+        default=900.0, gt=0, le=86_400, description=(
+            "Seconds one job may run before it is stopped and counted as a failed attempt; a summarizer or distiller "
+            "may declare its own (max_seconds)."))
 
     # The built-in llama.cpp plugin's summarizer and distiller (`emelex_llamacpp`).
     summary_mode: Literal["extractive", "abstractive"] = Field(
@@ -81,3 +93,18 @@ class WorkerSettings(Settings):
         default=512, ge=1, le=1_000_000, description="Most tokens of Knowledge notes a new chat Session recalls (and "
         "never more than a tenth of the model's window)."
     )
+
+    @field_validator("plugins_load", "plugins_skip", mode="before")
+    @classmethod
+    def _plugin_names(cls, value: object) -> object:
+        """A list of plugin names (config.toml) or a comma-separated string (the environment), as one string of
+        names each matching [A-Za-z0-9_.-]+."""
+        if isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
+        if isinstance(value, str):
+            names = [n.strip() for n in value.split(",") if n.strip()]
+            bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", n)]
+            if bad:
+                raise ValueError(f"{bad[0]!r} is not a plugin name: give entry-point names separated by commas")
+            return ",".join(names)
+        return value

@@ -29,7 +29,9 @@ WORKER_FLOORS = {
     "worker": {"host", "models", "faithfulness", "settings"},
     "agent": {"host", "settings"},
     "interop": set(),  # other agents' histories, the export file and the MCP server: over the core only
-    "cli": {"host", "models", "faithfulness", "worker", "agent", "interop", "settings"},
+    "plugin_template": set(),  # the files `emelex plugins new` copies
+    "plugin_testing": {"host", "worker", "agent"},  # runs a plugin the way the worker and the agent do
+    "cli": {"host", "models", "faithfulness", "worker", "agent", "interop", "settings", "plugin_template"},
     "demo": {"cli", "settings"},
     "console": {"cli"},  # the `emelex` console script, which nothing imports
 }

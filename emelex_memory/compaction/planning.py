@@ -34,6 +34,7 @@ from .steps import (
     queue_next_step,
 )
 from ..core.cursors import check_position
+from ..core.producer import check_producer
 from ..core.database import Database, read_in_snapshot
 from ..queue.service import JobQueue
 from ..sessions.replay import replay_page
@@ -99,6 +100,8 @@ class SummaryDraft:
     model_ref: str | None = None
     next_step: NextStep | None = None
     chain_stopped: str | None = None
+    producer: Mapping[str, str] | None = None  # the plugin that wrote it (`emelex_memory.core.producer`)
+    cuts: Mapping[str, int] | None = None  # what the faithfulness guards took out of it, recorded in the result
 
 
 COMPACTION_SOURCE_FIELDS = {
@@ -139,7 +142,12 @@ def _complete_compaction(ctx: CompletionContext, result: Any) -> dict[str, Any]:
     stopped = result.chain_stopped
     if stopped is not None and (not isinstance(stopped, str) or not 1 <= len(stopped) <= MAX_STOP_CHARS):
         raise InvalidInputError(f"why a compaction chain stopped is a string of 1-{MAX_STOP_CHARS} characters")
-    done = append_summary(ctx, result.text, ref)
+    cuts = result.cuts or {}
+    if not (isinstance(cuts, Mapping) and len(cuts) <= 16 and all(
+            isinstance(k, str) and 1 <= len(k) <= 64 and type(v) is int and v >= 0 for k, v in cuts.items())):
+        raise InvalidInputError("a SummaryDraft's cuts map up to 16 names to non-negative integers")
+    done = append_summary(ctx, result.text, ref, check_producer(result.producer))
+    done.update(cuts)
     if result.next_step is not None:
         done["next_job"] = queue_next_step(ctx, result.next_step, done["summary_event_id"], COMPACTION_KIND)
     elif stopped is not None:
@@ -338,19 +346,22 @@ class Compaction:
         *,
         context_window: int,
         count_tokens: TokenCounter = estimate_tokens,
+        producer: Mapping[str, str] | None = None,
+        cuts: Mapping[str, int] | None = None,
     ) -> SummaryDraft:
         """What compaction job `job` completes with once its Summary `text` is written (and checked): the text, the
         model snapshot reference (None for a Summary no model wrote), and, for a step of a compaction in steps, the
         next step (`plan_next_compaction_step` for a `context_window`-token model counting with `count_tokens`).
         When the next turn cannot fit the model, this step's Summary still lands and the chain stops, the draft (and
-        the done job's result) saying why (`chain_stopped`). Read-only."""
+        the done job's result) saying why (`chain_stopped`); `producer` names the plugin that wrote it and `cuts`
+        counts what the faithfulness guards took out (both recorded in the done job's result). Read-only."""
         try:
             step = self.plan_next_compaction_step(job, text, model_ref, context_window=context_window,
                                                   count_tokens=count_tokens)
         except TurnTooLargeError as exc:  # this step's Summary still lands; the chain stops here, saying why
             return SummaryDraft(text, model_ref, None, f"the compaction chain stopped short of its goal: {exc}"[
-                :MAX_STOP_CHARS])
-        return SummaryDraft(text, model_ref, step)
+                :MAX_STOP_CHARS], producer, cuts)
+        return SummaryDraft(text, model_ref, step, None, producer, cuts)
 
     def _view_turns(self, rowid: int, count_tokens: TokenCounter, after: int = 0) -> Iterator[ViewTurn]:
         """The Session's replay view after raw seq `after` as atomic turns with their tokens, oldest first, one turn

@@ -17,6 +17,7 @@ from typing import Any
 
 import apsw
 
+from ..core.producer import producer_json
 from ..core.database import read_in_snapshot
 from ..core.jsonbound import encode_canonical
 from ..errors import InvalidJobSourceError, SourceChangedError
@@ -39,18 +40,21 @@ from ..sessions.writing import Head, insert_turn
 CONTINUATION_KINDS = frozenset({"tool_calls", "assistant", "turn_failed"})
 
 
-def summary_payload(job_id: str, source: Mapping[str, Any], model_ref: str | None, text: str, max_bytes: int) -> bytes:
-    """The canonical payload bytes of the Summary event a compaction job writes: its provenance and `text`.
+def summary_payload(job_id: str, source: Mapping[str, Any], model_ref: str | None, text: str, max_bytes: int,
+                    producer: Mapping[str, str] | None = None) -> bytes:
+    """The canonical payload bytes of the Summary event a compaction job writes: its provenance (with the plugin that
+    wrote it, `producer`, when known) and `text`.
 
     Raises `JsonTooLargeError` past `max_bytes` (the per-event cap).
     """
     return encode_canonical(
-        {"provenance": provenance(job_id, source, model_ref), "text": text},
+        {"provenance": provenance(job_id, source, model_ref, producer), "text": text},
         max_bytes=max_bytes, max_depth=8, what="the Summary",
     )
 
 
-def append_summary(ctx: CompletionContext, text: str, model_ref: str | None) -> dict[str, Any]:
+def append_summary(ctx: CompletionContext, text: str, model_ref: str | None,
+                   producer: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Re-check the job's boundary, turns and source bytes, then append the Summary event and its provenance record.
 
     `ctx.job.source` must have a valid compaction source shape (see
@@ -75,18 +79,22 @@ def append_summary(ctx: CompletionContext, text: str, model_ref: str | None) -> 
             f"the source of compaction job {ctx.job.id} no longer matches its digest; plan compaction again"
         )
     check_replaceable(conn, rowid, ctx.job.id, source, base_through)
-    payload = summary_payload(ctx.job.id, source, model_ref, text, ctx.store.settings.max_event_bytes)
+    payload = summary_payload(ctx.job.id, source, model_ref, text, ctx.store.settings.max_event_bytes, producer)
     summary = EncodedEvent(SUMMARY_KIND, payload.decode("utf-8"), len(payload))
     head = insert_turn(conn, rowid, (summary,), Head(*session_head(conn, rowid)), ctx.now)  # the Session's next turn
     event_id = conn.last_insert_rowid()
     conn.execute(
         "INSERT INTO summaries (event_id, session_id, job_id, base_event_id, through_seq, source_count, "
-        "first_event_id, last_event_id, source_digest, summary_digest, model_ref, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "first_event_id, last_event_id, source_digest, summary_digest, model_ref, created_at, producer) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (event_id, rowid, ctx.job_rowid, base, source["through_seq"], facts.count, facts.first_event_id,
-         facts.last_event_id, bytes.fromhex(facts.digest), summary_digest(payload), model_ref, ctx.now),
+         facts.last_event_id, bytes.fromhex(facts.digest), summary_digest(payload), model_ref, ctx.now,
+         producer_json(producer)),
     )
-    return {"summary_event_id": event_id, "summary_seq": head.seq}
+    done: dict[str, Any] = {"summary_event_id": event_id, "summary_seq": head.seq}
+    if producer is not None:
+        done["producer"] = dict(producer)
+    return done
 
 
 def check_replaceable(

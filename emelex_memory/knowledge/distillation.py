@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from ..core.producer import check_producer, producer_json
 from ..errors import (
+    InvalidInputError,
     InvalidCandidateError,
     InvalidJobSourceError,
     InvalidKnowledgeError,
@@ -95,6 +97,7 @@ class DistillationResult:
 
     candidates: tuple[KnowledgeCandidate, ...]
     rejected: Mapping[str, int] = field(default_factory=dict)
+    producer: Mapping[str, str] | None = None  # the plugin that proposed them (`emelex_memory.core.producer`)
 
 
 DistillFunction = Callable[[DistillationInput], "Iterable[KnowledgeCandidate] | DistillationResult"]
@@ -149,7 +152,11 @@ def validate_result(result: object) -> DistillationResult:
     if not (isinstance(counts, Mapping) and len(counts) <= 16 and all(_count_entry(k, v) for k, v in counts.items())):
         raise InvalidCandidateError("a DistillationResult's rejected counts must map up to 16 'rejected_<reason>' "
                                     "names to non-negative integers; nothing applied")
-    return DistillationResult(validate_candidates(result.candidates), dict(counts))
+    try:
+        producer = check_producer(result.producer)
+    except InvalidInputError as exc:
+        raise InvalidCandidateError(f"{exc}; nothing applied") from None
+    return DistillationResult(validate_candidates(result.candidates), dict(counts), producer)
 
 
 def _count_entry(name: object, count: object) -> bool:
@@ -208,6 +215,7 @@ def _complete_distillation(ctx: CompletionContext, result: Any) -> dict[str, Any
         raise _workspace_failure(exc, row[0], row[1]) from None
     scope = row[0]
     src = (ctx.session_rowid, source.session_id, source.first_seq, source.last_seq, source.digest)
+    producer = producer_json(checked.producer)
     counts = {"candidates": len(candidates), "applied": 0, "unchanged": 0, "skipped_pinned": 0, "skipped_missing": 0}
     for c in candidates:
         row = conn.execute(
@@ -220,14 +228,17 @@ def _complete_distillation(ctx: CompletionContext, result: Any) -> dict[str, Any
             counts["skipped_missing"] += 1
         elif c.tombstone:
             changed = row[2] is None
-            tombstone_version(conn, row, c.key, "distillation", store.db.clock())
+            tombstone_version(conn, row, c.key, "distillation", store.db.clock(), producer=producer)
             counts["applied" if changed else "unchanged"] += 1
         else:
             version = upsert_version(
-                conn, scope, c.key, c.content, float(c.confidence), "distillation", src, store.db.clock()
+                conn, scope, c.key, c.content, float(c.confidence), "distillation", src, store.db.clock(),
+                producer=producer,
             )
             counts["applied" if row is None or version.version > row[1] else "unchanged"] += 1
     counts.update(checked.rejected)
+    if checked.producer is not None:
+        counts["producer"] = checked.producer
     if not counts["applied"]:
         counts["nothing_saved"] = nothing_saved(counts)
     return counts

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ..core.cursors import MAX_SQL_INT, cursor_int
 from ..core.paging import Items, Page
+from ..core.producer import producer_from
 from ..errors import InvalidInputError, InvalidKnowledgeError
 
 MAX_KEY_BYTES = 256
@@ -53,6 +54,7 @@ class KnowledgeVersion:
     source: KnowledgeSource | None
     created_at: float
     client: str | None = None  # the program that wrote it through remember/forget (an MCP client), if it said
+    producer: dict[str, str] | None = None  # the plugin whose distiller wrote it (`emelex_memory.core.producer`)
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,7 @@ def validate_source(source: object) -> KnowledgeSource | None:
 
 VERSION_COLUMNS = (
     "v.version, v.content, v.confidence, v.tombstone, v.origin, v.source_session_uuid, v.source_first_seq, "
-    "v.source_last_seq, v.source_digest, v.source_session_id IS NULL, v.created_at, v.client, v.size"
+    "v.source_last_seq, v.source_digest, v.source_session_id IS NULL, v.created_at, v.client, v.producer, v.size"
 )
 
 
@@ -170,7 +172,8 @@ def version_from_row(key: str, row: tuple) -> KnowledgeVersion:
     """Build a `KnowledgeVersion` from a row selected with `VERSION_COLUMNS`."""
     version, content, confidence, tombstone, origin, s_uuid, s_first, s_last, s_digest, s_gone, created, client = row[:12]
     source = None if s_uuid is None else KnowledgeSource(s_uuid, s_first, s_last, s_digest, bool(s_gone))
-    return KnowledgeVersion(key, version, content, confidence, bool(tombstone), origin, source, created, client)
+    return KnowledgeVersion(key, version, content, confidence, bool(tombstone), origin, source, created, client,
+                            producer_from(row[12]))
 
 
 MAX_CLIENT_CHARS = 200

@@ -23,10 +23,12 @@ def upsert_version(
     src: SourceColumns,
     now: float,
     client: str | None = None,
+    producer: str | None = None,
 ) -> KnowledgeVersion:
     """Inside a transaction: append an upsert version at `now` unless it would repeat the live head; return the head.
 
-    `client` names the program that wrote it (an MCP client), None for Emelex's own callers."""
+    `client` names the program that wrote it (an MCP client), None for Emelex's own callers; `producer` (stored
+    JSON, `emelex_memory.core.producer`) the plugin whose distiller proposed it."""
     row = conn.execute(
         "SELECT k.id, k.head_version, v.tombstone, v.content, v.confidence, v.source_session_uuid, "
         "v.source_first_seq, v.source_last_seq, v.source_digest "
@@ -50,15 +52,16 @@ def upsert_version(
             (version, now, entry_id),
         )
     size = len(key.encode("utf-8")) + len(content.encode("utf-8"))
-    _insert_version(conn, entry_id, version, content, size, confidence, origin, src, now, client)
+    _insert_version(conn, entry_id, version, content, size, confidence, origin, src, now, client, producer)
     return version_at(conn, entry_id, key, version)
 
 
 def tombstone_version(
-    conn: apsw.Connection, row: tuple, key: str, origin: str, now: float, client: str | None = None
+    conn: apsw.Connection, row: tuple, key: str, origin: str, now: float, client: str | None = None,
+    producer: str | None = None,
 ) -> KnowledgeVersion:
     """Inside a transaction: tombstone the entry `row` (id, head version, tombstoned_at, pinned) at `now`, keeping its
-    confidence and source; `client` as for `upsert_version`."""
+    confidence and source; `client` and `producer` as for `upsert_version`."""
     entry_id, head, tombstoned_at, _pinned = row
     if tombstoned_at is not None:
         return version_at(conn, entry_id, key, head)
@@ -71,7 +74,8 @@ def tombstone_version(
         "UPDATE knowledge SET head_version = ?, tombstoned_at = ?, updated_at = ? WHERE id = ?",
         (head + 1, now, now, entry_id),
     )
-    _insert_version(conn, entry_id, head + 1, None, len(key.encode("utf-8")), confidence, origin, src, now, client)
+    _insert_version(conn, entry_id, head + 1, None, len(key.encode("utf-8")), confidence, origin, src, now, client,
+                    producer)
     return version_at(conn, entry_id, key, head + 1)
 
 
@@ -86,12 +90,13 @@ def _insert_version(
     src: SourceColumns,
     now: float,
     client: str | None = None,
+    producer: str | None = None,
 ) -> None:
     conn.execute(
         "INSERT INTO knowledge_versions (knowledge_id, version, tombstone, content, size, confidence, origin, "
         "source_session_id, source_session_uuid, source_first_seq, source_last_seq, source_digest, created_at, "
-        "client) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (entry_id, version, int(content is None), content, size, confidence, origin, *src, now, client),
+        "client, producer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (entry_id, version, int(content is None), content, size, confidence, origin, *src, now, client, producer),
     )
 
 

@@ -37,6 +37,7 @@ import apsw
 
 from ..core.cursors import check_position
 from ..core.database import Database, read_in_snapshot
+from ..core.producer import producer_from
 from ..errors import SourceTooLargeError, SummaryProvenanceError
 from .prefix_digest import MAX_COVERED_BYTES, SourceFacts, digest_prefix, summary_digest
 from .rows import session_rowid
@@ -70,7 +71,7 @@ _UNRECORDED = (  # a Summary event without its record, or a record whose event i
 _RECORD = (
     "SELECT s.base_event_id, s.through_seq, s.source_count, s.first_event_id, s.last_event_id, "
     "s.source_digest, s.summary_digest, s.model_ref, e.session_id, e.kind, e.payload, j.uuid, j.kind, "
-    "j.state, j.result, j.session_id FROM summaries s JOIN events e ON e.id = s.event_id "
+    "j.state, j.result, j.session_id, s.producer FROM summaries s JOIN events e ON e.id = s.event_id "
     "JOIN jobs j ON j.id = s.job_id WHERE s.event_id = ?"
 )
 
@@ -135,9 +136,12 @@ def source_matches(facts: SourceFacts, source: Mapping[str, Any]) -> bool:
     )
 
 
-def provenance(job_id: str, source: Mapping[str, Any], model_ref: str | None) -> dict[str, Any]:
-    """The provenance a Summary event carries: job ID, exact source prefix and digest, model snapshot reference."""
-    return {"job": job_id, "model": model_ref, "source": {k: source[k] for k in SOURCE_FIELDS}}
+def provenance(job_id: str, source: Mapping[str, Any], model_ref: str | None,
+               producer: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The provenance a Summary event carries: job ID, exact source prefix and digest, model snapshot reference,
+    and, when recorded, the plugin that wrote it (`producer`, see `emelex_memory.core.producer`)."""
+    found = {"job": job_id, "model": model_ref, "source": {k: source[k] for k in SOURCE_FIELDS}}
+    return found if producer is None else {**found, "producer": dict(producer)}
 
 
 def verify_summary(conn: apsw.Connection, session_rowid: int, event_id: int) -> None:
@@ -158,7 +162,7 @@ def verify_summary(conn: apsw.Connection, session_rowid: int, event_id: int) -> 
     if row is None:
         raise bad("its provenance record or compaction job is missing")
     (base, through, count, first, last, src_digest, sum_digest, model_ref, ev_session, ev_kind, payload, job_uuid,
-     job_kind, job_state, job_result, job_session) = row
+     job_kind, job_state, job_result, job_session, producer) = row
     if ev_session != session_rowid or job_session != session_rowid or ev_kind != SUMMARY_KIND:
         raise bad("it does not belong to this Session")
     if summary_digest(payload.encode("utf-8")) != sum_digest:
@@ -171,7 +175,7 @@ def verify_summary(conn: apsw.Connection, session_rowid: int, event_id: int) -> 
         text_ok = isinstance(document["text"], str)
     except (ValueError, TypeError, KeyError):
         raise bad("its payload is not a Summary document") from None
-    if recorded != provenance(job_uuid, source, model_ref) or not text_ok:
+    if recorded != provenance(job_uuid, source, model_ref, producer_from(producer)) or not text_ok:
         raise bad("its provenance differs from the recorded one")
     produced = json.loads(job_result or "{}").get("summary_event_id")
     if job_kind != "compaction" or job_state != "done" or produced != event_id:

@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import CompactionPolicy, Job, MemoryStore, TurnTooLargeError
+from emelex_memory import CompactionPolicy, Job, MemoryStore, TurnTooLargeError, describe_producer
 from emelex_memory.compaction.planning import tokens_text
 from emelex_memory.queue.jobs import STATES
 
@@ -75,8 +75,10 @@ def _line(job: Job) -> str:
     tokens = job.source.get("source_tokens") if isinstance(job.source, dict) else None
     size = f"  source {tokens_text(tokens, job.source.get('tokens_estimated') is True)}" if (
         isinstance(tokens, int) and not isinstance(tokens, bool)) else ""
+    producer = job.result.get("producer") if isinstance(job.result, dict) else None
+    by = f"  by {describe_producer(producer)}" if isinstance(producer, dict) else ""
     return (f"{job.id}  {job.kind:<12} {job.state:<9} {attempt_text(job_attempt(job))}{due}{held}  Session {job.session_id}"
-            f"{size}{spent}{outcome}")
+            f"{size}{spent}{outcome}{by}")
 
 
 def _line_with_diagnostics(job: Job) -> str:

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from emelex_memory import KnowledgeEntry, KnowledgeVersion, MemoryStore
+from emelex_memory import KnowledgeEntry, KnowledgeVersion, MemoryStore, describe_producer
 from emelex_memory.core.cursors import MAX_SQL_INT
 
 from .common import (
@@ -44,6 +44,7 @@ def version_dict(v: KnowledgeVersion) -> dict:
         "origin": v.origin,
         "source": source,
         "created_at": v.created_at,
+        "producer": v.producer,
     }
 
 
@@ -130,6 +131,8 @@ def knowledge_history(
         what = "TOMBSTONE" if v.tombstone else (v.content or "").replace("\n", " ")[:120]
         typer.echo(f"v{v.version:<4} {when(v.created_at)}  {v.origin:<12} conf {v.confidence:.2f}  {what}")
         typer.echo(f"      source: {_source_line(v)}")
+        if v.producer:
+            typer.echo(f"      by:     {describe_producer(v.producer)}")
     if not page.done:
         typer.echo(f"more: --after {page.next_cursor}")
 

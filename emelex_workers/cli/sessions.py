@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from emelex_memory import CorruptEventError, Event, RawEvent
+from emelex_memory import CorruptEventError, Event, RawEvent, describe_producer
 from emelex_memory.agent.journal import read_journal
 from emelex_memory.core.cursors import MAX_SQL_INT
 
@@ -152,8 +152,9 @@ def _event_lines(e: dict) -> list[str]:
     if e["kind"] == "summary" and isinstance(payload, dict) and isinstance(payload.get("text"), str):
         prov = payload.get("provenance") or {}
         source = prov.get("source") or {}
+        by = f", by {describe_producer(prov['producer'])}" if isinstance(prov.get("producer"), dict) else ""
         provenance = (f"provenance: job {prov.get('job')}, model {prov.get('model') or NO_MODEL}, "
-                      f"{source.get('count')} source events")
+                      f"{source.get('count')} source events{by}")
         body = [f"         {line}" for line in payload["text"].splitlines() or [""]]
         return [at + _summary_title(e, source), *body, f"         {provenance}"]
     covered = f"   [replaced by Summary #{e['covered_by']}]" if e.get("covered_by") else ""

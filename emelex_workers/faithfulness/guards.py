@@ -172,10 +172,26 @@ def guard_summary(text: str, *, job: Job, events: Iterable[Event], examples: Seq
                   model_called: bool = True) -> str:
     """The cleaned Summary `text` for `job`, or `DegenerateOutputError` / `RepeatedOutputError` when the summarizer
     called the model (`model_called`), `DeterministicOutputError` when it did not (see the module docstring)."""
+    return guarded_summary(text, job=job, events=events, examples=examples, model_called=model_called).text
+
+
+def summary_cuts(check: fx.SummaryCheck) -> dict[str, int]:
+    """What the guards took out of a usable Summary, for the job's result: the sentences cut by reason
+    (`cut_repeated`, `cut_echoed`, `cut_invented`, `cut_unsupported`), the lines marked paraphrases
+    (`relabelled`) and a trimmed unfinished tail (`cut_tail`); only the nonzero ones."""
+    counts = {"cut_repeated": check.repeated, "cut_echoed": check.echoed, "cut_invented": check.invented,
+              "cut_unsupported": check.unsupported, "relabelled": check.relabelled, "cut_tail": int(check.trimmed)}
+    return {k: v for k, v in counts.items() if v}
+
+
+def guarded_summary(text: str, *, job: Job, events: Iterable[Event], examples: Sequence[str] = (),
+                    model_called: bool = True) -> fx.SummaryCheck:
+    """`guard_summary`, returning the whole check of a usable Summary (its cleaned `text` and what was cut, see
+    `summary_cuts`) rather than its text alone; the same errors for a degenerate one."""
     events = list(events)
     check = fx.check_summary(text, sources=source_texts(events), examples=examples, speakers=speaker_texts(events))
     if check.problem is None:
-        return check.text
+        return check
     digest = output_digest(text)
     marker = f"output {digest}"
     if not model_called:

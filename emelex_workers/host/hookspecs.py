@@ -28,8 +28,12 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec
-def register_summarizers(register: Callable[[Summarizer], None]) -> None:
+def register_summarizers(register: Callable[[Summarizer], None], settings: WorkerSettings | None) -> None:
     """Add summarizers: call `register(Summarizer(name, summarize))` once for each. Return nothing.
+
+    `settings` are the worker's (None when the plugin is listed or tested
+    alone): a summarizer whose way of working depends on them says so in its
+    `mode`, which provenance records.
 
     Summarizer names are unique across all plugins; registering a name twice
     is a `PluginHookError` naming both plugins. The worker uses the one named
@@ -38,8 +42,10 @@ def register_summarizers(register: Callable[[Summarizer], None]) -> None:
 
 
 @hookspec
-def register_distillers(register: Callable[[Distiller], None]) -> None:
+def register_distillers(register: Callable[[Distiller], None], settings: WorkerSettings | None) -> None:
     """Add distillers: call `register(Distiller(name, distill))` once for each. Return nothing.
+
+    `settings` as for `register_summarizers`.
 
     Names are unique across plugins, as for summarizers. The worker uses the
     one named by the `distiller` setting.

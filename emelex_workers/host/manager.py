@@ -11,9 +11,11 @@ result can be attributed to the plugin that produced it.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import sys
+import time
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,12 +63,17 @@ class PluginInfo:
 
 
 class EmelexPluginManager(pluggy.PluginManager):
-    """A pluggy `PluginManager` for project "emelex" that remembers where each plugin came from."""
+    """A pluggy `PluginManager` for project "emelex" that remembers where each plugin came from (`plugin_info`),
+    which installed plugins it left out and why (`skipped`: name -> `PluginInfo` and reason), and, when tracing,
+    where trace lines go (`tracer`)."""
 
     def __init__(self) -> None:
         """An empty manager; use `get_plugin_manager` for a loaded one."""
         super().__init__(hookspecs.PROJECT_NAME)
         self.plugin_info: dict[str, PluginInfo] = {}
+        self.skipped: dict[str, tuple[PluginInfo, str]] = {}
+        self.tracer: Tracer | None = None
+        self.settings: WorkerSettings | None = None  # what the registration hooks are given
 
     def add_plugin(self, plugin: object, info: PluginInfo) -> None:
         """Register `plugin` under `info.name`, or raise `PluginLoadError` naming it and its distribution."""
@@ -100,22 +107,33 @@ def plugin_call(call: Callable[[], T], failed: str, keep: type[Exception] = Emel
 
 
 def _load_message(info: PluginInfo, exc: BaseException) -> str:
-    return (
-        f"plugin {info.name!r} from {info.distribution} {info.version} failed to load: {_short(exc)}; fix or "
-        f"uninstall {info.distribution}, or set EMELEX_PLUGINS_AUTOLOAD=0"
-    )
+    if info.builtin:
+        way_out = "reinstall emelex-memory"
+    else:
+        way_out = f"fix or uninstall {info.distribution}, or set EMELEX_PLUGINS_SKIP={info.name}"
+    return f"plugin {info.name!r} from {info.distribution} {info.version} failed to load: {_short(exc)}; {way_out}"
+
+
+def plugin_names(value: str | None) -> list[str] | None:
+    """The plugin names of a `plugins_load` / `plugins_skip` setting (comma-separated), or None when unset."""
+    return None if value is None else [n for n in value.split(",") if n]
 
 
 def get_plugin_manager(settings: WorkerSettings) -> EmelexPluginManager:
-    """A plugin manager with the hookspecs, the `emelex` entry-point plugins (when `plugins_autoload`) and the
-    built-ins, checked with `check_pending()`. With `plugins_trace` every hook call is written to stderr."""
+    """A plugin manager with the hookspecs, the `emelex` entry-point plugins (when `plugins_autoload`; only those
+    `plugins_load` names when it is set; never those `plugins_skip` names) and the built-ins, checked with
+    `check_pending()`. With `plugins_trace` every plugin call is written to stderr (`Tracer`).
+
+    Raises `PluginLoadError` naming a plugin that fails to load, and `UnknownPluginComponentError` when
+    `plugins_load` names a plugin no installed distribution provides."""
     pm = EmelexPluginManager()
+    pm.settings = settings
     pm.add_hookspecs(hookspecs)
     if settings.plugins_trace:
-        pm.trace.root.setwriter(lambda line: sys.stderr.write(f"emelex-trace: {line}"))
-        pm.enable_tracing()
+        pm.tracer = Tracer(pm)
+        pm.add_hookcall_monitoring(pm.tracer.before, pm.tracer.after)
     if settings.plugins_autoload:
-        load_entry_points(pm)
+        load_entry_points(pm, only=plugin_names(settings.plugins_load), skip=plugin_names(settings.plugins_skip) or [])
     for name, module in BUILTIN_PLUGINS:
         if not pm.has_plugin(name):
             info = PluginInfo(name, BUILTIN_DISTRIBUTION, _version(BUILTIN_DISTRIBUTION), module, True)
@@ -133,15 +151,26 @@ def get_plugin_manager(settings: WorkerSettings) -> EmelexPluginManager:
     return pm
 
 
-def load_entry_points(pm: EmelexPluginManager) -> int:
-    """Load and register every plugin of the `emelex` entry-point group; return how many were registered."""
-    count = 0
+def load_entry_points(pm: EmelexPluginManager, *, only: list[str] | None = None, skip: list[str] = ()) -> int:
+    """Load and register every plugin of the `emelex` entry-point group; return how many were registered.
+
+    A third-party plugin whose name is in `skip`, or not in `only` (when given), is not imported: it is recorded
+    in `pm.skipped` with the reason. Built-in plugins always load. A name in `only` that no installed
+    distribution provides is an `UnknownPluginComponentError` listing the installed ones."""
+    count, seen = 0, set()
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = ep.dist
         name = dist.name if dist else "an unknown distribution"
         builtin = name == BUILTIN_DISTRIBUTION and (ep.name, ep.value) in BUILTIN_PLUGINS
         info = PluginInfo(ep.name, name, dist.version if dist else "", ep.value, builtin)
+        seen.add(ep.name)
         if pm.is_blocked(ep.name):
+            continue
+        if not builtin and ep.name in skip:
+            pm.skipped[ep.name] = (info, "left out by EMELEX_PLUGINS_SKIP")
+            continue
+        if not builtin and only is not None and ep.name not in only:
+            pm.skipped[ep.name] = (info, "not named by EMELEX_PLUGINS_LOAD")
             continue
         if pm.has_plugin(ep.name):
             other = pm.plugin_info[ep.name]
@@ -157,6 +186,12 @@ def load_entry_points(pm: EmelexPluginManager) -> int:
             raise PluginLoadError(_load_message(info, exc)) from None
         pm.add_plugin(plugin, info)
         count += 1
+    missing = sorted(set(only or ()) - seen)
+    if missing:
+        installed = ", ".join(sorted(seen - {n for n, _ in BUILTIN_PLUGINS})) or "none"
+        raise UnknownPluginComponentError(
+            f"EMELEX_PLUGINS_LOAD names {', '.join(map(repr, missing))}, which no installed distribution provides "
+            f"(installed third-party plugins: {installed}); install it or correct the name")
     return count
 
 
@@ -165,6 +200,100 @@ def _version(distribution: str) -> str:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return "(source tree)"
+
+
+# -- tracing ----------------------------------------------------------------------------------------------
+
+TRACE_PREFIX = "emelex-trace: "
+BRIEF_CHARS = 60  # characters of a string argument or result a trace line shows
+
+
+def brief(value: object, depth: int = 0) -> str:
+    """`value` in a few words for a trace line: short values as they are, a long string cut with its length, a
+    collection by its size, an event, job or model by what it is, a request by its fields."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value) if len(value) <= BRIEF_CHARS else f"{value[:BRIEF_CHARS]!r}... ({len(value)} chars)"
+    kind, ident = getattr(value, "kind", None), getattr(value, "id", None)
+    if isinstance(value, tuple) and hasattr(value, "payload_json"):  # an Event
+        return f"<{value.kind} event seq {value.seq}>"
+    if isinstance(kind, str) and isinstance(ident, str) and hasattr(value, "attempts"):  # a Job
+        return f"<{kind} job {ident}>"
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        return f"<{len(value)} items>"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and depth == 0:
+        fields = (f"{f.name}={brief(getattr(value, f.name), 1)}" for f in dataclasses.fields(value))
+        return f"{type(value).__name__}({', '.join(fields)})"
+    if callable(value) and hasattr(value, "__name__"):
+        return f"<function {value.__name__}>"
+    name = getattr(value, "name", None)
+    return f"<{type(value).__name__} {name}>" if isinstance(name, str) else f"<{type(value).__name__}>"
+
+
+class Tracer:
+    """Writes a line to stderr (`write`) as each plugin call starts and another as it ends, each prefixed
+    `emelex-trace: `: the hook (or the summarizer or distiller), the plugin with its distribution, the arguments
+    in brief (`brief`), then what it returned or raised and how long it took. Installed on a manager by
+    `get_plugin_manager` with `plugins_trace`."""
+
+    def __init__(self, pm: EmelexPluginManager, write: Callable[[str], object] | None = None) -> None:
+        """Trace the calls of `pm`'s plugins to `write` (default: stderr)."""
+        self.pm = pm
+        self.write = write or sys.stderr.write
+        self._started: list[float] = []
+
+    def plugin(self, name: str) -> str:
+        """`plugin 'NAME' (DISTRIBUTION VERSION)`."""
+        info = self.pm.plugin_info.get(name)
+        where = f" ({info.distribution} {info.version})".rstrip() if info else ""
+        return f"plugin {name!r}{where}"
+
+    def _line(self, text: str) -> None:
+        try:
+            self.write(f"{TRACE_PREFIX}{text}\n")
+        except Exception:  # a closed or broken stderr never fails a plugin call
+            pass
+
+    def called(self, what: str, plugins: list[str], kwargs: dict[str, Any]) -> None:
+        """A call of `what` on `plugins` starts with `kwargs`."""
+        self._started.append(time.perf_counter())
+        args = ", ".join(f"{k}={brief(v)}" for k, v in kwargs.items())
+        self._line(f"{what} -> {', '.join(map(self.plugin, plugins)) or 'no plugin'}: ({args})")
+
+    def returned(self, what: str, plugins: list[str], result: object = None, error: BaseException | None = None) -> None:
+        """The call of `what` on `plugins` ended with `result`, or raised `error`."""
+        took = (time.perf_counter() - self._started.pop()) * 1000 if self._started else 0.0
+        ended = f"raised {type(error).__name__}: {_short(error)}" if error is not None else f"returned {brief(result)}"
+        self._line(f"{what} <- {', '.join(map(self.plugin, plugins)) or 'no plugin'}: {ended} in {took:.1f} ms")
+
+    def before(self, hook_name: str, hook_impls: list[Any], kwargs: dict[str, Any]) -> None:
+        """pluggy's `before` monitor: a hook call starts."""
+        self.called(f"hook {hook_name}", [i.plugin_name for i in hook_impls], kwargs)
+
+    def after(self, outcome: Any, hook_name: str, hook_impls: list[Any], kwargs: dict[str, Any]) -> None:
+        """pluggy's `after` monitor: a hook call ended."""
+        error = outcome.exception
+        result = None if error is not None else outcome.get_result()
+        if isinstance(result, list) and len(hook_impls) == 1:  # one plugin's answer (pluggy drops a None)
+            result = result[0] if result else None
+        self.returned(f"hook {hook_name}", [i.plugin_name for i in hook_impls], result, error)
+
+
+def traced(pm: EmelexPluginManager | None, what: str, plugin: str, kwargs: dict[str, Any],
+           call: Callable[[], T]) -> T:
+    """`call()`, traced as a call of `what` on `plugin` with `kwargs` when `pm` traces (see `Tracer`)."""
+    tracer = pm.tracer if pm is not None else None
+    if tracer is None:
+        return call()
+    tracer.called(what, [plugin], kwargs)
+    try:
+        result = call()
+    except BaseException as exc:
+        tracer.returned(what, [plugin], error=exc)
+        raise
+    tracer.returned(what, [plugin], result)
+    return result
 
 
 # -- calling hooks plugin by plugin ------------------------------------------------------------------------
@@ -201,14 +330,23 @@ def _collect(pm: EmelexPluginManager, hook: str, kind: type) -> dict[str, Regist
             if not isinstance(component, kind) or not isinstance(component.name, str) or not component.name:
                 raise PluginHookError(f"plugin {plugin!r} registered {component!r}, not a named {kind.__name__}")
             if component.name in found:
+                both = [pm.plugin_info.get(p) for p in (found[component.name].plugin, plugin)]
+                dists = sorted({i.distribution for i in both if i is not None and not i.builtin})
+                way_out = (f"uninstall {' or '.join(dists)}, or leave one out with EMELEX_PLUGINS_SKIP" if dists
+                           else "uninstall one of them")
                 raise PluginHookError(
                     f"{kind.__name__.lower()} {component.name!r} is registered by both "
-                    f"{found[component.name].plugin!r} and {plugin!r}; uninstall one of them"
+                    f"{_origin(pm, found[component.name].plugin)} and {_origin(pm, plugin)}; {way_out}"
                 )
             found[component.name] = Registered(plugin, component)
 
-        call_one(pm, hook, impl, register=register)
+        call_one(pm, hook, impl, register=register, settings=pm.settings)
     return found
+
+
+def _origin(pm: EmelexPluginManager, plugin: str) -> str:
+    info = pm.plugin_info.get(plugin)
+    return f"plugin {plugin!r} from {info.distribution} {info.version}" if info else f"plugin {plugin!r}"
 
 
 def summarizers(pm: EmelexPluginManager) -> dict[str, Registered]:

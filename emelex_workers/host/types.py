@@ -195,11 +195,23 @@ class Summarizer:
     `emelex_workers.faithfulness`). A summarizer that makes no model call
     (through `request.model.chat`) on an attempt is taken to be rule-based:
     a degenerate Summary from it fails the job permanently, unretried.
+
+    `needs_model=False` says it never calls the model: the worker then runs it
+    without an installed model, `request.model` counts tokens by an estimate
+    (4 bytes a token) and its `chat` fails the job for good. `mode` is what
+    provenance records beside the name ("extractive", "abstractive", or ""
+    when the plugin has one way of working). `max_seconds`, when set, is the
+    deadline of one of its jobs in place of the `job_max_seconds` setting
+    (see docs/plugins.md, "Bounded jobs").
     """
 
     name: str
     summarize: Callable[[SummaryRequest], str]
     examples: tuple[str, ...] = ()
+    _: KW_ONLY
+    needs_model: bool = True
+    mode: str = ""
+    max_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -207,11 +219,15 @@ class Distiller:
     """A named distiller: `distill(request)` returns `KnowledgeCandidate`s (at most `request.max_candidates`
     unique ones); the worker's guards drop (and count) unfaithful ones, then the rest are validated before
     anything is applied. Exceptions count as for `Summarizer`; `examples` are the worked examples its
-    prompts show, whose copies the guards reject."""
+    prompts show, whose copies the guards reject; `needs_model`, `mode` and `max_seconds` as for `Summarizer`."""
 
     name: str
     distill: Callable[[DistillRequest], Iterable[KnowledgeCandidate]]
     examples: tuple[str, ...] = ()
+    _: KW_ONLY
+    needs_model: bool = True
+    mode: str = ""
+    max_seconds: float | None = None
 
 
 @dataclass(frozen=True)

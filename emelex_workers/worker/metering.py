@@ -19,7 +19,8 @@ A plugin's summarizer or distiller therefore never goes on to its next model
 call after a stop, and cannot swallow it (`WorkerStopped` is no `Exception`).
 A binding that reports progress but does not check `stop` is stopped at its
 next report: the `on_token` it calls raises `WorkerStopped` once a stop was
-requested.
+requested. A job's deadline stops a model call the same way, ending in
+`JobDeadline` instead (see `stopping.py`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from emelex_memory import InstalledModel
 
 from ..host.manager import accepts_keyword
 from ..host.types import GenerationInterrupted, GenerationProgress, ModelBinding
-from .stopping import GracefulStop, WorkerStopped
+from .stopping import GracefulStop, JobDeadline, WorkerStopped
 
 ProgressSink = Callable[[GenerationProgress, "int | None"], None]
 
@@ -94,9 +95,9 @@ class MeteredBinding:
             try:
                 result = call()
             except BaseException as exc:
-                if stop.requested is None or isinstance(exc, WorkerStopped):
+                if not stop.stopping or isinstance(exc, (WorkerStopped, JobDeadline)):
                     raise
-                raise WorkerStopped(stop.requested, interruption(exc) or doing) from None
+                raise stop.exception(interruption(exc) or doing) from None
         stop.check(f"{doing.replace('while', 'after', 1)}")
         return result
 
@@ -127,8 +128,8 @@ class MeteredBinding:
                 self.sink(progress, max_tokens)
             if caller is not None:
                 caller(progress)
-            if self.stop is not None and self.stop.requested is not None:  # a binding that does not check the stop
-                raise WorkerStopped(self.stop.requested, _stage(progress))  # itself ends at its next report
+            if self.stop is not None and self.stop.stopping:  # a binding that does not check the stop itself
+                raise self.stop.exception(_stage(progress))  # ends at its next report
 
         self.cost.model_calls += 1
         result = None

@@ -1,5 +1,6 @@
 """Stopping a worker run: `GracefulStop`, the stop request SIGINT and SIGTERM make, and `WorkerStopped`, how a
-job learns of it.
+job learns of it; and a job's deadline (`GracefulStop.deadline`), which stops the job in hand the same way and
+ends in `JobDeadline`.
 
 A signal handler never raises into whatever it interrupted, except plain plugin code (`interruptible`): a
 handler runs on the main thread at the next Python instruction, which during model work is inside one of
@@ -8,6 +9,11 @@ exception raised there ("Exception ignored on calling ctypes callback function")
 So a request sets `event`, which the worker checks between its steps and which a model binding checks while it
 loads the model, evaluates the prompt and generates (the llama.cpp binding through llama.cpp's own progress
 and abort callbacks); where the binding returns, `check` raises `WorkerStopped` in ordinary code.
+
+A deadline is one more way to ask: when it passes (a SIGALRM timer on the main thread; elsewhere a timer thread,
+which can only set the flag) it sets `expired` and `event` and, inside plain plugin code, raises `JobDeadline`
+there at once, again every `DEADLINE_REPEAT_S` while the job has not ended (a plugin that catches it and goes on
+meets it again). Unlike a stop request it ends with the job: leaving the block clears `expired` and `event`.
 """
 
 from __future__ import annotations
@@ -18,6 +24,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+DEADLINE_REPEAT_S = 1.0  # how often a passed deadline is raised again in plugin code that has not ended
+
+
+class JobDeadline(BaseException):  # noqa: N818 - like WorkerStopped, it is not an error of the code it stops
+    """Raised inside a running job when its deadline passed: `reason` is the deadline's (what `deadline()` was
+    given), `where` what the job was doing ("while evaluating the prompt (512 of 1204 tokens)") or ""."""
+
+    def __init__(self, reason: str, where: str = "") -> None:
+        """The deadline `reason`, met `where`."""
+        super().__init__(reason)
+        self.reason = reason
+        self.where = where
 
 
 class WorkerStopped(BaseException):  # noqa: N818 - like KeyboardInterrupt, it is not an error
@@ -57,6 +75,19 @@ class GracefulStop:
         self._interruptible = 0
         self._thread: int | None = None  # the thread inside `interruptible()`
         self._doing = ""  # what the code inside `interruptible()` is doing ("while the summarizer ran")
+        self.expired: str | None = None  # the reason of the job's deadline once it passed (see `deadline`)
+        self._deadline_reason: str | None = None  # the deadline in force (inside `deadline()`)
+
+    @property
+    def stopping(self) -> bool:
+        """True once a stop was requested or the job's deadline passed."""
+        return self.requested is not None or self.expired is not None
+
+    def exception(self, where: str = "") -> BaseException:
+        """What a job that meets this stop raises: `WorkerStopped` for a request, else `JobDeadline`."""
+        if self.requested is not None:
+            return WorkerStopped(self.requested, where)
+        return JobDeadline(self.expired or "", where)
 
     def request(self, name: str = "stop") -> None:
         """Ask the run to stop (see the class docstring); inside `interruptible()` on its thread, raise
@@ -75,9 +106,53 @@ class GracefulStop:
             raise WorkerStopped(name, self._doing)
 
     def check(self, where: str = "") -> None:
-        """Raise `WorkerStopped` (met `where`) when a stop was requested; else return."""
+        """Raise `WorkerStopped` (met `where`) when a stop was requested, `JobDeadline` when the job's deadline
+        passed; else return."""
+        if self.stopping:
+            raise self.exception(where)
+
+    def expire(self, reason: str) -> None:
+        """The job's deadline passed: set `expired` and `event` (unless a stop was requested already); inside
+        `interruptible()` on its thread, raise `JobDeadline`."""
         if self.requested is not None:
-            raise WorkerStopped(self.requested, where)
+            return
+        self.expired = reason
+        self.event.set()
+        if self._interruptible and self._thread == threading.get_ident():  # plain plugin code: stop it there
+            raise JobDeadline(reason, self._doing)
+
+    def _on_alarm(self, _signum: int, _frame: object) -> None:
+        if self._deadline_reason is not None:
+            self.expire(self._deadline_reason)
+
+    @contextmanager
+    def deadline(self, seconds: float, reason: str) -> Iterator[None]:
+        """Within the block (one job), `expire(reason)` once `seconds` passed, and again every
+        `DEADLINE_REPEAT_S` while the block runs. On the main thread a SIGALRM timer does it, so plain plugin code
+        is interrupted where it runs; on another thread a timer thread, so only the flag is set. Leaving the block
+        cancels the timer and clears `expired` (and `event`, unless a stop was requested)."""
+        self._deadline_reason = reason
+        on_main = threading.current_thread() is threading.main_thread()
+        timer: threading.Timer | None = None
+        if on_main:
+            previous = signal.signal(signal.SIGALRM, self._on_alarm)
+            signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001), DEADLINE_REPEAT_S)
+        else:
+            timer = threading.Timer(max(seconds, 0.0), lambda: self.expire(reason))
+            timer.daemon = True
+            timer.start()
+        try:
+            yield
+        finally:
+            self._deadline_reason = None
+            if on_main:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+            elif timer is not None:
+                timer.cancel()
+            if self.expired is not None and self.requested is None:
+                self.event.clear()
+            self.expired = None
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.request(signal.Signals(signum).name)
@@ -114,4 +189,4 @@ class GracefulStop:
         try:
             yield
         finally:
-            self._interruptible = held if self.requested is None else 0
+            self._interruptible = held if not self.stopping else 0

@@ -9,7 +9,19 @@ outcome with the queue's retry rules. It stops when the queue has no due job,
 after `max_jobs` jobs, once `max_seconds` have passed, or on a stop request
 (SIGINT/SIGTERM through `GracefulStop`): the job in hand is released to
 pending without consuming an attempt, or finishes if it was already
-committing. The model is bound through the plugins once per run and loaded
+committing.
+
+Every job has a deadline (`job_max_seconds`, or the summarizer's or distiller's
+own `max_seconds`), and the run's `max_seconds` ends the job in hand too
+(`GracefulStop.deadline`). A job stopped at its own deadline is a counted,
+retryable failure (the third is terminal); one stopped because the run's time
+ran out is released uncounted, unless it was the run's first job and so had
+the whole run to itself, which counts as a failed attempt: a plugin that always
+hangs becomes `failed` whichever bound stops it. A summarizer or distiller
+declared `needs_model=False` runs without an installed model (`EstimatedBinding`).
+What each job's output must be is checked in `outputs.py`; the Summary and the
+Knowledge versions it writes record the plugin that produced them
+(`producer`). The model is bound through the plugins once per run and loaded
 lazily, on the first job that needs it. A model or plugin problem met while
 binding or loading it (`ModelError`, `PluginError`: a tampered or removed
 model, a lock timeout, a failed binding or load) is not the job's fault: the
@@ -29,9 +41,8 @@ waiting and why (`MemoryStore.waiting_jobs`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from functools import partial
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from emelex_memory import (
@@ -47,7 +58,7 @@ from emelex_memory import (
 )
 
 from ..settings import WorkerSettings
-from .stopping import GracefulStop, WorkerStopped
+from .stopping import GracefulStop, JobDeadline, WorkerStopped
 from .work_report import JobReport, JobStart, WorkObserver, WorkReport, done_detail
 
 if TYPE_CHECKING:  # the runner, the plugin and model layers are imported once there is work (an idle run loads none)
@@ -57,8 +68,19 @@ if TYPE_CHECKING:  # the runner, the plugin and model layers are imported once t
     from ..host.manager import EmelexPluginManager, Registered
 
 KINDS = (COMPACTION_KIND, DISTILL_KIND)
+NO_MODEL = "(no model)"  # the binding plugin named for a model-free summarizer's or distiller's estimate
 REPORTED_WAITING = 20  # waiting jobs a report lists (it counts them all)
 BYTES_PER_TOKEN = 4  # the estimate for a source whose tokens were not counted when it was queued
+
+
+class RunOutOfTime(BaseException):  # noqa: N818 - a control-flow signal, like WorkerStopped
+    """Raised inside a running job when the run's `max_seconds` ran out: the job was released without consuming an
+    attempt (`where` says what it was doing), then the run ends."""
+
+    def __init__(self, where: str = "") -> None:
+        """The run's time ran out, met `where`."""
+        super().__init__(where)
+        self.where = where
 
 
 class ModelUnavailable(BaseException):  # noqa: N818 - a control-flow signal carrying the real error
@@ -109,6 +131,9 @@ class Worker:
         self._claim: JobClaim | None = None  # the job in hand, and when its step began (`_step`)
         self._held: list[JobClaim] = []  # the next job, claimed by the last completion
         self._began = 0.0
+        self._estimate: MeteredBinding | None = None  # the model-free components' binding (`EstimatedBinding`)
+        self._run_end: float | None = None  # when the run's `max_seconds` runs out (the worker's clock)
+        self._first_job: str | None = None  # the ID of the run's first job (it had the whole run)
 
     # -- set-up, only when there is work -------------------------------------------------------------
 
@@ -119,21 +144,33 @@ class Worker:
 
         if self._pm is None:
             self._pm = get_plugin_manager(self.settings)
-        if self._model is None:
-            with ModelManager(self.settings) as manager:
-                self._model = manager.default()
         if COMPACTION_KIND in self.kinds and self._summarizer is None:
             self._summarizer = choose(summarizers(self._pm), self.settings.summarizer, "summarizer")
         if DISTILL_KIND in self.kinds and self._distiller is None:
             self._distiller = choose(distillers(self._pm), self.settings.distiller, "distiller")
+        needs_model = any(r.component.needs_model for r in (self._summarizer, self._distiller) if r is not None)
+        if self._model is None and needs_model:  # a model-free summarizer and distiller run without one
+            with ModelManager(self.settings) as manager:
+                self._model = manager.default()
 
-    def _bound(self, claim: JobClaim) -> InstalledModel:
-        """Bind the model to the job's Session, then (once per run) through the plugins, and load it."""
+    def _component(self, job: Job) -> Registered:
+        """The summarizer or distiller that runs `job`."""
+        return self._summarizer if job.kind == COMPACTION_KIND else self._distiller
+
+    def _bound(self, claim: JobClaim) -> InstalledModel | None:
+        """Bind the model to the job's Session, then (once per run) through the plugins, and load it; for a
+        model-free summarizer or distiller, the estimate instead (None: no model)."""
         from .metering import MeteredBinding
+        from .outputs import EstimatedBinding
         from .planning import context_window
         from ..host.manager import bind_model
 
         self.prepare()
+        if not self._component(claim.job).component.needs_model:
+            if self._estimate is None:
+                window = self.settings.model_max_context_tokens
+                self._estimate = MeteredBinding(EstimatedBinding(window, self._named(claim.job)), self.stop)
+            return None
         bound = self.store.bind_session_model(claim.job.session_id, self._model)
         if self._binding is None:
             self._binding_plugin, binding = bind_model(self._pm, bound.model, self.settings, stop=self.stop.event)
@@ -183,6 +220,7 @@ class Worker:
         return what completes it; the attempt's cost is recorded with the claim first. A stop request or a model
         that is unavailable releases the job without consuming an attempt."""
         self._claim = claim
+        self._first_job = self._first_job or claim.id
         start = self._start(claim.job)
         self._notify("job_started", start)
         try:
@@ -194,22 +232,32 @@ class Worker:
                 self.stop.check("while loading the model")
                 raise ModelUnavailable(exc) from None
             self.stop.check("once the model was loaded")
-            cost = self._binding.begin_job(partial(self._notify, "generating", start))
+            binding, plugin, window = self._job_binding(model)
+            cost = binding.begin_job(partial(self._notify, "generating", start))
+            seconds, reason = self._deadline_of(claim.job)
             try:
-                if claim.job.kind == COMPACTION_KIND:
-                    result = self._compact(claim, model)
-                else:
-                    result = self._distill(claim)
-            except ModelError as exc:  # the model stopped working mid-job (a served model's server went away)
-                self.stop.check("while the model ran")
-                raise ModelUnavailable(exc) from None
-            except Exception:
-                self.stop.check("while the job ran")  # a failure met while stopping is the stop's, not the job's
-                raise
+                with self.stop.deadline(seconds, reason):
+                    try:
+                        if claim.job.kind == COMPACTION_KIND:
+                            result = self._compact(claim, model, binding, plugin, window)
+                        else:
+                            result = self._distill(claim, binding, plugin, window)
+                    except ModelError as exc:  # the model stopped working mid-job (a served model's server went away)
+                        self.stop.check("while the model ran")
+                        raise ModelUnavailable(exc) from None
+                    except Exception:
+                        self.stop.check("while the job ran")  # a failure met while stopping is the stop's, not the job's
+                        raise
+                    self.stop.check("before its result was committed")  # a plugin that swallowed its deadline
+            except JobDeadline as met:
+                raise self._past_deadline(claim, met, seconds) from None
             finally:  # before run_one_job records the outcome, which stores the cost with it
                 claim.record_cost(cost.as_dict(self._clock() - self._began))
             self.stop.check("before its result was committed")
             return result
+        except RunOutOfTime as ended:
+            _release(claim, f"the run's max_seconds ran out{ended.where}; no attempt consumed")
+            raise
         except WorkerStopped as stopped:
             where = f" {stopped.where}" if stopped.where else ""
             _release(claim, f"worker stopped by {stopped.signal_name}{where}; no attempt consumed")
@@ -220,56 +268,124 @@ class Worker:
             _release(claim, f"model unavailable, no attempt consumed: {describe(unavailable.error)}")
             raise
 
-    def _compact(self, claim: JobClaim, model: InstalledModel) -> SummaryDraft:
+    def _compact(self, claim: JobClaim, model: InstalledModel | None, binding: MeteredBinding, plugin: str,
+                 window: int) -> SummaryDraft:
         """A compaction job, top to bottom: read its source (one read transaction), check it fits the model, have the
         summarizer write the Summary, check its text and budget, guard it against the source, and return the draft
-        its completion commits (with the next step of a compaction in steps)."""
+        its completion commits (with the next step of a compaction in steps) and the plugin that wrote it."""
         from emelex_memory import check_source_fits
 
-        from ..faithfulness.guards import guard_summary
         from ..host.types import SummaryRequest
+        from .outputs import checked_summary
         from .planning import count_text, event_counter
 
-        job, binding, plugin = claim.job, self._binding, self._binding_plugin
+        job = claim.job
         count = event_counter(binding, plugin)
         events = self.store.read_compaction_source(job)
-        check_source_fits(job, events, context_window=self._window, count_tokens=count)
+        check_source_fits(job, events, context_window=window, count_tokens=count)
         budget = int(job.source["summary_budget_tokens"])
         component = self._summarizer.component
         request = SummaryRequest(job, tuple(events), budget, binding, job.attempts, self.settings)
         calls = binding.cost.model_calls
-        text = _plugin_call(self._summarizer, self.stop, component.summarize, request)
+        text = self._plugin_call(self._summarizer, component.summarize, request)
         called = binding.cost.model_calls > calls  # a rule-based summarizer's Summary names no model
-        named = f"summarizer {component.name!r} of plugin {self._summarizer.plugin!r}"
-        if not isinstance(text, str) or not text.strip():
-            raise PluginHookError(f"{named} returned no text")
-        if count_text(binding, plugin, text) > budget:
-            raise PluginHookError(f"{named} exceeded the Summary budget of {budget} tokens")
-        text = guard_summary(text, job=job, events=events, examples=component.examples, model_called=called)
-        return self.store.compaction_draft(job, text, model.reference if called else None,
-                                           context_window=self._window, count_tokens=count)
+        text, cuts = checked_summary(text, named=self._named(job), budget=budget,
+                               count=lambda t: count_text(binding, plugin, t), job=job, events=events,
+                               examples=component.examples, model_called=called)
+        return self.store.compaction_draft(job, text, model.reference if called and model else None,
+                                           context_window=window, count_tokens=count,
+                                           producer=self._producer(self._summarizer), cuts=cuts)
 
-    def _distill(self, claim: JobClaim) -> Any:
+    def _distill(self, claim: JobClaim, binding: MeteredBinding, plugin: str, window: int) -> Any:
         """A distill job, top to bottom: read its bounded source and the workspace's Knowledge (or split a source too
         large for the model), have the distiller propose candidates, guard them against the source, and return
-        what its completion applies."""
-        from emelex_memory import DistillationSplit, distillation_input, validate_result
+        what its completion applies, naming the plugin that proposed them."""
+        from dataclasses import replace
+
+        from emelex_memory import DistillationSplit, distillation_input
         from emelex_memory.knowledge.distillation import DISTILL_RESERVE_TOKENS, MAX_CANDIDATES
 
-        from ..faithfulness.guards import guard_candidates
         from ..host.types import DistillRequest
+        from .outputs import checked_candidates, read_proposals
         from .planning import event_counter
 
-        job, binding = claim.job, self._binding
-        count = event_counter(binding, self._binding_plugin)
-        data = distillation_input(self.store, job, safe_context_tokens=self._window - DISTILL_RESERVE_TOKENS,
+        job = claim.job
+        count = event_counter(binding, plugin)
+        data = distillation_input(self.store, job, safe_context_tokens=window - DISTILL_RESERVE_TOKENS,
                                   count_tokens=count)
         if isinstance(data, DistillationSplit):
             return data
         distiller = self._distiller.component
         request = DistillRequest(job, data, MAX_CANDIDATES, binding, job.attempts, self.settings)
-        proposals = _plugin_call(self._distiller, self.stop, _distilled, distiller, request)
-        return validate_result(guard_candidates(proposals, events=data.events, examples=distiller.examples))
+        proposals = self._plugin_call(self._distiller, lambda r: read_proposals(distiller.distill(r)), request)
+        result = checked_candidates(proposals, events=data.events, examples=distiller.examples)
+        return replace(result, producer=self._producer(self._distiller))
+
+    # -- the plugin of a job: its binding, its deadline, its name and provenance -----------------------------
+
+    def _job_binding(self, model: InstalledModel | None) -> tuple[MeteredBinding, str, int]:
+        """The binding a job's plugin gets, the plugin that made it and its window: the model's, or the estimate of a
+        model-free summarizer or distiller (`model` None)."""
+        if model is None:
+            return self._estimate, NO_MODEL, self._estimate.context_window
+        return self._binding, self._binding_plugin, self._window
+
+    def _deadline_of(self, job: Job) -> tuple[float, str]:
+        """How long `job` may run and which bound that is: "job" (its component's `max_seconds`, else the
+        `job_max_seconds` setting) or "run" (what is left of the run's `max_seconds`, when that is sooner)."""
+        own = self._component(job).component.max_seconds
+        seconds = float(own) if own else self.settings.job_max_seconds
+        if self._run_end is not None and self._run_end - self._clock() < seconds:
+            return max(self._run_end - self._clock(), 0.0), "run"
+        return seconds, "job"
+
+    def _past_deadline(self, claim: JobClaim, met: JobDeadline, seconds: float) -> BaseException:
+        """What a job stopped at a deadline becomes: a counted failure naming the plugin when it was the job's own
+        deadline, or when the run's time ran out in the run's first job (it had the whole run); otherwise
+        `RunOutOfTime` (released uncounted)."""
+        where = f" {met.where}" if met.where else ""
+        named = self._named(claim.job)
+        if met.reason == "job":
+            own = self._component(claim.job).component.max_seconds
+            bound = "its own max_seconds" if own else "the job_max_seconds setting"
+            return PluginHookError(f"{named} did not finish within the job's deadline of {seconds:g} s ({bound}); "
+                                   f"it was stopped{where}; a retry gets the same time: raise job_max_seconds if the "
+                                   "job needs longer, or fix the plugin if it hangs")
+        if claim.id != self._first_job:
+            return RunOutOfTime(where)
+        return PluginHookError(f"{named} did not finish before the run's max_seconds ran out, though it was the run's "
+                               f"first job; it was stopped{where}; raise --max-seconds (work_max_seconds) if the "
+                               "job needs longer, or fix the plugin if it hangs")
+
+    def _named(self, job: Job) -> str:
+        """How a diagnostic names `job`'s summarizer or distiller: `summarizer 'x' of plugin 'y'`."""
+        from .outputs import component_name
+
+        registered = self._component(job)
+        return component_name(type(registered.component).__name__.lower(), registered.component.name,
+                              registered.plugin)
+
+    def _producer(self, registered: Registered) -> dict[str, str]:
+        """The provenance of what `registered` writes: its plugin, that plugin's distribution and version, its kind,
+        name and mode."""
+        info = self._pm.plugin_info.get(registered.plugin) if self._pm is not None else None
+        found = {"plugin": registered.plugin, "kind": type(registered.component).__name__.lower(),
+                 "name": registered.component.name, "mode": registered.component.mode,
+                 "distribution": info.distribution if info else "", "version": info.version if info else ""}
+        return {k: v[:200] for k, v in found.items() if isinstance(v, str) and v}
+
+    def _plugin_call(self, registered: Registered, call: Callable[[Any], Any], request: Any) -> Any:
+        """`call(request)`, a plugin's summarizer or distiller, through `plugin_call`, naming the component and its
+        plugin, traced when plugins are (`plugins_trace`); a stop requested or a deadline passed while its own code
+        runs (not a model call: see `MeteredBinding`) raises there."""
+        from ..host.manager import plugin_call, traced
+
+        kind = type(registered.component).__name__.lower()
+        named = f"{kind} {registered.component.name!r} of plugin {registered.plugin!r}"
+        arguments = {"request": request}
+        with self.stop.interruptible(f"while the {kind} ran"):
+            return traced(self._pm, f"{kind} {registered.component.name!r}", registered.plugin, arguments,
+                          lambda: plugin_call(lambda: call(request), f"{named} failed"))
 
     # -- the run -------------------------------------------------------------------------------------------
 
@@ -284,6 +400,7 @@ class Worker:
         max_jobs = self.settings.work_max_jobs if max_jobs is None else max_jobs
         max_seconds = self.settings.work_max_seconds if max_seconds is None else max_seconds
         start, report = self._clock(), WorkReport()
+        self._run_end, self._first_job = start + max_seconds, None
         report.rescued = self.store.rescue_expired_jobs()
         if self._has_pending():
             self.prepare()
@@ -351,6 +468,10 @@ class Worker:
             where = f" {stopped.where}" if stopped.where else ""
             self._record(report, self._claim.job, "released", f"stopped by {stopped.signal_name}{where}")
             return False
+        except RunOutOfTime as ended:
+            report.stopped = "max-seconds"
+            self._record(report, self._claim.job, "released", f"stopped: the run's max_seconds ran out{ended.where}")
+            return False
         except ModelUnavailable as unavailable:
             report.stopped = "error"
             self._record(report, self._claim.job, "released", describe(unavailable.error))
@@ -399,28 +520,6 @@ def _release(claim: JobClaim, reason: str) -> None:
         claim.release(reason)
     except WorkerLeaseLostError:
         pass
-
-
-def _plugin_call(registered: Registered, stop: GracefulStop, call: Callable[..., Any], *args: Any) -> Any:
-    """`call(*args)`, a plugin's summarizer or distiller, through `plugin_call`, naming the component and its plugin;
-    a stop requested while its own code runs (not a model call: see `MeteredBinding`) raises `WorkerStopped` there."""
-    from ..host.manager import plugin_call
-
-    kind = type(registered.component).__name__.lower()
-    with stop.interruptible(f"while the {kind} ran"):
-        return plugin_call(lambda: call(*args),
-                           f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed")
-
-
-def _distilled(distiller: Any, request: Any) -> Any:
-    """A distiller's proposals for `request` read into a list, at most one over the most a job may read; anything
-    that is not an iterable is returned as it is (for validation to refuse)."""
-    from emelex_memory.knowledge.distillation import MAX_RAW_CANDIDATES
-
-    proposals = distiller.distill(request)
-    if isinstance(proposals, (str, bytes)) or not isinstance(proposals, Iterable):
-        return proposals
-    return list(islice(proposals, MAX_RAW_CANDIDATES + 1))
 
 
 def work(store: MemoryStore, settings: WorkerSettings, **options: Any) -> WorkReport:

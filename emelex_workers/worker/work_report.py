@@ -108,10 +108,14 @@ class WorkReport:
 
 def done_detail(result: Any) -> str:
     """What a done job's `result` says: "completed", plus for a distillation what it applied and what the
-    faithfulness guards rejected, or why it saved nothing; for a compaction step, why its chain stopped."""
+    faithfulness guards rejected, or why it saved nothing; for a compaction step, why its chain stopped; for a
+    compaction whose Summary the guards cut, how many sentences they cut."""
     result = result if isinstance(result, dict) else {}
     if isinstance(result.get("chain_stopped"), str):
         return f"completed; {result['chain_stopped']}"
+    cut = sum(v for k, v in result.items() if k.startswith("cut_") and k != "cut_tail" and isinstance(v, int))
+    if cut:
+        return f"completed; {cut} sentence{'s' if cut != 1 else ''} cut by the faithfulness guards"
     if "nothing_saved" in result:
         return f"completed; {result['nothing_saved']}"
     if "applied" not in result:

@@ -84,15 +84,17 @@ def check_model(model: InstalledModel) -> ModelCheck | None:
 
 
 @hookimpl
-def register_summarizers(register) -> None:
-    """The "llamacpp" summarizer, declaring its worked examples."""
-    register(Summarizer(NAME, summarize, examples=prompts.EXAMPLES))
+def register_summarizers(register, settings) -> None:
+    """The "llamacpp" summarizer, declaring its worked examples and its mode (the `summary_mode` setting)."""
+    mode = settings.summary_mode if settings is not None else "extractive"
+    register(Summarizer(NAME, summarize, examples=prompts.EXAMPLES, mode=mode))
 
 
 @hookimpl
-def register_distillers(register) -> None:
-    """The "llamacpp" distiller, declaring its worked examples."""
-    register(Distiller(NAME, distill, examples=prompts.EXAMPLES))
+def register_distillers(register, settings) -> None:
+    """The "llamacpp" distiller, declaring its worked examples and its mode (the `distill_mode` setting)."""
+    mode = settings.distill_mode if settings is not None else "extractive"
+    register(Distiller(NAME, distill, examples=prompts.EXAMPLES, mode=mode))
 
 
 @hookimpl

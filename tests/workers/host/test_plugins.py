@@ -48,7 +48,7 @@ def _pm_with(*plugins: object) -> EmelexPluginManager:
     pm = EmelexPluginManager()
     pm.add_hookspecs(hookspecs)
     for i, plugin in enumerate(plugins):
-        pm.add_plugin(plugin, PluginInfo(f"p{i}", "test", "0", "test", False))
+        pm.add_plugin(plugin, PluginInfo(f"p{i}", f"emelex-dist{i}", "1.0", "test", False))
     return pm
 
 
@@ -122,8 +122,11 @@ def test_hook_register_distillers() -> None:
             register(Distiller("facts", lambda request: []))
 
     assert list(distillers(_pm_with(One()))) == ["facts"]
-    with pytest.raises(PluginHookError, match="'facts' is registered by both 'p1' and 'p0'"):
+    with pytest.raises(PluginHookError) as clash:
         distillers(_pm_with(One(), Two()))
+    assert str(clash.value) == (  # names the packages to uninstall, not only the entry points
+        "distiller 'facts' is registered by both plugin 'p1' from emelex-dist1 1.0 and plugin 'p0' from "
+        "emelex-dist0 1.0; uninstall emelex-dist0 or emelex-dist1, or leave one out with EMELEX_PLUGINS_SKIP")
 
 
 def test_hook_model_binding(fake_dist: Path, settings: WorkerSettings, tmp_path: Path) -> None:
@@ -259,11 +262,67 @@ def test_autoload_can_be_turned_off_from_the_environment(
 def test_tracing_writes_each_hook_call_to_stderr(fake_dist: Path, settings: WorkerSettings, capsys) -> None:
     pm = get_plugin_manager(WorkerSettings(home=settings.home, plugins_trace=True))
     summarizers(pm)
-    err = capsys.readouterr().err
-    assert "emelex-trace:" in err and "register_summarizers" in err
+    lines = [line for line in capsys.readouterr().err.splitlines() if "register_summarizers" in line]
+    called = lines.index("emelex-trace: hook register_summarizers -> plugin 'fake' (emelex-fakeplugin 1.2.3): "
+                         "(register=<function register>, settings=<WorkerSettings>)")
+    assert re.fullmatch(r"emelex-trace: hook register_summarizers <- plugin 'fake' \(emelex-fakeplugin 1\.2\.3\): "
+                        r"returned None in \d+\.\d ms", lines[called + 1])
+    assert any("plugin 'llamacpp' (emelex-memory" in line for line in lines)
     get_plugin_manager(settings)
     summarizers(get_plugin_manager(settings))
     assert "emelex-trace" not in capsys.readouterr().err
+
+
+def _broken_dist(tmp_path: Path, monkeypatch) -> None:
+    modules = {"emelex_broken": "import no_such_module_x\n"}
+    activate(monkeypatch, make_distribution(tmp_path / "broken", "emelex-brokenplugin", "0.9", modules,
+                                            {"broken": "emelex_broken"}))
+
+
+def test_skipping_a_broken_plugin_by_name_loads_the_others(
+        fake_dist: Path, tmp_path: Path, monkeypatch, settings: WorkerSettings) -> None:
+    _broken_dist(tmp_path, monkeypatch)
+    with pytest.raises(PluginLoadError, match="set EMELEX_PLUGINS_SKIP=broken"):
+        get_plugin_manager(settings)
+    monkeypatch.setenv("EMELEX_PLUGINS_SKIP", "broken")
+    pm = get_plugin_manager(WorkerSettings(home=settings.home))
+    assert pm.has_plugin("fake") and not pm.has_plugin("broken") and "emelex_broken" not in sys.modules
+    assert pm.skipped["broken"][1] == "left out by EMELEX_PLUGINS_SKIP"
+    assert set(summarizers(pm)) == {"fake", "llamacpp"}
+
+
+def test_loading_a_chosen_list_of_plugins(fake_dist: Path, tmp_path: Path, monkeypatch, settings: WorkerSettings) -> None:
+    _broken_dist(tmp_path, monkeypatch)
+    pm = get_plugin_manager(WorkerSettings(home=settings.home, plugins_load="fake"))
+    assert pm.has_plugin("fake") and not pm.has_plugin("broken") and pm.has_plugin("llamacpp")  # built-ins stay
+    assert pm.skipped["broken"][1] == "not named by EMELEX_PLUGINS_LOAD"
+    pm = get_plugin_manager(WorkerSettings(home=settings.home, plugins_load=["fake", "llamacpp"]))  # config.toml's list
+    assert pm.has_plugin("fake") and "broken" in pm.skipped
+    with pytest.raises(UnknownPluginComponentError) as missing:
+        get_plugin_manager(WorkerSettings(home=settings.home, plugins_load="fak"))
+    assert str(missing.value) == (
+        "EMELEX_PLUGINS_LOAD names 'fak', which no installed distribution provides (installed third-party plugins: "
+        "broken, fake); install it or correct the name")
+
+
+def test_a_plugin_list_setting_that_is_not_names_is_refused(settings: WorkerSettings) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="'a b' is not a plugin name"):
+        WorkerSettings(home=settings.home, plugins_skip="ok,a b")
+
+
+def test_plugins_list_names_what_it_left_out(fake_dist: Path, tmp_path: Path, monkeypatch, home: Path) -> None:
+    _broken_dist(tmp_path, monkeypatch)
+    monkeypatch.setenv("EMELEX_HOME", str(home))
+    monkeypatch.setenv("EMELEX_PLUGINS_SKIP", "broken")
+    result = CliRunner().invoke(app, ["plugins", "list"])
+    assert result.exit_code == 0, result.output
+    assert ("broken  from emelex-brokenplugin 0.9  [emelex_broken]  not loaded: left out by EMELEX_PLUGINS_SKIP"
+            in result.output)
+    data = json.loads(CliRunner().invoke(app, ["plugins", "list", "--json"]).output)
+    assert data["skipped"] == [{"name": "broken", "distribution": "emelex-brokenplugin", "version": "0.9",
+                                "module": "emelex_broken", "reason": "left out by EMELEX_PLUGINS_SKIP"}]
 
 
 def test_a_plugin_failing_to_import_is_named_with_its_distribution(
@@ -276,7 +335,7 @@ def test_a_plugin_failing_to_import_is_named_with_its_distribution(
         get_plugin_manager(settings)
     assert str(info.value).startswith(
         "plugin 'broken' from emelex-brokenplugin 0.9 failed to load: ModuleNotFoundError: No module named "
-        "'no_such_module_x'; fix or uninstall emelex-brokenplugin, or set EMELEX_PLUGINS_AUTOLOAD=0"
+        "'no_such_module_x'; fix or uninstall emelex-brokenplugin, or set EMELEX_PLUGINS_SKIP=broken"
     )
     get_plugin_manager(WorkerSettings(home=settings.home, plugins_autoload=False))  # the way out works
 
