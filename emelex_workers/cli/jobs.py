@@ -78,7 +78,7 @@ def _line(job: Job) -> str:
     producer = job.result.get("producer") if isinstance(job.result, dict) else None
     by = f"  by {describe_producer(producer)}" if isinstance(producer, dict) else ""
     return (f"{job.id}  {job.kind:<12} {job.state:<9} {attempt_text(job_attempt(job))}{due}{held}  Session {job.session_id}"
-            f"{size}{spent}{outcome}{by}")
+            f"{size}{by}{spent}{outcome}")
 
 
 def _line_with_diagnostics(job: Job) -> str:
