@@ -176,6 +176,7 @@ class DurableAgentSession:
         self._closed = False
         self._task: asyncio.Task | None = None
         self._tool_call: tuple[str, list] | None = None  # the running call's ID and, once it returned, its result
+        self._input_seq: int | None = None  # the seq of the open turn's input (`journal.open_turn`)
         self._renewal = _Renewal(self, ttl_s / 3)
         self._finalizer = weakref.finalize(self, _abandoned, self._renewal.stopped, lease, executors)
         self._renewal.start()
@@ -389,7 +390,8 @@ class DurableAgentSession:
         if self.agent.snapshot.protocol == PROTOCOL_V3:
             note = await self._offload(self._tools, mentions_note, self.workspace, text, self.agent.exclude)
             context += () if note is None else ({**note, "source": MENTIONS},)
-        await self._offload(self._db, journal.open_turn, self.store, self._lease, text, context)
+        opened = await self._offload(self._db, journal.open_turn, self.store, self._lease, text, context)
+        self._input_seq = opened.last_seq  # the seq of the turn's input: its tools' `turn_seq`
         self._fresh = False
         self._context.extend(context)
         for payload in context:
@@ -487,9 +489,8 @@ class DurableAgentSession:
                 return ({"call_id": cid, "tool": call.tool, "outcome": "denied", "output": "the user denied this call"},
                         (), False)
         await self._offload(self._db, journal.start_call, self.store, self._lease, cid)
-        opened = await self._offload(self._db, journal.read_journal, self.store, self.session_id)
         invocation = ToolInvocation(cid, call.tool, call.arguments, self.workspace, self.store, self.session_id,
-                                    opened.input_seq)
+                                    self._input_seq)
         known: list = []
         self._tool_call = (cid, known)  # left set when this await is cancelled: `close` settles the call
         result, assets = await self._offload(self._tools, _run_call, tool, invocation, known)
