@@ -24,19 +24,24 @@ from emelex_memory.agent.journal import CONTEXT_KIND
 from emelex_memory.agent.snapshot import SessionSnapshot, canonical_json
 from emelex_memory.errors import InvalidInputError, SnapshotMismatchError
 
+from .workspace import WorkspaceWalk
+
 __all__ = ["CONTEXT_KIND", "ContextRequest", "ContextSource", "check_sources", "gather"]
 
 
 @dataclass(frozen=True)
 class ContextRequest:
     """What a context source is asked with: the `store` (read it; never write), the new Session's ID, its
-    `workspace` directory, the `first_message` the user typed and the Session's `snapshot`."""
+    `workspace` directory, the `first_message` the user typed, the Session's `snapshot` and the turn's `walk` of
+    the workspace (`emelex_workers.agent.workspace.WorkspaceWalk`: read the workspace through it, so the turn reads
+    each directory once; None: walk it yourself)."""
 
     store: MemoryStore
     session_id: str
     workspace: Path
     first_message: str
     snapshot: SessionSnapshot
+    walk: WorkspaceWalk | None = None
 
 
 ContextSource = Callable[[ContextRequest], "dict | None"]

@@ -62,6 +62,7 @@ from .mentions import SOURCE as MENTIONS, mentions_note
 from .protocol import PROTOCOL_V3, PROTOCOL_VERSION, PROTOCOLS, ProposedCall
 from .session import AgentSession
 from .tools import RegisteredTool, ToolInvocation, run_tool
+from .workspace import WorkspaceWalk
 
 Approve = Callable[[ProposedCall, RegisteredTool], "str | Awaitable[str]"]
 DECISIONS = ("approve", "deny", "abort")
@@ -380,15 +381,16 @@ class DurableAgentSession:
         the files the input names (`mentions`), and record them with the input. A source that fails has written
         nothing: the error is raised and the adapter stays usable."""
         context: tuple[dict, ...] = ()
+        walk = self.agent.walk = WorkspaceWalk(self.workspace, self.agent.exclude)  # read once for the whole turn
         if self._fresh:
-            request = ContextRequest(self.store, self.session_id, self.workspace, text, self.agent.snapshot)
+            request = ContextRequest(self.store, self.session_id, self.workspace, text, self.agent.snapshot, walk)
             try:
                 context = await self._offload(self._db, gather, self._sources, request)
             except Exception:
                 self._poisoned = False
                 raise
         if self.agent.snapshot.protocol == PROTOCOL_V3:
-            note = await self._offload(self._tools, mentions_note, self.workspace, text, self.agent.exclude)
+            note = await self._offload(self._tools, mentions_note, self.workspace, text, self.agent.exclude, walk)
             context += () if note is None else ({**note, "source": MENTIONS},)
         opened = await self._offload(self._db, journal.open_turn, self.store, self._lease, text, context)
         self._input_seq = opened.last_seq  # the seq of the turn's input: its tools' `turn_seq`

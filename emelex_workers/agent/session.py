@@ -37,7 +37,7 @@ from .quotes import Quote, answers, choose, note_files, note_quotes, result_quot
 from .request import asks_for, mentioned, set_off, small_talk, small_talk_answer, spans, verbs
 from .schema import validate
 from .tools import RegisteredTool, bounded
-from .workspace import WorkspaceEntries, narrow_path, scan
+from .workspace import WorkspaceEntries, WorkspaceWalk, narrow_path
 
 _NOT_DONE = ("not_executed", REPEATED)  # outcomes that do not make a call "already done"
 _NO_EFFECT = ("denied", "not_executed", REPEATED)  # outcomes of a call that cannot have changed the workspace
@@ -79,6 +79,7 @@ class AgentSession:
         self._notes: list[dict] = []  # the context notes recorded with the latest turn's input
         self._pending: list[dict] = []  # the context notes added since, for the next input
         self._asked = ""  # the user's input of the latest turn
+        self.walk: WorkspaceWalk | None = None  # the turn's walk of the workspace (set by the adapter per turn)
 
     def _known(self, name: str) -> str:
         if self.snapshot.tool(name) is None:
@@ -158,6 +159,8 @@ class AgentSession:
             self._effected = True
         if authority is not None and authority.approval == "always" and outcome not in _NO_EFFECT:
             self._done.clear()
+            if self.walk is not None:
+                self.walk.forget()  # what the workspace holds may have changed: read it again
         if outcome not in _NOT_DONE:
             self._done.setdefault(call_key(call.tool, call.arguments), result)
         seen = call_key(call.tool, {"outcome": outcome, "output": result.get("output")})
@@ -206,7 +209,7 @@ class AgentSession:
             return protocol.union_schema((), self.snapshot.calls_per_batch, answers=quotes)
         enabled = self._offered()
         declares = any(self._paths(t) or self._spans(t.name) for t in enabled)
-        entries = scan(workspace, self.exclude) if workspace is not None and declares else None
+        entries = self._walk(workspace).entries() if workspace is not None and declares else None
         offered, arguments = [], {}
         for tool in enabled:
             schema = self._arguments(tool, entries)
@@ -215,6 +218,12 @@ class AgentSession:
                 arguments[tool.name] = schema
         return protocol.union_schema(offered, self.snapshot.calls_per_batch, arguments, answers=quotes,
                                      calls_only=self._must_act())
+
+    def _walk(self, workspace: Path) -> WorkspaceWalk:
+        """The turn's walk (`walk`) when it is of `workspace`, else a walk of `workspace` of its own."""
+        if self.walk is not None and self.walk.workspace == Path(workspace):
+            return self.walk
+        return WorkspaceWalk(workspace, self.exclude)
 
     def _must_act(self) -> bool:
         """Whether the next round must call a tool: under "emelex-tools/3", while the turn has no result yet and
