@@ -36,6 +36,8 @@ import stat
 from collections.abc import Collection
 from pathlib import Path
 
+from emelex_workers.host.notes import ContextNote, hit
+
 from .request import COMMON_WORDS, SEEK_WORDS, mentioned, tokens, words
 from .workspace import WorkspaceWalk, open_dir
 
@@ -114,14 +116,14 @@ def _hits(root: int, files: Collection[str], message: str, skip: Collection[str]
             present = words(line)
             for word in wanted:
                 if word in present and len(found[word]) < MAX_HITS:
-                    found[word].append(f"{path}:{number}: {line.strip()[:HIT_CHARS]}")
+                    found[word].append(hit(path, number, line.strip()[:HIT_CHARS]))
                     owners[word].add(path)
     hits = [hit for word in wanted if 0 < len(owners[word]) <= HIT_FILES for hit in found[word]]
     return list(dict.fromkeys(hits))[:MAX_HITS]
 
 
 def mentions_note(workspace: str | Path, message: str, exclude: Collection[tuple[int, int]] = (),
-                  walk: WorkspaceWalk | None = None) -> dict | None:
+                  walk: WorkspaceWalk | None = None) -> ContextNote | None:
     """The note of the files `message` names in `workspace` and of the lines that hold its rare words (see the
     module docstring): `{"text", "files", "hits"}`, each file `{"path", "bytes", "content"}` (`content` None for
     a binary file, else the text read, cut to the room left), each hit "path:N: line"; None when there is

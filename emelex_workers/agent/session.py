@@ -27,13 +27,14 @@ from emelex_memory.agent.journal import CONTEXT_KIND, REPEATED, UnknownEffect
 from emelex_memory.agent.snapshot import SessionSnapshot, ToolAuthority
 from emelex_memory.sessions.transcript import SUMMARY_KIND
 from emelex_workers.host.manager import accepts_keyword
+from emelex_workers.host.notes import note_files
 from emelex_workers.host.tools import ToolSpec
 from emelex_workers.host.types import AgentBinding, GenerationInterrupted, GenerationProgress, event_body
 
 from . import protocol
 from .errors import UnknownToolError
 from .protocol import ProposedCall, RoundOutput
-from .quotes import Quote, answers, choose, note_files, note_quotes, result_quotes
+from .quotes import Quote, answers, choose, note_quotes, result_quotes
 from .request import asks_for, mentioned, set_off, small_talk, small_talk_answer, spans, verbs
 from .schema import validate
 from .tools import RegisteredTool, bounded

@@ -19,6 +19,8 @@ import stat
 from collections import deque
 from pathlib import Path
 
+from emelex_workers.host.notes import WORKSPACE_FILES, ContextNote, directory_files, quote
+
 from .context import ContextRequest
 from .workspace import SKIPPED_DIRS, WorkspaceWalk
 
@@ -29,7 +31,6 @@ MAX_DIRS = 200  # directories read at most
 HEADER = "Workspace map (what the workspace holds; paths relative to it, file sizes in bytes):"
 EMPTY = "The workspace is empty."
 MORE = "(the map stops here: list_dir shows any directory in full)"
-QUOTE = "workspace files (here, this folder): "  # the map's quote (an answer may quote it, `quotes`): every file it lists
 
 
 def _name(raw: str) -> str:
@@ -114,16 +115,16 @@ def _quotes(files: list[tuple[str, ...]], complete: bool) -> list[str]:
     if not files:
         return []
     more = "" if complete else ", ..."
-    quotes = [QUOTE + ", ".join("/".join(path) for path in files) + more]
+    quotes = [quote(WORKSPACE_FILES, ", ".join("/".join(path) for path in files) + more)]
     directories: dict[tuple[str, ...], list[str]] = {}
     for path in files:
         directories.setdefault(path[:-1], []).append(path[-1])
-    quotes += [f"files in {'/'.join(parent)}/: {', '.join(names)}{more}"
+    quotes += [quote(directory_files("/".join(parent)), ", ".join(names) + more)
                for parent, names in directories.items() if parent]
     return quotes
 
 
-def workspace_map_source(request: ContextRequest) -> dict | None:
+def workspace_map_source(request: ContextRequest) -> ContextNote | None:
     """The "workspace_map" context source: `workspace_map` of the Session's workspace (read through the turn's
     walk, `request.walk`), recorded before its first round; None (nothing recorded) when the workspace itself cannot
     be read."""
