@@ -22,7 +22,8 @@ from emelex_memory import Event
 from emelex_memory.agent.journal import CONTEXT_KIND, UNKNOWN_EFFECT, UnknownEffect
 from emelex_memory.agent.snapshot import SessionSnapshot, ToolAuthority
 from emelex_memory.sessions.transcript import SUMMARY_KIND
-from emelex_workers.host.types import event_body
+from emelex_workers.host.policies import NATIVE_PROTOCOL
+from emelex_workers.host.types import ProposedCall, event_body
 
 from .errors import RoundOutputError
 from .schema import validate
@@ -31,19 +32,12 @@ from .tools import bounded
 PROTOCOL_V1 = "emelex-tools/1"
 PROTOCOL_V2 = "emelex-tools/2"
 PROTOCOL_V3 = "emelex-tools/3"
+PROTOCOL_NATIVE = NATIVE_PROTOCOL  # tools sent in the OpenAI `tools` field, messages in that API's tool-call form
 PROTOCOL_VERSION = PROTOCOL_V3
 PROTOCOLS = (PROTOCOL_V1, PROTOCOL_V2, PROTOCOL_V3)  # every version this code renders: an older Session keeps its own
 MAX_ANSWER_CHARS = 500
 MAX_CALLS_PER_BATCH = 16
 EXCERPT_BYTES = 300
-
-
-@dataclass(frozen=True)
-class ProposedCall:
-    """One call a model round proposed: the tool's name and its arguments (not yet checked by the gate)."""
-
-    tool: str
-    arguments: dict
 
 
 @dataclass(frozen=True)
@@ -65,22 +59,23 @@ def _compact(value: Any) -> str:
 
 def union_schema(tools: Sequence[ToolAuthority], calls_per_batch: int,
                  arguments: Mapping[str, dict] | None = None, answers: Sequence[str] | None = None,
-                 calls_only: bool = False) -> dict:
+                 calls_only: bool = False, answer_chars: int | None = MAX_ANSWER_CHARS) -> dict:
     """The JSON schema of one round over `tools` (the enabled ones), with 1 to `calls_per_batch` calls.
 
     With no tools it is the answer form alone. A tool's arguments follow
     `arguments[name]` when given (a round's restriction of its schema,
-    see `AgentSession.round_schema`), else its own input schema. Every
-    string is bounded: the answer by `MAX_ANSWER_CHARS`, arguments by their
-    tools' own schemas. With `answers` the answer is one of them (an enum); with `calls_only` (and tools) the round
-    is the tool-call form alone.
+    see `AgentSession.round_plan`), else its own input schema. A free answer
+    is at most `answer_chars` characters (None: unbounded but for the
+    round's tokens), arguments are bounded by their tools' own schemas.
+    With `answers` the answer is one of them (an enum); with `calls_only`
+    (and tools) the round is the tool-call form alone.
     """
     if not 1 <= calls_per_batch <= MAX_CALLS_PER_BATCH:
         raise ValueError(f"calls_per_batch must be between 1 and {MAX_CALLS_PER_BATCH}")
+    free = {"type": "string"} if answer_chars is None else {"type": "string", "maxLength": answer_chars}
     answer = {
         "type": "object",
-        "properties": {"answer": {"type": "string", "maxLength": MAX_ANSWER_CHARS} if not answers
-                       else {"type": "string", "enum": list(answers)}},
+        "properties": {"answer": free if not answers else {"type": "string", "enum": list(answers)}},
         "required": ["answer"],
         "additionalProperties": False,
     }
@@ -389,6 +384,20 @@ def context_message(payload: dict) -> dict[str, str]:
 def answer_text(text: str) -> str:
     """An answer as the assistant's own round output (the union form)."""
     return _compact({"answer": text})
+
+
+def answer_message(snapshot: SessionSnapshot, text: str) -> dict:
+    """The assistant's answer `text` as a message of `snapshot`'s protocol."""
+    return {"role": "assistant", "content": answer_text(text)}
+
+
+def batch_messages(snapshot: SessionSnapshot, payload: dict, results: Sequence[dict]) -> list[dict]:
+    """One complete round as messages of `snapshot`'s protocol: the assistant's calls (a `tool_calls` payload) and
+    their `tool_result` payloads."""
+    arguments = {c.get("call_id"): c.get("arguments") for c in payload.get("calls", [])}
+    return [{"role": "assistant", "content": calls_text(payload)},
+            {"role": "user", "content": "\n".join(result_text(r, snapshot.protocol, arguments.get(r.get("call_id")))
+                                                  for r in results)}]
 
 
 def history_messages(snapshot: SessionSnapshot, events: Iterable[Event],

@@ -33,8 +33,9 @@ import stat
 import threading
 from collections import deque
 from collections.abc import Collection
-from dataclasses import dataclass
 from pathlib import Path
+
+from emelex_workers.host.policies import WorkspaceEntries
 
 from .schema import validate
 
@@ -47,15 +48,6 @@ NAME_CHARS = 64  # the longest name a new file may get in one round's grammar
 NEW_NAME = "[A-Za-z0-9_][A-Za-z0-9_.-]"  # a new file's first character, then the rest: no hidden or ".." names
 _SAFE_DIR = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*\Z")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-@dataclass(frozen=True)
-class WorkspaceEntries:
-    """The listed entries as workspace-relative paths ("/" separators), nearest first: regular `files` and
-    `directories` ("." is the workspace itself, always first)."""
-
-    files: tuple[str, ...] = ()
-    directories: tuple[str, ...] = (".",)
 
 
 def _usable(name: str) -> bool:

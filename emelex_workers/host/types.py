@@ -15,8 +15,8 @@ from emelex_memory import DistillationInput, Event, InstalledModel, Job, Knowled
 
 __all__ = [
     "DEFAULT_SEED", "RETRY_TEMPERATURE", "SAID_KINDS", "AgentBinding", "Completion", "DistillRequest", "Distiller",
-    "Embedder",
-    "GenerationInterrupted", "GenerationProgress", "ModelBinding", "ModelCheck", "Summarizer", "SummaryRequest",
+    "Embedder", "GenerationInterrupted", "GenerationProgress", "ModelBinding", "ModelCheck", "ProposedCall",
+    "Summarizer", "SummaryRequest",
     "event_body", "event_text",
 ]
 
@@ -33,6 +33,14 @@ class Completion:
 
     text: str
     finish_reason: str
+
+
+@dataclass(frozen=True)
+class ProposedCall:
+    """One call a model round proposed: the tool's name and its arguments (not yet checked by the gate)."""
+
+    tool: str
+    arguments: dict
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from pathlib import Path
 from emelex_workers.host.notes import ContextNote, hit
 
 from .request import COMMON_WORDS, SEEK_WORDS, mentioned, tokens, words
-from .workspace import WorkspaceWalk, open_dir
+from ...workspace import WorkspaceWalk, open_dir
 
 SOURCE = "mentions"  # the `source` of the note
 MAX_FILES = 3  # files one note holds at most
