@@ -4,19 +4,23 @@ register; over the scripted binding, the built-in tools and real workspaces in t
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 
 import pytest
 
+from emelex_memory import MemoryStore
 from emelex_memory.agent.snapshot import SessionSnapshot
 from emelex_memory.errors import SnapshotMismatchError
 from emelex_workers.agent import protocol
-from emelex_workers.agent.policies import GuidedPolicy, NarrowedPolicy, policy_for
+from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
+from emelex_workers.agent.policies import BUILTIN, GuidedPolicy, NarrowedPolicy, OpenPolicy, policy_for
 from emelex_workers.agent.session import AgentSession
 from emelex_workers.agent.tools import RegisteredTool
 from emelex_workers.host.policies import TurnPolicy, TurnState
 from emelex_tools.plugin import tool_specs
-from tests.support.agent import ScriptedBinding
+from tests.support.agent import ScriptedBinding, answer, calls
 
 BUILTIN_TOOLS = {s.name: RegisteredTool(s, "tools", "test") for s in tool_specs()}
 
@@ -60,6 +64,8 @@ def test_a_session_runs_the_policy_its_snapshot_records_or_the_one_its_protocol_
     assert isinstance(policy_for(snapshot()), GuidedPolicy)  # emelex-tools/3, made before policies
     for older in (protocol.PROTOCOL_V1, protocol.PROTOCOL_V2):
         assert isinstance(policy_for(snapshot(protocol=older)), NarrowedPolicy)
+    assert isinstance(policy_for(snapshot(protocol=protocol.PROTOCOL_V2, policy={"name": "open", "version": 1})),
+                      OpenPolicy)
     with pytest.raises(SnapshotMismatchError, match="turn policy 'careful' version 1") as missing:
         policy_for(snapshot(policy={"name": "careful", "version": 1}))
     assert missing.value.field == "policy"
@@ -80,3 +86,51 @@ def test_a_recorded_policy_changes_the_digest_and_an_unrecorded_one_keeps_the_ol
     assert snapshot(policy={"name": "guided", "version": 2}).field_value("policy.version") == 2
     with pytest.raises(Exception, match="snapshot policy"):
         snapshot(policy={"name": "Guided!", "version": 1})
+
+
+def test_the_open_policy_offers_every_enabled_tool_as_its_schema_allows_and_a_free_answer(tmp_path: Path) -> None:
+    (tmp_path / "config.ini").write_text("port = 8421\n")
+    snap = snapshot(protocol=protocol.PROTOCOL_V2, policy=OpenPolicy().describe())
+    agent = AgentSession(ScriptedBinding([]), snap, BUILTIN_TOOLS)
+    for request in ("hi", "What port does config.ini set?", "Run the tests"):  # no rule reads the request
+        agent.add_user(request)
+        schema = agent.round_schema(tmp_path)
+        tools = offered(schema)
+        assert set(tools) == set(BUILTIN_TOOLS)
+        assert all(tools[name] == BUILTIN_TOOLS[name].spec.input_schema for name in tools)  # not narrowed
+        assert schema["anyOf"][0]["properties"]["answer"] == {"type": "string"}  # the model's own words
+    agent.record(protocol.ProposedCall("read_file", {"path": "config.ini"}),
+                 {"call_id": "1", "tool": "read_file", "outcome": "ok", "output": "port = 8421\n"})
+    assert not agent.answered()  # a result that holds the answer forces nothing
+    assert offered(agent.round_schema(tmp_path))["read_file"] == BUILTIN_TOOLS["read_file"].spec.input_schema
+    assert agent.round_schema(tmp_path, "chain_limit")["properties"]["answer"] == {"type": "string"}
+
+
+def test_an_open_turn_is_forced_to_answer_only_at_its_chain_limit(store: MemoryStore, workspace: Path,
+                                                                   settings) -> None:
+    (workspace / "a.txt").write_text("a\n")
+    peek = calls(("read_file", {"path": "a.txt"}))
+    binding = ScriptedBinding([peek, peek, peek, answer("It says a, as the three reads showed.")])
+    tools = {name: BUILTIN_TOOLS[name] for name in ("read_file",)}
+    snap = build_snapshot(binding, tools, model_reference="test/scripted", model_snapshot_id="s" * 64,
+                          system_prompt="Test agent.", policy=OpenPolicy(), chain_limit=3)
+    assert (snap.protocol, snap.policy, snap.round_tokens, snap.calls_per_batch) == \
+        (protocol.PROTOCOL_V2, {"name": "open", "version": 1}, OpenPolicy.round_tokens, OpenPolicy.calls_per_batch)
+
+    async def main():
+        agent = await DurableAgentSession.create(store, workspace, binding, tools, snap)
+        result = await agent.turn("What does a.txt say?")
+        await agent.close()
+        return result
+
+    result = asyncio.run(main())
+    # the repeats learned nothing: the narrowed policies force an answer after them, the open one reads on
+    assert (result.outcome, result.rounds, result.forced) == ("answer", 4, "chain_limit")
+    assert result.answer == "It says a, as the three reads showed."
+    assert json.dumps(binding.rounds[3]["schema"]) == json.dumps({"type": "object", "properties": {
+        "answer": {"type": "string"}}, "required": ["answer"], "additionalProperties": False})
+
+
+def test_the_built_in_policies_are_named_and_versioned() -> None:
+    assert set(BUILTIN) == {"guided", "open", "narrowed"}
+    assert all(policy.name == name and policy.version == 1 and policy.summary for name, policy in BUILTIN.items())
