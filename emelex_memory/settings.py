@@ -229,6 +229,11 @@ class Settings(BaseSettings):
         default=8, ge=0, le=10_000, description="Saved model states (a Session's evaluated context) maintain keeps.")
     model_states_max_bytes: int = Field(
         default=1024 * MiB, ge=0, description="Bytes of saved model states maintain keeps, newest first.")
+    chat_policy: str = Field(
+        default="auto", pattern=r"^[a-z][a-z0-9_]{0,47}$", description="Turn policy of a new chat Session: 'guided' "
+        "(answers quote what was read), 'open' (the model's own words), a plugin's, or 'auto' (guided for a local "
+        "model under 1B parameters, open otherwise)."
+    )
     recall_budget_tokens: int = Field(
         default=512, ge=1, le=1_000_000, description="Most tokens of Knowledge notes a new chat Session recalls (and "
         "never more than a tenth of the model's window)."

@@ -219,6 +219,11 @@ class LlamaEngine:
         """The context size in tokens (prompt + completion) actually allocated."""
         return int(self._model().n_ctx())
 
+    @property
+    def parameter_count(self) -> int:
+        """How many parameters the model has, as llama.cpp counts them."""
+        return int(self._model()._model.n_params())
+
     def count_tokens(self, text: str) -> int:
         """Return the number of model tokens in ``text`` (0 for "").
 

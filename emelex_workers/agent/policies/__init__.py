@@ -93,8 +93,8 @@ def default_policy(model: InstalledModel, parameters: int | None) -> tuple[str, 
 
 
 def _count(n: int) -> str:
-    """A parameter count as people write it: "135M", "1B", "7.2B"."""
+    """A parameter count as people write it, rounded down to one decimal: "134.5M", "1B", "7.2B"."""
     for size, unit in ((10**9, "B"), (10**6, "M"), (10**3, "K")):
         if n >= size:
-            return f"{n / size:.1f}".removesuffix(".0") + unit
+            return f"{n * 10 // size / 10:.1f}".removesuffix(".0") + unit
     return str(n)
