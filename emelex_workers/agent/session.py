@@ -67,6 +67,12 @@ class RoundPlan:
         return protocol.union_schema(self.tools, self.calls_per_batch, self.arguments, answers=self.answers,
                                      calls_only=self.calls_only, answer_chars=self.answer_chars)
 
+    def native_tools(self) -> list[dict]:
+        """The round's tools as OpenAI function tools (for a binding that calls tools natively): each with its
+        description and this round's arguments schema."""
+        return [{"type": "function", "function": {"name": tool.name, "description": tool.description,
+                                                  "parameters": self.arguments[tool.name]}} for tool in self.tools]
+
     def refusal(self, call: ProposedCall, index: int) -> str | None:
         """Why `call`, the `index`-th (from 0) of its round, is outside this plan (a tool the round did not offer,
         arguments outside its narrowing, a call past the round's count), or None."""
@@ -275,7 +281,9 @@ class AgentSession:
         stop event: the round is its text up to the end of the repetition's first copy, closed as JSON, `stopped`
         "repetition" (`RoundOutputError` when that is no valid round). Does not change `messages`."""
         limit = self.snapshot.round_tokens
-        reports = {} if on_progress is None or not accepts_keyword(self.binding.stream_chat, "on_progress") \
+        native = self.snapshot.protocol == protocol.PROTOCOL_NATIVE
+        generate = self.binding.stream_tool_round if native else self.binding.stream_chat
+        reports = {} if on_progress is None or not accepts_keyword(generate, "on_progress") \
             else {"on_progress": on_progress}
         ended = _RoundStop(stop)
         pieces: list[str] = []
@@ -289,10 +297,11 @@ class AgentSession:
                 ended.set()
 
         plan = self.plan = self.round_plan(workspace, forced)
+        wire = {"tools": plan.native_tools(), "tool_choice": "required" if plan.calls_only else "auto",
+                "calls_per_batch": plan.calls_per_batch} if native else {"json_schema": plan.schema()}
         try:
-            raw = self.binding.stream_chat(
-                self.round_messages(forced), max_tokens=limit, json_schema=plan.schema(), stop=ended,
-                on_text=on_text, temperature=self.snapshot.temperature, seed=self.snapshot.seed, **reports)
+            raw = generate(self.round_messages(forced), max_tokens=limit, stop=ended, on_text=on_text,
+                           temperature=self.snapshot.temperature, seed=self.snapshot.seed, **wire, **reports)
         except GenerationInterrupted:
             if stop.is_set() or not ended.is_set():
                 raise

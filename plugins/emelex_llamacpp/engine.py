@@ -19,16 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emelex_workers.plugin_api import DEFAULT_SEED, GenerationInterrupted
+from emelex_workers.plugin_api import DEFAULT_SEED, GenerationInterrupted, gbnf_literal
 
 DEFAULT_MAX_CTX = 8192
 _LOAD_LOCK = threading.Lock()
-_GRAMMAR_ESCAPES = {"\r": "\\r", "\n": "\\n", '"': '\\"', "\\": "\\\\"}
-
-
-def grammar_literal(text: str) -> str:
-    """``text`` as a GBNF string literal: quotes, backslashes, CR and LF escaped."""
-    return '"' + "".join(_GRAMMAR_ESCAPES.get(char, char) for char in text) + '"'
+grammar_literal = gbnf_literal  # ``text`` as a GBNF string literal: quotes, backslashes and line ends escaped
 
 
 @functools.cache

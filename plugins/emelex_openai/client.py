@@ -132,11 +132,12 @@ class ServerClient:
         return self._decode(bytes(data), path)
 
     @contextmanager
-    def stream_lines(self, path: str, body: dict) -> Iterator[Iterator[str]]:
+    def stream_lines(self, path: str, body: dict, *, retry: bool = True) -> Iterator[Iterator[str]]:
         """POST `body` to `path` and yield an iterator over the reply's lines as they arrive (each at most
-        `MAX_LINE_BYTES`, the whole reply at most `MAX_REPLY_BYTES`); leaving the block closes the connection."""
+        `MAX_LINE_BYTES`, the whole reply at most `MAX_REPLY_BYTES`); leaving the block closes the connection. With
+        `retry` False an HTTP error status raises `Rejected` at once, as for `post_json`."""
         deadline = time.monotonic() + self._deadline_s
-        with self._response("POST", path, body, deadline, retry_status=True) as response:
+        with self._response("POST", path, body, deadline, retry_status=retry) as response:
             if response is None:
                 raise ModelServerError(f"the server at {self.url} has no {path} (HTTP 404): give the base URL of an "
                                        "OpenAI-compatible server (without /v1)")
