@@ -288,6 +288,8 @@ class ServedBinding:
             if calls_per_batch > 1:
                 extra["parallel_tool_calls"] = True
         calls: dict[int, dict] = {}
+        if on_progress is not None:  # the round starts before its first text (a screen then starts it afresh)
+            on_progress(GenerationProgress(0, 0, "", estimated=True))
         completion = self._generate(messages, max_tokens=max_tokens, json_schema=None, temperature=temperature,
                                     seed=seed, extra=extra, on_text=content, stop=stop, calls=calls,
                                     on_token=on_progress)

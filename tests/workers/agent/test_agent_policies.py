@@ -134,3 +134,29 @@ def test_an_open_turn_is_forced_to_answer_only_at_its_chain_limit(store: MemoryS
 def test_the_built_in_policies_are_named_and_versioned() -> None:
     assert set(BUILTIN) == {"guided", "open", "narrowed"}
     assert all(policy.name == name and policy.version == 1 and policy.summary for name, policy in BUILTIN.items())
+
+
+def test_a_call_a_server_constrained_round_did_not_offer_is_refused_by_the_client(store: MemoryStore, workspace: Path,
+                                                                                   settings) -> None:
+    (workspace / "a.txt").write_text("a\n")
+    tools = {"read_file": BUILTIN_TOOLS["read_file"]}
+    outcomes = {}
+    for remote in (False, True):
+        binding = ScriptedBinding([calls(("read_file", {"path": "missing.txt"})), answer("none")])
+        binding.remote_constraint = remote  # a server applied the round's grammar: it may not have honoured it
+        snap = build_snapshot(binding, tools, model_reference="test/scripted", model_snapshot_id="s" * 64,
+                              system_prompt="Test agent.", protocol=protocol.PROTOCOL_V2)
+
+        async def main():
+            agent = await DurableAgentSession.create(store, workspace, binding, tools, snap)
+            await agent.turn("Read missing.txt")
+            await agent.close()
+            return [e.payload for e in store.replay(agent.session_id).events if e.kind == "tool_result"]
+
+        (outcomes[remote],) = asyncio.run(main())
+    assert binding.rounds[0]["schema"]["anyOf"][1]["properties"]["tool_calls"]["items"]["anyOf"][0]["properties"][
+        "arguments"]["properties"]["path"] == {"type": "string", "enum": ["a.txt"]}  # the narrowed round
+    assert outcomes[False]["output"] == "tool 'read_file' failed: WorkspacePathError: path 'missing.txt' does not exist " \
+        "in the workspace"  # it ran
+    assert outcomes[True] == {**outcomes[True], "outcome": "error",
+                              "output": "not offered in this round: arguments.path must be one of a.txt"}
