@@ -36,7 +36,8 @@ with `--jinja` (without it: HTTP 500 "tools param requires --jinja flag"),
 vLLM with `--enable-auto-tool-choice --tool-call-parser ...` (without:
 HTTP 400 '"auto" tool choice requires ...'), llama-cpp-python's server
 does not (its default chat format renders the tools and answers in text;
-"chatml-function-calling" refuses to stream an automatic tool choice).
+"chatml-function-calling" breaks off a streamed reply: "Automatic streaming
+tool choice is not supported").
 `stream_tool_round` then sends the round's tools in the `tools` field and
 reads the `tool_calls` deltas (accumulated by index; Ollama sends each call
 whole), returning the round in the agent's union form.
@@ -254,8 +255,10 @@ class ServedBinding:
                            retry=False)
         except Rejected as refused:
             return ToolCalling(False, f"the server refused tools (HTTP {refused.status}: {refused.detail})")
-        except ModelServerReplyError as exc:
-            return ToolCalling(False, f"the server's reply to tools was not a tool call ({str(exc)[:200]})")
+        except ModelServerTimeoutError:
+            raise
+        except ModelServerError as exc:  # it answered what it serves, then broke its reply to tools
+            return ToolCalling(False, f"the server's reply to tools broke off ({str(exc)[:200]})")
         probe = [c for c in calls.values() if c["name"] == PROBE_TOOL["function"]["name"]]
         if probe and _arguments(probe[0]["arguments"]) == {"value": PROBE_VALUE}:
             return ToolCalling(True, "the server streamed a tool call for the probe")

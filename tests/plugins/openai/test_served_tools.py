@@ -65,6 +65,13 @@ def test_a_server_that_answers_the_probe_in_text_does_not_call_tools_natively(se
     assert (calling.native, calling.detail) == (False, "the server answered the probe in text")
 
 
+def test_a_server_that_breaks_off_its_reply_to_tools_does_not_call_them_natively(settings) -> None:
+    with ScriptedServer() as server:  # as llama-cpp-python's "chatml-function-calling" format does
+        server.fail("/v1/chat/completions", ("drop", 1))
+        calling = bound(settings, server).tool_calling()
+    assert not calling.native and calling.detail.startswith("the server's reply to tools broke off (")
+
+
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_a_round_of_calls_is_read_back_in_the_union_form_whatever_the_format(settings, flavour) -> None:
     with ToolServer(flavour, [tool_calls(("read_file", {"path": "a.txt"}), ("read_file", {"path": "b/c.md"})),
