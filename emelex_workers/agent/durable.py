@@ -96,8 +96,10 @@ def build_snapshot(
     older one of `PROTOCOLS` for a Session made with it) implies the policy, as for a Session made before policies;
     those limits then default to 512, 4 and 2. ValueError for a protocol this code does not render. A binding with
     `model_identity` (a served model) has it recorded."""
+    if policy is not None and protocol is None:  # ask the binding only when the policy's protocol depends on it
+        native, grammar = policy.protocol(True), policy.protocol(False)
+        protocol = native if native != grammar and calls_tools_natively(binding) else grammar
     if policy is not None:
-        protocol = protocol or policy.protocol(calls_tools_natively(binding))
         round_tokens = policy.round_tokens if round_tokens is None else round_tokens
         chain_limit = policy.chain_limit if chain_limit is None else chain_limit
         calls_per_batch = policy.calls_per_batch if calls_per_batch is None else calls_per_batch

@@ -623,8 +623,10 @@ def chat(
             policy, why = resumed_chat_policy(policies, policy_name, session_id, stored)
             snapshot = _resumed_snapshot(stored, binding, tools, installed, policy)
         try:
+            probe = getattr(binding, "tool_calling", None) if policy.answer_chars is None else None
+            line = policy_line(policy, why, snapshot, probe() if callable(probe) else None)
             code = asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id, installed, new_workspace,
-                                     policies, policy_line(policy, why, snapshot)))
+                                     policies, line))
         except WorkspaceReplacedError as exc:
             raise WorkspaceReplacedError(str(exc).replace(REMEMBER_ADVICE, "`emelex chat --new-workspace`")) from None
         finally:

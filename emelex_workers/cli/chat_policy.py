@@ -17,6 +17,7 @@ from emelex_memory.errors import InvalidInputError, SnapshotMismatchError
 from emelex_workers.agent.policies import default_policy, recorded_policy
 from emelex_workers.agent.protocol import PROTOCOL_NATIVE
 from emelex_workers.host.policies import TurnPolicy
+from emelex_workers.host.types import ToolCalling
 
 AUTO = "auto"
 
@@ -75,12 +76,13 @@ def resumed_chat_policy(policies: Mapping[str, TurnPolicy], requested: str | Non
     return policy, "recorded in the Session"
 
 
-def policy_line(policy: TurnPolicy, why: str, snapshot: SessionSnapshot) -> str:
+def policy_line(policy: TurnPolicy, why: str, snapshot: SessionSnapshot, calling: ToolCalling | None = None) -> str:
     """What the chat says of its policy: the policy and why it runs (for its first line), then a line of what it
-    does and, for a free-answer policy, how tools are called."""
-    calling = ""
+    does and, for a free-answer policy, how tools are called (and, when a server was asked, `calling`'s finding)."""
+    text = ""
     if snapshot.protocol == PROTOCOL_NATIVE:
-        calling = "; tools are called natively (the server's tool calling)"
+        text = "; tools are called natively (the server's tool calling)"
     elif policy.answer_chars is None:
-        calling = "; tools are called through a constrained JSON grammar"
-    return f"policy {policy.name} ({why})\n  {policy.name}: {policy.summary}{calling}"
+        found = f" ({calling.detail})" if calling is not None and not calling.native else ""
+        text = f"; tools are called through a constrained JSON grammar{found}"
+    return f"policy {policy.name} ({why})\n  {policy.name}: {policy.summary}{text}"

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from emelex_memory import MemoryStore, Settings
+from emelex_memory.agent import journal
 from tests.support.agent import agent_plugin_distribution
 from tests.support.served import add_served
 from tests.support.tool_server import FLAVOURS, ToolServer, text, tool_calls
@@ -165,3 +166,41 @@ def test_sigkill_during_a_tool_then_recover_and_the_resume_shows_the_model_what_
         {"role": "user", "content": "What happened?"}]
     assert offered(again) == offered(server.chats[0])  # still native, still every tool
     assert len((tmp_path / "effects").read_text().splitlines()) == 1  # the effect ran once, never again
+
+
+def test_a_session_whose_tools_were_called_natively_is_refused_by_a_server_that_no_longer_calls_them(
+        env, home, project) -> None:
+    with ToolServer("llama-server", [text("Hello. I can read and change the files here.")]) as server:
+        served(home, server)
+        assert chat(env, project, "hi\n/exit\n").returncode == 0
+        with MemoryStore.open(Settings(home=home)) as store:
+            (session,) = [s.id for s in store.list_sessions().sessions]
+        server.native = False  # restarted without --jinja
+        before = history(home)
+        refused = chat(env, project, "/exit\n", "--resume", session)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.startswith(f"error: Session {session} was created with protocol 'openai-tools/1', but the "
+                                     "current configuration has 'emelex-tools/2'; run the Emelex version the Session "
+                                     "was created with (for `openai-tools/1`, a model server that calls tools "
+                                     "natively: llama-server with --jinja, vLLM with a tool parser)")
+    assert history(home) == before
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_server_without_native_tool_calls_gets_the_json_union_and_the_chat_says_why(env, home, project,
+                                                                                    flavour) -> None:
+    words = "Hello. I can read and change the files here."
+    with ToolServer(flavour, [text(json.dumps({"answer": words}))], native=False) as server:
+        served(home, server)
+        out = chat(env, project, "hi\n/exit\n")
+    assert out.returncode == 0, out.stderr
+    line = out.stdout.splitlines()[1]
+    assert line.endswith(")") and "; tools are called through a constrained JSON grammar (" in line
+    assert {"llama-server": "tools param requires --jinja flag", "vllm": '"auto" tool choice requires',
+            "ollama": "Ollama lists no tools in the model's capabilities"}[flavour] in line
+    assert words in out.stdout
+    (asked,) = server.chats
+    assert "tools" not in asked and "response_format" in asked  # a round of the constrained union
+    with MemoryStore.open(Settings(home=home)) as store:
+        (session,) = store.list_sessions().sessions
+        assert journal.stored_snapshot(store, session.id).protocol == "emelex-tools/2"
