@@ -21,6 +21,7 @@ from emelex_workers.agent.tools import RegisteredTool
 from emelex_workers.host.policies import TurnPolicy, TurnState
 from emelex_tools.plugin import tool_specs
 from tests.support.agent import ScriptedBinding, answer, calls
+from tests.workers.agent.test_agent_quotes import offered
 
 BUILTIN_TOOLS = {s.name: RegisteredTool(s, "tools", "test") for s in tool_specs()}
 
@@ -31,15 +32,6 @@ def snapshot(**changes) -> SessionSnapshot:
                   round_tokens=256, chain_limit=4, calls_per_batch=2, system_prompt="You are a test agent.",
                   tools=tuple(t.authority() for t in BUILTIN_TOOLS.values()))
     return SessionSnapshot(**{**fields, **changes})
-
-
-def offered(schema: dict) -> dict[str, dict]:
-    """The arguments schema of each tool a round offers, by name."""
-    batch = schema["anyOf"][1] if "anyOf" in schema else schema if "tool_calls" in schema["properties"] else None
-    if batch is None:
-        return {}
-    return {o["properties"]["name"]["const"]: o["properties"]["arguments"]
-            for o in batch["properties"]["tool_calls"]["items"]["anyOf"]}
 
 
 class Everything(TurnPolicy):
