@@ -95,16 +95,18 @@ class AnswerStream:
         self._shown = 0
         self._on_round = on_round
         self._before_write = before_write
+        self._written = False  # a complete round of this one wrote answer text, on a line not yet ended
 
     def next_round(self) -> None:
         """A new round starts: drop what is left of the last one (a round the adapter ended at a runaway
         repetition never streamed its closing brackets, and must not swallow the next)."""
-        self.text, self._shown = "", 0
+        self.text, self._shown, self._written = "", 0, False
 
     @property
     def answering(self) -> bool:
-        """True once the current round has written answer text (the line it is on is not yet ended)."""
-        return self._shown > 0
+        """True once the current round has written answer text (the line it is on is not yet ended), also after its
+        answer is complete: nothing may be drawn over that line."""
+        return self._shown > 0 or self._written
 
     def feed(self, piece: str) -> None:
         """Take one streamed piece and print the answer characters it completes; a complete round is dropped so
@@ -119,6 +121,7 @@ class AnswerStream:
             if end:
                 if self._on_round is not None:
                     self._on_round(self.text.lstrip()[:end])
+                self._written = self._written or self._shown > 0
                 self.text, self._shown = self.text.lstrip()[end:], 0
 
     def _show(self) -> None:
