@@ -144,3 +144,21 @@ def test_a_llama_cpp_server_gets_a_grammar_whose_literals_are_escaped(settings, 
     assert all(gbnf_literal(json.dumps(q, ensure_ascii=False)) in escaped["grammar"] for q in quotes)
     assert "grammar" not in unescaped  # nothing its own converter mis-escapes: the server's way
 
+
+
+@pytest.mark.parametrize("status", [400, 500])
+def test_a_grammar_or_schema_a_server_refuses_is_one_line_naming_it(settings, status) -> None:
+    schema = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["a"]}}, "required": ["answer"]}
+    refusal = json.dumps({"error": {"code": status, "message": "JSON schema conversion failed: unsupported pattern",
+                                    "type": "server_error"}}).encode()
+    with ScriptedServer(reply=json.dumps({"answer": "a"})) as server:
+        binding = bound(settings, server)
+        binding.constraint()  # the server constrains output: its probe answered
+        server.fail("/v1/chat/completions", ("reply", status, refusal, {}))
+        with pytest.raises(ModelServerReplyError) as refused:
+            binding.stream_chat([{"role": "user", "content": "x"}], max_tokens=8, json_schema=schema,
+                                stop=threading.Event())
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"the server at {server.url} could not use the output grammar "
+                                                      "of this request: ")
+    assert "JSON schema conversion failed: unsupported pattern" in message
