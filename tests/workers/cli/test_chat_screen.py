@@ -180,10 +180,14 @@ def test_an_answer_stays_on_the_screen_while_the_round_ends(env, home, workspace
     (here a second, five redraws of the status line), the answer stays whole on the terminal."""
     words = "The port is 8421. It is set in config.ini, under [server]."
     terminal = Terminal(env, workspace, {"outputs": [answer(words)], "linger_s": 1.0})
-    at = terminal.expect("\n> ", terminal.expect("; commands:"))
-    terminal.type("What port?")
-    at = terminal.expect(words, at)
-    terminal.expect("\n> ", at)
-    assert terminal.output[at:].startswith("\r\n["), repr(terminal.output[at:at + 80])  # the line ended, not erased
-    terminal.type("/exit")
-    assert terminal.wait() == 0, terminal.process.stderr.read()
+    try:
+        at = terminal.expect("\n> ", terminal.expect("; commands:"))
+        terminal.type("What port?")
+        at = terminal.expect(words, at)
+        terminal.expect("\n> ", at)
+        assert terminal.output[at:].startswith("\r\n["), repr(terminal.output[at:at + 80])  # ended, not erased
+        terminal.type("/exit")
+        assert terminal.wait() == 0, terminal.process.stderr.read()
+    finally:
+        if terminal.process.poll() is None:
+            terminal.process.kill()
