@@ -618,19 +618,25 @@ def chat(
         _, binding = bind_model(pm, installed, binding_settings)
         if not callable(getattr(binding, "stream_chat", None)):
             raise typer.BadParameter(f"model {installed.name!r} has a binding without stream_chat; chat needs one")
-        if stored is None:
-            if resume is not None:  # a Session without a snapshot (and without history): it gets one now
-                requested = requested_policy(policies, policy_name, settings.chat_policy)
-            policy, why = new_chat_policy(policies, requested, installed, binding)
-            snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
-                                      model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT,
-                                      context=CONTEXT + ((RECALL_SOURCE,) if recall else ()), policy=policy)
-        else:
-            policy, why = resumed_chat_policy(policies, policy_name, session_id, stored)
-            snapshot = _resumed_snapshot(stored, binding, tools, installed, policy)
+        asking = StatusLine(sys.stdout, sys.stdout.isatty())
+        if installed.server is not None:  # its server is asked what it serves and how it calls tools: it may take long
+            asking.show(f"asking the model server at {installed.server.url} what it supports (Ctrl-C stops)")
         try:
-            probe = getattr(binding, "tool_calling", None) if policy.answer_chars is None else None
-            line = policy_line(policy, why, snapshot, probe() if callable(probe) else None)
+            try:
+                if stored is None:
+                    if resume is not None:  # a Session without a snapshot (and without history): it gets one now
+                        requested = requested_policy(policies, policy_name, settings.chat_policy)
+                    policy, why = new_chat_policy(policies, requested, installed, binding)
+                    snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
+                                              model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT,
+                                              context=CONTEXT + ((RECALL_SOURCE,) if recall else ()), policy=policy)
+                else:
+                    policy, why = resumed_chat_policy(policies, policy_name, session_id, stored)
+                    snapshot = _resumed_snapshot(stored, binding, tools, installed, policy)
+                probe = getattr(binding, "tool_calling", None) if policy.answer_chars is None else None
+                line = policy_line(policy, why, snapshot, probe() if callable(probe) else None)
+            finally:
+                asking.clear()
             code = asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id, installed, new_workspace,
                                      policies, line))
         except WorkspaceReplacedError as exc:
