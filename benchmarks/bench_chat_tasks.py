@@ -1,8 +1,9 @@
-"""Simple workspace tasks done through the real `emelex chat` process on the embedded default model.
+"""Simple workspace tasks done through the real `emelex chat` process on the embedded default model, under each of the
+two built-in turn policies side by side: "guided" (the default for this model) and "open".
 
 Each task gets a fresh temporary workspace with its own files and one line
 typed into a new `emelex chat` (SmolLM2-135M-Instruct through llama.cpp,
-every setting at its default), driven through pipes the way a user at the
+every setting at its default but `--policy`), driven through pipes the way a user at the
 terminal would: the task is typed at the prompt, every approval prompt is
 answered (`approve`: a `write_file` call is approved, a `run_command` call
 only when every command of it is one of a few harmless programs, anything
@@ -13,12 +14,15 @@ turn is read back from the Session's transcript: whether it ended with an
 answer, how many tool calls it ran, and whether any ran a call identical to
 one that already ran in the same turn.
 
-Targets: at least 8 of the 12 tasks pass, no turn ends without an answer,
-no identical call runs twice in a turn, and the mean time per task (from
-typing the task to the prompt's return; the model load excluded) is under
-30 s on the 2-core machine. Writes its section of benchmarks/RESULTS.md
-(with the per-task table) and exits 1 on a missed target. The machine is
-shared, so the times are noisy.
+Targets, of the guided policy (the one this model runs by default): at
+least 8 of the 12 tasks pass, no turn ends without an answer, no identical
+call runs twice in a turn, and the mean time per task (from typing the task
+to the prompt's return; the model load excluded) is under 30 s on the 2-core
+machine. The open policy is measured beside it on the same tasks (each task
+runs under both, alternating which goes first), with no target: it shows
+what the small model does with its own words. Writes its section of
+benchmarks/RESULTS.md (with the per-task table) and exits 1 on a missed
+target. The machine is shared, so the times are noisy.
 """
 
 from __future__ import annotations
@@ -46,10 +50,14 @@ from emelex_workers.models import ModelManager, default_model_file  # noqa: E402
 from emelex_workers.settings import WorkerSettings
 
 SECTIONS = ("chat-tasks",)
+POLICIES = ("guided", "open")
 MEASURES = (  # the code its figures measure (results.py flags a section older than it)
     "emelex_workers/agent",
     "emelex_workers/cli/chat.py",
     "emelex_workers/cli/chat_show.py",
+    "emelex_workers/cli/chat_policy.py",
+    "emelex_workers/host/policies.py",
+    "emelex_workers/host/notes.py",
     "plugins/emelex_tools",
     "plugins/emelex_llamacpp",
 )
@@ -166,9 +174,9 @@ def approve(tool: str, arguments: dict) -> str:
 class Chat:
     """One `emelex chat` process, read without blocking: `wait_for` a pattern with a deadline, `type` a line."""
 
-    def __init__(self, home: Path, workspace: Path) -> None:
+    def __init__(self, home: Path, workspace: Path, policy: str) -> None:
         env = {**os.environ, "EMELEX_HOME": str(home), "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen([*EMELEX, "chat", "--workspace", str(workspace)], env=env,
+        self.process = subprocess.Popen([*EMELEX, "chat", "--workspace", str(workspace), "--policy", policy], env=env,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         start_new_session=True)
         self.output = ""
@@ -261,9 +269,10 @@ def turn_record(home: Path, session: str) -> dict:
             "diagnostic": (failed or {}).get("diagnostic", "")}
 
 
-def run_task(home: Path, task: Task, root: Path) -> dict:
-    """Run `task` in a fresh workspace under `root` through a new chat; its row of the results table."""
-    workspace = root / task.name
+def run_task(home: Path, task: Task, root: Path, policy: str) -> dict:
+    """Run `task` in a fresh workspace under `root` through a new chat under turn `policy`; its row of the results
+    table."""
+    workspace = root / f"{task.name}-{policy}"
     workspace.mkdir()
     for path, text in task.files.items():
         target = workspace / path
@@ -272,8 +281,9 @@ def run_task(home: Path, task: Task, root: Path) -> dict:
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-    chat = Chat(home, workspace)
-    row = {"task": task.name, "kind": task.kind, "criterion": task.criterion, "approved": 0, "denied": 0}
+    chat = Chat(home, workspace, policy)
+    row = {"task": task.name, "kind": task.kind, "criterion": task.criterion, "approved": 0, "denied": 0,
+           "policy": policy}
     try:
         started, _ = chat.wait_for({"prompt": PROMPT}, time.monotonic() + START_DEADLINE_S)
         session = SESSION.search(chat.output)
@@ -311,35 +321,49 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("`", "'")
 
 
+def totals(rows: list[dict]) -> dict:
+    """A policy's figures over its `rows`: tasks passed, turns without an answer, repeated calls, mean seconds."""
+    return {"passed": sum(r["passed"] for r in rows), "unanswered": sum(r["ended"] != "answer" for r in rows),
+            "repeats": sum(r["repeats"] for r in rows), "mean": statistics.fmean(r["seconds"] for r in rows)}
+
+
 def render(figures: dict) -> str:
     """The `chat-tasks` section of the recorded `figures`."""
     rows = figures["tasks"]
-    passed = sum(r["passed"] for r in rows)
-    unanswered = sum(r["ended"] != "answer" for r in rows)
-    repeats = sum(r["repeats"] for r in rows)
-    mean = statistics.fmean(r["seconds"] for r in rows)
-    table = ["| task | kind | criterion | passed | time | calls run | approvals y/n | ended | answer |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
+    opened = {r["task"]: r for r in figures["open"]}
+    guided, free = totals(rows), totals(figures["open"])
+
+    def cells(r: dict) -> str:
         ended = r["ended"] + (f" (forced: {r['forced']})" if r.get("forced") else "")
         shown = r["answer"] if r["answer"] is not None else r.get("diagnostic", "")
-        table.append(f"| {r['task']} | {r['kind']} | {_cell(r['criterion'])} | {'yes' if r['passed'] else 'no'} | "
-                     f"{r['seconds']:.1f} s | {r['ran']} | {r['approved']}/{r['denied']} | {ended} | "
-                     f"{_cell(shown)} |")
+        return (f"{'yes' if r['passed'] else 'no'} | {r['seconds']:.1f} s | {r['ran']} | {r['approved']}/{r['denied']} "
+                f"| {ended} | {_cell(shown)}")
+
+    table = ["| task | criterion | guided: passed | time | calls run | approvals y/n | ended | answer | "
+             "open: passed | time | calls run | approvals y/n | ended | answer |",
+             "| --- | --- " + "| --- " * 12 + "|"]
+    for r in rows:
+        table.append(f"| {r['task']} | {_cell(r['criterion'])} | {cells(r)} | {cells(opened[r['task']])} |")
     return "\n".join([
         "## Chat tasks (`bench_chat_tasks.py`)",
         "",
-        f"Measured {figures['measured']} on {figures['model']}, every chat setting at its default, through the "
-        "real `emelex chat` process (one new Session per task, in a fresh temporary workspace; the task typed at "
-        "the prompt; write_file calls approved, run_command calls approved only for a few harmless programs). "
-        "A task passes when its criterion, fixed before the first run, holds of the recorded answer (or of the "
-        "file asked for). Time: from typing the task to the prompt's return (the model load excluded), on a "
-        "shared 2-core machine, so noisy.",
+        f"Measured {figures['measured']} on {figures['model']}, every chat setting at its default but the turn "
+        "policy, through the real `emelex chat` process (one new Session per task and policy, in a fresh temporary "
+        "workspace; the task typed at the prompt; write_file calls approved, run_command calls approved only for a "
+        "few harmless programs). Each task runs under the guided policy (this model's default: answers quote what "
+        "was read) and under the open one (`--policy open`: the model's own words, every tool every round), "
+        "alternating which goes first. A task passes when its criterion, fixed before the first run, holds of the "
+        "recorded answer (or of the file asked for). Time: from typing the task to the prompt's return (the model "
+        "load excluded), on a shared 2-core machine, so noisy. The targets are the guided policy's; the open one "
+        "has none.",
         "",
-        f"- tasks passed: {passed} of {len(rows)} ({verdict(passed, '>=', TARGET_PASSED)})",
-        f"- turns that ended without an answer: {unanswered} ({verdict(unanswered, '<=', 0)})",
-        f"- identical calls run again in a turn: {repeats} ({verdict(repeats, '<=', 0)})",
-        f"- mean time per task: {mean:.1f} s ({verdict(mean, '<', TARGET_MEAN_S)})",
+        f"- guided: tasks passed: {guided['passed']} of {len(rows)} ({verdict(guided['passed'], '>=', TARGET_PASSED)})",
+        f"- guided: turns that ended without an answer: {guided['unanswered']} "
+        f"({verdict(guided['unanswered'], '<=', 0)})",
+        f"- guided: identical calls run again in a turn: {guided['repeats']} ({verdict(guided['repeats'], '<=', 0)})",
+        f"- guided: mean time per task: {guided['mean']:.1f} s ({verdict(guided['mean'], '<', TARGET_MEAN_S)})",
+        f"- open: tasks passed: {free['passed']} of {len(rows)}; turns without an answer: {free['unanswered']}; "
+        f"identical calls run again: {free['repeats']}; mean time per task: {free['mean']:.1f} s (no target)",
         "",
         *table,
         "",
@@ -353,26 +377,25 @@ def main() -> int:
     except DefaultModelUnavailableError as exc:
         print(f"skipped: {exc}")
         return 1
-    rows = []
+    rows: dict[str, list[dict]] = {policy: [] for policy in POLICIES}
     with tempfile.TemporaryDirectory(prefix="emelex-chat-tasks-") as tmp:
         home, root = Path(tmp) / "home", Path(tmp) / "workspaces"
         root.mkdir()
         with ModelManager(WorkerSettings(home=home)) as manager:
             model = manager.install_default(link=True)
-        for task in TASKS:
-            row = run_task(home, task, root)
-            rows.append(row)
-            print(f"{task.name:<14} {'PASS' if row['passed'] else 'fail'} {row['seconds']:6.1f} s  ran {row['ran']} "
-                  f"repeats {row['repeats']} ended {row['ended']}: {(row['answer'] or row['diagnostic'])[:100]!r}",
-                  flush=True)
-    figures = {"model": model.name, "tasks": rows}
+        for n, task in enumerate(TASKS):
+            for policy in POLICIES if n % 2 == 0 else reversed(POLICIES):  # alternate which goes first
+                row = run_task(home, task, root, policy)
+                rows[policy].append(row)
+                print(f"{task.name:<14} {policy:<6} {'PASS' if row['passed'] else 'fail'} {row['seconds']:6.1f} s  "
+                      f"ran {row['ran']} repeats {row['repeats']} ended {row['ended']}: "
+                      f"{(row['answer'] or row['diagnostic'])[:100]!r}", flush=True)
+    figures = {"model": model.name, "tasks": rows["guided"], "open": rows["open"]}
     text = publish("chat-tasks", render, figures)
     print(text)
-    passed = sum(r["passed"] for r in rows)
-    mean = statistics.fmean(r["seconds"] for r in rows)
-    unanswered = sum(r["ended"] != "answer" for r in rows)
-    repeats = sum(r["repeats"] for r in rows)
-    ok = (met(passed, ">=", TARGET_PASSED) and unanswered == 0 and repeats == 0 and met(mean, "<", TARGET_MEAN_S))
+    guided = totals(rows["guided"])
+    ok = (met(guided["passed"], ">=", TARGET_PASSED) and guided["unanswered"] == 0 and guided["repeats"] == 0
+          and met(guided["mean"], "<", TARGET_MEAN_S))
     return 0 if ok else 1
 
 

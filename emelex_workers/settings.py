@@ -88,7 +88,12 @@ class WorkerSettings(Settings):
     embedding_url: str | None = Field(default=None, min_length=1, max_length=2048, description=(
         "For the openai embedder: the server's base URL, e.g. http://127.0.0.1:8080/v1."))
 
-    # The agent: the Knowledge a new chat Session recalls (`emelex_workers/agent`).
+    # The agent: the turn policy of a new chat Session and the Knowledge it recalls (`emelex_workers/agent`).
+    chat_policy: str = Field(
+        default="auto", pattern=r"^[a-z][a-z0-9_]{0,47}$", description="Turn policy of a new chat Session: 'guided' "
+        "(answers quote what was read), 'open' (the model's own words), a plugin's, or 'auto' (guided for a local "
+        "model under 1B parameters, open otherwise)."
+    )
     recall_budget_tokens: int = Field(
         default=512, ge=1, le=1_000_000, description="Most tokens of Knowledge notes a new chat Session recalls (and "
         "never more than a tenth of the model's window)."

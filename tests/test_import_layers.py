@@ -250,7 +250,9 @@ def test_the_re_exporting_packages_export_every_public_name() -> None:
     behind = {
         emelex_workers.faithfulness: ["emelex_workers.faithfulness.checks"],
         emelex_workers.models: ["emelex_workers.models.manager"],
-        emelex_workers.plugin_api: ["emelex_workers.host.types", "emelex_workers.host.tools"],
+        emelex_workers.plugin_api: ["emelex_workers.host.types", "emelex_workers.host.tools",
+                                    "emelex_workers.host.notes", "emelex_workers.host.policies",
+                                    "emelex_workers.host.gbnf"],
         emelex_workers.hookspecs: ["emelex_workers.host.hookspecs"],
     }
     for package, modules in behind.items():

@@ -274,7 +274,9 @@ _MISMATCH_FIXES = (  # what makes a resume honour a recorded field again, by the
     ("model_", "install the Session's model file again under its name (`emelex models install FILE --name NAME`)"),
     ("template_digest", "install the Session's model file again: its chat template is part of the file"),
     ("context_size", "use a model (and `model_max_context_tokens`) that allocates the recorded window"),
-    ("protocol", "run the Emelex version the Session was created with"),
+    ("protocol", "run the Emelex version the Session was created with (for `openai-tools/1`, a model server that calls "
+                 "tools natively: llama-server with --jinja, vLLM with a tool parser)"),
+    ("policy", "resume it under the turn policy it recorded (`emelex chat --resume` does)"),
     ("tools", "install the tool plugins at the versions the Session was created with"),
 )
 

@@ -20,7 +20,8 @@ from ..errors import InvalidInputError
 SNAPSHOT_FORMAT = 1  # bumped only if the canonical JSON layout itself changes
 APPROVALS = ("always", "never")
 CONTEXT_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}\Z")
-OPTIONAL_FIELDS = ("model_identity", "context")  # left out of the JSON when None / empty
+OPTIONAL_FIELDS = ("model_identity", "context", "policy")  # left out of the JSON when None / empty
+POLICY_NAME = re.compile(r"[a-z][a-z0-9_]{0,47}\Z")
 
 
 def canonical_json(value: Any) -> bytes:
@@ -68,8 +69,10 @@ class SessionSnapshot:
     the context sources whose notes the Session records before its first
     model round, in order (see `emelex_workers.agent.context`); empty, it is
     left out of the JSON, so a snapshot made before the field existed keeps
-    its digest. Construction orders `tools` by name and refuses two tools of
-    one name.
+    its digest. `policy` is the turn policy the Session runs, `{"name",
+    "version"}` (see `emelex_workers.host.policies`); None (left out of the
+    JSON) for a Session made before policies, whose protocol implies it.
+    Construction orders `tools` by name and refuses two tools of one name.
     """
 
     model_reference: str
@@ -86,6 +89,7 @@ class SessionSnapshot:
     tools: tuple[ToolAuthority, ...]
     model_identity: dict | None = None
     context: tuple[str, ...] = ()
+    policy: dict | None = None
 
     def __post_init__(self) -> None:
         for name in ("model_reference", "model_snapshot_id", "protocol", "template_digest", "system_prompt"):
@@ -109,6 +113,12 @@ class SessionSnapshot:
             raise InvalidInputError(f"snapshot context must be distinct source names ([a-z][a-z0-9_]*), got "
                                     f"{self.context!r}")
         object.__setattr__(self, "context", context)
+        if self.policy is not None and not (
+                isinstance(self.policy, dict) and set(self.policy) == {"name", "version"}
+                and isinstance(self.policy["name"], str) and POLICY_NAME.match(self.policy["name"])
+                and type(self.policy["version"]) is int and self.policy["version"] >= 1):
+            raise InvalidInputError(f'snapshot policy must be {{"name": [a-z][a-z0-9_]*, "version": 1 or more}}, got '
+                                    f"{self.policy!r}")
         tools = tuple(sorted(self.tools, key=lambda t: t.name))
         if any(not isinstance(t, ToolAuthority) for t in tools):
             raise InvalidInputError("snapshot tools must be ToolAuthority values")
@@ -126,6 +136,8 @@ class SessionSnapshot:
         value["context"] = list(self.context)
         if not self.context:
             del value["context"]
+        if self.policy is None:
+            del value["policy"]
         value["format"] = SNAPSHOT_FORMAT
         return value
 
@@ -147,6 +159,7 @@ class SessionSnapshot:
             data = {f.name: value[f.name] for f in fields(cls) if f.name not in OPTIONAL_FIELDS}
             data["model_identity"] = value.get("model_identity")
             data["context"] = value.get("context", ())
+            data["policy"] = value.get("policy")
             data["tools"] = tuple(ToolAuthority(**t) for t in value["tools"])
         except (AttributeError, KeyError, TypeError) as exc:
             raise InvalidInputError(f"a stored execution snapshot is malformed ({exc!r})") from None
@@ -163,11 +176,11 @@ class SessionSnapshot:
         for f in fields(self):
             if f.name == "tools":
                 continue
-            if f.name == "model_identity" and isinstance(self.model_identity, dict) \
-                    and isinstance(other.model_identity, dict):
-                path = _json_difference(self.model_identity, other.model_identity)
+            if f.name in ("model_identity", "policy") and isinstance(getattr(self, f.name), dict) \
+                    and isinstance(getattr(other, f.name), dict):
+                path = _json_difference(getattr(self, f.name), getattr(other, f.name))
                 if path is not None:
-                    return f"model_identity{path}"
+                    return f"{f.name}{path}"
                 continue
             if canonical_json(getattr(self, f.name)) != canonical_json(getattr(other, f.name)):
                 return f.name

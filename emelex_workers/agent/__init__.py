@@ -1,2 +1,3 @@
-"""The agent layer: tools as plugins (`tools`), the constrained tool-call protocol (`protocol`), the in-memory
-`AgentSession` (`session`) and the durable adapter pairing it with a Session lease (`durable`)."""
+"""The agent layer: tools as plugins (`tools`), the tool-call protocols (`protocol`), the turn policies that guide a
+turn (`policies`), the workspace walk of a turn (`workspace`), the in-memory `AgentSession` (`session`) and the
+durable adapter pairing it with a Session lease (`durable`)."""

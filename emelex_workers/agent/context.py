@@ -3,7 +3,8 @@
 A Session's snapshot names its context sources (`SessionSnapshot.context`,
 in order). On the Session's first turn, before the first model round, the
 adapter calls each named source once with a `ContextRequest`; a source
-returns a JSON payload whose string "text" is what the model sees (one
+returns a JSON payload (a `ContextNote`, `emelex_workers.host.notes`: the
+one contract of every note and its quotes' labels) whose string "text" is what the model sees (one
 system message, at that place in the history; the source writes its own
 label) and whose other fields are recorded with it (what was selected and
 from where), or None to record nothing. The adapter adds "source" (the
@@ -24,22 +25,29 @@ from emelex_memory.agent.journal import CONTEXT_KIND
 from emelex_memory.agent.snapshot import SessionSnapshot, canonical_json
 from emelex_memory.errors import InvalidInputError, SnapshotMismatchError
 
+from emelex_workers.host.notes import ContextNote
+
+from .workspace import WorkspaceWalk
+
 __all__ = ["CONTEXT_KIND", "ContextRequest", "ContextSource", "check_sources", "gather"]
 
 
 @dataclass(frozen=True)
 class ContextRequest:
     """What a context source is asked with: the `store` (read it; never write), the new Session's ID, its
-    `workspace` directory, the `first_message` the user typed and the Session's `snapshot`."""
+    `workspace` directory, the `first_message` the user typed, the Session's `snapshot` and the turn's `walk` of
+    the workspace (`emelex_workers.agent.workspace.WorkspaceWalk`: read the workspace through it, so the turn reads
+    each directory once; None: walk it yourself)."""
 
     store: MemoryStore
     session_id: str
     workspace: Path
     first_message: str
     snapshot: SessionSnapshot
+    walk: WorkspaceWalk | None = None
 
 
-ContextSource = Callable[[ContextRequest], "dict | None"]
+ContextSource = Callable[[ContextRequest], "ContextNote | None"]
 
 
 def check_sources(snapshot: SessionSnapshot, sources: Mapping[str, ContextSource]) -> None:
@@ -55,7 +63,7 @@ def check_sources(snapshot: SessionSnapshot, sources: Mapping[str, ContextSource
         raise error
 
 
-def gather(sources: Mapping[str, ContextSource], request: ContextRequest) -> tuple[dict, ...]:
+def gather(sources: Mapping[str, ContextSource], request: ContextRequest) -> tuple[ContextNote, ...]:
     """The payloads of the sources `request.snapshot` names, in its order, each with "source" set to its name; a
     source that returns None adds nothing. `InvalidInputError` names a source whose payload is not a JSON object
     with a string "text"."""

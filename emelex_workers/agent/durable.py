@@ -55,13 +55,15 @@ from emelex_memory.errors import (
 )
 from emelex_memory.sessions.leases import SessionLease
 from emelex_memory.snapshots.installed import InstalledModel
+from emelex_workers.host.policies import TurnPolicy
 from emelex_workers.host.types import AgentBinding, GenerationInterrupted, GenerationProgress
 
 from .context import ContextRequest, ContextSource, check_sources, gather
-from .mentions import SOURCE as MENTIONS, mentions_note
-from .protocol import PROTOCOL_V3, PROTOCOL_VERSION, PROTOCOLS, ProposedCall
+from .policies import policy_for
+from .protocol import PROTOCOL_VERSION, PROTOCOLS, ProposedCall
 from .session import AgentSession
 from .tools import RegisteredTool, ToolInvocation, run_tool
+from .workspace import WorkspaceWalk
 
 Approve = Callable[[ProposedCall, RegisteredTool], "str | Awaitable[str]"]
 DECISIONS = ("approve", "deny", "abort")
@@ -77,25 +79,46 @@ def build_snapshot(
     context_size: int | None = None,
     temperature: float = 0.0,
     seed: int = 42,
-    round_tokens: int = 512,
-    chain_limit: int = 4,
-    calls_per_batch: int = 2,
+    round_tokens: int | None = None,
+    chain_limit: int | None = None,
+    calls_per_batch: int | None = None,
     context: tuple[str, ...] = (),
-    protocol: str = PROTOCOL_VERSION,
+    protocol: str | None = None,
+    policy: TurnPolicy | None = None,
 ) -> SessionSnapshot:
     """The snapshot of an agent over `binding` and `tools` (all of them) with these semantics; `context_size`
     defaults to the binding's context window; `context` names the context sources recorded before the first
-    round (`emelex_workers.agent.context`); `protocol` is the current version (an older one of `PROTOCOLS` for a
-    Session made with it; ValueError for any other). A binding with `model_identity` (a served model) has it
-    recorded."""
+    round (`emelex_workers.agent.context`). With a turn `policy` the snapshot records it (its name and version), its
+    protocol is the policy's for this binding (`TurnPolicy.protocol`, told whether the binding calls tools natively,
+    `calls_tools_natively`) unless `protocol` is given, and the round tokens, chain limit and calls per batch not
+    given are the policy's. Without one nothing is recorded and the protocol (the current version by default; an
+    older one of `PROTOCOLS` for a Session made with it) implies the policy, as for a Session made before policies;
+    those limits then default to 512, 4 and 2. ValueError for a protocol this code does not render. A binding with
+    `model_identity` (a served model) has it recorded."""
+    if policy is not None and protocol is None:  # ask the binding only when the policy's protocol depends on it
+        native, grammar = policy.protocol(True), policy.protocol(False)
+        protocol = native if native != grammar and calls_tools_natively(binding) else grammar
+    if policy is not None:
+        round_tokens = policy.round_tokens if round_tokens is None else round_tokens
+        chain_limit = policy.chain_limit if chain_limit is None else chain_limit
+        calls_per_batch = policy.calls_per_batch if calls_per_batch is None else calls_per_batch
+    protocol = protocol or PROTOCOL_VERSION
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol {protocol!r} is not one of {PROTOCOLS}")
     return SessionSnapshot(
         model_reference, model_snapshot_id, protocol, binding.template_digest,
-        binding.context_window if context_size is None else context_size, temperature, seed, round_tokens,
-        chain_limit, calls_per_batch, system_prompt, tuple(t.authority() for t in tools.values()),
-        getattr(binding, "model_identity", None), context,
+        binding.context_window if context_size is None else context_size, temperature, seed,
+        512 if round_tokens is None else round_tokens, 4 if chain_limit is None else chain_limit,
+        2 if calls_per_batch is None else calls_per_batch, system_prompt, tuple(t.authority() for t in tools.values()),
+        getattr(binding, "model_identity", None), context, None if policy is None else policy.describe(),
     )
+
+
+def calls_tools_natively(binding: AgentBinding) -> bool:
+    """Whether `binding` calls tools natively: it has `stream_tool_round` and its optional `tool_calling()` says
+    so (a served model's binding asks its server, once)."""
+    probe = getattr(binding, "tool_calling", None)
+    return callable(getattr(binding, "stream_tool_round", None)) and callable(probe) and probe().native
 
 
 @dataclass(frozen=True)
@@ -176,6 +199,7 @@ class DurableAgentSession:
         self._closed = False
         self._task: asyncio.Task | None = None
         self._tool_call: tuple[str, list] | None = None  # the running call's ID and, once it returned, its result
+        self._input_seq: int | None = None  # the seq of the open turn's input (`journal.open_turn`)
         self._processes: list[tuple[str, processes.ProcessRecord]] = []  # what the running call's tool started
         self._renewal = _Renewal(self, ttl_s / 3)
         self._finalizer = weakref.finalize(self, _abandoned, self._renewal.stopped, lease, executors)
@@ -193,31 +217,36 @@ class DurableAgentSession:
                      tools: Mapping[str, RegisteredTool], snapshot: SessionSnapshot, *, title: str | None = None,
                      ttl_s: float | None = None, model: InstalledModel | None = None,
                      new_workspace: bool = False,
-                     context_sources: Mapping[str, ContextSource] | None = None) -> DurableAgentSession:
+                     context_sources: Mapping[str, ContextSource] | None = None,
+                     policies: Mapping[str, TurnPolicy] | None = None) -> DurableAgentSession:
         """A new Session in `workspace` (`new_workspace`: as for `create_session`) with `snapshot`, the binding of
         `model` (when given, under the snapshot lock, so the model cannot be removed while the Session is retained)
         and its lease, all in one transaction (`create_agent_session`): a refused create leaves nothing. `tools`
-        must provide exactly the snapshot's tool authority and `context_sources` every context source it names
-        (`SnapshotMismatchError` otherwise); the first turn records their notes (`emelex_workers.agent.context`)."""
+        must provide exactly the snapshot's tool authority, `context_sources` every context source it names and
+        `policies` (default: the built-in ones) the turn policy it records (`SnapshotMismatchError` otherwise); the
+        first turn records their notes (`emelex_workers.agent.context`)."""
         _check_tools(snapshot, tools)
         sources = context_sources or {}
         check_sources(snapshot, sources)
+        policy = policy_for(snapshot, policies)
         executors = cls._executors("new")
         ttl = lease_ttl(store.settings, ttl_s)
         create = functools.partial(create_agent_session, store, workspace, snapshot, title=title,
                                    new_workspace=new_workspace, model=model, ttl_s=ttl)
         lease = await _on(executors[0], create, shutdown=executors)
-        return cls(store, lease, AgentSession(binding, snapshot, tools, exclude=_home(store)), ttl, executors,
-                   sources=sources, fresh=True, context=[])
+        return cls(store, lease, AgentSession(binding, snapshot, tools, exclude=_home(store), policy=policy), ttl,
+                   executors, sources=sources, fresh=True, context=[])
 
     @classmethod
     async def resume(cls, store: MemoryStore, session_id: str, workspace: str | Path, binding: AgentBinding,
                      tools: Mapping[str, RegisteredTool], snapshot: SessionSnapshot, *,
                      ttl_s: float | None = None, model: InstalledModel | None = None,
-                     context_sources: Mapping[str, ContextSource] | None = None) -> DurableAgentSession:
+                     context_sources: Mapping[str, ContextSource] | None = None,
+                     policies: Mapping[str, TurnPolicy] | None = None) -> DurableAgentSession:
         """Resume a Session: workspace preflight, lease, verified replay, the identical snapshot (else
         `SnapshotMismatchError` naming the field; `context_sources` must provide every context source it names
-        while the Session has no event yet, and are never called once it has one: its context events replay),
+        while the Session has no event yet, and are never called once it has one: its context events replay;
+        `policies`, default the built-in ones, must provide the turn policy it records),
         no started call without a result (else `UnknownEffectsError`:
         recover it with `emelex memory sessions recover`), then the writes: the binding of `model` (when given) to
         the Session, the snapshot of an empty Session that has none, and the reconciliation of an interrupted turn
@@ -225,10 +254,11 @@ class DurableAgentSession:
         lease and changes nothing else; only an I/O failure of a later write can leave the model's binding (its
         `last_bound_at`) renewed."""
         _check_tools(snapshot, tools)
+        policy = policy_for(snapshot, policies)
         executors = cls._executors(session_id[:8])
         ttl = lease_ttl(store.settings, ttl_s)
 
-        agent = AgentSession(binding, snapshot, tools, exclude=_home(store))
+        agent = AgentSession(binding, snapshot, tools, exclude=_home(store), policy=policy)
         sources = context_sources or {}
         replayed: list = []
 
@@ -363,21 +393,24 @@ class DurableAgentSession:
         return dataclasses.replace(result, context=context)
 
     async def _open(self, text: str) -> tuple[dict, ...]:
-        """Open the turn: on a Session's first turn gather its context notes first, and under "emelex-tools/3" read
-        the files the input names (`mentions`), and record them with the input. A source that fails has written
-        nothing: the error is raised and the adapter stays usable."""
+        """Open the turn: on a Session's first turn gather its context notes first, then the turn policy's note of
+        this turn (`TurnPolicy.turn_note`), and record them with the input; the turn's walk of the workspace serves
+        them and its rounds. A source that fails has written nothing: the error is raised and the adapter stays
+        usable."""
         context: tuple[dict, ...] = ()
+        walk = self.agent.walk = WorkspaceWalk(self.workspace, self.agent.exclude)  # read once for the whole turn
         if self._fresh:
-            request = ContextRequest(self.store, self.session_id, self.workspace, text, self.agent.snapshot)
+            request = ContextRequest(self.store, self.session_id, self.workspace, text, self.agent.snapshot, walk)
             try:
                 context = await self._offload(self._db, gather, self._sources, request)
             except Exception:
                 self._poisoned = False
                 raise
-        if self.agent.snapshot.protocol == PROTOCOL_V3:
-            note = await self._offload(self._tools, mentions_note, self.workspace, text, self.agent.exclude)
-            context += () if note is None else ({**note, "source": MENTIONS},)
-        await self._offload(self._db, journal.open_turn, self.store, self._lease, text, context)
+        policy = self.agent.policy
+        note = await self._offload(self._tools, policy.turn_note, self.workspace, text, walk)
+        context += () if note is None else ({**note, "source": policy.note_source},)
+        opened = await self._offload(self._db, journal.open_turn, self.store, self._lease, text, context)
+        self._input_seq = opened.last_seq  # the seq of the turn's input: its tools' `turn_seq`
         self._fresh = False
         self._context.extend(context)
         for payload in context:
@@ -417,7 +450,7 @@ class DurableAgentSession:
                 calls += len(out.calls)
                 if ended is not None:
                     return await self._fail(ended, _ENDINGS[ended], rounds, calls)
-                forced = "chain_limit" if rounds >= limit else "repeat" if stale else \
+                forced = "chain_limit" if rounds >= limit else "repeat" if stale and agent.policy.forces_repeat else \
                     "answered" if agent.answered() else None
         except GenerationInterrupted as exc:  # its message, when the binding gives one, says where it stopped
             where = f" {exc}" if str(exc) else ""
@@ -437,10 +470,10 @@ class DurableAgentSession:
                             [(cid, c.tool, c.arguments) for cid, c in zip(ids, out.calls)])
         ended: str | None = None
         new = False
-        for cid, call in zip(ids, out.calls):
+        for index, (cid, call) in enumerate(zip(ids, out.calls)):
             if ended is None and self._stop.is_set():
                 ended = "interrupted"
-            result, assets, ran = await self._decide(cid, call, approve) if ended is None else (None, (), False)
+            result, assets, ran = await self._decide(cid, call, index, approve) if ended is None else (None, (), False)
             if result == "abort":
                 ended, result = "aborted", None
             if result is None:
@@ -453,9 +486,11 @@ class DurableAgentSession:
         agent.add_batch(round_, list(zip(ids, out.calls)), results)
         return ended, not new
 
-    async def _decide(self, cid: str, call: ProposedCall, approve: Approve | None) -> tuple[Any, tuple, bool]:
-        """Gate, ask, run one call: its `tool_result` payload (or "abort"), its assets, and whether it ran. A call
-        identical to one already done in the turn is answered from that call's result, never asked nor run."""
+    async def _decide(self, cid: str, call: ProposedCall, index: int,
+                      approve: Approve | None) -> tuple[Any, tuple, bool]:
+        """Gate, ask, run one call (the `index`-th of its round): its `tool_result` payload (or "abort"), its assets,
+        and whether it ran. A call identical to one already done in the turn is answered from that call's result,
+        never asked nor run; a call the round did not offer is refused (`AgentSession.refusal`)."""
         reason = self.agent.gate(call)
         if reason is not None:
             return {"call_id": cid, "tool": call.tool, "outcome": "error", "output": reason}, (), False
@@ -463,6 +498,9 @@ class DurableAgentSession:
         if earlier is not None:
             return ({"call_id": cid, "tool": call.tool, "outcome": REPEATED, "output": earlier.get("output"),
                      "earlier_call_id": earlier.get("call_id"), "earlier_outcome": earlier.get("outcome")}, (), False)
+        reason = self.agent.refusal(call, index)
+        if reason is not None:
+            return {"call_id": cid, "tool": call.tool, "outcome": "error", "output": reason}, (), False
         tool = self.agent.tools[call.tool]
         if self.agent.snapshot.tool(call.tool).approval == "always":
             decision = "deny" if approve is None else approve(call, tool)
@@ -476,9 +514,8 @@ class DurableAgentSession:
                 return ({"call_id": cid, "tool": call.tool, "outcome": "denied", "output": "the user denied this call"},
                         (), False)
         await self._offload(self._db, journal.start_call, self.store, self._lease, cid)
-        opened = await self._offload(self._db, journal.read_journal, self.store, self.session_id)
         invocation = ToolInvocation(cid, call.tool, call.arguments, self.workspace, self.store, self.session_id,
-                                    opened.input_seq, functools.partial(self._record_process, cid, call.tool))
+                                    self._input_seq, functools.partial(self._record_process, cid, call.tool))
         known: list = []
         self._tool_call = (cid, known)  # left set when this await is cancelled: `close` settles the call
         result, assets = await self._offload(self._tools, _run_call, tool, invocation, known)

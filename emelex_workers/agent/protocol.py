@@ -22,7 +22,8 @@ from emelex_memory import Event
 from emelex_memory.agent.journal import CONTEXT_KIND, UNKNOWN_EFFECT, UnknownEffect
 from emelex_memory.agent.snapshot import SessionSnapshot, ToolAuthority
 from emelex_memory.sessions.transcript import SUMMARY_KIND
-from emelex_workers.host.types import event_body
+from emelex_workers.host.policies import NATIVE_PROTOCOL
+from emelex_workers.host.types import ProposedCall, event_body
 
 from .errors import RoundOutputError
 from .schema import validate
@@ -31,19 +32,13 @@ from .tools import bounded
 PROTOCOL_V1 = "emelex-tools/1"
 PROTOCOL_V2 = "emelex-tools/2"
 PROTOCOL_V3 = "emelex-tools/3"
+PROTOCOL_NATIVE = NATIVE_PROTOCOL  # tools sent in the OpenAI `tools` field, messages in that API's tool-call form
 PROTOCOL_VERSION = PROTOCOL_V3
-PROTOCOLS = (PROTOCOL_V1, PROTOCOL_V2, PROTOCOL_V3)  # every version this code renders: an older Session keeps its own
+PROTOCOLS = (PROTOCOL_V1, PROTOCOL_V2, PROTOCOL_V3, PROTOCOL_NATIVE)  # every version this code renders: a Session
+# keeps its own
 MAX_ANSWER_CHARS = 500
 MAX_CALLS_PER_BATCH = 16
 EXCERPT_BYTES = 300
-
-
-@dataclass(frozen=True)
-class ProposedCall:
-    """One call a model round proposed: the tool's name and its arguments (not yet checked by the gate)."""
-
-    tool: str
-    arguments: dict
 
 
 @dataclass(frozen=True)
@@ -65,22 +60,23 @@ def _compact(value: Any) -> str:
 
 def union_schema(tools: Sequence[ToolAuthority], calls_per_batch: int,
                  arguments: Mapping[str, dict] | None = None, answers: Sequence[str] | None = None,
-                 calls_only: bool = False) -> dict:
+                 calls_only: bool = False, answer_chars: int | None = MAX_ANSWER_CHARS) -> dict:
     """The JSON schema of one round over `tools` (the enabled ones), with 1 to `calls_per_batch` calls.
 
     With no tools it is the answer form alone. A tool's arguments follow
     `arguments[name]` when given (a round's restriction of its schema,
-    see `AgentSession.round_schema`), else its own input schema. Every
-    string is bounded: the answer by `MAX_ANSWER_CHARS`, arguments by their
-    tools' own schemas. With `answers` the answer is one of them (an enum); with `calls_only` (and tools) the round
-    is the tool-call form alone.
+    see `AgentSession.round_plan`), else its own input schema. A free answer
+    is at most `answer_chars` characters (None: unbounded but for the
+    round's tokens), arguments are bounded by their tools' own schemas.
+    With `answers` the answer is one of them (an enum); with `calls_only`
+    (and tools) the round is the tool-call form alone.
     """
     if not 1 <= calls_per_batch <= MAX_CALLS_PER_BATCH:
         raise ValueError(f"calls_per_batch must be between 1 and {MAX_CALLS_PER_BATCH}")
+    free = {"type": "string"} if answer_chars is None else {"type": "string", "maxLength": answer_chars}
     answer = {
         "type": "object",
-        "properties": {"answer": {"type": "string", "maxLength": MAX_ANSWER_CHARS} if not answers
-                       else {"type": "string", "enum": list(answers)}},
+        "properties": {"answer": free if not answers else {"type": "string", "enum": list(answers)}},
         "required": ["answer"],
         "additionalProperties": False,
     }
@@ -326,12 +322,21 @@ def gate(call: ProposedCall, snapshot: SessionSnapshot, enabled: frozenset[str])
     return f"invalid arguments for {call.tool!r}: {problem}" if problem else None
 
 
+NATIVE_GUIDE = ("Call the tools when you need to look at or change files in the workspace; their results come back "
+                "as tool messages. Answer the user in your own words once you have what they asked for, and never "
+                "repeat a call whose result you already have.")
+
+
 def system_message(snapshot: SessionSnapshot) -> str:
     """The system message of `snapshot`'s protocol version: the snapshot's system prompt, the reply format and
     every snapshot tool; from "emelex-tools/2" on also a worked example of a tool round and of an answer (see
-    `EXAMPLE`). A Session keeps the rendering of the version its snapshot records."""
+    `EXAMPLE`); under `openai-tools/1`, whose tools go in the request's `tools` field, the system prompt and
+    `NATIVE_GUIDE`. A Session keeps the rendering of the version its snapshot records."""
     if snapshot.protocol == PROTOCOL_V1:
         return _system_message_v1(snapshot)
+    if snapshot.protocol == PROTOCOL_NATIVE:
+        return "\n\n".join([snapshot.system_prompt.strip(), NATIVE_GUIDE]) if snapshot.tools else \
+            snapshot.system_prompt.strip()
     lines = [snapshot.system_prompt.strip(), ""]
     if not snapshot.tools:
         lines.append('Reply with one JSON object and nothing else: {"answer": "<your reply to the user>"}.')
@@ -457,15 +462,55 @@ def answer_text(text: str) -> str:
     return _compact({"answer": text})
 
 
+def answer_message(snapshot: SessionSnapshot, text: str) -> dict:
+    """The assistant's answer `text` as a message of `snapshot`'s protocol: its own words under `openai-tools/1`,
+    else the union form."""
+    return {"role": "assistant", "content": text if snapshot.protocol == PROTOCOL_NATIVE else answer_text(text)}
+
+
+def calls_message(snapshot: SessionSnapshot, payload: dict) -> dict:
+    """The assistant's calls (a `tool_calls` payload) as a message of `snapshot`'s protocol: under `openai-tools/1`
+    an assistant message with OpenAI `tool_calls` (each named by its call ID, its arguments as JSON text), else the
+    union form as text."""
+    if snapshot.protocol != PROTOCOL_NATIVE:
+        return {"role": "assistant", "content": calls_text(payload)}
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": c.get("call_id"), "type": "function",
+         "function": {"name": c.get("tool"), "arguments": json.dumps(c.get("arguments"), ensure_ascii=False)}}
+        for c in payload.get("calls", [])]}
+
+
+def tool_message(payload: dict) -> dict:
+    """One `tool_result` payload as an OpenAI tool message (`openai-tools/1`): its output, after its outcome in
+    brackets when that is not "ok" ("[denied] the user denied this call")."""
+    output = payload.get("output")
+    body = output if isinstance(output, str) else _compact(output)
+    outcome = payload.get("outcome")
+    return {"role": "tool", "tool_call_id": payload.get("call_id"),
+            "content": body if outcome == "ok" else f"[{outcome}] {body}"}
+
+
+def batch_messages(snapshot: SessionSnapshot, payload: dict, results: Sequence[dict]) -> list[dict]:
+    """One complete round as messages of `snapshot`'s protocol: the assistant's calls (a `tool_calls` payload) and
+    their `tool_result` payloads (one tool message each under `openai-tools/1`, else one user message)."""
+    if snapshot.protocol == PROTOCOL_NATIVE:
+        return [calls_message(snapshot, payload), *(tool_message(r) for r in results)]
+    arguments = {c.get("call_id"): c.get("arguments") for c in payload.get("calls", [])}
+    return [calls_message(snapshot, payload),
+            {"role": "user", "content": "\n".join(result_text(r, snapshot.protocol, arguments.get(r.get("call_id")))
+                                                  for r in results)}]
+
+
 def history_messages(snapshot: SessionSnapshot, events: Iterable[Event],
-                     unknown: Sequence[UnknownEffect] = ()) -> list[dict[str, str]]:
-    """The model messages for replayed `events`: the system message, then each event as plain chat text.
+                     unknown: Sequence[UnknownEffect] = ()) -> list[dict]:
+    """The model messages for replayed `events`: the system message, then each event as plain chat text (under
+    `openai-tools/1`, calls and results as that API's tool calls and tool messages).
 
     A Summary reads as a system note, and so does a `context` note (its
     "text"); `user` as the user; `assistant` and
     `tool_calls` as the assistant's union output; consecutive `tool_result`s
-    as one user message; `turn_failed` as a system note; `audit` and other
-    kinds are not shown. Calls to tools that are disabled now still render.
+    as one user message (each a tool message under `openai-tools/1`);
+    `turn_failed` as a system note; `audit` and other kinds are not shown. Calls to tools that are disabled now still render.
     Each call of `unknown` (the Session's `journal.unknown_effects`) whose
     result a Summary hides follows the system message as a system note
     with its safety note, so it stays visible whatever compaction did.
@@ -488,6 +533,9 @@ def history_messages(snapshot: SessionSnapshot, events: Iterable[Event],
     arguments: dict[str, dict] = {}  # call ID -> the call's arguments, as its result names it
     for event in events:
         payload = event.payload if event.kind != SUMMARY_KIND else None
+        if event.kind == "tool_result" and isinstance(payload, dict) and snapshot.protocol == PROTOCOL_NATIVE:
+            messages.append(tool_message(payload))
+            continue
         if event.kind == "tool_result" and isinstance(payload, dict):
             results.append(result_text(payload, snapshot.protocol, arguments.get(payload.get("call_id"))))
             continue
@@ -499,9 +547,9 @@ def history_messages(snapshot: SessionSnapshot, events: Iterable[Event],
         elif event.kind == "user":
             messages.append({"role": "user", "content": event_body(event)})
         elif event.kind == "assistant":
-            messages.append({"role": "assistant", "content": answer_text(event_body(event))})
+            messages.append(answer_message(snapshot, event_body(event)))
         elif event.kind == "tool_calls" and isinstance(payload, dict):
-            messages.append({"role": "assistant", "content": calls_text(payload)})
+            messages.append(calls_message(snapshot, payload))
         elif event.kind == CONTEXT_KIND and isinstance(payload, dict):
             messages.append(context_message(payload))
         elif event.kind == "turn_failed" and isinstance(payload, dict):

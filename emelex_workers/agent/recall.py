@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from emelex_memory.search.recall import note_line
+from emelex_workers.host.notes import ContextNote
 
 from ..settings import WorkerSettings
 from .tools import RegisteredTool
@@ -51,19 +52,19 @@ def notes_text(notes: list[dict[str, Any]]) -> str:
     return "\n".join([NOTES_LABEL, *(f"- {note_line(note)}" for note in notes)])
 
 
-def recall_source(budget_tokens: int) -> Callable[[ContextRequest], dict[str, Any] | None]:
+def recall_source(budget_tokens: int) -> Callable[[ContextRequest], ContextNote | None]:
     """The "recall" `ContextSource` selecting within `budget_tokens` (1..1,000,000; see `recall_budget`).
 
     Called once, at a new Session's first turn: it returns the payload to
-    record (`text`, `terms`, `budget_tokens`, `tokens`, `quotes` (each note as "key: content", which an
-    answer may quote, `quotes`) and `notes`, each
+    record (`text`, `terms`, `budget_tokens`, `tokens`, `quotes` (each note as its `note_line`, which an
+    answer may quote, `quotes`; the core owns that format) and `notes`, each
     with `key`, `version`, `content`, `confidence`, `pinned` and `source`:
     `session`, `first_seq`, `last_seq`, `digest` and `turn`, or None), or
     None when no note was selected. Raises `InvalidInputError` for a bad
     budget, when called.
     """
 
-    def source(request: ContextRequest) -> dict[str, Any] | None:
+    def source(request: ContextRequest) -> ContextNote | None:
         selection = request.store.select_recall(request.workspace, request.first_message, budget_tokens)
         if not selection.notes:
             return None

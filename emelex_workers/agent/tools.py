@@ -23,7 +23,14 @@ from dataclasses import dataclass
 from emelex_memory import EmelexError, PluginHookError
 from emelex_memory.agent.snapshot import ToolAuthority
 from emelex_workers.host.manager import EmelexPluginManager, call_one, hook_order
-from emelex_workers.host.tools import REQUEST_SPAN_KINDS, WORKSPACE_PATH_KINDS, ToolInvocation, ToolOutput, ToolSpec
+from emelex_workers.host.tools import (
+    REQUEST_SPAN_KINDS,
+    WORKSPACE_PATH_KINDS,
+    ToolInvocation,
+    ToolOutput,
+    ToolSpec,
+    bounded,
+)
 
 from .schema import check_schema
 
@@ -125,14 +132,6 @@ def output_bytes(text: str | dict) -> bytes:
     return json.dumps(text, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def bounded(text: str, limit: int = MAX_ERROR_TEXT) -> str:
-    """`text` cut to at most `limit` UTF-8 bytes (on a character boundary), marked with "..." when cut."""
-    data = text.encode("utf-8", "replace")
-    if len(data) <= limit:
-        return text
-    return data[: limit - 3].decode("utf-8", "ignore") + "..."
-
-
 def run_tool(tool: RegisteredTool, invocation: ToolInvocation) -> ToolOutput:
     """Run one call of `tool`; never raises for the tool's own failure.
 
@@ -145,7 +144,8 @@ def run_tool(tool: RegisteredTool, invocation: ToolInvocation) -> ToolOutput:
     try:
         output = tool.spec.run(invocation)
     except Exception as exc:
-        return ToolOutput(bounded(f"tool {tool.spec.name!r} failed: {type(exc).__name__}: {exc}"), is_error=True)
+        return ToolOutput(bounded(f"tool {tool.spec.name!r} failed: {type(exc).__name__}: {exc}", MAX_ERROR_TEXT),
+                          is_error=True)
     if not isinstance(output, ToolOutput) or not isinstance(output.text, str | dict):
         return ToolOutput(f"tool {tool.spec.name!r} returned a {type(output).__name__}, not a ToolOutput",
                           is_error=True)

@@ -2,9 +2,9 @@
 round so that the model knows which files exist without calling `list_dir`.
 
 `workspace_map` reads the tree breadth-first (every top-level entry before
-any entry one level down, and so on, to `MAX_DEPTH` levels), never follows
-a symlink, skips version-control and cache directories (`SKIPPED_DIRS`),
-reads at most `MAX_DIRS` directories, and keeps what fits in a budget of
+any entry one level down, and so on, to `MAX_DEPTH` levels) through the
+turn's `WorkspaceWalk`, never follows a symlink, skips version-control and
+cache directories (`workspace.SKIPPED_DIRS`), reads at most `MAX_DIRS` directories, and keeps what fits in a budget of
 characters; the kept entries are then printed in path order, one per line,
 each with its path relative to the workspace (so the model can copy it into
 a tool's arguments) and a file's size. It is a pure function of the tree it
@@ -19,18 +19,18 @@ import stat
 from collections import deque
 from pathlib import Path
 
+from emelex_workers.host.notes import WORKSPACE_FILES, ContextNote, directory_files, quote
+
 from .context import ContextRequest
+from .workspace import SKIPPED_DIRS, WorkspaceWalk
 
 SOURCE = "workspace_map"  # the context source's name in a snapshot's `context`
 MAP_CHARS = 1600  # the map's text at most (about 400 tokens of the default model)
 MAX_DEPTH = 3  # levels listed: the top level is 1
 MAX_DIRS = 200  # directories read at most
-SKIPPED_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv", ".mypy_cache",
-                          ".pytest_cache", ".tox"})
 HEADER = "Workspace map (what the workspace holds; paths relative to it, file sizes in bytes):"
 EMPTY = "The workspace is empty."
 MORE = "(the map stops here: list_dir shows any directory in full)"
-QUOTE = "workspace files (here, this folder): "  # the map's quote (an answer may quote it, `quotes`): every file it lists
 
 
 def _name(raw: str) -> str:
@@ -48,18 +48,16 @@ def _line(path: str, info: os.stat_result, note: str = "") -> str:
     return f"{path} (special file)"
 
 
-def _entries(directory: Path) -> list[tuple[str, os.stat_result]] | None:
-    """The entries of `directory`, sorted by name, with their own (not followed) status; None when unreadable."""
-    try:
-        with os.scandir(directory) as scan:
-            found = [(entry.name, entry.stat(follow_symlinks=False)) for entry in scan]
-    except OSError:
+def _entries(walk: WorkspaceWalk, parts: tuple[str, ...]) -> list[tuple[str, os.stat_result]] | None:
+    """The entries of directory `parts` (its path's components) as `walk` read them, sorted by name, with their own
+    (not followed) status; None when it or an entry's status could not be read."""
+    listing = walk.listing("/".join(parts))
+    if not isinstance(listing, list) or any(info is None for _, info in listing):
         return None
-    return sorted(found)
-
-
-def workspace_map(root: str | Path, *, budget_chars: int = MAP_CHARS) -> dict:
-    """The map of the workspace at `root`: `{"text", "entries", "complete"}`.
+    return listing
+def workspace_map(root: str | Path, *, budget_chars: int = MAP_CHARS, walk: WorkspaceWalk | None = None) -> dict:
+    """The map of the workspace at `root`, read through `walk` (the turn's; a walk of its own when None):
+    `{"text", "entries", "complete"}`.
 
     `text` is `HEADER` then one line per kept entry, in path order ("src/",
     "src/app.py (120 bytes)", "link (symlink)", "logs/ (empty)", a directory
@@ -72,7 +70,8 @@ def workspace_map(root: str | Path, *, budget_chars: int = MAP_CHARS) -> dict:
     when `root` itself cannot be read).
     """
     root = Path(root)
-    top = _entries(root)
+    walk = WorkspaceWalk(root) if walk is None else walk
+    top = _entries(walk, ())
     if top is None:
         raise OSError(f"the workspace {root} cannot be read")
     room = budget_chars - len(HEADER) - len(MORE) - 2  # the newlines after the header and before MORE
@@ -91,7 +90,7 @@ def workspace_map(root: str | Path, *, budget_chars: int = MAP_CHARS) -> dict:
                 if len(path) >= MAX_DEPTH or read >= MAX_DIRS:
                     complete, note = False, "not listed"
                 else:
-                    children = _entries(root.joinpath(*parts, raw))
+                    children = _entries(walk, (*parts, raw))
                     read += 1
                     note = "could not be read" if children is None else "" if children else "empty"
             line = _line("/".join(path), info, note)
@@ -116,19 +115,20 @@ def _quotes(files: list[tuple[str, ...]], complete: bool) -> list[str]:
     if not files:
         return []
     more = "" if complete else ", ..."
-    quotes = [QUOTE + ", ".join("/".join(path) for path in files) + more]
+    quotes = [quote(WORKSPACE_FILES, ", ".join("/".join(path) for path in files) + more)]
     directories: dict[tuple[str, ...], list[str]] = {}
     for path in files:
         directories.setdefault(path[:-1], []).append(path[-1])
-    quotes += [f"files in {'/'.join(parent)}/: {', '.join(names)}{more}"
+    quotes += [quote(directory_files("/".join(parent)), ", ".join(names) + more)
                for parent, names in directories.items() if parent]
     return quotes
 
 
-def workspace_map_source(request: ContextRequest) -> dict | None:
-    """The "workspace_map" context source: `workspace_map` of the Session's workspace, recorded before its first
-    round; None (nothing recorded) when the workspace itself cannot be read."""
+def workspace_map_source(request: ContextRequest) -> ContextNote | None:
+    """The "workspace_map" context source: `workspace_map` of the Session's workspace (read through the turn's
+    walk, `request.walk`), recorded before its first round; None (nothing recorded) when the workspace itself cannot
+    be read."""
     try:
-        return workspace_map(request.workspace)
+        return workspace_map(request.workspace, walk=request.walk)
     except OSError:
         return None

@@ -31,6 +31,7 @@ every line is kept and answers the next prompt, in order.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import os
@@ -38,7 +39,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated
 
@@ -50,17 +51,21 @@ from emelex_memory.agent.snapshot import SessionSnapshot
 from emelex_memory.errors import ModelNotInstalledError, SnapshotMismatchError, WorkspaceReplacedError
 from emelex_memory.sessions.identity import WorkspaceIdentity
 from emelex_workers.agent import workspace_map
-from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
+from emelex_workers.agent.durable import DurableAgentSession, build_snapshot, calls_tools_natively
 from emelex_workers.agent.errors import UnknownToolError
-from emelex_workers.agent.protocol import PROTOCOL_VERSION, PROTOCOLS, ProposedCall, StringScanner, parse_round
+from emelex_workers.agent.policies import registered_policies
+from emelex_workers.agent.protocol import PROTOCOL_NATIVE, PROTOCOL_VERSION, PROTOCOLS, ProposedCall, StringScanner, \
+    parse_round
 from emelex_workers.agent.recall import RECALL_SOURCE, recall_budget, recall_source, recalled_notes, \
     without_memory_tools
 from emelex_workers.agent.tools import RegisteredTool, registered_tools
 from emelex_workers.models import ModelManager
 from emelex_workers.host.manager import bind_model, get_plugin_manager
+from emelex_workers.host.policies import TurnPolicy
 from emelex_workers.host.types import GenerationInterrupted
 from emelex_workers.worker.stopping import GracefulStop
 
+from .chat_policy import new_chat_policy, policy_line, requested_policy, resumed_chat_policy
 from .chat_show import StatusLine, TurnProgress, call_line, call_text, ending_line, outcome_lines
 from .common import SaidAtOnce, settings_of
 
@@ -98,19 +103,21 @@ class AnswerStream:
                  before_write: Callable[[], None] | None = None) -> None:
         self._on_round = on_round
         self._before_write = before_write
+        self._written = False  # a complete round of this one wrote answer text, on a line not yet ended
         self.next_round()
 
     def next_round(self) -> None:
         """A new round starts: drop what is left of the last one (a round the adapter ended at a runaway
         repetition never streamed its closing brackets, and must not swallow the next)."""
-        self.text, self._shown = "", 0
+        self.text, self._shown, self._written = "", 0, False
         self._answer: bool | None = None  # whether the round is an answer: known once its first key was read
         self._scanner = StringScanner()
 
     @property
     def answering(self) -> bool:
-        """True once the current round has written answer text (the line it is on is not yet ended)."""
-        return self._shown > 0
+        """True once the current round has written answer text (the line it is on is not yet ended), also after its
+        answer is complete: nothing may be drawn over that line."""
+        return self._shown > 0 or self._written
 
     def feed(self, piece: str) -> None:
         """Take one streamed piece and print the answer characters it completes; a complete round is dropped so
@@ -138,8 +145,10 @@ class AnswerStream:
             if end:
                 if self._on_round is not None:
                     self._on_round(self.text.lstrip()[:end])
+                written = self._written or self._shown > 0
                 rest = self.text.lstrip()[end:]
                 self.next_round()
+                self._written = written
                 if rest.strip():
                     self.feed(rest)
 
@@ -167,6 +176,7 @@ class Chat:
         self.ended = False
         self.stopped: int | None = None  # the exit status once SIGTERM or a closed stdout ends the chat
         self.recalling = False  # the next turn is a new Session's first: say how many notes it recalled
+        self.policy_line = ""  # which turn policy the chat runs and why (on the first line), then what it does
 
     def stop(self, code: int) -> None:
         """End the chat with exit status `code` (SIGTERM, or a closed standard output, which is then silenced):
@@ -293,8 +303,8 @@ class Chat:
             calls = parse_round(raw).calls
         except EmelexError:
             return  # the turn fails with the parse error, which run_turn shows
-        for call in calls:
-            refused = self.agent.agent.gate(call)
+        for index, call in enumerate(calls):
+            refused = self.agent.agent.refusal(call, index)
             self.say(f"\n{call_line(call)}" + (f"\n{outcome_lines(call.tool, 'refused', refused)}" if refused else ""))
 
     async def command(self, line: str) -> bool:
@@ -365,7 +375,10 @@ class Chat:
             pass
 
     async def _loop(self) -> None:
-        print(f"session {self.agent.session_id}; {HELP}")
+        head, _, rest = self.policy_line.partition("\n")
+        print(f"session {self.agent.session_id}; {head + '; ' if head else ''}{HELP}")
+        if rest:
+            print(rest)
         while True:
             line = await self.read("> ")
             if line is None:
@@ -490,22 +503,24 @@ def _reader(loop: asyncio.AbstractEventLoop, receive: Callable[[str | None], Non
 
 
 async def _main(store, workspace, binding, tools, snapshot, resume: str | None, model, new_workspace: bool,
-                stop: GracefulStop) -> int:
+                policies: Mapping[str, TurnPolicy], policy_text: str, stop: GracefulStop) -> int:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue = asyncio.Queue()
     sources = {**CONTEXT_SOURCES,
                RECALL_SOURCE: recall_source(recall_budget(store.settings, snapshot.context_size))}
     if resume is None:
         agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot, model=model,
-                                                new_workspace=new_workspace, context_sources=sources)
+                                                new_workspace=new_workspace, context_sources=sources,
+                                                policies=policies)
     else:
         agent = await DurableAgentSession.resume(store, resume, workspace, binding, tools, snapshot, model=model,
-                                                 context_sources=sources)
+                                                 context_sources=sources, policies=policies)
     if stop.requested is not None:  # Ctrl-C while the Session opened: end it before the first prompt
         await agent.close()
         return _stopped_before_start(stop, f"Session {agent.session_id} is closed; resume it with "
                                            f"`emelex chat --resume {agent.session_id}`")
     chat = Chat(agent, lines, terminal_input=sys.stdin.isatty(), terminal_output=sys.stdout.isatty())
+    chat.policy_line = policy_text
     chat.recalling = resume is None and RECALL_SOURCE in snapshot.context
     threading.Thread(target=_reader, args=(loop, chat.receive), daemon=True).start()
     loop.add_signal_handler(signal.SIGINT, chat.on_sigint)
@@ -518,18 +533,24 @@ async def _main(store, workspace, binding, tools, snapshot, resume: str | None, 
         loop.remove_signal_handler(signal.SIGTERM)
 
 
-def _resumed_snapshot(stored: SessionSnapshot, binding, tools: dict[str, RegisteredTool], installed) -> SessionSnapshot:
+def _resumed_snapshot(stored: SessionSnapshot, binding, tools: dict[str, RegisteredTool], installed,
+                      policy: TurnPolicy | None = None) -> SessionSnapshot:
     """The snapshot a resume runs with: the Session's own recorded values (sampling, limits, system prompt, the
-    protocol version when this process still renders it, and the model snapshot ID it recorded, as `installed` has
-    the recorded content: `_session_model` checked its reference), and what this process provides (a protocol it
-    does not render, the chat template, the tools and the window the binding allocated for the recorded context
-    size), which the resume compares with the record, refusing only those that differ."""
-    return build_snapshot(
+    turn policy it recorded (`policy`, the one this host provides under its name), the protocol version when this
+    process still renders it and this binding can still run it, and the model snapshot ID it recorded, as
+    `installed` has the recorded content: `_session_model` checked its reference), and what this process provides
+    (a protocol it does not render, or tools called natively by a binding that no longer can, the chat template,
+    the tools and the window the binding allocated for the recorded context size), which the resume compares with
+    the record, refusing only those that differ."""
+    protocol = stored.protocol if stored.protocol in PROTOCOLS else PROTOCOL_VERSION
+    if protocol == PROTOCOL_NATIVE and not calls_tools_natively(binding):
+        protocol = policy.protocol(False) if policy is not None else PROTOCOL_VERSION
+    snapshot = build_snapshot(
         binding, tools, model_reference=installed.reference, model_snapshot_id=stored.model_snapshot_id,
         system_prompt=stored.system_prompt, context_size=binding.context_window, temperature=stored.temperature,
         seed=stored.seed, round_tokens=stored.round_tokens, chain_limit=stored.chain_limit,
-        calls_per_batch=stored.calls_per_batch, context=stored.context,
-        protocol=stored.protocol if stored.protocol in PROTOCOLS else PROTOCOL_VERSION)
+        calls_per_batch=stored.calls_per_batch, context=stored.context, protocol=protocol)
+    return dataclasses.replace(snapshot, policy=None if stored.policy is None or policy is None else policy.describe())
 
 
 def _session_model(manager: ModelManager, session_id: str, reference: str, model: str | None):
@@ -574,6 +595,10 @@ def chat(
     no_recall: Annotated[bool, typer.Option(
         "--no-recall", help="Start a Session that recalls no Knowledge and has no recall or remember tool (a "
         "resumed Session keeps the choice it was started with).")] = False,
+    policy_name: Annotated[str | None, typer.Option(
+        "--policy", metavar="NAME", help="The turn policy of a new Session: guided (answers quote what was read), "
+        "open (the model's own words), a plugin's, or auto (the chat_policy setting's default: by the model's "
+        "size). A resumed Session keeps the one it recorded.")] = None,
 ) -> None:
     """Chat with the local model and its tools in a durable Session (new, or --resume SESSION)."""
     settings = settings_of(ctx)
@@ -588,7 +613,7 @@ def chat(
     try:
         with stop.installed():  # until the chat's loop takes SIGINT and SIGTERM over: the model's loading stops
             try:
-                code = _run(settings, workspace, resume, model, new_workspace, no_recall, stop)
+                code = _run(settings, workspace, resume, model, new_workspace, no_recall, policy_name, stop)
             except GenerationInterrupted as exc:
                 code = _stopped_before_start(stop, f"the chat stopped {exc or 'while the model started'}; nothing "
                                                    "of its Session was changed")
@@ -612,13 +637,16 @@ def _stopped_before_start(stop: GracefulStop, what: str) -> int:
 
 
 def _run(settings, workspace: Path, resume: str | None, model: str | None, new_workspace: bool, no_recall: bool,
-         stop: GracefulStop) -> int:
+         policy_name: str | None, stop: GracefulStop) -> int:
     """The chat command's work, once its options are checked: open the store, bind and load the model (stopping
     once `stop` is set), run the chat; its exit status."""
-    if resume is None:  # a refused new chat creates nothing: check the workspace and the model before the store
+    pm = get_plugin_manager(settings)
+    policies = registered_policies(pm)
+    if resume is None:  # a refused new chat creates nothing: check the workspace, the model and the policy first
         WorkspaceIdentity.inspect(workspace)
         with ModelManager(settings) as manager:
             installed = manager.get(model) if model else manager.default()
+        requested = requested_policy(policies, policy_name, settings.chat_policy)
     store = MemoryStore.open(settings, create=resume is None)  # a resume needs a store: never create one for it
     try:
         session_id = stored = None
@@ -634,7 +662,6 @@ def _run(settings, workspace: Path, resume: str | None, model: str | None, new_w
                     installed = _session_model(manager, session_id, stored.model_reference, model)
                 else:
                     installed = manager.get(model) if model else manager.default()
-        pm = get_plugin_manager(settings)
         recall = RECALL_SOURCE in stored.context if stored is not None else not no_recall
         tools = registered_tools(pm) if recall else without_memory_tools(registered_tools(pm))
         binding_settings = settings if stored is None else \
@@ -643,17 +670,29 @@ def _run(settings, workspace: Path, resume: str | None, model: str | None, new_w
         try:
             if not callable(getattr(binding, "stream_chat", None)):
                 raise typer.BadParameter(f"model {installed.name!r} has a binding without stream_chat; chat needs one")
-            if stored is None:
-                snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
-                                          model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT,
-                                          context=CONTEXT + ((RECALL_SOURCE,) if recall else ()))
-            else:
-                snapshot = _resumed_snapshot(stored, binding, tools, installed)
+            asking = StatusLine(sys.stdout, sys.stdout.isatty())
+            if installed.server is not None:  # its server is asked what it serves and how it calls tools: maybe long
+                asking.show(f"asking the model server at {installed.server.url} what it supports (Ctrl-C stops)")
+            try:
+                if stored is None:
+                    if resume is not None:  # a Session without a snapshot (and without history): it gets one now
+                        requested = requested_policy(policies, policy_name, settings.chat_policy)
+                    policy, why = new_chat_policy(policies, requested, installed, binding)
+                    snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
+                                              model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT,
+                                              context=CONTEXT + ((RECALL_SOURCE,) if recall else ()), policy=policy)
+                else:
+                    policy, why = resumed_chat_policy(policies, policy_name, session_id, stored)
+                    snapshot = _resumed_snapshot(stored, binding, tools, installed, policy)
+                probe = getattr(binding, "tool_calling", None) if policy.answer_chars is None else None
+                line = policy_line(policy, why, snapshot, probe() if callable(probe) else None)
+            finally:
+                asking.clear()
             if stop.requested is not None:
                 raise GenerationInterrupted("once the model was loaded")
             try:
                 return asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id, installed,
-                                         new_workspace, stop))
+                                         new_workspace, policies, line, stop))
             except WorkspaceReplacedError as exc:
                 raise WorkspaceReplacedError(str(exc).replace(REMEMBER_ADVICE, "`emelex chat --new-workspace`")) \
                     from None

@@ -10,9 +10,10 @@ from emelex_workers.host.hookspecs import (
     hookspec,
     model_binding,
     register_distillers,
+    register_policies,
     register_summarizers,
     register_tools,
 )
 
-__all__ = ["PROJECT_NAME", "check_model", "embedder", "hookimpl", "hookspec", "model_binding", "register_distillers", "register_summarizers",
-           "register_tools"]
+__all__ = ["PROJECT_NAME", "check_model", "embedder", "hookimpl", "hookspec", "model_binding", "register_distillers",
+           "register_policies", "register_summarizers", "register_tools"]

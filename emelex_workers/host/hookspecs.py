@@ -20,6 +20,7 @@ from ..settings import WorkerSettings
 from .types import Distiller, Embedder, ModelBinding, ModelCheck, Summarizer
 
 if TYPE_CHECKING:
+    from .policies import TurnPolicy
     from .tools import ToolSpec
 
 PROJECT_NAME = "emelex"
@@ -59,6 +60,19 @@ def register_tools(register: Callable[[ToolSpec], None]) -> None:
     Tool names match [a-z][a-z0-9_]{0,47} and are unique across all plugins;
     an invalid spec or a name registered twice is a `PluginHookError` naming
     the plugin (both plugins for a clash). See `emelex_workers.agent.tools`.
+    """
+
+
+@hookspec
+def register_policies(register: Callable[[TurnPolicy], None]) -> None:
+    """Add turn policies: call `register(policy)` once for each, an instance of a `TurnPolicy` subclass
+    (`emelex_workers.plugin_api`). Return nothing.
+
+    A policy decides how a chat turn is guided (which tools a round offers, its arguments, a free or a quoted
+    answer, when an answer is forced); its name matches [a-z][a-z0-9_]{0,47} and is unique across plugins and
+    the built-in policies ("guided", "open", "narrowed"): a clash is a `PluginHookError` naming both. `emelex
+    chat --policy NAME` (or the `chat_policy` setting) starts a Session under it, and the Session's snapshot
+    records its name and version, so a resume needs the same plugin version.
     """
 
 

@@ -14,7 +14,8 @@ from typing import Literal
 
 from emelex_memory import AssetRef, MemoryStore
 
-__all__ = ["REQUEST_SPAN_KINDS", "WORKSPACE_PATH_KINDS", "RequestSpanKind", "ToolInvocation", "ToolOutput", "ToolSpec", "WorkspacePathKind"]
+__all__ = ["REQUEST_SPAN_KINDS", "WORKSPACE_PATH_KINDS", "RequestSpanKind", "ToolInvocation", "ToolOutput", "ToolSpec",
+           "WorkspacePathKind", "bounded"]
 
 WorkspacePathKind = Literal["file", "directory", "existing", "new"]
 WORKSPACE_PATH_KINDS: tuple[str, ...] = ("file", "directory", "existing", "new")
@@ -74,13 +75,13 @@ class ToolSpec:
     to create or replace under an existing directory). Each round's grammar narrows those arguments to what
     exists in the workspace then; the recorded authority (`input_schema`) and the gate are unchanged by it.
     `requested_by`: the verbs (lowercase, no plural "s") a user's request begins a clause with when it asks for
-    this tool's effect ("create", "run"); when given, a round (protocol "emelex-tools/3") offers the tool only in
-    a turn whose request asks for it so (`emelex_workers.agent.request.verbs`), so a question never leads a small
-    model to a write; empty (the default): offered in every turn. `request_spans`:
-    string arguments the user's request spells out, and how: "command" (a command to run: a round of
-    "emelex-tools/3" narrows it to the request's quoted parts and runs of its words that begin with a program's
-    name, `emelex_workers.agent.request.spans`) or "text" (text to write: narrowed to what the request sets off
-    in quotes or after a colon, `request.set_off`, when it sets off any)."""
+    this tool's effect ("create", "run"); under the "guided" turn policy the tool is offered only in a turn whose
+    request asks for it so (`emelex_workers.agent.policies.guided.request.verbs`), so a question never leads a small
+    model to a write; empty (the default): offered in every turn. `request_spans`: string arguments the user's
+    request spells out, and how: "command" (a command to run: the guided policy narrows it to the request's quoted
+    parts and runs of its words that begin with a program's name, `request.spans`) or "text" (text to write:
+    narrowed to what the request sets off in quotes or after a colon, `request.set_off`, when it sets off any).
+    Other policies (the "open" one) may ignore both."""
 
     name: str
     description: str
@@ -91,3 +92,11 @@ class ToolSpec:
     workspace_paths: Mapping[str, WorkspacePathKind] = field(default_factory=dict)
     requested_by: frozenset[str] = frozenset()
     request_spans: Mapping[str, RequestSpanKind] = field(default_factory=dict)
+
+
+def bounded(text: str, limit: int = 2048) -> str:
+    """`text` cut to at most `limit` UTF-8 bytes (on a character boundary), marked with "..." when cut."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    return data[: limit - 3].decode("utf-8", "ignore") + "..."

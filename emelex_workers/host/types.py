@@ -17,8 +17,8 @@ from ..settings import WorkerSettings
 
 __all__ = [
     "DEFAULT_SEED", "RETRY_TEMPERATURE", "SAID_KINDS", "AgentBinding", "Completion", "DistillRequest", "Distiller",
-    "Embedder",
-    "GenerationInterrupted", "GenerationProgress", "ModelBinding", "ModelCheck", "Summarizer", "SummaryRequest",
+    "Embedder", "GenerationInterrupted", "GenerationProgress", "ModelBinding", "ModelCheck", "ProposedCall",
+    "Summarizer", "SummaryRequest", "ToolCalling",
     "event_body", "event_text",
 ]
 
@@ -35,6 +35,25 @@ class Completion:
 
     text: str
     finish_reason: str
+
+
+@dataclass(frozen=True)
+class ProposedCall:
+    """One call a model round proposed: the tool's name and its arguments (not yet checked by the gate)."""
+
+    tool: str
+    arguments: dict
+
+
+@dataclass(frozen=True)
+class ToolCalling:
+    """Whether a binding calls tools natively (`native`: it sends them in the OpenAI `tools` field and reads the
+    `tool_calls` a reply streams; `AgentBinding.stream_tool_round`), and what it found out, in words (`detail`:
+    "the server streamed a tool call for the probe", "the server refused tools (HTTP 500: tools param requires
+    --jinja flag)")."""
+
+    native: bool
+    detail: str
 
 
 @dataclass(frozen=True)
@@ -138,6 +157,17 @@ class AgentBinding(ModelBinding, Protocol):
     model as a server reports it (a served model); the Session snapshot
     records it, so a resume against a server reporting another model is
     refused naming the field that differs.
+
+    Native tool calling is optional too: a binding whose `tool_calling()`
+    says `native` has `stream_tool_round(messages, *, tools, tool_choice,
+    calls_per_batch, max_tokens, stop, on_text=None, temperature=0.0,
+    seed=42, on_progress=None)`: it sends `tools` (OpenAI function tools; none
+    for an answer-only round) with `tool_choice` ("auto", or "required" for a
+    round that must call one) and returns the round in the union form
+    (`{"answer": ...}` or `{"tool_calls": [{"name", "arguments"}, ...]}`),
+    streaming that text to `on_text` as it learns it. `remote_constraint`
+    (optional, default False) says a server, not this process, applies a
+    round's grammar: the agent then checks every call against the round.
     """
 
     @property

@@ -112,6 +112,12 @@ class LlamaBinding:
         """Tokens of `text` under the model's own tokenizer."""
         return self._loaded().count_tokens(text)
 
+    @property
+    def parameter_count(self) -> int:
+        """How many parameters the model has (loads the model): `emelex chat` runs a model under 1B with the guided
+        turn policy unless told otherwise."""
+        return self._loaded().parameter_count
+
     def chat(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None = None,
              on_token: Callable[[GenerationProgress], None] | None = None) -> str:
         """One greedy completion, grammar-constrained to `json_schema` when given; streamed to `on_token` as

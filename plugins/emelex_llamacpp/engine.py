@@ -19,18 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emelex_workers.plugin_api import DEFAULT_SEED, GenerationInterrupted
+from emelex_workers.plugin_api import DEFAULT_SEED, GenerationInterrupted, gbnf_literal
 
 DEFAULT_MAX_CTX = 8192
 _LOAD_LOCK = threading.Lock()
 _ENGINES: weakref.WeakSet = weakref.WeakSet()  # the live engines, whose stops quiet llama.cpp's log
 _QUIET_LOG: list[Any] = []  # the log callback installed by `_quiet_log_while_stopping`, kept referenced
-_GRAMMAR_ESCAPES = {"\r": "\\r", "\n": "\\n", '"': '\\"', "\\": "\\\\"}
-
-
-def grammar_literal(text: str) -> str:
-    """``text`` as a GBNF string literal: quotes, backslashes, CR and LF escaped."""
-    return '"' + "".join(_GRAMMAR_ESCAPES.get(char, char) for char in text) + '"'
+grammar_literal = gbnf_literal  # ``text`` as a GBNF string literal: quotes, backslashes and line ends escaped
 
 
 @functools.cache
@@ -292,6 +287,11 @@ class LlamaEngine:
     def context_window(self) -> int:
         """The context size in tokens (prompt + completion) actually allocated."""
         return int(self._model().n_ctx())
+
+    @property
+    def parameter_count(self) -> int:
+        """How many parameters the model has, as llama.cpp counts them."""
+        return int(self._model()._model.n_params())
 
     def count_tokens(self, text: str) -> int:
         """Return the number of model tokens in ``text`` (0 for "").

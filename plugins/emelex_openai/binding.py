@@ -20,6 +20,28 @@ llama-server's top-level `json_schema` and vLLM's `guided_json`. When none
 constrains, every constrained call raises `UnconstrainedServerError`:
 Emelex never runs the agent or an extractive job unconstrained.
 
+A grammar is sent as GBNF that this binding writes (the request's `grammar`
+field, `emelex_workers.plugin_api.schema_to_gbnf`) instead of the schema
+when the server is llama-cpp-python's or llama-server and the schema holds
+a literal their own converters mis-escape (a `"`, a `\\`, a non-ASCII
+character: `needs_escaped_literals`); a server that refuses a round's
+grammar or schema is a one-line error naming what it said.
+
+Native tool calling (`tool_calling`, probed once, the first time it is
+asked): Ollama says whether a model takes tools (`/api/show`'s
+`capabilities`); any other server is sent a tiny streamed request offering
+one tool (`PROBE_TOOL`) with `tool_choice` "auto" and asking for it, and
+calls tools natively when it streams that call back. llama-server does
+with `--jinja` (without it: HTTP 500 "tools param requires --jinja flag"),
+vLLM with `--enable-auto-tool-choice --tool-call-parser ...` (without:
+HTTP 400 '"auto" tool choice requires ...'), llama-cpp-python's server
+does not (its default chat format renders the tools and answers in text;
+"chatml-function-calling" breaks off a streamed reply: "Automatic streaming
+tool choice is not supported").
+`stream_tool_round` then sends the round's tools in the `tools` field and
+reads the `tool_calls` deltas (accumulated by index; Ollama sends each call
+whole), returning the round in the agent's union form.
+
 Generation is always streamed (`stream_options.include_usage` asked), so
 progress is reported and `stop` is checked between chunks and while the
 server is silent (whose wait is reported too, `GenerationProgress.waiting_s`).
@@ -41,13 +63,15 @@ import hashlib
 import json
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from emelex_memory import (
     InstalledModel,
     ModelServerError,
     ModelServerReplyError,
+    ModelServerTimeoutError,
     UnconstrainedServerError,
 )
 from emelex_workers.plugin_api import WorkerSettings
@@ -57,6 +81,9 @@ from emelex_workers.plugin_api import (
     Completion,
     GenerationInterrupted,
     GenerationProgress,
+    ToolCalling,
+    needs_escaped_literals,
+    schema_to_gbnf,
 )
 
 from .client import Rejected, ServerClient, StreamStopped
@@ -70,6 +97,11 @@ PROBE_SCHEMA = {"type": "object", "properties": {"probe": {"type": "string", "en
 PROBE_MESSAGES = [{"role": "user", "content": "Say hello."}]
 PROBE_TOKENS = 32
 OLLAMA_DEFAULT_CONTEXT = 2048  # Ollama's context when a model sets no num_ctx (newer releases allow more)
+PROBE_TOOL = {"type": "function", "function": {
+    "name": "emelex_probe", "description": "Records the value the user gives.",
+    "parameters": {"type": "object", "properties": {"value": {"type": "string"}}, "required": ["value"]}}}
+PROBE_TOOL_MESSAGES = [{"role": "user", "content": f"Call the tool emelex_probe with the value {PROBE_VALUE}."}]
+GBNF_SERVERS = ("llama-cpp-python", "llama-server")  # they take a grammar as it is: `grammar`
 MAX_LISTED = 1000  # models of a server's list remembered (a reply naming one of them, not the bound one, is refused)
 SSE_FIELDS = (":", "event:", "id:", "retry:")  # the lines of a stream of events other than its data
 
@@ -97,6 +129,8 @@ class ServedBinding:
     must not overlap (the worker and the agent run one at a time).
     """
 
+    remote_constraint = True  # the server applies a round's grammar (or calls tools): the agent checks each call
+
     def __init__(self, model: InstalledModel, settings: WorkerSettings, *,
                  stop: threading.Event | None = None) -> None:
         """Bind the served `model` with the `served_*` settings (timeouts, retries); nothing is contacted yet. Once
@@ -110,6 +144,7 @@ class ServedBinding:
         self._client: ServerClient | None = None
         self._info: dict[str, Any] | None = None
         self._variant: str | None = None
+        self._tool_calling: ToolCalling | None = None
         self._counts: dict[bytes, int] = {}  # SHA-256 of a text -> its token count
         self._reply_model: str | None = None  # the name the first reply gave the model, when not the one asked for
 
@@ -201,6 +236,93 @@ class ServedBinding:
         except (ModelServerReplyError, ValueError):
             return False
 
+    def _constrained(self, schema: dict) -> dict:
+        """The request fields that constrain a reply to `schema`: the server's way (`constraint`), or, for a server
+        whose converter mis-escapes a literal `schema` holds, a GBNF grammar written here."""
+        variant = self.constraint()
+        if self.connect()["server"] in GBNF_SERVERS and needs_escaped_literals(schema):
+            try:
+                return {"grammar": schema_to_gbnf(schema)}
+            except ValueError:
+                pass  # a schema the writer does not cover: the server's converter it is
+        return VARIANTS[variant](schema)
+
+    # -- native tool calling --------------------------------------------------------------------------------
+
+    def tool_calling(self) -> ToolCalling:
+        """Whether this server calls tools natively, found out once (see the module docstring)."""
+        if self._tool_calling is None:
+            self._tool_calling = self._probe_tools()
+        return self._tool_calling
+
+    def _probe_tools(self) -> ToolCalling:
+        info = self.connect()
+        if info["server"] == "ollama" and isinstance(info.get("capabilities"), list):
+            native = "tools" in info["capabilities"]
+            return ToolCalling(native, f"Ollama lists {'tools among' if native else 'no tools in'} the model's "
+                                       "capabilities")
+        calls: dict[int, dict] = {}
+        try:
+            self._generate(PROBE_TOOL_MESSAGES, max_tokens=PROBE_TOKENS * 2, json_schema=None, temperature=0.0,
+                           seed=DEFAULT_SEED, extra={"tools": [PROBE_TOOL], "tool_choice": "auto"}, calls=calls,
+                           retry=False)
+        except Rejected as refused:
+            return ToolCalling(False, f"the server refused tools (HTTP {refused.status}: {refused.detail})")
+        except ModelServerTimeoutError:
+            raise
+        except ModelServerError as exc:  # it answered what it serves, then broke its reply to tools
+            return ToolCalling(False, f"the server's reply to tools broke off ({str(exc)[:200]})")
+        probe = [c for c in calls.values() if c["name"] == PROBE_TOOL["function"]["name"]]
+        if probe and _arguments(probe[0]["arguments"]) == {"value": PROBE_VALUE}:
+            return ToolCalling(True, "the server streamed a tool call for the probe")
+        if calls:
+            return ToolCalling(False, "the server's tool call did not say what the probe asked")
+        return ToolCalling(False, "the server answered the probe in text")
+
+    def stream_tool_round(self, messages: list[dict], *, tools: list[dict], tool_choice: str, calls_per_batch: int,
+                          max_tokens: int, stop: threading.Event, on_text: Callable[[str], None] | None = None,
+                          temperature: float = 0.0, seed: int = DEFAULT_SEED,
+                          on_progress: Callable[[GenerationProgress], None] | None = None) -> str:
+        """The `AgentBinding` method of native tool calling: one streamed completion offering `tools` (OpenAI
+        function tools; none: the answer alone) with `tool_choice`, `parallel_tool_calls` asked when
+        `calls_per_batch` allows several; returns the round in the union form (`{"answer": text}`, or
+        `{"tool_calls": [{"name", "arguments"}, ...]}` in the order the server indexed them), and streams that text to
+        `on_text` as it learns it (the answer as it comes, the calls once complete). An answer cut by `max_tokens`
+        is returned unclosed, so the agent reports the token limit. `GenerationInterrupted` once `stop` is set."""
+        opened: list[bool] = []
+
+        def content(piece: str) -> None:
+            if on_text is not None:
+                if not opened:
+                    opened.append(True)
+                    on_text('{"answer":"')
+                on_text(json.dumps(piece, ensure_ascii=False)[1:-1])
+
+        extra: dict[str, Any] = {}
+        if tools:
+            extra = {"tools": tools, "tool_choice": tool_choice}
+            if calls_per_batch > 1:
+                extra["parallel_tool_calls"] = True
+        calls: dict[int, dict] = {}
+        if on_progress is not None:  # the round starts before its first text (a screen then starts it afresh)
+            on_progress(GenerationProgress(0, 0, "", estimated=True))
+        completion = self._generate(messages, max_tokens=max_tokens, json_schema=None, temperature=temperature,
+                                    seed=seed, extra=extra, on_text=content, stop=stop, calls=calls,
+                                    on_token=on_progress)
+        if calls:
+            raw = json.dumps({"tool_calls": [{"name": c["name"], "arguments": _arguments(c["arguments"])}
+                                             for _, c in sorted(calls.items())]}, separators=(",", ":"),
+                             ensure_ascii=False)
+            if on_text is not None:
+                on_text(('"}' if opened else "") + raw)
+            return raw
+        raw = json.dumps({"answer": completion.text}, separators=(",", ":"), ensure_ascii=False)
+        if completion.finish_reason == "length":
+            return raw[:-2]  # unclosed: the round used all of its tokens
+        if on_text is not None:
+            on_text('"}' if opened else raw)
+        return raw
+
     @property
     def template_digest(self) -> str:
         """SHA-256 hex of the chat template the server reports (of "" when it reports none). The agent's snapshot
@@ -235,10 +357,11 @@ class ServedBinding:
         return self._generate(messages, max_tokens=max_tokens, json_schema=json_schema, temperature=temperature,
                               seed=seed, extra={}, on_text=on_text, stop=stop, on_token=on_progress).text
 
-    def _generate(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict | None,
+    def _generate(self, messages: list[dict], *, max_tokens: int, json_schema: dict | None,
                   temperature: float, seed: int, extra: dict,
                   on_token: Callable[[GenerationProgress], None] | None = None,
-                  on_text: Callable[[str], None] | None = None, stop: threading.Event | None = None) -> Completion:
+                  on_text: Callable[[str], None] | None = None, stop: threading.Event | None = None,
+                  calls: dict[int, dict] | None = None, retry: bool = True) -> Completion:
         if max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
         body: dict[str, Any] = {
@@ -247,7 +370,7 @@ class ServedBinding:
             **extra,
         }
         if json_schema is not None:
-            body.update(VARIANTS[self.constraint()](json_schema))
+            body.update(self._constrained(json_schema))
         prompt = sum(self.count_tokens(str(m.get("content", ""))) for m in messages) if on_token else 0
         pieces: list[str] = []
         reason, usage, done, streaming = "unknown", None, False, False
@@ -262,7 +385,8 @@ class ServedBinding:
 
         waiting(0.0)  # the request goes out: what is shown now is a wait for the server
         try:
-            with client.stream_lines(CHAT_PATH, body, stop=stopping, on_wait=waiting) as lines:
+            with _refused_constraint(url, body), \
+                    client.stream_lines(CHAT_PATH, body, stop=stopping, on_wait=waiting, retry=retry) as lines:
                 for line in lines:
                     if stopping():
                         raise GenerationInterrupted(f"while the server at {url} replied ({len(pieces)} pieces so "
@@ -286,6 +410,8 @@ class ServedBinding:
                     self._check_model(chunk.get("model"))
                     usage = chunk.get("usage") if isinstance(chunk.get("usage"), dict) else usage
                     piece, finish = _delta(chunk, url)
+                    if calls is not None:
+                        _tool_deltas(chunk, calls, url)
                     reason = finish or reason
                     if piece and len(pieces) == max_tokens:  # a server that ignores the limit: stop reading it
                         reason, done = "length", True
@@ -348,7 +474,7 @@ def _inspect(client: ServerClient, model_id: str) -> dict[str, Any]:
                                f"{client.scrub(served)[:300]}); add the model with one of those IDs")
     identity: dict[str, Any] = {"model_id": model_id, "digest": None, "model_path": None, "metadata": None,
                                 "chat_template_sha256": None}
-    context, tokenizer, kind = None, None, "openai-compatible"
+    context, tokenizer, kind, capabilities = None, None, "openai-compatible", None
     props = client.get_json("/props", missing_ok=True)
     if isinstance(props, dict) and ("default_generation_settings" in props or "model_path" in props):
         kind, tokenizer = "llama-server", "/tokenize"
@@ -365,6 +491,7 @@ def _inspect(client: ServerClient, model_id: str) -> dict[str, Any]:
         identity["digest"] = _ollama_digest(client, model_id)
         shown = client.post_json("/api/show", {"model": model_id}, missing_ok=True)
         if isinstance(shown, dict):
+            capabilities = shown.get("capabilities")  # Ollama 0.6+: "completion", "tools", ...
             identity["chat_template_sha256"] = _digest(shown.get("template"))
             found = re.search(r"^num_ctx\s+(\d+)", str(shown.get("parameters") or ""), re.M)
             context = int(found.group(1)) if found else OLLAMA_DEFAULT_CONTEXT
@@ -377,7 +504,8 @@ def _inspect(client: ServerClient, model_id: str) -> dict[str, Any]:
     identity["server"] = kind
     identity["verified"] = identity["digest"] is not None
     info = {"server": kind, "identity": identity, "context": context, "tokenizer": tokenizer, "tokenizer_overhead": 0,
-            "listed": frozenset(str(e.get("id")) for e in entries[:MAX_LISTED] if isinstance(e, dict))}
+            "listed": frozenset(str(e.get("id")) for e in entries[:MAX_LISTED] if isinstance(e, dict)),
+            "capabilities": capabilities if kind == "ollama" else None}
     if tokenizer is not None:
         info["tokenizer_overhead"] = _tokenize(client, tokenizer, model_id, "")  # a BOS token some servers add
     return info
@@ -413,6 +541,60 @@ def _ollama_digest(client: ServerClient, model_id: str) -> str | None:
             digest = m["digest"]
             return digest if digest.startswith("sha256:") else f"sha256:{digest}"
     return None
+
+
+@contextmanager
+def _refused_constraint(url: str, body: dict) -> Iterator[None]:
+    """A refusal of a request that carried a grammar or a schema, whose reason names one of them, as one line saying
+    so (the server could not use the constraint: not a fault of the connection or of the model)."""
+    try:
+        yield
+    except ModelServerError as exc:
+        constrained = any(key in body for key in ("grammar", "json_schema", "guided_json", "response_format"))
+        if not constrained or not re.search(r"grammar|schema", str(exc), re.IGNORECASE) or \
+                isinstance(exc, ModelServerTimeoutError):
+            raise
+        raise ModelServerReplyError(f"the server at {url} could not use the output grammar of this request: "
+                                    f"{exc}") from None
+
+
+def _tool_deltas(chunk: dict, calls: dict[int, dict], url: str) -> None:
+    """Add the `tool_calls` of one streamed chunk to `calls` (index -> {"id", "name", "arguments"}): keyed by their
+    `index` (a call without one: a new call when it has an ID, else the last call), the name set once (or streamed in
+    pieces), the arguments' JSON text concatenated (an object given whole written as JSON)."""
+    choices = chunk.get("choices")
+    deltas = ((choices[0].get("delta") or {}).get("tool_calls") if choices else None) or []
+    if not isinstance(deltas, list):
+        raise ModelServerReplyError(f"the server at {url} streamed tool_calls that are not a list")
+    for item in deltas:
+        if not isinstance(item, dict) or not isinstance(item.get("function", {}), dict):
+            raise ModelServerReplyError(f"the server at {url} streamed a malformed tool call")
+        index = item.get("index")
+        if not isinstance(index, int):
+            index = len(calls) if item.get("id") or not calls else max(calls)
+        entry = calls.setdefault(index, {"id": None, "name": "", "arguments": ""})
+        function = item.get("function") or {}
+        entry["id"] = item.get("id") or entry["id"]
+        name = function.get("name")
+        if isinstance(name, str) and name != entry["name"]:
+            entry["name"] += name
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            entry["arguments"] += arguments
+        elif isinstance(arguments, dict):
+            entry["arguments"] = json.dumps(arguments, ensure_ascii=False)
+
+
+def _arguments(text: str) -> Any:
+    """A tool call's arguments from their JSON text: {} for none, the object it holds, else the text itself (which
+    the agent then refuses as no round)."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, dict) else text
 
 
 def _message_text(reply: Any) -> str:

@@ -153,12 +153,13 @@ class ServerClient:
 
     @contextmanager
     def stream_lines(self, path: str, body: dict, *, stop: Callable[[], bool] | None = None,
-                     on_wait: Callable[[float], None] | None = None) -> Iterator[Iterator[str]]:
+                     on_wait: Callable[[float], None] | None = None, retry: bool = True) -> Iterator[Iterator[str]]:
         """POST `body` to `path` and yield an iterator over the reply's lines as they arrive (each at most
         `MAX_LINE_BYTES`, the whole reply at most `MAX_REPLY_BYTES`); leaving the block closes the connection.
         While nothing arrives, `on_wait(seconds)` is called every `WAIT_REPORT_S` with the time since the request
         was sent or the last line came, and once `stop()` is true the iterator raises `StreamStopped` (see the
-        module docstring)."""
+        module docstring). With `retry` False an HTTP error status raises `Rejected` from the iterator at once, as for
+        `post_json`."""
         deadline = time.monotonic() + self._deadline_s
         read: queue.Queue = queue.Queue()
         done = threading.Event()
@@ -166,7 +167,7 @@ class ServerClient:
 
         def produce() -> None:
             try:
-                with self._response("POST", path, body, deadline, retry_status=True, cancelled=done) as response:
+                with self._response("POST", path, body, deadline, retry_status=retry, cancelled=done) as response:
                     if response is None:
                         raise ModelServerError(f"the server at {self.url} has no {path} (HTTP 404): give the base "
                                                "URL of an OpenAI-compatible server (without /v1)")

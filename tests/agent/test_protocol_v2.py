@@ -51,7 +51,7 @@ def example_rounds(text: str) -> list[str]:
 
 def test_the_protocol_is_version_3_and_renders_every_earlier_one() -> None:
     assert protocol.PROTOCOL_VERSION == "emelex-tools/3"
-    assert protocol.PROTOCOLS == ("emelex-tools/1", "emelex-tools/2", "emelex-tools/3")
+    assert protocol.PROTOCOLS == ("emelex-tools/1", "emelex-tools/2", "emelex-tools/3", "openai-tools/1")
 
 
 def test_the_system_message_shows_a_worked_tool_round_and_an_answer_valid_under_the_grammar() -> None:

@@ -20,6 +20,8 @@ environment variable (JSON) in a subprocess:
   "hold_label": hold only the call with this label; "tool_done": a file it
   writes (the time, `time.time()`) right before it returns.
 - "approval": the `effect` tool's approval policy (default "always").
+- "linger_s": seconds the binding waits after a round's last report before it returns (as a model whose last
+  token comes a while before the end of its reply).
 - "bound": a file the plugin writes (its pid) when it binds a model, so a
   test can observe whether a model was loaded at all.
 
@@ -151,6 +153,7 @@ class ScriptedBinding:
                 on_text(raw[start:start + PIECE])
             report(GenerationProgress(prompt, start // PIECE + 1, raw[start:start + PIECE]))
         report(GenerationProgress(prompt, self.count_tokens(raw), ""))
+        time.sleep(opts.get("linger_s", 0))
         return raw
 
     def close(self) -> None:

@@ -146,6 +146,11 @@ class ScriptedServer:
             return {"template": self.template, "parameters": "num_ctx 4096"}
         return None
 
+    def _reply(self, body: dict) -> tuple[int, Any] | list[dict] | None:
+        """A chat completion's reply of a subclass: an error (`(status, JSON body)`), the data chunks of a stream (each
+        sent as an SSE `data:` line, then [DONE]), or None for the scripted answer (`_content`)."""
+        return None
+
     def _content(self, body: dict) -> str:
         fmt = body.get("response_format") or {}
         schema = (fmt.get("json_schema") or {}).get("schema") if fmt.get("type") == "json_schema" else None
@@ -200,6 +205,11 @@ class ScriptedServer:
                 elif fault is not None and fault[0] == "reply":
                     return self._send(fault[1], fault[2], headers=fault[3])
                 if (method, self.path) == ("POST", "/v1/chat/completions"):
+                    custom = server._reply(body)
+                    if isinstance(custom, tuple):
+                        return self._send(custom[0], json.dumps(custom[1]).encode())
+                    if custom is not None:
+                        return self._stream(custom)
                     return self._chat(body, fault)
                 answer = server._routes(method, self.path, body)
                 if answer is None:
@@ -230,6 +240,18 @@ class ScriptedServer:
                 done = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
                 usage = {"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": len(pieces)}}
                 self.wfile.write(f"data: {json.dumps(done)}\n\ndata: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+                self.wfile.flush()
+                self.close_connection = True
+
+            def _stream(self, chunks: list[dict]) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for chunk in chunks:
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
                 self.close_connection = True
 

@@ -12,13 +12,19 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from emelex_memory import DefaultModelUnavailableError, MemoryStore
 from emelex_memory.agent import journal
-from emelex_workers.agent.durable import DurableAgentSession
+from emelex_workers.agent import workspace_map
+from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
+from emelex_workers.agent.policies import GuidedPolicy, OpenPolicy
+from emelex_workers.agent.tools import registered_tools
+from emelex_workers.cli.chat import SYSTEM_PROMPT
+from emelex_workers.host.manager import bind_model, get_plugin_manager
 from emelex_workers.models import default_model_file
 from emelex_workers.worker.work import work
 from emelex_workers.settings import WorkerSettings
@@ -142,3 +148,41 @@ def test_sigkill_during_served_inference_reconciles_and_the_session_goes_on(serv
         asyncio.run(resume())
     finally:
         binding.close()
+
+
+@pytest.mark.parametrize("policy", [GuidedPolicy(), OpenPolicy()], ids=lambda p: p.name)
+def test_both_policies_complete_a_turn_whose_quotes_hold_quotes_and_backslashes(server_url, settings, workspace,
+                                                                                policy) -> None:
+    (workspace / "quote.txt").write_text('version = "2.7.1"\npath = C:\\tmp\\build\n')
+    (workspace / "README.md").write_text("# Demo\n")
+    model = add_served(settings, "served", server_url)
+    pm = get_plugin_manager(settings)
+    tools = registered_tools(pm)
+    _, binding = bind_model(pm, model, settings)
+    snapshot = build_snapshot(binding, tools, model_reference=model.reference, model_snapshot_id=model.snapshot_id,
+                              system_prompt=SYSTEM_PROMPT, context=(workspace_map.SOURCE,), policy=policy,
+                              round_tokens=192, chain_limit=2)
+    calling = binding.tool_calling()
+    # llama-cpp-python's server renders the tools into its prompt and answers in text: no native tool calls here
+    assert (calling.native, calling.detail) == (False, "the server answered the probe in text")
+    assert snapshot.protocol == ("emelex-tools/3" if policy.name == "guided" else "emelex-tools/2")
+
+    async def main():
+        with MemoryStore.open(settings) as store:
+            agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot, model=model,
+                                                     context_sources={workspace_map.SOURCE:
+                                                                      workspace_map.workspace_map_source})
+            result = await agent.turn("What version does quote.txt set?", approve=lambda call, tool: "deny")
+            await agent.close()
+            return result
+
+    try:
+        result = asyncio.run(main())
+    finally:
+        binding.close()
+    assert result.outcome == "answer", result.diagnostic
+    if policy.name == "guided":  # its quotes were literals holding a quote: the server got a grammar it parses
+        assert result.answer == 'quote.txt: version = "2.7.1"'
+    assert result.answer.strip()
+    with urllib.request.urlopen(f"{server_url}/v1/models", timeout=10) as alive:  # the server is still serving
+        assert alive.status == 200

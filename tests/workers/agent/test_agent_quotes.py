@@ -13,10 +13,10 @@ from emelex_memory import MemoryStore
 from emelex_memory.agent.snapshot import SessionSnapshot
 from emelex_workers.agent import protocol
 from emelex_workers.agent.durable import DurableAgentSession
-from emelex_workers.agent.mentions import mentions_note
+from emelex_workers.agent.policies.guided.mentions import mentions_note
 from emelex_workers.agent.protocol import ProposedCall
-from emelex_workers.agent.quotes import answers, choose, note_quotes, result_quotes
-from emelex_workers.agent.request import asks_for, set_off, small_talk, spans, verbs, words
+from emelex_workers.agent.policies.guided.quotes import answers, choose, note_quotes, result_quotes
+from emelex_workers.agent.policies.guided.request import asks_for, set_off, small_talk, spans, verbs, words
 from emelex_workers.agent.schema import validate
 from emelex_workers.agent.session import AgentSession
 from emelex_workers.agent.tools import RegisteredTool

@@ -173,3 +173,21 @@ def test_careless_input_gets_a_clear_answer_and_runs_no_turn(env, home, workspac
     assert "a message to the model must not start with /" in out.stdout
     assert out.stdout.endswith("> \nsession " + out.stdout.split()[1].rstrip(";") + " closed\n")
     assert [k for k, _ in events(home)] == []
+
+
+def test_an_answer_stays_on_the_screen_while_the_round_ends(env, home, workspace) -> None:
+    """The status line is never drawn over an answer's line: after the answer's last token, while its round ends
+    (here a second, five redraws of the status line), the answer stays whole on the terminal."""
+    words = "The port is 8421. It is set in config.ini, under [server]."
+    terminal = Terminal(env, workspace, {"outputs": [answer(words)], "linger_s": 1.0})
+    try:
+        at = terminal.expect("\n> ", terminal.expect("; commands:"))
+        terminal.type("What port?")
+        at = terminal.expect(words, at)
+        terminal.expect("\n> ", at)
+        assert terminal.output[at:].startswith("\r\n["), repr(terminal.output[at:at + 80])  # ended, not erased
+        terminal.type("/exit")
+        assert terminal.wait() == 0, terminal.process.stderr.read()
+    finally:
+        if terminal.process.poll() is None:
+            terminal.process.kill()

@@ -56,8 +56,8 @@ def _pm_with(*plugins: object) -> EmelexPluginManager:
 
 
 def test_there_are_hooks() -> None:
-    assert HOOKS == ["check_model", "embedder", "model_binding", "register_distillers", "register_summarizers",
-                     "register_tools"]
+    assert HOOKS == ["check_model", "embedder", "model_binding", "register_distillers", "register_policies",
+                     "register_summarizers", "register_tools"]
 
 
 @pytest.mark.parametrize("hook", HOOKS)
@@ -93,6 +93,46 @@ def test_hook_register_tools(settings: WorkerSettings) -> None:
     pm.register(One(), name="one")
     tools = registered_tools(pm)
     assert tools["alpha"].plugin == "one" and "read_file" in tools
+
+
+def test_hook_register_policies(settings: WorkerSettings) -> None:
+    from emelex_workers.agent.policies import registered_policies
+    from emelex_workers.plugin_api import TurnPolicy
+
+    class Careful(TurnPolicy):
+        name, version, summary = "careful", 3, "reads only"
+
+        def offered(self, turn):
+            return [t for t in turn.enabled_tools() if t.approval == "never"]
+
+    class One:
+        @hookimpl
+        def register_policies(self, register):
+            register(Careful())
+
+    pm = get_plugin_manager(settings)
+    pm.register(One(), name="one")
+    policies = registered_policies(pm)
+    assert {"guided", "open", "narrowed"} <= set(policies) and policies["careful"].version == 3
+
+    class Clash:
+        @hookimpl
+        def register_policies(self, register):
+            register(type("Guided", (TurnPolicy,), {"name": "guided"})())
+
+    pm.register(Clash(), name="clash")
+    with pytest.raises(PluginHookError, match="'guided' is registered by both 'emelex \\(built-in\\)' and 'clash'"):
+        registered_policies(pm)
+    pm.unregister(name="clash")
+
+    class Broken:
+        @hookimpl
+        def register_policies(self, register):
+            register("careful")
+
+    pm.register(Broken(), name="broken")
+    with pytest.raises(PluginHookError, match="plugin 'broken' registered 'careful', not a TurnPolicy"):
+        registered_policies(pm)
 
 
 def test_hook_register_summarizers() -> None:

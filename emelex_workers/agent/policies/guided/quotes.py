@@ -57,6 +57,8 @@ import math
 from collections.abc import Collection, Iterable, Sequence
 from typing import NamedTuple
 
+from emelex_workers.host.notes import hit_file, quote as quoted_text, split_quote
+
 from .request import SEEK_WORDS, mentioned, words
 
 QUOTE_CHOICES = 4  # quotes one answer chooses among
@@ -81,7 +83,7 @@ class Quote(NamedTuple):
 
 
 def _quote(label: str, quoted: str, kind: str) -> Quote:
-    text = f"{label}: {quoted}"
+    text = quoted_text(label, quoted)
     return Quote(text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS - 3].rstrip() + "...", kind, quoted,
                  label)
 
@@ -139,12 +141,6 @@ def _words_of(paths: Iterable[str]) -> set[str]:
     return set().union(*(words(path) for path in paths))
 
 
-def _source(label: str) -> str:
-    """What a quote labelled `label` quotes: the label without the line number of a hit ("notes/a.md:3")."""
-    path, _, number = label.rpartition(":")
-    return path if path and number.isdigit() else label
-
-
 def _uniform(quotes: Sequence[Quote]) -> dict[str, set[str]]:
     """For each label of several line quotes, the words every one of its lines holds (as "file" in a listing)."""
     lines: dict[str, list[set[str]]] = {}
@@ -172,7 +168,7 @@ def choose(request: str, quotes: Sequence[Quote], choices: int = QUOTE_CHOICES, 
     # one output gives several (its lines, itself whole, a line of it the notes hold as "path:N").
     sources: dict[str, set[str]] = {}
     for quote, found in zip(unique, sets):
-        sources.setdefault(_source(quote.label), set()).update(found)
+        sources.setdefault(hit_file(quote.label), set()).update(found)
     frequency = {word: sum(word in found for found in sources.values()) for word in wanted}
     scores = [sum(math.log(1 + len(sources) / frequency[word]) for word in wanted & found) for found in sets]
     best = max(scores, default=0.0)
@@ -215,22 +211,15 @@ def answers(request: str, quotes: Sequence[Quote], named: Collection[str] = ()) 
     return any(_precise(quote, wanted, uniform) for quote in unique if quote.kind != "count")
 
 
-def note_files(payloads: Iterable[dict]) -> list[str]:
-    """The paths of the files context notes hold (a `mentions` note's "files")."""
-    return [file["path"] for payload in payloads for file in payload.get("files", ())
-            if isinstance(file, dict) and isinstance(file.get("path"), str)]
-
-
 def note_quotes(payloads: Iterable[dict], request: str) -> list[Quote]:
     """The quotes context notes offer: each payload's "quotes" that are strings ("LABEL: text", each whole), the
     quotes of each of its "files" (a `mentions` note) as of a result labelled with its path (a binary file: its
     size), and each of its "hits" ("path:N: line")."""
     found: list[Quote] = []
     for payload in payloads:
-        for quote in payload.get("quotes", ()):
-            if isinstance(quote, str):
-                label, _, quoted = quote.partition(": ")
-                found.append(_quote(label, quoted, "whole"))
+        for quoted in payload.get("quotes", ()):
+            if isinstance(quoted, str):
+                found.append(_quote(*split_quote(quoted), "whole"))
         for file in payload.get("files", ()):
             if not isinstance(file, dict) or not isinstance(file.get("path"), str):
                 continue
@@ -239,8 +228,7 @@ def note_quotes(payloads: Iterable[dict], request: str) -> list[Quote]:
                 found += result_quotes(file["path"], content, request, size if isinstance(size, int) else None)
             elif isinstance(size, int):
                 found.append(_quote(file["path"], f"{size} bytes (binary)", "whole"))
-        for hit in payload.get("hits", ()):
-            if isinstance(hit, str):
-                label, _, quoted = hit.partition(": ")
-                found.append(_quote(label, quoted, "line"))
+        for line in payload.get("hits", ()):
+            if isinstance(line, str):
+                found.append(_quote(*split_quote(line), "line"))
     return found

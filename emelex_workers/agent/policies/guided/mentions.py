@@ -10,7 +10,7 @@ the files again.
 
 A word of the input names a file when it has a "." or "/" in it
 (`request.mentioned`) and is the workspace-relative path of a regular file
-the round's grammar could offer (`workspace.scan`: no hidden or skipped
+the round's grammar could offer (`WorkspaceWalk.entries`: no hidden or skipped
 directory, no symlink, not in the Emelex Home), or that file's name when
 exactly one listed file has it, or a word that is a listed file's name
 whatever its case or without its suffixes ("readme", see `named_files`),
@@ -36,8 +36,10 @@ import stat
 from collections.abc import Collection
 from pathlib import Path
 
+from emelex_workers.host.notes import ContextNote, hit
+
 from .request import COMMON_WORDS, SEEK_WORDS, mentioned, tokens, words
-from .workspace import open_dir, scan
+from ...workspace import WorkspaceWalk, open_dir
 
 SOURCE = "mentions"  # the `source` of the note
 MAX_FILES = 3  # files one note holds at most
@@ -114,30 +116,32 @@ def _hits(root: int, files: Collection[str], message: str, skip: Collection[str]
             present = words(line)
             for word in wanted:
                 if word in present and len(found[word]) < MAX_HITS:
-                    found[word].append(f"{path}:{number}: {line.strip()[:HIT_CHARS]}")
+                    found[word].append(hit(path, number, line.strip()[:HIT_CHARS]))
                     owners[word].add(path)
     hits = [hit for word in wanted if 0 < len(owners[word]) <= HIT_FILES for hit in found[word]]
     return list(dict.fromkeys(hits))[:MAX_HITS]
 
 
-def mentions_note(workspace: str | Path, message: str, exclude: Collection[tuple[int, int]] = ()) -> dict | None:
+def mentions_note(workspace: str | Path, message: str, exclude: Collection[tuple[int, int]] = (),
+                  walk: WorkspaceWalk | None = None) -> ContextNote | None:
     """The note of the files `message` names in `workspace` and of the lines that hold its rare words (see the
     module docstring): `{"text", "files", "hits"}`, each file `{"path", "bytes", "content"}` (`content` None for
     a binary file, else the text read, cut to the room left), each hit "path:N: line"; None when there is
-    neither. Never raises for the workspace's content."""
+    neither. The files are those `walk` (the turn's walk of `workspace`; one of its own when None) lists. Never
+    raises for the workspace's content."""
     workspace = Path(workspace)
     try:
         root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        return _note(root, scan(workspace, exclude).files, message)
+        return _note(root, (walk or WorkspaceWalk(workspace, exclude)).entries().files, message)
     finally:
         os.close(root)
 
 
 def _note(root: int, listed: Collection[str], message: str) -> dict | None:
-    """`mentions_note` of the workspace open as `root`, whose files `scan` lists as `listed`."""
+    """`mentions_note` of the workspace open as `root`, whose files the turn's walk lists as `listed`."""
     hidden = [word for word in mentioned(message) if word.startswith(".") and "/" not in word]  # ".env", named
     paths = named_files([*listed, *hidden], message)
     files, parts, room = [], [HEADER], NOTE_CHARS - len(HEADER)

@@ -1,0 +1,180 @@
+"""The "guided" turn policy: the rules that let a very small model (the embedded 135M default) get simple work done;
+the rules every Session made with `emelex-tools/3` runs by.
+
+On top of the narrowed policy's rules (paths narrowed to what exists, no call offered twice):
+
+- the files the request names are read for the model and recorded with its input (`mentions`);
+- an answer, once the turn has read something, is one of the quotes of what it read (`quotes`);
+- a tool whose registered spec names `requested_by` verbs is offered only when a clause of the request begins with
+  one, once per request, and alone while nothing has been read (`request.verbs`); a request that is only small talk
+  offers no tool and is answered by rule;
+- arguments the request spells out (`ToolSpec.request_spans`: a command, text to write) and a new file's path are
+  narrowed to what the request says;
+- the turn answers as soon as what it read holds the answer (forced "answered").
+
+All of it reads the request in English, by rule, from the recorded history alone, so a resumed turn is guided
+exactly as the live one was.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from emelex_memory.agent.journal import REPEATED
+from emelex_memory.agent.snapshot import ToolAuthority
+from emelex_workers.host.notes import ContextNote, note_files
+from emelex_workers.host.policies import TurnState, WorkspaceView
+from emelex_workers.host.tools import bounded
+from emelex_workers.host.types import ProposedCall
+
+from ...protocol import PROTOCOL_V3
+from ...schema import validate
+from ..narrowed import NarrowedPolicy
+from . import mentions
+from .quotes import Quote, answers, choose, note_quotes, result_quotes
+from .request import asks_for, mentioned, set_off, small_talk, small_talk_answer, spans, verbs
+
+_NOT_DONE = ("not_executed", REPEATED)  # outcomes that do not make a call "already done"
+_NO_EFFECT = ("denied", "not_executed", REPEATED)  # outcomes of a call that cannot have changed the workspace
+INTERPRETERS = {".py": "python3", ".sh": "sh", ".js": "node", ".rb": "ruby", ".pl": "perl"}
+
+
+class GuidedPolicy(NarrowedPolicy):
+    """The small-model rules (see the module docstring); its Sessions run protocol `emelex-tools/3`."""
+
+    name = "guided"
+    version = 1
+    summary = ("answers quote what was read; the files a message names are read for the model; a change or a run "
+               "only when asked for with a verb")
+    note_source = mentions.SOURCE
+
+    def protocol(self, native: bool) -> str:
+        """`emelex-tools/3`: a constrained JSON union whose system message asks for quoted answers."""
+        return PROTOCOL_V3
+
+    def turn_note(self, workspace: Path, request: str, walk: WorkspaceView) -> ContextNote | None:
+        """The files the request names and the lines holding its rare words (`mentions.mentions_note`)."""
+        return mentions.mentions_note(workspace, request, walk=walk)
+
+    def offered(self, turn: TurnState) -> list[ToolAuthority]:
+        """The enabled tools narrowed by what the request asks for (`_requested`): a tool whose registered spec
+        names `requested_by` words only when the request asks for it, and only until one of its calls (or another
+        such tool's) had an effect in the turn; while the turn has no result yet, none for a request that is only
+        talk (`request.small_talk`: "hi", "thanks"), and when the request's first clause asks for such a tool, only
+        those tools."""
+        enabled = turn.enabled_tools()
+        if not turn.results and small_talk(turn.request):
+            return []
+        effects = {t.name for t in enabled if turn.spec(t.name).requested_by}
+        requested = _requested(turn) & effects
+        if _effected(turn):
+            return [t for t in enabled if t.name not in effects]
+        if not turn.results and (first := _requested(turn, first=True) & effects):
+            return [t for t in enabled if t.name in first]
+        return [t for t in enabled if t.name not in effects or t.name in requested]
+
+    def _named_paths(self, turn: TurnState, narrowed: dict) -> list[str]:
+        """The paths the request names that `narrowed` (a "new" path's schema) admits."""
+        return [p for p in mentioned(turn.request) if validate(p, narrowed) is None]
+
+    def _spells(self, turn: TurnState, tool: ToolAuthority) -> bool:
+        return bool(turn.spec(tool.name).request_spans)
+
+    def _spell_out(self, turn: TurnState, tool: ToolAuthority, properties: dict[str, dict], entries) -> None:
+        """Each argument the tool's spec names in `request_spans` restricted to the spans of the request that fit
+        its schema ("command": `request.spans`; "text": `request.set_off`), when any do."""
+        for name, kind in turn.spec(tool.name).request_spans.items():
+            if name in properties:
+                files = frozenset(entries.files) if entries is not None else frozenset()
+                offered = spans(turn.request, _program, lambda word: _interpreter(word, files)) \
+                    if kind == "command" else set_off(turn.request)
+                fitting = [span for span in offered if validate(span, properties[name]) is None]
+                if fitting:
+                    properties[name] = {**properties[name], "enum": fitting}
+
+    def answers(self, turn: TurnState) -> list[str] | None:
+        """The quotes of the turn's tool results and of the context notes recorded with its input most relevant to
+        the request (`quotes.choose`), or, once a tool the request asks for (`requested_by`) ran, of that tool's
+        results only; before the turn's first result those of the notes and of earlier turns' results, only when
+        one has a word of the request, and `request.small_talk_answer` for a request that is only talk; None (a
+        free answer) when there is nothing to quote."""
+        if not turn.results and small_talk(turn.request):
+            return [small_talk_answer(turn.request)]
+        chosen = choose(turn.request, _quotes(turn), relevant_only=not turn.results, named=note_files(turn.notes))
+        return chosen or None
+
+    def must_act(self, turn: TurnState) -> bool:
+        """While the turn has no result yet and the request's first clause asks for a tool with `requested_by`
+        words ("Create out.txt ..."), the round is the tool-call form alone, so the model does what was asked (the
+        user still approves it) instead of answering that it did."""
+        return not turn.results and bool(_requested(turn, first=True) & turn.enabled)
+
+    def answered(self, turn: TurnState) -> bool:
+        """Once the turn has a result: when a tool the request asks for (`requested_by`) ran (the answer then quotes
+        its results only, and no such tool is offered again), or when the quotes the answer would choose among
+        answer the request (`quotes.answers`)."""
+        if not turn.results:
+            return False
+        return _effected(turn) or answers(turn.request, _quotes(turn), note_files(turn.notes))
+
+
+def _requested(turn: TurnState, first: bool = False) -> set[str]:
+    """The snapshot tools the user's request asks for: those whose registered `requested_by` words one of its
+    clauses begins with (`request.verbs`, `request.asks_for`: one typo forgiven); with `first`, those its first
+    clause begins with."""
+    asked = verbs(turn.request)[:1] if first else verbs(turn.request)
+    return {t.name for t in turn.snapshot.tools if asks_for(asked, turn.spec(t.name).requested_by)}
+
+
+def _effected(turn: TurnState) -> bool:
+    """Whether a call of a tool with `requested_by` words had an effect in the turn (any outcome but `denied`,
+    `not_executed` and `repeated`)."""
+    return any(turn.snapshot.tool(call.tool) is not None and turn.spec(call.tool).requested_by
+               and result.get("outcome") not in _NO_EFFECT for call, result in turn.results)
+
+
+def _quotes(turn: TurnState) -> list[Quote]:
+    """The quotes an answer is chosen among (`GuidedPolicy.answers`): of the results of the tools the request asks
+    for that ran in the turn, when there are any; else of the turn's results (or, before it has any, of earlier
+    turns' results) and of the context notes recorded with its input."""
+    done = [(call, result) for call, result in turn.results or turn.earlier
+            if result.get("outcome") not in _NOT_DONE and isinstance(result.get("output"), str)]
+    results = done if turn.results else []
+    requested = _requested(turn)
+    effects = [(call, result) for call, result in results
+               if call.tool in requested and result.get("outcome") not in _NO_EFFECT]
+    quotes = []
+    for call, result in effects or done:
+        outcome = result["outcome"]
+        label = _label(turn, call) + ("" if outcome == "ok" else f" ({outcome})")
+        quotes += result_quotes(label, result["output"], "" if effects else turn.request)  # an effect: no count
+    if not effects:
+        quotes += note_quotes(turn.notes, turn.request)
+    return quotes
+
+
+def _label(turn: TurnState, call: ProposedCall) -> str:
+    """What a quote of `call`'s result is labelled with: the path of a declared "file" or "new" path argument (a
+    file read, a file written), or of a "directory" one when it is the call's only string argument (a directory
+    listed; "." as "./"); else the tool's name and its string arguments ("search_text pineapple",
+    "run_command python3 greet.py"), so that only what a file holds is labelled with its path."""
+    paths = turn.spec(call.tool).workspace_paths if turn.snapshot.tool(call.tool) is not None else {}
+    strings = {name: v for name, v in call.arguments.items() if isinstance(v, str)}
+    for name, kind in paths.items():
+        if name in strings and (kind in ("file", "new") or len(strings) == 1):
+            return "./" if strings[name] in (".", "") else strings[name]
+    return bounded(" ".join([call.tool, *strings.values()]), 80)
+
+
+def _program(word: str) -> bool:
+    """Whether `word` names a program on PATH (a command starts with one)."""
+    return "/" not in word and shutil.which(word) is not None
+
+
+def _interpreter(word: str, files: frozenset[str]) -> str | None:
+    """The interpreter that runs `word` when it is a script of `files` (workspace-relative paths) with a suffix of
+    `INTERPRETERS` whose program is on PATH; else None."""
+    interpreter = INTERPRETERS.get(os.path.splitext(word)[1])
+    return interpreter if word in files and interpreter and shutil.which(interpreter) else None
