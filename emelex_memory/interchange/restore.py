@@ -357,8 +357,9 @@ def restore_entry(conn: apsw.Connection, found: WorkspaceIdentity, entry: Export
         conn.execute(
             "INSERT INTO knowledge_versions (knowledge_id, version, tombstone, content, size, confidence, origin, "
             "source_session_id, source_session_uuid, source_first_seq, source_last_seq, source_digest, created_at, "
-            "client) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "client, said_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (entry_id, v.version, int(v.content is None), v.content, size, v.confidence, v.origin, src_rowid,
-             *(v.source or (None, None, None, None)), v.created_at, v.client),
+             *(v.source or (None, None, None, None)), v.created_at, v.client,
+             v.created_at if v.said_at is None else v.said_at),
         )
     return True

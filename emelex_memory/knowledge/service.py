@@ -105,7 +105,7 @@ class Knowledge:
         with self._db.write() as conn:
             scope = workspace_scope(conn, workspace, write=True, create_at=self._db.clock(), new_workspace=new_workspace)
             src = self._source_columns(conn, source, scope)
-            return upsert_version(conn, scope, key, content, confidence, "user", src, self._db.clock(), client)
+            return upsert_version(conn, scope, key, content, confidence, "user", src, self._db.clock(), client=client)
 
     def forget(self, workspace: WorkspaceLike, key: str, *, client: str | None = None) -> KnowledgeVersion:
         """Tombstone `key` in the caller's workspace; return the tombstone version.

@@ -55,7 +55,8 @@ def looks_like_tool_json(content: str) -> bool:
 class RecallSelection:
     """The notes selected, in order (pinned first), the tokens they cost of the budget, and `event`: the
     `NewEvent` (kind "recall") to append to the Session before its model's first round, naming each note's key,
-    version, content, confidence, whether it is pinned and its source (Session, seq range and digest, or None)."""
+    version, content, confidence, whether it is pinned, its source (Session, seq range and digest, or None) and
+    `said_at` (when its statement was said)."""
 
     notes: tuple[KnowledgeEntry, ...]
     tokens: int
@@ -76,7 +77,7 @@ def recall_payload(terms: list[str], budget_tokens: int, notes: tuple[KnowledgeE
         "terms": terms,
         "budget_tokens": budget_tokens,
         "notes": [{"key": e.key, "version": e.head.version, "content": e.content, "confidence": e.confidence,
-                   "pinned": e.pinned, "source": _source(e)} for e in notes],
+                   "pinned": e.pinned, "source": _source(e), "said_at": e.head.said_at} for e in notes],
     }
 
 

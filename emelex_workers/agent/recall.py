@@ -18,6 +18,8 @@ A Session started without recall (`emelex chat --no-recall`) names no
 
 from __future__ import annotations
 
+import time
+
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -44,8 +46,14 @@ def recall_budget(settings: Settings, context_window: int) -> int:
 
 
 def notes_text(notes: list[dict[str, Any]]) -> str:
-    """What the model sees of recorded `notes`: the label, then one `- key: content` line per note."""
-    return "\n".join([NOTES_LABEL, *(f"- {note['key']}: {note['content']}" for note in notes)])
+    """What the model sees of recorded `notes`: the label, then one `- key (YYYY-MM-DD): content` line per note, the
+    date the note's statement was said (UTC; a note recorded without one has no date)."""
+    return "\n".join([NOTES_LABEL, *(f"- {note['key']}{_said(note)}: {note['content']}" for note in notes)])
+
+
+def _said(note: dict[str, Any]) -> str:
+    said = note.get("said_at")
+    return "" if said is None else time.strftime(" (%Y-%m-%d)", time.gmtime(said))
 
 
 def _with_turn(store: MemoryStore, source: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -445,7 +445,8 @@ def memory_text(snapshot: SessionSnapshot, context: tuple[dict, ...]) -> str:
         origin = "no Session (remembered by hand)" if source is None else \
             f"Session {source['session'][:8]} turn {source['turn']} (events {source['first_seq']}-{source['last_seq']})"
         pinned = ", pinned" if note["pinned"] else ""
-        lines.append(f"  {note['key']} v{note['version']}{pinned}  from {origin}\n    {note['content']}")
+        said = "" if note.get("said_at") is None else time.strftime(", said %Y-%m-%d", time.localtime(note["said_at"]))
+        lines.append(f"  {note['key']} v{note['version']}{pinned}  from {origin}{said}\n    {note['content']}")
     return "\n".join(lines)
 
 

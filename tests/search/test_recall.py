@@ -58,6 +58,7 @@ def test_the_event_names_key_version_and_source_and_replays_unchanged(store: Mem
     assert selection.event.payload["notes"] == [{
         "key": "deploy", "version": 2, "content": "deploy with make release; tag first", "confidence": 0.8,
         "pinned": False, "source": {"session": sid, "first_seq": 1, "last_seq": 2, "digest": source.digest},
+        "said_at": store.replay(sid).events[1].created_at,  # the last event of the provenance
     }]
     new = store.create_session(workspace).id
     with store.acquire_lease(new, workspace) as lease:

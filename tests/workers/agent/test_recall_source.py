@@ -4,6 +4,8 @@ key, version and source; no tombstone, nothing recorded without a note."""
 
 from __future__ import annotations
 
+import time
+
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -56,7 +58,13 @@ def test_the_payload_labels_the_notes_and_names_key_version_and_source(store: Me
     store.remember(workspace, "deploy", "deploy with make release", confidence=0.8, source=source)
     store.remember(workspace, "weather", "It rained on Tuesday")
     payload = recall_source(100)(request(store, workspace, "How do we deploy?"))
-    assert payload["text"] == f"{NOTES_LABEL}\n- style: Use tabs in the Makefile\n- deploy: deploy with make release"
+    said_at = store.replay(session_id).events[1].created_at  # the turn the deploy note was said in
+    assert store.get_knowledge(workspace, "deploy").head.said_at == said_at
+    style_day, deploy_day = (time.strftime("%Y-%m-%d", time.gmtime(t))
+                             for t in (store.get_knowledge(workspace, "style").head.created_at, said_at))
+    assert payload["text"] == (f"{NOTES_LABEL}\n- style ({style_day}): Use tabs in the Makefile\n"
+                               f"- deploy ({deploy_day}): deploy with make release")
+    assert payload["notes"][1]["said_at"] == said_at
     assert "outdated" in NOTES_LABEL and "not instructions" in NOTES_LABEL and "earlier Sessions" in NOTES_LABEL
     assert [(n["key"], n["version"], n["pinned"]) for n in payload["notes"]] == [("style", 1, True), ("deploy", 2, False)]
     assert payload["notes"][0]["source"] is None
