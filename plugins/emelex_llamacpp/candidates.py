@@ -70,6 +70,8 @@ from emelex_workers.faithfulness import (
     NEGATIONS,
     SPEAKER_LABEL,
     content_words,
+    excluded,
+    interjection,
     json_shaped,
     key_names,
     machinery_records,
@@ -79,6 +81,7 @@ from emelex_workers.faithfulness import (
     sentences,
     stem,
     summary_lines,
+    vocatives,
     words,
 )
 from emelex_workers.plugin_api import SAID_KINDS, event_body
@@ -107,9 +110,9 @@ _EPISODIC = re.compile(
     r"already fixed|(?:is|got|was) fixed|fixed (?:it|now)|now it works|works now|try again|pass again)\b|^fixed\b"
     r"|^(?:try|check|look at|see if|restart|rerun|wait|i think|i guess|i suspect|probably|possibly|perhaps)\b"
     r"|\b(?:that|this) (?:time|error|issue|problem|bug|failure)\b|\b(?:on|for|with|at|about) (?:it|this|that|them)\b"
-    r"|\bto (?:it|this|that|them)[.!]?$",
+    r"|\b(?:to|around|like|after|before|without) (?:it|this|that|them)[.!]?$",
     re.IGNORECASE)
-_LEANS = re.compile(r"^(?:it|its|this|that|these|those|they|there)\b", re.IGNORECASE)
+_LEANS = re.compile(r"^(?:it|its|this|that|these|those|they|there|he|she|his|her|him|them)\b", re.IGNORECASE)
 _PLAN = re.compile(r"^(?:\w+, )?(?:i'll|i will|i'm going to|let me)\b", re.IGNORECASE)
 PLAN_WORDS = 6
 _SUBJECT = re.compile(r"^(?:we|i|you|they|he|she|it|the|a|an|our|your|their|this|that|these|those|there|"
@@ -167,14 +170,29 @@ def _said_before(statements: Sequence[tuple[int, str, list[str]]], position: int
     return next((p for p in range(position - 1, -1, -1) if statements[p][1] not in RECORD_SPEAKERS), None)
 
 
-def chatter(sentence: str) -> bool:
-    """True when every content word of `sentence` is conversation ("Thanks, that's all.", "Good choice.")."""
-    return content_words(sentence) <= _CHATTER_STEMS
+def chatter(sentence: str, names: frozenset[str] = frozenset()) -> bool:
+    """True when every content word of `sentence`, its vocatives aside (`faithfulness.vocatives`, with the speakers'
+    `names`), is conversation ("Thanks, that's all.", "Good choice.", "Cool, Gina!")."""
+    return content_words(sentence) - vocatives(sentence, names) <= _CHATTER_STEMS
 
 
-def substance(sentence: str) -> set[str]:
-    """The content words of `sentence` that are neither small talk nor negations."""
-    return content_words(sentence) - _CHATTER_STEMS - _NEGATION_STEMS
+def substance(sentence: str, names: frozenset[str] = frozenset()) -> set[str]:
+    """The content words of `sentence` that are neither small talk, negations nor vocatives."""
+    return content_words(sentence) - _CHATTER_STEMS - _NEGATION_STEMS - vocatives(sentence, names)
+
+
+REMARK_WORDS = 3
+
+
+def remark(sentence: str) -> bool:
+    """True when `sentence` has at most three words and names nothing: no key name, value or proper name ("Makes
+    sense.", "Long time.", "Ha, I know."): a remark, not a statement."""
+    return len(sentence.split()) <= REMARK_WORDS and not key_names(sentence) and not proper_names(sentence)
+
+
+def speaker_names(events: Sequence[Event]) -> frozenset[str]:
+    """The names the speakers of `events` address each other by: the vocatives of what was said."""
+    return frozenset(n for e in events if e.kind in SAID_KINDS for s in sentences(event_body(e)) for n in vocatives(s))
 
 
 def episodic(sentence: str, *, answers: bool = False) -> bool:
@@ -226,10 +244,13 @@ def same_subject(earlier: str, later: str) -> bool:
     return bool(a and b) and len(a & b) / len(a | b) >= SUBJECT_OVERLAP
 
 
+_INSTEAD = re.compile(r"\binstead of\s+`?([^\s`]+?)`?[,.;]?(?=\s|$)", re.IGNORECASE)
+
+
 def retired(sentence: str) -> set[str]:
     """The values `sentence` retires, casefolded: `a` in "from `a` to `b`", "renamed `a` to `b`", "replaced `a`
-    with `b`"."""
-    return {m.casefold().rstrip(".,") for m in _RETIRED.findall(sentence)}
+    with `b`", "`b` instead of `a`"."""
+    return {m.casefold().rstrip(".,") for m in (*_RETIRED.findall(sentence), *_INSTEAD.findall(sentence))}
 
 
 PAIR_DISTANCE = 4  # a value this many words or fewer after an identifier is that identifier's value
@@ -262,11 +283,13 @@ def _kinds(name: str) -> list[tuple[str, str]]:
 
 
 def supersedes(later: str, earlier: str) -> bool:
-    """True when `later` changes a value `earlier` states: it retires one of them ("from `a` to `b`"); or both give
+    """True when `later` changes a value `earlier` states: it retires one of them or a word of it ("from `a` to `b`",
+    "switched the formatter from black to ruff"); or both give
     one identifier a value (`settings`) and `earlier`'s is not among `later`'s; or, when one of them names no
-    identifier, they are about the same subject (`same_subject`) and each states a value the other does not."""
+    identifier, they are about the same subject (`same_subject`) and `later` states a value `earlier` does not (when
+    it also repeats `earlier`'s, "25 percent; 30 was too wet", it holds all `earlier` says)."""
     old, new = values(earlier), values(later)
-    if old & retired(later):
+    if (old | content_words(earlier)) & retired(later):
         return True
     mine, theirs = settings(earlier), settings(later)
     shared = mine.keys() & theirs.keys()
@@ -274,7 +297,7 @@ def supersedes(later: str, earlier: str) -> bool:
         return any(mine[name] - theirs[name] for name in shared)
     if subjects(earlier) and subjects(later):
         return False
-    return bool(old - new) and bool(new - old) and same_subject(earlier, later)
+    return bool(new - old) and same_subject(earlier, later)
 
 
 def superseded(statements: Sequence[str]) -> set[int]:
@@ -303,9 +326,12 @@ def candidates(events: Sequence[Event], *, facts: bool) -> list[Candidate]:
     events out and adds the filters for Knowledge (proposals, rejections, episodic state, fragment answers)."""
     statements = _statements(events, summaries=not facts)
     rejected: set[tuple[int, str]] = set()
+    names = speaker_names(events)
+    unsaid = excluded(events) if facts else {}
     if facts:
         for (i, speaker, parts), (_j, other, reply) in zip(statements, statements[1:], strict=False):
-            if parts and reply and other != speaker and _REJECTION.match(reply[0]):
+            if parts and reply and other != speaker and _REJECTION.match(reply[0]) \
+                    and not interjection(reply[0], names):  # "No way!" is surprise, not a rejection
                 rejected.add((i, parts[-1]))
     seen: set[str] = set()
     found: list[Candidate] = []
@@ -325,18 +351,21 @@ def candidates(events: Sequence[Event], *, facts: bool) -> list[Candidate]:
                 continue
             if sentence.endswith("?") or len(sentence) > MAX_CANDIDATE_CHARS or norm in seen or json_shaped(sentence):
                 continue
+            if interjection(sentence, names) or (facts and sentence in unsaid.get(index, ())):
+                continue  # a greeting or an exclamation; relayed, unanswering or a request (`faithfulness.said`)
             question = None
             if facts and number == 0 and asked is not None and not _PROPOSAL.search(asked) and (
                     fragment(sentence) or _LEANS.match(sentence)):
                 question = asked
             if facts and question is not None:
-                if not substance(question) or (chatter(sentence) and not _YES_NO.match(sentence)):
+                told = {w for w in substance(sentence, names) if not w.endswith("ly")}  # "Definitely." tells nothing
+                if not substance(question, names) or (not told and not _YES_NO.match(sentence)):
                     continue
-            elif len(content_words(sentence)) < 2 or chatter(sentence):
+            elif len(content_words(sentence) - vocatives(sentence, names)) < 2 or chatter(sentence, names):
                 continue
             if facts and (_PROPOSAL.search(sentence) or (index, sentence) in rejected
                           or episodic(sentence, answers=question is not None)
-                          or (question is None and len(substance(sentence)) < 2)):
+                          or (question is None and (len(substance(sentence, names)) < 2 or remark(sentence)))):
                 continue
             seen.add(norm)
             found.append(Candidate(sentence, index, speaker, order, question, position))
@@ -393,6 +422,14 @@ def decision(statement: str) -> bool:
     `subjects`: a command in backticks, a version, a file), or says use / keep / pin / set / always / never / ..."""
     subject, value = _names(statement)
     return bool(subject or value or _DECISION.search(statement))
+
+
+def proper_names(statement: str) -> set[str]:
+    """The capitalized words of `statement` after its first word, casefolded, its vocatives and "I" aside: the named
+    places, people and things it states something about ("Lisbon" of "I signed up for the Lisbon half marathon.")."""
+    tokens = [t.strip(".,;:!?()\"'") for t in CODE_SPAN.sub(" ", statement).split()[1:]]
+    found = {t.casefold() for t in tokens if len(t) > 1 and t[0].isupper() and t[1:].islower() and t != "I"}
+    return found - vocatives(statement)
 
 
 _CHANGE = re.compile(r"\b(?:instead|rather than|switch|switched|renamed?|replaced?|changes? to|changed to|now|"

@@ -129,7 +129,8 @@ AGENT_SESSION = [
     ("tool_calls", {"round": 1, "calls": [{"call_id": "c1", "tool": "read_file",
                                            "arguments": {"path": "docker/ci.Dockerfile"}}]}),
     ("tool_result", {"call_id": "c1", "state": "completed", "output": "FROM python:3.12.4-slim AS base\nRUN make"}),
-    ("assistant", "The CI image uses Python 3.12.4, from `python:3.12.4-slim` in docker/ci.Dockerfile."),
+    ("assistant", "The CI image uses Python 3.12.4, from `python:3.12.4-slim` in docker/ci.Dockerfile. "
+                  "It must match the Python 3.12.4 that production runs."),
     ("audit", {"tool_calls": 1, "model": "smollm2", "tokens": 812}),
     ("user", "And the lint job runs ruff 0.6.9 on every push."),
     ("turn_failed", {"reason": "model_error", "diagnostic": "the model returned no answer for this turn"}),
@@ -140,10 +141,9 @@ def test_agent_sessions_distil_what_was_said_never_tool_calls_results_failures_o
     store: MemoryStore, workspace: Path
 ) -> None:
     found = _distill(store, workspace, AGENT_SESSION)
-    assert [c.content for c in found] == [
-        "The CI image uses Python 3.12.4, from `python:3.12.4-slim` in docker/ci.Dockerfile.",
-        "And the lint job runs ruff 0.6.9 on every push.",
-    ]
+    # What the assistant relayed from the tool result and the question is the tool's (its first sentence); what
+    # adds to it is said (its second, which leans on "It": kept only as a question's answer, so not alone here).
+    assert [c.content for c in found] == ["And the lint job runs ruff 0.6.9 on every push."]
 
 
 def test_the_abstractive_distiller_is_shown_what_was_said_not_the_machinery(
@@ -165,11 +165,12 @@ def test_the_guard_rejects_machinery_from_any_distiller_and_keeps_facts_said_in_
         KnowledgeCandidate("tool-output", event_body(events[2])),  # a tool result, verbatim
         KnowledgeCandidate("call", '{"call_id": "c1", "tool": "read_file"}'),  # JSON
         KnowledgeCandidate("failure", "the model returned no answer for this turn"),  # a failure record
-        KnowledgeCandidate("ci-python", "The CI image uses Python 3.12.4."),  # established by the call, in words
+        KnowledgeCandidate("ci-image", "The CI image uses Python 3.12.4."),  # relayed: the tool's and the question's
+        KnowledgeCandidate("production-python", "Production runs Python 3.12.4."),  # said, in words that add to it
     ]
     result = guard_candidates(proposals, events=events)
-    assert [c.key for c in result.candidates] == ["ci-python"]
-    assert result.rejected["rejected_machinery"] == 3
+    assert [c.key for c in result.candidates] == ["production-python"]
+    assert result.rejected["rejected_machinery"] == 4
 
 
 def test_a_qa_entry_is_supported_only_when_both_its_question_and_answer_are_quoted(
