@@ -231,3 +231,23 @@ def test_the_guard_rejects_tool_call_json_whole_cut_off_or_as_an_answer(store: M
     result = guard_candidates(proposals, events=events)
     assert [c.key for c in result.candidates] == ["port"]
     assert result.rejected["rejected_machinery"] == 2
+
+
+CASUAL = _chat(
+    "Hey Gina!", "Hi Maya! Did you find the right spot?",
+    "Yes! The climbing gym on Elm Road opens at seven.", "Cool, Maya!",
+    "Did you find the right spot?", "Hey Gina!",
+    "I'm moving to Porto in June.", "No way!",
+    "She starts school there in September.", "Makes sense.",
+    "Whoa, congrats Maya!", "Ha, I know.",
+)
+
+
+def test_a_casual_conversation_keeps_what_was_told_not_greetings_vocatives_remarks_or_reactions(
+    store: MemoryStore, workspace: Path
+) -> None:
+    found = _distill(store, workspace, CASUAL)
+    contents = [c.content for c in found]
+    # "No way!" is surprise, not a rejection of the move; "She ..." leans on who she is; a greeting answers nothing.
+    assert contents == ["The climbing gym on Elm Road opens at seven.", "I'm moving to Porto in June."]
+    assert [c.key for c in found] == ["climbing-gym-elm", "porto"]
