@@ -170,6 +170,24 @@ def _seed(store: MemoryStore, root: Path, conv: dict[str, Any], budget, shared: 
     return session.id, workspace
 
 
+def work_all(store: MemoryStore, settings: Settings, clock, offset: list[float]) -> float:
+    """Run the worker until no compaction or distill job is pending, moving the store's clock (`offset[0]`) past each
+    retry deadline instead of waiting for it; the seconds it took."""
+    started = time.perf_counter()
+    worker = Worker(store, settings)
+    try:
+        while True:
+            worker.run()
+            pending = [j for k in ("compaction", "distill")
+                       for j in store.list_jobs(state="pending", kind=k, limit=1000).jobs]
+            if not pending:
+                break
+            offset[0] += max(j.due_at for j in pending) - clock() + 1
+    finally:
+        worker.close()
+    return time.perf_counter() - started
+
+
 def run_pipeline(convs: list[dict[str, Any]], overrides: dict[str, str], *, shared: bool = False
                  ) -> tuple[list[Outcome], dict[str, Any]]:
     """Run compaction and distillation of every conversation through the worker, each in its own workspace (or the
@@ -190,20 +208,8 @@ def run_pipeline(convs: list[dict[str, Any]], overrides: dict[str, str], *, shar
         pm = get_plugin_manager(settings)
         examples = (choose(summarizers(pm), settings.summarizer, "summarizer").component,
                     choose(distillers(pm), settings.distiller, "distiller").component)
-        started = time.perf_counter()
         with MemoryStore.open(settings, clock=clock) as store:
-            worker = Worker(store, settings)
-            try:
-                while True:
-                    worker.run()
-                    pending = [j for k in ("compaction", "distill")
-                               for j in store.list_jobs(state="pending", kind=k, limit=1000).jobs]
-                    if not pending:
-                        break
-                    offset[0] += max(j.due_at for j in pending) - clock() + 1
-            finally:
-                worker.close()
-            seconds = time.perf_counter() - started
+            seconds = work_all(store, settings, clock, offset)
             outcomes = []
             for conv, session_id, workspace in seeded:
                 out = Outcome(conv)
@@ -623,19 +629,7 @@ def run_set(name: str, convs: list[dict[str, Any]], overrides: dict[str, str]) -
                 queued = store.queue_compaction(session_id, context_window=budget.context_window,
                                                 count_tokens=budget.count_tokens,
                                                 policy=CompactionPolicy(preserve_turns=0), force=True)
-                started = time.perf_counter()
-                worker = Worker(store, settings)
-                try:
-                    while True:
-                        worker.run()
-                        pending = [j for k in ("compaction", "distill")
-                                   for j in store.list_jobs(state="pending", kind=k, limit=1000).jobs]
-                        if not pending:
-                            break
-                        offset[0] += max(j.due_at for j in pending) - clock() + 1
-                finally:
-                    worker.close()
-                seconds += time.perf_counter() - started
+                seconds += work_all(store, settings, clock, offset)
                 out = SetOutcome(conv)
                 raw = store.replay(session_id, limit=1000).events
                 first = raw[0] if raw else None
