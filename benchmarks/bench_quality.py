@@ -732,8 +732,8 @@ def set_scores(outcomes: list[SetOutcome], half: str) -> dict[str, Any]:
 def set_checks(fig: dict[str, Any]) -> list[tuple[str, str, Any]]:
     """The targets of the sets' untuned halves (the tuned halves are reported, not judged)."""
     out = []
-    for name, halves in fig.get("sets", {}).items():
-        s = halves["untuned"]
+    for name in [n for n in SETS if n in fig.get("sets", {})]:
+        s = fig["sets"][name]["untuned"]
         out += [("set_standalone_share", f"{name} (untuned): standalone durable facts, share of entries",
                  round(s["standalone_share"], 3)),
                 ("set_noise_answers", f"{name} (untuned): greetings or interjections as answers", s["noise_answers"]),
@@ -751,7 +751,8 @@ def set_checks(fig: dict[str, Any]) -> list[tuple[str, str, Any]]:
 def sets_report(fig: dict[str, Any], check: dict[str, str]) -> list[str]:
     """The lines of the chat and casual sets: both halves side by side, the untuned half judged."""
     lines: list[str] = []
-    for name, halves in fig.get("sets", {}).items():
+    for name in [n for n in SETS if n in fig.get("sets", {})]:
+        halves = fig["sets"][name]
         t, u = halves["tuned"], halves["untuned"]
         check = {target: target_text(target, value) for target, what, value in set_checks(fig)
                  if what.startswith(f"{name} ")}

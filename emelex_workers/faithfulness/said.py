@@ -21,7 +21,8 @@ wording:
 - *A request* (a user sentence of an agent Session): a sentence that is not a
   question, does not open with a subject ("We", "The", "Our", ...), and
   holds what its own turn then acted on: a tool call's argument in that turn
-  (a path, a command) or the path of a file read for it, whole ("Run `echo
+  (a path, a command) or the path of a file read for it, whole, as a token
+  of its own ("Run ls and tell me the output.", "Run `echo
   hi`", "Create notes.txt with the text: hi", "Explain in detail what app.py
   does."; not "We water the beds ..." because the turn read water.py).
 
@@ -97,7 +98,7 @@ def excluded(events: Sequence[Event]) -> dict[int, set[str]]:
             if agent:
                 acted = _acted_on(events, index)
                 asked = {s for s in sentences(_body(event)) if not s.endswith("?") and not _opens_with_subject(s)
-                         and any(a in s.casefold() for a in acted)}
+                         and any(re.search(rf"(?<![\w./-]){re.escape(a)}(?![\w/-])", s.casefold()) for a in acted)}
                 if asked:
                     out[index] = asked
         elif event.kind == "assistant":
@@ -119,7 +120,7 @@ def excluded(events: Sequence[Event]) -> dict[int, set[str]]:
 
 def _acted_on(events: Sequence[Event], index: int) -> set[str]:
     """What the turn of the user event `index` acted on, casefolded: its tool calls' arguments (up to the next user
-    event) and the paths of the files a context note right before it read for it; of three characters or more."""
+    event) and the paths of the files a context note right before it read for it; those with a letter or digit."""
     acted: list[str] = []
     before = index - 1
     while before >= 0 and events[before].kind == "context":
@@ -129,4 +130,4 @@ def _acted_on(events: Sequence[Event], index: int) -> set[str]:
         if event.kind == "user":
             break
         acted += _arguments(event)
-    return {a.strip().casefold() for a in acted if len(a.strip()) >= 3}
+    return {a.strip().casefold() for a in acted if any(ch.isalnum() for ch in a)}
