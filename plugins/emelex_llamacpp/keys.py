@@ -16,7 +16,8 @@ later value of the same subject lands on the same key (a new version) and
   is one word (`server/http.go` is `server-http-go`). Subject words end at
   the first "is", "are", "uses", "runs", "lives", ... once there is one:
   what follows says what the subject is or does ("The default branch is
-  main." is `default-branch`, "The project uses hatchling." `project`).
+  main." is `default-branch`); a one-word subject takes the first subject
+  word after it ("The project uses hatchling." is `project-hatchling`).
   Units of values ("seconds", "percent", "days") are not subject words.
   When a sentence opens
   with a speaker ("I", "We", "Let's", ...), the verb right after it is
@@ -93,6 +94,7 @@ def _words_of(sentence: str, names: frozenset[str]) -> list[str]:
     text = text[opening.end():] if opening else text
     out: list[str] = []
     passed = None  # the verb passed over: the subject when nothing else is ("Let's do 4 *shards*.")
+    told = False  # past the "is" of a one-word subject
     for token in _TOKEN.findall(text):
         token = token.rstrip(".")
         folded = token.casefold()
@@ -105,7 +107,10 @@ def _words_of(sentence: str, names: frozenset[str]) -> list[str]:
         else:
             word = re.sub(r"['\u2019](?:s|re|m|ll|ve|d|t)$", "", folded).replace("'", "").replace("\u2019", "")
             if word in COPULAS and out:
-                break  # what follows "is" / "are" is what the subject is: its value
+                if len(out) > 1:
+                    break  # what follows "is" / "are" is what the subject is: its value
+                told = True  # a one-word subject takes the first word of what it is ("project-hatchling")
+                continue
             if not word.isalpha() or word in STOP_WORDS or word in NEGATIONS or len(word) < 3:
                 continue
             if word in CHATTER or word in LIGHT or word in DATES or word.endswith("ly"):
@@ -117,6 +122,8 @@ def _words_of(sentence: str, names: frozenset[str]) -> list[str]:
                 continue
         if word and word not in out:
             out.append(word)
+            if told:
+                break
     return out or ([passed] if passed else [])
 
 

@@ -53,7 +53,7 @@ def test_the_extractive_distiller_quotes_the_source_keys_it_by_its_subject_and_c
     sources = [event_body(e) for e in events]
     assert [c.content for c in found] == statements and len(found) == 4  # "I'll add a check ..." is a plan
     assert all(fx.quoted(c.content, sources) and fx.supported(c.content, sources) for c in found)
-    assert [c.key for c in found] == ["static-site", "config", "pagefind-index-built", "images-stay-each"]
+    assert [c.key for c in found] == ["static-site", "config-hugo-toml", "pagefind-index-built", "images-stay-each"]
     assert [c.said_at for c in found] == [events[i].created_at for i in (0, 1, 3, 4)]
     assert all(0.45 <= c.confidence <= 0.95 for c in found)
     assert calls == []

@@ -171,7 +171,7 @@ def test_the_modes_are_settings_and_abstractive_stays_available(store: MemorySto
     data = store_input(store, job, events)
     found = distill(DistillRequest(job, data, 128, binding, settings=Settings(distill_mode="abstractive")))
     # The same keys as the extractive mode: the entry's own subject words, not the model's topic.
-    assert [(c.key, c.content) for c in found] == [("project", "The project uses hatchling.")]
+    assert [(c.key, c.content) for c in found] == [("project-hatchling", "The project uses hatchling.")]
     assert "confidence" not in json.dumps(binding.calls[0][2])  # the model proposes none; it is measured
     assert extractive.summarize(SummaryRequest(job, events, 100, ScriptedBinding())) == summarize(
         SummaryRequest(job, events, 100, ScriptedBinding()))  # extractive by default
