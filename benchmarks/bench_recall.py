@@ -8,18 +8,23 @@ events and 1,000 Knowledge entries. The large store holds that same workspace pl
 events (10,000 Sessions of 100) and 100,000 Knowledge entries; it is built once and cached under
 `benchmarks/.cache/` (gitignored; delete it to rebuild). Searching the same workspace in both shows what the rest
 of the store costs a search (target: large <= 2x small, p50 < 20 ms); searching the crowded workspace shows a
-search whose own workspace holds the 1,000,000 events and 100,000 entries (target p50 < 20 ms; its ratio to the
-small store is printed for reference). Within a workspace a search costs in proportion to its history: the query
-intersects the workspace's token, whose list has one entry per indexed event, with the words' lists, and BM25
-scores every match before the best page is taken; the other workspaces cost it little.
-The text is synthetic: 12 words per event and 10 per entry drawn from a 3,000-word vocabulary with Zipf weights.
+search whose own workspace holds the 1,000,000 events and 100,000 entries (target p50 < 20 ms and p95 < 100 ms;
+its ratio to the small store is printed for reference), first for those queries, then for questions full of common
+words (three of the five most frequent words, each in 30-75% of the events, as "the", "what" or a name are in a
+conversation, with or without one mid-frequency word). A search counts its words' statistics in the workspace's
+newest 4,096 rows and scores at most 100 candidates (docs/knowledge.md, "Ranking"), so its cost is bounded whatever
+the workspace's size; the CPU time per search is printed beside the wall time, since the shared machine's load
+stretches the latter. The text is synthetic: 12 words per event and 10 per entry drawn from a 3,000-word vocabulary
+with Zipf weights.
 
 Indexing cost: `append_turn` of a 4-event turn (user, tool call, tool result, answer) on a store with the index
-against the same on a store whose index triggers were dropped (the raw insert of the same rows through the same
-path), alternating turn by turn. Target <= 1.2. Each turn is one `INSERT` on both sides, so FTS5 writes one index
-segment per turn; what the index still adds is, per event, the trigger's read of the text through
-`event_search_source` and FTS5's content and document-size rows, and per commit the segment, its `%_idx` entry,
-the structure record and incremental merging: about eight 4 KiB WAL frames more than the events' own three.
+against the raw insert of the same rows (encoded as the store encodes them, one `INSERT` and its commit) into a
+migrated store whose index triggers were dropped, round-robin turn by turn with: the same raw insert into a store
+with the index (what the index alone costs), LangGraph's SQLite checkpointer writing a checkpoint of the turn's
+messages and the OpenAI Agents SDK's `SQLiteSession` adding them (both from the `compare` extra; skipped when not
+installed). The target of 1.2 that issue 25 set was retired (issue 37): the index stays in the append's
+transaction, so a search never disagrees with the store; the target is now that the ratio never grows past the
+1.71 recorded then. The others are printed for reference.
 
 The select_recall figure, given with the crowded workspace's search, is the p50 of selecting notes for a first
 message within a 400-token budget in that workspace, for reference.
@@ -37,7 +42,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import apsw
+
 from emelex_memory import KnowledgeHit, MemoryStore, NewEvent, Settings
+from emelex_memory.core.connection import connect
 from emelex_memory.search.recall import note_text
 from emelex_memory.sessions.transcript import encode_turn
 from emelex_workers.agent.recall import recall_budget
@@ -49,15 +57,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 from results import Figures, render_list  # noqa: E402
 
 CACHE = Path(__file__).resolve().with_name(".cache")
-BUILD = "recall-v1"
+BUILD = "recall-v2"
 VOCABULARY = 3_000
 SMALL_SESSIONS, EVENTS_PER_SESSION, SMALL_ENTRIES = 100, 100, 1_000
 CROWD_SESSIONS, CROWD_ENTRIES = 10_000, 100_000
 QUERIES = 20
 PAGE = 20  # hits per search page
 ROUNDS = 5  # passes over the queries
-APPEND_TURNS = 2_000
-SEARCH_RATIO, SEARCH_P50_MS, APPEND_RATIO = 2.0, 20.0, 1.2
+APPEND_TURNS = 1_000
+SEARCH_RATIO, SEARCH_P50_MS, SEARCH_P95_MS = 2.0, 20.0, 100.0
+APPEND_RATIO = 1.71  # recorded when the 1.2 target was retired (issue 37): an append's cost must not grow
 ABOUT = __doc__.split("\n\n", 1)[1]
 SECTIONS = ("recall", "recall-continuity")
 CONTINUITY = Path(__file__).with_name("continuity.json")
@@ -115,6 +124,17 @@ def queries() -> list[str]:
     return [f"{words[rng.randrange(50, 500)]} {words[rng.randrange(50, 500)]}" for _ in range(QUERIES)]
 
 
+def common_queries() -> list[str]:
+    """Questions full of common words: three of the five most frequent words (each in 30-75% of the events, as "the",
+    "what" or a name in a conversation), then one of ranks 50..500, or none (every fourth query)."""
+    words, rng = vocabulary(), random.Random(13)
+    out = []
+    for n in range(QUERIES):
+        common = " ".join(rng.sample(words[:5], 3))
+        out.append(common if n % 4 == 0 else f"{common} {words[rng.randrange(50, 500)]}")
+    return out
+
+
 def fill(store: MemoryStore, workspace: Path, sessions: int, entries: int, seed: int) -> None:
     """Add `sessions` Sessions of `EVENTS_PER_SESSION` events and `entries` Knowledge entries to `workspace`, as the
     API would write them (encoded by `encode_turn`, consecutive seqs and running byte totals), in bulk."""
@@ -167,21 +187,33 @@ def build(root: Path, crowd: bool, log: Callable[[str], None] = lambda s: None) 
     (root / "built").write_text("built\n")
 
 
-def alternate(small: Callable[[str], object], big: Callable[[str], object]) -> tuple[list[float], list[float]]:
-    """Seconds per call of each side over every query, `ROUNDS` times, alternating call by call."""
+CPU: list[float] = []  # the process's CPU seconds of each large-store call of the last `alternate`
+
+
+def alternate(small: Callable[[str], object], big: Callable[[str], object],
+              asked: Callable[[], list[str]] = queries) -> tuple[list[float], list[float]]:
+    """Seconds per call of each side over every query, `ROUNDS` times, alternating call by call (the large store's
+    CPU seconds per call in `CPU`: what a call costs whatever else the machine runs)."""
     times: tuple[list[float], list[float]] = ([], [])
+    CPU.clear()
     for r in range(ROUNDS):
-        for i, q in enumerate(queries()):
+        for i, q in enumerate(asked()):
             order = ((0, small), (1, big)) if (r + i) % 2 else ((1, big), (0, small))
             for side, fn in order:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 fn(q)
                 times[side].append(time.perf_counter() - t0)
+                if side:
+                    CPU.append(time.process_time() - c0)
     return times
 
 
 def p50_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
+
+
+def p95_ms(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=20)[-1] * 1000
 
 
 def bench_search(small_root: Path, big_root: Path) -> None:
@@ -209,6 +241,16 @@ def bench_search(small_root: Path, big_root: Path) -> None:
                     detail=f"p90 {statistics.quantiles(c, n=10)[-1] * 1000:.2f} ms; {p50_ms(c) / p50_ms(s):.1f}x the "
                     f"small store, for reference; {statistics.mean(hits):.0f} hits per page on average; "
                     f"select_recall (400-token budget) there: p50 {p50_ms(r):.2f} ms, for reference")
+        FIGURES.add("search in that workspace, same queries: p95", p95_ms(c), "<", SEARCH_P95_MS, unit=" ms",
+                    format=".2f", detail=f"CPU time per search p50 {p50_ms(CPU):.2f} ms, p95 {p95_ms(CPU):.2f} ms, "
+                    "for reference (the machine's load not counted)")
+        s, c = alternate(lambda q: small.search(small_root / "ws", q, limit=PAGE),
+                         lambda q: big.search(big_root / "crowd", q, limit=PAGE), common_queries)
+        FIGURES.add("search in that workspace, questions full of common words: p50", p50_ms(c), "<", SEARCH_P50_MS,
+                    unit=" ms", format=".2f", detail=f"small store p50 {p50_ms(s):.2f} ms, for reference")
+        FIGURES.add("search in that workspace, questions full of common words: p95", p95_ms(c), "<", SEARCH_P95_MS,
+                    unit=" ms", format=".2f", detail=f"CPU time per search p50 {p50_ms(CPU):.2f} ms, p95 "
+                    f"{p95_ms(CPU):.2f} ms, for reference")
     finally:
         small.close()
         big.close()
@@ -225,45 +267,115 @@ def _turn(i: int) -> list[NewEvent]:
     ]
 
 
-# A third store, alternating with the two, indexes one word per turn (on the turn's first event): its ratio to the raw
-# store, printed for reference, is what FTS5's own write in the append's transaction costs (the segment, its `%_idx`
-# entry, the structure record, the content and document-size rows), whatever is indexed and however its text is read.
-_FLOOR_TRIGGER = (
-    "CREATE TRIGGER event_search_insert AFTER INSERT ON events WHEN NEW.position = 0 BEGIN "
-    "INSERT INTO event_search (rowid, ws, body) VALUES (NEW.id, 'w0', 'floor'); END"
-)
-
-
-def bench_append(root: Path) -> None:
-    leases, stores = [], []
-    for name in ("indexed", "raw", "floor"):
-        workspace = root / f"ws-{name}"
-        workspace.mkdir()
-        store = MemoryStore.open_path(root / f"{name}.sqlite3", Settings(home=root / "home"))
-        if name != "indexed":
+def _raw_store(root: Path, name: str, indexed: bool) -> tuple[apsw.Connection, int]:
+    """A migrated store at `root/name.sqlite3` with one Session, its search triggers dropped unless `indexed`,
+    opened as a plain connection with the store's pragmas; (the connection, the Session's row id)."""
+    (root / f"ws-{name}").mkdir()
+    with MemoryStore.open_path(root / f"{name}.sqlite3", Settings(home=root / "home")) as store:
+        session = store.create_session(root / f"ws-{name}")
+        if not indexed:
             with store.db.write() as conn:
                 for trigger in ("event_search_insert", "event_search_update", "event_search_delete"):
                     conn.execute(f"DROP TRIGGER {trigger}")
-                if name == "floor":
-                    conn.execute(_FLOOR_TRIGGER)
-        lease = store.acquire_lease(store.create_session(workspace).id, workspace, ttl_s=86_400)
-        lease.replay()
-        stores.append(store)
-        leases.append(lease)
-    totals = [0.0, 0.0, 0.0]
+    conn = connect(root / f"{name}.sqlite3", busy_timeout_ms=5000)
+    return conn, conn.execute("SELECT id FROM sessions WHERE uuid = ?", (session.id,)).fetchone()[0]
+
+
+_RAW_INSERT = (  # one statement for the turn, as append_turn writes it (FTS5 writes an index segment per statement)
+    "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, created_at) VALUES "
+    + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * 4)
+)
+
+
+class RawSide:
+    """The raw insert of a turn's rows (encoded as the store encodes them) and its commit, into `_raw_store`."""
+
+    def __init__(self, root: Path, name: str, indexed: bool) -> None:
+        self.conn, self.session = _raw_store(root, name, indexed)
+        self.seq = self.byte_end = 0
+
+    def __call__(self, events: list[NewEvent]) -> None:
+        values: list = []
+        for k, e in enumerate(events):
+            payload = json.dumps(e.payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            self.byte_end += len(payload)
+            values += (self.session, self.seq + k + 1, self.seq // 4 + 1, k, e.kind, payload, len(payload),
+                       self.byte_end, time.time())
+        with self.conn:
+            self.conn.execute(_RAW_INSERT, values)
+        self.seq += len(events)
+
+
+def _messages(events: list[NewEvent]) -> list[dict]:
+    return [{"role": "user" if e.kind == "user" else "assistant", "content": json.dumps(e.payload)} for e in events]
+
+
+def _langgraph(root: Path) -> Callable[[list[NewEvent]], None] | None:
+    """LangGraph's SQLite checkpointer writing a checkpoint of each turn's messages, or None when not installed."""
+    try:
+        import sqlite3
+
+        from langgraph.checkpoint.base import empty_checkpoint
+        from langgraph.checkpoint.sqlite import SqliteSaver
+    except ImportError:
+        return None
+    saver = SqliteSaver(sqlite3.connect(root / "langgraph.sqlite3", check_same_thread=False))
+    saver.setup()
+    config = {"configurable": {"thread_id": "bench", "checkpoint_ns": ""}}
+
+    def put(events: list[NewEvent]) -> None:
+        nonlocal config
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"messages": _messages(events)}
+        config = saver.put(config, checkpoint, {"source": "loop", "step": 1}, {})
+
+    return put
+
+
+def _agents_sdk(root: Path) -> Callable[[list[NewEvent]], None] | None:
+    """The OpenAI Agents SDK's SQLiteSession adding each turn's items, or None when not installed."""
+    try:
+        import asyncio
+
+        from agents import SQLiteSession
+    except ImportError:
+        return None
+    session, loop = SQLiteSession("bench", str(root / "agents.sqlite3")), asyncio.new_event_loop()
+    return lambda events: loop.run_until_complete(session.add_items(_messages(events)))
+
+
+def bench_append(root: Path) -> None:
+    """The cost of a turn's write: append_turn (with the search index) against the raw insert of its rows without
+    the index, the same with the index, LangGraph's checkpoint write and the Agents SDK's session write."""
+    workspace = root / "ws-append"
+    workspace.mkdir()
+    store = MemoryStore.open_path(root / "append.sqlite3", Settings(home=root / "home"))
+    lease = store.acquire_lease(store.create_session(workspace).id, workspace, ttl_s=86_400)
+    lease.replay()
+    sides = {"append": lease.append_turn, "raw": RawSide(root, "raw", False), "indexed": RawSide(root, "indexed", True),
+             "langgraph": _langgraph(root), "agents": _agents_sdk(root)}
+    sides = {name: side for name, side in sides.items() if side is not None}
+    totals = dict.fromkeys(sides, 0.0)
+    names = list(sides)
     for i in range(APPEND_TURNS):
         events = _turn(i)
-        for k in range(3):  # round-robin turn by turn, each side going first, second and third in turn
-            side = (i + k) % 3
+        for k in range(len(names)):  # round-robin turn by turn, each side first in turn
+            name = names[(i + k) % len(names)]
             t0 = time.perf_counter()
-            leases[side].append_turn(events)
-            totals[side] += time.perf_counter() - t0
-    for lease, store in zip(leases, stores):
-        lease.release()
-        store.close()
-    FIGURES.add("append_turn (4 events) with the search index vs without it: ratio", totals[0] / totals[1], "<=",
-                APPEND_RATIO, detail=f"{totals[0] / APPEND_TURNS * 1000:.2f} vs {totals[1] / APPEND_TURNS * 1000:.2f} "
-                f"ms/turn; an index of one word per turn: {totals[2] / totals[1]:.3f}, for reference")
+            sides[name](events)
+            totals[name] += time.perf_counter() - t0
+    lease.release()
+    store.close()
+    ms = {name: total / APPEND_TURNS * 1000 for name, total in totals.items()}
+    versus = [f"the index alone (the raw insert with it vs without it) {ms['indexed'] / ms['raw']:.2f}",
+              f"the engine's own checks (append_turn vs the raw insert with the index) {ms['append'] / ms['indexed']:.2f}"]
+    for name, what in (("langgraph", "LangGraph's SQLite checkpoint write"), ("agents", "the Agents SDK's "
+                                                                               "SQLiteSession write")):
+        versus.append(f"append_turn vs {what} {ms['append'] / ms[name]:.2f}" if name in ms else
+                      f"{what}: not installed (pip install -e '.[compare]')")
+    FIGURES.add("append_turn (4 events, indexed) vs the raw insert of its rows without the index: ratio",
+                ms["append"] / ms["raw"], "<=", APPEND_RATIO,
+                detail=f"{ms['append']:.2f} vs {ms['raw']:.2f} ms/turn; for reference: " + "; ".join(versus))
 
 
 def has_fact(terms: list[str], text: str) -> bool:

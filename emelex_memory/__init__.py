@@ -124,6 +124,7 @@ _EXPORTS = {  # public name -> the module that defines it, relative to this pack
     "KnowledgeHistoryPage": ".knowledge.values",
     "KnowledgeNotFoundError": ".errors",
     "KnowledgeHit": ".search.service",
+    "EmbeddingItem": ".search.vectors",
     "KnowledgePage": ".knowledge.values",
     "KnowledgePinnedError": ".errors",
     "KnowledgeSource": ".knowledge.values",

@@ -478,7 +478,8 @@ class PluginHookError(PluginError):
 
 
 class UnknownPluginComponentError(PluginError):
-    """No loaded plugin provides the summarizer, distiller or model binding asked for: install one or fix the setting."""
+    """No loaded plugin provides the summarizer, distiller, embedder or model binding asked for: install one or fix the
+    setting."""
 
 
 

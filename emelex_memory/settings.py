@@ -233,6 +233,13 @@ class Settings(BaseSettings):
         default=512, ge=1, le=1_000_000, description="Most tokens of Knowledge notes a new chat Session recalls (and "
         "never more than a tenth of the model's window)."
     )
+    embedder: str | None = Field(default=None, min_length=1, max_length=64, description=(
+        "Embedder whose vectors search fuses with full text (built-in: \"llamacpp\", a local GGUF embedding model; "
+        "\"openai\", a served /v1/embeddings endpoint); unset: full text alone."))
+    embedding_model: str | None = Field(default=None, min_length=1, max_length=4096, description=(
+        "The embedder's model: for llamacpp the path of a GGUF file, for openai the model name the server knows."))
+    embedding_url: str | None = Field(default=None, min_length=1, max_length=2048, description=(
+        "For the openai embedder: the server's base URL, e.g. http://127.0.0.1:8080/v1."))
     served_connect_timeout_s: float = Field(
         default=5.0, gt=0, le=600, description="Served models: longest wait to connect to the model server."
     )

@@ -11,6 +11,7 @@
     store.deletion, store.maintenance   `delete_session` and `maintain` (`maintenance/`)
     store.search_index  full-text search over Knowledge and transcripts: `store.search` (`search/`)
     store.interchange   imports of other agents' histories, Emelex exports out and back in (`interchange/`)
+    store.search_vectors  an embedder's vectors of the indexed rows (`search/vectors.py`)
 
 Every method the documentation shows on the store (`store.put_asset`, `store.claim_job`, ...) stays there: the
 table `_API` below names the service that answers it, and the store forwards the call unchanged. `finish_session`
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from .maintenance.retention import Maintenance
     from .interchange.service import Interchange
     from .search.service import Search
+    from .search.vectors import Vectors
     from .queue.jobs import Enqueued
     from .queue.runner import JobOutcome
     from .queue.service import JobQueue
@@ -90,6 +92,7 @@ _API = {
     "interchange": (
         "latest_import", "session_imports", "import_history", "export_records", "restore_session", "restore_entry",
     ),
+    "search_vectors": ("pending_embeddings", "put_embeddings", "embedding_counts"),
 }
 
 
@@ -116,6 +119,7 @@ class MemoryStore:
     maintenance: Maintenance
     search_index: Search
     interchange: Interchange
+    search_vectors: Vectors
 
     def __init__(
         self,
@@ -372,6 +376,7 @@ _SERVICES = {  # attribute: the service's module and class, and what its constru
     "model_states": _Service(".maintenance.model_states", "ModelStates", ("assets",)),
     "search_index": _Service(".search.service", "Search"),
     "interchange": _Service(".interchange.service", "Interchange", ("distillation",)),
+    "search_vectors": _Service(".search.vectors", "Vectors"),
 }
 for _attribute, _descriptor in _SERVICES.items():
     setattr(MemoryStore, _attribute, _descriptor)

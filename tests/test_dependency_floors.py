@@ -31,7 +31,7 @@ BUILT_MARKER = "emelex-floors-built"
 NOT_INSTALLED = {"llama-cpp-python"}  # the llama extra: a source build, far too slow for the suite
 # Extras kept out of the floor environment altogether (neither floored nor installed there): the MCP SDK pins its
 # major version (`>=X,<N`), and its dependencies (starlette, uvicorn, ...) have no place in a floor check of the core.
-UNFLOORED_EXTRAS = {"mcp"}
+UNFLOORED_EXTRAS = {"mcp", "compare"}  # compare: the other agents' stores bench_recall.py measures
 # A part of the suite that exercises every dependency: apsw (leases, compaction), hypothesis (the policy's
 # properties), tenacity (in-process retries), pluggy (plugins), pydantic-settings and typer (the CLI).
 FLOOR_TESTS = (

@@ -21,7 +21,8 @@ TOPS = {"emelex_memory": ROOT, "emelex_workers": ROOT} | {
 WORKER_FLOORS = {
     "host": set(),
     "models": set(),
-    "plugin_api": {"host", "models.threads"},  # the model threads a binding uses
+    "plugin_api": {"host", "models.threads", "models.manager"},  # the model threads a binding uses; the default
+    # model's file (the llamacpp embedder's default)
     "hookspecs": {"host"},
     "faithfulness": {"host", "worker.attempts"},  # the guards word an attempt as every user-facing text does
     "worker": {"host", "models", "faithfulness"},

@@ -21,6 +21,7 @@ from ..errors import EmelexError, InvalidInputError, NoStoreError
 from ..core.private_files import absolute, check_home, check_no_symlinks, check_private_dir, check_private_file, describe_mode
 from ..core.migrations import APPLICATION_ID, MIGRATIONS
 from ..core.opening import STORE_MARKER, check_missing_database, locate_database, open_as_is, sidecar_path
+from ..search.vectors import text_digest
 from ..sessions.holders import live_lease
 from ..settings import Settings
 
@@ -224,7 +225,20 @@ _SEARCH_INDEXES = (
     ("Knowledge", "SELECT count(*) FROM knowledge_search_source s WHERE NOT EXISTS (SELECT 1 FROM knowledge_search f "
      "WHERE f.rowid = s.id AND f.ws = s.ws AND f.key = s.key AND f.content = s.content)",
      "SELECT (SELECT count(*) FROM knowledge_search_source), (SELECT count(*) FROM knowledge_search)"),
+    ("Session title and date", "SELECT count(*) FROM session_search_source s WHERE NOT EXISTS (SELECT 1 FROM "
+     "session_search f WHERE f.rowid = s.id AND f.ws = s.ws AND f.head = s.head)",
+     "SELECT (SELECT count(*) FROM session_search_source), (SELECT count(*) FROM session_search)"),
 )
+# Each stored vector with the text its row holds now (NULL: the row is gone) and the row's workspace token.
+_VECTOR_ROWS = (
+    "SELECT v.model, v.item, v.item_id, v.workspace_id, v.digest, CASE v.item "
+    "WHEN 'event' THEN (SELECT body FROM event_search WHERE rowid = v.item_id) "
+    "ELSE (SELECT key || ' ' || content FROM knowledge_search WHERE rowid = v.item_id) END, CASE v.item "
+    "WHEN 'event' THEN (SELECT ws FROM event_search WHERE rowid = v.item_id) "
+    "ELSE (SELECT ws FROM knowledge_search WHERE rowid = v.item_id) END "
+    "FROM search_vectors v WHERE (v.model, v.item, v.item_id) > (?, ?, ?) ORDER BY v.model, v.item, v.item_id LIMIT ?"
+)
+_VECTOR_PAGE = 1000
 
 
 def _check_search_index(report: DoctorReport, db: Database) -> None:
@@ -243,6 +257,25 @@ def _check_search_index(report: DoctorReport, db: Database) -> None:
         "the search index agrees with the store" if not problems else
         "; ".join(problems) + "; restore the database from a backup",
     )
+
+
+def _check_search_vectors(report: DoctorReport, db: Database) -> None:
+    """Every stored vector embeds exactly what its row holds now, in its workspace (a full read, in pages)."""
+    checked = stale = 0
+    after = ("", "", 0)
+    with db.read() as conn:
+        while True:
+            rows = conn.execute(_VECTOR_ROWS, (*after, _VECTOR_PAGE)).fetchall()
+            for _, _, _, workspace_id, digest, text, ws in rows:
+                checked += 1
+                if text is None or ws != f"w{workspace_id}" or text_digest(text) != digest:
+                    stale += 1
+            if len(rows) < _VECTOR_PAGE:
+                break
+            after = rows[-1][:3]
+    report.add("search vectors", not stale,
+               f"{checked} vectors, each of its row's current text" if not stale else
+               f"{stale} of {checked} vectors do not embed their row's current text; restore the database from a backup")
 
 
 def _check_assets(report: DoctorReport, db: Database, max_entries: int, max_bytes: int) -> None:
@@ -355,6 +388,7 @@ def diagnose(
             ("transcripts", _check_transcripts),
             ("payloads", _check_payloads),
             ("search index", _check_search_index),
+            ("search vectors", _check_search_vectors),
             ("assets", lambda r, s: _check_assets(r, s, max_asset_entries, max_asset_bytes)),
             ("contents", _count_contents),
         ):

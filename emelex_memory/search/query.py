@@ -58,10 +58,3 @@ def query_terms(query: object, *, cut: bool = False) -> list[str]:
     if not terms:
         raise InvalidInputError("the search query holds no word to search for (letters or digits); give one")
     return list(terms)
-
-
-def match_expression(scope: int, columns: str, terms: list[str]) -> str:
-    """The FTS5 MATCH expression: rows of workspace `scope` whose `columns` (FTS5 column filter syntax, e.g.
-    `{key content}`) hold any of `terms`, each quoted (terms hold letters and digits only)."""
-    words = " OR ".join(f'"{term}"' for term in terms)
-    return f'ws : "w{scope}" AND {columns} : ({words})'

@@ -1,11 +1,15 @@
-"""The recall selection: which workspace Knowledge a new Session starts with, and the event that records it.
+"""The recall selection: what a new Session starts with, and the event that records it.
 
-Pinned entries come first (newest first), then the entries most relevant to the query (the search ranking), each
-taken while it fits the token budget (one that does not fit is skipped for smaller ones after it). Only live
-entries are read (no tombstone is ever selected), and an entry whose content is itself JSON (an object or array:
-raw tool-call output a distillation stored as a fact) is never selected. The event names the query words searched for and
-each note's key, version, content, confidence and source, so a host that appends it to the Session's transcript can replay exactly what its
-model saw, without selecting again.
+Pinned Knowledge comes first (newest first), then the hits of the search ranking for the query (Knowledge entries
+and transcript turns of the workspace, in one ranking, `ranking.py`) that are relevant enough: a hit is relevant
+when the words it holds carry at least `RELEVANCE` of the query's weight (the sum of its words' inverse document
+frequencies in the workspace), so an unrelated first message, whose only matches are common words, recalls nothing
+but the pinned entries. Each note is taken while it fits the token budget (one that does not fit is skipped for
+smaller ones after it). Only live entries are read (no tombstone is ever selected), and an entry whose content is
+itself JSON (an object or array: raw tool-call output a distillation stored as a fact) is never selected. A note
+carries its date (a transcript turn's Session date; a Knowledge entry's `said_at`, when its statement was said) and a
+turn its Session's title. The event names the query words searched for and each note, so a host that appends it to
+the Session's transcript can replay exactly what its model saw, without selecting again.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from .query import query_terms
 
 RECALL_KIND = "recall"  # the event kind of a recorded selection
 MAX_BUDGET_TOKENS = 1_000_000
-MAX_CANDIDATES = 50  # pinned entries, and then relevant ones, read at most per selection
+MAX_CANDIDATES = 50  # pinned entries, and then relevant hits, read at most per selection
+RELEVANCE = 0.2  # the share of the query's weight a hit's words must carry to be recalled
+MAX_TURN_CHARS = 600  # a recalled transcript turn is cut to this many characters
 TokenCounter = Callable[[str], int]
 
 
@@ -36,8 +42,20 @@ def estimate_tokens(text: str) -> int:
 
 
 def note_text(key: str, content: str) -> str:
-    """What a note costs in the budget, and how a host may show it to its model: `key: content`."""
+    """A Knowledge note's text without its date: `key: content`."""
     return f"{key}: {content}"
+
+
+def note_line(note: dict[str, Any]) -> str:
+    """How a recorded note is shown to a model and what it costs in the budget: a Knowledge note
+    `[2023-05-07] key: content`, a transcript turn `[2023-05-07, Session "title"] user: text` (a note recorded
+    without a date: `key: content`)."""
+    date = note.get("date")
+    if note.get("kind") == "session":
+        where = f'[{date}, Session "{note["title"]}"]' if note.get("title") else f"[{date}]"
+        return f"{where} {note['speaker']}: {note['content']}"
+    text = note_text(note["key"], note["content"])
+    return f"[{date}] {text}" if date else text
 
 
 def looks_like_tool_json(content: str) -> bool:
@@ -54,11 +72,18 @@ def looks_like_tool_json(content: str) -> bool:
 @dataclass(frozen=True)
 class RecallSelection:
     """The notes selected, in order (pinned first), the tokens they cost of the budget, and `event`: the
-    `NewEvent` (kind "recall") to append to the Session before its model's first round, naming each note's key,
-    version, content, confidence, whether it is pinned, its source (Session, seq range and digest, or None) and
-    `said_at` (when its statement was said)."""
+    `NewEvent` (kind "recall") to append to the Session before its model's first round.
 
-    notes: tuple[KnowledgeEntry, ...]
+    Each note is a dict, as the event records it: a Knowledge note has
+    "kind" "knowledge", "key", "version", "content", "confidence",
+    "pinned", "date" (the UTC date its statement was said, its version's
+    `said_at`) and "source" (Session, seq range and digest, or None);
+    a transcript note has "kind" "session", "session" (its ID), "seq",
+    "turn", "speaker" (the event's kind), "title", "date" and "content" (the
+    turn's text, cut to 600 characters). `note_line` is how each is shown.
+    """
+
+    notes: tuple[dict[str, Any], ...]
     tokens: int
     budget_tokens: int
     event: NewEvent
@@ -71,14 +96,9 @@ def _source(entry: KnowledgeEntry) -> dict[str, Any] | None:
     return {"session": s.session_id, "first_seq": s.first_seq, "last_seq": s.last_seq, "digest": s.digest}
 
 
-def recall_payload(terms: list[str], budget_tokens: int, notes: tuple[KnowledgeEntry, ...]) -> dict[str, Any]:
+def recall_payload(terms: list[str], budget_tokens: int, notes: tuple[dict[str, Any], ...]) -> dict[str, Any]:
     """The payload of the recall event for `notes` selected for the query words `terms` within `budget_tokens`."""
-    return {
-        "terms": terms,
-        "budget_tokens": budget_tokens,
-        "notes": [{"key": e.key, "version": e.head.version, "content": e.content, "confidence": e.confidence,
-                   "pinned": e.pinned, "source": _source(e), "said_at": e.head.said_at} for e in notes],
-    }
+    return {"terms": terms, "budget_tokens": budget_tokens, "notes": list(notes)}
 
 
 def check_budget(budget_tokens: object) -> int:
@@ -93,6 +113,24 @@ _PINNED_IDS = (
     "SELECT id FROM knowledge WHERE workspace_id = ? AND pinned = 1 AND tombstoned_at IS NULL "
     "ORDER BY updated_at DESC, id DESC LIMIT ?"
 )
+RankedHits = Callable[[apsw.Connection, int, list[str], int], list[tuple[Any, Any]]]
+
+
+def _knowledge_notes(conn: apsw.Connection, ids: list[int], day: Callable[[float], str]) -> dict[int, dict]:
+    """Knowledge id -> its note, for the live entries of `ids` that may be recalled (not JSON)."""
+    rows = conn.execute(f"SELECT {ENTRY_COLUMNS} {ENTRY_JOIN} WHERE k.id IN (SELECT value FROM json_each(?))",
+                        (json.dumps(ids),))
+    entries = {row[0]: entry_from_row(row) for row in rows}
+    return {i: {"kind": "knowledge", "key": e.key, "version": e.head.version, "content": e.content,
+                "confidence": e.confidence, "pinned": e.pinned, "date": day(e.head.said_at), "source": _source(e)}
+            for i, e in entries.items() if e.content is not None and not looks_like_tool_json(e.content)}
+
+
+def _turn_note(conn: apsw.Connection, event_id: int, hit: Any) -> dict:
+    (body,) = conn.execute("SELECT body FROM event_search WHERE rowid = ?", (event_id,)).fetchone()
+    text = body if len(body) <= MAX_TURN_CHARS else body[:MAX_TURN_CHARS - 1] + "…"
+    return {"kind": "session", "session": hit.session_id, "seq": hit.seq, "turn": hit.turn,
+            "speaker": hit.event_kind, "title": hit.session_title, "date": hit.session_date, "content": text}
 
 
 def select_notes(
@@ -101,32 +139,36 @@ def select_notes(
     query: str,
     budget_tokens: int,
     count_tokens: TokenCounter,
-    ranked_ids: Callable[[apsw.Connection, int, list[str], int], list[int]],
+    ranked_hits: RankedHits,
+    day: Callable[[float], str],
 ) -> RecallSelection:
     """Inside a read transaction: the selection for workspace `scope` (None: no known workspace, nothing to
-    recall); `ranked_ids(conn, scope, terms, limit)` gives the IDs of the live entries matching `terms`, best
-    first."""
-    chosen: list[KnowledgeEntry] = []
+    recall); `ranked_hits(conn, scope, terms, limit)` gives (ranked row, hit) pairs of both kinds, best first, and
+    `day` a timestamp's date."""
+    chosen: list[dict] = []
     used = 0
     try:
         terms = query_terms(query, cut=True)
     except InvalidInputError:
         terms = []  # a query without words: pinned notes only
     if scope is not None:
-        candidates = [i for (i,) in conn.execute(_PINNED_IDS, (scope, MAX_CANDIDATES))]
-        if terms:
-            candidates += ranked_ids(conn, scope, terms, MAX_CANDIDATES)
-        candidates = list(dict.fromkeys(candidates))
-        rows = conn.execute(f"SELECT {ENTRY_COLUMNS} {ENTRY_JOIN} WHERE k.id IN (SELECT value FROM json_each(?))",
-                            (json.dumps(candidates),))
-        entries = {row[0]: entry_from_row(row) for row in rows}
-        for entry_id in candidates:
-            entry = entries[entry_id]
-            if entry.content is None or looks_like_tool_json(entry.content):
+        pinned = [i for (i,) in conn.execute(_PINNED_IDS, (scope, MAX_CANDIDATES))]
+        relevant = [(r, h) for r, h in ranked_hits(conn, scope, terms, MAX_CANDIDATES) if r.relevance >= RELEVANCE] \
+            if terms else []
+        entry_ids = pinned + [r.rowid for r, h in relevant if h.kind == "knowledge"]
+        entries = _knowledge_notes(conn, entry_ids, day)
+        candidates = [entries.get(i) for i in pinned]
+        for r, hit in relevant:
+            if hit.kind == "knowledge":
+                candidates.append(entries.get(r.rowid) if r.rowid not in pinned else None)
+            else:
+                candidates.append(_turn_note(conn, r.rowid, hit))
+        for note in candidates:
+            if note is None:
                 continue
-            cost = count_tokens(note_text(entry.key, entry.content))
+            cost = count_tokens(note_line(note))
             if used + cost <= budget_tokens:
-                chosen.append(entry)
+                chosen.append(note)
                 used += cost
     notes = tuple(chosen)
     return RecallSelection(notes, used, budget_tokens,

@@ -1,17 +1,17 @@
-"""`MemoryStore.search`: ranked full-text hits in a workspace's live Knowledge and Session transcripts.
+"""`MemoryStore.search`: one ranked list of hits in a workspace's live Knowledge and Session transcripts.
 
-The index (schema step m014_search_index) is written by triggers in the same transaction as what it indexes, so a
-search never sees a row the store no longer holds: a tombstoned entry, a replaced version or a deleted Session is
-not found. Knowledge is ranked by BM25 (a key match weighs twice a content match), favouring pinned entries (twice
-the score) and higher confidence (score times 0.5 + confidence); transcript events by BM25. Raw events a Summary
-replaced stay indexed while they are stored (as `sessions show --raw` shows them) and are marked with the seq of
-the Summary covering them.
+The index (schema steps m014_search_index, m018_search_sessions) is written by triggers in the same transaction as
+what it indexes, so a search never sees a row the store no longer holds: a tombstoned entry, a replaced version or
+a deleted Session is not found. The ranking is `ranking.py`'s: BM25 with statistics of the searched workspace
+alone, Knowledge and transcript events in one list. Raw events a Summary replaced stay indexed while they are
+stored (as `sessions show --raw` shows them) and are marked with the seq of the Summary covering them.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import apsw
@@ -20,37 +20,28 @@ from ..core.database import Database
 from ..core.paging import Items, Page, take
 from ..errors import InvalidInputError
 from ..sessions.workspaces import WorkspaceLike, workspace_scope
-from .query import match_expression, query_terms
+from .query import query_terms
+from .ranking import EVENTS, KNOWLEDGE as KNOWLEDGE_TABLE, Ranked, Tokens, rank
+from .vectors import check_model, fuse, nearest, unit_vector
 from .recall import RecallSelection, TokenCounter, check_budget, estimate_tokens, select_notes
 
 KNOWLEDGE, SESSIONS = "knowledge", "sessions"
 KINDS = (KNOWLEDGE, SESSIONS)
+TABLES = {KNOWLEDGE: KNOWLEDGE_TABLE, SESSIONS: EVENTS}
 HIT_OVERHEAD = 256  # byte estimate of a hit's citation on top of its snippet
-SNIPPET_TOKENS = 16
-MARK_START, MARK_END, ELLIPSIS = "[", "]", "…"
 
-# Knowledge ranking: BM25 with a key match weighing twice a content match, pinned entries twice the score, higher
-# confidence more (BM25 is negative: lower is better). A page is ranked first, without snippets (SQLite would compute
-# a snippet for every match before sorting them), and only the page's rows get one.
-_KNOWLEDGE_RANKED = (
-    "SELECT k.id, k.key, k.head_version, k.pinned, v.confidence, "
-    "bm25(knowledge_search, 0.0, 2.0, 1.0) * (1 + k.pinned) * (0.5 + v.confidence) AS score "
-    "FROM knowledge_search f JOIN knowledge k ON k.id = f.rowid "
+# A hit's text from the index's own content tables (a lookup by rowid; a MATCH table's `rowid IN` is a scan).
+_KNOWLEDGE_TEXTS = "SELECT id, c2 FROM knowledge_search_content WHERE id IN (SELECT value FROM json_each(?))"
+_EVENT_TEXTS = "SELECT id, c1 FROM event_search_content WHERE id IN (SELECT value FROM json_each(?))"
+_KNOWLEDGE_ROWS = (
+    "SELECT k.id, k.key, k.head_version, k.pinned, v.confidence, v.said_at FROM knowledge k "
     "JOIN knowledge_versions v ON v.knowledge_id = k.id AND v.version = k.head_version "
-    "WHERE knowledge_search MATCH ? ORDER BY score, k.id LIMIT ? OFFSET ?"
+    "WHERE k.id IN (SELECT value FROM json_each(?))"
 )
-_EVENTS_RANKED = (
-    "SELECT rowid, bm25(event_search, 0.0, 1.0) AS score FROM event_search WHERE event_search MATCH ? "
-    "ORDER BY score, rowid LIMIT ? OFFSET ?"
-)
-_SNIPPETS = (
-    "SELECT rowid, snippet({table}, {column}, '" + MARK_START + "', '" + MARK_END + "', '" + ELLIPSIS + "', "
-    f"{SNIPPET_TOKENS}) FROM {{table}} WHERE {{table}} MATCH ? AND rowid IN (SELECT value FROM json_each(?))"
-)
-# Each hit's event with the newest raw seq it covers if it is a Summary, and the seq of the Summary in effect covering
-# it if it is a raw event (the oldest such).
+# Each hit's event with its Session's title and creation time, the newest raw seq it covers if it is a Summary, and
+# the seq of the Summary in effect covering it if it is a raw event (the oldest such).
 _EVENT_ROWS = (
-    "SELECT e.id, s.uuid, e.seq, e.turn, e.kind, "
+    "SELECT e.id, s.uuid, e.seq, e.turn, e.kind, s.title, s.created_at, "
     "(SELECT through_seq FROM summaries WHERE event_id = e.id), "
     "(SELECT c.seq FROM summaries m JOIN events c ON c.id = m.event_id WHERE m.session_id = e.session_id "
     "AND m.through_seq >= e.seq AND m.reverted_at IS NULL AND c.seq > e.seq ORDER BY m.through_seq LIMIT 1) "
@@ -58,13 +49,20 @@ _EVENT_ROWS = (
 )
 
 
+def day(timestamp: float) -> str:
+    """The UTC date of a store timestamp, as the index spells it: "2023-05-07"."""
+    return dt.datetime.fromtimestamp(timestamp, dt.timezone.utc).date().isoformat()
+
+
 @dataclass(frozen=True)
 class KnowledgeHit:
     """A live Knowledge entry that matched: cite it as `key` at `version` (`knowledge show KEY`).
 
-    `snippet` is a short extract of its content with the matched words in
-    [brackets]; `score` is its rank (lower is better, comparable only within
-    one search's Knowledge hits).
+    `snippet` is a short extract of its key and content with the matched
+    words in [brackets]; `score` is its rank (higher is better, comparable
+    with every hit of the same search); `relevance` the share of the query's
+    weight its words hold (0..1); `date` the UTC date its statement was said
+    (its version's `said_at`).
     """
 
     key: str
@@ -73,6 +71,8 @@ class KnowledgeHit:
     confidence: float
     snippet: str
     score: float
+    relevance: float = 0.0
+    date: str = ""
     kind: str = KNOWLEDGE
 
 
@@ -84,7 +84,9 @@ class SessionHit:
     (`event_kind` "summary") cites the raw range 1..through-seq it replaces.
     `covered_by` is the seq of the Summary in effect that replaced this raw
     event (replay shows that Summary instead; `sessions show --raw` shows the
-    event), None when none did. `snippet` and `score` as for `KnowledgeHit`.
+    event), None when none did. `session_title` and `session_date` (UTC,
+    "2023-05-07") are its Session's. `snippet`, `score` and `relevance` as for
+    `KnowledgeHit`.
     """
 
     session_id: str
@@ -96,12 +98,16 @@ class SessionHit:
     covered_by: int | None
     snippet: str
     score: float
+    relevance: float = 0.0
+    session_title: str | None = None
+    session_date: str = ""
     kind: str = SESSIONS
 
 
 @dataclass(frozen=True)
 class SearchPage(Page[KnowledgeHit | SessionHit]):
-    """A page of hits, best first: Knowledge hits, then transcript hits. `hits` is the same list as `items`."""
+    """A page of hits, best first, Knowledge and transcript hits in one ranking. `hits` is the same list as
+    `items`."""
 
     hits = Items[KnowledgeHit | SessionHit]()
 
@@ -118,14 +124,14 @@ def _check_kinds(kinds: object) -> tuple[str, ...]:
     return chosen
 
 
-def _decode_cursor(cursor: object, kinds: tuple[str, ...]) -> tuple[int, int]:
-    """(index into `kinds`, offset within that kind's ranking) of a cursor from a previous page."""
+def _decode_cursor(cursor: object) -> int:
+    """The offset in the ranking of a cursor from a previous page."""
     if cursor is None:
-        return 0, 0
-    if isinstance(cursor, str):
-        kind, _, offset = cursor.partition(":")
-        if kind in kinds and offset.isdigit() and len(offset) <= 9 and offset.isascii():
-            return kinds.index(kind), int(offset)
+        return 0
+    if isinstance(cursor, str) and cursor.startswith("rank:"):
+        offset = cursor[len("rank:"):]
+        if offset.isdigit() and offset.isascii() and len(offset) <= 9:
+            return int(offset)
     raise InvalidInputError("the search cursor is not one a previous page of this search returned; start over")
 
 
@@ -149,43 +155,52 @@ class Search:
         limit: int | None = None,
         max_bytes: int | None = None,
         cursor: str | None = None,
+        query_vector: Sequence[float] | None = None,
+        embedding_model: str | None = None,
     ) -> SearchPage:
         """Search the workspace's live Knowledge and/or its Sessions' transcripts for any word of `query`.
 
         A page holds at most `limit` hits whose snippets (plus 256 bytes of
-        citation each) add up to at most `max_bytes`, best first: every
-        Knowledge hit in rank order before any transcript hit. `kinds` is
-        "knowledge", "sessions" or both. Pass `next_cursor` back for the next
-        page (a cursor is a position in the ranking: writes in between may
-        shift what it continues with). A directory that is no known workspace
-        has no hits.
+        citation each) add up to at most `max_bytes`, best first, Knowledge
+        and transcript hits in one ranking (see `search/ranking.py`: BM25 with
+        this workspace's statistics alone). `kinds` is "knowledge", "sessions"
+        or both. Pass `next_cursor` back for the next page (a cursor is a
+        position in the ranking: writes in between may shift what it continues
+        with). A directory that is no known workspace has no hits.
 
         The query is cut into words (letters and digits), each searched for as
         a word of its own; FTS5 operators, quotes and NUL are only separators.
+        With `query_vector` (the query embedded by the embedder whose model
+        is `embedding_model`), the rows whose stored vectors are most similar
+        are fused with the full-text ranking (`search/vectors.py`); rows not
+        embedded yet are found by full text alone.
+
         Raises `InvalidInputError` for a query that is not text, not valid
-        UTF-8, longer than 4096 bytes or without any word, and for bad limits,
-        kinds or cursor; nothing is written either way.
+        UTF-8, longer than 4096 bytes or without any word, for bad limits,
+        kinds or cursor, and for a vector without its model or not 1..16,384
+        finite numbers; nothing is written either way.
         """
         kinds = _check_kinds(kinds)
         terms = query_terms(query)
         limit, max_bytes = self._db.page_limits(limit, max_bytes, min_bytes=HIT_OVERHEAD * 4)
-        phase, offset = _decode_cursor(cursor, kinds)
+        offset = _decode_cursor(cursor)
+        unit = None
+        if query_vector is not None or embedding_model is not None:
+            if query_vector is None:
+                raise InvalidInputError("an embedding model was given without the query's vector")
+            check_model(embedding_model)
+            unit = unit_vector(query_vector)
         with self._db.read() as conn:
             scope = workspace_scope(conn, workspace)
             if scope is None:
                 return SearchPage([], None)
-            hits: list[KnowledgeHit | SessionHit] = []
-            while phase < len(kinds) and len(hits) < limit:
-                kind = kinds[phase]
-                want = limit - len(hits)
-                found = (self._knowledge if kind == KNOWLEDGE else self._events)(conn, scope, terms, want + 1, offset)
-                budget = max_bytes - sum(map(_hit_size, hits))
-                taken, more = take(found, want, budget, _hit_size, lambda h: True, at_least_one=not hits)
-                hits.extend(taken)
-                if more:  # this kind has more hits than the page took
-                    return SearchPage(hits, f"{kind}:{offset + len(taken)}")
-                phase, offset = phase + 1, 0
-        return SearchPage(hits, f"{kinds[phase]}:0" if phase < len(kinds) else None)
+            tables = tuple(TABLES[k] for k in kinds)
+            ranked = rank(conn, scope, terms, tables)
+            if unit is not None:
+                ranked = fuse(ranked, nearest(conn, scope, embedding_model, unit, tables))
+            hits = hits_of(conn, scope, terms, ranked[offset:offset + limit + 1])
+        taken, more = take(hits, limit, max_bytes, _hit_size, lambda h: True, at_least_one=True)
+        return SearchPage(taken, f"rank:{offset + len(taken)}" if more else None)
 
     def select_recall(
         self,
@@ -195,57 +210,57 @@ class Search:
         *,
         count_tokens: TokenCounter | None = None,
     ) -> RecallSelection:
-        """Select the workspace Knowledge a new Session starts with: pinned entries first, then those most relevant
-        to `query` (e.g. the first user message), within `budget_tokens`; see `search/recall.py`.
+        """Select what a new Session starts with: pinned Knowledge first, then the Knowledge entries and transcript
+        turns relevant to `query` (e.g. the first user message), best first, within `budget_tokens`; see
+        `search/recall.py`.
 
         Returns the notes and the "recall" event to append before the model's
         first round (replay it on resume; never select again). A note costs
-        `count_tokens("key: content")` tokens (default: one per 4 UTF-8
-        bytes). Tombstones and entries whose content is a JSON object or array
-        are never selected; a query without words (or longer than 4096 bytes:
-        its start is read) still gets the pinned notes. Raises
-        `InvalidInputError` for a budget outside 1..1,000,000 or a query that is
-        not text; writes nothing.
+        `count_tokens(note_text)` tokens (default: one per 4 UTF-8 bytes).
+        Tombstones and entries whose content is a JSON object or array are
+        never selected; a query without words (or unrelated to anything: no
+        note relevant enough) gets the pinned notes only; a query longer than
+        4096 bytes is read from its start. Raises `InvalidInputError` for a
+        budget outside 1..1,000,000 or a query that is not text; writes nothing.
         """
         budget_tokens = check_budget(budget_tokens)
         if not isinstance(query, str):
             raise InvalidInputError(f"a recall query is text, not {type(query).__name__}")
         with self._db.read() as conn:
             scope = workspace_scope(conn, workspace)
-            return select_notes(conn, scope, query, budget_tokens, count_tokens or estimate_tokens, _ranked_ids)
+            return select_notes(conn, scope, query, budget_tokens, count_tokens or estimate_tokens, _ranked_hits, day)
 
-    @staticmethod
-    def _knowledge(conn: apsw.Connection, scope: int, terms: list[str], limit: int, offset: int) -> list[KnowledgeHit]:
-        match = match_expression(scope, "{key content}", terms)
-        rows = conn.execute(_KNOWLEDGE_RANKED, (match, limit, offset)).fetchall()
-        snippets = _snippets(conn, "knowledge_search", 2, match, [row[0] for row in rows])
-        return [KnowledgeHit(key, version, bool(pinned), confidence, snippets[entry_id], score)
-                for entry_id, key, version, pinned, confidence, score in rows]
 
-    @staticmethod
-    def _events(conn: apsw.Connection, scope: int, terms: list[str], limit: int, offset: int) -> list[SessionHit]:
-        match = match_expression(scope, "body", terms)
-        ranked = conn.execute(_EVENTS_RANKED, (match, limit, offset)).fetchall()
-        ids = json.dumps([event_id for event_id, _ in ranked])
-        events = {row[0]: row for row in conn.execute(_EVENT_ROWS, (ids,))}
-        snippets = _snippets(conn, "event_search", 1, match, [event_id for event_id, _ in ranked])
-        hits = []
-        for event_id, score in ranked:
-            _, uuid, seq, turn, kind, through, covered_by = events[event_id]
+def hits_of(conn: apsw.Connection, scope: int, terms: list[str], ranked: list[Ranked]) -> list[KnowledgeHit | SessionHit]:
+    """The hits of `ranked` rows (in order) with their citations and snippets of the query `terms`."""
+    by_table: dict[str, list[int]] = {}
+    for r in ranked:
+        by_table.setdefault(r.table, []).append(r.rowid)
+    built: dict[tuple[str, int], KnowledgeHit | SessionHit] = {}
+    scores = {(r.table, r.rowid): r for r in ranked}
+    tokens = Tokens(conn)
+    wanted = {token for term in terms for token in tokens(term, query=True)}
+    if by_table.get(KNOWLEDGE_TABLE):
+        ids = json.dumps(by_table[KNOWLEDGE_TABLE])
+        texts = dict(conn.execute(_KNOWLEDGE_TEXTS, (ids,)).fetchall())
+        for entry_id, key, version, pinned, confidence, said in conn.execute(_KNOWLEDGE_ROWS, (ids,)):
+            r = scores[(KNOWLEDGE_TABLE, entry_id)]
+            built[(KNOWLEDGE_TABLE, entry_id)] = KnowledgeHit(
+                key, version, bool(pinned), confidence, tokens.snippet(texts[entry_id], wanted), r.score, r.relevance,
+                day(said))
+    if by_table.get(EVENTS):
+        ids = json.dumps(by_table[EVENTS])
+        texts = dict(conn.execute(_EVENT_TEXTS, (ids,)).fetchall())
+        for event_id, uuid, seq, turn, kind, title, created, through, covered_by in conn.execute(_EVENT_ROWS, (ids,)):
             first, last = (1, through) if kind == "summary" and through is not None else (seq, seq)
-            hits.append(SessionHit(uuid, seq, first, last, turn, kind, covered_by, snippets[event_id], score))
-        return hits
+            r = scores[(EVENTS, event_id)]
+            built[(EVENTS, event_id)] = SessionHit(uuid, seq, first, last, turn, kind, covered_by,
+                                                   tokens.snippet(texts[event_id], wanted), r.score, r.relevance,
+                                                   title, day(created))
+    return [built[(r.table, r.rowid)] for r in ranked]
 
 
-def _ranked_ids(conn: apsw.Connection, scope: int, terms: list[str], limit: int) -> list[int]:
-    """The IDs of workspace `scope`'s live entries matching any of `terms`, best first, at most `limit`."""
-    rows = conn.execute(_KNOWLEDGE_RANKED, (match_expression(scope, "{key content}", terms), limit, 0))
-    return [row[0] for row in rows]
-
-
-def _snippets(conn: apsw.Connection, table: str, column: int, match: str, rowids: list[int]) -> dict[int, str]:
-    """rowid -> the snippet of `column` of `table`'s rows `rowids` for the MATCH expression `match`."""
-    if not rowids:
-        return {}
-    sql = _SNIPPETS.format(table=table, column=column)
-    return dict(conn.execute(sql, (match, json.dumps(rowids))).fetchall())
+def _ranked_hits(conn: apsw.Connection, scope: int, terms: list[str], limit: int) -> list[tuple[Ranked, KnowledgeHit | SessionHit]]:
+    """The best `limit` rows of both kinds in workspace `scope` for the query `terms`, each with its hit."""
+    ranked = rank(conn, scope, terms, (KNOWLEDGE_TABLE, EVENTS))[:limit]
+    return list(zip(ranked, hits_of(conn, scope, terms, ranked)))

@@ -431,8 +431,9 @@ def recall_line(context: tuple[dict, ...]) -> str:
 
 
 def memory_text(snapshot: SessionSnapshot, context: tuple[dict, ...]) -> str:
-    """What `/memory` prints: the notes the Session recalled, each with its key, version and source (Session ID
-    prefix, turn and seqs), or why there are none."""
+    """What `/memory` prints: the notes the Session recalled, each Knowledge note with its key, version, source
+    (Session ID prefix, turn and seqs) and the date it was said, each transcript turn with its Session, date and
+    event, or why there are none (a note recorded without a date is shown without one)."""
     if RECALL_SOURCE not in snapshot.context:
         return "this Session was started with --no-recall: it recalls no notes and has no memory tools"
     notes = recalled_notes(context)
@@ -441,11 +442,16 @@ def memory_text(snapshot: SessionSnapshot, context: tuple[dict, ...]) -> str:
     lines = [f"{len(notes)} note{'s' if len(notes) != 1 else ''} recalled at the first turn (from earlier "
              "Sessions; they may be outdated):"]
     for note in notes:
+        if note.get("kind") == "session":
+            title = f' "{note["title"]}"' if note.get("title") else ""
+            lines.append(f"  turn {note['turn']} of Session {note['session'][:8]}{title} ({note['date']}, event "
+                         f"{note['seq']}, {note['speaker']})\n    {note['content']}")
+            continue
         source = note["source"]
         origin = "no Session (remembered by hand)" if source is None else \
             f"Session {source['session'][:8]} turn {source['turn']} (events {source['first_seq']}-{source['last_seq']})"
         pinned = ", pinned" if note["pinned"] else ""
-        said = "" if note.get("said_at") is None else time.strftime(", said %Y-%m-%d", time.localtime(note["said_at"]))
+        said = f", said {note['date']}" if note.get("date") else ""
         lines.append(f"  {note['key']} v{note['version']}{pinned}  from {origin}{said}\n    {note['content']}")
     return "\n".join(lines)
 

@@ -29,8 +29,10 @@ class MemoryCommands(LazyGroup):
         "reinit": Lazy(f"{_CLI}.doctor:reinit",
                        "Start a new store where the database was deleted. Refuses while a database file exists."),
         "search": Lazy(f"{_CLI}.search:search",
-                       "Search the workspace's live Knowledge and its Sessions' transcripts; print ranked hits with "
-                       "the key or Session ID prefix and seq that `knowledge show` and `sessions show` take."),
+                       "Search the workspace's live Knowledge and its Sessions' transcripts; print ranked hits (one "
+                       "ranking, best first) with the key or Session ID prefix, date and seq that `knowledge show` and "
+                       "`sessions show` take. With an embedder set (EMELEX_EMBEDDER), the query's vector is fused with "
+                       "the full-text ranking."),
         "import": Lazy(f"{_CLI}.interop:import_histories",
                        "Import other agents' histories as Sessions (with their source, digest and lines), queued for "
                        "distillation; re-importing is a no-op and a grown file adds only what is new. Also reads an "

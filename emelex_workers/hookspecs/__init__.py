@@ -5,6 +5,7 @@ implementations. Re-exports `emelex_workers.host.hookspecs`, the specifications 
 from emelex_workers.host.hookspecs import (
     PROJECT_NAME,
     check_model,
+    embedder,
     hookimpl,
     hookspec,
     model_binding,
@@ -13,5 +14,5 @@ from emelex_workers.host.hookspecs import (
     register_tools,
 )
 
-__all__ = ["PROJECT_NAME", "check_model", "hookimpl", "hookspec", "model_binding", "register_distillers", "register_summarizers",
+__all__ = ["PROJECT_NAME", "check_model", "embedder", "hookimpl", "hookspec", "model_binding", "register_distillers", "register_summarizers",
            "register_tools"]

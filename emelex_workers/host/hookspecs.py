@@ -15,7 +15,7 @@ import pluggy
 
 from emelex_memory import InstalledModel, Settings
 
-from .types import Distiller, ModelBinding, ModelCheck, Summarizer
+from .types import Distiller, Embedder, ModelBinding, ModelCheck, Summarizer
 
 if TYPE_CHECKING:
     from .tools import ToolSpec
@@ -73,4 +73,17 @@ def check_model(model: InstalledModel, settings: Settings) -> ModelCheck | None:
     take seconds (the built-in llama.cpp plugin generates a few tokens in a
     child process) and reports what the model does as a failed check, never
     as an exception.
+    """
+
+
+@hookspec(firstresult=True)
+def embedder(settings: Settings) -> Embedder | None:
+    """Return the `Embedder` the `embedder` setting names, or None to pass. The first non-None result wins.
+
+    Called when the worker embeds what the search index holds and when a
+    search embeds its query, only with the `embedder` setting set. Return
+    quickly: load the model lazily, on the first `embed`. The built-in
+    plugins answer for "llamacpp" (a local GGUF embedding model,
+    `embedding_model` its path) and "openai" (a served `/v1/embeddings`
+    endpoint at `embedding_url`, `embedding_model` its model name).
     """

@@ -7,7 +7,7 @@ see docs/plugins.md for a complete example.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Protocol
 
@@ -15,6 +15,7 @@ from emelex_memory import DistillationInput, Event, InstalledModel, Job, Knowled
 
 __all__ = [
     "DEFAULT_SEED", "RETRY_TEMPERATURE", "SAID_KINDS", "AgentBinding", "Completion", "DistillRequest", "Distiller",
+    "Embedder",
     "GenerationInterrupted", "GenerationProgress", "ModelBinding", "ModelCheck", "Summarizer", "SummaryRequest",
     "event_body", "event_text",
 ]
@@ -203,6 +204,17 @@ class Distiller:
     name: str
     distill: Callable[[DistillRequest], Iterable[KnowledgeCandidate]]
     examples: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Embedder:
+    """An embedder: `embed(texts)` returns one vector (a sequence of floats, all of one length) per text, in order;
+    `model` names the model, and vectors of different models are kept apart. Exceptions count as a failed
+    embedding pass (nothing stored); `close()`, if given, frees the model."""
+
+    model: str
+    embed: Callable[[list[str]], Sequence[Sequence[float]]]
+    close: Callable[[], None] | None = None
 
 
 def event_text(event: Event) -> str:

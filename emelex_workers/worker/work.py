@@ -306,9 +306,25 @@ class Worker:
                     _release(held.pop(), f"the worker stopped ({report.stopped or 'error'}) before starting the job; "
                              "no attempt consumed")
         report.stopped = report.stopped or "empty"
+        if self.settings.embedder is not None and not self.stop.requested:
+            report.embedded = self._embed()
         report.waiting = self.store.waiting_jobs(kinds=self.kinds, limit=REPORTED_WAITING)
         report.seconds = self._clock() - start
         return report
+
+    def _embed(self) -> int:
+        """The embedding pass after the jobs (`embedding.py`): vectors of what the index holds, until a stop."""
+        from ..host.manager import get_plugin_manager
+        from .embedding import embed_pending, embedder_of
+
+        if self._pm is None:
+            self._pm = get_plugin_manager(self.settings)
+        embedder = embedder_of(self.settings, self._pm)
+        try:
+            return embed_pending(self.store, embedder, stop=lambda: bool(self.stop.requested))
+        finally:
+            if embedder.close is not None:
+                embedder.close()
 
     def _has_pending(self) -> bool:
         return any(self.store.list_jobs(state="pending", kind=k, limit=1, max_bytes=64 * 1024).jobs for k in self.kinds)

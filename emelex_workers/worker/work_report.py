@@ -71,6 +71,7 @@ class WorkReport:
     stopped: str = "empty"
     seconds: float = 0.0
     waiting: WaitingPage | None = None
+    embedded: int = 0  # vectors the embedding pass stored (an embedder set)
 
     @property
     def claimed(self) -> int:
@@ -79,8 +80,8 @@ class WorkReport:
 
     @property
     def idle(self) -> bool:
-        """True when the run neither claimed nor rescued anything."""
-        return self.claimed == 0 and self.rescued == 0
+        """True when the run neither claimed, rescued nor embedded anything."""
+        return self.claimed == 0 and self.rescued == 0 and self.embedded == 0
 
     def add(self, job: JobReport) -> None:
         """Count one job (keeping the details of the first 1000)."""
@@ -91,7 +92,8 @@ class WorkReport:
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready data."""
         waiting = self.waiting or WaitingPage([], 0)
-        return {"claimed": self.claimed, "rescued": self.rescued, **self.counts, "stopped": self.stopped,
+        return {"claimed": self.claimed, "rescued": self.rescued, **self.counts, "embedded": self.embedded,
+                "stopped": self.stopped,
                 "seconds": round(self.seconds, 3), "jobs": [j.__dict__ for j in self.jobs],
                 "waiting": [waiting_dict(w) for w in waiting.jobs], "waiting_total": waiting.total}
 
@@ -99,7 +101,8 @@ class WorkReport:
         """One line for people and cron mail."""
         parts = ", ".join(f"{n} {k}" for k, n in self.counts.items() if n)
         rescued = f"; rescued {self.rescued} expired claim(s)" if self.rescued else ""
-        return (f"emelex work: {self.claimed} job(s) in {self.seconds:.1f}s ({parts or 'none'}){rescued}; "
+        embedded = f"; embedded {self.embedded} row(s) for search" if self.embedded else ""
+        return (f"emelex work: {self.claimed} job(s) in {self.seconds:.1f}s ({parts or 'none'}){rescued}{embedded}; "
                 f"stopped: {self.stopped}")
 
 

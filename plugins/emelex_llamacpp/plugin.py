@@ -90,3 +90,13 @@ def register_summarizers(register) -> None:
 def register_distillers(register) -> None:
     """The "llamacpp" distiller, declaring its worked examples."""
     register(Distiller(NAME, distill, examples=prompts.EXAMPLES))
+
+
+@hookimpl
+def embedder(settings: Settings):
+    """The "llamacpp" embedder (a local GGUF model, see `embedding.py`) when the `embedder` setting names it."""
+    if settings.embedder != NAME:
+        return None
+    from .embedding import llama_embedder
+
+    return llama_embedder(settings)

@@ -24,3 +24,14 @@ def model_binding(model: InstalledModel, settings: Settings) -> ServedBinding | 
     if model.kind != "served" or model.server is None:
         return None
     return ServedBinding(model, settings)
+
+
+@hookimpl
+def embedder(settings: Settings):
+    """The "openai" embedder (a served /v1/embeddings endpoint, see `embedding.py`) when the `embedder` setting
+    names it."""
+    if settings.embedder != NAME:
+        return None
+    from .embedding import served_embedder
+
+    return served_embedder(settings)

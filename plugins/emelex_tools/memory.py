@@ -51,16 +51,17 @@ REMEMBER_WORDS = frozenset({"remember", "note", "memorize", "record", "save", "k
 
 
 def hit_line(hit) -> str:
-    """One hit as the recall tool shows it: its citation, then its snippet."""
+    """One hit as the recall tool shows it: its citation and date, then its snippet."""
     if isinstance(hit, KnowledgeHit):
         pinned = ", pinned" if hit.pinned else ""
-        return f"knowledge {hit.key} (version {hit.version}{pinned}): {hit.snippet}"
-    return f"session {hit.session_id[:PREFIX]} seq {hit.seq} turn {hit.turn} ({hit.event_kind}): {hit.snippet}"
+        return f"knowledge {hit.key} (version {hit.version}{pinned}, {hit.date}): {hit.snippet}"
+    return (f"session {hit.session_id[:PREFIX]} seq {hit.seq} turn {hit.turn} ({hit.event_kind}, "
+            f"{hit.session_date}): {hit.snippet}")
 
 
 def search_memory(store: MemoryStore, workspace, query: str, *, session_id: str | None = None) -> str:
-    """The recall tool's text for `query` in `workspace`: one line per hit, best first (Knowledge before
-    transcripts), leaving out Session `session_id`'s own events; raises `InvalidInputError` for a query without a
+    """The recall tool's text for `query` in `workspace`: one line per hit, best first (Knowledge and transcripts in
+    one ranking), leaving out Session `session_id`'s own events; raises `InvalidInputError` for a query without a
     word."""
     page = store.search(workspace, query, limit=RECALL_HITS, max_bytes=RECALL_BYTES)
     hits = [h for h in page.hits if isinstance(h, KnowledgeHit) or h.session_id != session_id]

@@ -1,5 +1,6 @@
 """When an entry was said (`KnowledgeVersion.said_at`): the time of its source event, kept by a tombstone, checked
-against the job's source, immutable, and filled in for the versions of a store made before it existed."""
+against the job's source, immutable, filled in for the versions of a store made before it existed, and the date of
+the entry's recall notes and search hits."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 from emelex_memory import MemoryStore, NewEvent
 from emelex_memory.core.migrations import MIGRATIONS, migrate
 from emelex_memory.knowledge.distillation import KnowledgeCandidate
+from emelex_memory.search.recall import note_line
+from emelex_memory.search.service import day
 
 
 @pytest.fixture
@@ -66,7 +69,7 @@ def test_said_at_is_immutable(store, workspace, db_path):
 
 def test_the_migration_dates_existing_versions_by_their_source_or_their_writing(tmp_path: Path) -> None:
     conn = apsw.Connection(str(tmp_path / "old.sqlite3"))
-    step = next(i for i, m in enumerate(MIGRATIONS) if m.name == "m018_knowledge_said_at")
+    step = next(i for i, m in enumerate(MIGRATIONS) if m.name == "m020_knowledge_said_at")
     migrate(conn, MIGRATIONS[:step])
     with conn:
         conn.execute("INSERT INTO workspaces (path, device, inode, created_at) VALUES ('/w', 1, 2, 0)")
@@ -86,3 +89,22 @@ def test_the_migration_dates_existing_versions_by_their_source_or_their_writing(
     assert conn.execute("SELECT version, said_at FROM knowledge_versions ORDER BY version").fetchall() == [
         (1, 50.0), (2, 200.0)]
     conn.close()
+
+
+def test_recall_notes_and_search_hits_are_dated_when_the_statement_was_said(store, workspace, clock):
+    session = store.create_session(workspace)  # created on one day ...
+    clock.now += 3 * 86400  # ... the statement said three days later ...
+    with store.acquire_lease(session.id, workspace) as lease:
+        list(lease.replay_all())
+        lease.append_turn([NewEvent("user", {"text": "the harbour ferry leaves at nine"})])
+        store.finish_session(lease)
+    said = store.replay(session.id).events[0].created_at
+    clock.now += 5 * 86400  # ... and distilled five days after that
+    store.work_distillation(lambda data: [KnowledgeCandidate("ferry", "the harbour ferry leaves at nine", 0.9)])
+    said_day = day(said)
+    assert said_day not in (day(store.get_session(session.id).created_at), day(clock.now))
+    (note,) = [n for n in store.select_recall(workspace, "harbour ferry", 1000).notes if n["kind"] == "knowledge"]
+    assert (note["key"], note["date"], note_line(note)) == (
+        "ferry", said_day, f"[{said_day}] ferry: the harbour ferry leaves at nine")
+    (hit,) = store.search(workspace, "harbour ferry", kinds="knowledge").hits
+    assert (hit.key, hit.date) == ("ferry", said_day)

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from emelex_memory.search.service import day
 from emelex_memory import InvalidInputError, MemoryStore, NewEvent, RECALL_KIND
 
 from .test_search_index import say
 
 
 def keys(selection) -> list[str]:
-    return [e.key for e in selection.notes]
+    return [n["key"] for n in selection.notes if n["kind"] == "knowledge"]
 
 
 def test_pinned_first_then_relevant_then_nothing_unrelated(store: MemoryStore, workspace: Path) -> None:
@@ -21,10 +22,12 @@ def test_pinned_first_then_relevant_then_nothing_unrelated(store: MemoryStore, w
     store.pin(workspace, "style")
     store.remember(workspace, "parser", "The parser lives in src/parser.py", confidence=0.9)
     store.remember(workspace, "parser.errors", "The parser never raises on bad input", confidence=0.5)
-    store.remember(workspace, "weather", "It rained on Tuesday")
+    for n in range(20):
+        store.remember(workspace, f"weather.{n}", f"It rained on day {n} and the wind was strong, how annoying")
     selection = store.select_recall(workspace, "Where is the parser?", 1000)
     assert keys(selection) == ["style", "parser", "parser.errors"]
     assert selection.event.kind == RECALL_KIND == "recall"
+    assert keys(store.select_recall(workspace, "Hello! How are you on this fine day?", 1000)) == ["style"]
 
 
 def test_the_budget_is_kept_and_a_note_too_large_is_skipped_for_a_smaller_one(store: MemoryStore,
@@ -54,12 +57,17 @@ def test_the_event_names_key_version_and_source_and_replays_unchanged(store: Mem
     source = store.knowledge_source(sid, 1, 2)
     store.remember(workspace, "deploy", "deploy with make release", confidence=0.8, source=source)
     store.remember(workspace, "deploy", "deploy with make release; tag first", confidence=0.8, source=source)
-    selection = store.select_recall(workspace, "how do we deploy", 1000)
-    assert selection.event.payload["notes"] == [{
-        "key": "deploy", "version": 2, "content": "deploy with make release; tag first", "confidence": 0.8,
-        "pinned": False, "source": {"session": sid, "first_seq": 1, "last_seq": 2, "digest": source.digest},
-        "said_at": store.replay(sid).events[1].created_at,  # the last event of the provenance
-    }]
+    selection = store.select_recall(workspace, "deploy with make release", 1000)
+    (note,) = [n for n in selection.event.payload["notes"] if n["kind"] == "knowledge"]
+    turns = [n for n in selection.event.payload["notes"] if n["kind"] == "session"]
+    assert note == {
+        "kind": "knowledge", "key": "deploy", "version": 2, "content": "deploy with make release; tag first",
+        "confidence": 0.8, "pinned": False,
+        "date": day(store.replay(sid).events[1].created_at),  # said: the last event of the provenance
+        "source": {"session": sid, "first_seq": 1, "last_seq": 2, "digest": source.digest},
+    }
+    assert [(t["kind"], t["session"], t["seq"], t["content"]) for t in turns] == [
+        ("session", sid, 1, "we deploy with make release")]
     new = store.create_session(workspace).id
     with store.acquire_lease(new, workspace) as lease:
         lease.replay()

@@ -3,6 +3,7 @@ never found again; a bad query is one error line."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -40,9 +41,10 @@ def test_hits_lead_to_sessions_show_and_knowledge_show(cli, workspace: Path) -> 
     assert cli("memory", "knowledge", "remember", "flamingo.config", "the flamingo config is in etc").exit_code == 0
     done = cli("memory", "search", "flamingo")
     assert done.exit_code == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert lines[0].split()[:3] == ["knowledge", "flamingo.config", "v1"]
-    assert lines[1].split()[:3] == ["session", sid[:8], "#1"]
+    lines = sorted(done.stdout.splitlines())  # one ranking: either kind may come first
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    assert lines[0].split()[:4] == ["knowledge", "flamingo.config", "v1", today]
+    assert lines[1].split()[:4] == ["session", sid[:8], today, "#1"]
     assert "[flamingo]" in lines[1]
     assert sid in cli("memory", "sessions", "show", lines[1].split()[1]).stdout
     assert "flamingo config is in etc" in cli("memory", "knowledge", "show", lines[0].split()[1]).stdout
@@ -101,3 +103,23 @@ def test_a_key_with_a_space_is_printed_quoted_so_it_can_be_pasted(cli, workspace
     assert line.startswith("knowledge  'door code'  v1  ")
     key = shlex.split(line)[1]
     assert "4711" in cli("memory", "knowledge", "show", key).stdout
+
+
+def test_context_shows_a_hits_neighbouring_turns(cli, workspace: Path) -> None:
+    with MemoryStore.open(Settings()) as store:
+        sid = store.create_session(workspace).id
+        with store.acquire_lease(sid, workspace) as lease:
+            lease.replay()
+            lease.append_turn([NewEvent("user", {"text": "what are you reading these days?"}),
+                               NewEvent("assistant", {"text": "The Lean Startup, it is great"})])
+            lease.append_turn([NewEvent("user", {"text": "and after it?"}), NewEvent("assistant", {"text": "Dune"})])
+            lease.release()
+    done = cli("memory", "search", "Lean", "Startup", "--sessions", "--context", "1")
+    assert done.exit_code == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:4] == ["session", sid[:8], dt.datetime.now(dt.timezone.utc).date().isoformat(), "#2"]
+    assert lines[1:3] == ["    #1 user: what are you reading these days?", "    #3 user: and after it?"]
+    as_json = json.loads(cli("memory", "search", "Lean", "--context", "1", "--json").stdout)
+    assert as_json["hits"][0]["context"] == [{"seq": 1, "kind": "user", "text": "what are you reading these days?"},
+                                             {"seq": 3, "kind": "user", "text": "and after it?"}]
+    assert cli("memory", "search", "Lean", "--context", "11").exit_code == 2

@@ -13,6 +13,7 @@ from pathlib import Path
 import apsw
 import pytest
 
+from emelex_memory.search.service import day
 from emelex_memory import (
     COMPACTION_KIND,
     Event,
@@ -57,7 +58,8 @@ def index_agrees(settings_or_path, database: Path | None = None) -> bool:
 def test_an_appended_turn_is_found_with_its_citation(store: MemoryStore, workspace: Path, db_path: Path) -> None:
     sid = say(store, workspace, "how does the tokenizer treat tabs", "it splits on tabs and spaces")
     hits = found(store, workspace, "tokenizer", kinds="sessions")
-    assert hits == [SessionHit(sid, 1, 1, 1, 1, "user", None, "how does the [tokenizer] treat tabs", hits[0].score)]
+    assert hits == [SessionHit(sid, 1, 1, 1, 1, "user", None, "how does the [tokenizer] treat tabs", hits[0].score,
+                               1.0, None, day(store.get_session(sid).created_at))]
     assert {(h.seq, h.event_kind) for h in found(store, workspace, "tabs")} == {(1, "user"), (2, "assistant")}
     assert index_agrees(store.settings, db_path)
 
@@ -263,7 +265,8 @@ def test_a_restored_backup_finds_what_the_store_found(store: MemoryStore, worksp
 
 def test_the_migration_indexes_an_existing_store(tmp_path: Path) -> None:
     conn = apsw.Connection(str(tmp_path / "old.sqlite3"))
-    migrate(conn, MIGRATIONS[:-1])  # a store of the release before the index, with rows no trigger indexed
+    step = [m.name for m in MIGRATIONS].index("m014_search_index")
+    migrate(conn, MIGRATIONS[:step])  # a store of the release before the index, with rows no trigger indexed
     with conn:
         conn.execute("INSERT INTO workspaces (path, device, inode, created_at) VALUES ('/w', 1, 2, 0)")
         conn.execute("INSERT INTO sessions (uuid, workspace_id, created_at, updated_at) VALUES ('s', 1, 0, 0)")
@@ -276,11 +279,13 @@ def test_the_migration_indexes_an_existing_store(tmp_path: Path) -> None:
         conn.executemany(
             "INSERT INTO knowledge_versions (knowledge_id, version, tombstone, content, size, confidence, origin, "
             "created_at) VALUES (1, ?, 0, ?, 1, 1.0, 'user', 0)", [(1, "stale capybara"), (2, "fresh capybara")])
-    assert migrate(conn) == [MIGRATIONS[-1].name]
+    assert migrate(conn) == [m.name for m in MIGRATIONS[step:]]
     match = "SELECT rowid FROM {0} WHERE {0} MATCH ? ORDER BY rowid"
     assert conn.execute(match.format("event_search"), ('"capybara"',)).fetchall() == [(1,)]
     assert conn.execute(match.format("event_search"), ('"reply"',)).fetchall() == [(2,)]
     assert conn.execute("SELECT key, content FROM knowledge_search").fetchall() == [("k", "fresh capybara")]
+    assert conn.execute("SELECT rowid, ws, head FROM session_search").fetchall() == [  # m018: titles and dates
+        (1, "w1", "1970-01-01 January 1970 Thursday")]
     conn.close()
 
 
@@ -330,7 +335,8 @@ def test_pages_are_bounded_and_continue(store: MemoryStore, workspace: Path) -> 
         cursor = page.next_cursor
         if cursor is None:
             break
-    assert [h.kind for h in seen] == ["knowledge"] * 3 + ["sessions"] * 4
+    assert sorted(h.kind for h in seen) == ["knowledge"] * 3 + ["sessions"] * 4
+    assert [h.score for h in seen] == sorted((h.score for h in seen), reverse=True)
     assert len({(getattr(h, "key", None), getattr(h, "seq", None)) for h in seen}) == 7
     with pytest.raises(InvalidInputError):
         store.search(workspace, "ocelot", cursor="knowledge:x")

@@ -35,14 +35,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def llama_server(model_path: Path, *, n_ctx: int = 2048) -> Iterator[str]:
-    """`python -m llama_cpp.server` serving `model_path` as `ALIAS` on a free loopback port; yields its base URL.
-    Waits at most `SERVER_START_S` for it to answer; terminates it (then kills it) on leaving."""
+def llama_server(model_path: Path, *, n_ctx: int = 2048, embedding: bool = False) -> Iterator[str]:
+    """`python -m llama_cpp.server` serving `model_path` as `ALIAS` on a free loopback port (with `embedding`, its
+    `/v1/embeddings` too); yields its base URL. Waits at most `SERVER_START_S` for it to answer; terminates it (then
+    kills it) on leaving."""
     port = free_port()
     log = tempfile.TemporaryFile()  # not a pipe: the server logs a lot, and a full pipe would stall it
     proc = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--model_alias", ALIAS,
-         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", "2"],
+         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", "2",
+         *(["--embedding", "true"] if embedding else [])],
         stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -4,6 +4,8 @@ provenance is the calling turn, and refuses what distillation's guard refuses (t
 
 from __future__ import annotations
 
+import datetime as dt
+
 import asyncio
 import json
 
@@ -69,9 +71,10 @@ def test_recall_cites_knowledge_and_other_sessions_without_asking(store: MemoryS
                                     approve=lambda call, tool: asked.append(call) or "deny")
     assert result.outcome == "answer" and asked == []
     assert found["outcome"] == "ok"
-    lines = found["output"].splitlines()
-    assert lines[0] == "knowledge deploy (version 1): We deploy with make [release]"
-    assert lines[1] == f"session {earlier[:8]} seq 1 turn 1 (user): the [release] needs a signed tag"
+    lines = sorted(found["output"].splitlines())  # one ranking: either may come first
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    assert lines[0] == f"knowledge deploy (version 1, {today}): We deploy with make [release]"
+    assert lines[1] == f"session {earlier[:8]} seq 1 turn 1 (user, {today}): the [release] needs a signed tag"
     assert len(lines) == 2  # the calling Session's own "how do we release?" is left out
 
 

@@ -4,11 +4,10 @@ byte-identical to what it saw before, however Knowledge changed in between: resu
 
 from __future__ import annotations
 
-import time
-
 import asyncio
 import json
 
+from emelex_memory.search.service import day
 from emelex_memory import MemoryStore
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.recall import NOTES_LABEL, recall_source
@@ -46,10 +45,9 @@ def test_a_resumed_session_sees_byte_identical_messages_after_knowledge_changed(
     session_id, result, history = asyncio.run(before())
     (seen,) = first.rounds
     system, notes, user = seen["messages"]
-    day = time.strftime("%Y-%m-%d", time.gmtime(store.get_knowledge(workspace, "deploy").head.said_at))
-    style_day = time.strftime("%Y-%m-%d", time.gmtime(store.get_knowledge(workspace, "style").head.said_at))
-    assert notes == {"role": "system", "content": f"{NOTES_LABEL}\n- style ({style_day}): Use tabs in the Makefile\n"
-                                                  f"- deploy ({day}): We deploy with make release"}
+    deploy_day, style_day = (day(store.get_knowledge(workspace, key).head.said_at) for key in ("deploy", "style"))
+    assert notes == {"role": "system", "content": f"{NOTES_LABEL}\n- [{style_day}] style: Use tabs in the Makefile\n"
+                                                  f"- [{deploy_day}] deploy: We deploy with make release"}
     assert user == {"role": "user", "content": "How do we deploy?"}
     assert [n["key"] for n in result.context[0]["notes"]] == ["style", "deploy"]
     assert [e.kind for e in store.replay(session_id).events][:2] == ["context", "user"]

@@ -4,13 +4,12 @@ key, version and source; no tombstone, nothing recorded without a note."""
 
 from __future__ import annotations
 
-import time
-
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from emelex_memory.search.service import day
 from emelex_memory import InvalidInputError, MemoryStore, NewEvent, Settings
 from emelex_workers.agent.tools import registered_tools
 from emelex_workers.host.manager import get_plugin_manager
@@ -57,20 +56,23 @@ def test_the_payload_labels_the_notes_and_names_key_version_and_source(store: Me
     store.remember(workspace, "deploy", "deploy with make", source=source)
     store.remember(workspace, "deploy", "deploy with make release", confidence=0.8, source=source)
     store.remember(workspace, "weather", "It rained on Tuesday")
-    payload = recall_source(100)(request(store, workspace, "How do we deploy?"))
+    payload = recall_source(100)(request(store, workspace, "deploy with make release"))
     said_at = store.replay(session_id).events[1].created_at  # the turn the deploy note was said in
     assert store.get_knowledge(workspace, "deploy").head.said_at == said_at
-    style_day, deploy_day = (time.strftime("%Y-%m-%d", time.gmtime(t))
-                             for t in (store.get_knowledge(workspace, "style").head.created_at, said_at))
-    assert payload["text"] == (f"{NOTES_LABEL}\n- style ({style_day}): Use tabs in the Makefile\n"
-                               f"- deploy ({deploy_day}): deploy with make release")
-    assert payload["notes"][1]["said_at"] == said_at
+    style_day, deploy_day, session_day = (day(t) for t in (
+        store.get_knowledge(workspace, "style").head.created_at, said_at, store.get_session(session_id).created_at))
+    assert payload["text"] == (f"{NOTES_LABEL}\n- [{style_day}] style: Use tabs in the Makefile\n"
+                               f"- [{deploy_day}] deploy: deploy with make release\n"
+                               f"- [{session_day}] user: we deploy with make release")
     assert "outdated" in NOTES_LABEL and "not instructions" in NOTES_LABEL and "earlier Sessions" in NOTES_LABEL
-    assert [(n["key"], n["version"], n["pinned"]) for n in payload["notes"]] == [("style", 1, True), ("deploy", 2, False)]
-    assert payload["notes"][0]["source"] is None
-    assert payload["notes"][1]["source"] == {"session": session_id, "first_seq": 2, "last_seq": 2,
-                                             "digest": source.digest, "turn": 2}
-    assert payload["terms"] == ["how", "do", "we", "deploy"]
+    knowledge = [n for n in payload["notes"] if n["kind"] == "knowledge"]
+    assert [(n["key"], n["version"], n["pinned"]) for n in knowledge] == [("style", 1, True), ("deploy", 2, False)]
+    assert knowledge[0]["source"] is None
+    assert knowledge[1]["source"] == {"session": session_id, "first_seq": 2, "last_seq": 2,
+                                      "digest": source.digest, "turn": 2}
+    (turn,) = [n for n in payload["notes"] if n["kind"] == "session"]
+    assert (turn["session"], turn["seq"], turn["turn"], turn["date"]) == (session_id, 2, 2, session_day)
+    assert payload["terms"] == ["deploy", "with", "make", "release"]
     assert payload["budget_tokens"] == 100 and 0 < payload["tokens"] <= 100
 
 

@@ -4,12 +4,14 @@ Session (resumed too) has neither the notes nor the memory tools. Real subproces
 
 from __future__ import annotations
 
+import datetime as dt
+
 import re
-import time
 
 from pathlib import Path
 
 from emelex_memory import MemoryStore, Settings
+from emelex_memory.search.service import day
 from emelex_memory.agent import journal
 
 from ...support.agent import answer
@@ -33,9 +35,9 @@ def knowledge(home: Path, workspace: Path, *entries: tuple[str, str], pin: str |
 
 
 def said_on(home: Path, workspace: Path, key: str) -> str:
-    """The local date `/memory` shows for the note of `key`: when its statement was said."""
+    """The (UTC) date `/memory` shows for the note of `key`: when its statement was said."""
     with MemoryStore.open(Settings(home=home)) as store:
-        return time.strftime("%Y-%m-%d", time.localtime(store.get_knowledge(workspace, key).head.said_at))
+        return day(store.get_knowledge(workspace, key).head.said_at)
 
 
 def test_a_new_chat_recalls_says_how_many_and_memory_lists_them(env, home, workspace, tmp_path) -> None:
@@ -47,11 +49,12 @@ def test_a_new_chat_recalls_says_how_many_and_memory_lists_them(env, home, works
     assert re.search(r"with make release\n\[[0-9.]+ s, 1 round\b[^\n]*\]\n\[recalled 2 notes from earlier Sessions; "
                      r"/memory lists them\]\n", out.stdout), out.stdout
     assert "2 notes recalled at the first turn (from earlier Sessions; they may be outdated):" in out.stdout
-    day = said_on(home, workspace, "style")
-    assert f"  style v1, pinned  from no Session (remembered by hand), said {day}\n    Use tabs in the Makefile" \
+    style_day = said_on(home, workspace, "style")
+    assert f"  style v1, pinned  from no Session (remembered by hand), said {style_day}\n    Use tabs in the Makefile" \
         in out.stdout
-    day = said_on(home, workspace, "deploy")
-    assert f"  deploy v1  from no Session (remembered by hand), said {day}\n    We deploy with make release" in out.stdout
+    deploy_day = said_on(home, workspace, "deploy")
+    assert f"  deploy v1  from no Session (remembered by hand), said {deploy_day}\n    We deploy with make release" \
+        in out.stdout
     kinds = [k for k, _ in events(home)]
     assert kinds == ["context", "context", "user", "assistant", "audit"]  # the workspace map, then the notes
     (_, workspace_note), (_, note) = events(home)[:2]
@@ -65,7 +68,7 @@ def test_a_new_chat_recalls_says_how_many_and_memory_lists_them(env, home, works
 def test_a_resumed_chat_shows_the_notes_it_recalled_whatever_knowledge_holds_now(env, home, workspace,
                                                                                  tmp_path) -> None:
     knowledge(home, workspace, ("deploy", "We deploy with make release"))
-    day = said_on(home, workspace, "deploy")
+    deploy_day = said_on(home, workspace, "deploy")
     first = chat(env, workspace, "how do we deploy?\n/exit\n", [answer("ok")], tmp_path / "effects")
     assert first.returncode == 0, first.stderr
     session, _ = session_of(home)
@@ -74,7 +77,7 @@ def test_a_resumed_chat_shows_the_notes_it_recalled_whatever_knowledge_holds_now
     resumed = chat(env, workspace, "/memory\nand now?\n/exit\n", [answer("fine")], tmp_path / "effects",
                    "--resume", session)
     assert resumed.returncode == 0, resumed.stderr
-    assert f"  deploy v1  from no Session (remembered by hand), said {day}\n    We deploy with make release" \
+    assert f"  deploy v1  from no Session (remembered by hand), said {deploy_day}\n    We deploy with make release" \
         in resumed.stdout
     assert "pipeline" not in resumed.stdout and "recalled" not in resumed.stdout.split("1 note recalled")[1]
     assert [k for k, _ in events(home)].count("context") == 2  # recorded once: the map and the notes
@@ -106,3 +109,21 @@ def test_a_new_chat_with_nothing_to_recall_says_so_and_records_nothing(env, home
     assert "[no notes recalled from earlier Sessions]" in out.stdout
     assert "this Session recalled no notes" in out.stdout
     assert [k for k, _ in events(home)] == ["context", "user", "assistant", "audit"]  # the workspace map only
+
+
+def test_a_new_chat_recalls_a_past_turn_with_its_date_and_memory_lists_it(env, home, workspace, tmp_path) -> None:
+    first = chat(env, workspace, "note that the ferry to the island leaves at nine\n/exit\n", [answer("noted")],
+                 tmp_path / "first")
+    assert first.returncode == 0, first.stderr
+    earlier, _ = session_of(home)
+    out = chat(env, workspace, "when does the ferry to the island leave?\n/memory\n/exit\n", [answer("at nine")],
+               tmp_path / "second")
+    assert out.returncode == 0, out.stderr
+    today = dt.datetime.now(dt.timezone.utc).date().isoformat()
+    assert re.search(rf"  turn 1 of Session {earlier[:8]} \({today}, event \d+, user\)\n"
+                     r"    note that the ferry to the island leaves at nine\n", out.stdout), out.stdout
+    with MemoryStore.open(Settings(home=home)) as store:
+        newest = store.list_sessions().sessions[0].id
+        (note,) = [e.payload for e in store.replay(newest).events if e.kind == "context"
+                   and e.payload["source"] == "recall"]
+    assert f"- [{today}] user: note that the ferry to the island leaves at nine" in note["text"]

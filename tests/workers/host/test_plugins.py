@@ -55,7 +55,8 @@ def _pm_with(*plugins: object) -> EmelexPluginManager:
 
 
 def test_there_are_hooks() -> None:
-    assert HOOKS == ["check_model", "model_binding", "register_distillers", "register_summarizers", "register_tools"]
+    assert HOOKS == ["check_model", "embedder", "model_binding", "register_distillers", "register_summarizers",
+                     "register_tools"]
 
 
 @pytest.mark.parametrize("hook", HOOKS)
@@ -148,6 +149,27 @@ def test_hook_model_binding(fake_dist: Path, settings: Settings, tmp_path: Path)
 
     with pytest.raises(PluginHookError, match="plugin 'p0' answered model_binding with a str"):
         bind_model(_pm_with(Wrong()), model, settings)
+
+
+def test_hook_embedder(settings: Settings) -> None:
+    from emelex_workers.host.types import Embedder
+    from emelex_workers.worker.embedding import embedder_of
+
+    class Passes:
+        @hookimpl
+        def embedder(self, settings):
+            return None
+
+    class Embeds:
+        @hookimpl
+        def embedder(self, settings):
+            return Embedder(f"fake:{settings.embedder}", lambda texts: [[1.0, float(len(t))] for t in texts])
+
+    assert embedder_of(settings, _pm_with(Embeds())) is None  # no embedder set: full text alone
+    chosen = settings.model_copy(update={"embedder": "mine"})
+    assert embedder_of(chosen, _pm_with(Passes(), Embeds())).embed(["ab"]) == [[1.0, 2.0]]
+    with pytest.raises(UnknownPluginComponentError, match="no loaded plugin provides the embedder 'mine'"):
+        embedder_of(chosen, _pm_with(Passes()))
 
 
 def test_hook_check_model(settings: Settings, tmp_path: Path) -> None:
