@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_memory import MemoryStore, NewEvent
 from emelex_workers.cli import app
+from emelex_workers.settings import WorkerSettings
 
 from ...support import table_rows
 
@@ -24,7 +25,7 @@ def env_home(monkeypatch: pytest.MonkeyPatch, home: Path) -> Path:
 
 
 def store_head(workspace: Path, key: str):
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(WorkerSettings()) as store:
         return store.get_knowledge(workspace, key).head
 
 
@@ -33,7 +34,7 @@ def k(*args: str):
 
 
 def test_remember_list_show_history(workspace: Path, home: Path) -> None:
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(WorkerSettings()) as store:
         session = store.create_session(workspace)
         with store.acquire_lease(session.id, workspace) as lease:
             lease.replay()
