@@ -20,8 +20,8 @@ sentences with fewer than two content words,
 pure conversation (only words like "thanks", "sure", "noted"), sentences
 over `MAX_CANDIDATE_CHARS`, and statements *superseded* later in the source
 (`superseded`): a later statement that gives the same subject another value,
-or retires the value ("from `a` to `b`", "renamed `a` to `b`"); see
-`supersedes`. Duplicates
+or retires the value ("from `a` to `b`", "renamed `a` to `b`"), or says it
+changes a named place or thing (`renamed_place`); see `supersedes`. Duplicates
 (once normalized) are kept once, first occurrence.
 
 For facts (Knowledge) also dropped:
@@ -34,8 +34,10 @@ For facts (Knowledge) also dropped:
 - episodic state (`episodic`): the state of the moment ("is stuck", "right
   now", "since Monday", "fixed"), debugging steps and hypotheses ("Try ...",
   "I think ...", "Possibly ..."), sentences that lean on the context (they
-  open with "It", "This", "That", "They", ..., or say "for that", "on it",
-  "that time", "this error"), and a short plan of the speaker's (at most 6 words)
+  open with "It", "This", "That", "They", ..., a greeting before a comma
+  aside, with no clause of their own after ", so", ", and", ... that opens
+  with "I", "we", "our", ...; or say "for that", "on it", "that time",
+  "this error"), and a short plan of the speaker's (at most 6 words)
   that names nothing ("OK, I'll close the ticket.");
 - sentences of fewer than two *substantive* words (content words that are
   neither small talk nor negations: "Not yet.", "Right, not 1%.").
@@ -195,12 +197,39 @@ def speaker_names(events: Sequence[Event]) -> frozenset[str]:
     return frozenset(n for e in events if e.kind in SAID_KINDS for s in sentences(event_body(e)) for n in vocatives(s))
 
 
-def episodic(sentence: str, *, answers: bool = False) -> bool:
+def addressed(sentence: str, names: frozenset[str] = frozenset()) -> str:
+    """`sentence` without what opens it before its first comma when that is a greeting, an interjection or a
+    vocative alone (`faithfulness.interjection`; not a yes or no, which answers): "that dinner was the best!" of
+    "Hey Sam, that dinner was the best!"; else `sentence`."""
+    head, comma, rest = sentence.partition(", ")
+    if not comma or not rest or _YES_NO.match(head) or negated(head):
+        return sentence
+    return rest if interjection(head + "!", names) else sentence
+
+
+def leans(sentence: str, names: frozenset[str] = frozenset()) -> bool:
+    """True when `sentence`, a greeting or interjection before it set aside (`addressed`), opens with a word that
+    points into its context ("It", "They", "That", ...) and has no clause of its own after it (`own_clause`)."""
+    return bool(_LEANS.match(addressed(sentence, names))) and not own_clause(sentence)
+
+
+_CLAUSE = re.compile(r"(?:,\s+(?:so|and|but)|;)\s+(?=(?:i|we|you|my|our|your)\b)", re.IGNORECASE)
+
+
+def own_clause(sentence: str) -> bool:
+    """True when `sentence` has a clause after ", so", ", and", ", but" or ";" that opens with a speaker ("I", "we",
+    "our", ...) and is no plan of theirs ("I'll ...", `_PLAN`): it says something on its own even when it opens
+    leaning on its context ("They closed the pool, so we swim at the Northside Centre now.")."""
+    return any(not _PLAN.match(sentence[m.end():]) for m in _CLAUSE.finditer(sentence))
+
+
+def episodic(sentence: str, *, answers: bool = False, names: frozenset[str] = frozenset()) -> bool:
     """True when `sentence` is state of the moment, a debugging step or hypothesis, a short plan of the speaker's
-    that names nothing (at most 6 words), or leans on its context (opening with "It", "They", ...; not when it
-    `answers` a question it is kept with, which says what "it" is); see the module docstring."""
+    that names nothing (at most 6 words), or leans on its context (`leans`: opening with "It", "They", ..., a
+    greeting before it aside; not when it `answers` a question it is kept with, which says what "it" is); see the
+    module docstring."""
     plan = bool(_PLAN.match(sentence)) and not key_names(sentence) and len(sentence.split()) <= PLAN_WORDS
-    return bool(_EPISODIC.search(sentence)) or plan or (not answers and bool(_LEANS.match(sentence)))
+    return bool(_EPISODIC.search(sentence)) or plan or (not answers and leans(sentence, names))
 
 
 _VALUE = re.compile(r"\d|v\d|.*:\d", re.IGNORECASE)  # a number, a version ("v2"), a tag or port ("python:3.12")
@@ -287,7 +316,8 @@ def supersedes(later: str, earlier: str) -> bool:
     "switched the formatter from black to ruff"); or both give
     one identifier a value (`settings`) and `earlier`'s is not among `later`'s; or, when one of them names no
     identifier, they are about the same subject (`same_subject`) and `later` states a value `earlier` does not (when
-    it also repeats `earlier`'s, "25 percent; 30 was too wet", it holds all `earlier` says)."""
+    it also repeats `earlier`'s, "25 percent; 30 was too wet", it holds all `earlier` says) or changes a place or
+    thing `earlier` names (`renamed_place`)."""
     old, new = values(earlier), values(later)
     if (old | content_words(earlier)) & retired(later):
         return True
@@ -297,7 +327,24 @@ def supersedes(later: str, earlier: str) -> bool:
         return any(mine[name] - theirs[name] for name in shared)
     if subjects(earlier) and subjects(later):
         return False
-    return bool(new - old) and same_subject(earlier, later)
+    return bool(new - old) and same_subject(earlier, later) or renamed_place(later, earlier)
+
+
+_NOT_NOW = re.compile(r"\bnot now\b", re.IGNORECASE)
+
+
+def renamed_place(later: str, earlier: str) -> bool:
+    """True when neither names an identifier or states a value (`subjects`, `values`: a file, a number, a code
+    span; those are the settings' rules), `earlier` names a place or thing (`proper_names`), and `later` says it
+    changes something (`_CHANGE`: "now", "moved", "switched", ...; not "not now"), names a place or thing `earlier`
+    does not (a word of it anywhere in `earlier`), and shares a word of what it is about with `earlier` (their
+    substantive words, names aside): "We left the library and now meet at Kettle Cafe." after "Our book club meets
+    at the Elm Street library."."""
+    if any(subjects(s) or values(s) for s in (earlier, later)) or not _CHANGE.search(_NOT_NOW.sub("", later)):
+        return False
+    old, new = proper_names(earlier), proper_names(later)
+    return bool(old) and bool(new - set(words(earlier))) \
+        and bool((substance(earlier) - old) & (substance(later) - new))
 
 
 def superseded(statements: Sequence[str]) -> set[int]:
@@ -364,7 +411,7 @@ def candidates(events: Sequence[Event], *, facts: bool) -> list[Candidate]:
             elif len(content_words(sentence) - vocatives(sentence, names)) < 2 or chatter(sentence, names):
                 continue
             if facts and (_PROPOSAL.search(sentence) or (index, sentence) in rejected
-                          or episodic(sentence, answers=question is not None)
+                          or episodic(sentence, answers=question is not None, names=names)
                           or (question is None and (len(substance(sentence, names)) < 2 or remark(sentence)))):
                 continue
             seen.add(norm)
@@ -432,7 +479,7 @@ def proper_names(statement: str) -> set[str]:
     return found - vocatives(statement)
 
 
-_CHANGE = re.compile(r"\b(?:instead|rather than|switch|switched|renamed?|replaced?|changes? to|changed to|now|"
+_CHANGE = re.compile(r"\b(?:instead|rather than|switch|switched|renamed?|replaced?|moved|changes? to|changed to|now|"
                      r"raise[sd]?|lower(?:s|ed)?|from \S+ to)\b", re.IGNORECASE)
 
 

@@ -251,3 +251,47 @@ def test_a_casual_conversation_keeps_what_was_told_not_greetings_vocatives_remar
     # "No way!" is surprise, not a rejection of the move; "She ..." leans on who she is; a greeting answers nothing.
     assert contents == ["The climbing gym on Elm Road opens at seven.", "I'm moving to Porto in June."]
     assert [c.key for c in found] == ["climbing-gym-elm", "porto"]
+
+
+def test_a_change_of_a_named_place_in_other_words_supersedes_the_earlier_statement(
+    store: MemoryStore, workspace: Path
+) -> None:
+    """A later statement that says it changes something ("now", "moved", "switched", ...) about the same subject as
+    an earlier one (a word of what it is about in common) and names a place or thing the earlier did not replaces
+    it: in the same Session before anything is stored, and in a later Session as a new version of its key. A
+    statement that merely names the same place again, changing nothing, replaces nothing."""
+    found = _distill(store, workspace, _chat(
+        "Our book club meets at the Elm Street library on Mondays.", "Nice.",
+        "We left the library and now meet at Kettle Cafe on Wednesdays.", "Good to know.",
+    ))
+    assert [c.content for c in found] == ["We left the library and now meet at Kettle Cafe on Wednesdays."]
+    first = _distill(store, workspace, _chat("I booked the cabin at Birch Lake for the second week of August.",
+                                             "Great.", "We buy our bread at the Harbor Market.", "Yum."))
+    for c in first:
+        store.remember(workspace, c.key, c.content, confidence=c.confidence)
+    known = store.recall(workspace).entries
+    later = _distill(store, workspace, _chat(
+        "They double-booked it, so I moved our booking to Cedar Ridge, same week.", "Fine by me.",
+        "We met Ines at the Harbor Market on Sunday.", "Fun.",
+    ), knowledge=known)
+    cabin = next(c for c in first if "Birch Lake" in c.content)
+    assert [(c.key, c.content) for c in later] == [
+        (cabin.key, "They double-booked it, so I moved our booking to Cedar Ridge, same week."),  # a new version
+        (later[1].key, "We met Ines at the Harbor Market on Sunday.")]
+    assert later[1].key != next(c.key for c in first if "bread" in c.content)  # names the market, changes nothing
+
+
+def test_what_leans_on_the_context_behind_a_greeting_or_a_first_clause_is_judged_by_what_stands_alone(
+    store: MemoryStore, workspace: Path
+) -> None:
+    """A greeting or an interjection before a comma is set aside before asking whether a sentence leans on its
+    context ("Hey Sam, that dinner was the best!" leans on "that"); a sentence that opens leaning but ends in a
+    clause of its own ("..., so we swim at the Northside Centre now.") says something on its own."""
+    found = _distill(store, workspace, _chat(
+        "Hey Sam, that dinner was the best!", "It really was.",
+        "They closed the pool for repairs, so we swim at the Northside Centre now.", "Good call.",
+        "Wow, the Northside Centre has a sauna too.", "Nice.",
+        "It rained all day, and it was cold.", "Brr.",
+    ))
+    assert [c.content for c in found] == ["They closed the pool for repairs, so we swim at the Northside Centre now.",
+                                          "Wow, the Northside Centre has a sauna too."]
