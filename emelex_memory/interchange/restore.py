@@ -413,7 +413,7 @@ def restore_entry(conn: apsw.Connection, found: WorkspaceIdentity, entry: Export
     """Inside a write transaction: write exported Knowledge `entry` into the workspace `found`; return True when
     written, False when the workspace already held it exactly.
 
-    Raises `ImportConflictError` when the workspace holds the key with other versions or pin, or a version's
+    Raises `ImportConflictError` when the workspace holds the key with other versions, dates or pin, or a version's
     provenance names a Session of this store whose events no longer match its digest.
     """
     _check_entry(entry)
@@ -427,8 +427,8 @@ def restore_entry(conn: apsw.Connection, found: WorkspaceIdentity, entry: Export
                 and here == [_as_row(v, h[-1]) for v, h in zip(entry.versions, here)]:
             return False
         raise ImportConflictError(
-            f"Knowledge {entry.key!r} of {found.path} differs here from the exported entry (other versions or pin); "
-            "it was left as it is here"
+            f"Knowledge {entry.key!r} of {found.path} differs here from the exported entry (other versions, dates or "
+            "pin); it was left as it is here"
         )
     entry_id = conn.execute(
         "INSERT INTO knowledge (workspace_id, key, head_version, tombstoned_at, pinned, created_at, updated_at, "

@@ -307,7 +307,8 @@ def test_when_a_statement_was_said_survives_an_export_and_an_altered_date_is_ref
             return obj
 
         report = import_export(fresh, str(rewritten(path, tmp_path, redated)))
-        assert report.refused_count == 1 and "differs here" in report.refused[0]
+        assert report.refused_count == 1 and "differs here from the exported entry (other versions, dates or pin)" \
+            in report.refused[0]
         assert fresh.get_knowledge(workspace, "ferry").head.said_at == said
 
     def dated(value):
