@@ -69,7 +69,7 @@ def test_said_at_is_immutable(store, workspace, db_path):
 
 def test_the_migration_dates_existing_versions_by_their_source_or_their_writing(tmp_path: Path) -> None:
     conn = apsw.Connection(str(tmp_path / "old.sqlite3"))
-    step = next(i for i, m in enumerate(MIGRATIONS) if m.name == "m020_knowledge_said_at")
+    step = next(i for i, m in enumerate(MIGRATIONS) if m.name == "m021_knowledge_said_at")
     migrate(conn, MIGRATIONS[:step])
     with conn:
         conn.execute("INSERT INTO workspaces (path, device, inode, created_at) VALUES ('/w', 1, 2, 0)")
