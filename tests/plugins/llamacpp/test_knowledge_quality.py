@@ -10,7 +10,7 @@ from pathlib import Path
 from emelex_llamacpp import extractive, prompts
 from emelex_memory import KnowledgeCandidate, MemoryStore, NewEvent
 from emelex_workers import faithfulness as fx
-from emelex_workers.faithfulness.guards import guard_candidates
+from emelex_workers.faithfulness.guards import guard_candidates, machinery
 from emelex_workers.plugin_api import DistillRequest, event_body
 
 from .test_llamacpp_extractive import ScriptedBinding, store_input
@@ -231,6 +231,9 @@ def test_the_guard_rejects_tool_call_json_whole_cut_off_or_as_an_answer(store: M
     result = guard_candidates(proposals, events=events)
     assert [c.key for c in result.candidates] == ["port"]
     assert result.rejected["rejected_machinery"] == 2
+    # The JSON answer alone marks it, whoever said it: even where nothing was left out as relayed or unanswering.
+    said = [event_body(e) for e in events]
+    assert machinery(proposals[1].content, said, [], kept=None)
 
 
 CASUAL = _chat(
