@@ -178,6 +178,24 @@ def _seed(store: MemoryStore, root: Path, conv: dict[str, Any], budget, shared: 
     return session.id, workspace
 
 
+def work_all(store: MemoryStore, settings: WorkerSettings, clock, offset: list[float]) -> float:
+    """Run the worker until no compaction or distill job is pending, moving the store's clock (`offset[0]`) past each
+    retry deadline instead of waiting for it; the seconds it took."""
+    started = time.perf_counter()
+    worker = Worker(store, settings)
+    try:
+        while True:
+            worker.run()
+            pending = [j for k in ("compaction", "distill")
+                       for j in store.list_jobs(state="pending", kind=k, limit=1000).jobs]
+            if not pending:
+                break
+            offset[0] += max(j.due_at for j in pending) - clock() + 1
+    finally:
+        worker.close()
+    return time.perf_counter() - started
+
+
 def run_pipeline(convs: list[dict[str, Any]], overrides: dict[str, str], *, shared: bool = False
                  ) -> tuple[list[Outcome], dict[str, Any]]:
     """Run compaction and distillation of every conversation through the worker, each in its own workspace (or the
@@ -198,20 +216,8 @@ def run_pipeline(convs: list[dict[str, Any]], overrides: dict[str, str], *, shar
         pm = get_plugin_manager(settings)
         examples = (choose(summarizers(pm), settings.summarizer, "summarizer").component,
                     choose(distillers(pm), settings.distiller, "distiller").component)
-        started = time.perf_counter()
         with MemoryStore.open(settings, clock=clock) as store:
-            worker = Worker(store, settings)
-            try:
-                while True:
-                    worker.run()
-                    pending = [j for k in ("compaction", "distill")
-                               for j in store.list_jobs(state="pending", kind=k, limit=1000).jobs]
-                    if not pending:
-                        break
-                    offset[0] += max(j.due_at for j in pending) - clock() + 1
-            finally:
-                worker.close()
-            seconds = time.perf_counter() - started
+            seconds = work_all(store, settings, clock, offset)
             outcomes = []
             for conv, session_id, workspace in seeded:
                 out = Outcome(conv)
@@ -424,8 +430,8 @@ def classify(content: str, labels: list[dict[str, Any]], superseded: set[str]) -
             kinds.add("standalone")
         else:
             kinds.add(kind)
-    return next(k for k in ("superseded", "proposal_alone", "noise", "episodic", "fragment", "standalone")
-                if k in kinds)
+    return next(k for k in ("superseded", "proposal_alone", "request", "noise", "episodic", "question", "fragment",
+                            "standalone") if k in kinds)
 
 
 def confidence_split(judged: list[tuple[float, bool]]) -> dict[str, Any]:
@@ -514,6 +520,319 @@ def shared_scores(outcomes: list[Outcome], run: dict[str, Any]) -> dict[str, Any
             "seconds": run["seconds"]}
 
 
+# -- the chat and casual sets (each in a tuned and an untuned half) ---------------------------------------------
+
+SETS = ("chat", "casual")
+HALVES = ("tuned", "untuned")
+SET_TARGETS = ("set_standalone_share", "set_noise_answers", "set_relayed", "set_superseded", "set_recall",
+               "set_undated", "set_readable_keys", "set_decisions_missed")
+TARGETS.update({"set_standalone_share": (">=", 0.85), "set_noise_answers": ("<=", 0), "set_relayed": ("<=", 0),
+                "set_superseded": ("<=", 0), "set_recall": (">=", 0.9), "set_undated": ("<=", 0),
+                "set_readable_keys": (">=", 0.8), "set_decisions_missed": ("<=", 0)})
+
+
+def _date(text: str) -> float:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+@dataclass
+class SetOutcome:
+    """What the pipeline made of one Session of a set: its Summary, the workspace's entries after its distillation
+    (key, content, confidence, said_at), the texts of its machinery events (tool calls and results, context notes),
+    what was said (user and assistant texts) and its source tokens."""
+
+    conv: dict[str, Any]
+    summary: str | None = None
+    entries: list[tuple[str, str, float, float | None]] = field(default_factory=list)
+    history: dict[str, list[str | None]] = field(default_factory=dict)
+    machinery: list[str] = field(default_factory=list)
+    said: list[str] = field(default_factory=list)
+    tokens: int = 0
+
+
+def _approve_lines(lines: list[str]) -> list[tuple[str, bool]]:
+    """The chat lines typed as turns, each with whether the line after it ("y") approves its calls."""
+    out: list[tuple[str, bool]] = []
+    for line in lines:
+        if line == "y" and out:
+            out[-1] = (out[-1][0], True)
+        else:
+            out.append((line, False))
+    return out
+
+
+def _chat_session(store: MemoryStore, settings: WorkerSettings, workspace: Path, conv: dict[str, Any], installed) -> str:
+    """One chat Session as `emelex chat` builds it (system prompt, context sources, tools, protocol), on the
+    default model; each line typed in order; its calls approved when the next line is "y"."""
+    import asyncio
+
+    from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
+    from emelex_workers.agent.recall import RECALL_SOURCE, recall_budget, recall_source
+    from emelex_workers.agent.tools import registered_tools
+    from emelex_workers.cli.chat import CONTEXT, CONTEXT_SOURCES, SYSTEM_PROMPT
+    from emelex_workers.host.manager import bind_model
+
+    for name, text in conv["files"].items():
+        path = workspace / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    pm = get_plugin_manager(settings)
+    tools = registered_tools(pm)
+    _, binding = bind_model(pm, installed, settings)
+    try:
+        snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
+                                  model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT,
+                                  context=CONTEXT + (RECALL_SOURCE,))
+        sources = {**CONTEXT_SOURCES, RECALL_SOURCE: recall_source(recall_budget(settings, snapshot.context_size))}
+
+        async def main() -> str:
+            agent = await DurableAgentSession.create(store, workspace, binding, tools, snapshot, model=installed,
+                                                     context_sources=sources, title=conv["id"])
+            for line, approved in _approve_lines(conv["turns"]):
+                await agent.turn(line, approve=lambda _call, _tool, ok=approved: "approve" if ok else "deny")
+            await agent.close()
+            return agent.session_id
+
+        return asyncio.run(main())
+    finally:
+        binding.close()
+
+
+def _casual_session(store: MemoryStore, workspace: Path, conv: dict[str, Any]) -> str:
+    session = store.create_session(workspace, title=conv["id"])
+    with store.acquire_lease(session.id, workspace) as lease:
+        list(lease.replay_all())
+        for first, second in conv["turns"]:
+            lease.append_turn([NewEvent("user", {"text": first}), NewEvent("assistant", {"text": second})])
+        store.finish_session(lease)
+    return session.id
+
+
+def run_set(name: str, convs: list[dict[str, Any]], overrides: dict[str, str]) -> tuple[list[SetOutcome], float]:
+    """Every Session of the set `name` in date order, on its date (the store's clock), in its workspace; after each,
+    compaction of the whole Session is queued and the worker runs every job, so the next Session of the workspace
+    is distilled against (and, for a chat, recalls) what the earlier ones saved. Returns the outcomes in date order
+    and the worker's seconds."""
+    offset = [0.0]
+
+    def clock() -> float:
+        return time.time() + offset[0]
+
+    outcomes: list[SetOutcome] = []
+    seconds = 0.0
+    with tempfile.TemporaryDirectory(prefix=f"emelex-bench-quality-{name}-") as tmp:
+        root = Path(tmp)
+        settings = WorkerSettings(home=root / "home", plugins_autoload=False, **overrides)
+        installed = ModelManager(settings).install_default(link=True)
+        with default_model_budget(settings) as budget, MemoryStore.open(settings, clock=clock) as store:
+            for conv in sorted(convs, key=lambda c: _date(c["date"])):
+                offset[0] = _date(conv["date"]) - time.time()
+                workspace = root / "workspaces" / conv["workspace"]
+                workspace.mkdir(parents=True, exist_ok=True)
+                if name == "chat":
+                    session_id = _chat_session(store, settings, workspace, conv, installed)
+                else:
+                    session_id = _casual_session(store, workspace, conv)
+                events = list(store.replay(session_id, limit=1000).events)  # before compaction replaces them
+                queued = store.queue_compaction(session_id, context_window=budget.context_window,
+                                                count_tokens=budget.count_tokens,
+                                                policy=CompactionPolicy(preserve_turns=0), force=True)
+                seconds += work_all(store, settings, clock, offset)
+                out = SetOutcome(conv)
+                raw = store.replay(session_id, limit=1000).events
+                first = raw[0] if raw else None
+                out.summary = first.payload["text"] if first is not None and first.kind == "summary" else None
+                if queued.job is None:
+                    out.summary = None
+                out.said = [e.payload.get("text", "") for e in events if e.kind in ("user", "assistant")]
+                out.machinery = [e.payload.get("text") or json.dumps(e.payload) for e in events
+                                 if e.kind in ("tool_calls", "tool_result", "context")]
+                out.machinery += [e.payload.get("output", "") for e in events if e.kind == "tool_result"]
+                out.tokens = sum(budget.count_tokens(e) for e in events if e.kind in ("user", "assistant"))
+                out.entries = [(e.key, e.content, e.confidence, getattr(e.head, "said_at", None))
+                               for e in store.recall(workspace, limit=1000).entries]
+                out.history = _history(store, workspace)
+                outcomes.append(out)
+    return outcomes, seconds
+
+
+def _label_key(content: str) -> str:
+    return re.sub(r"^[^:]{1,80}: ", "", _plain(content).rstrip("."))
+
+
+def relayed(content: str, machinery: list[str]) -> bool:
+    """True when the entry's text (a Q/A entry's answer), or what follows its first ": " (a quoted tool output's
+    label), occurs in a tool call, a tool result or a context note of its workspace (plain string tests)."""
+    _question, answer = _qa(content)
+    body = _plain(answer).rstrip(".")
+    texts = [_plain(t) for t in machinery]
+    return any(part and len(part) >= 8 and any(part in t for t in texts) for part in {body, _label_key(answer)})
+
+
+def set_scores(outcomes: list[SetOutcome], half: str) -> dict[str, Any]:
+    """The figures of one half of a set: every workspace's entries after its last Session, classified by the labels
+    of all its Sessions (see the module docstring)."""
+    chosen = [o for o in outcomes if o.conv["half"] == half]
+    groups: dict[str, list[SetOutcome]] = {}
+    for o in chosen:
+        groups.setdefault(o.conv["workspace"], []).append(o)
+    kinds: Counter[str] = Counter()
+    judged: list[tuple[float, bool]] = []
+    shown: list[dict[str, Any]] = []
+    facts = recovered = readable = noise_answers = relayed_n = undated = 0
+    stable = changed = 0
+    tokens = sum(o.tokens for o in chosen)
+    for group in groups.values():
+        last = group[-1]
+        labels = [dict(lab, kind="fact" if lab["kind"] == "plan" else lab["kind"]) for o in group
+                  for lab in o.conv["labels"]]
+        later = {_plain(s["said"]) for o in group for s in o.conv.get("supersedes", [])}
+        machinery = [t for o in group for t in o.machinery]
+        dates = [(_date(o.conv["date"]), o) for o in group]
+        for key, content, conf, said_at in last.entries:
+            kind = classify(content, labels, later)
+            question, answer = _qa(content)
+            answer_labels = [lab for lab in labels if _said(lab) == _plain(answer).rstrip(".")]
+            if kind == "unlabelled" and relayed(content, machinery):
+                kind = "relayed"
+            if any(lab["kind"] == "request" for lab in answer_labels):
+                kind = "request"
+            if question is not None and any(lab["kind"] == "noise" for lab in answer_labels):
+                noise_answers += 1
+            relayed_n += kind in ("relayed", "request")
+            session_day = [d for d, o in dates if said_at is not None and 0 <= said_at - d < 6 * 3600]
+            undated += not session_day
+            kinds[kind] += 1
+            judged.append((conf, kind == "standalone"))
+            shown.append({"key": key, "content": content, "confidence": conf, "kind": kind,
+                          "said_at": said_at})
+        contents = {key: content for key, content, _c, _s in last.entries}
+        for o in group:
+            for f in o.conv["facts"]:
+                if any(all(has_term(t, s) for t in f["terms"]) for s in later):
+                    continue
+                facts += 1
+                keys = [k for k, c in contents.items() if all(has_term(t, c) for t in f["terms"])]
+                recovered += bool(keys)
+                words = {w.lower() for w in f["key_words"]}
+                readable += any(set(k.split("-")) & words for k in keys)
+        for s in later:  # a changed fact: the key that held the old statement now holds the new one
+            holders = [k for k, versions in last.history.items()
+                       if any(v is not None and s.rstrip(".") in _plain(v) for v in versions)]
+            for k in holders:
+                changed += 1
+                stable += contents.get(k) is not None and s.rstrip(".") not in _plain(contents[k])
+    entries = sum(kinds.values())
+    rows = [{"id": o.conv["id"], "summary": o.summary,
+             "decision_kept": o.summary is not None and all(has_term(t, o.summary) for t in o.conv["decision"])}
+            for o in chosen]
+    return {"sessions": len(chosen), "workspaces": len(groups), "entries": entries,
+            "kinds": dict(kinds), "standalone_share": kinds["standalone"] / max(1, entries),
+            "noise_answers": noise_answers, "relayed": relayed_n, "superseded": kinds["superseded"],
+            "facts": facts, "recovered": recovered, "recall": recovered / max(1, facts),
+            "readable_keys": readable / max(1, recovered), "readable": readable, "undated": undated,
+            "per_kilotoken": 1000 * entries / max(1, tokens), "tokens": tokens,
+            "per_session": entries / max(1, len(chosen)), "changed_keys": changed, "stable_keys": stable,
+            "decisions_missed": sum(not r["decision_kept"] for r in rows), "rows": rows,
+            "confidence": confidence_split(judged), "entry_kinds": shown}
+
+
+def set_checks(fig: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """The targets of the sets' untuned halves (the tuned halves are reported, not judged)."""
+    out = []
+    for name in [n for n in SETS if n in fig.get("sets", {})]:
+        s = fig["sets"][name]["untuned"]
+        out += [("set_standalone_share", f"{name} (untuned): standalone durable facts, share of entries",
+                 round(s["standalone_share"], 3)),
+                ("set_noise_answers", f"{name} (untuned): greetings or interjections as answers", s["noise_answers"]),
+                ("set_relayed", f"{name} (untuned): requests or relayed tool output", s["relayed"]),
+                ("set_superseded", f"{name} (untuned): superseded values stated as current", s["superseded"]),
+                ("set_recall", f"{name} (untuned): key-fact recall", round(s["recall"], 3)),
+                ("set_undated", f"{name} (untuned): entries not dated by their source Session", s["undated"]),
+                ("set_readable_keys", f"{name} (untuned): readable keys of the key facts recovered",
+                 round(s["readable_keys"], 3)),
+                ("set_decisions_missed", f"{name} (untuned): Summaries missing the main decision",
+                 s["decisions_missed"])]
+    return out
+
+
+def sets_report(fig: dict[str, Any], check: dict[str, str]) -> list[str]:
+    """The lines of the chat and casual sets: both halves side by side, the untuned half judged."""
+    lines: list[str] = []
+    for name in [n for n in SETS if n in fig.get("sets", {})]:
+        halves = fig["sets"][name]
+        t, u = halves["tuned"], halves["untuned"]
+        check = {target: target_text(target, value) for target, what, value in set_checks(fig)
+                 if what.startswith(f"{name} ")}
+
+        def row(what: str, figure, target: str = "") -> str:
+            return f"| {what} | {figure(t)} | {figure(u)} | {target} |"
+
+        lines += [
+            "",
+            f"{name.capitalize()} set: `benchmarks/quality/{name}.json` ({SET_ABOUT[name]}), written and labelled "
+            "before any run and split into halves before any result was seen; rules were tuned on the tuned half "
+            f"only. Targets apply to the untuned half. Worker time {halves['seconds']:.0f} s.",
+            "",
+            "| figure | tuned half | untuned half | target (untuned) |",
+            "| --- | --- | --- | --- |",
+            row("Sessions (workspaces)", lambda s: f"{s['sessions']} ({s['workspaces']})"),
+            row("Knowledge entries", lambda s: s["entries"]),
+            row("entries per Session / per 1,000 tokens said", lambda s: f"{s['per_session']:.1f} / "
+                f"{s['per_kilotoken']:.1f}"),
+            row("standalone durable facts", lambda s: f"{s['kinds'].get('standalone', 0)} "
+                f"({s['standalone_share']:.2f})", check["set_standalone_share"]),
+            row("greetings or interjections as answers", lambda s: s["noise_answers"], check["set_noise_answers"]),
+            row("requests or relayed tool output", lambda s: s["relayed"], check["set_relayed"]),
+            row("superseded values stated as current", lambda s: s["superseded"], check["set_superseded"]),
+            row("noise / episodic / fragment / unlabelled entries", lambda s: " / ".join(
+                str(s["kinds"].get(k, 0)) for k in ("noise", "episodic", "fragment", "unlabelled"))),
+            row("key facts recovered (recall)", lambda s: f"{s['recovered']} of {s['facts']} ({s['recall']:.2f})",
+                check["set_recall"]),
+            row("readable keys: recovered key facts whose key holds a labelled subject word",
+                lambda s: f"{s['readable']} of {s['recovered']} ({s['readable_keys']:.2f})",
+                check["set_readable_keys"]),
+            row("changed facts whose key now holds the new value (of keys that held the old)",
+                lambda s: f"{s['stable_keys']} of {s['changed_keys']}"),
+            row("entries not dated by their source Session", lambda s: s["undated"], check["set_undated"]),
+            row("standalone share at or above the median confidence / below it", lambda s: _split_text(
+                s["confidence"])),
+            row("Summaries missing the main decision", lambda s: f"{s['decisions_missed']} of {s['sessions']}",
+                check["set_decisions_missed"]),
+        ]
+    return lines
+
+
+def _split_text(c: dict[str, Any]) -> str:
+    high = "n/a" if c["high"] is None else f"{c['high']:.2f}"
+    low = "n/a" if c["low"] is None else f"{c['low']:.2f}"
+    return f"{high} / {low}"
+
+
+SET_ABOUT = {
+    "chat": "chat Sessions built through the durable adapter as `emelex chat` builds them, on the default model, "
+            "with tool rounds, requests and small talk",
+    "casual": "multi-Session conversations between two people: greetings, vocatives, small talk, plans, facts "
+              "that change",
+}
+
+
+def measure_sets(names: list[str], overrides: dict[str, str], halves: tuple[str, ...] = HALVES) -> dict[str, Any]:
+    """Run each set (only the Sessions of `halves`) and score both halves."""
+    out: dict[str, Any] = {}
+    for name in names:
+        outcomes, seconds = run_set(name, [c for c in _load(f"{name}.json") if c["half"] in halves], overrides)
+        for o in outcomes:
+            print(f"\n== {name} {o.conv['id']} ({o.conv['half']}): summary {o.summary!r}")
+        scores = {half: set_scores(outcomes, half) for half in HALVES}
+        for half, s in scores.items():
+            print(f"\n-- {name}, {half} half: entries")
+            for e in s["entry_kinds"]:
+                print(f"   [{e['confidence']:.2f}] {e['kind']:<11} {e['key']}: {e['content']}")
+        out[name] = {**scores, "seconds": seconds}
+    return out
+
+
 # -- the figures, the checks and the section: pure functions of the recorded figures -----------------------------
 
 
@@ -543,6 +862,7 @@ def checks(fig: dict[str, Any]) -> list[tuple[str, str, Any]]:
                 ("labelled_questionless", "labelled: question-less answers in Summaries", lab["questionless"]),
                 ("confidence_separates", "labelled: higher-confidence entries more often standalone facts",
                  lab["confidence"]["separates"])]
+    out += set_checks(fig)
     if fig.get("abstractive"):
         out.append(("invented_speaker_lines", "labelled, abstractive Summaries: invented speaker lines",
                     fig["abstractive"]["invented"]))
@@ -619,6 +939,8 @@ def render(fig: dict[str, Any]) -> str:
         lines += shared_report(fig["shared"], t["entries"], check)
     if fig.get("labelled"):
         lines += labelled_report(fig["labelled"], fig.get("abstractive"), check)
+    if fig.get("sets"):
+        lines += sets_report(fig, check)
     missed = misses(fig)
     lines += ["", "Result: every target met." if not missed else
               "Result: **targets missed**: " + "; ".join(missed) + "."]
@@ -710,6 +1032,9 @@ def measure(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     # slower; the thread count does not change what greedy decoding chooses.
     overrides = {"model_threads": "1", **dict(item.split("=", 1) for item in args.set)}
     data_file = "dev.json" if args.dev else "heldout.json"
+    if args.sets_only:
+        return {"title": args.title, "settings": ", ".join(f"`{k}={v}`" for k, v in overrides.items()),
+                "sets": measure_sets(args.sets_only.split(","), overrides, tuple(args.halves.split(",")))}
     convs = [c for c in _load(data_file) if not args.only or c["id"] in args.only]
     outcomes, run = run_pipeline(convs, overrides)
     rows = [score(o, run["examples"]) for o in outcomes]
@@ -732,6 +1057,8 @@ def measure(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         for o in abstractive:
             print(f"   abstractive summary {o.conv['id']}: {o.summary!r}")
         fig["abstractive"] = invented_speaker_lines(abstractive)
+    if not args.no_sets:
+        fig["sets"] = measure_sets(list(SETS), overrides)
     return fig
 
 
@@ -758,12 +1085,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     parser.add_argument("--no-shared", action="store_true", help="skip the shared-workspace run")
     parser.add_argument("--no-labelled", action="store_true", help="skip the labelled set")
+    parser.add_argument("--no-sets", action="store_true", help="skip the chat and casual sets")
+    parser.add_argument("--sets-only", metavar="NAMES", help="run only these sets (chat,casual), print, write nothing")
+    parser.add_argument("--halves", default="tuned,untuned", help="with --sets-only: the halves to run (tuning runs "
+                        "the tuned half alone)")
     parser.add_argument("--render", action="store_true", help="render the section from the figures it records; "
                         "run nothing")
     parser.add_argument("--section", default="quality", help="RESULTS.md section to write (default: quality)")
     parser.add_argument("--title", default="Quality", help="the section's heading (default: Quality)")
     args = parser.parse_args(argv)
-    write = not (args.dev or args.no_write or args.only)
+    write = not (args.dev or args.no_write or args.only or args.sets_only)
     if args.render:
         fig = recorded(args.section)
     else:
@@ -776,6 +1107,9 @@ def main(argv: list[str]) -> int:
             print(f"quality: skipped ({exc})")
             return 0
         fig = {"measured": datetime.date.today().isoformat(), **measure(args, argv)}
+    if "heldout" not in fig:  # --sets-only
+        print("\n".join(sets_report(fig, {n: target_text(n, v) for n, _w, v in set_checks(fig)})))
+        return 1 if any(not met(n, v) for n, _w, v in set_checks(fig)) else 0
     print("\n" + render(fig) + "\n")
     for name, what, value in checks(fig):
         print(f"{what}: {value}  target {target_text(name, value)}")

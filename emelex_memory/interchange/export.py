@@ -68,7 +68,7 @@ _ENTRIES = (
 )
 _VERSIONS = (
     "SELECT version, content, confidence, origin, source_session_uuid, source_first_seq, source_last_seq, "
-    "source_digest, created_at, client FROM knowledge_versions WHERE knowledge_id = ? ORDER BY version"
+    "source_digest, created_at, client, said_at FROM knowledge_versions WHERE knowledge_id = ? ORDER BY version"
 )
 
 
@@ -130,8 +130,8 @@ def _entries(conn: apsw.Connection) -> Iterator[ExportedEntry]:
                 continue
             versions = tuple(
                 ExportedVersion(v, content, conf, origin, None if s_uuid is None else (s_uuid, s_first, s_last, s_dig),
-                                made, client)
-                for v, content, conf, origin, s_uuid, s_first, s_last, s_dig, made, client
+                                made, client, said)
+                for v, content, conf, origin, s_uuid, s_first, s_last, s_dig, made, client, said
                 in conn.execute(_VERSIONS, (entry_id,))
             )
             yield ExportedEntry(path, key, bool(pinned), tombstoned, created, updated, versions)

@@ -159,6 +159,7 @@ class ExportedVersion:
     source: tuple[str, int, int, str] | None
     created_at: float
     client: str | None = None
+    said_at: float | None = None  # when its statement was said (None in an export made before it: created_at)
 
 
 @dataclass(frozen=True)

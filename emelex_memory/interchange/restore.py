@@ -350,14 +350,17 @@ def _link(conn: apsw.Connection, folder: AssetFolder, rowid: int, seq: int, even
 def _versions_here(conn: apsw.Connection, entry_id: int) -> list[tuple]:
     return conn.execute(
         "SELECT version, content, confidence, origin, source_session_uuid, source_first_seq, source_last_seq, "
-        "source_digest, created_at, client FROM knowledge_versions WHERE knowledge_id = ? ORDER BY version",
+        "source_digest, created_at, client, said_at FROM knowledge_versions WHERE knowledge_id = ? ORDER BY version",
         (entry_id,),
     ).fetchall()
 
 
-def _as_row(v: Any) -> tuple:
+def _as_row(v: Any, said_here: float | None) -> tuple:
+    """An exported version as `_versions_here` reads one; an export made before dates existed (no said_at) takes
+    the date the version has here."""
     src = v.source or (None, None, None, None)
-    return (v.version, v.content, v.confidence, v.origin, *src, v.created_at, v.client)
+    return (v.version, v.content, v.confidence, v.origin, *src, v.created_at, v.client,
+            said_here if v.said_at is None else v.said_at)
 
 
 ORIGINS = ("user", "distillation", "retention")
@@ -388,7 +391,7 @@ def _check_entry(entry: ExportedEntry) -> None:
                 raise refuse(f"version {v.version} has origin {v.origin!r}, not one of {', '.join(ORIGINS)}")
             if v.source is not None:
                 validate_source(KnowledgeSource(*v.source))
-            _check_times(refuse, v.created_at)
+            _check_times(refuse, v.created_at, *(() if v.said_at is None else (v.said_at,)))
         _check_times(refuse, entry.created_at, entry.updated_at, *(() if entry.tombstoned_at is None
                                                                    else (entry.tombstoned_at,)))
         if (entry.tombstoned_at is not None) != (entry.versions[-1].content is None):
@@ -410,7 +413,7 @@ def restore_entry(conn: apsw.Connection, found: WorkspaceIdentity, entry: Export
     """Inside a write transaction: write exported Knowledge `entry` into the workspace `found`; return True when
     written, False when the workspace already held it exactly.
 
-    Raises `ImportConflictError` when the workspace holds the key with other versions or pin, or a version's
+    Raises `ImportConflictError` when the workspace holds the key with other versions, dates or pin, or a version's
     provenance names a Session of this store whose events no longer match its digest.
     """
     _check_entry(entry)
@@ -419,12 +422,13 @@ def restore_entry(conn: apsw.Connection, found: WorkspaceIdentity, entry: Export
     row = conn.execute("SELECT id, pinned, tombstoned_at FROM knowledge WHERE workspace_id = ? AND key = ?",
                        (workspace_id, entry.key)).fetchone()
     if row is not None:
-        if [tuple(r) for r in _versions_here(conn, row[0])] == [_as_row(v) for v in entry.versions] \
-                and bool(row[1]) == entry.pinned:
+        here = [tuple(r) for r in _versions_here(conn, row[0])]
+        if len(here) == len(entry.versions) and bool(row[1]) == entry.pinned \
+                and here == [_as_row(v, h[-1]) for v, h in zip(entry.versions, here)]:
             return False
         raise ImportConflictError(
-            f"Knowledge {entry.key!r} of {found.path} differs here from the exported entry (other versions or pin); "
-            "it was left as it is here"
+            f"Knowledge {entry.key!r} of {found.path} differs here from the exported entry (other versions, dates or "
+            "pin); it was left as it is here"
         )
     entry_id = conn.execute(
         "INSERT INTO knowledge (workspace_id, key, head_version, tombstoned_at, pinned, created_at, updated_at, "
@@ -448,8 +452,9 @@ def restore_entry(conn: apsw.Connection, found: WorkspaceIdentity, entry: Export
         conn.execute(
             "INSERT INTO knowledge_versions (knowledge_id, version, tombstone, content, size, confidence, origin, "
             "source_session_id, source_session_uuid, source_first_seq, source_last_seq, source_digest, created_at, "
-            "client) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "client, said_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (entry_id, v.version, int(v.content is None), v.content, size, v.confidence, v.origin, src_rowid,
-             *(v.source or (None, None, None, None)), v.created_at, v.client),
+             *(v.source or (None, None, None, None)), v.created_at, v.client,
+             v.created_at if v.said_at is None else v.said_at),
         )
     return True

@@ -19,6 +19,7 @@ the job into smaller distill jobs covering the same events (see
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
@@ -55,7 +56,7 @@ from ..sessions.workspaces import WORKSPACE_COLUMNS, current_workspace, identity
 from ..core.database import Database
 from ..queue.jobs import job_by_rowid
 from ..queue.service import JobQueue
-from .versions import tombstone_version, upsert_version
+from .versions import event_times, tombstone_version, upsert_version
 from ..sessions.rows import range_bytes, session_rowid
 if TYPE_CHECKING:
     from ..queue.claim import JobClaim
@@ -70,12 +71,15 @@ DISTILL_RESERVE_TOKENS = 1024  # of a model's window: instructions, known Knowle
 
 @dataclass(frozen=True)
 class KnowledgeCandidate:
-    """One change a distiller proposes: upsert `key` with `content`, or retire it with `tombstone=True` (no content)."""
+    """One change a distiller proposes: upsert `key` with `content`, or retire it with `tombstone=True` (no content).
+    `said_at` is when the statement was said: the `created_at` of the source event it comes from, within the times
+    of the job's source events (None: the time of the source's last event)."""
 
     key: str
     content: str | None = None
     confidence: float = 1.0
     tombstone: bool = False
+    said_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,9 @@ def validate_candidates(candidates: object) -> tuple[KnowledgeCandidate, ...]:
                 raise InvalidKnowledgeError("a tombstone candidate carries no content")
             if not c.tombstone:
                 validate_content(c.content)
+            if c.said_at is not None and (isinstance(c.said_at, bool) or not isinstance(c.said_at, (int, float))
+                                          or not math.isfinite(c.said_at)):
+                raise InvalidKnowledgeError(f"said_at must be a time in seconds or None, got {c.said_at!r}")
         except InvalidKnowledgeError as exc:
             raise InvalidCandidateError(f"candidate {index} ({c.key!r}): {exc}; nothing applied") from None
         seen = unique.setdefault(c.key, c)
@@ -217,7 +224,11 @@ def _complete_distillation(ctx: CompletionContext, result: Any) -> dict[str, Any
     src = (ctx.session_rowid, source.session_id, source.first_seq, source.last_seq, source.digest)
     producer = producer_json(checked.producer)
     counts = {"candidates": len(candidates), "applied": 0, "unchanged": 0, "skipped_pinned": 0, "skipped_missing": 0}
+    first, last = event_times(conn, src) or (None, None)
     for c in candidates:
+        if c.said_at is not None and not first <= c.said_at <= last:
+            raise InvalidCandidateError(f"candidate {c.key!r} was said at {c.said_at}, outside the times of the job's "
+                                        f"source events ({first} to {last}); nothing applied")
         row = conn.execute(
             "SELECT id, head_version, tombstoned_at, pinned FROM knowledge WHERE workspace_id = ? AND key = ?",
             (scope, c.key),
@@ -232,7 +243,7 @@ def _complete_distillation(ctx: CompletionContext, result: Any) -> dict[str, Any
             counts["applied" if changed else "unchanged"] += 1
         else:
             version = upsert_version(
-                conn, scope, c.key, c.content, float(c.confidence), "distillation", src, store.db.clock(),
+                conn, scope, c.key, c.content, float(c.confidence), "distillation", src, store.db.clock(), c.said_at,
                 producer=producer,
             )
             counts["applied" if row is None or version.version > row[1] else "unchanged"] += 1

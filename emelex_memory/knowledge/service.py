@@ -113,7 +113,7 @@ class Knowledge:
                 raise KnowledgePinnedError(
                     f"Knowledge {key!r} is pinned: the user changes it (`emelex memory knowledge unpin` first)"
                 )
-            return upsert_version(conn, scope, key, content, confidence, "user", src, self._db.clock(), client)
+            return upsert_version(conn, scope, key, content, confidence, "user", src, self._db.clock(), client=client)
 
     def forget(self, workspace: WorkspaceLike, key: str, *, client: str | None = None) -> KnowledgeVersion:
         """Tombstone `key` in the caller's workspace; return the tombstone version.

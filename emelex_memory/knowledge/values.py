@@ -43,7 +43,9 @@ class KnowledgeSource:
 
 @dataclass(frozen=True)
 class KnowledgeVersion:
-    """One immutable version of an entry. A tombstone has no content and keeps the retired confidence and source."""
+    """One immutable version of an entry. A tombstone has no content and keeps the retired confidence, source and
+    `said_at`. `said_at` is when its statement was said: the time of the source event a distillation took it from
+    (else the last event of its provenance range), or, without provenance, when the version was written."""
 
     key: str
     version: int
@@ -53,6 +55,7 @@ class KnowledgeVersion:
     origin: str
     source: KnowledgeSource | None
     created_at: float
+    said_at: float
     client: str | None = None  # the program that wrote it through remember/forget (an MCP client), if it said
     producer: dict[str, str] | None = None  # the plugin whose distiller wrote it (`emelex_memory.core.producer`)
 
@@ -164,16 +167,17 @@ def validate_source(source: object) -> KnowledgeSource | None:
 
 VERSION_COLUMNS = (
     "v.version, v.content, v.confidence, v.tombstone, v.origin, v.source_session_uuid, v.source_first_seq, "
-    "v.source_last_seq, v.source_digest, v.source_session_id IS NULL, v.created_at, v.client, v.producer, v.size"
+    "v.source_last_seq, v.source_digest, v.source_session_id IS NULL, v.created_at, v.said_at, v.client, v.producer, "
+    "v.size"
 )
 
 
 def version_from_row(key: str, row: tuple) -> KnowledgeVersion:
     """Build a `KnowledgeVersion` from a row selected with `VERSION_COLUMNS`."""
-    version, content, confidence, tombstone, origin, s_uuid, s_first, s_last, s_digest, s_gone, created, client = row[:12]
+    version, content, confidence, tombstone, origin, s_uuid, s_first, s_last, s_digest, s_gone, created, said, client = row[:13]
     source = None if s_uuid is None else KnowledgeSource(s_uuid, s_first, s_last, s_digest, bool(s_gone))
-    return KnowledgeVersion(key, version, content, confidence, bool(tombstone), origin, source, created, client,
-                            producer_from(row[12]))
+    return KnowledgeVersion(key, version, content, confidence, bool(tombstone), origin, source, created, said, client,
+                            producer_from(row[13]))
 
 
 MAX_CLIENT_CHARS = 200

@@ -22,11 +22,13 @@ def upsert_version(
     origin: str,
     src: SourceColumns,
     now: float,
+    said_at: float | None = None,
     client: str | None = None,
     producer: str | None = None,
 ) -> KnowledgeVersion:
     """Inside a transaction: append an upsert version at `now` unless it would repeat the live head; return the head.
 
+    `said_at` is when its statement was said (None: the last event of the provenance range `src`, else `now`);
     `client` names the program that wrote it (an MCP client), None for Emelex's own callers; `producer` (stored
     JSON, `emelex_memory.core.producer`) the plugin whose distiller proposed it."""
     row = conn.execute(
@@ -52,7 +54,8 @@ def upsert_version(
             (version, now, entry_id),
         )
     size = len(key.encode("utf-8")) + len(content.encode("utf-8"))
-    _insert_version(conn, entry_id, version, content, size, confidence, origin, src, now, client, producer)
+    said = said_at if said_at is not None else source_time(conn, src, now)
+    _insert_version(conn, entry_id, version, content, size, confidence, origin, src, now, said, client, producer)
     return version_at(conn, entry_id, key, version)
 
 
@@ -65,8 +68,8 @@ def tombstone_version(
     entry_id, head, tombstoned_at, _pinned = row
     if tombstoned_at is not None:
         return version_at(conn, entry_id, key, head)
-    confidence, *src = conn.execute(
-        "SELECT confidence, source_session_id, source_session_uuid, source_first_seq, source_last_seq, "
+    confidence, said, *src = conn.execute(
+        "SELECT confidence, said_at, source_session_id, source_session_uuid, source_first_seq, source_last_seq, "
         "source_digest FROM knowledge_versions WHERE knowledge_id = ? AND version = ?",
         (entry_id, head),
     ).fetchone()
@@ -74,8 +77,8 @@ def tombstone_version(
         "UPDATE knowledge SET head_version = ?, tombstoned_at = ?, updated_at = ? WHERE id = ?",
         (head + 1, now, now, entry_id),
     )
-    _insert_version(conn, entry_id, head + 1, None, len(key.encode("utf-8")), confidence, origin, src, now, client,
-                    producer)
+    _insert_version(conn, entry_id, head + 1, None, len(key.encode("utf-8")), confidence, origin, src, now, said,
+                    client, producer)
     return version_at(conn, entry_id, key, head + 1)
 
 
@@ -89,15 +92,34 @@ def _insert_version(
     origin: str,
     src: SourceColumns,
     now: float,
+    said_at: float,
     client: str | None = None,
     producer: str | None = None,
 ) -> None:
     conn.execute(
         "INSERT INTO knowledge_versions (knowledge_id, version, tombstone, content, size, confidence, origin, "
         "source_session_id, source_session_uuid, source_first_seq, source_last_seq, source_digest, created_at, "
-        "client, producer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (entry_id, version, int(content is None), content, size, confidence, origin, *src, now, client, producer),
+        "said_at, client, producer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (entry_id, version, int(content is None), content, size, confidence, origin, *src, now, said_at, client,
+         producer),
     )
+
+
+def source_time(conn: apsw.Connection, src: SourceColumns, now: float) -> float:
+    """When the provenance `src` was said: the time of its last event (`now` without provenance)."""
+    if src[0] is None:
+        return now
+    row = conn.execute("SELECT created_at FROM events WHERE session_id = ? AND seq = ?", (src[0], src[3])).fetchone()
+    return now if row is None else row[0]
+
+
+def event_times(conn: apsw.Connection, src: SourceColumns) -> tuple[float, float] | None:
+    """The times of the first and the last event of the provenance `src` (None without provenance)."""
+    if src[0] is None:
+        return None
+    row = conn.execute("SELECT min(created_at), max(created_at) FROM events WHERE session_id = ? AND seq BETWEEN ? "
+                       "AND ?", (src[0], src[2], src[3])).fetchone()
+    return None if row[0] is None else (row[0], row[1])
 
 
 def version_at(conn: apsw.Connection, entry_id: int, key: str, version: int) -> KnowledgeVersion:

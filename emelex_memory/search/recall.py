@@ -7,11 +7,11 @@ frequencies in the workspace), so an unrelated first message, whose only matches
 but the pinned entries. Each note is taken while it fits the token budget (one that does not fit is skipped for
 smaller ones after it). Only live entries are read (no tombstone is ever selected), and an entry whose content is
 itself JSON (an object or array: raw tool-call output a distillation stored as a fact) is never selected. A note
-carries its date (a transcript turn's Session date; a Knowledge entry's source Session date, or the date its version
-was written) and a turn its Session's title. The selection's `payload()` names the query words searched for and
-each note, so a host that records it in the Session's transcript (the chat does, as a `context` event) can replay
-exactly what its model saw, without selecting again; `source_turns` gives the turn of each Knowledge note's source,
-read in the same read transaction.
+carries its date (a transcript turn's Session date; a Knowledge entry's `said_at`, when its statement was said) and a
+turn its Session's title. The selection's `payload()` names the query words searched for and each note, so a host that
+records it in the Session's transcript (the chat does, as a `context` event) can replay exactly what its model saw,
+without selecting again; `source_turns` gives the turn of each Knowledge note's source, read in the same read
+transaction.
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ class RecallSelection:
 
     Each note is a dict, as `payload()` records it: a Knowledge note has
     "kind" "knowledge", "key", "version", "content", "confidence",
-    "pinned", "date" and "source" (Session, seq range and digest, or None);
+    "pinned", "date" (the UTC date its statement was said, its version's
+    `said_at`) and "source" (Session, seq range and digest, or None);
     a transcript note has "kind" "session", "session" (its ID), "seq",
     "turn", "speaker" (the event's kind), "title", "date" and "content" (the
     turn's text, cut to 600 characters). `note_line` is how each is shown.
@@ -119,12 +120,6 @@ _PINNED_IDS = (
     "SELECT id FROM knowledge WHERE workspace_id = ? AND pinned = 1 AND tombstoned_at IS NULL "
     "ORDER BY updated_at DESC, id DESC LIMIT ?"
 )
-# Each entry's date: its source Session's creation, else its version's.
-_ENTRY_DATES = (
-    "SELECT k.id, coalesce(s.created_at, v.created_at) FROM knowledge k JOIN knowledge_versions v "
-    "ON v.knowledge_id = k.id AND v.version = k.head_version LEFT JOIN sessions s ON s.id = v.source_session_id "
-    "WHERE k.id IN (SELECT value FROM json_each(?))"
-)
 RankedHits = Callable[[apsw.Connection, int, list[str], int], list[tuple[Any, Any]]]
 
 
@@ -133,9 +128,8 @@ def _knowledge_notes(conn: apsw.Connection, ids: list[int], day: Callable[[float
     rows = conn.execute(f"SELECT {ENTRY_COLUMNS} {ENTRY_JOIN} WHERE k.id IN (SELECT value FROM json_each(?))",
                         (json.dumps(ids),))
     entries = {row[0]: entry_from_row(row) for row in rows}
-    dates = dict(conn.execute(_ENTRY_DATES, (json.dumps(ids),)).fetchall())
     return {i: {"kind": "knowledge", "key": e.key, "version": e.head.version, "content": e.content,
-                "confidence": e.confidence, "pinned": e.pinned, "date": day(dates[i]), "source": _source(e)}
+                "confidence": e.confidence, "pinned": e.pinned, "date": day(e.head.said_at), "source": _source(e)}
             for i, e in entries.items() if e.content is not None and not looks_like_tool_json(e.content)}
 
 

@@ -34,7 +34,7 @@ HIT_OVERHEAD = 256  # byte estimate of a hit's citation on top of its snippet
 _KNOWLEDGE_TEXTS = "SELECT id, c2 FROM knowledge_search_content WHERE id IN (SELECT value FROM json_each(?))"
 _EVENT_TEXTS = "SELECT id, c1 FROM event_search_content WHERE id IN (SELECT value FROM json_each(?))"
 _KNOWLEDGE_ROWS = (
-    "SELECT k.id, k.key, k.head_version, k.pinned, v.confidence, v.created_at FROM knowledge k "
+    "SELECT k.id, k.key, k.head_version, k.pinned, v.confidence, v.said_at FROM knowledge k "
     "JOIN knowledge_versions v ON v.knowledge_id = k.id AND v.version = k.head_version "
     "WHERE k.id IN (SELECT value FROM json_each(?))"
 )
@@ -61,7 +61,8 @@ class KnowledgeHit:
     `snippet` is a short extract of its key and content with the matched
     words in [brackets]; `score` is its rank (higher is better, comparable
     with every hit of the same search); `relevance` the share of the query's
-    weight its words hold (0..1); `date` the UTC date its version was written.
+    weight its words hold (0..1); `date` the UTC date its statement was said
+    (its version's `said_at`).
     """
 
     key: str
@@ -249,11 +250,11 @@ def hits_of(conn: apsw.Connection, scope: int, terms: list[str], ranked: list[Ra
     if by_table.get(KNOWLEDGE_TABLE):
         ids = json.dumps(by_table[KNOWLEDGE_TABLE])
         texts = dict(conn.execute(_KNOWLEDGE_TEXTS, (ids,)).fetchall())
-        for entry_id, key, version, pinned, confidence, created in conn.execute(_KNOWLEDGE_ROWS, (ids,)):
+        for entry_id, key, version, pinned, confidence, said in conn.execute(_KNOWLEDGE_ROWS, (ids,)):
             r = scores[(KNOWLEDGE_TABLE, entry_id)]
             built[(KNOWLEDGE_TABLE, entry_id)] = KnowledgeHit(
                 key, version, bool(pinned), confidence, tokens.snippet(texts[entry_id], wanted), r.score, r.relevance,
-                day(created))
+                day(said))
     if by_table.get(EVENTS):
         ids = json.dumps(by_table[EVENTS])
         texts = dict(conn.execute(_EVENT_TEXTS, (ids,)).fetchall())

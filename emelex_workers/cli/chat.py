@@ -456,9 +456,9 @@ def recall_line(context: tuple[dict, ...]) -> str:
 
 
 def memory_text(snapshot: SessionSnapshot, context: tuple[dict, ...]) -> str:
-    """What `/memory` prints: the notes the Session recalled, each Knowledge note with its key, version and source
-    (Session ID prefix, turn and seqs), each transcript turn with its Session, date and event, or why there are
-    none."""
+    """What `/memory` prints: the notes the Session recalled, each Knowledge note with its key, version, source
+    (Session ID prefix, turn and seqs) and the date it was said, each transcript turn with its Session, date and
+    event, or why there are none (a note recorded without a date is shown without one)."""
     if RECALL_SOURCE not in snapshot.context:
         return "this Session was started with --no-recall: it recalls no notes and has no memory tools"
     notes = recalled_notes(context)
@@ -476,7 +476,8 @@ def memory_text(snapshot: SessionSnapshot, context: tuple[dict, ...]) -> str:
         origin = "no Session (remembered by hand)" if source is None else \
             f"Session {source['session'][:8]} turn {source['turn']} (events {source['first_seq']}-{source['last_seq']})"
         pinned = ", pinned" if note["pinned"] else ""
-        lines.append(f"  {note['key']} v{note['version']}{pinned}  from {origin}\n    {note['content']}")
+        said = f", said {note['date']}" if note.get("date") else ""
+        lines.append(f"  {note['key']} v{note['version']}{pinned}  from {origin}{said}\n    {note['content']}")
     return "\n".join(lines)
 
 

@@ -7,6 +7,8 @@ identity, so another directory never sees it.
 
 from __future__ import annotations
 
+import time
+
 from pathlib import Path
 from typing import Annotated
 
@@ -45,6 +47,7 @@ def version_dict(v: KnowledgeVersion) -> dict:
         "source": source,
         "created_at": v.created_at,
         "producer": v.producer,
+        "said_at": v.said_at,
     }
 
 
@@ -67,10 +70,15 @@ def _source_line(v: KnowledgeVersion) -> str:
     return f"Session {s.session_id} seq {s.first_seq}..{s.last_seq} sha256 {s.digest[:12]}{gone}"
 
 
+def said_on(ts: float) -> str:
+    """The local date a statement was said, `YYYY-MM-DD`."""
+    return time.strftime("%Y-%m-%d", time.localtime(ts))
+
+
 def _entry_line(e: KnowledgeEntry) -> str:
     flags = ("pinned " if e.pinned else "") + ("forgotten " if e.tombstoned else "")
     text = (e.content or "").replace("\n", " ")
-    return f"{e.key}  v{e.head.version}  conf {e.confidence:.2f}  {flags}{text[:120]}".rstrip()
+    return f"{e.key}  {said_on(e.head.said_at)}  v{e.head.version}  conf {e.confidence:.2f}  {flags}{text[:120]}".rstrip()
 
 
 @knowledge_app.command("list")
@@ -103,6 +111,7 @@ def knowledge_show(
         return
     typer.echo(f"Knowledge {e.key}")
     typer.echo(f"  state:      {'forgotten' if e.tombstoned else 'live'}{', pinned' if e.pinned else ''}")
+    typer.echo(f"  said:       {when(e.head.said_at)}")
     typer.echo(f"  version:    {e.head.version} by {e.head.origin}, {when(e.head.created_at)}")
     typer.echo(f"  confidence: {e.confidence:.2f}")
     typer.echo(f"  source:     {_source_line(e.head)}")
@@ -129,7 +138,8 @@ def knowledge_history(
         return
     for v in page.versions:
         what = "TOMBSTONE" if v.tombstone else (v.content or "").replace("\n", " ")[:120]
-        typer.echo(f"v{v.version:<4} {when(v.created_at)}  {v.origin:<12} conf {v.confidence:.2f}  {what}")
+        typer.echo(f"v{v.version:<4} said {said_on(v.said_at)}, {when(v.created_at)}  {v.origin:<12} "
+                   f"conf {v.confidence:.2f}  {what}")
         typer.echo(f"      source: {_source_line(v)}")
         if v.producer:
             typer.echo(f"      by:     {describe_producer(v.producer)}")

@@ -38,10 +38,13 @@ from .checks import (
     summary_lines,
     support,
     supported,
+    interjection,
     terminated,
     vacuous,
+    vocatives,
     words,
 )
+from .said import agent_session, excluded
 from .guards import guard_candidates
 from .records import call_record, failure_record, machinery_records, record_texts
 
@@ -50,5 +53,5 @@ __all__ = [
     "SUMMARY_META", "SummaryCheck", "call_record", "check_summary", "claim_supported", "content_words", "corroboration",
     "failure_record", "is_invented", "json_shaped", "key_names", "looping", "machinery_records", "matches_example",
     "negated", "normalize", "qa", "qa_parts", "quoted", "record_texts", "sentences", "stem", "summary_lines", "support",
-    "supported", "terminated", "vacuous", "words", "guard_candidates",
+    "supported", "terminated", "vacuous", "words", "guard_candidates", "interjection", "vocatives", "agent_session", "excluded",
 ]

@@ -25,7 +25,18 @@ These are plain functions over text, independent of any model or plugin
   A: <answer>", both verbatim: an answer that means nothing without its
   question ("In config/server.yaml.") stored with it. Such a candidate is
   supported when its question and its answer each are (`qa_parts`).
-- A candidate is *vacuous* when it has fewer than two distinct content words.
+- A *vocative* is a name in address position: a capitalized word (not a
+  key name) that closes its sentence or is followed by a comma, "!" or "?",
+  and follows a comma or the sentence's one opening word ("Hey Gina!",
+  "Wow, Caroline!", "Bye, Priya!"), or opens the sentence right before "!"
+  or "?" ("Theo!"; not before a comma: "Wow, ..." opens like "Theo, ...").
+  A name is recognised by where it stands, not by a list of names.
+- An *interjection* is a sentence that, its vocatives aside, has no content
+  word, or has at most two words and ends with "!" and names no key name
+  ("Hey Gina!", "Cool!", "Ha!"): a greeting, thanks or exclamation, never
+  the answer of a question-and-answer entry.
+- A candidate is *vacuous* when it has fewer than two distinct content
+  words, vocatives not counted ("Wow, Caroline!" has one).
 - A candidate *matches a worked example* when it is not quoted from the
   source and its content words overlap those of one sentence of a
   plugin-declared example with a Jaccard index of at least 0.6.
@@ -218,9 +229,35 @@ def qa_parts(text: str) -> tuple[str, str] | None:
     return (match.group("q"), match.group("a")) if match else None
 
 
+_VOCATIVE = re.compile(r"^([A-Z][a-z]+)(?=\s*[!?])|(?:,\s+|^[^\W\d_]+\s+)([A-Z][a-z]+)(?=\s*(?:[,!?]|\.?\s*$))")
+_NAME_BEFORE_PUNCTUATION = re.compile(r"\b([A-Z][a-z]+)(?=\s*(?:[,!?]|\.?\s*$))")
+
+
+def vocatives(sentence: str, names: Iterable[str] = ()) -> set[str]:
+    """The content words of `sentence` that are names in address position (see the module docstring): "gina" of
+    "Hey Gina!" and of "Cool, Gina!", nothing of "We moved to Berlin last year.". `names` (casefolded, e.g. the
+    `vocatives` of the rest of the conversation: its speakers) are also vocatives wherever they stand before a
+    comma, "!", "?" or the sentence's end ("Whoa, congrats Priya!")."""
+    text = sentence.strip()
+    found = {stem(m.casefold()) for pair in _VOCATIVE.findall(text) for m in pair if m and not _KEY_SHAPE.search(m)}
+    known = {stem(n) for n in names}
+    return found | {stem(m.casefold()) for m in _NAME_BEFORE_PUNCTUATION.findall(text) if stem(m.casefold()) in known}
+
+
+def interjection(sentence: str, names: Iterable[str] = ()) -> bool:
+    """True when `sentence`, its vocatives aside (`vocatives`, with `names`), has no content word, or has at most two
+    words, ends with "!" and names no key name ("Hey Gina!", "Cool, Gina!", "Ha!")."""
+    called = vocatives(sentence, names)
+    if not content_words(sentence) - called:
+        return True
+    rest = [w for w in words(sentence) if stem(w) not in called]
+    return len(rest) <= 2 and sentence.rstrip().rstrip("\"')").endswith("!") and not key_names(sentence)
+
+
 def vacuous(candidate: str) -> bool:
-    """True when `candidate` has fewer than two distinct content words ("The feature is a feature.")."""
-    return len(content_words(candidate)) < MIN_CONTENT_WORDS
+    """True when `candidate` has fewer than two distinct content words, vocatives aside ("The feature is a
+    feature.", "Wow, Caroline!")."""
+    return len(content_words(candidate) - vocatives(candidate)) < MIN_CONTENT_WORDS
 
 
 def matches_example(candidate: str, examples: Iterable[str], sources: Sequence[str]) -> bool:

@@ -10,10 +10,18 @@ and drops, counting each under its reason in the job's result:
   said: JSON (a tool call's arguments, a tool result, a failure record, an
   audit event), whole or cut off, alone or as the answer of a
   question-and-answer entry, or text quoted from an event outside `SAID_KINDS` ("user",
-  "assistant") and from no said event. A fact a tool result established is
-  kept when the candidate states it in words (it is then supported like any
-  other), with the job's source range, which holds the call, as provenance;
-- `rejected_vacuous`: content with fewer than two content words;
+  "assistant") and from no said event, or quoted only from sentences that
+  were not said but relayed from a tool or asked of the agent
+  (`said.excluded`: an assistant's quoted tool output, a request such as
+  "Run `ls`"), or, quoted from nothing, made only of words of the
+  machinery's texts. A fact a tool result established is
+  kept when the candidate states it in words that add to it (it is then
+  supported like any other), with the job's source range, which holds the
+  call, as provenance;
+- `rejected_vacuous`: content with fewer than two content words, vocatives
+  aside, or a question-and-answer entry whose answer is a greeting, thanks or
+  an exclamation (`checks.interjection`: "Q: Did you find the right spot? A:
+  Hey Gina!");
 - `rejected_example`: content matching a worked example the plugin declares
   and not quoted from the source;
 - `rejected_unsupported`: content the source does not support;
@@ -67,6 +75,7 @@ from emelex_memory.knowledge.values import validate_content, validate_key
 
 from . import checks as fx
 from .records import record_texts
+from .said import excluded
 from ..worker.attempts import attempt_text
 from ..host.types import SAID_KINDS, event_body
 
@@ -102,17 +111,29 @@ def fact_sources(events: Iterable[Event]) -> list[str]:
     return [event_body(e) for e in events if e.kind != SUMMARY_KIND]
 
 
-def machinery(content: str, said: Sequence[str], other: Sequence[str]) -> bool:
+def machinery(content: str, said: Sequence[str], other: Sequence[str], kept: Sequence[str] | None = None) -> bool:
     """True when `content`, or the question or the answer of a `qa` entry, opens like JSON of an object or a list
     (`checks.json_shaped`: a tool call or result, whole or cut off), or when `content` is quoted from one of `other`
-    (texts of events outside `SAID_KINDS`) and from none of `said`."""
-    if any(fx.json_shaped(part) for part in (content, *(fx.qa_parts(content) or ()))):
+    (texts of events outside `SAID_KINDS`) and from none of `said`. With `kept` (the said texts without their
+    relayed, unanswering and request sentences, `said.excluded`), also when its statement (a `qa` entry's answer) is
+    quoted from `said` but from none of `kept`, or is quoted from nothing and every content word of it is a word of
+    `other`."""
+    parts = fx.qa_parts(content)
+    if any(fx.json_shaped(part) for part in (content, *(parts or ()))):
         return True
-    return fx.quoted(content, other) and not fx.quoted(content, said)
+    if fx.quoted(content, other) and not fx.quoted(content, said):
+        return True
+    if kept is None:
+        return False
+    statement = parts[1] if parts else content
+    if fx.quoted(statement, said):
+        return not fx.quoted(statement, kept)
+    spoken = fx.content_words(statement)
+    return bool(spoken) and not fx.quoted(content, said) and spoken <= fx.content_words(" ".join(other))
 
 
 def _reason(c: KnowledgeCandidate, sources: Sequence[str], examples: Sequence[str], said: Sequence[str],
-            other: Sequence[str]) -> str | None:
+            other: Sequence[str], kept: Sequence[str], names: frozenset[str]) -> str | None:
     conf = c.confidence
     if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not math.isfinite(conf) or not 0 <= conf <= 1:
         return "confidence"
@@ -124,9 +145,10 @@ def _reason(c: KnowledgeCandidate, sources: Sequence[str], examples: Sequence[st
         return "invalid"
     if c.tombstone:
         return None
-    if machinery(c.content, said, other):
+    if machinery(c.content, said, other, kept):
         return "machinery"
-    if fx.vacuous(c.content):
+    parts = fx.qa_parts(c.content)
+    if fx.vacuous(c.content) or (parts is not None and fx.interjection(parts[1], names)):
         return "vacuous"
     if fx.matches_example(c.content, examples, sources):
         return "example"
@@ -152,10 +174,15 @@ def guard_candidates(proposals: object, *, events: Iterable[Event], examples: Se
     sources = fact_sources(events)
     said = [event_body(e) for e in events if e.kind in SAID_KINDS]
     other = [event_body(e) for e in events if e.kind not in SAID_KINDS and e.kind != SUMMARY_KIND]
+    other += [str(e.payload.get("output", "")) for e in events if e.kind == "tool_result" and isinstance(e.payload, dict)]
+    unsaid = excluded(events)
+    kept_said = [s for i, e in enumerate(events) if e.kind in SAID_KINDS
+                 for s in fx.sentences(event_body(e)) if s not in unsaid.get(i, ())]
+    names = frozenset(n for text in said for s in fx.sentences(text) for n in fx.vocatives(s))
     counts = dict.fromkeys(REASONS, 0)
     kept: dict[str, KnowledgeCandidate] = {}
     for c in raw:
-        reason = _reason(c, sources, examples, said, other)
+        reason = _reason(c, sources, examples, said, other, kept_said, names)
         if reason is None and kept.setdefault(c.key, c) != c:
             reason = "conflicting"
         if reason is not None:

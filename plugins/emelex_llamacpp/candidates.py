@@ -20,8 +20,8 @@ sentences with fewer than two content words,
 pure conversation (only words like "thanks", "sure", "noted"), sentences
 over `MAX_CANDIDATE_CHARS`, and statements *superseded* later in the source
 (`superseded`): a later statement that gives the same subject another value,
-or retires the value ("from `a` to `b`", "renamed `a` to `b`"); see
-`supersedes`. Duplicates
+or retires the value ("from `a` to `b`", "renamed `a` to `b`"), or says it
+changes a named place or thing (`renamed_place`); see `supersedes`. Duplicates
 (once normalized) are kept once, first occurrence.
 
 For facts (Knowledge) also dropped:
@@ -34,8 +34,10 @@ For facts (Knowledge) also dropped:
 - episodic state (`episodic`): the state of the moment ("is stuck", "right
   now", "since Monday", "fixed"), debugging steps and hypotheses ("Try ...",
   "I think ...", "Possibly ..."), sentences that lean on the context (they
-  open with "It", "This", "That", "They", ..., or say "for that", "on it",
-  "that time", "this error"), and a short plan of the speaker's (at most 6 words)
+  open with "It", "This", "That", "They", ..., a greeting before a comma
+  aside, with no clause of their own after ", so", ", and", ... that opens
+  with "I", "we", "our", ...; or say "for that", "on it", "that time",
+  "this error"), and a short plan of the speaker's (at most 6 words)
   that names nothing ("OK, I'll close the ticket.");
 - sentences of fewer than two *substantive* words (content words that are
   neither small talk nor negations: "Not yet.", "Right, not 1%.").
@@ -70,6 +72,8 @@ from emelex_workers.faithfulness import (
     NEGATIONS,
     SPEAKER_LABEL,
     content_words,
+    excluded,
+    interjection,
     json_shaped,
     key_names,
     machinery_records,
@@ -79,6 +83,7 @@ from emelex_workers.faithfulness import (
     sentences,
     stem,
     summary_lines,
+    vocatives,
     words,
 )
 from emelex_workers.plugin_api import SAID_KINDS, event_body
@@ -107,9 +112,9 @@ _EPISODIC = re.compile(
     r"already fixed|(?:is|got|was) fixed|fixed (?:it|now)|now it works|works now|try again|pass again)\b|^fixed\b"
     r"|^(?:try|check|look at|see if|restart|rerun|wait|i think|i guess|i suspect|probably|possibly|perhaps)\b"
     r"|\b(?:that|this) (?:time|error|issue|problem|bug|failure)\b|\b(?:on|for|with|at|about) (?:it|this|that|them)\b"
-    r"|\bto (?:it|this|that|them)[.!]?$",
+    r"|\b(?:to|around|like|after|before|without) (?:it|this|that|them)[.!]?$",
     re.IGNORECASE)
-_LEANS = re.compile(r"^(?:it|its|this|that|these|those|they|there)\b", re.IGNORECASE)
+_LEANS = re.compile(r"^(?:it|its|this|that|these|those|they|there|he|she|his|her|him|them)\b", re.IGNORECASE)
 _PLAN = re.compile(r"^(?:\w+, )?(?:i'll|i will|i'm going to|let me)\b", re.IGNORECASE)
 PLAN_WORDS = 6
 _SUBJECT = re.compile(r"^(?:we|i|you|they|he|she|it|the|a|an|our|your|their|this|that|these|those|there|"
@@ -167,22 +172,64 @@ def _said_before(statements: Sequence[tuple[int, str, list[str]]], position: int
     return next((p for p in range(position - 1, -1, -1) if statements[p][1] not in RECORD_SPEAKERS), None)
 
 
-def chatter(sentence: str) -> bool:
-    """True when every content word of `sentence` is conversation ("Thanks, that's all.", "Good choice.")."""
-    return content_words(sentence) <= _CHATTER_STEMS
+def chatter(sentence: str, names: frozenset[str] = frozenset()) -> bool:
+    """True when every content word of `sentence`, its vocatives aside (`faithfulness.vocatives`, with the speakers'
+    `names`), is conversation ("Thanks, that's all.", "Good choice.", "Cool, Gina!")."""
+    return content_words(sentence) - vocatives(sentence, names) <= _CHATTER_STEMS
 
 
-def substance(sentence: str) -> set[str]:
-    """The content words of `sentence` that are neither small talk nor negations."""
-    return content_words(sentence) - _CHATTER_STEMS - _NEGATION_STEMS
+def substance(sentence: str, names: frozenset[str] = frozenset()) -> set[str]:
+    """The content words of `sentence` that are neither small talk, negations nor vocatives."""
+    return content_words(sentence) - _CHATTER_STEMS - _NEGATION_STEMS - vocatives(sentence, names)
 
 
-def episodic(sentence: str, *, answers: bool = False) -> bool:
+REMARK_WORDS = 3
+
+
+def remark(sentence: str) -> bool:
+    """True when `sentence` has at most three words and names nothing: no key name, value or proper name ("Makes
+    sense.", "Long time.", "Ha, I know."): a remark, not a statement."""
+    return len(sentence.split()) <= REMARK_WORDS and not key_names(sentence) and not proper_names(sentence)
+
+
+def speaker_names(events: Sequence[Event]) -> frozenset[str]:
+    """The names the speakers of `events` address each other by: the vocatives of what was said."""
+    return frozenset(n for e in events if e.kind in SAID_KINDS for s in sentences(event_body(e)) for n in vocatives(s))
+
+
+def addressed(sentence: str, names: frozenset[str] = frozenset()) -> str:
+    """`sentence` without what opens it before its first comma when that is a greeting, an interjection or a
+    vocative alone (`faithfulness.interjection`; not a yes or no, which answers): "that dinner was the best!" of
+    "Hey Sam, that dinner was the best!"; else `sentence`."""
+    head, comma, rest = sentence.partition(", ")
+    if not comma or not rest or _YES_NO.match(head) or negated(head):
+        return sentence
+    return rest if interjection(head + "!", names) else sentence
+
+
+def leans(sentence: str, names: frozenset[str] = frozenset()) -> bool:
+    """True when `sentence`, a greeting or interjection before it set aside (`addressed`), opens with a word that
+    points into its context ("It", "They", "That", ...) and has no clause of its own after it (`own_clause`)."""
+    return bool(_LEANS.match(addressed(sentence, names))) and not own_clause(sentence)
+
+
+_CLAUSE = re.compile(r"(?:,\s+(?:so|and|but)|;)\s+(?=(?:i|we|you|my|our|your)\b)", re.IGNORECASE)
+
+
+def own_clause(sentence: str) -> bool:
+    """True when `sentence` has a clause after ", so", ", and", ", but" or ";" that opens with a speaker ("I", "we",
+    "our", ...) and is no plan of theirs ("I'll ...", `_PLAN`): it says something on its own even when it opens
+    leaning on its context ("They closed the pool, so we swim at the Northside Centre now.")."""
+    return any(not _PLAN.match(sentence[m.end():]) for m in _CLAUSE.finditer(sentence))
+
+
+def episodic(sentence: str, *, answers: bool = False, names: frozenset[str] = frozenset()) -> bool:
     """True when `sentence` is state of the moment, a debugging step or hypothesis, a short plan of the speaker's
-    that names nothing (at most 6 words), or leans on its context (opening with "It", "They", ...; not when it
-    `answers` a question it is kept with, which says what "it" is); see the module docstring."""
+    that names nothing (at most 6 words), or leans on its context (`leans`: opening with "It", "They", ..., a
+    greeting before it aside; not when it `answers` a question it is kept with, which says what "it" is); see the
+    module docstring."""
     plan = bool(_PLAN.match(sentence)) and not key_names(sentence) and len(sentence.split()) <= PLAN_WORDS
-    return bool(_EPISODIC.search(sentence)) or plan or (not answers and bool(_LEANS.match(sentence)))
+    return bool(_EPISODIC.search(sentence)) or plan or (not answers and leans(sentence, names))
 
 
 _VALUE = re.compile(r"\d|v\d|.*:\d", re.IGNORECASE)  # a number, a version ("v2"), a tag or port ("python:3.12")
@@ -226,10 +273,13 @@ def same_subject(earlier: str, later: str) -> bool:
     return bool(a and b) and len(a & b) / len(a | b) >= SUBJECT_OVERLAP
 
 
+_INSTEAD = re.compile(r"\binstead of\s+`?([^\s`]+?)`?[,.;]?(?=\s|$)", re.IGNORECASE)
+
+
 def retired(sentence: str) -> set[str]:
     """The values `sentence` retires, casefolded: `a` in "from `a` to `b`", "renamed `a` to `b`", "replaced `a`
-    with `b`"."""
-    return {m.casefold().rstrip(".,") for m in _RETIRED.findall(sentence)}
+    with `b`", "`b` instead of `a`"."""
+    return {m.casefold().rstrip(".,") for m in (*_RETIRED.findall(sentence), *_INSTEAD.findall(sentence))}
 
 
 PAIR_DISTANCE = 4  # a value this many words or fewer after an identifier is that identifier's value
@@ -262,11 +312,14 @@ def _kinds(name: str) -> list[tuple[str, str]]:
 
 
 def supersedes(later: str, earlier: str) -> bool:
-    """True when `later` changes a value `earlier` states: it retires one of them ("from `a` to `b`"); or both give
+    """True when `later` changes a value `earlier` states: it retires one of them or a word of it ("from `a` to `b`",
+    "switched the formatter from black to ruff"); or both give
     one identifier a value (`settings`) and `earlier`'s is not among `later`'s; or, when one of them names no
-    identifier, they are about the same subject (`same_subject`) and each states a value the other does not."""
+    identifier, they are about the same subject (`same_subject`) and `later` states a value `earlier` does not (when
+    it also repeats `earlier`'s, "25 percent; 30 was too wet", it holds all `earlier` says) or changes a place or
+    thing `earlier` names (`renamed_place`)."""
     old, new = values(earlier), values(later)
-    if old & retired(later):
+    if (old | content_words(earlier)) & retired(later):
         return True
     mine, theirs = settings(earlier), settings(later)
     shared = mine.keys() & theirs.keys()
@@ -274,7 +327,24 @@ def supersedes(later: str, earlier: str) -> bool:
         return any(mine[name] - theirs[name] for name in shared)
     if subjects(earlier) and subjects(later):
         return False
-    return bool(old - new) and bool(new - old) and same_subject(earlier, later)
+    return bool(new - old) and same_subject(earlier, later) or renamed_place(later, earlier)
+
+
+_NOT_NOW = re.compile(r"\bnot now\b", re.IGNORECASE)
+
+
+def renamed_place(later: str, earlier: str) -> bool:
+    """True when neither names an identifier or states a value (`subjects`, `values`: a file, a number, a code
+    span; those are the settings' rules), `earlier` names a place or thing (`proper_names`), and `later` says it
+    changes something (`_CHANGE`: "now", "moved", "switched", ...; not "not now"), names a place or thing `earlier`
+    does not (a word of it anywhere in `earlier`), and shares a word of what it is about with `earlier` (their
+    substantive words, names aside): "We left the library and now meet at Kettle Cafe." after "Our book club meets
+    at the Elm Street library."."""
+    if any(subjects(s) or values(s) for s in (earlier, later)) or not _CHANGE.search(_NOT_NOW.sub("", later)):
+        return False
+    old, new = proper_names(earlier), proper_names(later)
+    return bool(old) and bool(new - set(words(earlier))) \
+        and bool((substance(earlier) - old) & (substance(later) - new))
 
 
 def superseded(statements: Sequence[str]) -> set[int]:
@@ -303,9 +373,12 @@ def candidates(events: Sequence[Event], *, facts: bool) -> list[Candidate]:
     events out and adds the filters for Knowledge (proposals, rejections, episodic state, fragment answers)."""
     statements = _statements(events, summaries=not facts)
     rejected: set[tuple[int, str]] = set()
+    names = speaker_names(events)
+    unsaid = excluded(events) if facts else {}
     if facts:
         for (i, speaker, parts), (_j, other, reply) in zip(statements, statements[1:], strict=False):
-            if parts and reply and other != speaker and _REJECTION.match(reply[0]):
+            if parts and reply and other != speaker and _REJECTION.match(reply[0]) \
+                    and not interjection(reply[0], names):  # "No way!" is surprise, not a rejection
                 rejected.add((i, parts[-1]))
     seen: set[str] = set()
     found: list[Candidate] = []
@@ -325,18 +398,21 @@ def candidates(events: Sequence[Event], *, facts: bool) -> list[Candidate]:
                 continue
             if sentence.endswith("?") or len(sentence) > MAX_CANDIDATE_CHARS or norm in seen or json_shaped(sentence):
                 continue
+            if interjection(sentence, names) or (facts and sentence in unsaid.get(index, ())):
+                continue  # a greeting or an exclamation; relayed, unanswering or a request (`faithfulness.said`)
             question = None
             if facts and number == 0 and asked is not None and not _PROPOSAL.search(asked) and (
                     fragment(sentence) or _LEANS.match(sentence)):
                 question = asked
             if facts and question is not None:
-                if not substance(question) or (chatter(sentence) and not _YES_NO.match(sentence)):
+                told = {w for w in substance(sentence, names) if not w.endswith("ly")}  # "Definitely." tells nothing
+                if not substance(question, names) or (not told and not _YES_NO.match(sentence)):
                     continue
-            elif len(content_words(sentence)) < 2 or chatter(sentence):
+            elif len(content_words(sentence) - vocatives(sentence, names)) < 2 or chatter(sentence, names):
                 continue
             if facts and (_PROPOSAL.search(sentence) or (index, sentence) in rejected
-                          or episodic(sentence, answers=question is not None)
-                          or (question is None and len(substance(sentence)) < 2)):
+                          or episodic(sentence, answers=question is not None, names=names)
+                          or (question is None and (len(substance(sentence, names)) < 2 or remark(sentence)))):
                 continue
             seen.add(norm)
             found.append(Candidate(sentence, index, speaker, order, question, position))
@@ -395,7 +471,15 @@ def decision(statement: str) -> bool:
     return bool(subject or value or _DECISION.search(statement))
 
 
-_CHANGE = re.compile(r"\b(?:instead|rather than|switch|switched|renamed?|replaced?|changes? to|changed to|now|"
+def proper_names(statement: str) -> set[str]:
+    """The capitalized words of `statement` after its first word, casefolded, its vocatives and "I" aside: the named
+    places, people and things it states something about ("Lisbon" of "I signed up for the Lisbon half marathon.")."""
+    tokens = [t.strip(".,;:!?()\"'") for t in CODE_SPAN.sub(" ", statement).split()[1:]]
+    found = {t.casefold() for t in tokens if len(t) > 1 and t[0].isupper() and t[1:].islower() and t != "I"}
+    return found - vocatives(statement)
+
+
+_CHANGE = re.compile(r"\b(?:instead|rather than|switch|switched|renamed?|replaced?|moved|changes? to|changed to|now|"
                      r"raise[sd]?|lower(?:s|ed)?|from \S+ to)\b", re.IGNORECASE)
 
 

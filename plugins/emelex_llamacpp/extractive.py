@@ -65,27 +65,23 @@ uncontested.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 
 from emelex_memory import KnowledgeCandidate
 from emelex_workers.faithfulness import (
     CODE_SPAN,
-    STOP_WORDS,
     content_words,
     corroboration,
     key_names,
     normalize,
     sentences,
     terminated,
-    words,
+    vocatives,
 )
 from emelex_workers.plugin_api import SAID_KINDS, DistillRequest, SummaryRequest, event_body
 
-from .binding import generate
 from .candidates import (
-    CHATTER,
     RECORD_SPEAKERS,
     Candidate,
     Evidence,
@@ -93,24 +89,24 @@ from .candidates import (
     change,
     decision,
     evidence,
+    proper_names,
     questions,
+    speaker_names,
+    substance,
     supersedes,
 )
-from .prompts import MAX_KEY_CHARS, fit, slug
+from .keys import knowledge_key
 
 SUMMARY_SHARE = 1 / 2
 MIN_SUMMARY_TOKENS = 48
 KEY_NAME_WEIGHT = 3
-LABEL_BATCH = 24
-LABEL_OPTIONS = 8
-LABEL_SYSTEM = "You label each statement from a conversation with its topic word."
 
 
 def names(statement: str) -> set[str]:
     """What a Summary must not lose from `statement`: its key names, its code spans (commands) and its capitalized
-    words after the first (proper names such as "Celery"), casefolded."""
+    words after the first (proper names such as "Celery"; not a vocative: "Priya" of "Hi Priya!"), casefolded."""
     found = {n.casefold() for n in key_names(statement)} | {m.casefold() for m in CODE_SPAN.findall(statement)}
-    found |= {w.casefold() for w in re.findall(r"(?<=\s)[A-Z][\w-]*", statement)}
+    found |= {w.casefold() for w in re.findall(r"(?<=\s)[A-Z][\w-]*", statement)} - vocatives(statement)
     return found
 
 
@@ -169,6 +165,7 @@ def _pool(request: SummaryRequest) -> list[Candidate]:
 
 
 PREVIOUS_DECISIONS_SHARE = 1 / 2
+NAMED = 2  # proper names that make a statement a decision of the Summary ("booked a site at Pine Hollow")
 
 
 def summarize(request: SummaryRequest) -> str:
@@ -179,7 +176,7 @@ def summarize(request: SummaryRequest) -> str:
     pool = _pool(request)
     asked = questions(request.events)
     fresh = {id(c): request.events[c.event].kind != "summary" for c in pool}
-    decisive = {id(c): decision(c.text) for c in pool}
+    decisive = {id(c): decision(c.text) or len(proper_names(c.text)) >= NAMED for c in pool}
     changes = {id(c): change(c.text) for c in pool}
     order = {id(c): -c.order for c in pool}
     tokens = {c.text: model.count_tokens(c.text) + 2 for c in [*pool, *asked.values()]}
@@ -228,72 +225,6 @@ def summarize(request: SummaryRequest) -> str:
     return text
 
 
-def label_options(statement: str) -> list[str]:
-    """The topics a statement may be labelled with: its key names that are not plain numbers, its content words
-    (three letters or more, not small talk), then its numbers; lowercased, at most 8, each at most 32 characters;
-    "fact" when there is none."""
-    options: list[str] = []
-    plain = [w for w in words(statement) if len(w) >= 3 and w not in STOP_WORDS and w not in CHATTER]
-    found = [n.casefold() for n in key_names(statement)]
-    numbers = [n for n in found if re.fullmatch(r"[\d.,:]+", n)]
-    for option in [n for n in found if n not in numbers] + plain + numbers:
-        if option not in options and len(option) <= MAX_KEY_CHARS and slug(option):
-            options.append(option)
-    return options[:LABEL_OPTIONS] or ["fact"]
-
-
-def label_schema(options: list[list[str]]) -> dict:
-    """The schema of one labelling call: properties "1".."n" in order, each an enum of its statement's options."""
-    props = {str(i + 1): {"enum": opts} for i, opts in enumerate(options)}
-    return {"type": "object", "properties": props, "required": list(props)}
-
-
-def _labels(request: DistillRequest, batch: list[Candidate]) -> list[str]:
-    options = [label_options(c.content) for c in batch]
-    listing = "\n".join(f"{i + 1}. {c.content}" for i, c in enumerate(batch))
-    messages = [{"role": "system", "content": LABEL_SYSTEM},
-                {"role": "user", "content": f"Statements:\n{listing}\n\nThe topic of each statement, as JSON:"}]
-    # Each label is a quoted option of at most 32 characters plus its property name: 16 tokens each is ample.
-    room = fit(request.model, messages, 16 + 16 * len(batch), "labelling")
-    raw = generate(request.model, messages, max_tokens=room, json_schema=label_schema(options),
-                   attempt=request.attempt).text
-    try:
-        chosen = json.loads(raw)
-    except ValueError:
-        chosen = {}
-    chosen = chosen if isinstance(chosen, dict) else {}
-    return [chosen.get(str(i + 1)) if chosen.get(str(i + 1)) in opts else opts[0] for i, opts in enumerate(options)]
-
-
-MIN_KEY_WORDS, MAX_KEY_WORDS = 2, 4
-MAX_KEY_LENGTH = 64
-
-
-def knowledge_key(label: str, statement: str, taken: dict[str, str]) -> str:
-    """The key for `statement` labelled `label` (see the module docstring). `taken` maps the keys already in use
-    (the workspace's Knowledge and this job's keys) to their normalized content; a key whose content is the
-    statement's is reused, one with other content never."""
-    norm = normalize(statement)
-    for key, content in taken.items():
-        if content == norm:
-            return key
-    parts: list[str] = []  # slugs of whole words: a key name such as "setup.py" is one word, "setup-py"
-    for option in [label, *label_options(statement)]:
-        part = slug(option)
-        if part and not set(part.split("-")) <= {w for p in parts for w in p.split("-")}:
-            parts.append(part)
-    parts = parts or ["fact"]
-    key = parts[0]
-    for n in range(MIN_KEY_WORDS, MAX_KEY_WORDS + 1):
-        key = "-".join(parts[:n])[:MAX_KEY_LENGTH].strip("-")
-        if n >= len(parts) or key not in taken:
-            break
-    base, number = key, 2
-    while taken.get(key, norm) != norm:
-        key, number = f"{base}-{number}", number + 1
-    return key
-
-
 CONFIDENCE_BASE = 0.45
 CONFIDENCE_WEIGHTS = {"stated": 0.15, "confirmed": 0.15, "repeated": 0.1, "uncontested": 0.1}
 
@@ -314,19 +245,38 @@ def superseded_key(statement: str, knowledge, claimed: set[str]) -> str | None:
 
 
 def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
-    """Every fact candidate of the source as Knowledge, labelled by the model (see the module docstring)."""
+    """Every fact candidate of the source as Knowledge, with a readable key (`keys.knowledge_key`), its evidence as
+    confidence and the time of its event as `said_at`; within the density bound (`densest`). No model call."""
     events = request.data.events
-    found = candidates(events, facts=True)[: request.max_candidates]
+    found = candidates(events, facts=True)
+    names = speaker_names(events)
     sources = [event_body(e) for e in events if e.kind in SAID_KINDS]  # a Summary or a tool result supports nothing
-    taken = {e.key: normalize(e.content) for e in request.data.knowledge if e.content is not None}
+    scored = [(c, confidence(evidence(c, events, corroboration(c.content, sources)))) for c in found]
+    said_tokens = sum(request.model.count_tokens(text) for text in sources)
+    taken = {e.key: e.content for e in request.data.knowledge if e.content is not None}
     claimed: set[str] = set()
     out: list[KnowledgeCandidate] = []
-    for start in range(0, len(found), LABEL_BATCH):
-        batch = found[start : start + LABEL_BATCH]
-        for c, label in zip(batch, _labels(request, batch), strict=True):
-            key = superseded_key(c.content, request.data.knowledge, claimed) or knowledge_key(label, c.content, taken)
-            taken[key] = normalize(c.content)
-            claimed.add(key)
-            found_evidence = evidence(c, events, corroboration(c.content, sources))
-            out.append(KnowledgeCandidate(key, c.content, confidence(found_evidence)))
+    for c, conf in densest(scored, said_tokens)[: request.max_candidates]:
+        key = superseded_key(c.content, request.data.knowledge, claimed) or knowledge_key(c.content, taken, names)
+        taken[key] = c.content
+        claimed.add(key)
+        out.append(KnowledgeCandidate(key, c.content, conf, said_at=events[c.event].created_at))
     return out
+
+
+PER_KILOTOKEN, MIN_KEPT = 100, 8
+
+
+def densest(scored: list[tuple[Candidate, float]], said_tokens: int) -> list[tuple[Candidate, float]]:
+    """At most 100 of `scored` (candidate, confidence) per 1,000 tokens said (`said_tokens`; at least 8): the richest,
+    by how many key names, proper names and substantive words each states, then by confidence, in source order."""
+    bound = max(MIN_KEPT, PER_KILOTOKEN * said_tokens // 1000)
+    if len(scored) <= bound:
+        return scored
+
+    def richness(c: Candidate) -> int:
+        return len(key_names(c.content)) + len(proper_names(c.content)) + len(substance(c.content))
+
+    richest = sorted(scored, key=lambda pair: (-richness(pair[0]), -pair[1], pair[0].order))[:bound]
+    chosen = {id(c) for c, _conf in richest}
+    return [pair for pair in scored if id(pair[0]) in chosen]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 
 from emelex_memory import KnowledgeCandidate, SourceTooLargeError
 from emelex_workers.faithfulness import corroboration, sentences, terminated
@@ -32,6 +31,8 @@ from emelex_workers.plugin_api import (
 )
 
 from .binding import generate
+from .candidates import speaker_names
+from .keys import knowledge_key
 
 MAX_SUMMARY_TOKENS = 384  # a Summary never needs more; generating less keeps small CPUs quick
 MAX_FACTS = 5
@@ -134,13 +135,9 @@ def fact_schema(max_items: int) -> dict:
     }
 
 
-def slug(key: str) -> str:
-    """A stable Knowledge key from a model's topic: lowercase words joined by '-', at most 64 characters."""
-    return "-".join(re.findall(r"[a-z0-9]+", key.lower()))[:64].strip("-")
-
-
 def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
-    """Ask the model for facts under a JSON schema; keep the first per key, with a measured confidence."""
+    """Ask the model for facts under a JSON schema; key each by its own subject words as the extractive mode does
+    (`keys.knowledge_key`: the model's topic is not used), keep the first per key, with a measured confidence."""
     model, data = request.model, request.data
     # What was said: a Summary is the pipeline's output, tool calls, results, failures and audit events machinery.
     said = [e for e in data.events if e.kind in SAID_KINDS]
@@ -159,13 +156,17 @@ def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
     except (ValueError, KeyError, TypeError):
         raise ValueError(f"the model's distillation output is not the JSON asked for: {raw[:200]!r}") from None
     sources = [event_body(e) for e in said]
+    names = speaker_names(data.events)
+    taken = {e.key: e.content for e in data.knowledge if e.content is not None}
     candidates: dict[str, KnowledgeCandidate] = {}
     for fact in facts if isinstance(facts, list) else []:
         if not isinstance(fact, dict):
             continue
-        key, content = slug(str(fact.get("key", ""))), fact.get("content")
-        if not key or not isinstance(content, str) or not content.strip():
+        content = fact.get("content")
+        if not isinstance(content, str) or not content.strip():
             continue
+        key = knowledge_key(content.strip(), taken, names)
+        taken.setdefault(key, content.strip())
         confidence = round(0.5 + 0.4 * corroboration(content, sources), 2)
         candidates.setdefault(key, KnowledgeCandidate(key, content.strip(), confidence))
     return list(candidates.values())[:limit]

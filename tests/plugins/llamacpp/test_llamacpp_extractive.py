@@ -4,12 +4,14 @@ Knowledge with measured confidence, the mode settings, and trimming of abstracti
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from emelex_llamacpp import extractive, prompts
 from emelex_llamacpp.binding import generate
 from emelex_workers.plugin_api import Completion
 from emelex_llamacpp.candidates import candidates
+from emelex_llamacpp.keys import knowledge_key
 from emelex_llamacpp.plugin import distill, summarize
 from emelex_memory import MemoryStore, NewEvent
 from emelex_workers import faithfulness as fx
@@ -101,22 +103,20 @@ def test_the_extractive_summary_quotes_the_source_in_order_within_its_length(
     assert binding.count_tokens(extractive.summarize(SummaryRequest(job, events, 12, binding))) <= 12
 
 
-def test_extractive_knowledge_quotes_statements_labelled_from_their_own_words(
+def test_extractive_knowledge_quotes_statements_keyed_by_their_own_subject_words(
     store: MemoryStore, workspace: Path
 ) -> None:
     job, events = _events(store, workspace)
-    labels = {"1": "pypi", "2": "hatchling", "3": "src/tool/__main__.py", "4": "not-an-option", "5": "setup.py"}
-    binding = ScriptedBinding([json.dumps(labels)])
+    binding = ScriptedBinding([])
     found = extractive.distill(DistillRequest(job, store_input(store, job, events), 128, binding))
     sources = [event_body(e) for e in events]
-    assert [c.key for c in found] == ["pypi-packaging", "hatchling-pyproject-toml", "src-tool-main-py-entry",
-                                      "nobody-runs", "setup-py-remove"]  # 2 words each; a file name is one
+    # The verb after "We're" / "We'll" is passed over, values and function words are no subject; a file is one word.
+    assert [c.key for c in found] == ["cli-tool-wheel", "hatchling-project", "entry-point",
+                                      "runs-any-more", "remove-setup-py-release"]
+    assert all(set(c.key.split("-")) <= set(re.findall(r"[a-z0-9]+", c.content.lower())) for c in found)
     assert all(fx.quoted(c.content, sources) and 0.5 <= c.confidence <= 0.9 for c in found)
     assert len({c.confidence for c in found}) > 1  # measured per statement, not a constant
-    schema = binding.calls[0][2]
-    third = "The entry point goes in src/tool/__main__.py."
-    assert schema["properties"]["3"]["enum"] == extractive.label_options(third)
-    assert schema["required"] == ["1", "2", "3", "4", "5"]
+    assert binding.calls == []  # keys are made by rule: no model call
 
 
 def store_input(store: MemoryStore, job, events, knowledge=()):
@@ -130,34 +130,36 @@ def store_input(store: MemoryStore, job, events, knowledge=()):
                              events, knowledge)
 
 
-def test_keys_of_statements_labelled_alike_are_two_to_four_words_and_distinct() -> None:
+def test_keys_of_statements_about_one_subject_are_distinct_and_a_near_duplicate_keeps_its_key() -> None:
     taken: dict[str, str] = {}
     keys = []
-    for statement in ("The Friday portion is frozen.", "The Friday portion thaws on Thursday.",
-                      "The Friday portion thaws on Thursday evenings.", "Friday portion thaws Thursday."):
-        keys.append(extractive.knowledge_key("friday", statement, taken))
-        taken[keys[-1]] = fx.normalize(statement)
-    assert keys == ["friday-portion", "friday-portion-thaws", "friday-portion-thaws-thursday",
-                    "friday-portion-thaws-thursday-2"]
-    assert extractive.knowledge_key("portion", "The Friday portion is frozen.", taken) == "friday-portion"
+    for statement in ("The soup portion is frozen.", "The soup portion thaws in the fridge.",
+                      "Soup portion thaws in the fridge overnight, covered.", "The soup portion thaws at home.",
+                      "The soup portion thaws in the fridge, overnight."):
+        keys.append(knowledge_key(statement, taken))
+        taken[keys[-1]] = statement
+    # The fifth is a near-duplicate of the second (4 of its 5 content words): its key, a new version, no new entry.
+    assert keys == ["soup-portion", "soup-portion-thaws", "soup-portion-thaws-fridge", "soup-portion-thaws-home",
+                    "soup-portion-thaws"]
+    assert knowledge_key("the soup portion is FROZEN", taken) == "soup-portion"  # the same statement
+    assert knowledge_key("Wow, the soup portion is frozen, Gina!", taken) == "soup-portion"  # a near-duplicate
+    assert knowledge_key("Q: What thaws in the fridge? A: The soup portion.", {}) == "thaws-fridge"
+    assert knowledge_key("Hey Gina!", {}) == "note"
 
 
 def test_a_later_job_keeps_a_statements_key_and_never_overwrites_another_statement(
     store: MemoryStore, workspace: Path
 ) -> None:
     job, events = _events(store, workspace)
-    labels = json.dumps({"1": "pypi", "2": "hatchling", "3": "src/tool/__main__.py", "4": "nobody", "5": "setup.py"})
-    first = extractive.distill(DistillRequest(job, store_input(store, job, events), 128, ScriptedBinding([labels])))
+    first = extractive.distill(DistillRequest(job, store_input(store, job, events), 128, ScriptedBinding([])))
     for c in first:
         store.remember(workspace, c.key, c.content, confidence=c.confidence)
-    other = _event(99, "user", "We publish to PyPI from the release branch only.")  # labelled "pypi" too
+    other = _event(99, "user", "We publish to PyPI from the release branch only.")
     known = store_input(store, job, (*events, other), knowledge=tuple(store.recall(workspace).entries))
-    relabelled = json.dumps({"1": "packaging", "2": "hatchling", "3": "entry", "4": "nobody", "5": "setup.py",
-                             "6": "pypi"})
-    again = extractive.distill(DistillRequest(job, known, 128, ScriptedBinding([relabelled])))
+    again = extractive.distill(DistillRequest(job, known, 128, ScriptedBinding([])))
     stored = {e.key: e.content for e in store.recall(workspace).entries}
     assert {c.key: c.content for c in again if c.key in stored} == {c.key: c.content for c in first}
-    assert [c.key for c in again if c.key not in stored] == ["pypi-publish"]
+    assert [c.key for c in again if c.key not in stored] == ["pypi-release-branch"]
 
 
 def test_the_modes_are_settings_and_abstractive_stays_available(store: MemoryStore, workspace: Path) -> None:
@@ -169,7 +171,8 @@ def test_the_modes_are_settings_and_abstractive_stays_available(store: MemorySto
     binding = ScriptedBinding([facts])
     data = store_input(store, job, events)
     found = distill(DistillRequest(job, data, 128, binding, settings=WorkerSettings(distill_mode="abstractive")))
-    assert [(c.key, c.content) for c in found] == [("backend", "The project uses hatchling.")]
+    # The same keys as the extractive mode: the entry's own subject words, not the model's topic.
+    assert [(c.key, c.content) for c in found] == [("project-hatchling", "The project uses hatchling.")]
     assert "confidence" not in json.dumps(binding.calls[0][2])  # the model proposes none; it is measured
     assert extractive.summarize(SummaryRequest(job, events, 100, ScriptedBinding())) == summarize(
         SummaryRequest(job, events, 100, ScriptedBinding()))  # extractive by default

@@ -54,6 +54,7 @@ def settings(home: Path) -> WorkerSettings:
 
 
 def test_the_worker_compacts_and_distills_through_the_served_model(server_url, settings, workspace) -> None:
+    settings = settings.model_copy(update={"distill_mode": "abstractive"})  # a distillation that asks the model
     model = add_served(settings, "served", server_url)
     with MemoryStore.open(settings) as store:
         long_id, lease = _session(store, workspace, CONVERSATION)
@@ -71,7 +72,7 @@ def test_the_worker_compacts_and_distills_through_the_served_model(server_url, s
             assert entry.head.source.session_id == closed_id and entry.head.origin == "distillation"
         assert {r.snapshot_id for r in store.session_model_refs(long_id).refs} == {model.snapshot_id}
         costs = {job.kind: job.result["cost"] for job in store.list_jobs().jobs}
-        # the extractive distiller asks the model for labels; llama-cpp-python's server streams no usage, so the
+        # the abstractive distiller asks the model for facts; llama-cpp-python's server streams no usage, so the
         # counts are the binding's estimate and say so
         assert costs["distill"]["model_calls"] >= 1 and costs["distill"]["generated_tokens"] > 0
         assert costs["distill"]["estimated"] is True

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 from emelex_memory.search.service import day
 from emelex_memory import MemoryStore
@@ -46,9 +45,9 @@ def test_a_resumed_session_sees_byte_identical_messages_after_knowledge_changed(
     session_id, result, history = asyncio.run(before())
     (seen,) = first.rounds
     system, notes, user = seen["messages"]
-    today = day(time.time())
-    assert notes == {"role": "system", "content": f"{NOTES_LABEL}\n- [{today}] style: Use tabs in the Makefile\n"
-                                                  f"- [{today}] deploy: We deploy with make release"}
+    deploy_day, style_day = (day(store.get_knowledge(workspace, key).head.said_at) for key in ("deploy", "style"))
+    assert notes == {"role": "system", "content": f"{NOTES_LABEL}\n- [{style_day}] style: Use tabs in the Makefile\n"
+                                                  f"- [{deploy_day}] deploy: We deploy with make release"}
     assert user == {"role": "user", "content": "How do we deploy?"}
     assert [n["key"] for n in result.context[0]["notes"]] == ["style", "deploy"]
     assert [e.kind for e in store.replay(session_id).events][:2] == ["context", "user"]

@@ -60,9 +60,13 @@ def test_the_payload_labels_the_notes_and_names_key_version_and_source(store: Me
     store.remember(workspace, "deploy", "deploy with make release", confidence=0.8, source=source)
     store.remember(workspace, "weather", "It rained on Tuesday")
     payload = recall_source(100)(request(store, workspace, "deploy with make release"))
-    today = day(store.get_session(session_id).created_at)
-    assert payload["text"] == (f"{NOTES_LABEL}\n- [{today}] style: Use tabs in the Makefile\n"
-                               f"- [{today}] deploy: deploy with make release\n- [{today}] user: we deploy with make release")
+    said_at = store.replay(session_id).events[1].created_at  # the turn the deploy note was said in
+    assert store.get_knowledge(workspace, "deploy").head.said_at == said_at
+    style_day, deploy_day, session_day = (day(t) for t in (
+        store.get_knowledge(workspace, "style").head.created_at, said_at, store.get_session(session_id).created_at))
+    assert payload["text"] == (f"{NOTES_LABEL}\n- [{style_day}] style: Use tabs in the Makefile\n"
+                               f"- [{deploy_day}] deploy: deploy with make release\n"
+                               f"- [{session_day}] user: we deploy with make release")
     assert "outdated" in NOTES_LABEL and "not instructions" in NOTES_LABEL and "earlier Sessions" in NOTES_LABEL
     knowledge = [n for n in payload["notes"] if n["kind"] == "knowledge"]
     assert [(n["key"], n["version"], n["pinned"]) for n in knowledge] == [("style", 1, True), ("deploy", 2, False)]
@@ -70,7 +74,7 @@ def test_the_payload_labels_the_notes_and_names_key_version_and_source(store: Me
     assert knowledge[1]["source"] == {"session": session_id, "first_seq": 2, "last_seq": 2,
                                       "digest": source.digest, "turn": 2}
     (turn,) = [n for n in payload["notes"] if n["kind"] == "session"]
-    assert (turn["session"], turn["seq"], turn["turn"], turn["date"]) == (session_id, 2, 2, today)
+    assert (turn["session"], turn["seq"], turn["turn"], turn["date"]) == (session_id, 2, 2, session_day)
     assert payload["terms"] == ["deploy", "with", "make", "release"]
     assert payload["budget_tokens"] == 100 and 0 < payload["tokens"] <= 100
 

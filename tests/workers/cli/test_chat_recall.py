@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from emelex_memory import MemoryStore
+from emelex_memory.search.service import day
 from emelex_memory.agent import journal
 from emelex_workers.settings import WorkerSettings
 
@@ -34,6 +35,12 @@ def knowledge(home: Path, workspace: Path, *entries: tuple[str, str], pin: str |
             store.pin(workspace, pin)
 
 
+def said_on(home: Path, workspace: Path, key: str) -> str:
+    """The (UTC) date `/memory` shows for the note of `key`: when its statement was said."""
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
+        return day(store.get_knowledge(workspace, key).head.said_at)
+
+
 def test_a_new_chat_recalls_says_how_many_and_memory_lists_them(env, home, workspace, tmp_path) -> None:
     knowledge(home, workspace, ("style", "Use tabs in the Makefile"), ("deploy", "We deploy with make release"),
               ("weather", "It rained on Tuesday"), pin="style")
@@ -43,8 +50,12 @@ def test_a_new_chat_recalls_says_how_many_and_memory_lists_them(env, home, works
     assert re.search(r"with make release\n\[[0-9.]+ s, 1 round\b[^\n]*\]\n\[recalled 2 notes from earlier Sessions; "
                      r"/memory lists them\]\n", out.stdout), out.stdout
     assert "2 notes recalled at the first turn (from earlier Sessions; they may be outdated):" in out.stdout
-    assert "  style v1, pinned  from no Session (remembered by hand)\n    Use tabs in the Makefile" in out.stdout
-    assert "  deploy v1  from no Session (remembered by hand)\n    We deploy with make release" in out.stdout
+    style_day = said_on(home, workspace, "style")
+    assert f"  style v1, pinned  from no Session (remembered by hand), said {style_day}\n    Use tabs in the Makefile" \
+        in out.stdout
+    deploy_day = said_on(home, workspace, "deploy")
+    assert f"  deploy v1  from no Session (remembered by hand), said {deploy_day}\n    We deploy with make release" \
+        in out.stdout
     kinds = [k for k, _ in events(home)]
     assert kinds == ["context", "context", "user", "assistant", "audit"]  # the workspace map, then the notes
     (_, workspace_note), (_, note) = events(home)[:2]
@@ -58,6 +69,7 @@ def test_a_new_chat_recalls_says_how_many_and_memory_lists_them(env, home, works
 def test_a_resumed_chat_shows_the_notes_it_recalled_whatever_knowledge_holds_now(env, home, workspace,
                                                                                  tmp_path) -> None:
     knowledge(home, workspace, ("deploy", "We deploy with make release"))
+    deploy_day = said_on(home, workspace, "deploy")
     first = chat(env, workspace, "how do we deploy?\n/exit\n", [answer("ok")], tmp_path / "effects")
     assert first.returncode == 0, first.stderr
     session, _ = session_of(home)
@@ -66,7 +78,8 @@ def test_a_resumed_chat_shows_the_notes_it_recalled_whatever_knowledge_holds_now
     resumed = chat(env, workspace, "/memory\nand now?\n/exit\n", [answer("fine")], tmp_path / "effects",
                    "--resume", session)
     assert resumed.returncode == 0, resumed.stderr
-    assert "  deploy v1  from no Session (remembered by hand)\n    We deploy with make release" in resumed.stdout
+    assert f"  deploy v1  from no Session (remembered by hand), said {deploy_day}\n    We deploy with make release" \
+        in resumed.stdout
     assert "pipeline" not in resumed.stdout and "recalled" not in resumed.stdout.split("1 note recalled")[1]
     assert [k for k, _ in events(home)].count("context") == 2  # recorded once: the map and the notes
 

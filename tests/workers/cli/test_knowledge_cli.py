@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,11 @@ def env_home(monkeypatch: pytest.MonkeyPatch, home: Path) -> Path:
     return home
 
 
+def store_head(workspace: Path, key: str):
+    with MemoryStore.open(WorkerSettings()) as store:
+        return store.get_knowledge(workspace, key).head
+
+
 def k(*args: str):
     return runner.invoke(app, ["memory", "knowledge", *args])
 
@@ -39,9 +45,14 @@ def test_remember_list_show_history(workspace: Path, home: Path) -> None:
     assert k("remember", "style", "ruff format", "-w", str(workspace), "--confidence", "0.6").exit_code == 0
     listed = k("list", "-w", str(workspace))
     assert listed.exit_code == 0
-    assert listed.output.splitlines() == ["style  v2  conf 0.60  ruff format", "tests  v1  conf 0.80  run make test"]
+    said = [v.said_at for v in (store_head(workspace, "style"), store_head(workspace, "tests"))]
+    day = [time.strftime("%Y-%m-%d", time.localtime(ts)) for ts in said]
+    assert listed.output.splitlines() == [f"style  {day[0]}  v2  conf 0.60  ruff format",
+                                          f"tests  {day[1]}  v1  conf 0.80  run make test"]
     shown = k("show", "tests", "-w", str(workspace))
     assert shown.exit_code == 0 and f"Session {session.id} seq 1..1" in shown.output
+    turn_time = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(said[1]))
+    assert f"said:       {turn_time}" in shown.output
     data = json.loads(k("show", "tests", "-w", str(workspace), "--json").output)
     assert data["head"]["source"]["session"] == session.id and data["head"]["confidence"] == 0.8
     hist = json.loads(k("history", "style", "-w", str(workspace), "--json").output)

@@ -23,6 +23,8 @@ from emelex_memory import (
 )
 from emelex_workers.interop.export_file import import_export, write_export
 
+from ...support import Clock
+
 WINDOW = 2000
 
 
@@ -275,3 +277,53 @@ def test_an_imported_session_keeps_where_it_came_from_through_an_export(tmp_path
         assert report.refused_count == 1 and f"already imported {history} as Session {own.session_id}" in \
             report.refused[0]
         assert other.list_sessions().sessions == before
+
+
+def test_when_a_statement_was_said_survives_an_export_and_an_altered_date_is_refused(tmp_path: Path,
+                                                                                     workspace: Path) -> None:
+    """A version's `said_at` (when its statement was said, days before the version was written) is exported and read
+    back as it was; reading the same export again changes nothing, one whose date differs from the entry here is a
+    conflict, a date that is no time is refused in one line, and an export made before dates existed (no said_at)
+    is dated when its version was written."""
+    clock = Clock(1_700_000_000.0)
+    with MemoryStore.open(Settings(home=tmp_path / "a"), clock=clock) as store:
+        session = store.create_session(workspace, title="told")
+        add_turns(store, session.id, workspace, 1, "t")
+        said = store.replay(session.id).events[0].created_at
+        clock.now += 3 * 86400
+        store.remember(workspace, "ferry", "the ferry leaves at nine", source=store.knowledge_source(session.id, 1, 2))
+        assert store.get_knowledge(workspace, "ferry").head.said_at == said != clock.now
+        path = tmp_path / "export.jsonl"
+        write_export(store, str(path))
+    with MemoryStore.open(Settings(home=tmp_path / "b")) as fresh:
+        assert import_export(fresh, str(path)).refused == []
+        head = fresh.get_knowledge(workspace, "ferry").head
+        assert (head.said_at, head.created_at) == (said, said + 3 * 86400)
+        assert import_export(fresh, str(path)).unchanged == {"sessions": 1, "knowledge": 1}
+
+        def redated(obj):
+            if obj["type"] == "knowledge":
+                return {**obj, "versions": [{**v, "said_at": v["said_at"] - 86400} for v in obj["versions"]]}
+            return obj
+
+        report = import_export(fresh, str(rewritten(path, tmp_path, redated)))
+        assert report.refused_count == 1 and "differs here from the exported entry (other versions, dates or pin)" \
+            in report.refused[0]
+        assert fresh.get_knowledge(workspace, "ferry").head.said_at == said
+
+    def dated(value):
+        def change(obj):
+            if obj["type"] == "knowledge":
+                return {**obj, "versions": [{**v, "said_at": value} for v in obj["versions"]]}
+            return obj
+        return change
+
+    with MemoryStore.open(Settings(home=tmp_path / "c")) as other:
+        report = import_export(other, str(rewritten(path, tmp_path, dated("yesterday"))))
+        assert report.refused_count == 1 and "'yesterday', not seconds since the epoch" in report.refused[0]
+        assert "\n" not in report.refused[0] and other.recall(workspace, include_tombstones=True).entries == []
+    with MemoryStore.open(Settings(home=tmp_path / "d")) as older:
+        report = import_export(older, str(rewritten(path, tmp_path, dated(None))))
+        assert report.refused == []
+        head = older.get_knowledge(workspace, "ferry").head
+        assert head.said_at == head.created_at == said + 3 * 86400
