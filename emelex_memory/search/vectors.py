@@ -1,8 +1,8 @@
 """Vectors of the searched text, from an optional embedder, kept in step with the store and fused with the
 full-text ranking.
 
-Storage: a plain table (schema step m019_search_vectors), one float32 vector per indexed row and embedder model,
-normalized to length 1, scanned in bounded pages of the searched workspace's rows (`SCAN_PAGE`): no extension to
+Storage: a plain table (schema steps m019_search_vectors, m020_search_vectors_rows), one float32 vector per indexed
+row and embedder model, normalized to length 1, scanned in bounded pages of the searched workspace's rows (`SCAN_PAGE`): no extension to
 load into every connection; `bench_search.py --embedder` measures the fused search's cost (docs/knowledge.md,
 "Hybrid search").
 
@@ -171,18 +171,18 @@ def nearest(conn: apsw.Connection, scope: int, model: str, query: array, tables:
     `query`, best first, at most `limit`; the vectors are read in pages of `SCAN_PAGE`."""
     wanted = {TABLE_ITEMS[t] for t in tables}
     best: list[tuple[float, str, int]] = []
-    after: tuple[str, int] = ("", 0)
+    after = 0
     while True:
         page = conn.execute(
-            "SELECT item, item_id, vector FROM search_vectors WHERE workspace_id = ? AND model = ? "
-            "AND (item, item_id) > (?, ?) ORDER BY item, item_id LIMIT ?", (scope, model, *after, SCAN_PAGE)).fetchall()
-        for item, item_id, blob in page:
+            "SELECT id, item, item_id, vector FROM search_vectors WHERE workspace_id = ? AND model = ? AND id > ? "
+            "ORDER BY id LIMIT ?", (scope, model, after, SCAN_PAGE)).fetchall()
+        for _, item, item_id, blob in page:
             if item in wanted and len(blob) == 4 * len(query):
                 best.append((sum(a * b for a, b in zip(query, _from_bytes(blob))), item, item_id))
         best = sorted(best, reverse=True)[:limit]
         if len(page) < SCAN_PAGE:
             break
-        after = (page[-1][0], page[-1][1])
+        after = page[-1][0]
     return [(ITEMS[item], item_id, similarity) for similarity, item, item_id in best]
 
 

@@ -5,6 +5,7 @@ plugin test double (a deterministic bag-of-letters vector): real inference is in
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,9 +13,11 @@ import textwrap
 import time
 from pathlib import Path
 
+import apsw
 import pytest
 
 from emelex_memory import COMPACTION_KIND, InvalidInputError, MemoryStore, Settings, compaction_handler, run_one_job
+from emelex_memory.core.migrations import MIGRATIONS, migrate
 from emelex_memory.maintenance.backup import backup_store, restore_backup
 from emelex_memory.maintenance.doctor import diagnose
 from emelex_workers.host.types import Embedder
@@ -179,3 +182,32 @@ def test_a_crash_during_the_embedding_pass_leaves_vectors_in_step(db_path: Path,
         assert vectors_agree(settings, db_path)
         assert embed_pending(store, EMBEDDER) == pending
         assert store.embedding_counts(MODEL) == (80, 0)
+
+
+def test_a_rows_vectors_are_found_by_index_when_it_changes_or_goes(store: MemoryStore) -> None:
+    """Each trigger that deletes the vectors of a changed or deleted row reaches them through an index: a scan of
+    every stored vector per changed row would make a distillation or a deleted Session cost the whole table."""
+    with store.db.read() as conn:
+        bodies = [sql for (sql,) in conn.execute(
+            "SELECT sql FROM sqlite_schema WHERE type = 'trigger' AND sql LIKE '%DELETE FROM search_vectors%'")]
+        assert len(bodies) == 7
+        for body in bodies:
+            statement = body[body.index("DELETE FROM search_vectors"):body.rindex(";")]
+            statement = re.sub(r"\b(OLD|NEW)\.\w+", "1", statement)
+            plan = " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + statement))
+            assert "SCAN search_vectors" not in plan and "SEARCH search_vectors USING" in plan, (statement, plan)
+
+
+def test_the_vectors_of_a_store_before_m020_are_kept(tmp_path: Path) -> None:
+    conn = apsw.Connection(str(tmp_path / "old.sqlite3"))
+    step = [m.name for m in MIGRATIONS].index("m020_search_vectors_rows")
+    migrate(conn, MIGRATIONS[:step])
+    with conn:
+        conn.execute("INSERT INTO workspaces (path, device, inode, created_at) VALUES ('/w', 1, 2, 0)")
+        conn.executemany("INSERT INTO search_vectors (item, item_id, model, workspace_id, digest, vector) "
+                         "VALUES (?, ?, 'm', 1, zeroblob(32), ?)",
+                         [("knowledge", 3, b"\0\0\x80\x3f"), ("event", 7, b"\0\0\0\x40")])
+    assert migrate(conn) == [m.name for m in MIGRATIONS[step:]]
+    assert conn.execute("SELECT item, item_id, model, workspace_id, vector FROM search_vectors ORDER BY id").fetchall() \
+        == [("event", 7, "m", 1, b"\0\0\0\x40"), ("knowledge", 3, "m", 1, b"\0\0\x80\x3f")]
+    conn.close()
