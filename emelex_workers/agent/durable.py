@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emelex_memory import MemoryStore
+from emelex_memory import MemoryStore, create_agent_session
 from emelex_memory.agent import journal
 from emelex_memory.agent.journal import CONTEXT_KIND, REPEATED
 from emelex_memory.sessions.leases import lease_ttl
@@ -193,36 +193,19 @@ class DurableAgentSession:
                      ttl_s: float | None = None, model: InstalledModel | None = None,
                      new_workspace: bool = False,
                      context_sources: Mapping[str, ContextSource] | None = None) -> DurableAgentSession:
-        """A new Session in `workspace` (`new_workspace`: as for `create_session`) with `snapshot` recorded in the
-        transaction that proves it empty, and its lease. `model`, when given, is bound to the Session right after
-        its creating transaction (`bind_session_model`, under the snapshot lock), so the model cannot be removed
-        while the Session is retained. `tools` must provide exactly the snapshot's tool authority and
-        `context_sources` every context source it names (`SnapshotMismatchError` otherwise); the first turn records
-        their notes (`emelex_workers.agent.context`)."""
+        """A new Session in `workspace` (`new_workspace`: as for `create_session`) with `snapshot`, the binding of
+        `model` (when given, under the snapshot lock, so the model cannot be removed while the Session is retained)
+        and its lease, all in one transaction (`create_agent_session`): a refused create leaves nothing. `tools`
+        must provide exactly the snapshot's tool authority and `context_sources` every context source it names
+        (`SnapshotMismatchError` otherwise); the first turn records their notes (`emelex_workers.agent.context`)."""
         _check_tools(snapshot, tools)
         sources = context_sources or {}
         check_sources(snapshot, sources)
         executors = cls._executors("new")
         ttl = lease_ttl(store.settings, ttl_s)
-
-        def setup() -> SessionLease:
-            session = store.create_session(workspace, title=title, new_workspace=new_workspace)
-            if model is not None:
-                try:
-                    store.bind_session_model(session.id, model)
-                except BaseException:
-                    store.delete_session(session.id)  # still empty and unleased: a refused create leaves nothing
-                    raise
-            lease = store.acquire_lease(session.id, workspace, ttl_s=ttl)
-            try:
-                list(lease.replay_all())
-                journal.record_snapshot(store, lease, snapshot)
-            except BaseException:
-                lease.close()
-                raise
-            return lease
-
-        lease = await _on(executors[0], setup, shutdown=executors)
+        create = functools.partial(create_agent_session, store, workspace, snapshot, title=title,
+                                   new_workspace=new_workspace, model=model, ttl_s=ttl)
+        lease = await _on(executors[0], create, shutdown=executors)
         return cls(store, lease, AgentSession(binding, snapshot, tools, exclude=_home(store)), ttl, executors,
                    sources=sources, fresh=True, context=[])
 

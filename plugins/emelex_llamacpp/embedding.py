@@ -15,8 +15,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from emelex_memory import InvalidModelError, Settings
-from emelex_workers.plugin_api import Embedder, model_threads
+from emelex_memory import InvalidModelError
+from emelex_workers.plugin_api import Embedder, WorkerSettings, model_threads
 
 from . import sentence_model
 
@@ -78,7 +78,7 @@ class LlamaEmbedder:
         return Embedder(f"llamacpp:{name}", self.embed, self.close)
 
 
-def llama_embedder(settings: Settings) -> Embedder:
+def llama_embedder(settings: WorkerSettings) -> Embedder:
     """The "llamacpp" embedder the settings name (`embedding_model`, else the packaged sentence-embedding model;
     `InvalidModelError` when that is not installed)."""
     if settings.embedding_model is None:

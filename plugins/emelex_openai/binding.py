@@ -41,9 +41,9 @@ from emelex_memory import (
     InstalledModel,
     ModelServerError,
     ModelServerReplyError,
-    Settings,
     UnconstrainedServerError,
 )
+from emelex_workers.plugin_api import WorkerSettings
 from emelex_workers.plugin_api import (
     DEFAULT_SEED,
     RETRY_TEMPERATURE,
@@ -88,7 +88,7 @@ class ServedBinding:
     must not overlap (the worker and the agent run one at a time).
     """
 
-    def __init__(self, model: InstalledModel, settings: Settings) -> None:
+    def __init__(self, model: InstalledModel, settings: WorkerSettings) -> None:
         """Bind the served `model` with the `served_*` settings (timeouts, retries); nothing is contacted yet."""
         if model.server is None:
             raise ValueError(f"model {model.name!r} is not a served model")

@@ -17,12 +17,13 @@ import pytest
 from typer.testing import CliRunner
 
 from emelex_llamacpp import sentence_model
-from emelex_memory import InvalidModelError, MemoryStore, Settings
+from emelex_memory import InvalidModelError, MemoryStore
 from emelex_memory.maintenance.doctor import diagnose
 from emelex_workers.cli import app
 from emelex_workers.models import default_model_file
 from emelex_workers.worker.embedding import embedder_of, query_vector
 from emelex_workers.worker.work import work
+from emelex_workers.settings import WorkerSettings
 
 from ...search.test_search_index import say
 from ...support.models import require_default_model, require_sentence_model
@@ -33,7 +34,7 @@ require_sentence_model()
 
 def test_the_worker_embeds_with_a_local_gguf_model_and_search_fuses_it(home: Path, workspace: Path,
                                                                        monkeypatch) -> None:
-    settings = Settings(home=home, plugins_autoload=False, embedder="llamacpp", model_threads=1)
+    settings = WorkerSettings(home=home, plugins_autoload=False, embedder="llamacpp", model_threads=1)
     with MemoryStore.open(settings) as store:
         sid = say(store, workspace, "I bought a second-hand ukulele", "nice", "the weather is strange", "indeed")
         store.remember(workspace, "music", "Grace plays the ukulele")
@@ -97,7 +98,7 @@ TEXTS = ["What instrument does Grace play?", "Grace plays the ukulele", "the wea
 def test_the_default_model_computes_what_its_original_weights_compute(home: Path) -> None:
     from llama_cpp import Llama
 
-    embedder = embedder_of(Settings(home=home, plugins_autoload=False, embedder="llamacpp", model_threads=1))
+    embedder = embedder_of(WorkerSettings(home=home, plugins_autoload=False, embedder="llamacpp", model_threads=1))
     try:
         vectors = np.array(embedder.embed(TEXTS))
     finally:
@@ -126,7 +127,7 @@ def test_texts_are_embedded_in_batches_with_the_vectors_of_one_at_a_time(home: P
     monkeypatch.setattr(Llama, "embed", lambda self, inputs, **kw: calls.append(inputs) or embed(self, inputs, **kw))
     for model in (None, str(default_model_file())):  # a sentence model, and a chat model without pooling
         calls.clear()
-        embedder = embedder_of(Settings(home=home, plugins_autoload=False, embedder="llamacpp", model_threads=1,
+        embedder = embedder_of(WorkerSettings(home=home, plugins_autoload=False, embedder="llamacpp", model_threads=1,
                                         embedding_model=model))
         try:
             together = np.array(embedder.embed(TEXTS * 4))
