@@ -2,9 +2,9 @@
 full-text ranking.
 
 Storage: a plain table (schema steps m019_search_vectors, m020_search_vectors_rows), one float32 vector per indexed
-row and embedder model, normalized to length 1, scanned in bounded pages of the searched workspace's rows (`SCAN_PAGE`): no extension to
-load into every connection; `bench_search.py --embedder` measures the fused search's cost (docs/knowledge.md,
-"Hybrid search").
+row and embedder model, normalized to length 1, scanned in bounded pages of the searched workspace's rows
+(`SCAN_PAGE`): no extension to load into every connection; `bench_vectors.py` measures it against sqlite-vec and
+`bench_search.py --embedder` the fused search's cost (docs/knowledge.md, "Hybrid search").
 
 In step: a vector is written by `put_embeddings` only while its row still holds exactly the text that was embedded
 (the text's SHA-256 is compared inside the writing transaction), and triggers delete it in the transaction that
@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import operator
 import struct
+import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -98,7 +100,11 @@ def _to_bytes(vector: array) -> bytes:
 
 
 def _from_bytes(blob: bytes) -> array:
-    return array("f", struct.unpack(f"<{len(blob) // 4}f", blob))
+    vector = array("f")
+    vector.frombytes(blob)
+    if sys.byteorder == "big":
+        vector.byteswap()  # stored little-endian
+    return vector
 
 
 class Vectors:
@@ -178,7 +184,7 @@ def nearest(conn: apsw.Connection, scope: int, model: str, query: array, tables:
             "ORDER BY id LIMIT ?", (scope, model, after, SCAN_PAGE)).fetchall()
         for _, item, item_id, blob in page:
             if item in wanted and len(blob) == 4 * len(query):
-                best.append((sum(a * b for a, b in zip(query, _from_bytes(blob))), item, item_id))
+                best.append((sum(map(operator.mul, query, _from_bytes(blob))), item, item_id))
         best = sorted(best, reverse=True)[:limit]
         if len(page) < SCAN_PAGE:
             break
