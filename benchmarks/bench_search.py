@@ -282,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
                 for q in conv["questions"]:
                     hits = store.search(workspace, q["question"], limit=10).hits
                     if embedder is not None:
-                        fused = query_vector(embedder, q["question"])
+                        fused = query_vector(embedder, store, workspace, q["question"])
                         t0 = time.perf_counter()
                         vhits = store.search(workspace, q["question"], limit=10, **fused).hits
                         fused_ms.append((time.perf_counter() - t0) * 1000)

@@ -144,6 +144,23 @@ class Statistics:
         return sorted((t for t, df in self.df.items() if df), key=lambda t: (self.df[t], t))
 
 
+def widespread(conn: apsw.Connection, scope: int, words: list[str]) -> set[str]:
+    """Inside a read transaction: those of the query `words` (letters and digits) that more than half of workspace
+    `scope`'s Sessions hold (counted in its newest `WINDOW` events, with one Session more assumed that holds none).
+
+    Such a word tells no turn from another: the name of the person a conversation is with, said in every Session's
+    greeting, or a word every Session uses. Full text gives it little weight already; an embedding of the query does
+    not, and is drawn to the short turns that say it ("Wow Jon, same here!")."""
+    rows, low = _window(conn, scope, EVENTS)
+    if not rows:
+        return set()
+    held = ("SELECT count(DISTINCT e.session_id) FROM events e WHERE e.id IN "
+            "(SELECT rowid FROM event_search WHERE event_search MATCH ? AND rowid >= ?)")
+    (sessions,) = conn.execute(held, (_match(scope, EVENTS), low)).fetchone()
+    return {word for word in words
+            if conn.execute(held, (_match(scope, EVENTS, word), low)).fetchone()[0] > (sessions + 1) / 2}
+
+
 def _candidates(conn: apsw.Connection, stats: Statistics, tables: tuple[str, ...]) -> dict[str, list[int]]:
     """table -> rowids holding the query's words, rarest word first, newest first, at most `CANDIDATES` in all."""
     found: dict[str, dict[int, None]] = {t: {} for t in tables}

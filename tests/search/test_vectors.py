@@ -211,3 +211,21 @@ def test_the_vectors_of_a_store_before_m020_are_kept(tmp_path: Path) -> None:
     assert conn.execute("SELECT item, item_id, model, workspace_id, vector FROM search_vectors ORDER BY id").fetchall() \
         == [("event", 7, "m", 1, b"\0\0\0\x40"), ("knowledge", 3, "m", 1, b"\0\0\x80\x3f")]
     conn.close()
+
+
+def test_the_query_is_embedded_without_the_words_most_sessions_hold(store: MemoryStore, workspace: Path,
+                                                                    tmp_path: Path) -> None:
+    for n in range(4):
+        say(store, workspace, f"Evening Jon! Quick catch-up number {n}?", "Pretty good, thanks for asking!")
+    say(store, workspace, "Hi Jon, what are you up to?", "I'm currently reading The Lean Startup.")
+    question = "What book is Jon currently reading?"
+    assert store.embedding_query(workspace, question) == "What book is currently reading"  # Jon: 5 of 5 Sessions
+    other = tmp_path / "other"
+    other.mkdir()
+    say(store, other, "Jon Jon Jon", "Jon")
+    assert store.embedding_query(other, question) == question  # one Session: no word is in most of them
+    assert store.embedding_query(workspace, question) == "What book is currently reading"  # the other changes nothing
+    assert store.embedding_query(workspace, "Jon?") == "Jon?"  # every word widespread: the query as it is
+    assert store.embedding_query(tmp_path, question) == question  # no workspace there
+    with pytest.raises(InvalidInputError, match="no word"):
+        store.embedding_query(workspace, "?!")

@@ -21,7 +21,10 @@ from emelex_memory import InvalidModelError, MemoryStore
 from emelex_memory.maintenance.doctor import diagnose
 from emelex_workers.cli import app
 from emelex_workers.models import default_model_file
-from emelex_workers.worker.embedding import embedder_of, query_vector
+from emelex_memory.search.ranking import EVENTS
+from emelex_memory.search.vectors import nearest, unit_vector
+from emelex_memory.sessions.workspaces import workspace_scope
+from emelex_workers.worker.embedding import embed_pending, embedder_of, query_vector
 from emelex_workers.worker.work import work
 from emelex_workers.settings import WorkerSettings
 
@@ -42,7 +45,7 @@ def test_the_worker_embeds_with_a_local_gguf_model_and_search_fuses_it(home: Pat
         assert report.embedded == 5 and "; embedded 5 row(s) for search;" in report.summary_line()
         embedder = embedder_of(settings)
         model = embedder.model
-        fused = query_vector(embedder, "What instrument does Grace play?")
+        fused = query_vector(embedder, store, workspace, "What instrument does Grace play?")
         embedder.close()
         assert model == "llamacpp:all-MiniLM-L6-v2" and len(fused["query_vector"]) == 384
         assert store.embedding_counts(model) == (5, 0)
@@ -149,3 +152,27 @@ def test_weights_that_are_not_the_original_release_are_refused(tmp_path: Path) -
     (copy / "model.safetensors").write_bytes(bytes(data))
     with pytest.raises(InvalidModelError, match="not the original all-MiniLM-L6-v2 weights"):
         sentence_model.write_gguf(copy, io.BytesIO())
+
+
+def test_a_question_naming_the_person_talked_to_finds_the_answer_by_its_vector(home: Path, workspace: Path) -> None:
+    """The name said in every Session's greeting is left out of the query's embedding: the answer's vector is then
+    the nearest, not a greeting's (all-MiniLM-L6-v2 ranks "Wow Jon, same here!" first for the whole question)."""
+    settings = WorkerSettings(home=home, plugins_autoload=False, embedder="llamacpp", model_threads=1)
+    with MemoryStore.open(settings) as store:
+        for greeting in ("Evening Jon! Quick catch-up?", "Wow Jon, same here!", "Haha, that's amazing Jon.",
+                         "That's so good to hear, Jon!"):
+            say(store, workspace, greeting, "Thanks, all good here.")
+        answer = say(store, workspace, "Hi Jon, anything new?", "I'm currently reading The Lean Startup.")
+        embedder = embedder_of(settings)
+        try:
+            assert embed_pending(store, embedder) == 10
+            fused = query_vector(embedder, store, workspace, "What book is Jon currently reading?")
+        finally:
+            embedder.close()
+        with store.db.read() as conn:
+            scope = workspace_scope(conn, workspace)
+            ((_, rowid, _),) = nearest(conn, scope, fused["embedding_model"], unit_vector(fused["query_vector"]),
+                                       (EVENTS,), limit=1)
+            (session, seq) = conn.execute("SELECT s.uuid, e.seq FROM events e JOIN sessions s ON s.id = e.session_id "
+                                          "WHERE e.id = ?", (rowid,)).fetchone()
+        assert (session, seq) == (answer, 2)
