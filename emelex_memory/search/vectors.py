@@ -14,8 +14,10 @@ yet embedded is found by full text alone until the embedder catches up (`pending
 computed inside an append's transaction: the worker embeds what is pending after its jobs.
 
 Fusion: the rows most similar to the query's vector (cosine, at most `VECTOR_CANDIDATES`) and the full-text
-ranking are merged by weighted reciprocal rank (`FULL_TEXT / (60 + rank)` + `VECTOR / (60 + rank)`); with the
-vector weight half the full-text one, a row found by its vector alone never outranks the best full-text match.
+ranking are merged by reciprocal rank (`FULL_TEXT / (60 + rank)` + `VECTOR / (60 + rank)`), the two weighed
+alike: a sentence-embedding model finds the paraphrases no word search reaches (`bench_search.py --embedder`: the
+vectors alone recalled more than full text), so the nearest row found by its vector alone counts as much as the
+best full-text match.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ MAX_DIMS = 16_384
 MAX_BATCH = 512  # items `pending_embeddings` returns and `put_embeddings` takes at most
 SCAN_PAGE = 2_000  # vectors read per page of a search's scan
 VECTOR_CANDIDATES = 50
-RRF_K, FULL_TEXT, VECTOR = 60, 1.0, 0.5
+RRF_K, FULL_TEXT, VECTOR = 60, 1.0, 1.0
 _TEXT = {
     EVENTS: "SELECT body FROM event_search WHERE rowid = ?",
     KNOWLEDGE: "SELECT key || ' ' || content FROM knowledge_search WHERE rowid = ?",

@@ -20,6 +20,8 @@ from emelex_memory import COMPACTION_KIND, InvalidInputError, MemoryStore, Setti
 from emelex_memory.core.migrations import MIGRATIONS, migrate
 from emelex_memory.maintenance.backup import backup_store, restore_backup
 from emelex_memory.maintenance.doctor import diagnose
+from emelex_memory.search.ranking import EVENTS, Ranked
+from emelex_memory.search.vectors import fuse
 from emelex_workers.host.types import Embedder
 from emelex_workers.worker.embedding import embed_pending
 
@@ -229,3 +231,12 @@ def test_the_query_is_embedded_without_the_words_most_sessions_hold(store: Memor
     assert store.embedding_query(tmp_path, question) == question  # no workspace there
     with pytest.raises(InvalidInputError, match="no word"):
         store.embedding_query(workspace, "?!")
+
+
+def test_the_nearest_vector_counts_as_much_as_the_best_full_text_match() -> None:
+    """Reciprocal-rank fusion with equal weights: a row only the query's vector finds (a paraphrase sharing no word
+    with the query) comes right after a row both find first, ahead of the second full-text match."""
+    ranked = [Ranked(EVENTS, rowid, 10.0 - rowid, 0.5) for rowid in (1, 2, 3)]
+    fused = fuse(ranked, [(EVENTS, 9, 0.8), (EVENTS, 1, 0.7)])
+    assert [r.rowid for r in fused] == [1, 9, 2, 3]
+    assert [r.relevance for r in fused] == [0.5, 0.0, 0.5, 0.5]
