@@ -3,7 +3,7 @@
 A workspace of 100,000 and of 1,000,000 embedded rows (384 numbers each, the default embedding model's size; random
 unit vectors, as a brute-force search's cost does not depend on them) plus a small second workspace, in a SQLite
 file on disk. Three ways to find a query's 50 nearest rows of the workspace (cosine), alternated query by query:
-- **plain, Python**: the store's table (schema step m020_search_vectors_rows) scanned in pages by `search/vectors.py:
+- **plain, Python**: the store's table (schema step m021_search_vectors_rows) scanned in pages by `search/vectors.py:
   nearest`, the similarity computed in Python (what the store does without an extension);
 - **plain, sqlite-vec**: the same table, the similarity computed in SQL by sqlite-vec's `vec_distance_cosine`
   (`ORDER BY ... LIMIT 50`): the extension loaded into the searching connection only, nothing else stored;
@@ -38,8 +38,8 @@ DIMS, K, MODEL, CHUNK = 384, 50, "bench", 50_000
 ABOUT = __doc__.split("\n\n", 1)[1]
 SECTIONS = ("vectors",)
 MEASURES = (  # the code its figures measure (results.py flags a section older than it)
-    "emelex_memory/search/vectors.py", "emelex_memory/core/schema/m020_search_vectors_rows.sql")
-SCHEMA = (Path(__file__).parents[1] / "emelex_memory" / "core" / "schema" / "m020_search_vectors_rows.sql").read_text()
+    "emelex_memory/search/vectors.py", "emelex_memory/core/schema/m021_search_vectors_rows.sql")
+SCHEMA = (Path(__file__).parents[1] / "emelex_memory" / "core" / "schema" / "m021_search_vectors_rows.sql").read_text()
 TABLE = SCHEMA[SCHEMA.index("CREATE TABLE"):SCHEMA.index("INSERT INTO")]
 INDEX = SCHEMA[SCHEMA.index("CREATE INDEX"):SCHEMA.index("CREATE TRIGGER")]
 

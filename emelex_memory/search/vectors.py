@@ -1,7 +1,7 @@
 """Vectors of the searched text, from an optional embedder, kept in step with the store and fused with the
 full-text ranking.
 
-Storage: a plain table (schema steps m019_search_vectors, m020_search_vectors_rows), one float32 vector per indexed
+Storage: a plain table (schema steps m019_search_vectors, m021_search_vectors_rows), one float32 vector per indexed
 row and embedder model, normalized to length 1, scanned in bounded pages of the searched workspace's rows
 (`SCAN_PAGE`): no extension to load into every connection; `bench_vectors.py` measures it against sqlite-vec and
 `bench_search.py --embedder` the fused search's cost (docs/knowledge.md, "Hybrid search").

@@ -200,9 +200,9 @@ def test_a_rows_vectors_are_found_by_index_when_it_changes_or_goes(store: Memory
             assert "SCAN search_vectors" not in plan and "SEARCH search_vectors USING" in plan, (statement, plan)
 
 
-def test_the_vectors_of_a_store_before_m020_are_kept(tmp_path: Path) -> None:
+def test_the_vectors_of_a_store_before_m021_are_kept(tmp_path: Path) -> None:
     conn = apsw.Connection(str(tmp_path / "old.sqlite3"))
-    step = [m.name for m in MIGRATIONS].index("m020_search_vectors_rows")
+    step = [m.name for m in MIGRATIONS].index("m021_search_vectors_rows")
     migrate(conn, MIGRATIONS[:step])
     with conn:
         conn.execute("INSERT INTO workspaces (path, device, inode, created_at) VALUES ('/w', 1, 2, 0)")
