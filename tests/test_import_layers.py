@@ -31,6 +31,7 @@ WORKER_FLOORS = {
     "interop": set(),  # other agents' histories, the export file and the MCP server: over the core only
     "cli": {"host", "models", "faithfulness", "worker", "agent", "interop", "settings"},
     "demo": {"cli", "settings"},
+    "console": {"cli"},  # the `emelex` console script, which nothing imports
 }
 # what a built-in plugin may import of the two packages: their public APIs
 PUBLIC = {"emelex_memory", "emelex_workers.plugin_api", "emelex_workers.hookspecs", "emelex_workers.faithfulness"}

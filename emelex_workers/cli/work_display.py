@@ -88,6 +88,8 @@ def waiting_line(waiting: WaitingJob, stopped: str) -> str:
                        f"or reconcile it with `emelex memory sessions recover {job.session_id}`")
     if waiting.reason == "not-due":
         return head + f"{attempt_text(job.attempts + 1)} due at {until}, after a failure"
+    if stopped.startswith("signal:"):
+        return head + f"due now, not run: this run was stopped by {stopped.removeprefix('signal:')}"
     return head + f"due now, not run: this run stopped ({stopped})"
 
 

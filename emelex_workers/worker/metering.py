@@ -89,7 +89,7 @@ class MeteredBinding:
         stop = self.stop
         if stop is None:
             return call()
-        stop.check()
+        stop.check(doing.replace("while", "before", 1))
         with stop.deferred():
             try:
                 result = call()

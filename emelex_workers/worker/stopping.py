@@ -56,6 +56,7 @@ class GracefulStop:
         self.on_repeat = on_repeat
         self._interruptible = 0
         self._thread: int | None = None  # the thread inside `interruptible()`
+        self._doing = ""  # what the code inside `interruptible()` is doing ("while the summarizer ran")
 
     def request(self, name: str = "stop") -> None:
         """Ask the run to stop (see the class docstring); inside `interruptible()` on its thread, raise
@@ -71,7 +72,7 @@ class GracefulStop:
             self.on_request(name)
         if self._interruptible and threading.get_ident() == self._thread:
             self._interruptible = 0  # the job is being released: nothing may interrupt that
-            raise WorkerStopped(name)
+            raise WorkerStopped(name, self._doing)
 
     def check(self, where: str = "") -> None:
         """Raise `WorkerStopped` (met `where`) when a stop was requested; else return."""
@@ -93,12 +94,13 @@ class GracefulStop:
                 signal.signal(s, handler)
 
     @contextmanager
-    def interruptible(self) -> Iterator[None]:
-        """Plain plugin code: within the block a stop request raises `WorkerStopped` where the code is; one already
-        made raises at once. A model call inside it is kept from that by `deferred()`."""
-        self.check()
+    def interruptible(self, doing: str = "") -> Iterator[None]:
+        """Plain plugin code, `doing` what it does ("while the summarizer ran"): within the block a stop request
+        raises `WorkerStopped` where the code is, met `doing`; one already made raises at once, met before it ("before
+        the summarizer ran"). A model call inside it is kept from that by `deferred()`."""
+        self.check(doing.replace("while", "before", 1))
         self._interruptible += 1
-        self._thread = threading.get_ident()
+        self._thread, self._doing = threading.get_ident(), doing
         try:
             yield
         finally:

@@ -407,7 +407,7 @@ def _plugin_call(registered: Registered, stop: GracefulStop, call: Callable[...,
     from ..host.manager import plugin_call
 
     kind = type(registered.component).__name__.lower()
-    with stop.interruptible():
+    with stop.interruptible(f"while the {kind} ran"):
         return plugin_call(lambda: call(*args),
                            f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed")
 

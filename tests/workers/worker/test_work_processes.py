@@ -62,7 +62,7 @@ def test_a_signal_during_a_job_releases_it_without_consuming_an_attempt(
     released = [j for j in jobs if j.diagnostics]
     assert len(released) == 1
     name = signal.Signals(signum).name
-    assert released[0].diagnostics[-1].message == f"worker stopped by {name}; no attempt consumed"
+    assert released[0].diagnostics[-1].message == f"worker stopped by {name} while the summarizer ran; no attempt consumed"
 
 
 def test_two_worker_processes_drain_one_queue_with_no_job_run_twice(

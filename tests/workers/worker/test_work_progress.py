@@ -187,6 +187,16 @@ def test_plain_lines_show_each_job_and_a_due_job_left_by_the_limit(env: WorkerSe
     assert waiting.endswith("due now, not run: this run stopped (max-jobs)")
 
 
+def test_a_due_job_left_by_a_signal_says_which_signal_stopped_the_run(env: WorkerSettings, workspace: Path) -> None:
+    from emelex_workers.cli.work_display import waiting_line
+
+    with MemoryStore.open(env) as store:
+        seed(store, workspace)
+        waiting = store.waiting_jobs(limit=1).jobs[0]
+    assert waiting.reason == "due"
+    assert waiting_line(waiting, "signal:SIGTERM").endswith("due now, not run: this run was stopped by SIGTERM")
+
+
 # -- a worker that died -------------------------------------------------------------------------------------------
 
 CLAIMER = """

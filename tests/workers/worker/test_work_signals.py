@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,37 @@ def test_a_second_signal_at_once_after_the_first_ends_the_worker_without_a_trace
         "worker stopped at once by a second SIGINT; no attempt consumed",
         *(d.message for d in job.diagnostics if d.message.startswith("worker stopped by SIGINT while evaluating")))
 
+
+MOMENTS = [(0.05, signal.SIGINT), (0.1, signal.SIGINT), (0.2, signal.SIGINT), (0.35, signal.SIGTERM),
+           (0.5, signal.SIGINT), (0.8, signal.SIGTERM), (1.2, signal.SIGINT), (1.8, signal.SIGTERM),
+           (2.5, signal.SIGINT)]  # seconds after Python began the console script (as .venv/bin/emelex does)
+STARTED = "the console script starts"
+
+
+@pytest.mark.parametrize(("offset", "signum"), MOMENTS, ids=[f"{o}s-{s.name}" for o, s in MOMENTS])
+def test_a_signal_at_any_moment_of_a_run_ends_it_without_a_trace_or_an_attempt(
+    offset: float, signum: int, probed: Path, tmp_path: Path, workspace: Path
+) -> None:
+    """A stop arriving at any moment, as a person or a service manager sends it without looking at the screen:
+    SIGINT or SIGTERM at offsets that fall, on a machine loaded or not, on the command's imports, its opening of the
+    store, the model's loading and its work. Never a traceback, the status is 128+N (or SIGTERM's own before the
+    command handles it), and the job is pending with no attempt consumed. The command runs as the console script runs it (`emelex_workers.console`: a Ctrl-C during the
+    command line's imports was a KeyboardInterrupt traceback); the offsets count from the moment the interpreter has
+    started and runs the script (a signal in the interpreter's own start-up is Python's to report)."""
+    home = tmp_path / "home"
+    job_id = _home_with_a_job(home, workspace, probed, probe_passed=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMELEX_")}
+    env.update(EMELEX_HOME=str(home), EMELEX_PLUGINS_AUTOLOAD="0", EMELEX_SUMMARY_MODE="abstractive",
+               EMELEX_MODEL_MAX_CONTEXT_TOKENS="2048", TERM="xterm-256color")
+    console = [sys.executable, "-c", f"import os, emelex_workers; os.write(2, b'{STARTED}\\n'); "
+               "from emelex_workers.console import main; main()", *WORKER[3:]]
+    terminal = Terminal(console, env, start_new_session=True)
+    terminal.expect(STARTED)
+    time.sleep(offset)
+    _send(terminal, signum)
+    status, output = terminal.finish()
+    # A SIGTERM before the command took the signals over ends it as SIGTERM does, before it opened the store.
+    assert status == 128 + signum or (signum == signal.SIGTERM and status == -signum), output[-3000:]
+    assert "Traceback" not in output and "Exception ignored" not in output, output[-3000:]
+    job = _job(home, job_id)
+    assert job.state == "pending" and job.attempts == 0, output[-3000:]
