@@ -1259,6 +1259,18 @@ class MemoryStore:
             embedding_model=embedding_model,
         )
 
+    def embedding_query(self, workspace: WorkspaceLike, query: str) -> str:
+        """The text of `query` to embed for `search`'s `query_vector` in this workspace: its words (letters and digits,
+        as written) without those more than half of the workspace's Sessions hold (see
+        `search/ranking.py: widespread`); `query` itself when that leaves out none of them, or all of them.
+
+        The name of the person a conversation is with is said in nearly every Session; left in the query, it draws
+        the query's vector to the short turns that greet them rather than to the turn that answers. A directory that
+        is no known workspace keeps every word. Raises `InvalidInputError` as `search` does for the query; writes
+        nothing.
+        """
+        return self.search_index.embedding_query(workspace, query)
+
     def select_recall(
         self, workspace: WorkspaceLike, query: str, budget_tokens: int, *, count_tokens: TokenCounter | None = None
     ) -> RecallSelection:

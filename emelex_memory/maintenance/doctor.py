@@ -231,12 +231,12 @@ _SEARCH_INDEXES = (
 )
 # Each stored vector with the text its row holds now (NULL: the row is gone) and the row's workspace token.
 _VECTOR_ROWS = (
-    "SELECT v.model, v.item, v.item_id, v.workspace_id, v.digest, CASE v.item "
+    "SELECT v.id, v.workspace_id, v.digest, CASE v.item "
     "WHEN 'event' THEN (SELECT body FROM event_search WHERE rowid = v.item_id) "
     "ELSE (SELECT key || ' ' || content FROM knowledge_search WHERE rowid = v.item_id) END, CASE v.item "
     "WHEN 'event' THEN (SELECT ws FROM event_search WHERE rowid = v.item_id) "
     "ELSE (SELECT ws FROM knowledge_search WHERE rowid = v.item_id) END "
-    "FROM search_vectors v WHERE (v.model, v.item, v.item_id) > (?, ?, ?) ORDER BY v.model, v.item, v.item_id LIMIT ?"
+    "FROM search_vectors v WHERE v.id > ? ORDER BY v.id LIMIT ?"
 )
 _VECTOR_PAGE = 1000
 
@@ -262,17 +262,17 @@ def _check_search_index(report: DoctorReport, db: Database) -> None:
 def _check_search_vectors(report: DoctorReport, db: Database) -> None:
     """Every stored vector embeds exactly what its row holds now, in its workspace (a full read, in pages)."""
     checked = stale = 0
-    after = ("", "", 0)
+    after = 0
     with db.read() as conn:
         while True:
-            rows = conn.execute(_VECTOR_ROWS, (*after, _VECTOR_PAGE)).fetchall()
-            for _, _, _, workspace_id, digest, text, ws in rows:
+            rows = conn.execute(_VECTOR_ROWS, (after, _VECTOR_PAGE)).fetchall()
+            for _, workspace_id, digest, text, ws in rows:
                 checked += 1
                 if text is None or ws != f"w{workspace_id}" or text_digest(text) != digest:
                     stale += 1
             if len(rows) < _VECTOR_PAGE:
                 break
-            after = rows[-1][:3]
+            after = rows[-1][0]
     report.add("search vectors", not stale,
                f"{checked} vectors, each of its row's current text" if not stale else
                f"{stale} of {checked} vectors do not embed their row's current text; restore the database from a backup")

@@ -14,7 +14,7 @@ from ..errors import InvalidInputError
 MAX_QUERY_BYTES = 4096  # a query longer than this is refused; recall cuts its own query to this first
 MAX_TERMS = 32  # distinct words of a query searched for; more are refused (recall keeps the first ones)
 MAX_TERM_CHARS = 64  # a longer word is cut to this many characters
-_WORD = re.compile(r"[^\W_]+")
+WORD = re.compile(r"[^\W_]+")  # a word of a query: a run of letters and digits
 
 
 def query_terms(query: object, *, cut: bool = False) -> list[str]:
@@ -44,12 +44,12 @@ def query_terms(query: object, *, cut: bool = False) -> list[str]:
             )
         query = encoded[:MAX_QUERY_BYTES].decode("utf-8", errors="ignore")
     terms: dict[str, None] = {}
-    for match in _WORD.finditer(query):
+    for match in WORD.finditer(query):
         term = match.group().lower()[:MAX_TERM_CHARS]
         if term not in terms and len(terms) == MAX_TERMS:
             if cut:
                 break
-            count = len({m.group().lower()[:MAX_TERM_CHARS] for m in _WORD.finditer(query)})
+            count = len({m.group().lower()[:MAX_TERM_CHARS] for m in WORD.finditer(query)})
             raise InvalidInputError(
                 f"the search query has {count} distinct words; at most {MAX_TERMS} are searched for: keep the few "
                 "most distinctive"

@@ -10,9 +10,10 @@ module scores them (BM25) with statistics it counts in the searched workspace on
   table (all of them in a smaller workspace); the number of documents is the rows of that window. No other
   workspace's rows are counted, so adding or removing one changes no ranking. Words are the index's tokens
   (stemmed as the index stems them).
-- **Common words.** They need no list: a word most rows hold gets an inverse document frequency near zero, so "the",
-  "what" or the name of the person a conversation is with (a vocative) weigh little, while a word found in few rows
-  weighs most.
+- **Common words.** They need no list: a word most rows hold gets an inverse document frequency near zero, so "the"
+  or "what" weigh little, while a word found in few rows weighs most. A word more than half of the workspace's
+  Sessions hold (`widespread`) weighs nothing: the name of the person a conversation is with (a vocative), greeted
+  in nearly every Session, is in few rows, yet tells no turn from another.
 - **Candidates.** The rows holding the query's words are gathered rarest word first, newest rows first, at most
   `CANDIDATES` in all, so a query of common words costs a bounded read, whatever the workspace's size.
 - **Scores.** Each candidate is scored by BM25 over its own text (re-tokenized by the index's tokenizer), with the
@@ -37,6 +38,7 @@ import apsw
 EVENTS, KNOWLEDGE, HEADS = "event_search", "knowledge_search", "session_search"
 COLUMNS = {EVENTS: "body", KNOWLEDGE: "{key content}", HEADS: "head"}
 WINDOW = 4_096  # newest indexed rows of each table whose statistics a search counts
+SPREAD_WINDOW = 1_024  # newest events in which a query word's spread over Sessions is counted (`widespread`)
 CANDIDATES = 100  # rows scored at most per search
 SNIPPET_TOKENS = 16
 MARK_START, MARK_END, ELLIPSIS = "[", "]", "…"
@@ -134,6 +136,8 @@ class Statistics:
         self.df = {token: sum(_df(conn, scope, t, word, windows[t][1]) for t in (EVENTS, KNOWLEDGE) if windows[t][0])
                    for token, word in self.words.items()}
         self.idf = {token: idf(docs, df) for token, df in self.df.items()}
+        common = widespread(conn, scope, list(self.words.values()))  # they tell no row from another: no weight
+        self.idf = {token: 0.0 if self.words[token] in common else weight for token, weight in self.idf.items()}
         heads, head_low = _window(conn, scope, HEADS)
         self.head_idf = {token: idf(heads, _df(conn, scope, HEADS, word, head_low)) if heads else 0.0
                          for token, word in self.words.items()}
@@ -142,6 +146,31 @@ class Statistics:
     def rarest_first(self) -> list[str]:
         """The query's tokens that some row holds, rarest first."""
         return sorted((t for t, df in self.df.items() if df), key=lambda t: (self.df[t], t))
+
+
+def widespread(conn: apsw.Connection, scope: int, words: list[str]) -> set[str]:
+    """Inside a read transaction: those of the query `words` (letters and digits) that more than half of workspace
+    `scope`'s Sessions hold, counted in its newest `SPREAD_WINDOW` events, with one Session more assumed that holds
+    none of them (so in a workspace of one Session no word is widespread).
+
+    Such a word tells no turn from another: the name of the person a conversation is with, said in every Session's
+    greeting, or a word every Session uses. An embedding of the query is drawn to the short turns that say it ("Wow
+    Jon, same here!"), and full text would rank them above the turn that answers. The cost is bounded: one read of
+    the window's Sessions, then at most `SPREAD_WINDOW` index entries per word."""
+    window = conn.execute(f"SELECT rowid FROM {EVENTS} WHERE {EVENTS} MATCH ? ORDER BY rowid DESC LIMIT ?",
+                          (_match(scope, EVENTS), SPREAD_WINDOW)).fetchall()
+    if not window:
+        return set()
+    session_of = dict(conn.execute("SELECT id, session_id FROM events WHERE id IN (SELECT value FROM json_each(?))",
+                                   (json.dumps([rowid for (rowid,) in window]),)))
+    needed, low = (len(set(session_of.values())) + 1) / 2, window[-1][0]
+    found = set()
+    for word in words:
+        rows = conn.execute(f"SELECT rowid FROM {EVENTS} WHERE {EVENTS} MATCH ? AND rowid >= ?",
+                            (_match(scope, EVENTS, word), low))
+        if len({session_of[rowid] for (rowid,) in rows}) > needed:
+            found.add(word)
+    return found
 
 
 def _candidates(conn: apsw.Connection, stats: Statistics, tables: tuple[str, ...]) -> dict[str, list[int]]:

@@ -20,8 +20,8 @@ from ..core.database import Database, read_in_snapshot
 from ..core.paging import Items, Page, take
 from ..errors import InvalidInputError
 from ..sessions.workspaces import WorkspaceLike, workspace_scope
-from .query import query_terms
-from .ranking import EVENTS, KNOWLEDGE as KNOWLEDGE_TABLE, Ranked, Tokens, rank
+from .query import MAX_TERM_CHARS, WORD, query_terms
+from .ranking import EVENTS, KNOWLEDGE as KNOWLEDGE_TABLE, Ranked, Tokens, rank, widespread
 from .vectors import check_model, fuse, nearest, unit_vector
 from .recall import RecallSelection, TokenCounter, check_budget, estimate_tokens, select_notes
 
@@ -201,6 +201,24 @@ class Search:
             hits = hits_of(conn, scope, terms, ranked[offset:offset + limit + 1])
         taken, more = take(hits, limit, max_bytes, _hit_size, lambda h: True, at_least_one=True)
         return SearchPage(taken, f"rank:{offset + len(taken)}" if more else None)
+
+    def embedding_query(self, workspace: WorkspaceLike, query: str) -> str:
+        """The text of `query` to embed for `search`'s `query_vector` in this workspace: its words (letters and digits,
+        as written) without those more than half of the workspace's Sessions hold (see
+        `search/ranking.py: widespread`); `query` itself when that leaves out none of them, or all of them.
+
+        The name of the person a conversation is with is said in nearly every Session; left in the query, it draws
+        the query's vector to the short turns that greet them rather than to the turn that answers. A directory that
+        is no known workspace keeps every word. Raises `InvalidInputError` as `search` does for the query; writes
+        nothing.
+        """
+        terms = query_terms(query)
+        words = [m.group() for m in WORD.finditer(query)]
+        with self._db.read() as conn:
+            scope = workspace_scope(conn, workspace)
+            common = widespread(conn, scope, terms) if scope is not None else set()
+        kept = [w for w in words if w.lower()[:MAX_TERM_CHARS] not in common]
+        return " ".join(kept) if kept and len(kept) < len(words) else query
 
     def select_recall(
         self,

@@ -1,10 +1,10 @@
 """Vectors of the searched text, from an optional embedder, kept in step with the store and fused with the
 full-text ranking.
 
-Storage: a plain table (schema step m019_search_vectors), one float32 vector per indexed row and embedder model,
-normalized to length 1, scanned in bounded pages of the searched workspace's rows (`SCAN_PAGE`): no extension to
-load into every connection; `bench_search.py --embedder` measures the fused search's cost (docs/knowledge.md,
-"Hybrid search").
+Storage: a plain table (schema steps m019_search_vectors, m023_search_vectors_rows), one float32 vector per indexed
+row and embedder model, normalized to length 1, scanned in bounded pages of the searched workspace's rows
+(`SCAN_PAGE`): no extension to load into every connection; `bench_vectors.py` measures it against sqlite-vec and
+`bench_search.py --embedder` the fused search's cost (docs/knowledge.md, "Hybrid search").
 
 In step: a vector is written by `put_embeddings` only while its row still holds exactly the text that was embedded
 (the text's SHA-256 is compared inside the writing transaction), and triggers delete it in the transaction that
@@ -14,15 +14,19 @@ yet embedded is found by full text alone until the embedder catches up (`pending
 computed inside an append's transaction: the worker embeds what is pending after its jobs.
 
 Fusion: the rows most similar to the query's vector (cosine, at most `VECTOR_CANDIDATES`) and the full-text
-ranking are merged by weighted reciprocal rank (`FULL_TEXT / (60 + rank)` + `VECTOR / (60 + rank)`); with the
-vector weight half the full-text one, a row found by its vector alone never outranks the best full-text match.
+ranking are merged by reciprocal rank (`FULL_TEXT / (60 + rank)` + `VECTOR / (60 + rank)`), the two weighed
+alike: a sentence-embedding model finds the paraphrases no word search reaches (`bench_search.py --embedder`: the
+vectors alone recalled more than full text), so the nearest row found by its vector alone counts as much as the
+best full-text match.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import operator
 import struct
+import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +43,7 @@ MAX_DIMS = 16_384
 MAX_BATCH = 512  # items `pending_embeddings` returns and `put_embeddings` takes at most
 SCAN_PAGE = 2_000  # vectors read per page of a search's scan
 VECTOR_CANDIDATES = 50
-RRF_K, FULL_TEXT, VECTOR = 60, 1.0, 0.5
+RRF_K, FULL_TEXT, VECTOR = 60, 1.0, 1.0
 _TEXT = {
     EVENTS: "SELECT body FROM event_search WHERE rowid = ?",
     KNOWLEDGE: "SELECT key || ' ' || content FROM knowledge_search WHERE rowid = ?",
@@ -98,7 +102,11 @@ def _to_bytes(vector: array) -> bytes:
 
 
 def _from_bytes(blob: bytes) -> array:
-    return array("f", struct.unpack(f"<{len(blob) // 4}f", blob))
+    vector = array("f")
+    vector.frombytes(blob)
+    if sys.byteorder == "big":
+        vector.byteswap()  # stored little-endian
+    return vector
 
 
 class Vectors:
@@ -171,18 +179,18 @@ def nearest(conn: apsw.Connection, scope: int, model: str, query: array, tables:
     `query`, best first, at most `limit`; the vectors are read in pages of `SCAN_PAGE`."""
     wanted = {TABLE_ITEMS[t] for t in tables}
     best: list[tuple[float, str, int]] = []
-    after: tuple[str, int] = ("", 0)
+    after = 0
     while True:
         page = conn.execute(
-            "SELECT item, item_id, vector FROM search_vectors WHERE workspace_id = ? AND model = ? "
-            "AND (item, item_id) > (?, ?) ORDER BY item, item_id LIMIT ?", (scope, model, *after, SCAN_PAGE)).fetchall()
-        for item, item_id, blob in page:
+            "SELECT id, item, item_id, vector FROM search_vectors WHERE workspace_id = ? AND model = ? AND id > ? "
+            "ORDER BY id LIMIT ?", (scope, model, after, SCAN_PAGE)).fetchall()
+        for _, item, item_id, blob in page:
             if item in wanted and len(blob) == 4 * len(query):
-                best.append((sum(a * b for a, b in zip(query, _from_bytes(blob))), item, item_id))
+                best.append((sum(map(operator.mul, query, _from_bytes(blob))), item, item_id))
         best = sorted(best, reverse=True)[:limit]
         if len(page) < SCAN_PAGE:
             break
-        after = (page[-1][0], page[-1][1])
+        after = page[-1][0]
     return [(ITEMS[item], item_id, similarity) for similarity, item, item_id in best]
 
 

@@ -93,7 +93,7 @@ def search(
         text = " ".join(query)
         embedder = embedder_of(store.settings)
         try:
-            fused = query_vector(embedder, text)
+            fused = query_vector(embedder, store, workspace, text)
         finally:
             if embedder is not None and embedder.close is not None:
                 embedder.close()

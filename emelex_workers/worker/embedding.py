@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from emelex_memory import MemoryStore, UnknownPluginComponentError
+from emelex_memory.sessions.workspaces import WorkspaceLike
 
 from ..settings import WorkerSettings
 from ..host.manager import EmelexPluginManager, get_plugin_manager, plugin_call
@@ -49,10 +50,12 @@ def embed_pending(store: MemoryStore, embedder: Embedder, *, stop: Callable[[], 
     return stored
 
 
-def query_vector(embedder: Embedder | None, query: str) -> dict:
-    """The keyword arguments of `MemoryStore.search` that fuse `embedder`'s vector of `query` (none without an
-    embedder)."""
+def query_vector(embedder: Embedder | None, store: MemoryStore, workspace: WorkspaceLike, query: str) -> dict:
+    """The keyword arguments of `MemoryStore.search` that fuse `embedder`'s vector of `query` in `workspace` (none
+    without an embedder): the query is embedded as `store.embedding_query` gives it, without the words most of the
+    workspace's Sessions hold."""
     if embedder is None:
         return {}
-    (vector,) = plugin_call(lambda: list(embedder.embed([query])), f"embedder {embedder.model!r}")
+    text = store.embedding_query(workspace, query)
+    (vector,) = plugin_call(lambda: list(embedder.embed([text])), f"embedder {embedder.model!r}")
     return {"query_vector": vector, "embedding_model": embedder.model}

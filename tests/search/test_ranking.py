@@ -86,3 +86,16 @@ def test_a_sessions_title_and_date_are_searchable_and_shown(store: MemoryStore, 
     assert (first.session_id, first.session_date, first.session_title) == (in_may, "2023-05-07", "release planning")
     assert second.session_id == later and first.score > second.score
     assert [h.session_id for h in store.search(workspace, "checklist Sunday").hits][0] == in_may  # 7 May 2023
+
+
+def test_a_name_said_in_every_session_does_not_outrank_the_answer(store: MemoryStore, workspace: Path) -> None:
+    """The person a conversation is with is greeted by name in nearly every Session: the name (and any word most
+    Sessions hold) tells no turn from another, so the turn that answers leads, not the greetings."""
+    for n in range(5):
+        say(store, workspace, f"Jon! How does it go, Jon? Day {n} here.", "All good, thanks.")
+    answer = say(store, workspace, "Jon! How does it go, Jon?",
+                 "I started to play the ukulele last month; my fingers hurt every evening after work.")
+    hits = store.search(workspace, "What does Jon play?").hits
+    assert (hits[0].session_id, hits[0].seq) == (answer, 2)
+    assert len(store.search(workspace, "Jon").hits) == 6  # a query of such words alone still finds them (newest first)
+    assert store.select_recall(workspace, "Jon, how does it go?", 512).notes == ()  # but recalls none of them

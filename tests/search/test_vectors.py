@@ -5,6 +5,7 @@ plugin test double (a deterministic bag-of-letters vector): real inference is in
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,11 +13,15 @@ import textwrap
 import time
 from pathlib import Path
 
+import apsw
 import pytest
 
 from emelex_memory import COMPACTION_KIND, InvalidInputError, MemoryStore, Settings, compaction_handler, run_one_job
+from emelex_memory.core.migrations import MIGRATIONS, migrate
 from emelex_memory.maintenance.backup import backup_store, restore_backup
 from emelex_memory.maintenance.doctor import diagnose
+from emelex_memory.search.ranking import EVENTS, Ranked
+from emelex_memory.search.vectors import fuse
 from emelex_workers.host.types import Embedder
 from emelex_workers.worker.embedding import embed_pending
 
@@ -179,3 +184,59 @@ def test_a_crash_during_the_embedding_pass_leaves_vectors_in_step(db_path: Path,
         assert vectors_agree(settings, db_path)
         assert embed_pending(store, EMBEDDER) == pending
         assert store.embedding_counts(MODEL) == (80, 0)
+
+
+def test_a_rows_vectors_are_found_by_index_when_it_changes_or_goes(store: MemoryStore) -> None:
+    """Each trigger that deletes the vectors of a changed or deleted row reaches them through an index: a scan of
+    every stored vector per changed row would make a distillation or a deleted Session cost the whole table."""
+    with store.db.read() as conn:
+        bodies = [sql for (sql,) in conn.execute(
+            "SELECT sql FROM sqlite_schema WHERE type = 'trigger' AND sql LIKE '%DELETE FROM search_vectors%'")]
+        assert len(bodies) == 7
+        for body in bodies:
+            statement = body[body.index("DELETE FROM search_vectors"):body.rindex(";")]
+            statement = re.sub(r"\b(OLD|NEW)\.\w+", "1", statement)
+            plan = " ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + statement))
+            assert "SCAN search_vectors" not in plan and "SEARCH search_vectors USING" in plan, (statement, plan)
+
+
+def test_the_vectors_of_a_store_before_m023_are_kept(tmp_path: Path) -> None:
+    conn = apsw.Connection(str(tmp_path / "old.sqlite3"))
+    step = [m.name for m in MIGRATIONS].index("m023_search_vectors_rows")
+    migrate(conn, MIGRATIONS[:step])
+    with conn:
+        conn.execute("INSERT INTO workspaces (path, device, inode, created_at) VALUES ('/w', 1, 2, 0)")
+        conn.executemany("INSERT INTO search_vectors (item, item_id, model, workspace_id, digest, vector) "
+                         "VALUES (?, ?, 'm', 1, zeroblob(32), ?)",
+                         [("knowledge", 3, b"\0\0\x80\x3f"), ("event", 7, b"\0\0\0\x40")])
+    assert migrate(conn) == [m.name for m in MIGRATIONS[step:]]
+    assert conn.execute("SELECT item, item_id, model, workspace_id, vector FROM search_vectors ORDER BY id").fetchall() \
+        == [("event", 7, "m", 1, b"\0\0\0\x40"), ("knowledge", 3, "m", 1, b"\0\0\x80\x3f")]
+    conn.close()
+
+
+def test_the_query_is_embedded_without_the_words_most_sessions_hold(store: MemoryStore, workspace: Path,
+                                                                    tmp_path: Path) -> None:
+    for n in range(4):
+        say(store, workspace, f"Evening Jon! Quick catch-up number {n}?", "Pretty good, thanks for asking!")
+    say(store, workspace, "Hi Jon, what are you up to?", "I'm currently reading The Lean Startup.")
+    question = "What book is Jon currently reading?"
+    assert store.embedding_query(workspace, question) == "What book is currently reading"  # Jon: 5 of 5 Sessions
+    other = tmp_path / "other"
+    other.mkdir()
+    say(store, other, "Jon Jon Jon", "Jon")
+    assert store.embedding_query(other, question) == question  # one Session: no word is in most of them
+    assert store.embedding_query(workspace, question) == "What book is currently reading"  # the other changes nothing
+    assert store.embedding_query(workspace, "Jon?") == "Jon?"  # every word widespread: the query as it is
+    assert store.embedding_query(tmp_path, question) == question  # no workspace there
+    with pytest.raises(InvalidInputError, match="no word"):
+        store.embedding_query(workspace, "?!")
+
+
+def test_the_nearest_vector_counts_as_much_as_the_best_full_text_match() -> None:
+    """Reciprocal-rank fusion with equal weights: a row only the query's vector finds (a paraphrase sharing no word
+    with the query) comes right after a row both find first, ahead of the second full-text match."""
+    ranked = [Ranked(EVENTS, rowid, 10.0 - rowid, 0.5) for rowid in (1, 2, 3)]
+    fused = fuse(ranked, [(EVENTS, 9, 0.8), (EVENTS, 1, 0.7)])
+    assert [r.rowid for r in fused] == [1, 9, 2, 3]
+    assert [r.relevance for r in fused] == [0.5, 0.0, 0.5, 0.5]

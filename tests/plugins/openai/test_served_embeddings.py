@@ -32,7 +32,7 @@ def test_the_served_embedder_embeds_through_v1_embeddings(home: Path, workspace:
                 sid = say(store, workspace, "the ferry leaves at nine", "thanks")
                 assert embed_pending(store, embedder) == 2
                 assert store.embedding_counts(f"openai:{ALIAS}") == (2, 0)
-                hits = store.search(workspace, "ferry", **query_vector(embedder, "ferry")).hits
+                hits = store.search(workspace, "ferry", **query_vector(embedder, store, workspace, "ferry")).hits
                 assert [(h.session_id, h.seq) for h in hits][0] == (sid, 1)
         finally:
             embedder.close()
