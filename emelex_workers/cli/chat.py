@@ -58,7 +58,7 @@ from emelex_workers.host.manager import bind_model, get_plugin_manager
 from emelex_workers.host.policies import TurnPolicy
 
 from .chat_policy import new_chat_policy, policy_line, requested_policy, resumed_chat_policy
-from .chat_show import StatusLine, TurnProgress, call_line, call_text, ending_line, outcome_lines
+from .chat_show import StatusLine, TrackedOutput, TurnProgress, call_line, call_text, ending_line, outcome_lines
 from .common import settings_of
 
 SYSTEM_PROMPT = ("You are a careful coding assistant working in the user's workspace. Use a tool when you need "
@@ -162,11 +162,13 @@ class Chat:
                  terminal_output: bool = False) -> None:
         """Drive `agent` with input `lines` (str, or None at end of input; `receive` puts them there).
         `terminal_input`: standard input is a terminal (a line typed while no prompt waits is dropped);
-        `terminal_output`: standard output is one (the status line is drawn)."""
+        `terminal_output`: standard output is one (the status line is drawn, where `sys.stdout`, a `TrackedOutput`,
+        says the cursor is on an empty line)."""
         self.agent = agent
         self.lines = lines
         self.terminal_input = terminal_input
-        self.status = StatusLine(sys.stdout, terminal_output)
+        output = sys.stdout if isinstance(sys.stdout, TrackedOutput) else TrackedOutput(sys.stdout)
+        self.status = StatusLine(output, terminal_output)
         self.reading = False  # a prompt waits for a line
         self.working = False  # the model is working: the status line is drawn
         self.progress: TurnProgress | None = None
@@ -230,6 +232,8 @@ class Chat:
             line = await self.lines.get()
         finally:
             self.reading = False
+        if line is not None and self.terminal_input:
+            self.status.output.at_line_start = True  # the terminal echoed the line and its Enter
         self.ended = line is None
         return None if line is None else line.strip()
 
@@ -492,6 +496,16 @@ async def _main(store, workspace, binding, tools, snapshot, resume: str | None, 
                 policies: Mapping[str, TurnPolicy], policy_text: str) -> int:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue = asyncio.Queue()
+    tracked = sys.stdout = TrackedOutput(sys.stdout)  # where the cursor is, for the status line
+    try:
+        return await _chat(store, workspace, binding, tools, snapshot, resume, model, new_workspace, policies,
+                           policy_text, loop, lines)
+    finally:
+        sys.stdout = tracked.stream
+
+
+async def _chat(store, workspace, binding, tools, snapshot, resume: str | None, model, new_workspace: bool,
+                policies: Mapping[str, TurnPolicy], policy_text: str, loop, lines: asyncio.Queue) -> int:
     sources = {**CONTEXT_SOURCES,
                RECALL_SOURCE: recall_source(recall_budget(store.settings, snapshot.context_size))}
     if resume is None:
