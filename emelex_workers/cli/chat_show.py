@@ -12,10 +12,11 @@ from __future__ import annotations
 import io
 import json
 import shutil
+from pathlib import Path
 from typing import Any, TextIO
 
 from emelex_workers.agent.protocol import ProposedCall
-from emelex_workers.agent.tools import bounded
+from emelex_workers.agent.tools import ToolInvocation, bounded
 from emelex_workers.host.types import GenerationProgress
 
 ARGUMENTS_BYTES = 200
@@ -26,6 +27,19 @@ PREVIEW_LINES = 4
 def call_text(call: ProposedCall) -> str:
     """One call as "tool {arguments}" (arguments bounded)."""
     return f"{call.tool} {bounded(json.dumps(call.arguments, ensure_ascii=False), ARGUMENTS_BYTES)}"
+
+
+def approval_text(call: ProposedCall, tool: Any, workspace: Path) -> str:
+    """What an approval prompt shows of `call` (of registered tool `tool`): the tool's preview of what it would do
+    (`ToolSpec.preview`: a file change's diff, a command and its directory), else, or when the preview fails, the
+    call as "tool {arguments}"."""
+    preview_of = getattr(getattr(tool, "spec", None), "preview", None)
+    if preview_of is not None:
+        try:
+            return str(preview_of(ToolInvocation("preview", call.tool, dict(call.arguments), Path(workspace))))
+        except Exception:  # a preview only informs: the call's arguments say the rest
+            pass
+    return call_text(call)
 
 
 def call_line(call: ProposedCall) -> str:
