@@ -1,6 +1,8 @@
 # Two entry points: `make demo` (the main job over a real demo store) and `make test`; `make bench` runs every
-# benchmark, writing benchmarks/RESULTS.md, and fails when one missed its target; `make docs` regenerates
-# docs/cli.md from the commands' --help and `make schema` regenerates docs/schema.sql from a migrated database.
+# benchmark, writing benchmarks/RESULTS.md, and fails when one missed its target or a section is older than the code
+# it measures (`make bench-check` says which); `make docs` regenerates
+# docs/cli.md from the commands' --help, `make schema` regenerates docs/schema.sql from a migrated database and
+# `make face` writes MemoryStore's methods into emelex_memory/store.py from its services (scripts/store_face.py).
 # `make mutants` applies each breaking change of scripts/mutants.toml to a temporary copy of the tree and fails
 # when the linked tests still pass.
 # Both create .venv and install the project with its extras on first use (scripts/setup-venv: llama-cpp-python is
@@ -13,7 +15,7 @@ DEMO_HOME := $(CURDIR)/.demo/home
 
 WHEEL_CACHE := $(or $(EMELEX_WHEEL_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/emelex-memory/wheels)
 
-.PHONY: test demo bench mutants docs schema clean rebuild-llama
+.PHONY: test demo bench bench-check mutants docs schema face clean rebuild-llama
 
 $(STAMP): pyproject.toml scripts/setup-venv
 	PYTHON=$(PYTHON) scripts/setup-venv $(VENV)
@@ -30,13 +32,20 @@ demo: $(STAMP)
 	EMELEX_HOME=$(DEMO_HOME) $(BIN)/python -m emelex_workers.demo .demo/workspace
 
 bench: $(STAMP)
-	status=0; for script in benchmarks/bench_*.py; do $(BIN)/python $$script || status=1; done; exit $$status
+	status=0; for script in benchmarks/bench_*.py; do $(BIN)/python $$script || status=1; done; \
+	$(BIN)/python benchmarks/results.py --check || status=1; exit $$status
+
+bench-check: $(STAMP)
+	$(BIN)/python benchmarks/results.py --check
 
 docs: $(STAMP)
 	$(BIN)/python -m emelex_workers.cli.reference docs/cli.md
 
 schema: $(STAMP)
 	$(BIN)/python -m emelex_memory.core.schema docs/schema.sql
+
+face: $(STAMP)
+	$(BIN)/python scripts/store_face.py
 
 clean:
 	rm -rf $(VENV) .demo

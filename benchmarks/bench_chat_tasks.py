@@ -62,13 +62,25 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from results import met, publish, verdict  # noqa: E402
-from emelex_memory import DefaultModelUnavailableError, MemoryStore, Settings  # noqa: E402
+from emelex_memory import DefaultModelUnavailableError, MemoryStore  # noqa: E402
 from emelex_memory.agent.journal import read_journal  # noqa: E402
 from emelex_workers.models import ModelManager, default_model_file  # noqa: E402
+from emelex_workers.settings import WorkerSettings
 
 SECTIONS = ("chat-tasks",)
 POLICIES = ("guided", "open")
 HALVES = ("tune", "held")
+MEASURES = (  # the code its figures measure (results.py flags a section older than it)
+    "emelex_workers/agent",
+    "emelex_workers/cli/chat.py",
+    "emelex_workers/cli/chat_show.py",
+    "emelex_workers/cli/chat_policy.py",
+    "emelex_workers/cli/chat_sessions.py",
+    "emelex_workers/host/policies.py",
+    "emelex_workers/host/notes.py",
+    "plugins/emelex_tools",
+    "plugins/emelex_llamacpp",
+)
 EMELEX = [sys.executable, "-c", "from emelex_workers.cli import main; main()"]
 TARGET_HELD_SHARE = 0.6  # of the held half, under the guided policy
 START_DEADLINE_S = 180.0  # the chat's start (the model load, the first llama.cpp probe) at most
@@ -454,7 +466,7 @@ FACT = re.compile(r"[\w./:-]*(?:\d|\w[._]\w)[\w./:-]*")  # a token with a digit,
 
 def asked_call(home: Path, session: str) -> tuple[str, dict]:
     """The call an approval prompt asks about: the first call of the Session's journaled batch not yet started."""
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         turn = read_journal(store, session)
     for call in turn.calls if turn is not None else ():
         if call.state == "planned":
@@ -467,7 +479,7 @@ def session_record(home: Path, session: str, typed: list[str]) -> dict:
     the calls run, how many repeated an identical call already run in the turn since the last write, how many
     answers state a fact nothing read or typed holds (in a turn that ran no tool), and the reason of a forced
     answer or a failed turn."""
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         events = list(store.replay(session).events)
     answers: list = []
     commands: list = []
@@ -675,7 +687,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="emelex-chat-tasks-") as tmp:
         home, root = Path(tmp) / "home", Path(tmp) / "workspaces"
         root.mkdir()
-        with ModelManager(Settings(home=home)) as manager:
+        with ModelManager(WorkerSettings(home=home)) as manager:
             model = manager.install_default(link=True)
         for n, task in enumerate(chosen):
             for policy in POLICIES if n % 2 == 0 else reversed(POLICIES):  # alternate which goes first

@@ -36,11 +36,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent, Settings
+from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent
 from emelex_workers.faithfulness import SPEAKER_LABEL, sentences
 from emelex_workers.models import ModelManager, default_model_file
 from emelex_workers.worker.planning import default_model_budget
 from emelex_workers.worker.work import Worker
+from emelex_workers.settings import WorkerSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results import publish, verdict  # noqa: E402
@@ -109,6 +110,13 @@ def names_in(texts: list[str], names: tuple[str, ...] | set[str]) -> set[str]:
 
 
 SECTIONS = ("compaction-steps",)
+MEASURES = (  # the code its figures measure (results.py flags a section older than it)
+    "emelex_memory/compaction",
+    "emelex_memory/sessions",
+    "emelex_workers/worker",
+    "emelex_workers/faithfulness",
+    "plugins/emelex_llamacpp",
+)
 
 
 def passed(figures: dict) -> bool:
@@ -173,7 +181,7 @@ def main(argv: list[str]) -> int:
         root = Path(tmp)
         os.environ["EMELEX_HOME"] = str(root / "home")
         os.environ["EMELEX_PLUGINS_AUTOLOAD"] = "0"
-        settings = Settings(**overrides)
+        settings = WorkerSettings(**overrides)
         with ModelManager(settings) as manager:
             model = manager.install_default(link=True)
         workspace = root / "workspace"
@@ -198,7 +206,7 @@ def main(argv: list[str]) -> int:
     return 0 if ok else 1
 
 
-def _compact(store: MemoryStore, settings: Settings, sid: str) -> dict:
+def _compact(store: MemoryStore, settings: WorkerSettings, sid: str) -> dict:
     """Plan and run the chain of compaction jobs; return the figures `render` shows."""
     with default_model_budget(settings) as budget:
         count, window = budget.count_tokens, budget.context_window

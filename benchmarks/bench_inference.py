@@ -30,14 +30,19 @@ from pathlib import Path
 
 from results import Figures, render_list
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_workers.models import ModelManager
 from emelex_workers.models.threads import read_machine, thread_choice
+from emelex_workers.settings import WorkerSettings
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 JOB_PROMPT, JOB_TOKENS = 192, 16
 LOAD_DEADLINE_S = 600.0
 SECTIONS = ("inference",)
+MEASURES = (  # the code its figures measure (results.py flags a section older than it)
+    "plugins/emelex_llamacpp",
+    "emelex_workers/models/threads.py",
+)
 SCHEMA = {"type": "string", "maxLength": 60}
 FACT = ("The worker compacts a Session when its history nears the context window, then distills Knowledge from "
         "it; every Summary quotes the transcript, and every entry cites the events it came from. ")
@@ -83,7 +88,7 @@ def _stop(procs: list[subprocess.Popen]) -> None:
         proc.wait(timeout=30)
 
 
-def _job_phase(binding, figures: Figures, settings: Settings, counts: list[int], name: str) -> dict:
+def _job_phase(binding, figures: Figures, settings: WorkerSettings, counts: list[int], name: str) -> dict:
     """Each fixed count's median job time, the default's, and the figure of the default against the fastest."""
     choice = thread_choice(settings, machine=read_machine)
     times: dict[int, list[float]] = {t: [] for t in counts}
@@ -119,7 +124,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="emelex-bench-inference-") as tmp:
         home, workspace = Path(tmp) / "home", Path(tmp) / "workspace"
         workspace.mkdir()
-        settings = Settings(home=home)
+        settings = WorkerSettings(home=home)
         with ModelManager(settings) as manager:
             model = manager.ensure_default(link=True)[0]
         counts = list(range(1, (read_machine(probe_s=0).usable_cpus or 1) + 1))

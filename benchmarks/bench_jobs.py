@@ -34,7 +34,7 @@ from emelex_memory.core.connection import connect
 JOBS_PER_ROUND = 1000
 CHUNK = 100  # jobs per phase; phases alternate between the two sides
 ROUNDS = 5
-COST_RATIO = 0.75  # ours / raw time per job
+COST_RATIO = 0.75  # ours / raw time per job: the retired target, named where the figure is reported
 CTX = multiprocessing.get_context("spawn")
 ABOUT = """\
 The cost of claiming and completing no-op jobs through `run_one_job`, as `emelex memory work` runs it, against
@@ -58,8 +58,8 @@ more. What a job still costs beyond one commit:
 - **Richer statements.** The claim's `UPDATE ... RETURNING` finds the oldest due job through the index,
   checks the Session's lease and that no claim has expired, and returns what the `Job` snapshot needs;
   completion re-checks the worker lease and the Session.
-- **The Python layer**, kept small: a `JobClaim` with slots, `Job` snapshots built lazily and by setting
-  their instance dict at once (`jobs.frozen`), stored JSON read with `raw_decode`, one reusable
+- **The Python layer**, kept small: a `JobClaim` with slots, `Job` snapshots built lazily by their
+  constructor, stored JSON read with `raw_decode`, one reusable
   write-transaction object per store, the host label looked up once per process, completion without
   `RETURNING`, and lease renewal by one shared thread per process (`renewal.RENEWER`: two dictionary
   updates per job instead of starting and joining a thread per job).
@@ -71,6 +71,10 @@ handler (`connection.BusyWait`) retries after 20 µs, 50 µs, ... growing to 2 m
 `busy_timeout_ms`, where SQLite's own busy timeout sleeps at least 1 ms, many short transactions long.
 """
 SECTIONS = ("jobs",)
+MEASURES = (  # the code its figures measure (results.py flags a section older than it)
+    "emelex_memory/queue",
+    "emelex_memory/core",
+)
 
 
 def render(figures: dict) -> str:
@@ -173,11 +177,13 @@ def bench(root: Path, workers: int) -> float:
     store.close()
     raw.close()
     low, median, high = statistics.quantiles(ratios, n=4)
-    FIGURES.add(f"claim+complete, {workers} worker process{'es' if workers > 1 else ''}: cost ratio vs two "
-                "committed single-row updates per job", median, "<=", COST_RATIO,
-                detail=f"median of {len(ratios)} phase pairs, quartiles {low:.2f}-{high:.2f}; rounds: "
-                f"{', '.join(f'{x:.2f}' for x in round_ratios)}; ours {statistics.median(our_rates):.0f} jobs/s, raw "
-                f"{statistics.median(raw_rates):.0f} jobs/s")
+    FIGURES.report(f"claim+complete, {workers} worker process{'es' if workers > 1 else ''}: cost ratio vs two "
+                   "committed single-row updates per job", median,
+                   f"the target <= {COST_RATIO} was retired (issue 26 met it within noise; no micro-optimisation is "
+                   "owed), the figure is kept beside its raw baseline",
+                   detail=f"median of {len(ratios)} phase pairs, quartiles {low:.2f}-{high:.2f}; rounds: "
+                   f"{', '.join(f'{x:.2f}' for x in round_ratios)}; ours {statistics.median(our_rates):.0f} jobs/s, "
+                   f"raw {statistics.median(raw_rates):.0f} jobs/s")
     return median
 
 

@@ -92,18 +92,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emelex_memory import CompactionPolicy, DefaultModelUnavailableError, MemoryStore, NewEvent, Settings
+from emelex_memory import CompactionPolicy, DefaultModelUnavailableError, MemoryStore, NewEvent
 from emelex_workers import faithfulness as fx
 from emelex_workers.models import ModelManager, default_model_file
 from emelex_workers.worker.planning import default_model_budget
 from emelex_workers.host.manager import choose, distillers, get_plugin_manager, summarizers
 from emelex_workers.worker.work import Worker
+from emelex_workers.settings import WorkerSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import results  # noqa: E402
 
 DATA = Path(__file__).with_name("quality")
 SECTIONS = ("quality", "quality-abstractive")  # the sections `render` makes from their recorded figures
+MEASURES = (  # the code its figures measure (results.py flags a section older than it)
+    "plugins/emelex_llamacpp",
+    "emelex_workers/faithfulness",
+    "emelex_workers/worker",
+    "emelex_memory/compaction",
+    "emelex_memory/knowledge",
+)
 # name: (comparison, target). "<=" targets are upper bounds, ">=" lower bounds, "==" exact.
 TARGETS: dict[str, tuple[str, Any]] = {
     "unsupported": ("<=", 0), "example_copies": ("<=", 0), "loops": ("<=", 0), "recall": (">=", 0.5),
@@ -181,7 +189,7 @@ def run_pipeline(convs: list[dict[str, Any]], overrides: dict[str, str], *, shar
 
     with tempfile.TemporaryDirectory(prefix="emelex-bench-quality-") as tmp:
         root = Path(tmp)
-        settings = Settings(home=root / "home", plugins_autoload=False, **overrides)
+        settings = WorkerSettings(home=root / "home", plugins_autoload=False, **overrides)
         model = ModelManager(settings).install_default(link=True)
         with default_model_budget(settings) as budget:
             window = budget.context_window

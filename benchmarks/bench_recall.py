@@ -52,6 +52,7 @@ from emelex_workers.agent.recall import recall_budget
 from emelex_workers.models import ModelManager
 from emelex_workers.worker.planning import default_model_budget
 from emelex_workers.worker.work import Worker
+from emelex_workers.settings import WorkerSettings
 
 sys.path.insert(0, str(Path(__file__).parent))
 from results import Figures, render_list  # noqa: E402
@@ -69,6 +70,12 @@ SEARCH_RATIO, SEARCH_P50_MS, SEARCH_P95_MS = 2.0, 20.0, 100.0
 APPEND_RATIO = 1.71  # recorded when the 1.2 target was retired (issue 37): an append's cost must not grow
 ABOUT = __doc__.split("\n\n", 1)[1]
 SECTIONS = ("recall", "recall-continuity")
+MEASURES = (  # the code its figures measure (results.py flags a section older than it)
+    "emelex_memory/search",
+    "emelex_memory/knowledge",
+    "emelex_memory/core/schema",
+    "emelex_workers/agent/recall.py",
+)
 CONTINUITY = Path(__file__).with_name("continuity.json")
 CONTINUITY_HITS = 5  # search hits a fact may be found in
 CONTINUITY_NOTES_SHARE, CONTINUITY_HITS_SHARE = 0.5, 0.8
@@ -178,7 +185,7 @@ def build(root: Path, crowd: bool, log: Callable[[str], None] = lambda s: None) 
     for name in ("ws", "crowd"):
         (root / name).mkdir(exist_ok=True)
     t0 = time.perf_counter()
-    with MemoryStore.open_path(root / "store.sqlite3", Settings(home=root / "home")) as store:
+    with MemoryStore.open_path(root / "store.sqlite3", WorkerSettings(home=root / "home")) as store:
         fill(store, root / "ws", SMALL_SESSIONS, SMALL_ENTRIES, seed=1)
         if crowd:
             fill(store, root / "crowd", CROWD_SESSIONS, CROWD_ENTRIES, seed=2)
@@ -217,8 +224,8 @@ def p95_ms(samples: list[float]) -> float:
 
 
 def bench_search(small_root: Path, big_root: Path) -> None:
-    small = MemoryStore.open_path(small_root / "store.sqlite3", Settings(home=small_root / "home"))
-    big = MemoryStore.open_path(big_root / "store.sqlite3", Settings(home=big_root / "home"))
+    small = MemoryStore.open_path(small_root / "store.sqlite3", WorkerSettings(home=small_root / "home"))
+    big = MemoryStore.open_path(big_root / "store.sqlite3", WorkerSettings(home=big_root / "home"))
     try:
         hits = [len(big.search(big_root / "crowd", q, limit=PAGE).hits) for q in queries()]
         s, b = alternate(lambda q: small.search(small_root / "ws", q, limit=PAGE),
@@ -400,7 +407,7 @@ def bench_continuity() -> int:
         root = Path(tmp)
         workspace = root / "workspace"
         workspace.mkdir()
-        settings = Settings(home=root / "home", plugins_autoload=False)
+        settings = WorkerSettings(home=root / "home", plugins_autoload=False)
         ModelManager(settings).install_default(link=True)
         with default_model_budget(settings) as budget:
             window = budget.context_window

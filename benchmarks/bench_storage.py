@@ -34,7 +34,7 @@ from emelex_memory.sessions.transcript import encode_turn
 
 TURNS_PER_ROUND = 500
 ROUNDS = 7
-APPEND_RATIO = 1.05
+APPEND_RATIO = 1.05  # the retired target, named where the figure is reported
 REPLAY_EVENTS = 100_000
 REPLAY_ROUNDS = 7
 PAGE = 500  # the default replay page (Settings.page_items)
@@ -61,6 +61,11 @@ VM's CPU speed drifts within seconds; each round's ratio is listed beside the me
 adds one indexed lookup per page for a Session without Summaries.
 """
 SECTIONS = ("storage",)
+MEASURES = (  # the code its figures measure (results.py flags a section older than it)
+    "emelex_memory/sessions",
+    "emelex_memory/assets",
+    "emelex_memory/core",
+)
 
 
 def render(figures: dict) -> str:
@@ -133,8 +138,10 @@ def bench_append(root: Path) -> float:
         raw_total += raw_round
         ours_total += ours_round
     per_turn_ms = raw_total / (ROUNDS * TURNS_PER_ROUND) * 1000
-    FIGURES.add("append_turn (4 events) vs raw insert + commit: ratio", statistics.median(ratios), "<=", APPEND_RATIO,
-                detail=f"rounds: {', '.join(f'{r:.2f}' for r in ratios)}; raw {per_turn_ms:.2f} ms/turn")
+    FIGURES.report("append_turn (4 events) vs raw insert + commit: ratio", statistics.median(ratios),
+                   f"the target <= {APPEND_RATIO} was retired (issue 26 met it within noise; no micro-optimisation is "
+                   "owed), the figure is kept beside its raw baseline",
+                   detail=f"rounds: {', '.join(f'{r:.2f}' for r in ratios)}; raw {per_turn_ms:.2f} ms/turn")
     lease.release()
     store.close()
     raw.close()

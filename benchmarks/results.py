@@ -2,24 +2,34 @@
 
 A section is delimited by `<!-- section: NAME -->` and `<!-- end: NAME -->` lines. Its first line inside is
 `<!-- figures: {...} -->`: the figures the run measured, as JSON; the rest is what the script's `render` makes
-of them, so tests/test_bench_results.py can check that each section is exactly its script's rendering of its
-recorded figures (no figure typed or kept by hand). A benchmark script names its sections in `SECTIONS` and
-defines `render(figures) -> str` (Markdown); `publish` writes a section from the figures. Writing a section
-replaces the previous one of that name in place (or appends it when there is none), leaving every other
-section as it was; the file is replaced atomically, so a crash leaves the old file or the new one.
+of them, then the run's line (`run_line`), so tests/test_bench_results.py can check that each section is exactly
+its script's rendering of its recorded figures (no figure typed or kept by hand). A benchmark script names its
+sections in `SECTIONS`, the code it measures in `MEASURES` (paths from the repository's root) and defines
+`render(figures) -> str` (Markdown); `publish` writes a section from the figures, recording the run: the commit
+the code was at (and whether it had uncommitted changes) and the machine's load. Writing a section replaces the
+previous one of that name in place (or appends it when there is none), leaving every other section as it was;
+the file is replaced atomically, so a crash leaves the old file or the new one.
+
+`python benchmarks/results.py --check` (`make bench-check`) flags every section older than the code it measures:
+one whose run recorded no commit, a commit this repository does not have, or a commit since which its script or a
+path of its `MEASURES` changed (the working tree included); it exits 1 when it flags one.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 
 RESULTS = Path(__file__).with_name("RESULTS.md")
+BENCHMARKS = RESULTS.parent
 HEADER = (
     "# Benchmark results\n"
     "\n"
@@ -27,7 +37,9 @@ HEADER = (
     "dated, with its target, and replaces it when it runs again; README and docs link here and copy no figure.\n"
     "Each benchmark measures against a raw baseline in the same run, alternating the two sides so the machine's\n"
     "load hits both alike, prints each figure beside its target and exits 1 when it misses one. Each section\n"
-    "starts with the figures its run recorded (a JSON comment); the text is the script's rendering of them.\n"
+    "starts with the figures its run recorded (a JSON comment); the text is the script's rendering of them, and\n"
+    "its last line names the commit the run measured and the machine's load. `make bench-check` flags a section\n"
+    "whose code changed since its run.\n"
     "The machine: a 2-core VM shared with other work, so a single run's figures are noisy.\n"
 )
 FIGURES_LINE = re.compile(r"<!-- figures: (.*) -->\n")
@@ -61,16 +73,52 @@ def write_section(name: str, body: str, path: Path = RESULTS) -> None:
         raise
 
 
-def publish(name: str, render: Callable[[dict], str], figures: dict, path: Path = RESULTS) -> str:
-    """Write the section `name`: the JSON of `figures` (the date added as "measured"), then `render` of them;
-    return that rendering."""
-    figures = {"measured": date.today().isoformat(), **figures}
+def _git(*args: str, root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60)
+
+
+def run_facts(root: Path | None = None) -> dict:
+    """What a run records of itself: the commit the code was at (`commit`, None outside a git checkout), whether
+    tracked files other than the results file differed from it (`dirty`), and the machine's load averages over 1,
+    5 and 15 minutes with its CPU count."""
+    root = root or BENCHMARKS.parent
+    head = _git("rev-parse", "HEAD", root=root)
+    status = _git("status", "--porcelain", "--untracked-files=no", root=root)
+    changed = [line[3:] for line in status.stdout.splitlines() if not line[3:].endswith("RESULTS.md")]
+    return {"commit": head.stdout.strip() if head.returncode == 0 else None, "dirty": bool(changed),
+            "load": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
+
+
+def run_line(figures: dict) -> str:
+    """The line that ends a section: the commit its run measured and the machine's load then ("" for a section
+    recorded before runs were)."""
+    run = figures.get("measured_at")
+    if not run:
+        return ""
+    commit = f"commit `{run['commit'][:12]}`" if run.get("commit") else "no git commit"
+    dirty = " with uncommitted changes" if run.get("dirty") else ""
+    load = " / ".join(f"{x:.2f}" for x in run["load"])
+    return f"Run at {commit}{dirty}; machine load {load} (1, 5, 15 min) on {run['cpus']} CPUs.\n"
+
+
+def section_text(render: Callable[[dict], str], figures: dict) -> str:
+    """A section's text for its recorded `figures`: the script's `render` of them, then the run's line."""
+    text = render(figures).strip() + "\n"
+    line = run_line(figures)
+    return f"{text}\n{line}" if line else text
+
+
+def publish(
+    name: str, render: Callable[[dict], str], figures: dict, path: Path = RESULTS, *, run: bool = True
+) -> str:
+    """Write the section `name`: the JSON of `figures` (the date added as "measured" and, for a run, what it
+    measured as "measured_at": see `run_facts`), then its text (`section_text`); return the script's rendering."""
+    figures = {"measured": date.today().isoformat(), **({"measured_at": run_facts()} if run else {}), **figures}
     line = json.dumps(figures, sort_keys=True, ensure_ascii=False)
     if "-->" in line:
         raise ValueError("figures must not contain '-->', which would end their comment")
-    text = render(figures)
-    write_section(name, f"<!-- figures: {line} -->\n{text.strip()}\n", path)
-    return text
+    write_section(name, f"<!-- figures: {line} -->\n{section_text(render, figures)}", path)
+    return render(figures)
 
 
 def recorded(path: Path = RESULTS) -> dict[str, tuple[dict | None, str]]:
@@ -94,11 +142,14 @@ def verdict(value: float, op: str, bound: float) -> str:
 
 
 def figure_line(figure: dict) -> str:
-    """One figure of `Figures`: "what: value (target OP BOUND: met; detail)"."""
+    """One figure of `Figures`: "what: value (target OP BOUND: met; detail)", or for a figure reported without a
+    target "what: value (reported: why; detail)"."""
     if "skipped" in figure:
         return f"{figure['what']}: skipped ({figure['skipped']})"
     value = format(figure["value"], figure.get("format", ".3f")) + figure.get("unit", "")
     detail = f"; {figure['detail']}" if figure.get("detail") else ""
+    if "reported" in figure:
+        return f"{figure['what']}: {value} (reported: {figure['reported']}{detail})"
     return f"{figure['what']}: {value} ({verdict(figure['value'], figure['op'], figure['target'])}{detail})"
 
 
@@ -124,6 +175,13 @@ class Figures:
         print(figure_line(figure))
         self.figures.append(figure)
 
+    def report(self, what: str, value: float, why: str, *, unit: str = "", format: str = ".3f",
+               detail: str = "") -> None:
+        """Record `what` measured as `value` with no target (a figure kept for what it shows, `why`); print it."""
+        figure = {"what": what, "value": value, "reported": why, "unit": unit, "format": format, "detail": detail}
+        print(figure_line(figure))
+        self.figures.append(figure)
+
     def skip(self, what: str, reason: str) -> None:
         """Record that `what` was not measured, and why (no target is missed)."""
         figure = {"what": what, "skipped": reason}
@@ -132,7 +190,8 @@ class Figures:
 
     def missed(self) -> list[str]:
         """The figures that missed their target."""
-        return [f["what"] for f in self.figures if "skipped" not in f and not met(f["value"], f["op"], f["target"])]
+        return [f["what"] for f in self.figures
+                if "skipped" not in f and "reported" not in f and not met(f["value"], f["op"], f["target"])]
 
     def write(self, path: Path = RESULTS) -> int:
         """Publish the section; 1 when a target was missed (saying which), else 0."""
@@ -151,13 +210,70 @@ def render_pending(figures: dict) -> str:
 
 def mark_pending(name: str, title: str, script: str, reason: str, path: Path = RESULTS) -> None:
     """Replace the section `name` by a note that `script` has to run again (`render_pending`), figures none."""
-    publish(name, render_pending, {"pending": True, "title": title, "script": script, "reason": reason}, path)
+    publish(name, render_pending, {"pending": True, "title": title, "script": script, "reason": reason}, path,
+            run=False)
+
+
+def scripts(benchmarks: Path = BENCHMARKS) -> dict[str, object]:
+    """Each benchmark script's module by its file name (`bench_*.py`), loaded as `make bench` runs them."""
+    sys.path.insert(0, str(benchmarks))
+    found = {}
+    for path in sorted(benchmarks.glob("bench_*.py")):
+        module = sys.modules.get(path.stem)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[path.stem] = module  # a script's dataclasses look their module up
+            spec.loader.exec_module(module)
+        found[path.name] = module
+    return found
+
+
+def stale(path: Path = RESULTS, owners: dict[str, tuple[str, tuple[str, ...]]] | None = None,
+          root: Path | None = None) -> dict[str, str]:
+    """Each section of `path` older than the code it measures -> why. `owners` maps a section to (its script's
+    path, the paths the script measures), all from the repository's `root` (default: every `bench_*.py` here, with
+    its `SECTIONS` and `MEASURES`). A section is older when its run recorded no commit, recorded a commit `root`
+    does not have, or when its script or a path it measures differs between that commit and the working tree."""
+    root = root or BENCHMARKS.parent
+    if owners is None:
+        owners = {section: (f"benchmarks/{name}", tuple(module.MEASURES))
+                  for name, module in scripts().items() for section in module.SECTIONS}
+    flagged = {}
+    for section, (figures, _) in recorded(path).items():
+        script, measures = owners.get(section, (None, ()))
+        commit = ((figures or {}).get("measured_at") or {}).get("commit")
+        if script is None:
+            flagged[section] = "no benchmark writes this section"
+        elif not commit:
+            flagged[section] = f"its run recorded no commit: run `python {script}` again"
+        elif _git("cat-file", "-e", f"{commit}^{{commit}}", root=root).returncode != 0:
+            flagged[section] = f"its commit {commit[:12]} is not in this repository: run `python {script}` again"
+        else:
+            changed = _git("diff", "--name-only", commit, "--", script, *measures, root=root).stdout.split()
+            if changed:
+                shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+                flagged[section] = f"the code it measures changed since {commit[:12]} ({shown}): run `python {script}`"
+    return flagged
+
+
+def check(path: Path = RESULTS) -> int:
+    """Print each section older than the code it measures, and why; 1 when there is one, else 0."""
+    flagged = stale(path)
+    for section, why in flagged.items():
+        print(f"stale: {section}: {why}")
+    if not flagged:
+        print("every section of benchmarks/RESULTS.md is as new as the code it measures")
+    return 1 if flagged else 0
 
 
 if __name__ == "__main__":
     import argparse
 
-    parser = argparse.ArgumentParser(description="Mark a section of RESULTS.md as waiting for its benchmark's run.")
+    if sys.argv[1:] == ["--check"]:
+        sys.exit(check())
+    parser = argparse.ArgumentParser(description="Mark a section of RESULTS.md as waiting for its benchmark's run "
+                                                 "(or, with --check alone, flag the sections older than their code).")
     parser.add_argument("section")
     parser.add_argument("title")
     parser.add_argument("script")

@@ -7,7 +7,7 @@ rather than in `snapshots/`, which never imports the store.
 from __future__ import annotations
 
 from .errors import ModelInUseError, NoStoreError
-from .settings import Settings
+from .core.settings import Settings
 from .snapshots.installed import InstalledModel
 from .store import MemoryStore
 

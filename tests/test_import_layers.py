@@ -19,17 +19,18 @@ TOPS = {"emelex_memory": ROOT, "emelex_workers": ROOT} | {
     d.name: PLUGINS for d in sorted(PLUGINS.iterdir()) if (d / "__init__.py").is_file()}
 # emelex_workers folder -> the other emelex_workers folders (or modules) it may import
 WORKER_FLOORS = {
-    "host": set(),
-    "models": set(),
-    "plugin_api": {"host", "models.threads", "models.manager"},  # the model threads a binding uses; the default
-    # model's file (the llamacpp embedder's default)
+    "settings": set(),  # the ground floor: the workers' settings, which every floor may be given
+    "host": {"settings"},
+    "models": {"settings"},
+    "plugin_api": {"host", "models.threads", "models.manager", "settings"},  # the model threads a binding uses; the
+    # default model's file (the llamacpp embedder's default); its settings
     "hookspecs": {"host"},
     "faithfulness": {"host", "worker.attempts"},  # the guards word an attempt as every user-facing text does
-    "worker": {"host", "models", "faithfulness"},
-    "agent": {"host"},
+    "worker": {"host", "models", "faithfulness", "settings"},
+    "agent": {"host", "settings"},
     "interop": set(),  # other agents' histories, the export file and the MCP server: over the core only
-    "cli": {"host", "models", "faithfulness", "worker", "agent", "interop"},
-    "demo": {"cli"},
+    "cli": {"host", "models", "faithfulness", "worker", "agent", "interop", "settings"},
+    "demo": {"cli", "settings"},
 }
 # what a built-in plugin may import of the two packages: their public APIs
 PUBLIC = {"emelex_memory", "emelex_workers.plugin_api", "emelex_workers.hookspecs", "emelex_workers.faithfulness"}
@@ -86,6 +87,65 @@ def test_core_imports_no_feature_package() -> None:
 def test_no_feature_package_imports_the_store() -> None:
     wrong = sorted(f"{m} -> {t}" for m, ts in GRAPH.items() if _feature(m) for t in ts
                    if t in ("emelex_memory", "emelex_memory.store", "emelex_memory.snapshot_guard"))
+    assert not wrong, wrong
+
+
+def _unit(module: str) -> str:
+    """The part of emelex_memory `module` belongs to: its folder (`sessions`, `core`, ...) or its top-level module."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_the_core_folders_import_each_other_one_way_only() -> None:
+    """No folder (or top-level module) of emelex_memory imports one that imports it back, however indirectly: each
+    stands on the ones below it, so an import never runs up (the store's replay view, say, lives where replay is)."""
+    units: dict[str, set[str]] = {}
+    for module, targets in GRAPH.items():
+        if module.startswith("emelex_memory.") and module != "emelex_memory.__init__":
+            units.setdefault(_unit(module), set()).update(
+                _unit(t) for t in targets if t.startswith("emelex_memory.") and _unit(t) != _unit(module))
+    state: dict[str, int] = {}
+
+    def circle(unit: str, path: list[str]) -> list[str] | None:
+        state[unit] = 1
+        for target in sorted(units.get(unit, ())):
+            if state.get(target) == 1:
+                return [*path[path.index(target):], target] if target in path else [unit, target]
+            if target not in state and (found := circle(target, [*path, target])):
+                return found
+        state[unit] = 2
+        return None
+
+    for unit in sorted(units):
+        if unit not in state and (found := circle(unit, [unit])):
+            raise AssertionError(f"emelex_memory's folders import each other in a circle: {' -> '.join(found)}")
+
+
+# What the core may import from outside itself: the standard library's public modules and its four dependencies.
+# Not pluggy, typer, llama_cpp, httpx, mcp or any other package of the workers, the plugins or an extra.
+CORE_DEPENDENCIES = {"apsw", "pydantic", "pydantic_settings", "tenacity"}
+
+
+def test_the_core_imports_only_the_standard_library_and_its_own_dependencies() -> None:
+    import sys
+
+    wrong = []
+    for module, path in MODULES.items():
+        if not module.startswith("emelex_memory"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                ours = top == "emelex_memory" or top == "__future__"
+                standard = top in sys.stdlib_module_names and not top.startswith("_")  # no CPython internals
+                if not (ours or standard or top in CORE_DEPENDENCIES):
+                    wrong.append(f"{module} imports {name}")
     assert not wrong, wrong
 
 

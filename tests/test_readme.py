@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import Settings
+from emelex_workers.settings import WorkerSettings
 from emelex_workers.cli import app
 from emelex_workers.models import ModelManager
 
@@ -38,7 +38,7 @@ def code_blocks(text: str, language: str) -> list[str]:
 def test_the_tour_runs_as_written_and_shows_a_summary(tmp_path: Path, home: Path) -> None:
     (tour,) = code_blocks(section("A tour of the library"), "python")
     site = fake_plugin_distribution(tmp_path / "site")  # a scripted model binding, summarizer and distiller
-    with ModelManager(Settings(home=home)) as manager:
+    with ModelManager(WorkerSettings(home=home)) as manager:
         manager.install(fake_model_file(tmp_path / "files"), name="fake")
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMELEX_")}
     env.update(FAKE_SETTINGS, EMELEX_HOME=str(home), TMPDIR=str(tmp_path),

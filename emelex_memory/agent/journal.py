@@ -137,7 +137,7 @@ def retry_busy(lease: SessionLease, step: Callable[..., T], *args: Any, **kwargs
     was written). It pauses between attempts (50 ms doubling to 1 s) for as long as the lease is valid by the store's
     clock, and then raises `StoreBusyError`; every other error is raised at once. Safe because each step is one
     transaction and restart-idempotent."""
-    clock = lease._db.clock
+    clock = lease.db.clock
     pause = BUSY_PAUSE_S[0]
     while True:
         try:
@@ -207,14 +207,28 @@ def verify_snapshot(store: Store, lease: SessionLease, snapshot: SessionSnapshot
                 "SELECT 1 FROM events WHERE session_id = ? LIMIT 1", (_rowid(conn, lease),)
             ).fetchone()
         if has_event:
-            raise SnapshotMissingError(
-                f"Session {lease.session_id} has history but no execution snapshot, so it cannot be resumed as an "
-                "agent Session; read it with `emelex memory sessions show`, or start a new Session"
-            )
+            raise snapshot_missing(store, lease.session_id)
         return True
     if stored.digest != snapshot.digest:
         raise snapshot_mismatch(lease.session_id, stored, snapshot)
     return False
+
+
+def snapshot_missing(store: Store, session_id: str) -> SnapshotMissingError:
+    """The error for Session `session_id`, which has history but no execution snapshot: it cannot be resumed as an
+    agent Session. For a Session imported from another agent's history, it says where it came from and how its
+    Knowledge reaches a new Session. A resume raises it before it needs a model (read-only)."""
+    runs = store.session_imports(session_id)
+    if not runs:
+        return SnapshotMissingError(
+            f"Session {session_id} has history but no execution snapshot, so it cannot be resumed as an agent "
+            "Session; read it with `emelex memory sessions show`, or start a new Session"
+        )
+    return SnapshotMissingError(
+        f"Session {session_id} was imported from {runs[0].path} ({runs[0].format}) and has no execution snapshot, so "
+        f"it cannot be resumed as an agent Session; read it with `emelex memory sessions show {session_id[:8]}`, or "
+        "start a new chat: a new chat here recalls its Knowledge once `emelex memory work` has distilled it"
+    )
 
 
 def snapshot_mismatch(session_id: str, stored: SessionSnapshot, snapshot: SessionSnapshot) -> SnapshotMismatchError:
@@ -421,7 +435,7 @@ def publish_batch(store: Store, lease: SessionLease) -> tuple[dict, ...]:
         conn.execute(
             "UPDATE agent_turns SET published = published + 1, round = NULL, raw = NULL WHERE session_id = ?", (rowid,)
         )
-        lease._append(batch_events(turn, results), None, journaled=True)  # the turn stays open
+        lease.append_journaled(batch_events(turn, results))  # the turn stays open
     return results
 
 

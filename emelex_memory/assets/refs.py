@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InvalidAssetError
-from ..settings import MiB
+from ..core.settings import MiB
 
 MAX_ASSET_BYTES = 128 * MiB  # the write cap of one asset
 MAX_REPLAY_MEDIA_BYTES = 256 * MiB  # media referenced by one replay page (and so by one event)

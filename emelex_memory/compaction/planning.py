@@ -8,7 +8,7 @@ choose how many leading turns to replace, one turn in memory at a time. A
 source never exceeds what the summarizer of the planned-for window can read
 (`source_token_budget`): a longer prefix is compacted in steps (see
 `compaction/steps.py`). The job records the exact source prefix (see
-`prefix_digest.py`). A worker later summarizes that prefix and completes the
+`sessions/prefix_digest.py`). A worker later summarizes that prefix and completes the
 job with a `SummaryDraft`; completion re-checks everything, appends the
 Summary and, for a step, queues the next step.
 """
@@ -16,9 +16,11 @@ Summary and, for a step, queues the next step.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import apsw
 
 from .policy import CompactionPolicy, TurnSelection, source_token_budget
 from .steps import (
@@ -32,7 +34,7 @@ from .steps import (
     queue_next_step,
 )
 from ..core.cursors import check_position
-from ..core.database import Database
+from ..core.database import Database, read_in_snapshot
 from ..queue.service import JobQueue
 from ..sessions.replay import replay_page
 from ..sessions.rows import session_rowid
@@ -40,8 +42,10 @@ from ..errors import InvalidInputError, InvalidJobSourceError, SourceChangedErro
 from ..queue.sources import check_fields
 from ..queue.jobs import CompletionContext, Job
 from ..queue.kinds import JobKind
-from .prefix_digest import digest_prefix
-from .summaries import append_summary, newest_summary, read_source_page, summary_payload
+from .summaries import append_summary, read_source_page, source_page, summary_payload
+from ..sessions.prefix_digest import digest_prefix
+from ..sessions.replay import newest_summary
+from ..sessions.tokens import TokenCounter, estimate_tokens
 from ..sessions.transcript import SUMMARY_KIND, Event, ReplayPage
 
 if TYPE_CHECKING:
@@ -50,13 +54,6 @@ if TYPE_CHECKING:
 COMPACTION_KIND = "compaction"
 MAX_MODEL_REF_CHARS = 512
 MAX_STOP_CHARS = 2048
-
-TokenCounter = Callable[[Event], int]
-
-
-def estimate_tokens(event: Event) -> int:
-    """A tokenizer-free estimate: one token per 4 bytes of the event's canonical JSON, rounded up."""
-    return (event.size + 3) // 4
 
 
 def tokens_text(tokens: int, estimated: bool) -> str:
@@ -153,52 +150,53 @@ def _complete_compaction(ctx: CompletionContext, result: Any) -> dict[str, Any]:
 COMPACTION_JOB_KIND = JobKind(COMPACTION_KIND, _complete_compaction, validate=validate_compaction_source)
 
 
+def check_source_fits(
+    job: Job,
+    events: Sequence[Event],
+    *,
+    context_window: int | None = None,
+    safe_context_tokens: int | None = None,
+    count_tokens: TokenCounter | None = None,
+) -> None:
+    """Raise `SourceTooLargeError` (a permanent failure) unless compaction job `job`'s source `events` fit the model
+    that is to summarize them: at most `safe_context_tokens` tokens or, given the model's `context_window` instead,
+    `source_token_budget(context_window, the job's Summary budget)` (the limit planning uses), counted with
+    `count_tokens` (default: the count recorded at planning). With neither limit, anything fits."""
+    limit = safe_context_tokens
+    if limit is None and context_window is not None:
+        limit = source_token_budget(context_window, job.source["summary_budget_tokens"])
+    if limit is None:
+        return
+    tokens = job.source["source_tokens"] if count_tokens is None else sum(map(count_tokens, events))
+    if tokens > limit:
+        raise SourceTooLargeError(_too_large(job, tokens, limit, context_window))
+
+
 def compaction_handler(
     summarize: Callable[[list[Event], Job], str],
     *,
-    model_ref: str | Callable[[], str | None] | None = None,
+    model_ref: str | None = None,
     safe_context_tokens: int | None = None,
     count_tokens: TokenCounter | None = None,
     context_window: int | None = None,
 ) -> Callable[[JobClaim], SummaryDraft]:
-    """A worker handler for compaction jobs: read the source, check it fits the model, call `summarize`.
-
-    `summarize(events, job)` gets the source prefix in replay order and
-    returns the Summary text, recorded with `model_ref`, or what a callable
-    `model_ref` returns once `summarize` has (a worker returns None for a
-    summarizer that made no model call). The source may hold at most
-    `safe_context_tokens` tokens or, given the model's `context_window`
-    instead, `source_token_budget(context_window, the job's Summary budget)`
-    (the limit planning uses); counted with `count_tokens` (default: the count
-    recorded at planning); a larger one raises `SourceTooLargeError`, a
-    permanent failure. With `context_window`, a job that is a step of a
-    compaction in steps also plans the next step (counting with
-    `count_tokens`, default `estimate_tokens`), which its completion queues;
-    when the next turn cannot fit the model, the step's Summary still lands
-    and the chain stops, its done job's result saying why (`chain_stopped`).
-    """
+    """A `run_one_job` handler for compaction jobs with a plain `summarize(events, job) -> text` (the worker of
+    `emelex memory work` runs the same steps itself, `Worker._compact`): read the source
+    (`read_compaction_source`), check it fits the model (`check_source_fits` with `safe_context_tokens`, or
+    `context_window`, and `count_tokens`), call `summarize` with the source prefix in replay order, and return the
+    draft (`compaction_draft`, given `context_window`: a step of a compaction in steps also plans the next step;
+    else the text with `model_ref`)."""
 
     def handle(claim: JobClaim) -> SummaryDraft:
-        job = claim.job
-        events = claim.store.read_compaction_source(job)
-        limit = safe_context_tokens
-        if limit is None and context_window is not None:
-            limit = source_token_budget(context_window, job.source["summary_budget_tokens"])
-        if limit is not None:
-            tokens = job.source["source_tokens"] if count_tokens is None else sum(map(count_tokens, events))
-            if tokens > limit:
-                raise SourceTooLargeError(_too_large(job, tokens, limit, context_window))
+        job, store = claim.job, claim.store
+        events = store.read_compaction_source(job)
+        check_source_fits(job, events, context_window=context_window, safe_context_tokens=safe_context_tokens,
+                          count_tokens=count_tokens)
         text = summarize(events, job)
-        ref = model_ref() if callable(model_ref) else model_ref
-        step = stopped = None
-        if context_window is not None:
-            try:
-                step = claim.store.plan_next_compaction_step(
-                    job, text, ref, context_window=context_window, count_tokens=count_tokens or estimate_tokens
-                )
-            except TurnTooLargeError as exc:  # this step's Summary still lands; the chain stops here, saying why
-                stopped = f"the compaction chain stopped short of its goal: {exc}"[:MAX_STOP_CHARS]
-        return SummaryDraft(text, ref, step, stopped)
+        if context_window is None:
+            return SummaryDraft(text, model_ref)
+        return store.compaction_draft(job, text, model_ref, context_window=context_window,
+                                      count_tokens=count_tokens or estimate_tokens)
 
     return handle
 
@@ -317,9 +315,9 @@ class Compaction:
         None when `job` is not a step short of its goal, or when the view
         will be at most the target once its Summary lands. Counted with
         `estimate_tokens`, the step's source records `tokens_estimated`. Raises
-        `TurnTooLargeError` when the next turn does not fit the model.
+        `TurnTooLargeError` when the next turn does not fit the model. `job`'s
+        source is as a claim checked it (`run_one_job` checks a claimed job's).
         """
-        validate_compaction_source(job.source)
         source = job.source
         if goal_of(source) <= source["through_seq"]:
             return None
@@ -331,6 +329,28 @@ class Compaction:
         later = self._view_turns(rowid, count_tokens, after=source["through_seq"])
         return next_step(source, tokens, later, context_window, job.session_id,
                          estimated=count_tokens is estimate_tokens)
+
+    def compaction_draft(
+        self,
+        job: Job,
+        text: str,
+        model_ref: str | None = None,
+        *,
+        context_window: int,
+        count_tokens: TokenCounter = estimate_tokens,
+    ) -> SummaryDraft:
+        """What compaction job `job` completes with once its Summary `text` is written (and checked): the text, the
+        model snapshot reference (None for a Summary no model wrote), and, for a step of a compaction in steps, the
+        next step (`plan_next_compaction_step` for a `context_window`-token model counting with `count_tokens`).
+        When the next turn cannot fit the model, this step's Summary still lands and the chain stops, the draft (and
+        the done job's result) saying why (`chain_stopped`). Read-only."""
+        try:
+            step = self.plan_next_compaction_step(job, text, model_ref, context_window=context_window,
+                                                  count_tokens=count_tokens)
+        except TurnTooLargeError as exc:  # this step's Summary still lands; the chain stops here, saying why
+            return SummaryDraft(text, model_ref, None, f"the compaction chain stopped short of its goal: {exc}"[
+                :MAX_STOP_CHARS])
+        return SummaryDraft(text, model_ref, step)
 
     def _view_turns(self, rowid: int, count_tokens: TokenCounter, after: int = 0) -> Iterator[ViewTurn]:
         """The Session's replay view after raw seq `after` as atomic turns with their tokens, oldest first, one turn
@@ -412,30 +432,40 @@ class Compaction:
             return read_source_page(conn, rowid, job.source, after_seq, limit, max_bytes)
 
     def read_compaction_source(self, job: Job, *, max_total_bytes: int | None = None) -> list[Event]:
-        """Every event of a compaction job's source prefix, at most `max_total_bytes` (default `page_bytes`) in all.
+        """Every event of compaction job `job`'s source prefix in replay order (base Summary first), at most
+        `max_total_bytes` (default `page_bytes`) in all, read page by page in one read transaction.
 
-        Raises `SourceTooLargeError` (a permanent job failure) past the cap,
-        `SourceChangedError` when the source no longer matches the job and
-        `InvalidJobSourceError` when the source is malformed.
+        Raises `InvalidJobSourceError` when the source is malformed (a job
+        read from a database an older version or a hand wrote),
+        `SourceTooLargeError` (a permanent job failure) past the cap and
+        `SourceChangedError` when the source no longer matches the job.
         """
         validate_compaction_source(job.source)
         cap = self._db.settings.page_bytes if max_total_bytes is None else max_total_bytes
-        events: list[Event] = []
-        total, after = 0, 0
-        while True:
-            page = self.compaction_source(job.id, after)
-            events.extend(page.events)
-            total += sum(e.size for e in page.events)
-            if total > cap:
-                raise SourceTooLargeError(
-                    f"compaction source of job {job.id} is over {cap} bytes; use a model with a larger context"
-                )
-            after = page.next_cursor
-            if page.done:
-                break
-        if len(events) != job.source["count"]:
-            raise SourceChangedError(f"the source of compaction job {job.id} no longer matches it; plan again")
-        return events
+        limit, max_bytes = self._db.page_limits(None, None, min_bytes=self._db.settings.max_event_bytes)
+        with self._db.read() as conn:
+            return read_in_snapshot(conn, _source_events, job, cap, limit, max_bytes)
+
+
+def _source_events(conn: apsw.Connection, job: Job, cap: int, limit: int, max_bytes: int) -> list[Event]:
+    """`read_compaction_source` inside its read transaction: every page of the source, at most `cap` bytes."""
+    rowid = session_rowid(conn, job.session_id)
+    events: list[Event] = []
+    total, after = 0, 0
+    while True:
+        page = source_page(conn, rowid, job.source, after, limit, max_bytes)
+        events.extend(page.events)
+        total += sum(e.size for e in page.events)
+        if total > cap:
+            raise SourceTooLargeError(
+                f"compaction source of job {job.id} is over {cap} bytes; use a model with a larger context"
+            )
+        after = page.next_cursor
+        if page.done:
+            break
+    if len(events) != job.source["count"]:
+        raise SourceChangedError(f"the source of compaction job {job.id} no longer matches it; plan again")
+    return events
 
 
 def _planned_before(job: Job) -> str:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import apsw
 
 from ..core.cursors import check_position
-from .summaries import in_effect, read_in_snapshot
+from ..core.database import read_in_snapshot
+from ..sessions.replay import in_effect
 from ..sessions.transcript import SUMMARY_KIND, Event, read_page
 
 from ..core.database import Database

@@ -47,7 +47,7 @@ from ..queue.service import JobQueue
 from ..sessions.rows import session_rowid
 from ..errors import SummaryStateError
 from ..queue.jobs import decode_diagnostics
-from .summaries import check_recorded, newest_summary, verify_summary
+from ..sessions.replay import check_recorded, newest_summary, verify_summary
 from ..sessions.transcript import session_head
 
 

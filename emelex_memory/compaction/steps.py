@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from .policy import MIN_SUMMARY_SHARE, PROMPT_RESERVE_TOKENS, reserve_tokens, source_token_budget
 from ..errors import InvalidInputError, SourceChangedError, TurnTooLargeError
-from .prefix_digest import MAX_COVERED_BYTES, digest_prefix
+from ..sessions.prefix_digest import MAX_COVERED_BYTES, digest_prefix
 from .summaries import CONTINUATION_KINDS, check_replaceable
 from ..sessions.transcript import SUMMARY_KIND, Event
 

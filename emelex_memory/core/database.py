@@ -11,15 +11,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import apsw
 
 from ..errors import EmelexError, InvalidInputError, StoreClosedError
-from ..settings import Settings
+from .settings import Settings
 from .directories import Directory
 from .io_errors import IO_ERRORS, commit_unknown, detail_of, failure_remedy, sqlite_error
 
 Clock = Callable[[], float]
+T = TypeVar("T")
 
 
 class Database:
@@ -192,3 +194,30 @@ class _WriteTransaction(_ReadAccess):
             detail_of(failure, self._conn), self._path, "a write", "re-read what it wrote before retrying it",
             failure_remedy(failure),
         )
+
+
+def read_in_snapshot(conn: apsw.Connection, read: Callable[..., T], *args: Any) -> T:
+    """`read(conn, *args)` inside one read transaction (or the caller's), so its statements see one database state.
+
+    A plain function rather than a context manager: replay pays this once per page.
+    """
+    if conn.in_transaction:
+        return read(conn, *args)
+    conn.execute("BEGIN DEFERRED")
+    try:
+        page = read(conn, *args)
+    except BaseException:
+        _end_after_error(conn)
+        raise
+    conn.execute("COMMIT")
+    return page
+
+
+def _end_after_error(conn: apsw.Connection) -> None:
+    """End a failed read transaction; SQLite ends it itself after some I/O errors, and a failing ROLLBACK must never
+    hide the error that caused it."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except apsw.Error:
+            pass  # the connection reports the failure on its next use

@@ -1,9 +1,9 @@
 """Reading the store out for an export: every record of one consistent snapshot, streamed.
 
 `export_records` runs in one read transaction (a WAL snapshot: writers in other processes go on, unseen), reading rows
-a page at a time, so an export of any size holds one page and one Session's Summaries in memory. Records come in the
-order an import reads them back: the assets events link, then each Session (its Summary records with it) followed by
-its events, then each Knowledge entry with its versions.
+a page at a time, so an export of any size holds one page and one Session's Summary records and import runs in
+memory. Records come in the order an import reads them back: the assets events link, then each Session (its Summary
+records and import runs with it) followed by its events, then each Knowledge entry with its versions.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import apsw
 
 from ..assets.refs import AssetRef
 from ..core.database import Database
-from .records import ExportedEntry, ExportedEvent, ExportedSession, ExportedSummary, ExportedVersion
+from .history import RECORD_COLUMNS
+from .records import ExportedEntry, ExportedEvent, ExportedSession, ExportedSummary, ExportedVersion, ImportRecord
 
 PAGE = 500  # rows read per statement
 
@@ -52,6 +53,10 @@ _SUMMARIES = (
     "m.last_event_id, hex(m.source_digest), hex(m.summary_digest), m.model_ref, m.created_at, m.reverted_at "
     "FROM summaries m JOIN events e ON e.id = m.event_id JOIN jobs j ON j.id = m.job_id "
     "WHERE m.session_id = ? ORDER BY e.seq"
+)
+_IMPORTS = (
+    f"SELECT {RECORD_COLUMNS} FROM imports i JOIN sessions s ON s.id = i.session_id WHERE i.session_id = ? "
+    "ORDER BY i.id"
 )
 _EVENTS = (
     "SELECT id, seq, turn, position, kind, payload, created_at, asset_refs FROM events WHERE session_id = ? AND seq > ? "
@@ -96,9 +101,10 @@ def _sessions(conn: apsw.Connection) -> Iterator[tuple[int, ExportedSession]]:
         rows = conn.execute(_SESSIONS, (after, PAGE)).fetchall()
         for rowid, uuid, title, path, created, updated, count, snapshot, digest, snap_at, low, high in rows:
             summaries = tuple(_summary(r) for r in conn.execute(_SUMMARIES, (rowid,)))
+            runs = tuple(ImportRecord(*r) for r in conn.execute(_IMPORTS, (rowid,)))
             snap = None if snapshot is None else {"snapshot": snapshot, "digest": digest, "created_at": snap_at}
             ids = None if low is None else (low, high)
-            yield rowid, ExportedSession(uuid, title, path, created, updated, snap, count, summaries, ids)
+            yield rowid, ExportedSession(uuid, title, path, created, updated, snap, count, summaries, ids, runs)
         if len(rows) < PAGE:
             return
         after = rows[-1][0]

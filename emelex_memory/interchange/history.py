@@ -23,7 +23,8 @@ from ..sessions.holders import live_holder, open_journal
 from ..sessions.identity import WorkspaceIdentity, not_the_workspace
 from ..sessions.transcript import SUMMARY_KIND, session_head
 from ..sessions.workspaces import WORKSPACE_COLUMNS, identity_of, register_workspace, settle_workspace
-from ..settings import Settings
+from ..core.settings import Settings
+from ..sessions.writing import insert_rows
 from .records import ImportedEvent, ImportRecord, ImportSource
 
 RECORD_COLUMNS = (
@@ -33,10 +34,6 @@ RECORD_COLUMNS = (
 _LATEST = (
     f"SELECT {RECORD_COLUMNS} FROM imports i JOIN sessions s ON s.id = i.session_id "
     "WHERE i.format = ? AND i.source_key = ? ORDER BY i.last_line DESC, i.id DESC LIMIT 1"
-)
-_INSERT_EVENT = (
-    "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, media_end, created_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -149,10 +146,10 @@ def write_run(
         byte_end += size
         batch.append((rowid, seq, turn, position, kind, text, size, byte_end, media_end, float(event.created_at)))
         if len(batch) >= 256:
-            conn.executemany(_INSERT_EVENT, batch)
+            insert_rows(conn, batch)
             batch.clear()
     if batch:
-        conn.executemany(_INSERT_EVENT, batch)
+        insert_rows(conn, batch)
     last_seq = seq if seq >= first_seq else None
     record = ImportRecord(
         session_id, source.format, source.key, source.path, source.first_line, source.last_line, source.byte_end,

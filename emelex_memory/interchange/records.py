@@ -131,8 +131,9 @@ class ExportedSummary:
 @dataclass(frozen=True)
 class ExportedSession:
     """A Session as exported: its public ID, title, workspace path, times, its execution snapshot (canonical JSON
-    and digest, or None), how many events follow it, its Summaries' records, and the lowest and highest ID of its
-    events (None without events)."""
+    and digest, or None), how many events follow it, its Summaries' records, the lowest and highest ID of its
+    events (None without events), and, for an imported Session, its import runs oldest first (where its events came
+    from, so that importing the same history again in another Home continues this Session)."""
 
     id: str
     title: str | None
@@ -143,6 +144,7 @@ class ExportedSession:
     events: int
     summaries: tuple[ExportedSummary, ...] = field(default=())
     id_range: tuple[int, int] | None = None
+    imports: tuple[ImportRecord, ...] = field(default=())
 
 
 @dataclass(frozen=True)

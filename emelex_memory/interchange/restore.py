@@ -11,8 +11,8 @@ What is kept, and why:
   provenance rewritten with them and its digests recomputed; the text is unchanged.
 - **Summaries are verified before they are adopted**: the exported payload against its recorded digest and
   provenance, and the exported events it replaced against the recorded source digest, recomputed from the export's
-  own events with their original IDs. A Summary that does not verify refuses the Session (nothing adopted that cannot
-  be verified); its compaction job comes back as a done job with the same ID.
+  own events with their original IDs. A Summary that does not verify, or a Summary event without its record, refuses
+  the Session (nothing adopted that cannot be verified); its compaction job comes back as a done job with the same ID.
 - **Knowledge versions** are kept as they were: numbers, contents, confidences, origins, clients, times, tombstones and
   pins (pruned versions stay absent). Provenance naming a Session the store holds is verified against that Session's
   events (`source_digest`); one naming a Session the store lacks keeps its ID, range and digest for audit, as for a
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import struct
 from dataclasses import replace
 from collections.abc import Iterable
@@ -33,21 +34,28 @@ import apsw
 from ..assets.catalog import check_catalogued
 from ..assets.files import stat_asset
 from ..assets.folder import AssetFolder
-from ..compaction.prefix_digest import SOURCE_DOMAIN, digest_prefix, event_frame, summary_digest
-from ..compaction.summaries import provenance, summary_payload
+from ..compaction.summaries import summary_payload
+from ..sessions.prefix_digest import SOURCE_DOMAIN, digest_prefix, event_frame, summary_digest
+from ..sessions.replay import provenance
 from ..core.jsonbound import encode_canonical_text
-from ..errors import ImportConflictError
+from ..errors import ImportConflictError, InvalidInputError, InvalidKnowledgeError
 from ..knowledge.source_digest import source_digest
+from ..knowledge.values import (
+    KnowledgeSource,
+    validate_client,
+    validate_confidence,
+    validate_content,
+    validate_key,
+    validate_source,
+)
 from ..sessions.identity import WorkspaceIdentity
 from ..sessions.transcript import SUMMARY_KIND
 from ..sessions.workspaces import register_workspace
-from .records import ExportedEntry, ExportedEvent, ExportedSession, ExportedSummary
+from ..sessions.writing import insert_restored
+from .history import latest_import
+from .records import ExportedEntry, ExportedEvent, ExportedSession, ExportedSummary, ImportSource
 
 _U64 = struct.Struct(">Q").pack
-_INSERT = (
-    "INSERT INTO events (id, session_id, seq, turn, position, kind, payload, size, byte_end, media_end, created_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
-)
 
 
 def _refs_json(event: ExportedEvent) -> str | None:
@@ -198,6 +206,12 @@ def restore_session(
         seq = event.seq
         payload = event.payload_json
         summary = by_seq.get(seq)
+        if summary is None and event.kind == SUMMARY_KIND:
+            raise ImportConflictError(
+                f"exported Session {session.id} has a Summary event at seq {seq} but no record of its provenance, "
+                "so it could never be verified; the export was altered or damaged: nothing of that Session was "
+                "imported"
+            )
         if summary is not None:
             check = next(c for c in checks if c.summary is summary)
             base = summary.base_event_seq
@@ -210,8 +224,8 @@ def restore_session(
         size = len(payload.encode("utf-8"))
         byte_end += size
         media_end += sum(r.size for r in event.assets)
-        event_id = conn.execute(_INSERT, (event.id if keep_ids else None, rowid, seq, event.turn, event.position,
-                                          event.kind, payload, size, byte_end, media_end, event.created_at)).fetchone()[0]
+        event_id = insert_restored(conn, event.id if keep_ids else None, (
+            rowid, seq, event.turn, event.position, event.kind, payload, size, byte_end, media_end, event.created_at))
         if summary is not None:
             exported_id[seq] = event.id
             _write_summary(conn, rowid, summary, event_id, payload)
@@ -221,13 +235,46 @@ def restore_session(
         raise ImportConflictError(f"exported Session {session.id} holds {seq} of its {session.events} events; the "
                                   "export was cut short: nothing of that Session was imported")
     if session.snapshot is not None:
-        text = session.snapshot["snapshot"]
-        if hashlib.sha256(text.encode("utf-8")).hexdigest() != session.snapshot["digest"]:
-            raise ImportConflictError(f"the execution snapshot of exported Session {session.id} differs from its "
-                                      "digest; nothing of that Session was imported")
+        snapshot = session.snapshot
+        text = snapshot.get("snapshot") if isinstance(snapshot, dict) else None
+        if not isinstance(text, str) or hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest() \
+                != snapshot.get("digest"):
+            raise ImportConflictError(f"the execution snapshot of exported Session {session.id} is no snapshot "
+                                      "record or differs from its digest; nothing of that Session was imported")
         conn.execute("INSERT INTO session_snapshots (session_id, digest, snapshot, created_at) VALUES (?, ?, ?, ?)",
                      (rowid, session.snapshot["digest"], text, session.snapshot["created_at"]))
+    _restore_imports(conn, rowid, session)
     return True
+
+
+def _restore_imports(conn: apsw.Connection, rowid: int, session: ExportedSession) -> None:
+    """Record the exported Session's import runs as its own, so that importing the same history here continues it.
+    A source this store already imported into another Session refuses the exported one: two Sessions would hold the
+    same conversation, and a grown file could only continue one of them."""
+    for run in session.imports:
+        try:
+            ImportSource(run.format, run.key, run.path, run.first_line, run.last_line, run.byte_end,
+                         run.prefix_digest, run.skipped, run.cut)
+        except InvalidInputError as exc:
+            raise ImportConflictError(f"an import run of exported Session {session.id} is not valid ({exc}); the "
+                                      "export was altered or damaged: nothing of that Session was imported") from None
+        seqs = (run.first_seq, run.last_seq)
+        if seqs != (None, None) and not all(isinstance(n, int) and 1 <= n <= session.events for n in seqs):
+            raise ImportConflictError(f"an import run of exported Session {session.id} names events {seqs}, which it "
+                                      "does not hold; nothing of that Session was imported")
+        held = latest_import(conn, run.format, run.key)
+        if held is not None and held.session_id != session.id:
+            raise ImportConflictError(
+                f"this store already imported {run.path} as Session {held.session_id}, which exported Session "
+                f"{session.id} was imported from too; nothing of it was imported: delete one of the two Sessions"
+            )
+        conn.execute(
+            "INSERT INTO imports (session_id, format, source_key, path, first_line, last_line, byte_end, "
+            "prefix_digest, first_seq, last_seq, skipped, cut, imported_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+            "?, ?)",
+            (rowid, run.format, run.key, run.path, run.first_line, run.last_line, run.byte_end, run.prefix_digest,
+             run.first_seq, run.last_seq, run.skipped, run.cut, run.imported_at),
+        )
 
 
 def _canonical_event(event: ExportedEvent, max_event_bytes: int) -> ExportedEvent:
@@ -313,6 +360,51 @@ def _as_row(v: Any) -> tuple:
     return (v.version, v.content, v.confidence, v.origin, *src, v.created_at, v.client)
 
 
+ORIGINS = ("user", "distillation", "retention")
+
+
+def _check_entry(entry: ExportedEntry) -> None:
+    """Refuse an exported entry that `remember` and `forget` could not have made: its key, each version's content,
+    confidence, client and provenance as they validate them, versions numbered upwards, known origins and times,
+    a tombstone time exactly when the newest version is a tombstone."""
+    def refuse(what: str) -> ImportConflictError:
+        return ImportConflictError(f"exported Knowledge {entry.key!r} is not a valid entry ({what}); the export was "
+                                   "altered or damaged: nothing of it was imported")
+
+    try:
+        validate_key(entry.key)
+        if not entry.versions:
+            raise refuse("it has no versions")
+        numbers = [v.version for v in entry.versions]
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in numbers) \
+                or numbers != sorted(set(numbers)):
+            raise refuse(f"its versions are numbered {numbers[:8]}, not in increasing order")
+        for v in entry.versions:
+            if v.content is not None:
+                validate_content(v.content)
+            validate_confidence(v.confidence)
+            validate_client(v.client)
+            if v.origin not in ORIGINS:
+                raise refuse(f"version {v.version} has origin {v.origin!r}, not one of {', '.join(ORIGINS)}")
+            if v.source is not None:
+                validate_source(KnowledgeSource(*v.source))
+            _check_times(refuse, v.created_at)
+        _check_times(refuse, entry.created_at, entry.updated_at, *(() if entry.tombstoned_at is None
+                                                                   else (entry.tombstoned_at,)))
+        if (entry.tombstoned_at is not None) != (entry.versions[-1].content is None):
+            raise refuse("its tombstone time and its newest version disagree")
+        if not isinstance(entry.pinned, bool):
+            raise refuse(f"pinned is {entry.pinned!r}, not true or false")
+    except (InvalidKnowledgeError, TypeError) as exc:
+        raise refuse(str(exc)) from None
+
+
+def _check_times(refuse: Any, *times: object) -> None:
+    for t in times:
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+            raise refuse(f"a time is {t!r}, not seconds since the epoch")
+
+
 def restore_entry(conn: apsw.Connection, found: WorkspaceIdentity, entry: ExportedEntry, now: float, *,
                   new_workspace: bool = False) -> bool:
     """Inside a write transaction: write exported Knowledge `entry` into the workspace `found`; return True when
@@ -321,8 +413,7 @@ def restore_entry(conn: apsw.Connection, found: WorkspaceIdentity, entry: Export
     Raises `ImportConflictError` when the workspace holds the key with other versions or pin, or a version's
     provenance names a Session of this store whose events no longer match its digest.
     """
-    if not entry.versions:
-        raise ImportConflictError(f"exported Knowledge {entry.key!r} has no versions; the export is damaged")
+    _check_entry(entry)
     workspace_id, _ = register_workspace(conn, found, now, new_workspace=new_workspace)
     head = entry.versions[-1]
     row = conn.execute("SELECT id, pinned, tombstoned_at FROM knowledge WHERE workspace_id = ? AND key = ?",

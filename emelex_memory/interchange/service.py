@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+import apsw
 
 from ..assets.folder import open_asset_folder
 from ..core.database import Database
+from ..errors import ImportConflictError
 from ..knowledge.distillation import Distillation
 from ..sessions.identity import WorkspaceIdentity
 from ..sessions.rows import session_rowid
@@ -100,7 +104,7 @@ class Interchange:
         different Session under the same ID or a Summary that does not verify; nothing is written then."""
         found = WorkspaceIdentity.inspect(workspace)
         now = self._db.clock()
-        with self._db.write() as conn, open_asset_folder(self._db) as folder:
+        with self._db.write() as conn, open_asset_folder(self._db) as folder, _store_rules(f"Session {session.id}"):
             return restore_session(conn, folder, found, session, events, now, self._db.settings.max_event_bytes,
                                    new_workspace=new_workspace)
 
@@ -112,5 +116,16 @@ class Interchange:
         key otherwise, or a version's provenance does not match the Session here; nothing is written then."""
         found = WorkspaceIdentity.inspect(workspace)
         now = self._db.clock()
-        with self._db.write() as conn:
+        with self._db.write() as conn, _store_rules(f"Knowledge {entry.key!r}"):
             return restore_entry(conn, found, entry, now, new_workspace=new_workspace)
+
+
+@contextmanager
+def _store_rules(what: str) -> Iterator[None]:
+    """Turn a value of an exported record that breaks a rule the schema states (a CHECK, a column's type) into the
+    refusal of that record, inside its transaction (which then rolls back)."""
+    try:
+        yield
+    except apsw.ConstraintError as exc:
+        raise ImportConflictError(f"exported {what} breaks a rule of the store ({exc}); the export was altered or "
+                                  "damaged: nothing of it was imported") from None

@@ -36,9 +36,9 @@ from ..errors import (
 )
 from .splitting import DistillationSplit, byte_budget, byte_ranges, complete_split, token_ranges
 from ..queue.sources import check_fields
-from ..queue.jobs import CompletionContext, Enqueued, Job
+from ..queue.jobs import CompletionContext, Enqueued, Job, Store
 from ..queue.kinds import JobKind
-from .source_digest import source_bytes, source_digest
+from .source_digest import source_digest
 from .values import (
     KnowledgeEntry,
     KnowledgeSource,
@@ -54,7 +54,7 @@ from ..core.database import Database
 from ..queue.jobs import job_by_rowid
 from ..queue.service import JobQueue
 from .versions import tombstone_version, upsert_version
-from ..sessions.rows import session_rowid
+from ..sessions.rows import range_bytes, session_rowid
 if TYPE_CHECKING:
     from ..queue.claim import JobClaim
 
@@ -243,52 +243,62 @@ def _workspace_failure(exc: WorkspaceError, workspace_id: int, path: str) -> Per
 DISTILL_JOB_KIND = JobKind(DISTILL_KIND, _complete_distillation, validate=validate_distill_source)
 
 
-def distillation_handler(
-    distill: DistillFunction, *, safe_context_tokens: int | None = None, count_tokens: TokenCounter | None = None
-) -> Callable[[JobClaim], DistillationResult | DistillationSplit]:
-    """A worker handler for "distill" jobs: read the bounded source, check it fits the model, call `distill`.
+def distillation_input(
+    store: Store, job: Job, *, safe_context_tokens: int | None = None, count_tokens: TokenCounter | None = None
+) -> DistillationInput | DistillationSplit:
+    """What distill job `job` (as claimed) gives its distiller: its bounded source events and the workspace's
+    Knowledge, or, for a source too large to read or to fit the model, the `DistillationSplit` its completion
+    queues instead.
 
     A source of several events over `knowledge_source_max_bytes`, or (with
     `safe_context_tokens`) over 8 bytes per budget token or whose tokens
-    (`count_tokens`, default one per 4 bytes) exceed the budget, is not read
-    whole or not distilled: the handler returns a `DistillationSplit` and
-    completing the job queues distill jobs for its parts. A single event over
-    the budget raises `SourceTooLargeError`, a permanent failure. The
-    candidates are validated before completion. `distill` may return a
-    `DistillationResult` (candidates plus counts of what a guard rejected):
-    completion adds those counts to the job's result, and a job that applies
-    nothing says why under "nothing_saved".
+    (`count_tokens`, default one per 4 bytes) exceed the budget, is split. A
+    single event over the budget raises `SourceTooLargeError`, a permanent
+    failure; a Session whose workspace is gone or replaced, a
+    `PermanentJobError` saying how to bring it back.
     """
+    source = _source_of(job)
+    if source.last_seq > source.first_seq:
+        split = store.distillation.split_by_bytes(job, byte_budget(store.settings.knowledge_source_max_bytes,
+                                                                   safe_context_tokens))
+        if split is not None:
+            return split
+    events = store.read_distillation_source(job)
+    if safe_context_tokens is not None:
+        counter = count_tokens or (lambda e: (e.size + 3) // 4)
+        counts = [counter(e) for e in events]
+        tokens = sum(counts)
+        if tokens > safe_context_tokens and len(events) > 1:
+            return DistillationSplit(tuple(token_ranges(events, counts, safe_context_tokens)))
+        if tokens > safe_context_tokens:
+            raise SourceTooLargeError(
+                f"distillation source of job {job.id} (event {source.first_seq} alone) has {tokens} tokens, "
+                f"over the model's safe context budget of {safe_context_tokens}; use a model with a larger "
+                "context, then retry the job"
+            )
+    session = store.get_session(job.session_id)
+    workspace = session.workspace
+    try:
+        page = store.recall(workspace, limit=KNOWLEDGE_CONTEXT_ITEMS, max_bytes=KNOWLEDGE_CONTEXT_BYTES)
+    except WorkspaceError as exc:
+        raise _workspace_failure(exc, session.workspace_id, workspace.path) from None
+    return DistillationInput(source.session_id, workspace.path, source, tuple(events), tuple(page.entries))
+
+
+def distillation_handler(
+    distill: DistillFunction, *, safe_context_tokens: int | None = None, count_tokens: TokenCounter | None = None
+) -> Callable[[JobClaim], DistillationResult | DistillationSplit]:
+    """A `run_one_job` handler for "distill" jobs with a plain `distill(data)` (the worker of `emelex memory work`
+    runs the same steps itself, `Worker._distill`): read what the job gives its distiller (`distillation_input`,
+    or the split of a source too large for `safe_context_tokens`), call `distill`, and validate its candidates
+    before completion. `distill` may return a `DistillationResult` (candidates plus counts of what a guard
+    rejected): completion adds those counts to the job's result, and a job that applies nothing says why under
+    "nothing_saved"."""
 
     def handle(claim: JobClaim) -> DistillationResult | DistillationSplit:
-        store = claim.store
-        source = _source_of(claim.job)
-        if source.last_seq > source.first_seq:
-            split = store.distillation.split_by_bytes(claim.job, byte_budget(store.settings.knowledge_source_max_bytes,
-                                                                   safe_context_tokens))
-            if split is not None:
-                return split
-        events = store.read_distillation_source(claim.job)
-        if safe_context_tokens is not None:
-            counter = count_tokens or (lambda e: (e.size + 3) // 4)
-            counts = [counter(e) for e in events]
-            tokens = sum(counts)
-            if tokens > safe_context_tokens and len(events) > 1:
-                return DistillationSplit(tuple(token_ranges(events, counts, safe_context_tokens)))
-            if tokens > safe_context_tokens:
-                raise SourceTooLargeError(
-                    f"distillation source of job {claim.id} (event {source.first_seq} alone) has {tokens} tokens, "
-                    f"over the model's safe context budget of {safe_context_tokens}; use a model with a larger "
-                    "context, then retry the job"
-                )
-        session = store.get_session(claim.job.session_id)
-        workspace = session.workspace
-        try:
-            page = store.recall(workspace, limit=KNOWLEDGE_CONTEXT_ITEMS, max_bytes=KNOWLEDGE_CONTEXT_BYTES)
-        except WorkspaceError as exc:
-            raise _workspace_failure(exc, session.workspace_id, workspace.path) from None
-        data = DistillationInput(source.session_id, workspace.path, source, tuple(events), tuple(page.entries))
-        return validate_result(distill(data))
+        data = distillation_input(claim.store, claim.job, safe_context_tokens=safe_context_tokens,
+                                  count_tokens=count_tokens)
+        return data if isinstance(data, DistillationSplit) else validate_result(distill(data))
 
     return handle
 
@@ -333,7 +343,7 @@ class Distillation:
         source = _source_of(job)
         with self._db.read() as conn:
             rowid = session_rowid(conn, job.session_id)
-            size = source_bytes(conn, rowid, source.first_seq, source.last_seq)
+            size = range_bytes(conn, rowid, source.first_seq, source.last_seq)
             if size <= budget:
                 return None
             ranges = byte_ranges(conn, rowid, source.first_seq, source.last_seq, budget)
@@ -350,7 +360,7 @@ class Distillation:
         cap = self._db.settings.knowledge_source_max_bytes
         with self._db.read() as conn:
             rowid = session_rowid(conn, job.session_id)
-            size = source_bytes(conn, rowid, source.first_seq, source.last_seq)
+            size = range_bytes(conn, rowid, source.first_seq, source.last_seq)
             if size > cap:
                 raise SourceTooLargeError(
                     f"distillation source of job {job.id} holds {size} bytes, over knowledge_source_max_bytes "

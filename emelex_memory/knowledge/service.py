@@ -25,7 +25,7 @@ from ..errors import (
     KnowledgePinnedError,
     SessionNotFoundError,
 )
-from .source_digest import source_bytes, source_digest
+from .source_digest import source_digest
 from .values import (
     MAX_CONTENT_BYTES,
     MAX_KEY_BYTES,
@@ -47,7 +47,7 @@ from .values import (
 from ..sessions.workspaces import WorkspaceLike, workspace_scope
 
 from ..core.database import Database
-from ..sessions.rows import session_rowid
+from ..sessions.rows import range_bytes, session_rowid
 from .versions import ENTRY_JOIN, NO_SOURCE, Scope, SourceColumns, tombstone_version, upsert_version
 
 ROW_OVERHEAD = 256  # generous per-row byte estimate on top of key and content
@@ -83,6 +83,7 @@ class Knowledge:
         source: KnowledgeSource | None = None,
         new_workspace: bool = False,
         client: str | None = None,
+        unless_pinned: bool = False,
     ) -> KnowledgeVersion:
         """Upsert `key` in the caller's workspace by appending an immutable version; return the newest version.
 
@@ -97,7 +98,9 @@ class Knowledge:
         Remembering exactly the current content, confidence and source appends
         nothing. A tombstoned key is revived by a new version. `client` names
         the program that asked (an MCP client, "name version"), kept on the
-        version; None for Emelex's own callers.
+        version; None for Emelex's own callers. With `unless_pinned` (a writer
+        that leaves pinned entries to the user) a pinned entry raises
+        `KnowledgePinnedError`, checked inside the writing transaction.
         """
         key, content = validate_key(key), validate_content(content)
         confidence, source = validate_confidence(confidence), validate_source(source)
@@ -105,6 +108,11 @@ class Knowledge:
         with self._db.write() as conn:
             scope = workspace_scope(conn, workspace, write=True, create_at=self._db.clock(), new_workspace=new_workspace)
             src = self._source_columns(conn, source, scope)
+            if unless_pinned and conn.execute("SELECT pinned FROM knowledge WHERE workspace_id = ? AND key = ?",
+                                              (scope, key)).fetchone() == (1,):
+                raise KnowledgePinnedError(
+                    f"Knowledge {key!r} is pinned: the user changes it (`emelex memory knowledge unpin` first)"
+                )
             return upsert_version(conn, scope, key, content, confidence, "user", src, self._db.clock(), client)
 
     def forget(self, workspace: WorkspaceLike, key: str, *, client: str | None = None) -> KnowledgeVersion:
@@ -281,7 +289,7 @@ class Knowledge:
         return (rowid, source.session_id, source.first_seq, source.last_seq, source.digest)
 
     def _check_source_size(self, conn: apsw.Connection, rowid: int, source: KnowledgeSource) -> None:
-        size = source_bytes(conn, rowid, source.first_seq, source.last_seq)
+        size = range_bytes(conn, rowid, source.first_seq, source.last_seq)
         if size > self._db.settings.knowledge_source_max_bytes:
             raise InvalidKnowledgeError(
                 f"events {source.first_seq}..{source.last_seq} of Session {source.session_id} hold {size} bytes, "

@@ -1,6 +1,6 @@
 """The Knowledge source digest: what a Knowledge version's provenance says it was distilled from.
 
-Not the compaction source digest (`compaction/prefix_digest.py`), which frames a
+Not the compaction source digest (`sessions/prefix_digest.py`), which frames a
 Session's replaced prefix for a Summary; this one covers any seq range
 `first..last` of a Session's events and is what `KnowledgeSource.digest` holds.
 """
@@ -36,10 +36,3 @@ def source_digest(conn: apsw.Connection, session_rowid: int, session_id: str, fi
         expected += 1
     return h.hexdigest() if expected == last + 1 else None
 
-
-def source_bytes(conn: apsw.Connection, session_rowid: int, first: int, last: int) -> int:
-    """The summed stored sizes of a Session's events `first..last` (0 when none), read from sizes alone."""
-    return conn.execute(
-        "SELECT coalesce(sum(size), 0) FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
-        (session_rowid, first, last),
-    ).fetchone()[0]

@@ -32,7 +32,7 @@ from ..core.private_files import (
     PRIVATE_DIR_MODE, check_private_dir, describe_mode, ensure_private_dir, fsync_dir, write_all, write_private_file,
 )
 from ..errors import AssetTamperedError, BackupDestinationError, BackupVerificationError, RestoreTargetError
-from ..settings import Settings
+from ..core.settings import Settings
 from ..snapshots.installed import MANIFEST_NAME, models_dir
 from .backup_manifest import (
     ASSETS, CHUNK, DATABASE, MANIFEST, MARKER, MODELS, BackupReport, read_manifest, sha256_file, table_counts,

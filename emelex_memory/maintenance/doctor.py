@@ -23,7 +23,7 @@ from ..core.migrations import APPLICATION_ID, MIGRATIONS
 from ..core.opening import STORE_MARKER, check_missing_database, locate_database, open_as_is, sidecar_path
 from ..search.vectors import text_digest
 from ..sessions.holders import live_lease
-from ..settings import Settings
+from ..core.settings import Settings
 
 DOCTOR_ASSET_ENTRIES = 1000  # asset entries one doctor run re-hashes at most
 DOCTOR_ASSET_BYTES = 256 * 1024 * 1024  # and the bytes it hashes at most (at least one file is checked)

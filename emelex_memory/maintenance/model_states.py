@@ -76,7 +76,7 @@ class ModelStates:
                 raise InvalidInputError(f"{name} must be 64 lowercase hex digits, got {value!r:.80}")
         if type(prefix_tokens) is not int or prefix_tokens < 1:
             raise InvalidInputError(f"prefix_tokens must be a positive int, got {prefix_tokens!r}")
-        if lease._db is not self._db:
+        if lease.db is not self._db:
             raise InvalidInputError(f"the lease on Session {lease.session_id} belongs to another MemoryStore; save "
                                     "the state on the store that acquired it")
         ref = self._assets.put_asset(data, MODEL_STATE_KIND)

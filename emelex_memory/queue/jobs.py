@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import apsw
 
@@ -154,10 +154,7 @@ CLAIM_RETURNING = (  # what a claim reads back: the columns it does not set itse
 )
 
 
-T = TypeVar("T")
 _read_json = json.JSONDecoder().raw_decode
-_new_object = object.__new__
-_set_attribute = object.__setattr__
 
 
 def stored_json(text: str) -> Any:
@@ -174,37 +171,11 @@ def decode_diagnostics(text: str) -> tuple[JobDiagnostic, ...]:
                  for d in stored_json(text))
 
 
-def frozen(cls: type[T], fields: dict[str, Any]) -> T:
-    """An instance of the frozen dataclass `cls` with these field values, equal in every respect to `cls(**fields)`,
-    built by setting its instance dict at once: the generated `__init__` of a frozen dataclass sets each field
-    through `object.__setattr__`, the largest Python cost of a queue transition (a `Job` has fifteen). Only for
-    dataclasses without slots or `__post_init__`, and for values that need no checking (read from the database)."""
-    instance = _new_object(cls)
-    _set_attribute(instance, "__dict__", fields)
-    return instance
-
-
-def _job(
-    job_id: str, kind: str, session_id: str, source_key: str, source: dict[str, Any], state: str, attempts: int,
-    due_at: float, lease_holder: str | None, lease_expires_at: float | None, diagnostics: tuple[JobDiagnostic, ...],
-    result: dict[str, Any] | None, created_at: float, updated_at: float, finished_at: float | None,
-) -> Job:
-    """`Job(...)` of these fields, built as `frozen` builds it."""
-    job = _new_object(Job)
-    _set_attribute(job, "__dict__", {
-        "id": job_id, "kind": kind, "session_id": session_id, "source_key": source_key, "source": source,
-        "state": state, "attempts": attempts, "due_at": due_at, "lease_holder": lease_holder,
-        "lease_expires_at": lease_expires_at, "diagnostics": diagnostics, "result": result, "created_at": created_at,
-        "updated_at": updated_at, "finished_at": finished_at,
-    })
-    return job
-
-
 def job_from_row(row: tuple) -> Job:
     """Build a `Job` from a row of `JOB_COLUMNS` or `JOB_RETURNING` (the first column, the internal id, is skipped)."""
     (_, uuid, kind, session, key, source, state, attempts, due, holder, expires, diags, result, created, updated,
      finished) = row
-    return _job(
+    return Job(
         uuid, kind, session, key, stored_json(source), state, attempts, due, holder, expires, decode_diagnostics(diags),
         None if result is None else stored_json(result), created, updated, finished,
     )
@@ -213,7 +184,7 @@ def job_from_row(row: tuple) -> Job:
 def claimed_job(row: tuple, holder: str, now: float, expires_at: float) -> Job:
     """The `Job` a claim made at `now`: a `CLAIM_RETURNING` row plus the values the claim itself wrote."""
     _, _, uuid, kind, session, key, source, attempts, diags, created = row
-    return _job(
+    return Job(
         uuid, kind, session, key, stored_json(source), "claimed", attempts, expires_at, holder, expires_at,
         decode_diagnostics(diags), None, created, now, None,
     )
@@ -224,7 +195,7 @@ def done_job(row: tuple, due_at: float, result: dict[str, Any] | None, now: floa
     state, the lease columns, the result and the times, and no other column changes while the claim holds its worker
     lease; `due_at` stays the last lease expiry."""
     _, _, uuid, kind, session, key, source, attempts, diags, created = row
-    return _job(
+    return Job(
         uuid, kind, session, key, _read_json(source)[0], "done", attempts, due_at, None, None,
         () if diags == "[]" else decode_diagnostics(diags), result, created, now, now,
     )

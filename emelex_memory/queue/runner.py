@@ -44,7 +44,7 @@ from ..errors import (
     TransientJobError,
     WorkerLeaseLostError,
 )
-from .jobs import Job, Store, frozen
+from .jobs import Job, Store
 from .service import JobClaim
 from .renewal import RENEWER
 from ..core.retry import bounded_retrying
@@ -119,7 +119,7 @@ def run_one_job(
         )
     with claim:
         try:
-            kind = store.jobs.kinds.get(claim._kind)
+            kind = store.jobs.kinds.get(claim.kind)
             if kind.validate is not None:  # a malformed stored source is a permanent failure, never a KeyError later
                 kind.check_source(claim.job.source)
             RENEWER.add(claim, ttl)  # `with renewing(claim, ttl)`, without the context manager object
@@ -132,8 +132,7 @@ def run_one_job(
                 job, following = store.complete_and_claim(claim, result, kinds=kinds, ttl_s=ttl)
             else:
                 job = store.complete_job(claim, result)
-            # JobOutcome(job, "done", "completed", following)
-            return frozen(JobOutcome, {"job": job, "status": "done", "detail": "completed", "next_claim": following})
+            return JobOutcome(job, "done", "completed", following)
         except WorkerLeaseLostError as exc:
             claim.ended = True  # nothing left to release
             return JobOutcome(claim.job, "lost", describe(exc))

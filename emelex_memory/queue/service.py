@@ -64,14 +64,6 @@ from ..sessions.holders import holder_label, live_lease, open_journal
 from ..core.utf8 import check_utf8
 
 
-try:  # CPython's own SHA-256 (3.11; `_sha2` from 3.12): for a claim's 32 bytes much cheaper than OpenSSL's behind
-    from _sha256 import sha256 as _sha256  # `hashlib.sha256`, which sets up a digest context per call
-except ImportError:  # Python 3.12 and later, or another implementation
-    try:
-        from _sha2 import sha256 as _sha256
-    except ImportError:
-        from hashlib import sha256 as _sha256
-
 RESCUE_BATCH = 100
 _ACTIVE = "state IN ('pending', 'claimed')"  # repeats the partial index's WHERE so SQLite uses jobs_active
 _EXPIRED_CLAIMS = f"FROM jobs WHERE {_ACTIVE} AND state = 'claimed' AND due_at <= ?"  # worker lease expired by ?
@@ -129,7 +121,7 @@ _holder = holder_label()  # `pid@host` of this process, looked up once instead o
 def _lease_digest() -> bytes:
     """A new worker lease: the SHA-256 of a fresh 256-bit token from the OS CSPRNG. The token itself is never needed
     again: the claim object holds the digest and is the authority."""
-    return _sha256(os.urandom(32)).digest()
+    return hashlib.sha256(os.urandom(32)).digest()
 
 
 def _relabel() -> None:
@@ -409,7 +401,7 @@ class JobQueue:
     ) -> tuple[Job, JobClaim | None]:
         """Complete `claim` in one write transaction and, given `then_claim` (kind names, TTL), claim the next job in
         it too."""
-        kind = self.kinds.get(claim._kind)
+        kind = self.kinds.get(claim.kind)
         row = None  # the next claim's row
         if then_claim is not None:
             digest, holder = _lease_digest(), _holder

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..core.database import Database
-from ..sessions.rows import session_rowid
+from ..sessions.rows import range_bytes, session_rowid
 from ..errors import InvalidInputError, JobStateError
 from .jobs import JOB_COLUMNS, JOB_FROM, JOB_RETURNING, Job, job_from_row, job_row
 from .kinds import JobKindRegistry
@@ -125,10 +125,8 @@ class JobStatus:
         first, last = job.source.get("first_seq"), job.source.get("last_seq")
         if not isinstance(first, int) or not isinstance(last, int):
             return None
-        from ..knowledge.source_digest import source_bytes  # here: an idle worker never needs it
-
         with self._db.read() as conn:
-            return source_bytes(conn, session_rowid(conn, job.session_id), first, last)
+            return range_bytes(conn, session_rowid(conn, job.session_id), first, last)
 
 
 def _waiting(job: Job, lease_holder: str | None, lease_expires: float | None, now: float,

@@ -1,4 +1,4 @@
-"""The recall selection: what a new Session starts with, and the event that records it.
+"""The recall selection: what a new Session starts with, and what a host records of it.
 
 Pinned Knowledge comes first (newest first), then the hits of the search ranking for the query (Knowledge entries
 and transcript turns of the workspace, in one ranking, `ranking.py`) that are relevant enough: a hit is relevant
@@ -8,8 +8,10 @@ but the pinned entries. Each note is taken while it fits the token budget (one t
 smaller ones after it). Only live entries are read (no tombstone is ever selected), and an entry whose content is
 itself JSON (an object or array: raw tool-call output a distillation stored as a fact) is never selected. A note
 carries its date (a transcript turn's Session date; a Knowledge entry's source Session date, or the date its version
-was written) and a turn its Session's title. The event names the query words searched for and each note, so a host
-that appends it to the Session's transcript can replay exactly what its model saw, without selecting again.
+was written) and a turn its Session's title. The selection's `payload()` names the query words searched for and
+each note, so a host that records it in the Session's transcript (the chat does, as a `context` event) can replay
+exactly what its model saw, without selecting again; `source_turns` gives the turn of each Knowledge note's source,
+read in the same read transaction.
 """
 
 from __future__ import annotations
@@ -25,10 +27,8 @@ from ..errors import InvalidInputError
 from ..knowledge.service import ENTRY_COLUMNS, entry_from_row
 from ..knowledge.values import KnowledgeEntry
 from ..knowledge.versions import ENTRY_JOIN
-from ..sessions.transcript import NewEvent
 from .query import query_terms
 
-RECALL_KIND = "recall"  # the event kind of a recorded selection
 MAX_BUDGET_TOKENS = 1_000_000
 MAX_CANDIDATES = 50  # pinned entries, and then relevant hits, read at most per selection
 RELEVANCE = 0.2  # the share of the query's weight a hit's words must carry to be recalled
@@ -71,10 +71,11 @@ def looks_like_tool_json(content: str) -> bool:
 
 @dataclass(frozen=True)
 class RecallSelection:
-    """The notes selected, in order (pinned first), the tokens they cost of the budget, and `event`: the
-    `NewEvent` (kind "recall") to append to the Session before its model's first round.
+    """The notes selected, in order (pinned first), the tokens they cost of the budget, the query words searched
+    for (`terms`), and for each note the turn of its source's first event as stored (`source_turns`: None for a
+    transcript note, a Knowledge note without a source, or one whose Session is gone).
 
-    Each note is a dict, as the event records it: a Knowledge note has
+    Each note is a dict, as `payload()` records it: a Knowledge note has
     "kind" "knowledge", "key", "version", "content", "confidence",
     "pinned", "date" and "source" (Session, seq range and digest, or None);
     a transcript note has "kind" "session", "session" (its ID), "seq",
@@ -85,7 +86,13 @@ class RecallSelection:
     notes: tuple[dict[str, Any], ...]
     tokens: int
     budget_tokens: int
-    event: NewEvent
+    terms: tuple[str, ...] = ()
+    source_turns: tuple[int | None, ...] = ()
+
+    def payload(self) -> dict[str, Any]:
+        """What a host records of the selection before its model's first round: the query words, the budget and the
+        notes."""
+        return recall_payload(list(self.terms), self.budget_tokens, self.notes)
 
 
 def _source(entry: KnowledgeEntry) -> dict[str, Any] | None:
@@ -176,6 +183,24 @@ def select_notes(
             if used + cost <= budget_tokens:
                 chosen.append(note)
                 used += cost
-    notes = tuple(chosen)
-    return RecallSelection(notes, used, budget_tokens,
-                           NewEvent(RECALL_KIND, recall_payload(terms, budget_tokens, notes)))
+    return RecallSelection(tuple(chosen), used, budget_tokens, tuple(terms), _source_turns(conn, chosen))
+
+
+_SOURCE_TURNS = (  # the turn of each source's first event, by the source's index: [[Session ID, first seq], ...]
+    "SELECT j.key, e.turn FROM json_each(?) j JOIN sessions s ON s.uuid = j.value ->> 0 "
+    "JOIN events e ON e.session_id = s.id AND e.seq = j.value ->> 1"
+)
+
+
+def _source_turns(conn: apsw.Connection, notes: list[dict]) -> tuple[int | None, ...]:
+    """In the selection's read transaction, with one statement: the turn of each Knowledge note's source's first
+    event as stored (None for a transcript note, a note without a source, or one whose Session is gone)."""
+    sources = [(n["source"]["session"], n["source"]["first_seq"]) if n["kind"] == "knowledge" and n["source"]
+               else None for n in notes]
+    wanted = [[session, seq] for session, seq in filter(None, sources)]
+    turns = dict(conn.execute(_SOURCE_TURNS, (json.dumps(wanted),))) if wanted else {}
+    found, index = [], 0
+    for source in sources:
+        found.append(None if source is None else turns.get(index))
+        index += source is not None
+    return tuple(found)

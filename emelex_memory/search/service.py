@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import apsw
 
-from ..core.database import Database
+from ..core.database import Database, read_in_snapshot
 from ..core.paging import Items, Page, take
 from ..errors import InvalidInputError
 from ..sessions.workspaces import WorkspaceLike, workspace_scope
@@ -213,8 +213,9 @@ class Search:
         turns relevant to `query` (e.g. the first user message), best first, within `budget_tokens`; see
         `search/recall.py`.
 
-        Returns the notes and the "recall" event to append before the model's
-        first round (replay it on resume; never select again). A note costs
+        Returns the notes with the turn of each Knowledge note's source, read
+        in one read transaction; record `payload()` before the model's first
+        round (replay it on resume; never select again). A note costs
         `count_tokens(note_text)` tokens (default: one per 4 UTF-8 bytes).
         Tombstones and entries whose content is a JSON object or array are
         never selected; a query without words (or unrelated to anything: no
@@ -226,8 +227,14 @@ class Search:
         if not isinstance(query, str):
             raise InvalidInputError(f"a recall query is text, not {type(query).__name__}")
         with self._db.read() as conn:
-            scope = workspace_scope(conn, workspace)
-            return select_notes(conn, scope, query, budget_tokens, count_tokens or estimate_tokens, _ranked_hits, day)
+            return read_in_snapshot(conn, _select_recall, workspace, query, budget_tokens, count_tokens or estimate_tokens)
+
+
+def _select_recall(
+    conn: apsw.Connection, workspace: WorkspaceLike, query: str, budget_tokens: int, count_tokens: TokenCounter
+) -> RecallSelection:
+    """`select_recall` inside its read transaction."""
+    return select_notes(conn, workspace_scope(conn, workspace), query, budget_tokens, count_tokens, _ranked_hits, day)
 
 
 def hits_of(conn: apsw.Connection, scope: int, terms: list[str], ranked: list[Ranked]) -> list[KnowledgeHit | SessionHit]:

@@ -16,13 +16,12 @@ recover authority.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import secrets
 from collections.abc import Callable, Iterator, Sequence
 from stat import S_ISDIR
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import apsw
 
@@ -43,75 +42,46 @@ from ..errors import (
     WorkspaceReplacedError,
 )
 from ..core.io_errors import file_error, restated
-from ..settings import Settings
-from .holders import live_lease, open_journal
+from ..core.settings import Settings
+from .holders import open_journal
 from .identity import WorkspaceIdentity, rebind_advice
 from .replay import replay_page
-from .transcript import AppendedTurn, EncodedEvent, Event, NewEvent, ReplayPage, encode_turn, media_of
+from .transcript import AppendedTurn, Event, NewEvent, ReplayPage, encode_turn, media_of
+from .writing import Head, insert_checked_turn, insert_turn
 
 MAX_FAILURE_CHARS = 2000
 T = TypeVar("T")
 
 # What an append re-checks, in one statement: the Session's workspace and the epoch of its row (m011: every change of
 # the workspace row bumps it, so equal numbers mean the row the lease verified is unchanged), the lease, and the head
-# (newest seq, turn, byte_end and media_end, all None for an empty Session) read from the Session's newest event, and
+# (newest seq, turn, byte_end and media_end, all 0 for an empty Session) read from the Session's newest event, and
 # whether the Session has an open agent journal.
 _AUTHORITY_SQL = (
-    "SELECT s.workspace_id, s.workspace_epoch, l.token_hash, l.state, l.expires_at, e.seq, e.turn, e.byte_end, "
-    f"e.media_end, {open_journal('s.id')} FROM sessions s JOIN session_leases l ON l.session_id = s.id "
+    "SELECT s.workspace_id, s.workspace_epoch, l.token_hash, l.state, l.expires_at, coalesce(e.seq, 0), "
+    "coalesce(e.turn, 0), coalesce(e.byte_end, 0), coalesce(e.media_end, 0), "
+    f"{open_journal('s.id')} FROM sessions s JOIN session_leases l ON l.session_id = s.id "
     "LEFT JOIN events e ON e.id = (SELECT id FROM events WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) "
     "WHERE s.id = ?1"
 )
-_INSERT_SQL = (
-    "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, media_end, created_at) VALUES "
-)
-_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
-@functools.lru_cache(maxsize=None)
-def _insert_sql(count: int) -> str:
-    """The one `INSERT` of `count` events: a turn is written by one statement, not one per event, because FTS5 flushes
-    its pending terms into a new index segment at every statement that writes it (the search index's triggers), so a
-    turn written event by event costs a segment per event."""
-    return _INSERT_SQL + ", ".join([_ROW] * count)
+class _Authority(NamedTuple):
+    """A row of `_AUTHORITY_SQL`: the Session's workspace row and epoch, its lease, its head (zeros when it has no
+    event) and whether it has an open agent journal."""
 
+    workspace_id: int
+    workspace_epoch: int
+    token_hash: bytes
+    state: str
+    expires_at: float
+    head: Head
+    journal_open: int
 
-@functools.lru_cache(maxsize=None)
-def _checked_insert_sql(count: int, journaled: bool) -> str:
-    """The one `INSERT` of a turn of `count` events without media that inserts only when what `_AUTHORITY_SQL` reads
-    is what the lease expects: the Session's workspace and epoch, the lease token, state and expiry, no open agent
-    journal (unless `journaled`), and the head the lease last wrote. It inserts all of the rows or none: `changes()`
-    tells which. Bound: ?1 Session row ID, ?2 workspace ID, ?3 epoch, ?4 token digest, ?5 now, ?6-?9 that head (seq,
-    turn, byte_end, media_end), then each event's kind, payload, size and byte_end. The rest of a row follows from
-    those: seq and position from the head and the event's place, the next turn, the unchanged media_end, created_at
-    now. The rows come from one `VALUES` list joined to the one row of the check, so they are inserted in order."""
-    journal = "" if journaled else f"AND NOT {open_journal('?1')} "
-    rows = ", ".join(f"({i}, ?{10 + 4 * i}, ?{11 + 4 * i}, ?{12 + 4 * i}, ?{13 + 4 * i})" for i in range(count))
-    return (
-        _INSERT_SQL.removesuffix("VALUES ") + "SELECT ?1, ?6 + 1 + v.column1, ?7 + 1, v.column1, v.column2, v.column3, "
-        "v.column4, v.column5, ?9, ?5 FROM (SELECT 1 FROM sessions s JOIN session_leases l ON l.session_id = s.id "
-        "WHERE s.id = ?1 AND s.workspace_id = ?2 AND s.workspace_epoch = ?3 AND l.token_hash = ?4 "
-        f"AND {live_lease('l', '?5')} {journal}AND (SELECT seq, turn, byte_end, media_end FROM events "
-        f"WHERE session_id = ?1 ORDER BY seq DESC LIMIT 1) = (?6, ?7, ?8, ?9)) CROSS JOIN (VALUES {rows}) AS v"
-    )
-
-
-def _turn_rows(
-    encoded: Sequence[EncodedEvent], rowid: int, last_seq: int, turn: int, byte_end: int, media_end: int,
-    media: dict[int, int] | None, now: float,
-) -> tuple[list, int, int]:
-    """The bindings of a turn's rows, one after the other, as the one INSERT binds them, after a head at `last_seq`
-    with `byte_end` and `media_end`: consecutive seqs and positions, the running byte total, and the media total
-    growing by `media` (position -> bytes; None: none); with the turn's last byte_end and media_end."""
-    values: list = []
-    media = media or {}
-    for i, e in enumerate(encoded):
-        byte_end += e.size
-        media_end += media.get(i, 0)
-        values += (rowid, last_seq + i + 1, turn, i, e.kind, e.payload, e.size, byte_end, media_end, now)
-    return values, byte_end, media_end
-
-
+    @classmethod
+    def read(cls, conn: apsw.Connection, session_rowid: int) -> _Authority | None:
+        """The Session's row (None when the Session or its lease row is gone)."""
+        row = conn.execute(_AUTHORITY_SQL, (session_rowid,)).fetchone()
+        return None if row is None else cls(*row[:5], Head(*row[5:9]), row[9])
 def token_digest(token: str) -> bytes:
     """The SHA-256 of a lease token, which is all the database stores."""
     return hashlib.sha256(token.encode("ascii")).digest()
@@ -144,7 +114,13 @@ class SessionLease:
         workspace_id: int,
         epoch: int,
         pin: int,
+        *,
+        replayed: bool = False,
     ) -> None:
+        """A lease `MemoryStore.acquire_lease` (or `create_agent_session`) just took: the Session's row ID and public
+        ID, the token, its expiry, the verified workspace (its row ID, and the Session's epoch of it) and the open
+        descriptor of its directory (`pin`, closed when the lease ends). `replayed`: the Session was created empty
+        in the lease's own transaction, so there is nothing to replay before the first append."""
         self._db = db
         self._rowid = session_rowid
         self.session_id = session_id
@@ -160,14 +136,20 @@ class SessionLease:
         self._path = workspace.path
         self._epoch = epoch  # the Session's workspace_epoch when the lease verified the workspace row
         self._cursor = 0
-        self._head: tuple[int, int, int, int] | None = None  # (seq, turn, byte_end, media_end) this lease last wrote
-        self._replayed = False
+        self._head: Head | None = None  # the Session's newest event as this lease last wrote it
+        self._replayed = replayed
         self._ended = False
         self._media = 0  # bytes of media in the replay view this holder has read (from the start) or appended
-        self._finish_unknown = False  # a `finish_session` of this lease raised CommitOutcomeUnknownError
+        # A `finish_session` of this lease raised CommitOutcomeUnknownError: the store's next finish completes it.
+        self.finish_outcome_unknown = False
 
     def __repr__(self) -> str:
         return f"<SessionLease session={self.session_id} expires_at={self.expires_at:.3f} ended={self._ended}>"
+
+    @property
+    def db(self) -> Database:
+        """The `Database` of the store that acquired this lease (its clock, its transactions)."""
+        return self._db
 
     @property
     def token(self) -> str:
@@ -247,8 +229,13 @@ class SessionLease:
         """
         return self._append(events, expected_seq, journaled=False)
 
+    def append_journaled(self, events: Sequence[NewEvent], *, expected_seq: int | None = None) -> AppendedTurn:
+        """`append_turn` for a step of the Session's open agent turn: the agent journal appends a published tool batch
+        with it, inside its own transaction (`agent/journal.py: publish_batch`), while the turn stays open. It checks
+        and writes exactly as `append_turn` does, except that the open journal does not refuse it."""
+        return self._append(events, expected_seq, journaled=True)
+
     def _append(self, events: Sequence[NewEvent], expected_seq: int | None, *, journaled: bool) -> AppendedTurn:
-        """`append_turn`; `journaled`: a step of the agent journal, which appends while its turn is open."""
         if not self._replayed:
             raise ReplayRequiredError(
                 f"lease on Session {self.session_id} has not replayed its history; replay to the end first"
@@ -267,48 +254,33 @@ class SessionLease:
                 # The common case in one statement: the INSERT itself checks what `_AUTHORITY_SQL` reads against what
                 # this lease expects (`_checked_insert_sql`). Only when it inserts nothing does the full check run,
                 # raising the typed error of whatever changed, or finding the head the lease did not know.
-                if head is not None and head[0] == expected and not linked and self._same_workspace():
+                new = None
+                if head is not None and head.seq == expected and not linked and self._same_workspace():
                     now = db.clock()
-                    byte_end = head[2]
-                    values = [rowid, self.workspace_id, self._epoch, self._digest, now, *head]
-                    for e in encoded:  # (kind, payload, size) and the running byte total
-                        byte_end += e.size
-                        values += e
-                        values.append(byte_end)
-                    conn.execute(_checked_insert_sql(count, journaled), values)
-                    if conn.changes():
-                        last_seq, turn, media_end = expected, head[1] + 1, head[3]
-                    else:
-                        head = None
-                else:
-                    head = None
-                if head is None:
-                    row = conn.execute(_AUTHORITY_SQL, (rowid,)).fetchone()
+                    new = insert_checked_turn(conn, rowid, encoded, head, now, workspace_id=self.workspace_id,
+                                              epoch=self._epoch, token_digest=self._digest, journaled=journaled)
+                if new is None:
+                    row = _Authority.read(conn, rowid)
                     now = self._check_authority(row)
-                    if row[9] and not journaled:
+                    if row.journal_open and not journaled:
                         raise OpenJournalError(
                             f"Session {self.session_id} has an open agent turn; only its agent appends until the turn "
                             f"closes: resume the agent, or run `emelex memory sessions recover {self.session_id}`"
                         )
-                    last_seq = row[5] or 0
-                    if last_seq != expected:
+                    if row.head.seq != expected:
                         raise StaleCursorError(
-                            f"Session {self.session_id} is at seq {last_seq} but the caller last saw {expected}; "
+                            f"Session {self.session_id} is at seq {row.head.seq} but the caller last saw {expected}; "
                             "replay from your cursor and retry"
                         )
-                    turn = (row[6] or 0) + 1
                     if media:
-                        check_view_media(conn, rowid, (row[8] or 0) + sum(media.values()), self.session_id)
-                    values, byte_end, media_end = _turn_rows(
-                        encoded, rowid, last_seq, turn, row[7] or 0, row[8] or 0, media, now
-                    )
-                    conn.execute(_insert_sql(count), values)
+                        check_view_media(conn, rowid, row.head.media_end + sum(media.values()), self.session_id)
+                    new = insert_turn(conn, rowid, encoded, row.head, now, media)
                 # Rowids of an INTEGER PRIMARY KEY are max + 1, so under our write lock the turn's IDs are consecutive.
                 last_id = conn.last_insert_rowid()
                 ids = tuple(range(last_id - count + 1, last_id + 1))
                 if linked:
                     with open_asset_folder(db) as folder:
-                        link_turn_assets(conn, folder, rowid, last_seq + 1, linked, now)
+                        link_turn_assets(conn, folder, rowid, expected + 1, linked, now)
         except CommitOutcomeUnknownError as exc:
             self._replayed = False  # the cursor check makes the retry safe once the holder has looked again
             self._head = None
@@ -317,12 +289,11 @@ class SessionLease:
                 f"replay this lease to the end, then append the turn again with expected_seq={expected} (a "
                 "StaleCursorError then means it was committed)",
             ) from exc.__cause__
-        new_seq = last_seq + count
-        self._cursor = new_seq
-        self._head = (new_seq, turn, byte_end, media_end)
+        self._cursor = new.seq
+        self._head = new
         if media:
             self._media += sum(media.values())
-        return AppendedTurn(turn, last_seq + 1, new_seq, ids)
+        return AppendedTurn(new.turn, expected + 1, new.seq, ids)
 
     def _same_workspace(self) -> bool:
         """Whether the workspace path still names the directory this lease holds open (`_check_authority` checks
@@ -341,22 +312,22 @@ class SessionLease:
             raise ReplayRequiredError(
                 f"lease on Session {self.session_id} has not replayed its history; replay to the end first"
             )
-        row = conn.execute(_AUTHORITY_SQL, (self._rowid,)).fetchone()
+        row = _Authority.read(conn, self._rowid)
         now = self._check_authority(row)
-        if (row[5] or 0) != self._cursor:
+        if row.head.seq != self._cursor:
             raise StaleCursorError(
-                f"Session {self.session_id} is at seq {row[5] or 0} but this lease last saw {self._cursor}; "
+                f"Session {self.session_id} is at seq {row.head.seq} but this lease last saw {self._cursor}; "
                 "replay and retry"
             )
         return now
 
-    def _check_authority(self, row: tuple | None) -> float:
+    def _check_authority(self, row: _Authority | None) -> float:
         """Inside a write transaction: verify the lease token and expiry, and the workspace, of an `_AUTHORITY_SQL`
         row (None when the Session or its lease row is gone); return the store's time."""
         now = self._db.clock()
-        if row is None or row[2] != self._digest or row[3] != "active":
+        if row is None or row.token_hash != self._digest or row.state != "active":
             raise LeaseLostError(f"this lease on Session {self.session_id} is no longer held; acquire a new one")
-        if row[4] <= now:
+        if row.expires_at <= now:
             raise LeaseExpiredError(f"the lease on Session {self.session_id} expired; acquire a new one and replay")
         try:
             st = os.stat(self._path)
@@ -364,8 +335,8 @@ class SessionLease:
             st = self._follow_rename()
         except OSError as exc:
             raise file_error(exc, self._path, "checking the workspace") from exc
-        if (st.st_dev, st.st_ino) != self._dev_ino or row[1] != self._epoch or row[0] != self.workspace_id \
-                or self._pin is None:
+        if (st.st_dev, st.st_ino) != self._dev_ino or row.workspace_epoch != self._epoch \
+                or row.workspace_id != self.workspace_id or self._pin is None:
             self._recheck_workspace(row, st)
         return now
 
@@ -391,11 +362,11 @@ class SessionLease:
         lease holds open."""
         return self._path
 
-    def _recheck_workspace(self, row: tuple, st: os.stat_result) -> None:
+    def _recheck_workspace(self, row: _Authority, st: os.stat_result) -> None:
         """The slow path of `_check_authority`: raise unless the workspace is unchanged. Without the pinned
         directory (the lease was closed but is still active), the identity is read afresh."""
         ws = self.workspace
-        if (row[0], row[1]) != (self.workspace_id, self._epoch):
+        if (row.workspace_id, row.workspace_epoch) != (self.workspace_id, self._epoch):
             raise WorkspaceReplacedError(
                 f"workspace {self.workspace_id} of Session {self.session_id} was moved or rebound since this lease "
                 "was taken; nothing was written; release this lease and acquire a new one"
@@ -417,7 +388,7 @@ class SessionLease:
         """Extend a live lease by `ttl_s` (default: the configured TTL) from now; return the new expiry."""
         ttl = lease_ttl(self._db.settings, ttl_s)
         with self._db.write() as conn:
-            now = self._check_authority(conn.execute(_AUTHORITY_SQL, (self._rowid,)).fetchone())
+            now = self._check_authority(_Authority.read(conn, self._rowid))
             conn.execute(
                 "UPDATE session_leases SET expires_at = ? WHERE session_id = ?", (now + ttl, self._rowid)
             )
@@ -441,10 +412,12 @@ class SessionLease:
         self._end("failed", reason[:MAX_FAILURE_CHARS])
 
     def _end(self, state: str, failure: str | None) -> None:
-        self._end_with(state, failure, None)
+        self.end_with(state, failure, None)
 
-    def _end_with(self, state: str, failure: str | None, work: Callable[[apsw.Connection], T] | None) -> T | None:
-        """End the lease in one write transaction with `work(conn)` (run first): both commit or neither.
+    def end_with(self, state: str, failure: str | None, work: Callable[[apsw.Connection], T] | None) -> T | None:
+        """End the lease as `state` ("released" or "failed", with `failure`) in one write transaction with
+        `work(conn)` (run first, inside it): both commit or neither. `MemoryStore.finish_session` queues distillation
+        so; raises as `release` does.
 
         Returns what `work` returned. The lease counts as ended only once the
         transaction committed, or once it is known not to be held

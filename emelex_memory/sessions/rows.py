@@ -1,4 +1,5 @@
-"""Looking a Session up by its public ID inside a caller's transaction: the one function every service shares."""
+"""What every service reads of a Session inside its caller's transaction: its rowid by public ID, and the stored
+size of a range of its events."""
 
 from __future__ import annotations
 
@@ -16,3 +17,11 @@ def session_rowid(conn: apsw.Connection, session_id: str) -> int:
     if row is None:
         raise SessionNotFoundError(f"no Session {session_id!r}; list them with `emelex memory sessions list`")
     return row[0]
+
+
+def range_bytes(conn: apsw.Connection, session_rowid: int, first: int, last: int) -> int:
+    """The summed stored sizes of a Session's events `first..last` (0 when none), read from sizes alone."""
+    return conn.execute(
+        "SELECT coalesce(sum(size), 0) FROM events WHERE session_id = ? AND seq BETWEEN ? AND ?",
+        (session_rowid, first, last),
+    ).fetchone()[0]

@@ -25,7 +25,14 @@ from .leases import SessionLease, lease_ttl, new_token, token_digest
 from .replay import replay_page
 from .rows import session_rowid
 from .transcript import ReplayPage
-from .workspaces import WORKSPACE_COLUMNS, identity_of, register_workspace, settle_workspace
+from .workspaces import (
+    WORKSPACE_COLUMNS,
+    WorkspaceLike,
+    identity_of,
+    register_workspace,
+    settle_workspace,
+    workspace_scope,
+)
 
 MAX_SESSION_ROW_BYTES = 8192  # bound of one Session's row in a page estimate (title <= 512 chars, path <= 4096 bytes)
 
@@ -81,18 +88,32 @@ class Sessions:
         return session_from_row(row)
 
     def list_sessions(
-        self, *, cursor: str | None = None, limit: int | None = None, max_bytes: int | None = None
+        self,
+        *,
+        workspace: WorkspaceLike | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+        max_bytes: int | None = None,
     ) -> SessionPage:
-        """Page through Sessions newest first with a stable `(created_at, id)` cursor, bounded in items and bytes."""
+        """Page through Sessions newest first with a stable `(created_at, id)` cursor, bounded in items and bytes;
+        with `workspace`, only that workspace's (the known workspace its directory is, by identity; none when it is
+        no known workspace, and the errors of `workspace_scope` when it was replaced)."""
         limit, max_bytes = self._db.page_limits(limit, max_bytes, min_bytes=MAX_SESSION_ROW_BYTES)
-        where, params = "", ()
+        clauses: list[str] = []
+        params: tuple = ()
         if cursor is not None:
             try:
                 created, rowid = cursor.split(":")
-                where, params = "WHERE (created_at, id) < (?, ?)", (cursor_float(created), cursor_int(rowid))
+                clauses, params = ["(created_at, id) < (?, ?)"], (cursor_float(created), cursor_int(rowid))
             except (AttributeError, ValueError):
                 raise InvalidInputError(f"bad Session cursor {cursor!r}; pass a next_cursor from a previous page") from None
         with self._db.read() as conn:
+            if workspace is not None:
+                scope = workspace_scope(conn, workspace)
+                if scope is None:
+                    return SessionPage([], None)
+                clauses, params = [*clauses, "workspace_id = ?"], (*params, scope)
+            where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
             rows = conn.execute(
                 f"SELECT id, {SESSION_COLUMNS} FROM session_heads {where} ORDER BY created_at DESC, id DESC LIMIT ?",
                 (*params, limit + 1),

@@ -16,7 +16,7 @@ from ..assets.refs import AssetRef
 from ..assets.links import attach_assets
 from ..errors import CorruptEventError, InvalidEventError, JsonTooLargeError, PageTooSmallError, ReservedEventKindError
 from ..core.jsonbound import encode_bounded, encode_streaming
-from ..settings import Settings
+from ..core.settings import Settings
 
 SUMMARY_KIND = "summary"
 _KIND = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")

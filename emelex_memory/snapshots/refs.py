@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import apsw
+
 from ..core.database import Database
 from ..core.paging import Items, Page, take
 from ..errors import InvalidInputError
@@ -54,6 +56,41 @@ class BoundModel:
     ref: SessionModelRef
 
 
+def check_bindable(db: Database, model: InstalledModel) -> None:
+    """Raise `InvalidInputError` unless `model` may be bound to a Session of `db`: an `InstalledModel` (never a path
+    or a name) of the Home whose standard database `db` is."""
+    if type(model) is not InstalledModel:
+        raise InvalidInputError(
+            f"model binding accepts an InstalledModel from ModelManager, not a {type(model).__name__}"
+        )
+    home = db.settings.home_dir
+    if model.home != home or db.path != db.settings.database_path:
+        raise InvalidInputError(
+            f"models installed under {model.home} bind only to the standard database of that Home "
+            f"({model.home}/memory/emelex.sqlite3), not {db.path}; open the store with MemoryStore.open"
+        )
+
+
+def lock_timeout(db: Database, lock_timeout_s: float | None) -> float:
+    """The longest wait for the snapshot-mutation lock: `lock_timeout_s`, or the `model_lock_timeout_s` setting."""
+    return db.settings.model_lock_timeout_s if lock_timeout_s is None else lock_timeout_s
+
+
+def record_binding(
+    conn: apsw.Connection, session_rowid: int, session_id: str, current: InstalledModel, now: float
+) -> SessionModelRef:
+    """Inside a write transaction, under the snapshot lock that revalidated `current`: record that the Session uses
+    it (first binding now, or a later one: `last_bound_at` moves on)."""
+    first, last = conn.execute(
+        "INSERT INTO session_model_refs (session_id, snapshot_id, reference, first_bound_at, "
+        "last_bound_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, snapshot_id) DO UPDATE SET "
+        "last_bound_at = max(last_bound_at, excluded.last_bound_at) "
+        "RETURNING first_bound_at, last_bound_at",
+        (session_rowid, current.snapshot_id, current.reference, now, now),
+    ).fetchone()
+    return SessionModelRef(session_id, current.reference, current.snapshot_id, first, last)
+
+
 class SessionModelRefs:
     """Model-binding methods of `MemoryStore`."""
 
@@ -72,30 +109,12 @@ class SessionModelRefs:
         `ModelTamperedError` from validation and `SessionNotFoundError`; in
         every error case nothing is written.
         """
-        if type(model) is not InstalledModel:
-            raise InvalidInputError(
-                f"model binding accepts an InstalledModel from ModelManager, not a {type(model).__name__}"
-            )
-        home = self._db.settings.home_dir
-        if model.home != home or self._db.path != self._db.settings.database_path:
-            raise InvalidInputError(
-                f"models installed under {model.home} bind only to the standard database of that Home "
-                f"({model.home}/memory/emelex.sqlite3), not {self._db.path}; open the store with MemoryStore.open"
-            )
-        timeout = self._db.settings.model_lock_timeout_s if lock_timeout_s is None else lock_timeout_s
-        with snapshot_mutation_lock(home, timeout_s=timeout):
+        check_bindable(self._db, model)
+        with snapshot_mutation_lock(self._db.settings.home_dir, timeout_s=lock_timeout(self._db, lock_timeout_s)):
             current = revalidate(model)
             with self._db.write() as conn:
-                rowid = session_rowid(conn, session_id)
-                now = self._db.clock()
-                first, last = conn.execute(
-                    "INSERT INTO session_model_refs (session_id, snapshot_id, reference, first_bound_at, "
-                    "last_bound_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id, snapshot_id) DO UPDATE SET "
-                    "last_bound_at = max(last_bound_at, excluded.last_bound_at) "
-                    "RETURNING first_bound_at, last_bound_at",
-                    (rowid, current.snapshot_id, current.reference, now, now),
-                ).fetchone()
-        return BoundModel(current, SessionModelRef(session_id, current.reference, current.snapshot_id, first, last))
+                ref = record_binding(conn, session_rowid(conn, session_id), session_id, current, self._db.clock())
+        return BoundModel(current, ref)
 
     def session_model_refs(
         self,

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from emelex_memory import MemoryStore
+from emelex_memory import MemoryStore, create_agent_session
 from emelex_memory.agent import journal
 from emelex_memory.agent.journal import CONTEXT_KIND, REPEATED
 from emelex_memory.sessions.leases import lease_ttl
@@ -55,9 +55,8 @@ from emelex_memory.errors import (
 )
 from emelex_memory.sessions.leases import SessionLease
 from emelex_memory.snapshots.installed import InstalledModel
-from emelex_workers.host.types import AgentBinding, GenerationInterrupted, GenerationProgress
-
 from emelex_workers.host.policies import TurnPolicy, call_key
+from emelex_workers.host.types import AgentBinding, GenerationInterrupted, GenerationProgress
 
 from .context import ContextRequest, ContextSource, check_sources, gather
 from .policies import policy_for
@@ -219,38 +218,21 @@ class DurableAgentSession:
                      new_workspace: bool = False,
                      context_sources: Mapping[str, ContextSource] | None = None,
                      policies: Mapping[str, TurnPolicy] | None = None) -> DurableAgentSession:
-        """A new Session in `workspace` (`new_workspace`: as for `create_session`) with `snapshot` recorded in the
-        transaction that proves it empty, and its lease. `model`, when given, is bound to the Session right after
-        its creating transaction (`bind_session_model`, under the snapshot lock), so the model cannot be removed
-        while the Session is retained. `tools` must provide exactly the snapshot's tool authority and
-        `context_sources` every context source it names and `policies` (default: the built-in ones) the turn policy
-        it records (`SnapshotMismatchError` otherwise); the first turn records their notes
-        (`emelex_workers.agent.context`)."""
+        """A new Session in `workspace` (`new_workspace`: as for `create_session`) with `snapshot`, the binding of
+        `model` (when given, under the snapshot lock, so the model cannot be removed while the Session is retained)
+        and its lease, all in one transaction (`create_agent_session`): a refused create leaves nothing. `tools`
+        must provide exactly the snapshot's tool authority, `context_sources` every context source it names and
+        `policies` (default: the built-in ones) the turn policy it records (`SnapshotMismatchError` otherwise); the
+        first turn records their notes (`emelex_workers.agent.context`)."""
         _check_tools(snapshot, tools)
         sources = context_sources or {}
         check_sources(snapshot, sources)
         policy = policy_for(snapshot, policies)
         executors = cls._executors("new")
         ttl = lease_ttl(store.settings, ttl_s)
-
-        def setup() -> SessionLease:
-            session = store.create_session(workspace, title=title, new_workspace=new_workspace)
-            if model is not None:
-                try:
-                    store.bind_session_model(session.id, model)
-                except BaseException:
-                    store.delete_session(session.id)  # still empty and unleased: a refused create leaves nothing
-                    raise
-            lease = store.acquire_lease(session.id, workspace, ttl_s=ttl)
-            try:
-                list(lease.replay_all())
-                journal.record_snapshot(store, lease, snapshot)
-            except BaseException:
-                lease.close()
-                raise
-            return lease
-
-        lease = await _on(executors[0], setup, shutdown=executors)
+        create = functools.partial(create_agent_session, store, workspace, snapshot, title=title,
+                                   new_workspace=new_workspace, model=model, ttl_s=ttl)
+        lease = await _on(executors[0], create, shutdown=executors)
         return cls(store, lease, AgentSession(binding, snapshot, tools, exclude=_home(store), policy=policy), ttl,
                    executors, sources=sources, fresh=True, context=[])
 

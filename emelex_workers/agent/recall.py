@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from emelex_memory import EmelexError, MemoryStore, Settings
 from emelex_memory.search.recall import note_line
 from emelex_workers.host.notes import ContextNote
 
+from ..settings import WorkerSettings
 from .tools import RegisteredTool
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ NOTES_LABEL = (
 )
 
 
-def recall_budget(settings: Settings, context_window: int) -> int:
+def recall_budget(settings: WorkerSettings, context_window: int) -> int:
     """The token budget of a new Session's recalled notes: the `recall_budget_tokens` setting, and at most a tenth
     of `context_window` (at least 1)."""
     return max(1, min(settings.recall_budget_tokens, context_window // WINDOW_SHARE))
@@ -50,17 +50,6 @@ def notes_text(notes: list[dict[str, Any]]) -> str:
     """What the model sees of recorded `notes`: the label, then one line per note, `- ` and its `note_line` (its
     date, and a transcript turn's Session title)."""
     return "\n".join([NOTES_LABEL, *(f"- {note_line(note)}" for note in notes)])
-
-
-def _with_turn(store: MemoryStore, source: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A note's recorded source with the turn of its first event (None when that Session is gone)."""
-    if source is None:
-        return None
-    try:
-        events = store.replay(source["session"], source["first_seq"] - 1, limit=1).events
-    except EmelexError:
-        events = []
-    return {**source, "turn": events[0].turn if events else None}
 
 
 def recall_source(budget_tokens: int) -> Callable[[ContextRequest], ContextNote | None]:
@@ -79,9 +68,10 @@ def recall_source(budget_tokens: int) -> Callable[[ContextRequest], ContextNote 
         selection = request.store.select_recall(request.workspace, request.first_message, budget_tokens)
         if not selection.notes:
             return None
-        recorded = selection.event.payload
-        notes = [{**note, "source": _with_turn(request.store, note["source"])} if note["kind"] == "knowledge"
-                 else note for note in recorded["notes"]]
+        recorded = selection.payload()
+        notes = [{**note, "source": {**note["source"], "turn": turn}}  # its source's turn, as stored
+                 if note["kind"] == "knowledge" and note["source"] else note
+                 for note, turn in zip(recorded["notes"], selection.source_turns)]
         return {"text": notes_text(notes), "terms": recorded["terms"], "budget_tokens": budget_tokens,
                 "tokens": selection.tokens, "notes": notes, "quotes": [note_line(note) for note in notes]}
 

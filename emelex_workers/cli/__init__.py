@@ -88,7 +88,7 @@ class _Root(LazyGroup):
         except EmelexError as exc:
             kind, message = type(exc).__name__, str(exc)
         except ValidationError as exc:
-            from emelex_memory.settings import source_of
+            from emelex_memory.core.settings import source_of
 
             first = exc.errors()[0]
             kind, name = type(exc).__name__, ".".join(map(str, first["loc"]))
@@ -135,13 +135,14 @@ def _root(
     )] = False,
 ) -> None:
     """Emelex: durable local memory for a local-LLM agent. Settings come from EMELEX_* and <home>/config.toml."""
-    from emelex_memory import Settings
-    from emelex_memory.settings import unknown_environment
+    from emelex_memory.core.settings import unknown_environment
 
-    ctx.obj = ctx.obj or Settings()
+    from ..settings import WorkerSettings
+
+    ctx.obj = ctx.obj or WorkerSettings()
     if ctx.invoked_subcommand == "config":  # `config show` lists unknown variables itself
         return
-    for name, nearest in unknown_environment():
+    for name, nearest in unknown_environment(WorkerSettings):
         if nearest is not None:  # a near miss is a typo; a variable far from every setting is another tool's
             typer.echo(f"warning: {name} is not a setting and is ignored; did you mean {nearest}?", err=True)
 

@@ -694,9 +694,12 @@ def chat(
         session_id = stored = None
         if resume is not None:
             session_id = store.resolve_session_id(resume)
-            workspace = store.get_session(session_id).validate_workspace(workspace)
+            resumed = store.get_session(session_id)
+            workspace = resumed.validate_workspace(workspace)
+            stored = journal.stored_snapshot(store, session_id)
+            if stored is None and resumed.last_seq:  # it can never resume: say so before any model is needed
+                raise journal.snapshot_missing(store, session_id)
             with ModelManager(settings) as manager:
-                stored = journal.stored_snapshot(store, session_id)
                 if stored is not None:
                     installed = _session_model(manager, session_id, stored.model_reference, model)
                 else:

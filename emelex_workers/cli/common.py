@@ -26,7 +26,9 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 if TYPE_CHECKING:
-    from emelex_memory import MemoryStore, Settings
+    from emelex_memory import MemoryStore
+
+    from ..settings import WorkerSettings
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -64,8 +66,8 @@ def when(ts: float | None, missing: str = "-") -> str:
     return missing if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
-def settings_of(ctx: typer.Context) -> Settings:
-    """The `Settings` the root command built for this invocation."""
+def settings_of(ctx: typer.Context) -> WorkerSettings:
+    """The `WorkerSettings` the root command built for this invocation."""
     return ctx.find_root().obj
 
 

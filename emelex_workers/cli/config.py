@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from emelex_memory.settings import setting_sources, unknown_environment
+from emelex_memory.core.settings import setting_sources, unknown_environment
 
 from .common import EmelexTyper, JsonFlag, echo_json, settings_of
 
@@ -22,7 +22,7 @@ def config_show(ctx: typer.Context, as_json: JsonFlag = False) -> None:
     sources = setting_sources(settings)
     values = {name: getattr(settings, name) for name in sources}
     values["home"] = settings.home_dir
-    unknown = [{"name": name, "nearest": nearest} for name, nearest in unknown_environment()]
+    unknown = [{"name": name, "nearest": nearest} for name, nearest in unknown_environment(type(settings))]
     if as_json:
         echo_json("shown", {
             "config_file": str(settings.home_dir / "config.toml"),

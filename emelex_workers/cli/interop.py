@@ -16,7 +16,7 @@ import typer
 
 from .common import EXIT_ERROR, JsonFlag, echo_json, given_path, one_of, settings_of
 
-FORMAT_HELP = "auto (told by the first line), claude-code, codex, agents-sdk or jsonl (Emelex's generic history)."
+FORMAT_HELP = "auto (told by the first lines), claude-code, codex, agents-sdk or jsonl (Emelex's generic history)."
 PREFIX = 8
 
 
@@ -48,15 +48,18 @@ class _Status:
 
 
 def _line(result) -> str:
-    if result.outcome == "refused":
-        return f"refused    {result.path}: {result.message}"
+    if result.outcome in ("refused", "skipped"):  # a message that begins with the file names it already
+        told = result.message if result.message.startswith(result.path) else f"{result.path}: {result.message}"
+        return f"{result.outcome:<10} {told}"
     if result.outcome == "unchanged":
         why = result.message or "nothing new since its last import"
         session = f" (Session {result.session_id[:PREFIX]})" if result.session_id else ""
         return f"unchanged  {result.path}{session}: {why}"
-    notes = [f"lines {result.first_line}-{result.last_line}", f"{result.events} events"]
+    lines = f"line {result.first_line}" if result.first_line == result.last_line else \
+        f"lines {result.first_line}-{result.last_line}"
+    notes = [lines, _n(result.events, "event")]
     if result.skipped:
-        notes.append(f"{result.skipped} lines skipped (not conversation)")
+        notes.append(f"{_n(result.skipped, 'line')} skipped (not conversation)")
     if result.cut:
         notes.append(f"{result.cut} cut to the size cap")
     if result.job_id:
@@ -123,8 +126,9 @@ def import_histories(
             return []
 
         for given, files, found in listed:
+            walked = os.path.isdir(given)
             for path in files:
-                found += import_source(store, path, options, restore)
+                found += import_source(store, path, options, restore, walked=walked)
             for result in found:
                 results.append(result)
                 if not as_json:

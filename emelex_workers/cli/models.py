@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from emelex_memory import EmelexError, InstalledModel, ServedEndpoint, Settings
+from emelex_memory import EmelexError, InstalledModel, ServedEndpoint
 from emelex_memory.core.private_files import check_private_dir
 
+from ..settings import WorkerSettings
 from ..models import DamagedModel, ModelManager
 from .common import EmelexTyper, JsonFlag, echo_json, settings_of, usage_error
 
@@ -44,7 +45,7 @@ def model_dict(m: InstalledModel) -> dict:
     return d
 
 
-def served_status(settings: Settings, model: InstalledModel, pm: EmelexPluginManager | None = None) -> dict:
+def served_status(settings: WorkerSettings, model: InstalledModel, pm: EmelexPluginManager | None = None) -> dict:
     """Ask a served model's server, through the plugins (`pm`, or a manager loaded for `settings`), what it serves:
     `{"identity": ..., "context_window": N}`. Raises the `EmelexError` that stops it: the plugin's own typed error
     (`ModelServerError` ...), or `PluginHookError` for anything else the plugin raises."""
@@ -79,7 +80,7 @@ def _line(m: InstalledModel, default: str, status: dict | None = None) -> str:
             f"file sha256:{m.files[0].sha256[:12]}  {m.model_file}")
 
 
-def _listed_status(settings: Settings, model: InstalledModel, pm: EmelexPluginManager) -> dict:
+def _listed_status(settings: WorkerSettings, model: InstalledModel, pm: EmelexPluginManager) -> dict:
     """`served_status` with short timeouts (`LIST_TIMEOUTS`), no retries and at most `LIST_BOUND_S` in all, a
     failure reported as `{"problem": ...}`. A server still answering then is left to a daemon thread, which
     ends with the command."""
@@ -100,7 +101,7 @@ def _listed_status(settings: Settings, model: InstalledModel, pm: EmelexPluginMa
     return found
 
 
-def _served_statuses(settings: Settings, served: list[InstalledModel]) -> dict[str, dict]:
+def _served_statuses(settings: WorkerSettings, served: list[InstalledModel]) -> dict[str, dict]:
     """`_listed_status` of each served model by name, through one plugin manager (loaded only when there are
     served models; a plugin that fails to load is every one's problem)."""
     if not served:

@@ -29,10 +29,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import COMPACTION_KIND, DISTILL_KIND, MemoryStore, NoStoreError, Settings
+from emelex_memory import COMPACTION_KIND, DISTILL_KIND, MemoryStore, NoStoreError
 
 from ..worker.work import GracefulStop, Worker
 from ..worker.work_report import WorkObserver, WorkReport
+from ..settings import WorkerSettings
 from .common import JsonFlag, echo_json, one_of, settings_of
 from .work_display import LiveProgress, PlainLines, threads_line, waiting_line
 
@@ -48,7 +49,7 @@ QuietFlag = Annotated[bool, typer.Option(
     "--quiet", "-q", help="Print only the summary line: no progress, job or waiting lines.")]
 
 
-def _observer(quiet: bool, as_json: bool, settings: Settings) -> WorkObserver | None:
+def _observer(quiet: bool, as_json: bool, settings: WorkerSettings) -> WorkObserver | None:
     if quiet or as_json:
         return None
     preamble = lambda: threads_line(settings)  # noqa: E731 - printed only once a job starts

@@ -19,10 +19,11 @@ from typing import IO, TYPE_CHECKING, Any
 
 import typer
 
-from emelex_memory import Settings, WaitingJob
+from emelex_memory import WaitingJob
 
 from ..worker.attempts import attempt_text
 from ..worker.work_report import JobReport, JobStart, WorkObserver
+from ..settings import WorkerSettings
 from .common import when
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 REFRESH_S = 0.1  # redraw at most this often (the first report of every model call is always drawn)
 
 
-def threads_line(settings: Settings) -> str:
+def threads_line(settings: WorkerSettings) -> str:
     """`[worker] model threads: 2 (chosen: 2 CPUs usable, 0.1 of them busy (measured)); this process may use 2
     CPUs, ...`, with any warning (see `threads.thread_choice`)."""
     from ..models.threads import thread_choice

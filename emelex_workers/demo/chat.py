@@ -38,7 +38,9 @@ import threading
 import time
 from pathlib import Path
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
+
+from ..settings import WorkerSettings
 from emelex_memory.agent.journal import read_journal
 
 PROMPT, APPROVAL = "\n> ", "approve this call? [y]es / [n]o / [a]bort the turn: "
@@ -181,7 +183,7 @@ def request(chat: DrivenChat, command: str, *, whole_turn: bool) -> bool:
             chat.send("n")
 
 
-def wait_started(settings: Settings, session_id: str) -> bool:
+def wait_started(settings: WorkerSettings, session_id: str) -> bool:
     """Poll the Session's journal (at most `START_WAIT_S`) until a call is `started`."""
     deadline = time.monotonic() + START_WAIT_S
     with MemoryStore.open(settings) as store:
@@ -201,7 +203,7 @@ def run_cli(env: dict[str, str], *args: str) -> int:
     return code
 
 
-def killed_tool(env: dict[str, str], workspace: Path, settings: Settings) -> str | None:
+def killed_tool(env: dict[str, str], workspace: Path, settings: WorkerSettings) -> str | None:
     """A chat whose approved slow command is killed mid-run; the Session ID, or None (with a note) when the model
     did not propose it."""
     chat = DrivenChat(env, workspace)
@@ -287,7 +289,7 @@ def recalling_chat(env: dict[str, str], workspace: Path) -> None:
     chat.finish()
 
 
-def turn_ending(settings: Settings, session_id: str) -> tuple[str | None, str]:
+def turn_ending(settings: WorkerSettings, session_id: str) -> tuple[str | None, str]:
     """How the Session's last turn ended, from its transcript: (the answer, "") or (None, why there is none)."""
     events, after, done = [], 0, False
     with MemoryStore.open(settings) as store:
@@ -302,7 +304,7 @@ def turn_ending(settings: Settings, session_id: str) -> tuple[str | None, str]:
     return last[0].payload["text"], ""
 
 
-def task(env: dict[str, str], workspace: Path, settings: Settings) -> str | None:
+def task(env: dict[str, str], workspace: Path, settings: WorkerSettings) -> str | None:
     """Ask `TASK` about the project written into `workspace`, denying every call that asks for approval; None
     when the turn ended (a model that answers wrongly or not at all is a `NOT DONE` note, as the model's quality is
     not the chat's failure), else what went wrong with the chat itself."""
@@ -332,7 +334,7 @@ def task(env: dict[str, str], workspace: Path, settings: Settings) -> str | None
     return None
 
 
-def main(workspace: Path, settings: Settings) -> str | None:
+def main(workspace: Path, settings: WorkerSettings) -> str | None:
     """Run the chat part of the demo in `workspace` over the demo store of `settings`; None when the task chat
     ran to the end of its turn, else what went wrong (the recovery part runs either way)."""
     env = {**os.environ, "EMELEX_HOME": str(settings.home_dir),

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_memory import MemoryStore, NewEvent
 
+from ..settings import WorkerSettings
 from . import chat as demo_chat
 from ..cli import app
 
@@ -46,7 +47,7 @@ def _append(lease, pairs) -> None:
         lease.append_turn([NewEvent("user", {"text": question}), NewEvent("assistant", {"text": answer})])
 
 
-def seed(workspace: Path, settings: Settings) -> tuple[str, str]:
+def seed(workspace: Path, settings: WorkerSettings) -> tuple[str, str]:
     """Create a long Session and a closed one (its exit queued distillation) in `workspace`; return their IDs."""
     with MemoryStore.open(settings) as store:
         long = store.create_session(workspace, title="Demo: getting to know Emelex")
@@ -60,7 +61,7 @@ def seed(workspace: Path, settings: Settings) -> tuple[str, str]:
     return long.id, closed.id
 
 
-def _run(settings: Settings, *args: str) -> None:
+def _run(settings: WorkerSettings, *args: str) -> None:
     print(f"\n$ emelex {' '.join(args)}", flush=True)
     try:
         app(list(args), standalone_mode=False, obj=settings)
@@ -72,7 +73,7 @@ def _run(settings: Settings, *args: str) -> None:
 def main(argv: list[str]) -> None:
     """`python -m emelex_workers.demo WORKSPACE`: seed, install the default model, queue, work, show the results."""
     workspace = Path(argv[0] if argv else ".").resolve()
-    settings = Settings(model_max_context_tokens=DEMO_CONTEXT_TOKENS)
+    settings = WorkerSettings(model_max_context_tokens=DEMO_CONTEXT_TOKENS)
     long_id, _ = seed(workspace, settings)
     _run(settings, "models", "install", "--default")
     _run(settings, "plugins", "list")

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 
 import pluggy
 
-from emelex_memory import InstalledModel, Settings
+from emelex_memory import InstalledModel
 
+from ..settings import WorkerSettings
 from .types import Distiller, Embedder, ModelBinding, ModelCheck, Summarizer
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def register_policies(register: Callable[[TurnPolicy], None]) -> None:
 
 
 @hookspec(firstresult=True)
-def model_binding(model: InstalledModel, settings: Settings) -> ModelBinding | None:
+def model_binding(model: InstalledModel, settings: WorkerSettings) -> ModelBinding | None:
     """Return a `ModelBinding` that runs `model`, or None to pass. The first non-None result wins.
 
     Called once per worker run, after Emelex validated the snapshot. Return
@@ -80,7 +81,7 @@ def model_binding(model: InstalledModel, settings: Settings) -> ModelBinding | N
 
 
 @hookspec(firstresult=True)
-def check_model(model: InstalledModel, settings: Settings) -> ModelCheck | None:
+def check_model(model: InstalledModel, settings: WorkerSettings) -> ModelCheck | None:
     """Try `model` on this machine and return a `ModelCheck`, or None to pass. The first non-None result wins.
 
     `emelex memory doctor` calls it for the worker's default model. It may
@@ -91,7 +92,7 @@ def check_model(model: InstalledModel, settings: Settings) -> ModelCheck | None:
 
 
 @hookspec(firstresult=True)
-def embedder(settings: Settings) -> Embedder | None:
+def embedder(settings: WorkerSettings) -> Embedder | None:
     """Return the `Embedder` the `embedder` setting names, or None to pass. The first non-None result wins.
 
     Called when the worker embeds what the search index holds and when a

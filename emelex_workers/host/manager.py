@@ -27,11 +27,11 @@ from emelex_memory import (
     PluginError,
     PluginHookError,
     PluginLoadError,
-    Settings,
     UnknownPluginComponentError,
 )
 from emelex_memory.queue.runner import describe
 
+from ..settings import WorkerSettings
 from . import hookspecs
 from .types import Distiller, ModelBinding, ModelCheck, Summarizer
 
@@ -105,7 +105,7 @@ def _load_message(info: PluginInfo, exc: BaseException) -> str:
     )
 
 
-def get_plugin_manager(settings: Settings) -> EmelexPluginManager:
+def get_plugin_manager(settings: WorkerSettings) -> EmelexPluginManager:
     """A plugin manager with the hookspecs, the `emelex` entry-point plugins (when `plugins_autoload`) and the
     built-ins, checked with `check_pending()`. With `plugins_trace` every hook call is written to stderr."""
     pm = EmelexPluginManager()
@@ -247,7 +247,7 @@ def is_model_binding(obj: object) -> bool:
     return all(inspect.getattr_static(obj, name, None) is not None for name in BINDING_MEMBERS)
 
 
-def check_model(pm: EmelexPluginManager, model: InstalledModel, settings: Settings) -> ModelCheck | None:
+def check_model(pm: EmelexPluginManager, model: InstalledModel, settings: WorkerSettings) -> ModelCheck | None:
     """Ask plugins, first come first served, to try `model` here (the `check_model` hook); None when none answers.
 
     Raises `PluginHookError` when one fails or answers with something that is not a `ModelCheck`.
@@ -263,7 +263,7 @@ def check_model(pm: EmelexPluginManager, model: InstalledModel, settings: Settin
     return None
 
 
-def bind_model(pm: EmelexPluginManager, model: InstalledModel, settings: Settings) -> tuple[str, ModelBinding]:
+def bind_model(pm: EmelexPluginManager, model: InstalledModel, settings: WorkerSettings) -> tuple[str, ModelBinding]:
     """Ask plugins, first come first served, for a binding of `model`; return (plugin name, binding).
 
     Raises `UnknownPluginComponentError` when no plugin answers and

@@ -11,7 +11,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Protocol
 
-from emelex_memory import DistillationInput, Event, InstalledModel, Job, KnowledgeCandidate, Settings
+from emelex_memory import DistillationInput, Event, InstalledModel, Job, KnowledgeCandidate
+
+from ..settings import WorkerSettings
 
 __all__ = [
     "DEFAULT_SEED", "RETRY_TEMPERATURE", "SAID_KINDS", "AgentBinding", "Completion", "DistillRequest", "Distiller",
@@ -188,7 +190,7 @@ class SummaryRequest:
     budget_tokens: int
     model: ModelBinding
     attempt: int = 0
-    settings: Settings | None = None
+    settings: WorkerSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,7 @@ class DistillRequest:
     max_candidates: int
     model: ModelBinding
     attempt: int = 0
-    settings: Settings | None = None
+    settings: WorkerSettings | None = None
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,7 @@ def import_session(store: MemoryStore, conn: apsw.Connection, path: str, session
         end = row[0]
     if number < first:
         return SourceResult(path, FORMAT, "unchanged", session_id=latest and latest.session_id)
-    workspace = require_workspace(options.workspace, f"{path} (Session {session_id!r})")
+    workspace = require_workspace(options.workspace, f"{path} (Session {session_id!r})", named=True)
     source = ImportSource(FORMAT, key, path, first, number, end, h.hexdigest(), conv.skipped - at_start.skipped,
                           conv.cut - at_start.cut)
 

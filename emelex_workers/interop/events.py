@@ -14,21 +14,37 @@ from emelex_memory import ImportedEvent, UnreadableSourceError, WorkspaceMissing
 # Room left in an event for everything around a text (keys, the line number, JSON escapes of a cut text are counted).
 _ROOM = 4096
 CUT_MARK = "\n[cut at import: {n} more bytes]"
+MAX_TITLE = 512  # characters of a Session title
+FIRST_WORDS = 120  # characters of a user's first line that title a history without a title of its own
 
 
 @dataclass
 class Conversion:
-    """The state of one source being read: its conversation's identity and workspace as its lines tell them, the
-    tool names of calls seen (results name their call only), the newest time seen, and what was skipped or cut."""
+    """The state of one source being read: its conversation's identity, workspace and title as its lines tell them
+    (`title_rank`: how much the title's record is to be trusted, see `titled`), what its user said first, the tool
+    names of calls seen (results name their call only), the newest time seen, and what was skipped or cut."""
 
     max_event_bytes: int
     key: str | None = None
     workspace: str | None = None
     title: str | None = None
+    title_rank: int = 0
+    first_words: str | None = None
     tools: dict[str, str] = field(default_factory=dict)
     last_time: float = 0.0
     skipped: int = 0
     cut: int = 0
+
+    def titled(self, title: object, rank: int) -> None:
+        """Take `title` from a record of trust `rank` (higher wins; a later record of the same rank replaces an
+        earlier one, as an agent retitles a conversation); blank or non-text titles are ignored."""
+        if isinstance(title, str) and title.strip() and rank >= self.title_rank:
+            self.title, self.title_rank = " ".join(title.split())[:MAX_TITLE], rank
+
+    def display_title(self, fallback: str) -> str:
+        """The Session's title: the source's own, else the first line of what its user said first, else
+        `fallback`."""
+        return self.title or self.first_words or fallback[:MAX_TITLE]
 
     def text(self, value: str) -> str:
         """`value`, cut (and counted) so an event holding it stays within the per-event cap."""
@@ -61,6 +77,9 @@ class Conversion:
 
     def event(self, kind: str, payload: dict[str, Any], at: float, line: int, *, new_turn: bool = False) -> ImportedEvent:
         """An imported event whose payload also names the source line it came from."""
+        if kind == "user" and self.first_words is None and isinstance(payload.get("text"), str):
+            first = next((row.strip() for row in payload["text"].splitlines() if row.strip()), "")
+            self.first_words = first[:FIRST_WORDS] or None
         return ImportedEvent(kind, {**payload, "line": line}, at, new_turn)
 
 
@@ -102,9 +121,10 @@ def block_text(content: Any) -> str:
 
 @dataclass(frozen=True)
 class SourceResult:
-    """What became of one source: `outcome` is "imported", "unchanged" or "refused" (then `message` says why; nothing
-    of it was written); the Session it went into, whether it was created, the lines read and events written, lines
-    skipped (kinds not read) and events cut to the size cap, and the distillation job queued."""
+    """What became of one source: `outcome` is "imported", "unchanged", "skipped" (a file found in a folder that is
+    no history) or "refused" (then `message` says why; nothing of it was written); the Session it went into, whether
+    it was created, the lines read and events written, lines skipped (kinds not read) and events cut to the size cap,
+    and the distillation job queued."""
 
     path: str
     format: str
@@ -122,8 +142,9 @@ class SourceResult:
 
 @dataclass(frozen=True)
 class ImportOptions:
-    """How to import: the format (`auto`: told by the source's first line), the workspace to use instead of the one
-    the source names, and whether a damaged line is skipped (`skip_damaged`) rather than refusing its source."""
+    """How to import: the format (`auto`: told by the first line of the source that has a reader's shape), the
+    workspace to use instead of the one the source names, and whether a damaged line is skipped (`skip_damaged`)
+    rather than refusing its source."""
 
     format: str = "auto"
     workspace: str | None = None
@@ -131,13 +152,17 @@ class ImportOptions:
     new_workspace: bool = False
 
 
-def require_workspace(workspace: str | None, path: str) -> str:
-    """`workspace` when it is an existing directory; else a typed error saying what to pass."""
+def require_workspace(workspace: str | None, path: str, *, named: bool = False) -> str:
+    """`workspace` when it is an existing directory; else a typed error saying what to pass. `named`: the directory
+    is the one the caller named (`--workspace`), not the one the source records."""
     if workspace is None:
         raise UnreadableSourceError(
             f"{path} does not say which directory it was recorded in; pass --workspace DIR to import it there"
         )
     if not os.path.isdir(workspace):
+        if named:
+            raise WorkspaceMissingError(f"--workspace {workspace} does not exist (or is no directory); nothing of "
+                                        f"{path} was imported: name an existing directory")
         raise WorkspaceMissingError(
             f"{path} was recorded in {workspace}, which does not exist (any more); nothing of it was imported: pass "
             "--workspace DIR to import it into another directory"

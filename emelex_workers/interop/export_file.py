@@ -29,6 +29,7 @@ from emelex_memory import (
     ExportedSummary,
     ExportedVersion,
     ImportConflictError,
+    ImportRecord,
     MemoryStore,
     UnreadableSourceError,
     WorkspaceMissingError,
@@ -55,7 +56,8 @@ def _session(s: ExportedSession) -> dict[str, Any]:
     return {"type": "session", "id": s.id, "title": s.title, "workspace": s.workspace, "created_at": s.created_at,
             "updated_at": s.updated_at, "snapshot": s.snapshot, "events": s.events,
             "id_range": None if s.id_range is None else list(s.id_range),
-            "summaries": [_summary(x) for x in s.summaries]}
+            "summaries": [_summary(x) for x in s.summaries],
+            "imports": [{k: v for k, v in asdict(r).items() if k != "session_id"} for r in s.imports]}
 
 
 def _event(session_id: str, e: ExportedEvent) -> dict[str, Any]:
@@ -302,7 +304,7 @@ class _Events:
         self.read = 0
 
     def __iter__(self) -> Iterator[ExportedEvent]:
-        while self.read < self.session.events:
+        while self.after is None and self.read < self.session.events:  # the line after them is never read past
             line = next(self.lines, None)
             if line is None or not line.obj or line.obj.get("type") != "event" \
                     or line.obj.get("session") != self.session.id:
@@ -321,7 +323,6 @@ class _Events:
                 raise ImportConflictError(f"{self.path}:{line.number}: an event record lacks {exc}; the export is "
                                           "damaged: nothing of that Session was imported") from None
 
-
     def drain(self) -> None:
         """Read past the event lines not read yet (after a refusal)."""
         try:
@@ -338,8 +339,9 @@ def _events(path: str, session: ExportedSession, lines: Iterator[Line]) -> _Even
 def _read_session(o: dict[str, Any]) -> ExportedSession:
     summaries = tuple(ExportedSummary(**s) for s in o["summaries"])
     ids = None if o.get("id_range") is None else (int(o["id_range"][0]), int(o["id_range"][1]))
+    runs = tuple(ImportRecord(o["id"], **r) for r in o.get("imports", ()))
     return ExportedSession(o["id"], o["title"], o["workspace"], o["created_at"], o["updated_at"], o["snapshot"],
-                           int(o["events"]), summaries, ids)
+                           int(o["events"]), summaries, ids, runs)
 
 
 def _read_entry(o: dict[str, Any]) -> ExportedEntry:

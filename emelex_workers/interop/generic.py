@@ -41,7 +41,7 @@ def feed(conv: Conversion, obj: dict[str, Any], line: int) -> list[ImportedEvent
                 raise GenericLineError(f"the header's {name!r} must be text")
         conv.key = obj.get("session") or conv.key
         conv.workspace = obj.get("workspace") or conv.workspace
-        conv.title = obj.get("title") or conv.title
+        conv.titled(obj.get("title"), 1)
         return []
     role = obj.get("role")
     at = conv.when(obj.get("at"))

@@ -33,6 +33,7 @@ READERS: dict[str, ModuleType] = {m.FORMAT: m for m in (claude_code, codex, gene
 FORMATS = ("auto", *READERS, agents_sdk.FORMAT)
 SQLITE_MAGIC = b"SQLite format 3\x00"
 EXPORT_TYPE = "emelex-export"
+SNIFF_LINES = 32  # non-blank lines read to tell a JSON Lines source's format
 
 
 def sources(path: str) -> list[str]:
@@ -46,18 +47,27 @@ def sources(path: str) -> list[str]:
     raise UnreadableSourceError(f"{path} is neither a file nor a directory; name a history file or a folder of them")
 
 
-def sniff(path: str) -> tuple[str, dict | None]:
-    """("sqlite", None) for a SQLite database, else ("jsonl", the first non-blank line's object or None); a first
-    line that does not parse is `UnreadableSourceError` naming it."""
+def sniff(path: str) -> tuple[str, list[dict]]:
+    """("sqlite", []) for a SQLite database, else ("jsonl", the objects of its first non-blank lines, at most
+    `SNIFF_LINES`). A damaged line among them is left to the reader (it refuses or skips it), unless it is the
+    first: then the format cannot be told, and `UnreadableSourceError` names that line."""
+    objs: list[dict] = []
     with open_source(path) as handle:
         if handle.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC:
-            return "sqlite", None
+            return "sqlite", objs
         for line in read_after(handle, 0, 1, _NullHash()):
-            if line.obj is None:
+            if line.obj is None and not objs:
                 raise UnreadableSourceError(f"{path}:{line.number}: {line.problem}; fix or remove that line")
             if line.obj:
-                return "jsonl", line.obj
-    return "jsonl", None
+                objs.append(line.obj)
+                if len(objs) == SNIFF_LINES:
+                    break
+    return "jsonl", objs
+
+
+class UnknownFormatError(UnreadableSourceError):
+    """No line among a file's first ones has the shape of a history this importer reads: name its format with
+    `--format` if it is one."""
 
 
 class _NullHash:
@@ -65,17 +75,18 @@ class _NullHash:
         pass
 
 
-def detect(first: dict | None, path: str) -> str:
-    """The format of a JSON Lines source whose first non-blank line is `first`; `UnreadableSourceError` if none
-    matches."""
-    if first is not None:
-        if first.get("type") == EXPORT_TYPE:
-            return EXPORT_TYPE
+def detect(objs: list[dict], path: str) -> str:
+    """The format of a JSON Lines source whose first non-blank lines are `objs`: an export by its first line, else
+    the first line a reader recognises (agents lead their files with records of their own, whose types come and
+    go); `UnreadableSourceError` if none does."""
+    if objs and objs[0].get("type") == EXPORT_TYPE:
+        return EXPORT_TYPE
+    for obj in objs:
         for name, reader in READERS.items():
-            if reader.detect(first):
+            if reader.detect(obj):
                 return name
-    raise UnreadableSourceError(
-        f"{path}: cannot tell its format from its first line; name it with --format ({', '.join(FORMATS[1:])})"
+    raise UnknownFormatError(
+        f"{path}: cannot tell its format from its first lines; name it with --format ({', '.join(FORMATS[1:])})"
     )
 
 
@@ -134,16 +145,20 @@ def import_jsonl(store: MemoryStore, path: str, fmt: str, options: ImportOptions
                 "delete`) to import the file anew"
             )
         at_start = copy.deepcopy(conv)
-        events, end, last = 0, start, number - 1
+        events, end, last, known = 0, start, number - 1, False
         for line in read_after(handle, start, number, h):
             events += len(_feed(reader, conv, line, path, options.skip_damaged))
             end, last = line.end, line.number
+            known = known or bool(line.obj) and reader.detect(line.obj)
         digest = h.hexdigest()
     if last < number:
         return SourceResult(path, fmt, "unchanged", session_id=latest and latest.session_id)
     if latest is None and events == 0:
+        if not known:  # a --format that names another format than the file's
+            raise UnknownFormatError(f"{path}: no line of it is a {fmt} history line; name its format with --format "
+                                     "(auto tells it from its lines)")
         return SourceResult(path, fmt, "unchanged", "no conversation in it yet", skipped=conv.skipped)
-    workspace = require_workspace(options.workspace or conv.workspace, path)
+    workspace = require_workspace(options.workspace or conv.workspace, path, named=options.workspace is not None)
     source = ImportSource(fmt, key, path, number, last, end, digest, conv.skipped - at_start.skipped,
                           conv.cut - at_start.cut)
 
@@ -158,27 +173,31 @@ def import_jsonl(store: MemoryStore, path: str, fmt: str, options: ImportOptions
                 raise SourceRewrittenError(f"{path} changed while it was being imported; nothing was imported: "
                                            "import it again")
 
-    title = conv.title or Path(path).stem
-    outcome = store.import_history(workspace, source, convert(), planned_from=latest, title=title[:512],
+    outcome = store.import_history(workspace, source, convert(), planned_from=latest,
+                                   title=conv.display_title(Path(path).stem),
                                    new_workspace=options.new_workspace)
     return imported_result(path, fmt, outcome, source)
 
 
 def import_source(store: MemoryStore, path: str, options: ImportOptions,
-                  restore_export: Callable[[MemoryStore, str], list[SourceResult]] | None = None) -> list[SourceResult]:
+                  restore_export: Callable[[MemoryStore, str], list[SourceResult]] | None = None, *,
+                  walked: bool = False) -> list[SourceResult]:
     """Import one file (all of an Agents SDK database's Sessions, or one history file); a refusal is a "refused"
-    result naming its reason, never an exception (other files go on)."""
+    result naming its reason, never an exception (other files go on). A file found by walking a folder (`walked`)
+    whose format cannot be told is no history but another tool's file kept beside them: it is "skipped"."""
     fmt = options.format
     try:
-        kind, first = sniff(path)
+        kind, leading = sniff(path)
         if kind == "sqlite" or fmt == agents_sdk.FORMAT:
             return agents_sdk.import_database(store, path, options)
         if fmt == "auto":
-            fmt = detect(first, path)
+            fmt = detect(leading, path)
         if fmt == EXPORT_TYPE:
             if restore_export is None:
                 raise UnreadableSourceError(f"{path} is an Emelex export; import it on its own")
             return restore_export(store, path)
         return [import_jsonl(store, path, fmt, options)]
     except EmelexError as exc:
+        if walked and isinstance(exc, UnknownFormatError):
+            return [SourceResult(os.path.abspath(path), fmt, "skipped", "no line of it has the shape of a history")]
         return [SourceResult(os.path.abspath(path), fmt, "refused", str(exc))]

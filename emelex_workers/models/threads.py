@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from emelex_memory import Settings
+from ..settings import WorkerSettings
 
 PROBE_S = 0.2  # how long the busy probe samples /proc/stat
 IDLE_PER_THREAD = 0.75  # the idle share of a CPU each thread beyond the first needs
@@ -110,12 +110,12 @@ def choose_threads(machine: MachineLoad) -> tuple[int, str]:
     return threads, f"{' and '.join(limits)}, {busy:.1f} of them busy ({what})"
 
 
-def thread_choice(settings: Settings, *, machine: Callable[[], MachineLoad] | None = None) -> ThreadChoice:
+def thread_choice(settings: WorkerSettings, *, machine: Callable[[], MachineLoad] | None = None) -> ThreadChoice:
     """The threads a model bound with `settings` uses: `settings.model_threads` when it is set (with where it came
     from, and warnings when it exceeds the usable CPUs or they are busy), otherwise `choose_threads` of the machine:
     `machine()`, by default `process_machine()` (the machine as this process first read it, so the worker's start
     line and its binding agree). Never raises for what the platform cannot tell."""
-    from emelex_memory.settings import setting_sources
+    from emelex_memory.core.settings import setting_sources
 
     found = (machine or process_machine)()
     chosen, reason = choose_threads(found)
@@ -133,7 +133,7 @@ def thread_choice(settings: Settings, *, machine: Callable[[], MachineLoad] | No
                         tuple(warnings))
 
 
-def model_threads(settings: Settings) -> int:
+def model_threads(settings: WorkerSettings) -> int:
     """The thread count for a binding: `settings.model_threads`, or the choice on this machine now."""
     return settings.model_threads or thread_choice(settings).threads
 

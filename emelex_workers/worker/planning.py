@@ -16,9 +16,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
-from emelex_memory import Event, InstalledModel, PluginHookError, Settings
+from emelex_memory import Event, InstalledModel, PluginHookError
 from emelex_memory.snapshots.installed import revalidate, snapshot_mutation_lock
 
+from ..settings import WorkerSettings
 from ..models import ModelManager
 from ..host.types import ModelBinding, event_text
 from ..host.manager import bind_model, get_plugin_manager, plugin_call
@@ -34,7 +35,7 @@ def binding_call(plugin: str, what: str, call: Callable[[], T]) -> T:
     return plugin_call(call, f"the model binding of plugin {plugin!r} failed to {what}")
 
 
-def context_window(binding: ModelBinding, plugin: str, settings: Settings) -> int:
+def context_window(binding: ModelBinding, plugin: str, settings: WorkerSettings) -> int:
     """The binding's allocated context (loading the model if it is lazy), capped by `model_max_context_tokens`."""
     window = binding_call(plugin, f"load model {binding.model.name!r}", lambda: binding.context_window)
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
@@ -68,7 +69,7 @@ class ModelBudget:
 
 
 @contextmanager
-def default_model_budget(settings: Settings) -> Iterator[ModelBudget]:
+def default_model_budget(settings: WorkerSettings) -> Iterator[ModelBudget]:
     """Bind the installed `default_model` through the plugins, as the worker would, for planning only.
 
     The snapshot is revalidated under the snapshot-mutation lock (a tampered

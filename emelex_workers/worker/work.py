@@ -45,14 +45,14 @@ from emelex_memory import (
     ModelError,
     PluginError,
     PluginHookError,
-    Settings,
     WorkerLeaseLostError,
 )
 
+from ..settings import WorkerSettings
 from .work_report import JobReport, JobStart, WorkObserver, WorkReport, done_detail
 
 if TYPE_CHECKING:  # the runner, the plugin and model layers are imported once there is work (an idle run loads none)
-    from emelex_memory import InstalledModel, Job, JobClaim, JobOutcome
+    from emelex_memory import InstalledModel, Job, JobClaim, JobOutcome, SummaryDraft
 
     from .metering import MeteredBinding
     from ..host.manager import EmelexPluginManager, Registered
@@ -134,7 +134,7 @@ class Worker:
     def __init__(
         self,
         store: MemoryStore,
-        settings: Settings,
+        settings: WorkerSettings,
         *,
         kinds: tuple[str, ...] = KINDS,
         pm: EmelexPluginManager | None = None,
@@ -157,6 +157,8 @@ class Worker:
         self._window = 0
         self._summarizer: Registered | None = None
         self._distiller: Registered | None = None
+        self._claim: JobClaim | None = None  # the job in hand, and when its step began (`_step`)
+        self._began = 0.0
 
     # -- set-up, only when there is work -------------------------------------------------------------
 
@@ -204,7 +206,11 @@ class Worker:
 
     # -- one job ---------------------------------------------------------------------------------------
 
-    def _handle(self, claim: JobClaim, began: float) -> Any:
+    def _handle(self, claim: JobClaim) -> Any:
+        """The handler `run_one_job` calls with each claim: bind the model, run the job (`_compact` or `_distill`), and
+        return what completes it; the attempt's cost is recorded with the claim first. A stop request or a model
+        that is unavailable releases the job without consuming an attempt."""
+        self._claim = claim
         start = self._start(claim.job)
         self._notify("job_started", start)
         try:
@@ -213,13 +219,15 @@ class Worker:
                     model = self._bound(claim)
                 except (ModelError, PluginError) as exc:
                     raise ModelUnavailable(exc) from None
-                cost = self._binding.begin_job(lambda progress, most: self._notify("generating", start, progress, most))
+                cost = self._binding.begin_job(partial(self._notify, "generating", start))
                 try:
-                    return self._dispatch(claim, model)
+                    if claim.job.kind == COMPACTION_KIND:
+                        return self._compact(claim, model)
+                    return self._distill(claim)
                 except ModelError as exc:  # the model stopped working mid-job (a served model's server went away)
                     raise ModelUnavailable(exc) from None
                 finally:  # before run_one_job records the outcome, which stores the cost with it
-                    claim.record_cost(cost.as_dict(self._clock() - began))
+                    claim.record_cost(cost.as_dict(self._clock() - self._began))
         except WorkerStopped as stopped:
             _release(claim, f"worker stopped by {stopped.signal_name}; no attempt consumed")
             raise
@@ -229,50 +237,56 @@ class Worker:
             _release(claim, f"model unavailable, no attempt consumed: {describe(unavailable.error)}")
             raise
 
-    def _dispatch(self, claim: JobClaim, model: InstalledModel) -> Any:
-        from emelex_memory import compaction_handler, distillation_handler
+    def _compact(self, claim: JobClaim, model: InstalledModel) -> SummaryDraft:
+        """A compaction job, top to bottom: read its source (one read transaction), check it fits the model, have the
+        summarizer write the Summary, check its text and budget, guard it against the source, and return the draft
+        its completion commits (with the next step of a compaction in steps)."""
+        from emelex_memory import check_source_fits
+
+        from ..faithfulness.guards import guard_summary
+        from ..host.types import SummaryRequest
+        from .planning import count_text, event_counter
+
+        job, binding, plugin = claim.job, self._binding, self._binding_plugin
+        count = event_counter(binding, plugin)
+        events = self.store.read_compaction_source(job)
+        check_source_fits(job, events, context_window=self._window, count_tokens=count)
+        budget = int(job.source["summary_budget_tokens"])
+        component = self._summarizer.component
+        request = SummaryRequest(job, tuple(events), budget, binding, job.attempts, self.settings)
+        calls = binding.cost.model_calls
+        text = _plugin_call(self._summarizer, component.summarize, request)
+        called = binding.cost.model_calls > calls  # a rule-based summarizer's Summary names no model
+        named = f"summarizer {component.name!r} of plugin {self._summarizer.plugin!r}"
+        if not isinstance(text, str) or not text.strip():
+            raise PluginHookError(f"{named} returned no text")
+        if count_text(binding, plugin, text) > budget:
+            raise PluginHookError(f"{named} exceeded the Summary budget of {budget} tokens")
+        text = guard_summary(text, job=job, events=events, examples=component.examples, model_called=called)
+        return self.store.compaction_draft(job, text, model.reference if called else None,
+                                           context_window=self._window, count_tokens=count)
+
+    def _distill(self, claim: JobClaim) -> Any:
+        """A distill job, top to bottom: read its bounded source and the workspace's Knowledge (or split a source too
+        large for the model), have the distiller propose candidates, guard them against the source, and return
+        what its completion applies."""
+        from emelex_memory import DistillationSplit, distillation_input, validate_result
         from emelex_memory.knowledge.distillation import DISTILL_RESERVE_TOKENS, MAX_CANDIDATES
 
-        from ..faithfulness.guards import guard_candidates, guard_summary
-        from .planning import count_text, event_counter
-        from ..host.types import DistillRequest, SummaryRequest
+        from ..faithfulness.guards import guard_candidates
+        from ..host.types import DistillRequest
+        from .planning import event_counter
 
-        binding, plugin = self._binding, self._binding_plugin
-        count = event_counter(binding, plugin)
-
-        if claim.job.kind == COMPACTION_KIND:
-            budget = int(claim.job.source["summary_budget_tokens"])
-            component = self._summarizer.component
-            name, summarize = component.name, component.summarize
-            called = False
-
-            def run(events, job) -> str:
-                nonlocal called
-                request = SummaryRequest(job, tuple(events), budget, binding, job.attempts, self.settings)
-                calls = binding.cost.model_calls
-                text = _plugin_call(self._summarizer, lambda: summarize(request))
-                called = binding.cost.model_calls > calls
-                if not isinstance(text, str) or not text.strip():
-                    raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} returned no text")
-                if count_text(binding, plugin, text) > budget:
-                    raise PluginHookError(f"summarizer {name!r} of plugin {self._summarizer.plugin!r} exceeded the "
-                                          f"Summary budget of {budget} tokens")
-                return guard_summary(text, job=job, events=events, examples=component.examples, model_called=called)
-
-            def model_ref() -> str | None:  # a rule-based summarizer's Summary names no model
-                return model.reference if called else None
-
-            handler = compaction_handler(run, model_ref=model_ref, context_window=self._window, count_tokens=count)
-            return handler(claim)
+        job, binding = claim.job, self._binding
+        count = event_counter(binding, self._binding_plugin)
+        data = distillation_input(self.store, job, safe_context_tokens=self._window - DISTILL_RESERVE_TOKENS,
+                                  count_tokens=count)
+        if isinstance(data, DistillationSplit):
+            return data
         distiller = self._distiller.component
-
-        def run_distill(data):
-            request = DistillRequest(claim.job, data, MAX_CANDIDATES, binding, claim.job.attempts, self.settings)
-            proposals = _plugin_call(self._distiller, lambda: _bounded(distiller.distill(request)))
-            return guard_candidates(proposals, events=data.events, examples=distiller.examples)
-
-        safe = self._window - DISTILL_RESERVE_TOKENS
-        return distillation_handler(run_distill, safe_context_tokens=safe, count_tokens=count)(claim)
+        request = DistillRequest(job, data, MAX_CANDIDATES, binding, job.attempts, self.settings)
+        proposals = _plugin_call(self._distiller, _distilled, distiller, request)
+        return validate_result(guard_candidates(proposals, events=data.events, examples=distiller.examples))
 
     # -- the run -------------------------------------------------------------------------------------------
 
@@ -341,38 +355,28 @@ class Worker:
     def _step(self, report: WorkReport, held: list[JobClaim], go_on: Callable[[], bool]) -> bool:
         """Run one job: the one in `held` (taken from it), else a new claim; a completion after which `go_on()` says
         True claims the next job in its transaction and leaves it in `held`."""
-        began, current = self._clock(), {}
-
-        def handler(claim: JobClaim) -> Any:
-            current["claim"] = claim
-            return self._handle(claim, began)
-
-        def record(job: Job, status: str, detail: str) -> None:
-            cost = current["claim"].cost if "claim" in current else None
-            self._record(report, JobReport(job.id, job.kind, job.session_id, status, detail,
-                                           self._clock() - began, cost))
-
         from emelex_memory import run_one_job
         from emelex_memory.queue.runner import describe
 
+        self._began, self._claim = self._clock(), None
         try:
             outcome: JobOutcome | None = run_one_job(
-                self.store, handler, kinds=self.kinds, claim=held.pop() if held else None, claim_next=go_on
+                self.store, self._handle, kinds=self.kinds, claim=held.pop() if held else None, claim_next=go_on
             )
         except WorkerStopped as stopped:
             report.stopped = f"signal:{stopped.signal_name}"
-            record(current["claim"].job, "released", f"stopped by {stopped.signal_name}")
+            self._record(report, self._claim.job, "released", f"stopped by {stopped.signal_name}")
             return False
         except ModelUnavailable as unavailable:
             report.stopped = "error"
-            record(current["claim"].job, "released", describe(unavailable.error))
+            self._record(report, self._claim.job, "released", describe(unavailable.error))
             raise unavailable.error from None
         if outcome is None:
             return False
         if outcome.next_claim is not None:
             held.append(outcome.next_claim)
         job = outcome.job
-        record(job, outcome.status, done_detail(job.result) if outcome.status == "done" else outcome.detail)
+        self._record(report, job, outcome.status, done_detail(job.result) if outcome.status == "done" else outcome.detail)
         return True
 
     def _start(self, job: Job) -> JobStart:
@@ -395,11 +399,14 @@ class Worker:
         except Exception:
             self._observer = None
 
-    def _record(self, report: WorkReport, job: JobReport) -> None:
-        report.add(job)
-        self._notify("job_finished", job)
+    def _record(self, report: WorkReport, job: Job, status: str, detail: str) -> None:
+        """Add how `job` ended to the report (with the cost its claim recorded) and tell the observer and `on_job`."""
+        cost = self._claim.cost if self._claim is not None else None
+        done = JobReport(job.id, job.kind, job.session_id, status, detail, self._clock() - self._began, cost)
+        report.add(done)
+        self._notify("job_finished", done)
         if self._on_job is not None:
-            self._on_job(job)
+            self._on_job(done)
 
 
 def _release(claim: JobClaim, reason: str) -> None:
@@ -410,25 +417,26 @@ def _release(claim: JobClaim, reason: str) -> None:
         pass
 
 
-def _plugin_call(registered: Registered, call: Callable[[], Any]) -> Any:
-    """Run a plugin's summarizer or distiller through `plugin_call`, naming the component and its plugin."""
+def _plugin_call(registered: Registered, call: Callable[..., Any], *args: Any) -> Any:
+    """`call(*args)`, a plugin's summarizer or distiller, through `plugin_call`, naming the component and its plugin."""
     from ..host.manager import plugin_call
 
     kind = type(registered.component).__name__.lower()
-    return plugin_call(call, f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed")
+    return plugin_call(lambda: call(*args), f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed")
 
 
-def _bounded(proposals: Any) -> Any:
-    """A distiller's proposals read into a list, at most one over the most a job may read; anything that is not
-    an iterable is returned as it is (for validation to refuse)."""
+def _distilled(distiller: Any, request: Any) -> Any:
+    """A distiller's proposals for `request` read into a list, at most one over the most a job may read; anything
+    that is not an iterable is returned as it is (for validation to refuse)."""
     from emelex_memory.knowledge.distillation import MAX_RAW_CANDIDATES
 
+    proposals = distiller.distill(request)
     if isinstance(proposals, (str, bytes)) or not isinstance(proposals, Iterable):
         return proposals
     return list(islice(proposals, MAX_RAW_CANDIDATES + 1))
 
 
-def work(store: MemoryStore, settings: Settings, **options: Any) -> WorkReport:
+def work(store: MemoryStore, settings: WorkerSettings, **options: Any) -> WorkReport:
     """Convenience: one `Worker(store, settings, **options).run()`, closing the model binding afterwards."""
     run_options = {k: options.pop(k) for k in ("max_jobs", "max_seconds") if k in options}
     worker = Worker(store, settings, **options)

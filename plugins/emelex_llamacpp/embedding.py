@@ -13,8 +13,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from emelex_memory import InvalidModelError, Settings
-from emelex_workers.plugin_api import Embedder, default_model_file, model_threads
+from emelex_memory import InvalidModelError
+from emelex_workers.plugin_api import Embedder, WorkerSettings, default_model_file, model_threads
 
 CONTEXT = 512  # tokens of a text embedded; longer texts are cut
 
@@ -57,7 +57,7 @@ class LlamaEmbedder:
         return Embedder(f"llamacpp:{self.path.name}", self.embed, self.close)
 
 
-def llama_embedder(settings: Settings) -> Embedder:
+def llama_embedder(settings: WorkerSettings) -> Embedder:
     """The "llamacpp" embedder the settings name (`embedding_model`, else the embedded default model)."""
     if settings.embedding_model is not None:
         path = Path(settings.embedding_model).expanduser()

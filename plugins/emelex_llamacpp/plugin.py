@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from emelex_memory import GGUF_MAGIC, InstalledModel, KnowledgeCandidate, Settings
+from emelex_memory import GGUF_MAGIC, InstalledModel, KnowledgeCandidate
+from emelex_workers.plugin_api import WorkerSettings
 from emelex_workers.hookspecs import hookimpl
 from emelex_workers.plugin_api import (
     Distiller,
@@ -55,7 +56,7 @@ def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
 
 
 @hookimpl
-def model_binding(model: InstalledModel, settings: Settings) -> LlamaBinding | None:
+def model_binding(model: InstalledModel, settings: WorkerSettings) -> LlamaBinding | None:
     """Bind any GGUF model (checked by its magic bytes); pass on anything else (a served model has no file). The
     threads are `model_threads`, or chosen now from the usable, idle cores (`plugin_api.model_threads`)."""
     if model.kind == "served" or not _is_gguf(model.model_file):
@@ -93,7 +94,7 @@ def register_distillers(register) -> None:
 
 
 @hookimpl
-def embedder(settings: Settings):
+def embedder(settings: WorkerSettings):
     """The "llamacpp" embedder (a local GGUF model, see `embedding.py`) when the `embedder` setting names it."""
     if settings.embedder != NAME:
         return None

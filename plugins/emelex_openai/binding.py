@@ -65,9 +65,9 @@ from emelex_memory import (
     ModelServerError,
     ModelServerReplyError,
     ModelServerTimeoutError,
-    Settings,
     UnconstrainedServerError,
 )
+from emelex_workers.plugin_api import WorkerSettings
 from emelex_workers.plugin_api import (
     DEFAULT_SEED,
     RETRY_TEMPERATURE,
@@ -122,7 +122,7 @@ class ServedBinding:
 
     remote_constraint = True  # the server applies a round's grammar (or calls tools): the agent checks each call
 
-    def __init__(self, model: InstalledModel, settings: Settings) -> None:
+    def __init__(self, model: InstalledModel, settings: WorkerSettings) -> None:
         """Bind the served `model` with the `served_*` settings (timeouts, retries); nothing is contacted yet."""
         if model.server is None:
             raise ValueError(f"model {model.name!r} is not a served model")

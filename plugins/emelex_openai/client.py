@@ -27,8 +27,8 @@ from emelex_memory import (
     ModelServerReplyError,
     ModelServerTimeoutError,
     ServedEndpoint,
-    Settings,
 )
+from emelex_workers.plugin_api import WorkerSettings
 
 MAX_REPLY_BYTES = 8 * 1024 * 1024
 MAX_LINE_BYTES = 1024 * 1024
@@ -62,7 +62,7 @@ class Rejected(Exception):  # noqa: N818 - a reply, not an error of ours
 class ServerClient:
     """Requests to one model server (`endpoint`), bounded and retried as the module docstring says."""
 
-    def __init__(self, endpoint: ServedEndpoint, settings: Settings, *, connect_timeout_s: float | None = None,
+    def __init__(self, endpoint: ServedEndpoint, settings: WorkerSettings, *, connect_timeout_s: float | None = None,
                  read_timeout_s: float | None = None) -> None:
         """A client for `endpoint` with the `served_*` settings (the timeouts may be overridden, e.g. for a quick
         listing). Raises `ModelServerError` when httpx is missing or the API key variable is unset."""

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from emelex_memory import ModelServerReplyError, ServedEndpoint, Settings
-from emelex_workers.plugin_api import Embedder
+from emelex_memory import ModelServerReplyError, ServedEndpoint
+from emelex_workers.plugin_api import Embedder, WorkerSettings
 
 from .client import ServerClient
 
@@ -25,7 +25,7 @@ def _pooled(embedding: object) -> object:
     return embedding
 
 
-def served_embedder(settings: Settings) -> Embedder:
+def served_embedder(settings: WorkerSettings) -> Embedder:
     """The "openai" embedder of `embedding_url` and `embedding_model`; `ModelServerReplyError` names a missing one."""
     if not settings.embedding_url or not settings.embedding_model:
         raise ModelServerReplyError("the openai embedder needs embedding_url (the server's base URL) and "

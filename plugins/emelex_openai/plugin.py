@@ -9,7 +9,8 @@ its server, so the plugin loads without it.
 
 from __future__ import annotations
 
-from emelex_memory import InstalledModel, Settings
+from emelex_memory import InstalledModel
+from emelex_workers.plugin_api import WorkerSettings
 from emelex_workers.hookspecs import hookimpl
 
 from .binding import ServedBinding
@@ -19,7 +20,7 @@ __all__ = ["NAME", "ServedBinding", "model_binding"]
 
 
 @hookimpl
-def model_binding(model: InstalledModel, settings: Settings) -> ServedBinding | None:
+def model_binding(model: InstalledModel, settings: WorkerSettings) -> ServedBinding | None:
     """Bind a served model; pass on anything else."""
     if model.kind != "served" or model.server is None:
         return None
@@ -27,7 +28,7 @@ def model_binding(model: InstalledModel, settings: Settings) -> ServedBinding | 
 
 
 @hookimpl
-def embedder(settings: Settings):
+def embedder(settings: WorkerSettings):
     """The "openai" embedder (a served /v1/embeddings endpoint, see `embedding.py`) when the `embedder` setting
     names it."""
     if settings.embedder != NAME:

@@ -26,7 +26,7 @@ from emelex_memory import (
     run_one_job,
 )
 from emelex_memory.queue.jobs import encode_json
-from emelex_memory.compaction.prefix_digest import digest_prefix
+from emelex_memory.sessions.prefix_digest import digest_prefix
 
 from ..support import Clock, table_rows
 

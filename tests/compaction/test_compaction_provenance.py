@@ -18,7 +18,8 @@ from emelex_memory import (
     run_one_job,
 )
 from emelex_memory.compaction import summaries
-from emelex_memory.compaction.prefix_digest import digest_prefix
+from emelex_memory.sessions import replay
+from emelex_memory.sessions.prefix_digest import digest_prefix
 from emelex_memory.sessions.transcript import session_head
 
 from ..support import table_rows
@@ -166,6 +167,6 @@ def test_a_source_over_the_covered_byte_cap_is_refused_and_verification_reads_no
     monkeypatch.setattr(summaries, "MAX_COVERED_BYTES", 64 * 1024 * 1024)
     claim.complete(SummaryDraft("summary"))
     assert view(cstore, sid)[0][0].kind == "summary"
-    monkeypatch.setattr(summaries, "MAX_COVERED_BYTES", 500)
+    monkeypatch.setattr(replay, "MAX_COVERED_BYTES", 500)  # what replay's verification reads at most
     with pytest.raises(SummaryProvenanceError, match="more than the 500 bytes"):
         cstore.replay(sid)

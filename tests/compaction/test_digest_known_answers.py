@@ -19,12 +19,12 @@ import pytest
 
 from emelex_memory import COMPACTION_KIND, MemoryStore, NewEvent, Settings, SummaryDraft
 from emelex_memory.queue.kinds import JobKindRegistry
-from emelex_memory.compaction import prefix_digest
+from emelex_memory.sessions import prefix_digest
 from emelex_memory.knowledge import source_digest as knowledge_digest
 from emelex_memory.snapshots import installed as model_snapshots
 from emelex_memory.sessions.leases import token_digest
 from emelex_memory.snapshots.installed import LinkedTarget, ModelFile, content_digest, manifest_bytes, read_installed
-from emelex_memory.compaction.prefix_digest import digest_prefix, summary_digest
+from emelex_memory.sessions.prefix_digest import digest_prefix, summary_digest
 
 from ..support import Clock
 
@@ -56,7 +56,7 @@ def fixed_ids(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _frame(event_id: int, seq: int, turn: int, position: int, kind: str, payload: str, assets: str) -> bytes:
-    """One event's frame, written from the encoding documented in compaction/prefix_digest.py."""
+    """One event's frame, written from the encoding documented in sessions/prefix_digest.py."""
     k, p, a = kind.encode(), payload.encode(), assets.encode()
     return U64(event_id) + U64(seq) + U64(turn) + U64(position) + U64(len(k)) + k + U64(len(p)) + p + U64(len(a)) + a
 

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from emelex_memory import MemoryStore, Settings, SettingsFileError
 from emelex_workers.cli import app
+from emelex_workers.settings import WorkerSettings
 
 from ..support import file_state
 from ..workers.cli.test_cli_conventions import _runner
@@ -53,6 +54,20 @@ def test_the_cli_refuses_a_mistyped_key_in_one_line_and_changes_nothing(home: Pa
     assert result.output == (f"error: {path} line 1: unknown setting 'default_modle'; did you mean 'default_model'? "
                              "(fix or remove the line)\n")
     assert file_state(home) == before
+
+
+def test_the_workers_keys_are_read_by_their_class_and_are_no_unknown_setting_to_the_core(home: Path) -> None:
+    path = _config(home, 'busy_timeout_ms = 100\ndefault_model = "my-model"\nsummary_mode = "abstractive"\n')
+    core = Settings()
+    assert core.busy_timeout_ms == 100 and not hasattr(core, "default_model")
+    workers = WorkerSettings()
+    assert (workers.busy_timeout_ms, workers.default_model, workers.summary_mode) == (100, "my-model", "abstractive")
+    _config(home, 'default_modle = "x"\n')
+    for settings_class in (Settings, WorkerSettings):  # a typo of either layer's key is refused by both
+        with pytest.raises(SettingsFileError) as info:
+            settings_class()
+        assert str(info.value) == (f"{path} line 1: unknown setting 'default_modle'; did you mean 'default_model'? "
+                                   "(fix or remove the line)")
 
 
 @pytest.mark.parametrize("text, line, said", [
@@ -109,7 +124,8 @@ def test_config_show_says_where_each_value_came_from(home: Path, monkeypatch: py
     assert shown["session_retention_days"] == {"name": "session_retention_days", "value": 7.0, "source": "file",
                                                "where": f"{path} line 2"}
     assert shown["model_threads"]["source"] == "environment" and shown["busy_timeout_ms"]["source"] == "default"
-    assert set(shown) == set(Settings.model_fields)
+    assert set(shown) == set(WorkerSettings.model_fields)  # the core's settings and the workers'
+    assert set(Settings.model_fields) < set(WorkerSettings.model_fields)
 
 
 def test_a_mistyped_variable_is_warned_about_with_the_nearest_name(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from emelex_memory import InsecurePathError, MemoryStore, Settings
+from emelex_workers.settings import WorkerSettings
 from emelex_memory.snapshots.installed import LOCK_NAME, MANIFEST_NAME, STAMP_NAME
 from emelex_memory.core.opening import sidecar_path
 from emelex_workers.models import ModelManager
@@ -57,7 +58,7 @@ def fifo_in_place_of(path: Path) -> None:
 @pytest.fixture
 def installed(tmp_path: Path, home: Path) -> Settings:
     """Home with the fake model installed as "fake" (owned) and "linked" (a linked target)."""
-    settings = Settings(home=home, **{k.removeprefix("EMELEX_").lower(): v for k, v in FAKE_SETTINGS.items()})
+    settings = WorkerSettings(home=home, **{k.removeprefix("EMELEX_").lower(): v for k, v in FAKE_SETTINGS.items()})
     with ModelManager(settings) as manager:
         manager.install(fake_model_file(tmp_path / "files"), name="fake")
         manager.install(fake_model_file(tmp_path / "linked", "target.gguf"), name="linked", link=True)

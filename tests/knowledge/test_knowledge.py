@@ -148,6 +148,18 @@ def test_a_pinned_entry_cannot_be_forgotten_until_unpinned(kstore, workspace, db
     assert kstore.forget(workspace, "k").tombstone
 
 
+def test_a_writer_that_leaves_pins_to_the_user_is_refused_inside_the_transaction(kstore, workspace, db_path):
+    """`unless_pinned` (another agent's write through `emelex mcp`): the pin is read in the writing transaction, so a
+    pin the user sets between a client's look and its write still stops the write."""
+    kstore.remember(workspace, "k", "v")
+    assert kstore.remember(workspace, "k", "v2", unless_pinned=True).version == 2
+    kstore.pin(workspace, "k")
+    before = table_rows(db_path)
+    with pytest.raises(KnowledgePinnedError, match="pinned"):
+        kstore.remember(workspace, "k", "an agent's rewrite", unless_pinned=True, client="agent 1.0")
+    assert table_rows(db_path) == before
+
+
 def test_a_forgotten_entry_cannot_be_pinned(kstore, workspace, db_path):
     kstore.remember(workspace, "k", "v")
     kstore.forget(workspace, "k")

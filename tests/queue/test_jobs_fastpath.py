@@ -5,7 +5,6 @@ the sub-millisecond busy handler."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import multiprocessing
 import threading
 import time
@@ -17,7 +16,7 @@ import pytest
 from emelex_memory import Job, JobOutcome, MemoryStore, Settings, run_one_job
 from emelex_memory.job_kinds import builtin_kinds
 from emelex_memory.core.connection import BusyWait, connect
-from emelex_memory.queue.service import _COMPLETE, RESCUE_BATCH, _claim_sql, _sha256
+from emelex_memory.queue.service import _COMPLETE, RESCUE_BATCH, _claim_sql
 from emelex_memory.queue.renewal import IDLE_NAME, renewing
 
 from ..support import Clock, kinds_fixture, table_rows
@@ -221,8 +220,3 @@ def test_a_completion_and_the_next_claim_rewrite_two_pages(cstore: MemoryStore, 
     assert len(per_commit) == 40  # after the first claim, 40 completions that each claim the next job
     assert sorted(per_commit)[len(per_commit) // 2] == 2, per_commit  # the median: page splits are rare
 
-
-def test_the_claims_sha256_is_sha256() -> None:
-    """A claim stores the SHA-256 of its token, computed by CPython's own implementation where it has one."""
-    for data in (b"", b"abc", bytes(range(32)), b"x" * 1000):
-        assert _sha256(data).digest() == hashlib.sha256(data).digest()

@@ -1,5 +1,6 @@
 """`store.select_recall`: pinned notes first, then relevant ones, within the budget; never a tombstone nor raw
-tool-call JSON; the event names each note's key, version and source, and replays unchanged whatever changes after."""
+tool-call JSON; its payload names each note's key, version and source, and replays unchanged whatever changes after,
+and each Knowledge note comes with the turn of its source, read in the selection's one read."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from emelex_memory.search.service import day
-from emelex_memory import InvalidInputError, MemoryStore, NewEvent, RECALL_KIND
+from emelex_memory import InvalidInputError, MemoryStore, NewEvent
 
+from ..support.counting import Counted
 from .test_search_index import say
 
 
@@ -26,7 +28,6 @@ def test_pinned_first_then_relevant_then_nothing_unrelated(store: MemoryStore, w
         store.remember(workspace, f"weather.{n}", f"It rained on day {n} and the wind was strong, how annoying")
     selection = store.select_recall(workspace, "Where is the parser?", 1000)
     assert keys(selection) == ["style", "parser", "parser.errors"]
-    assert selection.event.kind == RECALL_KIND == "recall"
     assert keys(store.select_recall(workspace, "Hello! How are you on this fine day?", 1000)) == ["style"]
 
 
@@ -52,14 +53,17 @@ def test_tombstones_and_raw_tool_call_json_are_never_selected(store: MemoryStore
     assert keys(store.select_recall(workspace, "parser tool shell", 1000)) == ["fact"]
 
 
-def test_the_event_names_key_version_and_source_and_replays_unchanged(store: MemoryStore, workspace: Path) -> None:
+def test_the_payload_names_key_version_and_source_and_replays_unchanged(store: MemoryStore, workspace: Path) -> None:
     sid = say(store, workspace, "we deploy with make release", "noted")
     source = store.knowledge_source(sid, 1, 2)
     store.remember(workspace, "deploy", "deploy with make release", confidence=0.8, source=source)
     store.remember(workspace, "deploy", "deploy with make release; tag first", confidence=0.8, source=source)
-    selection = store.select_recall(workspace, "deploy with make release", 1000)
-    (note,) = [n for n in selection.event.payload["notes"] if n["kind"] == "knowledge"]
-    turns = [n for n in selection.event.payload["notes"] if n["kind"] == "session"]
+    with Counted(store) as counts:
+        selection = store.select_recall(workspace, "deploy with make release", 1000)
+    assert (counts.writes, counts.reads) == (0, 1)  # one read transaction, the sources' turns included
+    assert [t for n, t in zip(selection.notes, selection.source_turns) if n["kind"] == "knowledge"] == [1]
+    (note,) = [n for n in selection.payload()["notes"] if n["kind"] == "knowledge"]
+    turns = [n for n in selection.payload()["notes"] if n["kind"] == "session"]
     assert note == {
         "kind": "knowledge", "key": "deploy", "version": 2, "content": "deploy with make release; tag first",
         "confidence": 0.8, "pinned": False, "date": day(store.get_session(sid).created_at),
@@ -70,12 +74,12 @@ def test_the_event_names_key_version_and_source_and_replays_unchanged(store: Mem
     new = store.create_session(workspace).id
     with store.acquire_lease(new, workspace) as lease:
         lease.replay()
-        lease.append_turn([selection.event, NewEvent("user", {"text": "how do we deploy"})])
+        lease.append_turn([NewEvent("recall", selection.payload()), NewEvent("user", {"text": "how do we deploy"})])
         lease.release()
     store.remember(workspace, "deploy", "deploy with the pipeline now")
     store.forget(workspace, "deploy")
     (recorded, _) = store.replay(new).events
-    assert (recorded.kind, recorded.payload) == ("recall", selection.event.payload)
+    assert (recorded.kind, recorded.payload) == ("recall", selection.payload())
     assert store.search(workspace, "tag", kinds="sessions").hits == []  # a recall event is not indexed again
 
 

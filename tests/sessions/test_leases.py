@@ -262,6 +262,27 @@ def test_list_sessions_pages_with_stable_cursor(store: MemoryStore, workspace: P
     assert seen == [s.id for s in reversed(made)]
 
 
+def test_list_sessions_of_one_workspace_pages_through_its_sessions_only(store: MemoryStore, workspace: Path,
+                                                                        tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    mine = []
+    for i in range(5):
+        mine.append(store.create_session(workspace, title=f"mine {i}"))
+        store.create_session(other, title=f"theirs {i}")
+    seen, cursor = [], None
+    while True:
+        page = store.list_sessions(workspace=workspace, cursor=cursor, limit=2)
+        seen += [s.id for s in page.sessions]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == [s.id for s in reversed(mine)]
+    unknown = tmp_path / "never-used"
+    unknown.mkdir()
+    assert store.list_sessions(workspace=unknown).sessions == []
+
+
 def test_collection_limits_are_checked(store: MemoryStore, workspace: Path) -> None:
     session = store.create_session(workspace)
     with pytest.raises(InvalidInputError):

@@ -16,7 +16,7 @@ from emelex_memory import (
     Settings,
     SummaryDraft,
 )
-from emelex_memory.settings import MiB
+from emelex_memory.core.settings import MiB
 from emelex_workers.cli import app
 
 from emelex_memory.compaction import planning

@@ -15,12 +15,13 @@ import sys
 import time
 from pathlib import Path
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_memory.agent import journal
 from emelex_workers.agent import durable
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.tools import registered_tools
 from emelex_workers.host.manager import get_plugin_manager
+from emelex_workers.settings import WorkerSettings
 from tests.support import agent as agent_support
 
 NAMES = ("effect", "peek", "boom")
@@ -48,7 +49,7 @@ def stop_after(name: str, nth: int, marker: str) -> None:
     setattr(journal, name, wrapped)
 
 
-def tools_of(settings: Settings) -> dict:
+def tools_of(settings: WorkerSettings) -> dict:
     """The test plugin's tools, registered in this process."""
     pm = get_plugin_manager(settings)
     agent_support.add_to(pm)
@@ -62,7 +63,7 @@ def snapshot_of(binding, tools):
 
 
 async def main(config: dict) -> None:
-    settings = Settings(home=Path(config["home"]))
+    settings = WorkerSettings(home=Path(config["home"]))
     point, marker = config["point"], config["marker"]
     if point == "finish_session":
         real = MemoryStore.finish_session

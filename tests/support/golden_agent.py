@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_memory.agent import journal
 from emelex_workers.agent import workspace_map
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
@@ -35,6 +35,7 @@ from emelex_workers.agent.recall import RECALL_SOURCE, recall_source
 from emelex_workers.agent.tools import registered_tools
 from emelex_workers.cli.chat import SYSTEM_PROMPT
 from emelex_workers.host.manager import get_plugin_manager
+from emelex_workers.settings import WorkerSettings
 from tests.support.agent import ScriptedBinding
 
 MODEL_REFERENCE = "scripted@sha256:" + "5" * 64
@@ -120,7 +121,7 @@ def recorded_tools(tools: dict) -> dict:
     return kept
 
 
-def _parts(settings: Settings, binding: ScriptedBinding, protocol: str):
+def _parts(settings: WorkerSettings, binding: ScriptedBinding, protocol: str):
     tools = recorded_tools(registered_tools(get_plugin_manager(settings)))
     snapshot = build_snapshot(binding, tools, model_reference=MODEL_REFERENCE, model_snapshot_id=SNAPSHOT_ID,
                               system_prompt=SYSTEM_PROMPT, context=CONTEXT, protocol=protocol)
@@ -140,7 +141,7 @@ def run_scenario(name: str, root: Path) -> dict[str, Any]:
     workspace, home = root / "workspace", root / "home"
     workspace.mkdir()
     _write(workspace)
-    settings = Settings(home=home, plugins_autoload=False)
+    settings = WorkerSettings(home=home, plugins_autoload=False)
     outputs = [item for turn in scenario["turns"] for item in turn[1:]]
     binding = ScriptedBinding(outputs, window=4096)
     tools, snapshot, sources = _parts(settings, binding, scenario["protocol"])

@@ -19,8 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from emelex_memory import ServedEndpoint, Settings
+from emelex_memory import ServedEndpoint
 from emelex_workers.models import ModelManager
+from emelex_workers.settings import WorkerSettings
 
 SERVER_START_S = 120.0  # the longest wait for llama-cpp-python's server to answer
 ALIAS = "smollm2-served"
@@ -71,7 +72,7 @@ def llama_server(model_path: Path, *, n_ctx: int = 2048, embedding: bool = False
         log.close()
 
 
-def add_served(settings: Settings, name: str, url: str, model_id: str = ALIAS, **options: Any):
+def add_served(settings: WorkerSettings, name: str, url: str, model_id: str = ALIAS, **options: Any):
     """Record `model_id` at `url` as served model `name` (no server check); return the `InstalledModel`."""
     endpoint = ServedEndpoint(url, model_id, options.pop("api_key_env", None), options.pop("allow_insecure", False),
                               options.pop("context_window", 2048))

@@ -13,17 +13,18 @@ import sys
 import time
 from pathlib import Path
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.tools import registered_tools
 from emelex_workers.models import ModelManager
 from emelex_workers.host.manager import bind_model, get_plugin_manager
+from emelex_workers.settings import WorkerSettings
 from tests.support import agent as agent_support
 
 PROMPT = "Peek at the label 'blue'."
 
 
-def agent_parts(settings: Settings, name: str):
+def agent_parts(settings: WorkerSettings, name: str):
     """(model, binding, tools, snapshot) of the served agent both the crashed and the resuming process build."""
     with ModelManager(settings) as manager:
         model = manager.get(name)
@@ -38,7 +39,7 @@ def agent_parts(settings: Settings, name: str):
 
 
 async def main(config: dict) -> None:
-    settings = Settings(home=Path(config["home"]), plugins_autoload=False)
+    settings = WorkerSettings(home=Path(config["home"]), plugins_autoload=False)
     model, binding, tools, snapshot = agent_parts(settings, config["model"])
     store = MemoryStore.open(settings)
     agent = await DurableAgentSession.create(store, config["workspace"], binding, tools, snapshot, model=model)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.tools import registered_tools
 from emelex_workers.host.manager import get_plugin_manager
+from emelex_workers.settings import WorkerSettings
 
 from ...support.agent import ScriptedBinding, answer, calls
 
@@ -59,7 +60,7 @@ CONTEXT = {  # context sources as the chat's: a workspace map and recalled notes
 }
 
 
-def chat_session(store: MemoryStore, settings: Settings, workspace: Path) -> str:
+def chat_session(store: MemoryStore, settings: WorkerSettings, workspace: Path) -> str:
     """Write `FILES` into `workspace`, run `TURNS` through the adapter with the built-in tools, close cleanly (which
     queues distillation); the Session's ID."""
     for name, text in FILES.items():

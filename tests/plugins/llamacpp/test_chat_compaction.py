@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_memory.compaction.policy import CompactionPolicy
 from emelex_workers import faithfulness as fx
 from emelex_workers.faithfulness import guards
 from emelex_workers.models import ModelManager
 from emelex_workers.worker.planning import default_model_budget
 from emelex_workers.worker.work import work
+from emelex_workers.settings import WorkerSettings
 from tests.support.models import require_default_model
 
 from .chat_session import chat_session
@@ -37,15 +38,15 @@ TOOL_LINES = [
 
 
 @pytest.fixture
-def settings(home: Path) -> Settings:
-    settings = Settings(home=home, plugins_autoload=False)  # the default 8192-token window, as a chat has
+def settings(home: Path) -> WorkerSettings:
+    settings = WorkerSettings(home=home, plugins_autoload=False)  # the default 8192-token window, as a chat has
     with ModelManager(settings) as manager:
         manager.install_default(link=True)
     return settings
 
 
 def test_a_chat_session_compacts_on_the_default_model_stating_its_tool_rounds(
-    settings: Settings, workspace: Path
+    settings: WorkerSettings, workspace: Path
 ) -> None:
     with MemoryStore.open(settings) as store:
         sid = chat_session(store, settings, workspace)
@@ -74,7 +75,7 @@ def test_a_chat_session_compacts_on_the_default_model_stating_its_tool_rounds(
     assert all(fx.quoted(s, sources) for line in lines for s in fx.sentences(line.split(": ", 1)[1]))
 
 
-def test_distilling_a_chat_session_stores_no_tool_call_json(settings: Settings, workspace: Path) -> None:
+def test_distilling_a_chat_session_stores_no_tool_call_json(settings: WorkerSettings, workspace: Path) -> None:
     with MemoryStore.open(settings) as store:
         chat_session(store, settings, workspace)
         report = work(store, settings)

@@ -8,11 +8,12 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_memory.maintenance.doctor import diagnose
 from emelex_workers.cli import app
 from emelex_workers.worker.embedding import embedder_of, query_vector
 from emelex_workers.worker.work import work
+from emelex_workers.settings import WorkerSettings
 
 from ...search.test_search_index import say
 from ...support.models import require_default_model
@@ -22,7 +23,7 @@ require_default_model()
 
 def test_the_worker_embeds_with_a_local_gguf_model_and_search_fuses_it(home: Path, workspace: Path,
                                                                        monkeypatch) -> None:
-    settings = Settings(home=home, plugins_autoload=False, embedder="llamacpp", model_threads=1)
+    settings = WorkerSettings(home=home, plugins_autoload=False, embedder="llamacpp", model_threads=1)
     with MemoryStore.open(settings) as store:
         sid = say(store, workspace, "I bought a second-hand ukulele", "nice", "the weather is strange", "indeed")
         store.remember(workspace, "music", "Grace plays the ukulele")

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from emelex_memory import DistillationInput, MemoryStore, NewEvent, Settings
+from emelex_memory import DistillationInput, MemoryStore, NewEvent
 from emelex_memory.knowledge.values import KnowledgeSource
 from emelex_workers import faithfulness as fx
 from emelex_workers.models import ModelManager
 from emelex_workers.plugin_api import DistillRequest, event_body
+from emelex_workers.settings import WorkerSettings
 from tests.support.models import require_default_model
 
 require_default_model()
@@ -38,7 +39,7 @@ def test_the_extractive_distiller_quotes_the_source_with_grammar_bound_labels(
     s = job.source
     data = DistillationInput(session.id, str(workspace), KnowledgeSource(session.id, s["first_seq"], s["last_seq"],
                                                                          s["digest"]), events, ())
-    with ModelManager(Settings(home=home, plugins_autoload=False)) as manager:
+    with ModelManager(WorkerSettings(home=home, plugins_autoload=False)) as manager:
         model = manager.install_default(link=True)
     binding = LlamaBinding(model, max_context=1024, threads=1)
     try:

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from emelex_memory import Settings
+from emelex_workers.settings import WorkerSettings
 from emelex_workers.models import ModelManager
 from tests.support.models import require_default_model
 
@@ -25,7 +25,7 @@ def test_a_literal_escapes_quotes_backslashes_and_line_ends() -> None:
 
 
 @pytest.fixture
-def binding(settings: Settings):
+def binding(settings: WorkerSettings):
     with ModelManager(settings) as manager:
         model = manager.ensure_default(link=True)[0]
     opened = LlamaBinding(model, max_context=1024, threads=1, home=settings.home_dir)

@@ -11,9 +11,10 @@ from emelex_llamacpp.binding import generate
 from emelex_workers.plugin_api import Completion
 from emelex_llamacpp.candidates import candidates
 from emelex_llamacpp.plugin import distill, summarize
-from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_memory import MemoryStore, NewEvent
 from emelex_workers import faithfulness as fx
 from emelex_workers.plugin_api import DistillRequest, SummaryRequest, event_body
+from emelex_workers.settings import WorkerSettings
 
 TURNS = [
     ("We're packaging the cli tool as a wheel for PyPI. Can you help?", "Sure. Which build backend do you want?"),
@@ -162,12 +163,12 @@ def test_a_later_job_keeps_a_statements_key_and_never_overwrites_another_stateme
 def test_the_modes_are_settings_and_abstractive_stays_available(store: MemoryStore, workspace: Path) -> None:
     job, events = _events(store, workspace)
     binding = ScriptedBinding(["The user packages the cli tool for PyPI. The user then"])
-    text = summarize(SummaryRequest(job, events, 100, binding, settings=Settings(summary_mode="abstractive")))
+    text = summarize(SummaryRequest(job, events, 100, binding, settings=WorkerSettings(summary_mode="abstractive")))
     assert text == "The user packages the cli tool for PyPI."  # an unfinished last sentence trimmed
     facts = json.dumps({"facts": [{"key": "Backend", "content": "The project uses hatchling."}]})
     binding = ScriptedBinding([facts])
     data = store_input(store, job, events)
-    found = distill(DistillRequest(job, data, 128, binding, settings=Settings(distill_mode="abstractive")))
+    found = distill(DistillRequest(job, data, 128, binding, settings=WorkerSettings(distill_mode="abstractive")))
     assert [(c.key, c.content) for c in found] == [("backend", "The project uses hatchling.")]
     assert "confidence" not in json.dumps(binding.calls[0][2])  # the model proposes none; it is measured
     assert extractive.summarize(SummaryRequest(job, events, 100, ScriptedBinding())) == summarize(
@@ -225,7 +226,7 @@ def test_a_step_favours_its_new_slice_over_the_previous_summary() -> None:
 
 
 def test_a_chat_sessions_summary_records_its_tool_rounds_by_rule_and_the_guard_cuts_nothing(
-    store: MemoryStore, settings: Settings, workspace: Path
+    store: MemoryStore, settings: WorkerSettings, workspace: Path
 ) -> None:
     from emelex_workers.faithfulness import guards
 

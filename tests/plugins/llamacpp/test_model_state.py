@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_workers.models import ModelManager
+from emelex_workers.settings import WorkerSettings
 from tests.support.models import require_default_model
 
 require_default_model()
@@ -33,19 +34,19 @@ NEXT = [*HISTORY, {"role": "assistant", "content": "In SQLite."}, {"role": "user
 
 
 @pytest.fixture
-def store(settings: Settings):
+def store(settings: WorkerSettings):
     """The standard store of `home` (a subprocess's `emelex memory maintain` maintains it)."""
     with MemoryStore.open(settings) as opened:
         yield opened
 
 
 @pytest.fixture
-def model(settings: Settings):
+def model(settings: WorkerSettings):
     with ModelManager(settings) as manager:
         return manager.ensure_default(link=True)[0]
 
 
-def _binding(model, settings: Settings, context: int = 2048) -> LlamaBinding:
+def _binding(model, settings: WorkerSettings, context: int = 2048) -> LlamaBinding:
     return LlamaBinding(model, max_context=context, threads=1, home=settings.home_dir)
 
 
@@ -53,7 +54,7 @@ def _answer(binding: LlamaBinding, messages: list[dict]) -> str:
     return binding.stream_chat(messages, max_tokens=6, json_schema=SCHEMA, stop=threading.Event())
 
 
-def _saved_session(store: MemoryStore, workspace: Path, model, settings: Settings) -> str:
+def _saved_session(store: MemoryStore, workspace: Path, model, settings: WorkerSettings) -> str:
     """A Session whose model state was saved after one round of HISTORY; its lease released."""
     session = store.create_session(workspace)
     binding = _binding(model, settings)
@@ -68,7 +69,7 @@ def _saved_session(store: MemoryStore, workspace: Path, model, settings: Setting
 
 
 @pytest.fixture
-def resumed(store: MemoryStore, workspace: Path, model, settings: Settings):
+def resumed(store: MemoryStore, workspace: Path, model, settings: WorkerSettings):
     """A Session with a saved state, and a fresh binding to resume it with (closed afterwards)."""
     sid = _saved_session(store, workspace, model, settings)
     binding = _binding(model, settings)
@@ -88,7 +89,7 @@ def _resave(store: MemoryStore, workspace: Path, binding: LlamaBinding, saved, p
 
 
 @pytest.fixture
-def cold(model, settings: Settings) -> str:
+def cold(model, settings: WorkerSettings) -> str:
     """What the second round answers when its whole prompt is evaluated afresh."""
     binding = _binding(model, settings)
     try:
@@ -98,7 +99,7 @@ def cold(model, settings: Settings) -> str:
 
 
 def test_a_resumed_session_loads_its_state_and_evaluates_only_what_follows(
-        store: MemoryStore, workspace: Path, model, settings: Settings, cold: str) -> None:
+        store: MemoryStore, workspace: Path, model, settings: WorkerSettings, cold: str) -> None:
     sid = _saved_session(store, workspace, model, settings)
     saved = store.model_state(sid, _binding(model, settings).state_key())
     binding = _binding(model, settings)
@@ -115,7 +116,7 @@ def test_a_resumed_session_loads_its_state_and_evaluates_only_what_follows(
 
 
 def test_a_state_saved_with_other_context_settings_is_not_found(
-        store: MemoryStore, workspace: Path, model, settings: Settings, cold: str) -> None:
+        store: MemoryStore, workspace: Path, model, settings: WorkerSettings, cold: str) -> None:
     sid = _saved_session(store, workspace, model, settings)
     other = _binding(model, settings, context=1024)  # n_ctx differs: another key
     try:
@@ -179,7 +180,7 @@ def test_a_damaged_state_file_is_ignored_and_reported(
 
 
 def test_maintain_never_removes_the_state_of_a_session_with_a_live_lease(
-        store: MemoryStore, workspace: Path, model, settings: Settings, home: Path, cold: str) -> None:
+        store: MemoryStore, workspace: Path, model, settings: WorkerSettings, home: Path, cold: str) -> None:
     sid = _saved_session(store, workspace, model, settings)
     binding = _binding(model, settings)
     env = {**os.environ, "EMELEX_HOME": str(home), "EMELEX_MODEL_STATES_KEEP": "0"}

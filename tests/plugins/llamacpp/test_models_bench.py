@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import Settings
+from emelex_workers.settings import WorkerSettings
 from emelex_workers.cli import app
 from emelex_workers.models import ModelManager
 from tests.support.models import require_default_model
@@ -19,7 +19,7 @@ require_default_model()
 @pytest.fixture
 def installed(monkeypatch: pytest.MonkeyPatch, home: Path) -> str:
     monkeypatch.setenv("EMELEX_HOME", str(home))
-    with ModelManager(Settings(home=home)) as manager:
+    with ModelManager(WorkerSettings(home=home)) as manager:
         return manager.ensure_default(link=True)[0].name
 
 

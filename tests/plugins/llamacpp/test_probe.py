@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_workers.models import ModelManager
+from emelex_workers.settings import WorkerSettings
 
 from ...workers.worker.test_work import seed
 from tests.support.models import require_default_model
@@ -32,7 +33,7 @@ REBUILD = "`make rebuild-llama`"
 @pytest.fixture
 def env(home: Path) -> dict[str, str]:
     """A Home with the embedded default model installed (linked), and an environment pointing at it."""
-    with ModelManager(Settings(home=home)) as manager:
+    with ModelManager(WorkerSettings(home=home)) as manager:
         manager.install_default(link=True)
     environment = {k: v for k, v in os.environ.items() if not k.startswith("EMELEX_")}
     environment.update(EMELEX_HOME=str(home), EMELEX_PLUGINS_AUTOLOAD="0")
@@ -44,7 +45,7 @@ def _crashing(env: dict[str, str]) -> dict[str, str]:
 
 
 def test_doctor_probes_the_default_model(env: dict[str, str], home: Path) -> None:
-    MemoryStore.open(Settings(home=home)).close()
+    MemoryStore.open(WorkerSettings(home=home)).close()
     done = subprocess.run([*EMELEX, "memory", "doctor"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "[ok] llama.cpp: generated 8 tokens with smollm2-135m-instruct on this CPU" in done.stdout
@@ -52,7 +53,7 @@ def test_doctor_probes_the_default_model(env: dict[str, str], home: Path) -> Non
 
 
 def test_doctor_reports_a_crashing_build_as_one_line_naming_the_rebuild(env: dict[str, str], home: Path) -> None:
-    MemoryStore.open(Settings(home=home)).close()
+    MemoryStore.open(WorkerSettings(home=home)).close()
     done = subprocess.run([*EMELEX, "memory", "doctor", "--json"], env=_crashing(env), capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 1
@@ -64,7 +65,7 @@ def test_doctor_reports_a_crashing_build_as_one_line_naming_the_rebuild(env: dic
 
 def test_the_worker_stops_with_one_line_instead_of_dying_silently(env: dict[str, str], home: Path,
                                                                     workspace: Path) -> None:
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         seed(store, workspace, distill=False)
     done = subprocess.run([*EMELEX, "memory", "work"], env=_crashing(env), capture_output=True, text=True,
                           timeout=300)
@@ -73,7 +74,7 @@ def test_the_worker_stops_with_one_line_instead_of_dying_silently(env: dict[str,
     assert error == ("error: llama.cpp crashed (SIGILL) generating on this CPU: its build does not fit this machine; "
                      f"rebuild it with {REBUILD}")
     assert "released" in done.stderr  # the job's end line: released, no attempt consumed
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         (job,) = store.list_jobs().jobs
         assert job.state == "pending" and job.attempts == 0
 
@@ -82,10 +83,10 @@ def test_a_passed_probe_is_remembered_in_home_for_this_build_model_and_cpu(env: 
     from emelex_llamacpp.probe import probe_key
 
     child = ("import sys\n"
-             "from emelex_memory import Settings\n"
+             "from emelex_workers.settings import WorkerSettings\n"
              "from emelex_workers.models import ModelManager\n"
              "from emelex_workers.host.manager import bind_model, get_plugin_manager\n"
-             "settings = Settings()\n"
+             "settings = WorkerSettings()\n"
              "with ModelManager(settings) as manager:\n"
              "    model = manager.default()\n"
              "_, binding = bind_model(get_plugin_manager(settings), model, settings)\n"
@@ -94,7 +95,7 @@ def test_a_passed_probe_is_remembered_in_home_for_this_build_model_and_cpu(env: 
     done = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     (marker,) = (home / "cache").iterdir()
-    with ModelManager(Settings(home=home)) as manager:
+    with ModelManager(WorkerSettings(home=home)) as manager:
         model = manager.default()
     from emelex_memory.snapshots.installed import content_digest
 
@@ -114,5 +115,5 @@ def test_chat_stops_with_one_line_and_creates_nothing(env: dict[str, str], home:
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stderr == ("error: llama.cpp crashed (SIGILL) generating on this CPU: its build does not fit this "
                            f"machine; rebuild it with {REBUILD}\n")
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         assert store.list_sessions().sessions == []

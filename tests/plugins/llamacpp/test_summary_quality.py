@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from emelex_llamacpp import extractive
-from emelex_memory import DegenerateOutputError, MemoryStore, Settings
+from emelex_memory import DegenerateOutputError, MemoryStore
 from emelex_workers import faithfulness as fx
 from emelex_workers.faithfulness.guards import guard_summary
 from emelex_workers.plugin_api import SummaryRequest
 from emelex_workers.host.manager import get_plugin_manager
 from emelex_workers.worker.work import work
+from emelex_workers.settings import WorkerSettings
 
 from .test_knowledge_quality import _chat, _session
 from .test_llamacpp_extractive import ScriptedBinding
@@ -71,14 +72,14 @@ def test_a_decision_that_changes_something_goes_before_other_decisions(store: Me
 
 
 @pytest.fixture
-def wide(env: Settings, monkeypatch) -> Settings:  # noqa: F811
+def wide(env: WorkerSettings, monkeypatch) -> WorkerSettings:  # noqa: F811
     """The fake binding with the default model's 8192-token window; the built-in extractive summarizer."""
     monkeypatch.setenv("EMELEX_FAKE_PLUGIN", json.dumps({"window": WINDOW}))
     return env.model_copy(update={"summarizer": "llamacpp"})
 
 
 def test_a_chained_compaction_keeps_the_decisions_of_its_first_steps_in_its_last_summary(
-    wide: Settings, workspace: Path
+    wide: WorkerSettings, workspace: Path
 ) -> None:
     with MemoryStore.open(wide) as store:
         sid = long_session(store, workspace)

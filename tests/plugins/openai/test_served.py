@@ -24,7 +24,6 @@ from emelex_memory import (
     ModelServerTimeoutError,
     NewEvent,
     ServedEndpoint,
-    Settings,
     SnapshotMismatchError,
     UnconstrainedServerError,
 )
@@ -32,6 +31,7 @@ from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.models import ModelManager
 from emelex_workers.host.manager import bind_model, get_plugin_manager
 from emelex_workers.worker.work import work
+from emelex_workers.settings import WorkerSettings
 from tests.support.agent import answer
 from tests.support.served import ScriptedServer, add_served, free_port
 from tests.support import table_rows
@@ -47,9 +47,9 @@ TURNS = [("Which Python do we use?", "Python 3.11, with apsw."), ("Where is the 
 
 
 @pytest.fixture
-def fast(home: Path) -> Settings:
+def fast(home: Path) -> WorkerSettings:
     """Settings with short served-model timeouts and quick retries (the backoff starts at 0.25 s)."""
-    return Settings(home=home, plugins_autoload=False, served_read_timeout_s=1.0, served_connect_timeout_s=1.0,
+    return WorkerSettings(home=home, plugins_autoload=False, served_read_timeout_s=1.0, served_connect_timeout_s=1.0,
                     served_retries=2)
 
 
@@ -59,7 +59,7 @@ def server():
         yield s
 
 
-def bound(settings: Settings, model):
+def bound(settings: WorkerSettings, model):
     return bind_model(get_plugin_manager(settings), model, settings)[1]
 
 
@@ -80,13 +80,13 @@ def cli(home: Path, *args: str, env: dict | None = None) -> subprocess.Completed
     ("http://[::1", False, "malformed"),
     ("http://[zz]:80", False, "malformed"),
 ])
-def test_a_bad_url_is_refused_and_nothing_is_written(settings: Settings, url, allow, problem) -> None:
+def test_a_bad_url_is_refused_and_nothing_is_written(settings: WorkerSettings, url, allow, problem) -> None:
     with ModelManager(settings) as manager, pytest.raises(InvalidModelError, match=problem):
         manager.add_server("m", ServedEndpoint(url, "m", None, allow, 0))
     assert not settings.home_dir.exists()
 
 
-def test_plain_http_off_loopback_needs_allow_insecure_and_https_does_not(settings: Settings) -> None:
+def test_plain_http_off_loopback_needs_allow_insecure_and_https_does_not(settings: WorkerSettings) -> None:
     with ModelManager(settings) as manager:
         insecure = manager.add_server("lan", ServedEndpoint("http://192.0.2.7:8080/v1/", "m", None, True, 0))
         secure = manager.add_server("tls", ServedEndpoint("https://models.example/v1", "m", None, False, 0))
@@ -116,7 +116,7 @@ def model_binding(model, settings):
 @pytest.mark.parametrize("member", ["model_identity", "context_window"])
 def test_models_list_shows_a_binding_that_raises_as_a_problem(tmp_path: Path, server: ScriptedServer, member) -> None:
     home = tmp_path / "home"
-    add_served(Settings(home=home), "m", server.url, "scripted")
+    add_served(WorkerSettings(home=home), "m", server.url, "scripted")
     site = make_distribution(tmp_path / "site", "emelex-exploding", "0.1", {"emelex_exploding": EXPLODING.format(
         member=member)}, {"exploding": "emelex_exploding"})
     listed = cli(home, "models", "list", env={"PYTHONPATH": str(site)})
@@ -127,7 +127,7 @@ def test_models_list_shows_a_binding_that_raises_as_a_problem(tmp_path: Path, se
 
 def test_models_list_bounds_the_whole_listing_of_a_server(tmp_path: Path, server: ScriptedServer) -> None:
     home = tmp_path / "home"
-    add_served(Settings(home=home), "m", server.url, "scripted")
+    add_served(WorkerSettings(home=home), "m", server.url, "scripted")
     for path in ("/v1/models", "/api/version", "/api/tags"):  # each answer within 5 s, all of them over 10 s
         server.fail(path, ("slow", 4.0))
     listed = cli(home, "models", "list")
@@ -135,7 +135,7 @@ def test_models_list_bounds_the_whole_listing_of_a_server(tmp_path: Path, server
     assert "server not checked: the server did not finish answering within 10s" in listed.stdout
 
 
-def test_an_api_key_value_is_refused_as_a_variable_name(settings: Settings) -> None:
+def test_an_api_key_value_is_refused_as_a_variable_name(settings: WorkerSettings) -> None:
     with ModelManager(settings) as manager, pytest.raises(InvalidModelError) as err:
         manager.add_server("m", ServedEndpoint("http://127.0.0.1:1", "m", SECRET, False, 0))
     assert SECRET not in str(err.value)
@@ -177,7 +177,7 @@ def test_a_server_without_a_digest_is_listed_as_unverified(tmp_path: Path, serve
     assert "identity unverified" in listed.stdout and "reports no digest" in listed.stdout
 
 
-def test_a_refused_key_is_scrubbed_from_the_error(fast: Settings, server: ScriptedServer, monkeypatch) -> None:
+def test_a_refused_key_is_scrubbed_from_the_error(fast: WorkerSettings, server: ScriptedServer, monkeypatch) -> None:
     monkeypatch.setenv("EMELEX_TEST_KEY", SECRET)
     model = add_served(fast, "m", server.url, "scripted", api_key_env="EMELEX_TEST_KEY")
     server.fail("/v1/models", ("status", 401))  # the scripted server echoes the Authorization header back
@@ -188,7 +188,7 @@ def test_a_refused_key_is_scrubbed_from_the_error(fast: Settings, server: Script
     binding.close()
 
 
-def test_an_unset_key_variable_is_a_one_line_error(fast: Settings, server: ScriptedServer, monkeypatch) -> None:
+def test_an_unset_key_variable_is_a_one_line_error(fast: WorkerSettings, server: ScriptedServer, monkeypatch) -> None:
     monkeypatch.delenv("EMELEX_TEST_KEY", raising=False)
     model = add_served(fast, "m", server.url, "scripted", api_key_env="EMELEX_TEST_KEY")
     with pytest.raises(ModelServerError, match="EMELEX_TEST_KEY, which is not set"):
@@ -199,13 +199,13 @@ def test_an_unset_key_variable_is_a_one_line_error(fast: Settings, server: Scrip
 # -- the binding ------------------------------------------------------------------------------------------------
 
 
-def test_a_model_the_server_does_not_serve_is_refused(fast: Settings, server: ScriptedServer) -> None:
+def test_a_model_the_server_does_not_serve_is_refused(fast: WorkerSettings, server: ScriptedServer) -> None:
     model = add_served(fast, "m", server.url, "other-model")
     with pytest.raises(ModelServerError, match="does not serve model 'other-model'.*scripted"):
         bound(fast, model).context_window
 
 
-def test_429_then_200_is_retried_and_answers(fast: Settings, server: ScriptedServer) -> None:
+def test_429_then_200_is_retried_and_answers(fast: WorkerSettings, server: ScriptedServer) -> None:
     binding = bound(fast, add_served(fast, "m", server.url, "scripted"))
     binding.constraint()
     before = server.count("/v1/chat/completions")
@@ -214,7 +214,7 @@ def test_429_then_200_is_retried_and_answers(fast: Settings, server: ScriptedSer
     assert server.count("/v1/chat/completions") - before == 2
 
 
-def test_5xx_throughout_gives_up_after_the_retries(fast: Settings, server: ScriptedServer) -> None:
+def test_5xx_throughout_gives_up_after_the_retries(fast: WorkerSettings, server: ScriptedServer) -> None:
     binding = bound(fast, add_served(fast, "m", server.url, "scripted"))
     server.fail("/v1/chat/completions", *[("status", 503)] * 5)
     with pytest.raises(ModelServerError, match="HTTP 503.*after 2 retries"):
@@ -222,7 +222,7 @@ def test_5xx_throughout_gives_up_after_the_retries(fast: Settings, server: Scrip
     assert server.count("/v1/chat/completions") == 3  # the first try and served_retries=2 more
 
 
-def test_5xx_until_the_deadline_says_the_deadline_stopped_the_retries(fast: Settings, server) -> None:
+def test_5xx_until_the_deadline_says_the_deadline_stopped_the_retries(fast: WorkerSettings, server) -> None:
     settings = fast.model_copy(update={"served_retries": 20, "served_request_timeout_s": 0.5})
     binding = bound(settings, add_served(settings, "m", server.url, "scripted"))
     server.fail("/v1/chat/completions", *[("status", 503)] * 20)
@@ -232,7 +232,7 @@ def test_5xx_until_the_deadline_says_the_deadline_stopped_the_retries(fast: Sett
     assert server.count("/v1/chat/completions") < 21
 
 
-def test_a_4xx_is_not_retried(fast: Settings, server: ScriptedServer) -> None:
+def test_a_4xx_is_not_retried(fast: WorkerSettings, server: ScriptedServer) -> None:
     binding = bound(fast, add_served(fast, "m", server.url, "scripted"))
     server.fail("/v1/chat/completions", ("status", 400))
     with pytest.raises(ModelServerReplyError, match="HTTP 400"):
@@ -240,7 +240,7 @@ def test_a_4xx_is_not_retried(fast: Settings, server: ScriptedServer) -> None:
     assert server.count("/v1/chat/completions") == 1
 
 
-def test_a_server_slower_than_the_timeout_is_a_timeout_error_not_retried(fast: Settings, server) -> None:
+def test_a_server_slower_than_the_timeout_is_a_timeout_error_not_retried(fast: WorkerSettings, server) -> None:
     binding = bound(fast, add_served(fast, "m", server.url, "scripted"))
     binding.connect()
     server.fail("/v1/chat/completions", ("slow", 3.0))
@@ -269,13 +269,13 @@ def test_a_chunk_whose_choices_are_an_object_is_a_reply_error() -> None:
         _delta({"choices": {"delta": {"content": "x"}}}, "http://127.0.0.1:1")
 
 
-def test_a_template_with_a_lone_surrogate_has_a_digest(fast: Settings, server: ScriptedServer) -> None:
+def test_a_template_with_a_lone_surrogate_has_a_digest(fast: WorkerSettings, server: ScriptedServer) -> None:
     server.template = "{{ .Prompt }}\ud800"  # JSON can carry it; UTF-8 cannot
     identity = bound(fast, add_served(fast, "m", server.url, "scripted")).model_identity
     assert identity["chat_template_sha256"] == hashlib.sha256(b"{{ .Prompt }}\xed\xa0\x80").hexdigest()
 
 
-def test_a_server_killed_mid_stream_is_a_server_error(fast: Settings, server: ScriptedServer) -> None:
+def test_a_server_killed_mid_stream_is_a_server_error(fast: WorkerSettings, server: ScriptedServer) -> None:
     binding = bound(fast, add_served(fast, "m", server.url, "scripted"))
     binding.constraint()
     server.fail("/v1/chat/completions", ("drop", 1))
@@ -284,7 +284,7 @@ def test_a_server_killed_mid_stream_is_a_server_error(fast: Settings, server: Sc
                             stop=threading.Event())
 
 
-def test_a_server_that_cannot_constrain_is_refused_for_schemas_only(fast: Settings, server) -> None:
+def test_a_server_that_cannot_constrain_is_refused_for_schemas_only(fast: WorkerSettings, server) -> None:
     server.constrain = False
     binding = bound(fast, add_served(fast, "m", server.url, "scripted"))
     with pytest.raises(UnconstrainedServerError, match="does not constrain"):
@@ -294,7 +294,7 @@ def test_a_server_that_cannot_constrain_is_refused_for_schemas_only(fast: Settin
     assert binding.chat([{"role": "user", "content": "hi"}], max_tokens=8) == "Hello there!"  # free text is fine
 
 
-def test_stop_interrupts_between_chunks(fast: Settings, server: ScriptedServer) -> None:
+def test_stop_interrupts_between_chunks(fast: WorkerSettings, server: ScriptedServer) -> None:
     from emelex_workers.plugin_api import GenerationInterrupted
 
     server.reply = json.dumps({"x": "a long answer " * 10})
@@ -311,7 +311,7 @@ def test_stop_interrupts_between_chunks(fast: Settings, server: ScriptedServer) 
     assert len(pieces) == 1
 
 
-def test_progress_uses_reported_usage_and_marks_estimates(fast: Settings, server: ScriptedServer) -> None:
+def test_progress_uses_reported_usage_and_marks_estimates(fast: WorkerSettings, server: ScriptedServer) -> None:
     binding = bound(fast, add_served(fast, "m", server.url, "scripted"))
     seen = []
     binding.chat([{"role": "user", "content": "hi"}], max_tokens=8, json_schema=SCHEMA, on_token=seen.append)
@@ -359,7 +359,7 @@ def test_a_failing_server_releases_the_job_unconsumed_and_stops_the_run(fast, se
 
 
 def test_a_resume_against_a_server_reporting_another_digest_is_refused_naming_the_field(
-        fast: Settings, workspace: Path) -> None:
+        fast: WorkerSettings, workspace: Path) -> None:
     from tests.support.agent_crash_child import tools_of
 
     with ScriptedServer(reply=json.dumps(answer("hello"))) as server:
@@ -406,7 +406,7 @@ def test_emelex_chat_runs_on_a_served_model_and_refuses_a_changed_one(tmp_path: 
                               timeout=120)
         assert chat.returncode == 0, chat.stderr
         assert "hello from the server" in chat.stdout
-        with MemoryStore.open(Settings(home=home)) as store:
+        with MemoryStore.open(WorkerSettings(home=home)) as store:
             (session,) = store.list_sessions().sessions
             assert [e.kind for e in store.replay(session.id).events] == ["context", "user", "assistant", "audit"]
         server.digest = "sha256:" + "c" * 64
@@ -425,6 +425,6 @@ def test_emelex_chat_refuses_a_server_that_cannot_constrain_before_any_session(t
                               env={**os.environ, "EMELEX_HOME": str(home)}, cwd=ROOT, capture_output=True, text=True,
                               timeout=120)
     assert chat.returncode == 1 and "does not constrain" in chat.stderr and "Traceback" not in chat.stderr
-    if Settings(home=home).database_path.exists():
-        with MemoryStore.open(Settings(home=home)) as store:
+    if WorkerSettings(home=home).database_path.exists():
+        with MemoryStore.open(WorkerSettings(home=home)) as store:
             assert store.list_sessions().sessions == []

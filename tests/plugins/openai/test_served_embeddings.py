@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import MemoryStore, ModelServerReplyError, Settings
+from emelex_memory import MemoryStore, ModelServerReplyError
 from emelex_workers.worker.embedding import embed_pending, embedder_of, query_vector
 from emelex_workers.models.manager import DefaultModelUnavailableError, default_model_file
+from emelex_workers.settings import WorkerSettings
 
 from ...search.test_search_index import say
 from ...support.served import ALIAS, llama_server
@@ -23,7 +24,7 @@ except DefaultModelUnavailableError:
 
 def test_the_served_embedder_embeds_through_v1_embeddings(home: Path, workspace: Path) -> None:
     with llama_server(MODEL_FILE, embedding=True) as url:
-        settings = Settings(home=home, plugins_autoload=False, embedder="openai", embedding_url=f"{url}/v1",
+        settings = WorkerSettings(home=home, plugins_autoload=False, embedder="openai", embedding_url=f"{url}/v1",
                             embedding_model=ALIAS)
         embedder = embedder_of(settings)
         try:
@@ -39,4 +40,4 @@ def test_the_served_embedder_embeds_through_v1_embeddings(home: Path, workspace:
 
 def test_the_served_embedder_needs_its_url_and_model(home: Path) -> None:
     with pytest.raises(ModelServerReplyError, match="needs embedding_url"):
-        embedder_of(Settings(home=home, plugins_autoload=False, embedder="openai"))
+        embedder_of(WorkerSettings(home=home, plugins_autoload=False, embedder="openai"))

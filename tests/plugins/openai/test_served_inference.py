@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import DefaultModelUnavailableError, MemoryStore, Settings
+from emelex_memory import DefaultModelUnavailableError, MemoryStore
 from emelex_memory.agent import journal
 from emelex_workers.agent import workspace_map
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
@@ -27,6 +27,7 @@ from emelex_workers.cli.chat import SYSTEM_PROMPT
 from emelex_workers.host.manager import bind_model, get_plugin_manager
 from emelex_workers.models import default_model_file
 from emelex_workers.worker.work import work
+from emelex_workers.settings import WorkerSettings
 from tests.support.served_crash_child import PROMPT, agent_parts
 from tests.support.served import add_served, llama_server
 from tests.workers.worker.test_work_inference import CONVERSATION, _session
@@ -48,8 +49,8 @@ def server_url():
 
 
 @pytest.fixture
-def settings(home: Path) -> Settings:
-    return Settings(home=home, plugins_autoload=False, model_max_context_tokens=2048)
+def settings(home: Path) -> WorkerSettings:
+    return WorkerSettings(home=home, plugins_autoload=False, model_max_context_tokens=2048)
 
 
 def test_the_worker_compacts_and_distills_through_the_served_model(server_url, settings, workspace) -> None:

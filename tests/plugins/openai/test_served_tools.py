@@ -10,10 +10,11 @@ import threading
 
 import pytest
 
-from emelex_memory import ModelServerReplyError, Settings
+from emelex_memory import ModelServerReplyError
 from emelex_workers.agent.protocol import parse_round
 from emelex_workers.host.gbnf import gbnf_literal
 from emelex_workers.host.manager import bind_model, get_plugin_manager
+from emelex_workers.settings import WorkerSettings
 from tests.support.served import ScriptedServer, add_served
 from tests.support.tool_server import FLAVOURS, ToolServer, text, text_then_calls, tool_calls
 
@@ -25,11 +26,11 @@ READ = {"type": "function", "function": {"name": "read_file", "description": "Re
 
 
 @pytest.fixture
-def settings(home) -> Settings:
-    return Settings(home=home, plugins_autoload=False, served_read_timeout_s=5.0, served_retries=0)
+def settings(home) -> WorkerSettings:
+    return WorkerSettings(home=home, plugins_autoload=False, served_read_timeout_s=5.0, served_retries=0)
 
 
-def bound(settings: Settings, server: ScriptedServer):
+def bound(settings: WorkerSettings, server: ScriptedServer):
     model = add_served(settings, f"m{id(server)}", server.url, server.model_id)
     return bind_model(get_plugin_manager(settings), model, settings)[1]
 

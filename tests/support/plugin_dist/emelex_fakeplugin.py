@@ -25,6 +25,7 @@ from emelex_memory import KnowledgeCandidate
 from emelex_workers.faithfulness import sentences
 from emelex_workers.hookspecs import hookimpl
 from emelex_workers.plugin_api import Distiller, Summarizer, event_body, event_text
+from emelex_workers.plugin_api import WorkerSettings
 
 FAKE_MARKER = b"emelex-fake-model"
 HELD = []  # leases taken in "go-live" mode, kept alive so they stay live
@@ -104,9 +105,9 @@ def summarize(request) -> str:
     if mode == "overlong":
         return "word " * (request.budget_tokens * 4)
     if mode == "go-live":
-        from emelex_memory import MemoryStore, Settings
+        from emelex_memory import MemoryStore
 
-        with MemoryStore.open(Settings()) as store:
+        with MemoryStore.open(WorkerSettings()) as store:
             session = store.get_session(request.job.session_id)
             HELD.append(store.acquire_lease(session.id, session.workspace.path, ttl_s=600))
     first = sentences(event_text(request.events[0]))[0]  # a whole sentence: the guard checks every claim

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_memory.agent import journal
 from emelex_memory.errors import LeaseHeldError, ModelTamperedError, StoreBusyError
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.tools import RegisteredTool, ToolOutput, ToolSpec
 from emelex_workers.models import ModelManager
+from emelex_workers.settings import WorkerSettings
 from tests.support.agent import LABEL_SCHEMA, ScriptedBinding, answer, calls, scripted_model_file
 from tests.support import table_rows
 
@@ -28,13 +29,14 @@ ROOT = Path(__file__).resolve().parents[3]
 DROPPING_CHILD = """
 import asyncio, gc, json, sys
 from pathlib import Path
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_workers.agent.durable import DurableAgentSession
+from emelex_workers.settings import WorkerSettings
 from tests.support.agent_crash_child import snapshot_of, tools_of
 from tests.support.agent import ScriptedBinding
 
 config = json.loads(sys.argv[1])
-settings = Settings(home=Path(config["home"]))
+settings = WorkerSettings(home=Path(config["home"]))
 store = MemoryStore.open(settings)
 tools = tools_of(settings)
 binding = ScriptedBinding([])
@@ -52,7 +54,7 @@ sys.stdin.read()  # stay alive until the test is done
 
 
 def test_an_adapter_dropped_without_close_gives_its_lease_up(home, workspace) -> None:
-    settings = Settings(home=home)
+    settings = WorkerSettings(home=home)
     MemoryStore.open(settings).close()
     child = subprocess.Popen(
         [sys.executable, "-c", DROPPING_CHILD, json.dumps({"home": str(home), "workspace": str(workspace),
@@ -113,7 +115,7 @@ class Locking:
 def busy_turn(db: Path, home: Path, workspace: Path, hold_s: float, ttl_s: float):
     """One turn whose tool returns while another process holds the write lock for `hold_s` (busy timeout 100 ms);
     the store, the Session, the turn's result (or its error) and the tool."""
-    settings = Settings(home=home, busy_timeout_ms=100)
+    settings = WorkerSettings(home=home, busy_timeout_ms=100)
     tool = Locking(db, hold_s)
     tools = tool.tools()
     binding = ScriptedBinding([calls(("lock", {"label": "a"})), answer("done")])
@@ -159,7 +161,7 @@ def _no_agent_test_options(monkeypatch):
     monkeypatch.delenv("EMELEX_AGENT_TEST", raising=False)
 
 
-def tampered_model(settings: Settings, tmp_path: Path):
+def tampered_model(settings: WorkerSettings, tmp_path: Path):
     """An installed model whose file changed since it was installed: binding it raises `ModelTamperedError`."""
     with ModelManager(settings) as manager:
         model = manager.install(scripted_model_file(tmp_path / "model"), name="scripted")

@@ -18,6 +18,7 @@ from emelex_memory.errors import (
     UnknownEffectsError,
     WorkspaceReplacedError,
 )
+from emelex_workers.agent import durable
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.protocol import PROTOCOL_V2
 from emelex_workers.agent.tools import registered_tools
@@ -393,6 +394,7 @@ def test_every_persistence_step_runs_on_a_blocking_worker(store, workspace, tool
     for name in ("record_snapshot", "require_snapshot", "reconcile", "open_turn", "plan_batch", "start_call",
                  "complete_call", "publish_batch", "close_answer", "close_failed", "set_title"):
         spy(journal, name)
+    spy(durable, "create_agent_session")  # a new Session, its lease and its snapshot, in one transaction
     spy(MemoryStore, "put_asset")
     spy(MemoryStore, "finish_session")
     spy(SessionLease, "renew")
@@ -417,9 +419,9 @@ def test_every_persistence_step_runs_on_a_blocking_worker(store, workspace, tool
         await resumed.close()
 
     run(main())
-    assert set(seen) == {"record_snapshot", "require_snapshot", "reconcile", "open_turn", "plan_batch", "start_call",
-                         "complete_call", "publish_batch", "close_answer", "close_failed", "set_title", "put_asset",
-                         "finish_session", "renew"}
+    assert set(seen) == {"create_agent_session", "require_snapshot", "reconcile", "open_turn", "plan_batch",
+                         "start_call", "complete_call", "publish_batch", "close_answer", "close_failed", "set_title",
+                         "put_asset", "finish_session", "renew"}
     assert not loop_thread & set().union(*seen.values())
 
 

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_memory import MemoryStore, NewEvent
 from emelex_memory.agent import journal
 from emelex_memory.agent.snapshot import SessionSnapshot
 from emelex_workers.agent.durable import DurableAgentSession
 from emelex_workers.cli.chat import _resumed_snapshot
+from emelex_workers.settings import WorkerSettings
 from tests.support.agent import ScriptedBinding
 from tests.support.golden_agent import FILES, SCENARIOS, _parts, _write, expand, run_scenario
 
@@ -39,7 +40,7 @@ def test_a_chat_of_each_older_protocol_runs_its_rounds_as_it_did(name: str, tmp_
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_a_session_the_old_code_recorded_resumes_exactly(name: str, tmp_path: Path) -> None:
     then = GOLDEN[name]
-    workspace, settings = tmp_path / "workspace", Settings(home=tmp_path / "home", plugins_autoload=False)
+    workspace, settings = tmp_path / "workspace", WorkerSettings(home=tmp_path / "home", plugins_autoload=False)
     workspace.mkdir()
     _write(workspace)
     if any(e["kind"] == "tool_result" and e["payload"]["tool"] == "write_file" for e in then["events"]):

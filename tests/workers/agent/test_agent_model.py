@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from emelex_memory import Settings
+from emelex_workers.settings import WorkerSettings
 from emelex_memory.agent.snapshot import SessionSnapshot
 from emelex_workers.agent import protocol
 from emelex_workers.agent.schema import validate
@@ -40,7 +40,7 @@ def _short(schema: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def binding(tmp_path_factory):
-    settings = Settings(home=tmp_path_factory.mktemp("model") / "home")
+    settings = WorkerSettings(home=tmp_path_factory.mktemp("model") / "home")
     with ModelManager(settings) as manager:
         model = manager.install_default(link=True)
     b = LlamaBinding(model, max_context=2048, threads=2)

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_memory.agent import journal
 from emelex_memory.agent.recovery import recover_session
 from emelex_memory.errors import UnknownEffectsError
 from emelex_workers.agent.durable import DurableAgentSession
+from emelex_workers.settings import WorkerSettings
 from tests.support import agent as agent_support
 from tests.support.agent_crash_child import snapshot_of, tools_of
 from tests.support.agent import answer, calls
@@ -52,7 +53,7 @@ class Later:
         return time.time() + 3600
 
 
-def crash(tmp_path: Path, point: str, *, ttl_s: float = 60.0) -> tuple[Settings, str, Path, Path, dict]:
+def crash(tmp_path: Path, point: str, *, ttl_s: float = 60.0) -> tuple[WorkerSettings, str, Path, Path, dict]:
     """Run the child up to `point`, SIGKILL it there; return (settings, session ID, workspace, effects log, env)."""
     home, workspace, effects = tmp_path / "home", tmp_path / "ws", tmp_path / "effects.log"
     workspace.mkdir(exist_ok=True)
@@ -77,7 +78,7 @@ def crash(tmp_path: Path, point: str, *, ttl_s: float = 60.0) -> tuple[Settings,
     child.wait()
     child.stderr.close()
     env[agent_support.ENV] = json.dumps({"effects": str(effects)})
-    return Settings(home=home), (tmp_path / "session").read_text(), workspace, effects, env
+    return WorkerSettings(home=home), (tmp_path / "session").read_text(), workspace, effects, env
 
 
 def effect_lines(path: Path) -> list[str]:
@@ -88,7 +89,7 @@ def cli(env: dict, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*EMELEX, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
 
 
-def resume_and_finish(settings: Settings, sid: str, workspace: Path, monkeypatch, env: dict) -> list:
+def resume_and_finish(settings: WorkerSettings, sid: str, workspace: Path, monkeypatch, env: dict) -> list:
     """Resume in this (fresh) process, run one more answered turn, close cleanly; return the replayed events."""
     monkeypatch.setenv(agent_support.ENV, env[agent_support.ENV])
     store = MemoryStore.open(settings, clock=Later())

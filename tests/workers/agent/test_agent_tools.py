@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import MemoryStore, PluginHookError, Settings
+from emelex_memory import MemoryStore, PluginHookError
 from emelex_workers.agent.tools import RegisteredTool, ToolInvocation, ToolOutput, ToolSpec, registered_tools, run_tool
 from emelex_workers.hookspecs import hookimpl
 from emelex_workers.host.manager import PluginInfo, get_plugin_manager
+from emelex_workers.settings import WorkerSettings
 from emelex_tools import command, files
 from emelex_tools.plugin import tool_specs
 
@@ -24,7 +25,7 @@ def call(tool: str, workspace: Path, store: MemoryStore | None = None, **argumen
     return run_tool(BUILTIN[tool], ToolInvocation("call-1", tool, arguments, workspace, store))
 
 
-def manager(settings: Settings, *plugins: tuple[str, object]):
+def manager(settings: WorkerSettings, *plugins: tuple[str, object]):
     pm = get_plugin_manager(settings)
     for name, plugin in plugins:
         pm.add_plugin(plugin, PluginInfo(name, f"dist-{name}", "1.0", name, False))
@@ -51,7 +52,7 @@ def spec(name: str = "tool", **changes) -> ToolSpec:
 # -- the registry -------------------------------------------------------------------------------------------
 
 
-def test_builtin_and_plugin_tools_are_registered_with_their_plugin_and_version(settings: Settings) -> None:
+def test_builtin_and_plugin_tools_are_registered_with_their_plugin_and_version(settings: WorkerSettings) -> None:
     pm = get_plugin_manager(settings)
     agent_support.add_to(pm)
     tools = registered_tools(pm)
@@ -63,7 +64,7 @@ def test_builtin_and_plugin_tools_are_registered_with_their_plugin_and_version(s
     assert (authority.name, authority.approval, authority.plugin) == ("effect", "always", "agenttest")
 
 
-def test_a_tool_name_registered_by_two_plugins_names_both(settings: Settings) -> None:
+def test_a_tool_name_registered_by_two_plugins_names_both(settings: WorkerSettings) -> None:
     pm = manager(settings, ("first", Registers(spec("read_file"))))
     with pytest.raises(PluginHookError) as info:
         registered_tools(pm)
@@ -96,7 +97,7 @@ def test_a_tool_name_registered_by_two_plugins_names_both(settings: Settings) ->
     (spec(request_spans=["label"]), "request_spans must be a mapping"),
     ("not a spec", "not a ToolSpec"),
 ])
-def test_an_invalid_tool_spec_is_refused_naming_the_plugin(settings: Settings, bad: object, words: str) -> None:
+def test_an_invalid_tool_spec_is_refused_naming_the_plugin(settings: WorkerSettings, bad: object, words: str) -> None:
     pm = manager(settings, ("sloppy", Registers(bad)))
     with pytest.raises(PluginHookError) as info:
         registered_tools(pm)

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from emelex_memory.search.service import day
-from emelex_memory import InvalidInputError, MemoryStore, NewEvent, Settings
+from emelex_memory import InvalidInputError, MemoryStore, NewEvent, compaction_handler, run_one_job
 from emelex_workers.agent.tools import registered_tools
 from emelex_workers.host.manager import get_plugin_manager
 from emelex_workers.agent.recall import (
@@ -22,6 +22,9 @@ from emelex_workers.agent.recall import (
     recalled_notes,
     without_memory_tools,
 )
+from emelex_workers.settings import WorkerSettings
+
+from ...support.counting import Counted
 
 
 def request(store: MemoryStore, workspace: Path, first_message: str):
@@ -41,11 +44,11 @@ def said(store: MemoryStore, workspace: Path, *texts: str) -> str:
 
 
 def test_the_budget_is_the_setting_and_at_most_a_tenth_of_the_window(home: Path) -> None:
-    assert Settings(home=home).recall_budget_tokens == 512
-    assert recall_budget(Settings(home=home), 8192) == 512
-    assert recall_budget(Settings(home=home), 2048) == 204
-    assert recall_budget(Settings(home=home, recall_budget_tokens=100), 8192) == 100
-    assert recall_budget(Settings(home=home), 5) == 1
+    assert WorkerSettings(home=home).recall_budget_tokens == 512
+    assert recall_budget(WorkerSettings(home=home), 8192) == 512
+    assert recall_budget(WorkerSettings(home=home), 2048) == 204
+    assert recall_budget(WorkerSettings(home=home, recall_budget_tokens=100), 8192) == 100
+    assert recall_budget(WorkerSettings(home=home), 5) == 1
 
 
 def test_the_payload_labels_the_notes_and_names_key_version_and_source(store: MemoryStore, workspace: Path) -> None:
@@ -72,6 +75,25 @@ def test_the_payload_labels_the_notes_and_names_key_version_and_source(store: Me
     assert payload["budget_tokens"] == 100 and 0 < payload["tokens"] <= 100
 
 
+def test_a_notes_turn_is_the_turn_of_its_source_also_in_a_compacted_session(
+    store: MemoryStore, workspace: Path
+) -> None:
+    session = store.create_session(workspace)
+    with store.acquire_lease(session.id, workspace) as lease:
+        lease.replay()
+        for i in range(8):
+            lease.append_turn([NewEvent("user", {"text": f"step {i}"}), NewEvent("assistant", {"text": "done"})])
+    store.queue_compaction(session.id, context_window=4096, force=True)  # the first four turns become a Summary
+    assert run_one_job(store, compaction_handler(lambda events, job: "steps 0 to 3 were done")).status == "done"
+    assert store.replay(session.id).events[0].kind == "summary"
+    store.remember(workspace, "step", "step 2 was done", source=store.knowledge_source(session.id, 5, 6))
+    with Counted(store) as counts:
+        notes = recall_source(100)(request(store, workspace, "which step was done?"))["notes"]
+    (note,) = [n for n in notes if n["kind"] == "knowledge"]  # past turns may be recalled beside it
+    assert note["source"]["turn"] == 3  # seq 5 opens the third turn, which the Summary replaced in the replay view
+    assert (counts.writes, counts.reads) == (0, 1)  # the notes and their sources' turns in one read
+
+
 def test_the_budget_is_kept_and_tombstones_are_never_recalled(store: MemoryStore, workspace: Path) -> None:
     store.remember(workspace, "big", "parser " * 200)  # about 350 tokens
     store.remember(workspace, "small", "the parser is small")
@@ -95,7 +117,7 @@ def test_a_bad_budget_is_refused_when_selecting(store: MemoryStore, workspace: P
         recall_source(0)(request(store, workspace, "x"))
 
 
-def test_recalled_notes_and_the_sessions_without_memory_tools(settings: Settings) -> None:
+def test_recalled_notes_and_the_sessions_without_memory_tools(settings: WorkerSettings) -> None:
     notes = [{"key": "a"}, {"key": "b"}]
     context = ({"source": "workspace_map", "text": "map"}, {"source": RECALL_SOURCE, "text": "t", "notes": notes})
     assert recalled_notes(context) == notes and recalled_notes(()) == []

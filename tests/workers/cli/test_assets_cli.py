@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import AssetRef, MemoryStore, NewEvent, Settings
+from emelex_memory import AssetRef, MemoryStore, NewEvent
 from emelex_workers.cli import app
 from emelex_workers.cli import assets as assets_cli
+from emelex_workers.settings import WorkerSettings
 
 runner = CliRunner()
 
@@ -23,7 +24,7 @@ def env_home(monkeypatch: pytest.MonkeyPatch, home: Path) -> Path:
 
 
 def _seed(workspace: Path) -> tuple[str, list[AssetRef]]:
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(WorkerSettings()) as store:
         refs = [store.put_asset(b"png " * 10, "image/png"), store.put_asset(b"wav " * 20, "audio/wav")]
         session = store.create_session(workspace)
         with store.acquire_lease(session.id, workspace) as lease:
@@ -112,7 +113,7 @@ def test_sessions_show_lists_each_events_assets(workspace: Path) -> None:
 
 def test_show_says_when_more_links_exist(workspace: Path) -> None:
     session_id, refs = _seed(workspace)
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(WorkerSettings()) as store:
         with store.acquire_lease(session_id, workspace) as lease:
             list(lease.replay_all())
             lease.append_turn([NewEvent("user", "again", assets=(refs[0],))])

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
+from emelex_workers.settings import WorkerSettings
 
 from ...support.agent import agent_plugin_distribution, answer, calls, scripted_model_file
 from ...support import table_rows
@@ -44,7 +45,7 @@ def chat(env: dict, workspace: Path, stdin: str, outputs: list, effects: Path, *
 
 
 def events(home: Path) -> list:
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         (session,) = store.list_sessions().sessions
         return [(e.kind, e.payload) for e in store.replay(session.id).events]
 
@@ -74,7 +75,9 @@ def test_denied_and_aborted_calls_never_run(env, home, workspace, tmp_path) -> N
     assert "<- effect: denied" in out.stdout and "<- effect: not executed" in out.stdout
 
 
-def test_tools_can_be_listed_disabled_and_enabled_and_a_disabled_tool_is_refused(env, home, workspace, tmp_path) -> None:
+def test_tools_can_be_listed_disabled_and_enabled_and_a_disabled_tool_is_refused(
+    env, home, workspace, tmp_path
+) -> None:
     effects = tmp_path / "effects"
     script = [calls(("effect", {"label": "x"})), answer("fine")]
     out = chat(env, workspace, "/tools\n/tools disable effect\n/tools\ngo\n/tools enable effect\n/exit\n", script,
@@ -251,7 +254,7 @@ def test_compact_when_due_queues_the_job_and_says_what_to_do_next(env, home, wor
     assert out.returncode == 0, out.stderr
     session = out.stdout.split()[1].rstrip(";")
     assert (f"/exit, run `emelex memory work`, then `emelex chat --resume {session}`") in out.stdout
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         (job,) = [j for j in store.list_jobs().jobs if j.kind == "compaction"]
     assert job.state == "pending"
 

@@ -9,8 +9,9 @@ import time
 
 import apsw
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_memory.agent import journal
+from emelex_workers.settings import WorkerSettings
 
 from ...support.agent import answer, calls
 from .test_chat_cli import Live, chat, events, wait_for_file
@@ -48,7 +49,7 @@ def test_sigterm_while_a_tool_runs_keeps_the_lease_until_the_tool_returned(env, 
     assert live.wait() == 143
     state, ended_at = lease_row(home, session)
     assert state == "released" and ended_at >= float(done.read_text())  # released only after the tool returned
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         (call,) = journal.read_journal(store, session).calls
     assert (call.state, call.result["outcome"], call.result["output"]) == ("completed", "ok", "did a")  # kept
     resumed = chat(env, workspace, "/exit\n", [], effects, "--resume", session)

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_memory.agent import journal
+from emelex_workers.settings import WorkerSettings
 from tests.support.agent import agent_plugin_distribution
 from tests.support.served import add_served
 from tests.support.tool_server import FLAVOURS, ToolServer, text, tool_calls
@@ -45,7 +46,7 @@ def project(workspace: Path) -> Path:
 
 
 def served(home: Path, server: ToolServer) -> None:
-    add_served(Settings(home=home), "served", server.url, server.model_id, context_window=8192)
+    add_served(WorkerSettings(home=home), "served", server.url, server.model_id, context_window=8192)
 
 
 def chat(env: dict, workspace: Path, stdin: str, *args: str) -> subprocess.CompletedProcess:
@@ -54,7 +55,7 @@ def chat(env: dict, workspace: Path, stdin: str, *args: str) -> subprocess.Compl
 
 
 def history(home: Path) -> list[tuple[str, dict]]:
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         (session,) = store.list_sessions().sessions
         return [(e.kind, e.payload) for e in store.replay(session.id).events]
 
@@ -142,7 +143,7 @@ def test_sigkill_during_a_tool_then_recover_and_the_resume_shows_the_model_what_
         process.wait(timeout=30)
         process.stdout.close(), process.stderr.close(), process.stdin.close()
         seen = server.chats[0]["messages"]  # what the model saw in the round whose call was killed
-        with MemoryStore.open(Settings(home=home)) as store:
+        with MemoryStore.open(WorkerSettings(home=home)) as store:
             (session,) = [s.id for s in store.list_sessions().sessions]
         time.sleep(2.5)  # the killed chat's lease expires
         recovered = subprocess.run([*EMELEX, "memory", "sessions", "recover", session, "--accept-unknown-effects"],
@@ -173,7 +174,7 @@ def test_a_session_whose_tools_were_called_natively_is_refused_by_a_server_that_
     with ToolServer("llama-server", [text("Hello. I can read and change the files here.")]) as server:
         served(home, server)
         assert chat(env, project, "hi\n/exit\n").returncode == 0
-        with MemoryStore.open(Settings(home=home)) as store:
+        with MemoryStore.open(WorkerSettings(home=home)) as store:
             (session,) = [s.id for s in store.list_sessions().sessions]
         server.native = False  # restarted without --jinja
         before = history(home)
@@ -201,6 +202,6 @@ def test_a_server_without_native_tool_calls_gets_the_json_union_and_the_chat_say
     assert words in out.stdout
     (asked,) = server.chats
     assert "tools" not in asked and "response_format" in asked  # a round of the constrained union
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         (session,) = store.list_sessions().sessions
         assert journal.stored_snapshot(store, session.id).protocol == "emelex-tools/2"

@@ -9,16 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_memory.agent import journal
 from emelex_workers.agent.policies import default_policy
+from emelex_workers.settings import WorkerSettings
 
 from ...support.agent import answer
 from .test_chat_cli import EMELEX, chat, env  # noqa: F401 - the fixture
 
 
 def snapshot_of(home: Path):
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         (session,) = store.list_sessions().sessions
         return session.id, journal.stored_snapshot(store, session.id)
 

@@ -10,8 +10,9 @@ import re
 
 from pathlib import Path
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_memory.agent import journal
+from emelex_workers.settings import WorkerSettings
 
 from ...support.agent import answer
 from .test_chat_cli import chat, env, events  # noqa: F401 - env is a fixture
@@ -20,13 +21,13 @@ __all__ = ["env"]
 
 
 def session_of(home: Path):
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         (session,) = store.list_sessions().sessions
         return session.id, journal.stored_snapshot(store, session.id)
 
 
 def knowledge(home: Path, workspace: Path, *entries: tuple[str, str], pin: str | None = None) -> None:
-    with MemoryStore.open(Settings(home=home), create=True) as store:
+    with MemoryStore.open(WorkerSettings(home=home), create=True) as store:
         for key, content in entries:
             store.remember(workspace, key, content)
         if pin:
@@ -60,7 +61,7 @@ def test_a_resumed_chat_shows_the_notes_it_recalled_whatever_knowledge_holds_now
     first = chat(env, workspace, "how do we deploy?\n/exit\n", [answer("ok")], tmp_path / "effects")
     assert first.returncode == 0, first.stderr
     session, _ = session_of(home)
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         store.remember(workspace, "deploy", "We deploy with the pipeline now")
     resumed = chat(env, workspace, "/memory\nand now?\n/exit\n", [answer("fine")], tmp_path / "effects",
                    "--resume", session)
@@ -109,7 +110,7 @@ def test_a_new_chat_recalls_a_past_turn_with_its_date_and_memory_lists_it(env, h
     today = dt.datetime.now(dt.timezone.utc).date().isoformat()
     assert re.search(rf"  turn 1 of Session {earlier[:8]} \({today}, event \d+, user\)\n"
                      r"    note that the ferry to the island leaves at nine\n", out.stdout), out.stdout
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         newest = store.list_sessions().sessions[0].id
         (note,) = [e.payload for e in store.replay(newest).events if e.kind == "context"
                    and e.payload["source"] == "recall"]

@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import subprocess
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.workspace_map import workspace_map, workspace_map_source
+from emelex_workers.settings import WorkerSettings
 
 from ...support.agent import ScriptedBinding, answer
 from .test_chat_cli import chat, env  # noqa: F401  (env is a fixture)
@@ -19,7 +20,7 @@ def session_of(out: subprocess.CompletedProcess) -> str:
 
 
 def raw_events(home) -> list[tuple[str, str]]:
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         (session,) = store.list_sessions().sessions
         return [(e.kind, e.payload_json) for e in store.replay(session.id).events]
 

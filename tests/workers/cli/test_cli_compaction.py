@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import MemoryStore, Settings, compaction_handler, run_one_job
+from emelex_memory import MemoryStore, compaction_handler, run_one_job
 from emelex_workers.cli import app
+from emelex_workers.settings import WorkerSettings
 
 from ...support import table_rows
 from ...compaction.test_compaction import WINDOW, add_turns, summarize, tokens
@@ -28,7 +29,7 @@ def compacted(workspace: Path, times: int = 1) -> tuple[str, list[dict]]:
     """A Session of 10 turns compacted once (Summary #21 covering #1-#12), or twice (six more turns, Summary #34
     covering #13-#25 and #21)."""
     results = []
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(WorkerSettings()) as store:
         session = store.create_session(workspace, title="way back")
         add_turns(store, session.id, workspace, 10)
         for n in range(times):
@@ -106,7 +107,7 @@ def test_cli_refusals_are_one_line_and_change_nothing(workspace: Path, home: Pat
         result = memory("compaction", *args)
         assert result.exit_code == 1 and result.output.startswith(message), result.output
         assert result.output.count("\n") == 1
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(WorkerSettings()) as store:
         lease = store.acquire_lease(sid, workspace)
         busy = memory("compaction", "revert", sid)
         assert busy.exit_code == 1 and "is leased by" in busy.output

@@ -14,8 +14,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_memory import MemoryStore, NewEvent
 from emelex_workers.cli import app
+from emelex_workers.settings import WorkerSettings
 
 from ...support.plugins import fake_model_file
 
@@ -118,7 +119,7 @@ def test_errors_under_json_are_one_json_object_on_stderr_with_the_same_status(ho
     assert usage.exit_code == 2 and usage.stdout == ""
     assert json.loads(usage.stderr) == {"error": {
         "type": "BadParameter", "message": "Invalid value for '--limit': must be between 1 and 10000, got 0"}}
-    MemoryStore.open(Settings()).close()
+    MemoryStore.open(WorkerSettings()).close()
     unknown = run("memory", "sessions", "show", "no-such-session", "--json")
     assert unknown.exit_code == 1 and json.loads(unknown.stderr)["error"]["type"] == "SessionNotFoundError"
     plain = run("memory", "sessions", "show", "no-such-session")
@@ -142,7 +143,7 @@ def test_every_command_reports_its_outcome_under_json(home: Path, workspace: Pat
     for args, expected in [(["list"], "listed"), (["show", "k"], "found"), (["history", "k"], "listed"),
                            (["pin", "k"], "pinned"), (["unpin", "k"], "unpinned"), (["forget", "k"], "forgotten")]:
         assert outcome("memory", "knowledge", *args, *w)["outcome"] == expected, args
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(WorkerSettings()) as store:
         image = store.put_asset(b"png " * 8, "image/png")
         sid = store.create_session(workspace).id
         with store.acquire_lease(sid, workspace) as lease:
@@ -185,7 +186,7 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def test_a_closed_stdout_ends_quietly_with_status_141(home: Path) -> None:
-    MemoryStore.open(Settings()).close()
+    MemoryStore.open(WorkerSettings()).close()
     read, write = os.pipe()
     os.close(read)  # the reader is gone before the first line: every write fails with EPIPE
     try:
@@ -197,7 +198,7 @@ def test_a_closed_stdout_ends_quietly_with_status_141(home: Path) -> None:
 
 
 def test_doctor_piped_into_head_prints_no_error(home: Path) -> None:
-    MemoryStore.open(Settings()).close()
+    MemoryStore.open(WorkerSettings()).close()
     command = " ".join(f"'{a}'" for a in EMELEX)
     proc = subprocess.run(["sh", "-c", f"{command} memory doctor | head -1"], capture_output=True, text=True,
                           env=_env(home), timeout=120)

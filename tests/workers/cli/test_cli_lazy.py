@@ -10,9 +10,10 @@ from pathlib import Path
 
 import typer
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_workers.cli import app
 from emelex_workers.cli.common import LazyGroup, load_command
+from emelex_workers.settings import WorkerSettings
 
 PROBE = """
 import json, sys
@@ -42,7 +43,7 @@ def test_help_imports_no_storage_plugin_or_command_code(tmp_path: Path) -> None:
 
 def test_an_idle_worker_imports_only_its_own_command(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    MemoryStore.open(Settings(home=home)).close()
+    MemoryStore.open(WorkerSettings(home=home)).close()
     loaded = _modules_after(home, "memory", "work")
     commands = {m for m in loaded if m.startswith("emelex_workers.cli.")}
     assert commands == {"emelex_workers.cli.common", "emelex_workers.cli.memory", "emelex_workers.cli.work",
@@ -54,7 +55,7 @@ def test_an_idle_worker_imports_only_its_own_command(tmp_path: Path) -> None:
 
 def test_an_idle_worker_builds_only_the_queue_services(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    MemoryStore.open(Settings(home=home)).close()
+    MemoryStore.open(WorkerSettings(home=home)).close()
     loaded = _modules_after(home, "memory", "work")
     assert {"emelex_memory.store", "emelex_memory.queue.service", "emelex_memory.queue.status"} <= loaded
     features = ("compaction", "knowledge", "maintenance", "snapshots")

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_memory import MemoryStore, NewEvent
 from emelex_memory.core.connection import connect
 from emelex_workers.cli import app
+from emelex_workers.settings import WorkerSettings
 
 from ...support import file_state
 
@@ -25,7 +26,7 @@ def env_home(monkeypatch: pytest.MonkeyPatch, home: Path) -> Path:
 
 
 def _seed(workspace: Path) -> str:
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(WorkerSettings()) as store:
         session = store.create_session(workspace, title="cli test")
         with store.acquire_lease(session.id, workspace) as lease:
             lease.replay()
@@ -34,7 +35,7 @@ def _seed(workspace: Path) -> str:
 
 
 def test_doctor_on_a_new_store_is_healthy(home: Path) -> None:
-    MemoryStore.open(Settings()).close()
+    MemoryStore.open(WorkerSettings()).close()
     result = runner.invoke(app, ["memory", "doctor"])
     assert result.exit_code == 0, result.output
     assert "healthy" in result.output and "FAIL" not in result.output
@@ -46,7 +47,7 @@ def test_doctor_on_a_new_store_is_healthy(home: Path) -> None:
 
 
 def test_doctor_reports_a_bad_mode_and_exits_nonzero(home: Path) -> None:
-    MemoryStore.open(Settings()).close()
+    MemoryStore.open(WorkerSettings()).close()
     db = home / "memory" / "emelex.sqlite3"
     os.chmod(db, 0o644)
     result = runner.invoke(app, ["memory", "doctor"])
@@ -108,10 +109,10 @@ def test_reinit_after_deletion(workspace: Path, home: Path) -> None:
 def test_config_toml_in_home_is_read(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home.mkdir(mode=0o700)
     (home / "config.toml").write_text("session_lease_ttl_s = 12.5\n")
-    assert Settings().session_lease_ttl_s == 12.5
+    assert WorkerSettings().session_lease_ttl_s == 12.5
     monkeypatch.setenv("EMELEX_SESSION_LEASE_TTL_S", "7")
-    assert Settings().session_lease_ttl_s == 7
-    assert Settings(session_lease_ttl_s=3).session_lease_ttl_s == 3
+    assert WorkerSettings().session_lease_ttl_s == 7
+    assert WorkerSettings(session_lease_ttl_s=3).session_lease_ttl_s == 3
 
 
 def test_malformed_config_toml_is_one_line(home: Path) -> None:
@@ -124,7 +125,7 @@ def test_malformed_config_toml_is_one_line(home: Path) -> None:
 
 
 def test_doctor_reports_a_deleted_database(home: Path) -> None:
-    MemoryStore.open(Settings()).close()
+    MemoryStore.open(WorkerSettings()).close()
     db = home / "memory" / "emelex.sqlite3"
     os.remove(db)
     result = runner.invoke(app, ["memory", "doctor"])
@@ -161,7 +162,7 @@ def test_doctor_reports_a_corrupt_database(home: Path, workspace: Path) -> None:
 
 
 def test_doctor_reports_a_symlinked_sidecar(home: Path, tmp_path: Path) -> None:
-    MemoryStore.open(Settings()).close()
+    MemoryStore.open(WorkerSettings()).close()
     side = home / "memory" / ".emelex.sqlite3.lock"
     os.remove(side)
     os.symlink(tmp_path / "elsewhere", side)

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_memory import MemoryStore, NewEvent
 from emelex_memory.job_kinds import builtin_kinds
 from emelex_workers.cli import app
+from emelex_workers.settings import WorkerSettings
 
 from ...support import kinds_fixture, table_rows
 
@@ -32,7 +33,7 @@ def mem(*args: str):
 
 
 def _seed(workspace: Path, turns: int = 10) -> str:
-    with MemoryStore.open(Settings(), kinds=KINDS) as store:
+    with MemoryStore.open(WorkerSettings(), kinds=KINDS) as store:
         session = store.create_session(workspace)
         with store.acquire_lease(session.id, workspace) as lease:
             lease.replay()
@@ -56,7 +57,7 @@ def test_compact_queues_a_job_and_says_why_when_it_does_not(workspace: Path, hom
     assert json.loads(forced.output)["job"]["id"] == data["job"]["id"]  # one active compaction per Session
     listed = mem("jobs", "list")
     assert listed.exit_code == 0 and data["job"]["id"] in listed.output and "pending" in listed.output
-    with MemoryStore.open(Settings(), kinds=KINDS) as store:
+    with MemoryStore.open(WorkerSettings(), kinds=KINDS) as store:
         assert store.get_session(sid).last_seq == 20  # planning never writes a Summary
 
 
@@ -71,7 +72,7 @@ def test_compact_refuses_bad_input_with_one_line(workspace: Path, home: Path) ->
 
 def test_failed_retry_and_cancel(workspace: Path, home: Path) -> None:
     sid = _seed(workspace, turns=1)
-    with MemoryStore.open(Settings(), kinds=KINDS) as store:
+    with MemoryStore.open(WorkerSettings(), kinds=KINDS) as store:
         broken = store.enqueue_job("noop", sid, {"n": 1}).job
         store.claim_job("noop").fail("model exploded\nwith a traceback", permanent=True)
         waiting = store.enqueue_job("noop", sid, {"n": 2}).job
@@ -104,7 +105,7 @@ def test_failed_retry_and_cancel(workspace: Path, home: Path) -> None:
 
 def test_jobs_list_pages_with_a_cursor(workspace: Path) -> None:
     sid = _seed(workspace, turns=1)
-    with MemoryStore.open(Settings(), kinds=KINDS) as store:
+    with MemoryStore.open(WorkerSettings(), kinds=KINDS) as store:
         ids = [store.enqueue_job("noop", sid, {"n": i}).job.id for i in range(3)]
     first = mem("jobs", "list", "--limit", "2")
     assert first.exit_code == 0 and ids[2] in first.output and ids[1] in first.output and ids[0] not in first.output
@@ -132,7 +133,7 @@ def test_a_turn_too_large_for_the_window_names_the_flag_and_a_window_that_fits(w
 def test_compact_never_reports_a_plan_that_already_failed_as_queued(workspace: Path, home: Path, ending: str) -> None:
     sid = _seed(workspace)
     first = json.loads(mem("compact", sid, "--context-window", "2000", "--json").output)["job"]["id"]
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(WorkerSettings()) as store:
         if ending == "failed":
             store.claim_job("compaction").fail("the summarizer exploded", permanent=True)
         else:

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_memory import MemoryStore, NewEvent
 from emelex_workers.cli import app
+from emelex_workers.settings import WorkerSettings
 
 from ...support import table_rows
 
@@ -27,7 +28,7 @@ def k(*args: str):
 
 
 def test_remember_list_show_history(workspace: Path, home: Path) -> None:
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(WorkerSettings()) as store:
         session = store.create_session(workspace)
         with store.acquire_lease(session.id, workspace) as lease:
             lease.replay()

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import ModelNotInstalledError, Settings
+from emelex_memory import ModelNotInstalledError
 from emelex_workers.cli import app
 from emelex_workers.models import ModelManager
+from emelex_workers.settings import WorkerSettings
 
 from ...support.plugins import fake_model_file
 
@@ -56,7 +57,7 @@ def test_error_paths_on_a_fresh_home_create_nothing(home: Path, monkeypatch, arg
 def test_error_paths_on_a_home_with_models_change_nothing(home: Path, tmp_path: Path, monkeypatch, args, message):
     monkeypatch.setenv("EMELEX_HOME", str(home))
     fake = fake_model_file(tmp_path / "files")
-    with ModelManager(Settings()) as manager:
+    with ModelManager(WorkerSettings()) as manager:
         manager.install(fake, name="good")
     before = tree(home)
     result = models(*[a.replace("{fake}", str(fake)) for a in args])
@@ -66,7 +67,7 @@ def test_error_paths_on_a_home_with_models_change_nothing(home: Path, tmp_path: 
 
 def test_list_shows_the_good_models_and_flags_a_damaged_one(home: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("EMELEX_HOME", str(home))
-    with ModelManager(Settings()) as manager:
+    with ModelManager(WorkerSettings()) as manager:
         for name in ("alpha", "broken", "gamma"):
             manager.install(fake_model_file(tmp_path / name), name=name)
     manifest = home / "models" / "broken" / "manifest.json"
@@ -85,7 +86,7 @@ def test_list_shows_the_good_models_and_flags_a_damaged_one(home: Path, tmp_path
 @pytest.mark.parametrize("kind", ["file", "symlink"])
 def test_list_flags_an_entry_that_is_no_directory_with_a_remedy(home: Path, tmp_path: Path, monkeypatch, kind) -> None:
     monkeypatch.setenv("EMELEX_HOME", str(home))
-    with ModelManager(Settings()) as manager:
+    with ModelManager(WorkerSettings()) as manager:
         manager.install(fake_model_file(tmp_path / "alpha"), name="alpha")
     odd = home / "models" / "odd"
     if kind == "file":
@@ -99,7 +100,7 @@ def test_list_flags_an_entry_that_is_no_directory_with_a_remedy(home: Path, tmp_
 
 def test_list_flags_a_truncated_or_missing_model_file_without_hashing(home: Path, tmp_path: Path, monkeypatch):
     monkeypatch.setenv("EMELEX_HOME", str(home))
-    with ModelManager(Settings()) as manager:
+    with ModelManager(WorkerSettings()) as manager:
         for name in ("cut", "gone", "whole"):
             manager.install(fake_model_file(tmp_path / name), name=name)
     cut = home / "models" / "cut" / "model.gguf"
@@ -122,7 +123,7 @@ def test_list_flags_a_truncated_or_missing_model_file_without_hashing(home: Path
 def test_a_missing_default_model_names_the_command_that_installs_it(home: Path, monkeypatch) -> None:
     monkeypatch.setenv("EMELEX_HOME", str(home))
     with pytest.raises(ModelNotInstalledError, match=r"`emelex models install --default`"):
-        with ModelManager(Settings()) as manager:
+        with ModelManager(WorkerSettings()) as manager:
             manager.default()
     assert not home.exists() or list(home.iterdir()) == []
 

@@ -12,12 +12,13 @@ import subprocess
 
 import pytest
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_memory.agent import journal
 from emelex_memory.errors import SnapshotMismatchError
 from emelex_memory.snapshots.installed import MANIFEST_NAME, read_installed, revalidate
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.models import ModelManager
+from emelex_workers.settings import WorkerSettings
 
 from ...support.agent import ScriptedBinding, scripted_model_file
 from .test_chat_cli import EMELEX, chat, env  # noqa: F401  (env is a fixture)
@@ -34,12 +35,12 @@ def test_a_chat_made_with_another_context_size_resumes_with_its_own(env, home, w
     session = session_of(made)
     resumed = chat(env, workspace, "/exit\n", [], tmp_path / "effects", "--resume", session)  # the default window
     assert resumed.returncode == 0, resumed.stderr
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         assert journal.stored_snapshot(store, session).context_size == 2048
 
 
 def test_installing_the_same_file_again_gives_the_same_snapshot_id(home, tmp_path) -> None:
-    settings = Settings(home=home)
+    settings = WorkerSettings(home=home)
     source = scripted_model_file(tmp_path / "model")
     with ModelManager(settings) as manager:
         first = manager.install(source, name="scripted")
@@ -53,7 +54,7 @@ def test_installing_the_same_file_again_gives_the_same_snapshot_id(home, tmp_pat
 
 
 def test_a_manifest_of_the_first_format_keeps_its_snapshot_id(home, tmp_path) -> None:
-    settings = Settings(home=home)
+    settings = WorkerSettings(home=home)
     with ModelManager(settings) as manager:
         model = manager.install(scripted_model_file(tmp_path / "model"), name="scripted")
     path = model.directory / MANIFEST_NAME

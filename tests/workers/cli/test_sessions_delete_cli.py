@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_memory import MemoryStore, NewEvent
 from emelex_workers.cli import app
+from emelex_workers.settings import WorkerSettings
 
 from ...support import table_rows
 
@@ -19,7 +20,7 @@ from ...support import table_rows
 def sid(monkeypatch: pytest.MonkeyPatch, home: Path, workspace: Path) -> str:
     """A Session of one turn in the store of `home`, which the CLI uses."""
     monkeypatch.setenv("EMELEX_HOME", str(home))
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(WorkerSettings()) as store:
         session = store.create_session(workspace, title="doomed")
         with store.acquire_lease(session.id, workspace) as lease:
             lease.replay()

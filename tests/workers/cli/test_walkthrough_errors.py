@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_memory.agent.journal import open_turn
 from emelex_workers.cli import app
 from emelex_workers.models import ModelManager
+from emelex_workers.settings import WorkerSettings
 
 from ...support import table_rows
 from ...support.plugins import fake_model_file
@@ -52,19 +53,19 @@ def test_a_home_whose_name_is_not_utf8_is_refused_and_nothing_is_created(tmp_pat
 
 def test_a_backup_to_a_path_that_is_not_utf8_is_refused_and_creates_nothing(home: Path, tmp_path: Path,
                                                                              workspace: Path) -> None:
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         store.create_session(workspace)
     files = tree(home).keys()
-    before = table_rows(Settings(home=home).database_path)
+    before = table_rows(WorkerSettings(home=home).database_path)
     dest = os.fsdecode(os.fsencode(tmp_path) + b"/x-\xff")
     one_line_error(run("memory", "backup", dest, home=home), "not valid UTF-8", "backup directory")
     assert not os.path.lexists(dest) and tree(home).keys() == files
-    assert table_rows(Settings(home=home).database_path) == before
+    assert table_rows(WorkerSettings(home=home).database_path) == before
 
 
 def test_a_restore_from_a_path_that_is_not_utf8_is_refused_and_creates_nothing(home: Path, tmp_path: Path,
                                                                                workspace: Path) -> None:
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         store.create_session(workspace)
     assert run("memory", "backup", str(tmp_path / "bk"), home=home).exit_code == 0
     src = os.fsencode(tmp_path) + b"/bk\xff"
@@ -75,9 +76,9 @@ def test_a_restore_from_a_path_that_is_not_utf8_is_refused_and_creates_nothing(h
 
 
 def test_restore_says_where_the_model_manifests_went(home: Path, tmp_path: Path, workspace: Path) -> None:
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         store.create_session(workspace)
-    with ModelManager(Settings(home=home)) as manager:
+    with ModelManager(WorkerSettings(home=home)) as manager:
         manager.install(fake_model_file(tmp_path / "files"), name="good")
     assert run("memory", "backup", str(tmp_path / "bk"), home=home).exit_code == 0
     fresh = tmp_path / "fresh"
@@ -90,7 +91,7 @@ def test_restore_says_where_the_model_manifests_went(home: Path, tmp_path: Path,
 
 def open_agent_turn(home: Path, workspace: Path) -> str:
     """A Session whose agent turn was left open (as a crash leaves it), its lease released."""
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         sid = store.create_session(workspace).id
         with store.acquire_lease(sid, workspace) as lease:
             lease.replay()
@@ -102,7 +103,7 @@ def open_agent_turn(home: Path, workspace: Path) -> str:
 def test_recover_of_a_renamed_workspace_names_workspace_dir(home: Path, workspace: Path, tmp_path: Path) -> None:
     sid = open_agent_turn(home, workspace)
     workspace.rename(tmp_path / "renamed")
-    before = table_rows(Settings(home=home).database_path)
+    before = table_rows(WorkerSettings(home=home).database_path)
     result = run("memory", "sessions", "recover", sid, home=home)
     one_line_error(result, "--workspace DIR", str(workspace))
     assert "run it from" not in result.output
@@ -110,13 +111,13 @@ def test_recover_of_a_renamed_workspace_names_workspace_dir(home: Path, workspac
     result = run("memory", "sessions", "recover", sid, "--workspace", str(workspace), home=home)
     one_line_error(result, "--workspace", "rebind")
     assert "run it from" not in result.output
-    assert table_rows(Settings(home=home).database_path) == before
+    assert table_rows(WorkerSettings(home=home).database_path) == before
 
 
 @pytest.mark.parametrize("kind", ["missing", "file"])
 def test_recover_checks_workspace_first_even_with_nothing_open(home: Path, workspace: Path, tmp_path: Path,
                                                                kind: str) -> None:
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         sid = store.create_session(workspace).id
     bad = tmp_path / "bad"
     if kind == "file":
@@ -135,14 +136,14 @@ def test_recover_checks_workspace_first_even_with_nothing_open(home: Path, works
 ])
 def test_an_empty_path_is_a_usage_error_not_the_current_directory(home: Path, tmp_path: Path, workspace: Path,
                                                                  monkeypatch, args) -> None:
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         store.create_session(workspace)
     here = tmp_path / "here"
     here.mkdir()
     monkeypatch.chdir(here)
-    before = table_rows(Settings(home=home).database_path)
+    before = table_rows(WorkerSettings(home=home).database_path)
     result = run(*args, home=home)
     assert result.exit_code == 2, result.output
     assert "an empty path names no directory" in result.output and "Traceback" not in result.output
     assert os.listdir(here) == []  # a backup did not land in the current directory
-    assert table_rows(Settings(home=home).database_path) == before
+    assert table_rows(WorkerSettings(home=home).database_path) == before

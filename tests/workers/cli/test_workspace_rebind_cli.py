@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import MemoryStore, NewEvent, Settings, WorkspaceReplacedError
+from emelex_memory import MemoryStore, NewEvent, WorkspaceReplacedError
 from emelex_workers.cli import app
+from emelex_workers.settings import WorkerSettings
 
 from ...support import table_rows
 
@@ -28,7 +29,7 @@ def w(*args: str):
 
 
 def history(workspace: Path) -> str:
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(WorkerSettings()) as store:
         session = store.create_session(workspace, title="before the re-clone")
         with store.acquire_lease(session.id, workspace) as lease:
             lease.replay()
@@ -54,7 +55,7 @@ def test_a_re_clone_is_refused_with_advice_that_rebind_makes_good(workspace: Pat
         shown = runner.invoke(app, ["memory", "knowledge", *args, "-w", str(workspace)])
         assert shown.exit_code == 1 and shown.output.count("\n") == 1, shown.output
         assert "last seen at this path" in shown.output and "workspaces rebind 1 " in shown.output
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(WorkerSettings()) as store:
         with pytest.raises(WorkspaceReplacedError, match="workspaces rebind 1 ") as raised:
             store.acquire_lease(sid, workspace)
         advice = str(raised.value)
@@ -63,7 +64,7 @@ def test_a_re_clone_is_refused_with_advice_that_rebind_makes_good(workspace: Pat
     rebound = runner.invoke(app, command[1:])
     assert rebound.exit_code == 0 and "workspace 1 is now" in rebound.output and "rebound by" in rebound.output
     assert "make test" in runner.invoke(app, ["memory", "knowledge", "list", "-w", str(workspace)]).output
-    with MemoryStore.open(Settings()) as store, store.acquire_lease(sid, workspace) as lease:
+    with MemoryStore.open(WorkerSettings()) as store, store.acquire_lease(sid, workspace) as lease:
         assert len(list(lease.replay_all())) == 1
         lease.release()
     assert json.loads(w("list", "--json").output)["workspaces"][0]["rebinds"] == 1
@@ -75,7 +76,7 @@ def test_rebind_refuses_without_yes_or_with_bad_input_and_changes_nothing(
     history(workspace)
     shutil.rmtree(workspace)
     workspace.mkdir()
-    db = Settings().database_path
+    db = WorkerSettings().database_path
     before = table_rows(db)
     for args, message in (
         (["rebind", "1", str(workspace)], "needs explicit confirmation: pass --yes"),
@@ -91,7 +92,7 @@ def test_rebind_refuses_without_yes_or_with_bad_input_and_changes_nothing(
 
 
 def test_list_pages_with_a_cursor(tmp_path: Path) -> None:
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(WorkerSettings()) as store:
         for i in range(3):
             (tmp_path / f"ws{i}").mkdir()
             store.create_session(tmp_path / f"ws{i}")
@@ -118,7 +119,7 @@ def test_rebind_onto_an_empty_workspace_says_it_retired_it(workspace: Path) -> N
     history(workspace)
     shutil.rmtree(workspace)
     workspace.mkdir()
-    with MemoryStore.open(Settings()) as store:
+    with MemoryStore.open(WorkerSettings()) as store:
         store.delete_session(store.create_session(workspace, new_workspace=True).id)
     rebound = w("rebind", "1", str(workspace), "--yes")
     assert rebound.exit_code == 0 and "the empty workspace 2 it was until now is retired" in rebound.output
@@ -150,7 +151,7 @@ def test_list_counts_rebinds_and_show_prints_the_history(workspace: Path, tmp_pa
 
 def test_rebind_to_the_directory_it_already_is_needs_no_yes(workspace: Path) -> None:
     history(workspace)
-    db = Settings().database_path
+    db = WorkerSettings().database_path
     before = table_rows(db)
     result = w("rebind", "1", str(workspace))
     assert result.exit_code == 0, result.output
@@ -162,8 +163,8 @@ def test_rebind_to_the_directory_it_already_is_needs_no_yes(workspace: Path) -> 
                                   ["rebind", "--", "-1", "."], ["show", "99999999999999999999"]])
 def test_a_workspace_id_below_one_or_not_an_integer_is_a_usage_error(workspace: Path, home: Path, args) -> None:
     history(workspace)
-    before = table_rows(Settings().database_path)
+    before = table_rows(WorkerSettings().database_path)
     result = w(*args)
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: Invalid value for 'WORKSPACE_ID'"), result.output
-    assert table_rows(Settings().database_path) == before
+    assert table_rows(WorkerSettings().database_path) == before

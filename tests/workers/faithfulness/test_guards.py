@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import CompactionPolicy, KnowledgeCandidate, MemoryStore, NewEvent, Settings
+from emelex_memory import CompactionPolicy, KnowledgeCandidate, MemoryStore, NewEvent
 from emelex_workers.faithfulness.guards import guard_candidates
 from emelex_workers.hookspecs import hookimpl
 from emelex_workers.models import ModelManager
 from emelex_workers.plugin_api import Distiller, Summarizer
 from emelex_workers.host.manager import PluginInfo, get_plugin_manager
 from emelex_workers.worker.work import work
+from emelex_workers.settings import WorkerSettings
 
 from ...support import Clock
 from ...support.plugins import activate, fake_model_file, fake_plugin_distribution
@@ -54,19 +55,19 @@ class Scripted:
 
 
 @pytest.fixture
-def env(tmp_path: Path, home: Path, monkeypatch) -> Settings:
+def env(tmp_path: Path, home: Path, monkeypatch) -> WorkerSettings:
     """Home with the fake model installed (bound by the fake plugin) and the scripted components selected."""
     activate(monkeypatch, fake_plugin_distribution(tmp_path / "site"))
     monkeypatch.setenv("EMELEX_HOME", str(home))
     for key, value in {"DEFAULT_MODEL": "fake", "SUMMARIZER": "scripted", "DISTILLER": "scripted"}.items():
         monkeypatch.setenv(f"EMELEX_{key}", value)
-    settings = Settings()
+    settings = WorkerSettings()
     with ModelManager(settings) as manager:
         manager.install(fake_model_file(tmp_path / "files"), name="fake")
     return settings
 
 
-def _run(store: MemoryStore, env: Settings, plugin: Scripted):
+def _run(store: MemoryStore, env: WorkerSettings, plugin: Scripted):
     pm = get_plugin_manager(env)
     pm.add_plugin(plugin, PluginInfo("scripted", "test", "0", "test", False))
     return work(store, env, pm=pm)
@@ -91,7 +92,7 @@ def _job(store: MemoryStore, kind: str):
     return next(j for j in store.list_jobs().jobs if j.kind == kind)
 
 
-def test_unfaithful_candidates_are_dropped_and_counted_in_the_job_result(env: Settings, workspace: Path) -> None:
+def test_unfaithful_candidates_are_dropped_and_counted_in_the_job_result(env: WorkerSettings, workspace: Path) -> None:
     plugin = Scripted(proposals=[
         KnowledgeCandidate("database", "We use PostgreSQL 16 for the orders service.", 0.7),  # a quote
         KnowledgeCandidate("migrations", "The migration scripts live in db/migrations.", 0.6),  # supported
@@ -117,7 +118,7 @@ def test_unfaithful_candidates_are_dropped_and_counted_in_the_job_result(env: Se
     assert plugin.requests[0].attempt == 0 and plugin.requests[0].settings is not None
 
 
-def test_a_distillation_that_saves_nothing_says_why(env: Settings, workspace: Path) -> None:
+def test_a_distillation_that_saves_nothing_says_why(env: WorkerSettings, workspace: Path) -> None:
     plugin = Scripted(proposals=[KnowledgeCandidate("cache", "Redis caches the orders.", 0.8)] +
                       [KnowledgeCandidate(f"k{i}", "Migration scripts live in db/migrations/.", 0.9 + i) for i in
                        range(1, 4)])
@@ -131,14 +132,14 @@ def test_a_distillation_that_saves_nothing_says_why(env: Settings, workspace: Pa
     assert report.jobs[0].detail == f"completed; {job.result['nothing_saved']}"  # what `emelex memory work` prints
 
 
-def test_a_distiller_proposing_nothing_is_named_as_the_reason(env: Settings, workspace: Path) -> None:
+def test_a_distiller_proposing_nothing_is_named_as_the_reason(env: WorkerSettings, workspace: Path) -> None:
     with MemoryStore.open(env) as store:
         _seed(store, workspace, compact=False)
         _run(store, env, Scripted(proposals=[]))
         assert _job(store, "distill").result["nothing_saved"] == "the distiller proposed no Knowledge"
 
 
-def test_the_summary_is_cleaned_before_it_is_stored(env: Settings, workspace: Path) -> None:
+def test_the_summary_is_cleaned_before_it_is_stored(env: WorkerSettings, workspace: Path) -> None:
     raw = ("We use PostgreSQL 16 for the orders service. We use PostgreSQL 16 for the orders service. "
            "Migration scripts live in db/migrations/. Migrations run on every deploy. The assistant then")
     with MemoryStore.open(env) as store:
@@ -150,7 +151,9 @@ def test_the_summary_is_cleaned_before_it_is_stored(env: Settings, workspace: Pa
                                        "db/migrations/.")  # "Migrations run on every deploy." no source says
 
 
-def test_a_degenerate_summary_fails_retryably_and_the_retry_gets_its_attempt(env: Settings, workspace: Path) -> None:
+def test_a_degenerate_summary_fails_retryably_and_the_retry_gets_its_attempt(
+    env: WorkerSettings, workspace: Path
+) -> None:
     looped = "We use PostgreSQL 16. " * 6
     plugin = Scripted(summaries=[looped, f"{EXAMPLE} We use PostgreSQL 16. Migration scripts live in db/migrations/."])
     clock = Clock()
@@ -171,7 +174,7 @@ def test_a_degenerate_summary_fails_retryably_and_the_retry_gets_its_attempt(env
     assert summary.kind == "summary" and summary.payload["text"] == text
 
 
-def test_a_retry_repeating_a_rejected_summary_fails_for_good(env: Settings, workspace: Path) -> None:
+def test_a_retry_repeating_a_rejected_summary_fails_for_good(env: WorkerSettings, workspace: Path) -> None:
     plugin = Scripted(summaries=[EXAMPLE])  # the same worked-example echo on every attempt
     clock = Clock()
     with MemoryStore.open(env, clock=clock) as store:
@@ -189,7 +192,7 @@ def test_a_retry_repeating_a_rejected_summary_fails_for_good(env: Settings, work
 
 
 def test_a_degenerate_summary_from_a_summarizer_that_made_no_model_call_fails_for_good_saying_what_a_user_can_do(
-    env: Settings, workspace: Path
+    env: WorkerSettings, workspace: Path
 ) -> None:
     plugin = Scripted(summaries=[EXAMPLE], rule_based=True)  # a retry would compute the same output
     with MemoryStore.open(env) as store:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import PluginHookError, PluginLoadError, Settings, UnknownPluginComponentError
+from emelex_memory import PluginHookError, PluginLoadError, UnknownPluginComponentError
 from emelex_workers import hookspecs
 from emelex_workers.cli import app
 from emelex_workers.hookspecs import hookimpl
@@ -28,6 +28,7 @@ from emelex_workers.host.manager import (
     get_plugin_manager,
     summarizers,
 )
+from emelex_workers.settings import WorkerSettings
 
 from ...support.plugins import activate, fake_model_file, fake_plugin_distribution, make_distribution
 
@@ -80,7 +81,7 @@ def test_every_hook_has_a_test(hook: str) -> None:
 # -- the hooks --------------------------------------------------------------------------------------------
 
 
-def test_hook_register_tools(settings: Settings) -> None:
+def test_hook_register_tools(settings: WorkerSettings) -> None:
     from emelex_workers.agent.tools import ToolOutput, ToolSpec, registered_tools
 
     class One:
@@ -94,7 +95,7 @@ def test_hook_register_tools(settings: Settings) -> None:
     assert tools["alpha"].plugin == "one" and "read_file" in tools
 
 
-def test_hook_register_policies(settings: Settings) -> None:
+def test_hook_register_policies(settings: WorkerSettings) -> None:
     from emelex_workers.agent.policies import registered_policies
     from emelex_workers.plugin_api import TurnPolicy
 
@@ -165,8 +166,8 @@ def test_hook_register_distillers() -> None:
         distillers(_pm_with(One(), Two()))
 
 
-def test_hook_model_binding(fake_dist: Path, settings: Settings, tmp_path: Path) -> None:
-    settings = Settings(home=settings.home, plugins_autoload=True)
+def test_hook_model_binding(fake_dist: Path, settings: WorkerSettings, tmp_path: Path) -> None:
+    settings = WorkerSettings(home=settings.home, plugins_autoload=True)
     with ModelManager(settings) as manager:
         model = manager.install(fake_model_file(tmp_path / "files"), name="fake")
     pm = get_plugin_manager(settings)
@@ -191,7 +192,7 @@ def test_hook_model_binding(fake_dist: Path, settings: Settings, tmp_path: Path)
         bind_model(_pm_with(Wrong()), model, settings)
 
 
-def test_hook_embedder(settings: Settings) -> None:
+def test_hook_embedder(settings: WorkerSettings) -> None:
     from emelex_workers.host.types import Embedder
     from emelex_workers.worker.embedding import embedder_of
 
@@ -212,7 +213,7 @@ def test_hook_embedder(settings: Settings) -> None:
         embedder_of(chosen, _pm_with(Passes()))
 
 
-def test_hook_check_model(settings: Settings, tmp_path: Path) -> None:
+def test_hook_check_model(settings: WorkerSettings, tmp_path: Path) -> None:
     with ModelManager(settings) as manager:
         model = manager.install(fake_model_file(tmp_path / "files"), name="fake")
 
@@ -271,7 +272,7 @@ def test_a_hook_raising_is_attributed_to_its_plugin() -> None:
 
 
 def test_entry_point_plugins_and_the_builtin_are_loaded_with_their_distribution(
-    fake_dist: Path, settings: Settings
+    fake_dist: Path, settings: WorkerSettings
 ) -> None:
     pm = get_plugin_manager(settings)
     info = pm.plugin_info
@@ -282,19 +283,21 @@ def test_entry_point_plugins_and_the_builtin_are_loaded_with_their_distribution(
     assert set(summarizers(pm)) == {"fake", "llamacpp"} and set(distillers(pm)) == {"fake", "llamacpp"}
 
 
-def test_autoload_off_loads_only_the_builtins(fake_dist: Path, settings: Settings) -> None:
-    pm = get_plugin_manager(Settings(home=settings.home, plugins_autoload=False))
+def test_autoload_off_loads_only_the_builtins(fake_dist: Path, settings: WorkerSettings) -> None:
+    pm = get_plugin_manager(WorkerSettings(home=settings.home, plugins_autoload=False))
     assert list(pm.plugin_info) == ["llamacpp", "openai", "tools", "recall"] and pm.plugin_info["llamacpp"].builtin
     assert not pm.has_plugin("fake")
 
 
-def test_autoload_can_be_turned_off_from_the_environment(fake_dist: Path, settings: Settings, monkeypatch) -> None:
+def test_autoload_can_be_turned_off_from_the_environment(
+    fake_dist: Path, settings: WorkerSettings, monkeypatch
+) -> None:
     monkeypatch.setenv("EMELEX_PLUGINS_AUTOLOAD", "0")
-    assert not Settings(home=settings.home).plugins_autoload
+    assert not WorkerSettings(home=settings.home).plugins_autoload
 
 
-def test_tracing_writes_each_hook_call_to_stderr(fake_dist: Path, settings: Settings, capsys) -> None:
-    pm = get_plugin_manager(Settings(home=settings.home, plugins_trace=True))
+def test_tracing_writes_each_hook_call_to_stderr(fake_dist: Path, settings: WorkerSettings, capsys) -> None:
+    pm = get_plugin_manager(WorkerSettings(home=settings.home, plugins_trace=True))
     summarizers(pm)
     err = capsys.readouterr().err
     assert "emelex-trace:" in err and "register_summarizers" in err
@@ -304,7 +307,7 @@ def test_tracing_writes_each_hook_call_to_stderr(fake_dist: Path, settings: Sett
 
 
 def test_a_plugin_failing_to_import_is_named_with_its_distribution(
-    tmp_path: Path, monkeypatch, settings: Settings
+    tmp_path: Path, monkeypatch, settings: WorkerSettings
 ) -> None:
     modules = {"emelex_broken": "import no_such_module_x\n"}
     root = make_distribution(tmp_path / "site", "emelex-brokenplugin", "0.9", modules, {"broken": "emelex_broken"})
@@ -315,11 +318,11 @@ def test_a_plugin_failing_to_import_is_named_with_its_distribution(
         "plugin 'broken' from emelex-brokenplugin 0.9 failed to load: ModuleNotFoundError: No module named "
         "'no_such_module_x'; fix or uninstall emelex-brokenplugin, or set EMELEX_PLUGINS_AUTOLOAD=0"
     )
-    get_plugin_manager(Settings(home=settings.home, plugins_autoload=False))  # the way out works
+    get_plugin_manager(WorkerSettings(home=settings.home, plugins_autoload=False))  # the way out works
 
 
 def test_a_plugin_implementing_an_unknown_hook_is_refused_by_name(
-    tmp_path: Path, monkeypatch, settings: Settings
+    tmp_path: Path, monkeypatch, settings: WorkerSettings
 ) -> None:
     source = "from emelex_workers.hookspecs import hookimpl\n\n@hookimpl\ndef summarise_everything():\n    pass\n"
     activate(monkeypatch, make_distribution(tmp_path / "site", "emelex-typo", "2.0", {"emelex_broken_typo": source},
@@ -328,7 +331,9 @@ def test_a_plugin_implementing_an_unknown_hook_is_refused_by_name(
         get_plugin_manager(settings)
 
 
-def test_a_plugin_with_a_bad_hook_signature_is_refused_by_name(tmp_path: Path, monkeypatch, settings: Settings) -> None:
+def test_a_plugin_with_a_bad_hook_signature_is_refused_by_name(
+    tmp_path: Path, monkeypatch, settings: WorkerSettings
+) -> None:
     source = "from emelex_workers.hookspecs import hookimpl\n\n@hookimpl\ndef model_binding(model, gpu):\n    pass\n"
     activate(monkeypatch, make_distribution(tmp_path / "site", "emelex-sig", "1.0", {"emelex_broken_sig": source},
                                             {"sig": "emelex_broken_sig"}))
@@ -374,10 +379,10 @@ def test_the_builtin_binding_does_not_import_llama_cpp(tmp_path: Path) -> None:
     """Commands that run no inference start without llama.cpp: binding is lazy."""
     code = (
         "import sys; from pathlib import Path\n"
-        "from emelex_memory import Settings\n"
+        "from emelex_workers.settings import WorkerSettings\n"
         "from emelex_workers.models import ModelManager\n"
         "from emelex_workers.host.manager import bind_model, get_plugin_manager\n"
-        f"s = Settings(home={str(tmp_path / 'home')!r}, plugins_autoload=False)\n"
+        f"s = WorkerSettings(home={str(tmp_path / 'home')!r}, plugins_autoload=False)\n"
         "p = Path(s.home.parent / 'm.gguf'); p.write_bytes(b'GGUF' + bytes(64))\n"
         "m = ModelManager(s).install(p, name='m')\n"
         "name, b = bind_model(get_plugin_manager(s), m, s)\n"
@@ -399,7 +404,7 @@ def test_the_documented_third_party_plugin_works(tmp_path: Path, monkeypatch, ho
     activate(monkeypatch, make_distribution(tmp_path / "site", "emelex-firstline", "0.1.0",
                                             {"emelex_firstline": source}, {"firstline": "emelex_firstline"}))
     activate(monkeypatch, fake_plugin_distribution(tmp_path / "site2"))
-    settings = Settings(home=home, default_model="fake", summarizer="firstline", distiller="fake")
+    settings = WorkerSettings(home=home, default_model="fake", summarizer="firstline", distiller="fake")
     ModelManager(settings).install(fake_model_file(tmp_path / "files"), name="fake")
     with MemoryStore.open(settings) as store:
         session = store.create_session(workspace)
@@ -425,8 +430,8 @@ def test_doctor_fails_the_model_check_when_a_plugin_crashes_in_check_model(
                                             {"crashcheck": "emelex_broken_check"}))
     monkeypatch.setenv("EMELEX_HOME", str(home))
     monkeypatch.setenv("EMELEX_DEFAULT_MODEL", "fake")
-    ModelManager(Settings(home=home)).install(fake_model_file(tmp_path / "files"), name="fake")
-    MemoryStore.open(Settings(home=home)).close()
+    ModelManager(WorkerSettings(home=home)).install(fake_model_file(tmp_path / "files"), name="fake")
+    MemoryStore.open(WorkerSettings(home=home)).close()
     result = CliRunner().invoke(app, ["memory", "doctor"])
     assert result.exit_code == 1, result.output
     assert ("[FAIL] model: plugin 'crashcheck' failed in hook check_model: RuntimeError: the probe crashed"

@@ -159,3 +159,119 @@ def test_a_session_whose_summary_does_not_verify_is_refused_and_nothing_of_it_wr
         assert report.refused_count == 1 and "does not verify" in report.refused[0]
         assert report.imported["sessions"] == 1
         assert len(fresh.list_sessions().sessions) == 1
+
+
+def rewritten(path: Path, tmp_path: Path, change) -> Path:
+    """A copy of the export at `path` with each record passed through `change` (which may return None to drop
+    it, or a list of records to put in its place); the closing line's count follows."""
+    out = []
+    for line in path.read_text().splitlines():
+        got = change(json.loads(line))
+        out += [] if got is None else got if isinstance(got, list) else [got]
+    out[-1]["lines"] = len(out)
+    copy = tmp_path / "altered.jsonl"
+    copy.write_text("".join(json.dumps(o) + "\n" for o in out))
+    return copy
+
+
+def test_a_session_short_of_its_event_lines_is_refused_and_every_record_after_it_read(tmp_path: Path,
+                                                                                    exported) -> None:
+    path, _ = exported
+    first = []
+
+    def short(obj):
+        if obj["type"] == "session" and not first:
+            first.append(obj["id"])
+            return {**obj, "events": obj["events"] + 1}  # one event line fewer than it says
+        return obj
+
+    with MemoryStore.open(Settings(home=tmp_path / "e")) as fresh:
+        report = import_export(fresh, str(rewritten(path, tmp_path, short)))
+        assert report.refused_count == 1
+        assert f"exported Session {first[0]} has 42 of its 43 event lines" in report.refused[0]
+        assert (report.imported["sessions"], report.imported["knowledge"]) == (1, 3)
+
+
+def test_records_that_break_the_stores_rules_are_refused_one_by_one_in_a_line_each(tmp_path: Path,
+                                                                                   exported) -> None:
+    """An altered export is refused record by record with the store's own validation, never a traceback or a
+    database error that stops the import: a confidence out of range, a content that is no text, an unknown origin, a
+    key with a newline, versions out of order, a Session's snapshot that is no snapshot record, an event of turn 0."""
+    path, _ = exported
+    seen = []
+
+    def alter(obj):
+        kind = obj["type"]
+        if kind == "session":
+            seen.append(obj["id"])
+            return {**obj, "snapshot": "not a snapshot record"} if len(seen) == 1 else obj
+        if kind == "event" and obj["session"] == seen[-1] and len(seen) == 2 and obj["seq"] == 1:
+            return {**obj, "turn": 0}
+        if kind != "knowledge":
+            return obj
+        first = dict(obj["versions"][0])
+        if obj["key"] == "port":
+            descending = {**obj, "key": "descending", "versions": obj["versions"][::-1]}
+            return [{**obj, "versions": [{**first, "confidence": 5.0}, *obj["versions"][1:]]}, descending]
+        if obj["key"] == "old":
+            return {**obj, "versions": [{**first, "content": 5}, *obj["versions"][1:]]}
+        return [{**obj, "versions": [{**first, "origin": "hacker"}]}, {**obj, "key": "two\nlines"}]
+
+    altered = rewritten(path, tmp_path, alter)
+    with MemoryStore.open(Settings(home=tmp_path / "f")) as fresh:
+        report = import_export(fresh, str(altered))
+        assert report.refused_count == 7, report.refused
+        assert (report.imported["sessions"], report.imported["knowledge"]) == (0, 0)
+        assert all("\n" not in m and "database error" not in m for m in report.refused)
+        assert fresh.list_sessions().sessions == []
+        assert fresh.recall(altered.parent / "workspace", include_tombstones=True).entries == []
+
+
+def test_a_summary_event_without_its_record_is_refused_not_adopted(tmp_path: Path, exported) -> None:
+    """A Summary event whose provenance record the export lacks could never be verified (replay would refuse the
+    whole Session): its Session is refused, nothing of it written."""
+    path, _ = exported
+
+    def unrecorded(obj):
+        if obj["type"] == "session" and len(obj["summaries"]) == 2:
+            return {**obj, "summaries": obj["summaries"][:1]}  # the newest Summary's record left out
+        return obj
+
+    with MemoryStore.open(Settings(home=tmp_path / "g")) as fresh:
+        report = import_export(fresh, str(rewritten(path, tmp_path, unrecorded)))
+        assert report.refused_count == 1 and "Summary event" in report.refused[0] and "no record" in report.refused[0]
+        assert [s.title for s in fresh.list_sessions().sessions] == ["plain"]
+
+
+def test_an_imported_session_keeps_where_it_came_from_through_an_export(tmp_path: Path, workspace: Path) -> None:
+    """The import runs of an imported Session travel with it: in the new Home, `session_imports` names the same
+    source, and importing the same history again is a no-op, a grown one appends to the same Session (not a second
+    copy of the conversation)."""
+    from emelex_workers.interop.importer import ImportOptions, import_source
+
+    history = tmp_path / "agent.jsonl"
+    lines = [{"emelex_history": 1, "session": "bot-7", "workspace": str(workspace)},
+             {"role": "user", "text": "Deploys happen on Tuesdays.", "at": 1796126400},
+             {"role": "assistant", "text": "Noted: Tuesdays.", "at": 1796126401}]
+    history.write_text("".join(json.dumps(o) + "\n" for o in lines))
+    with MemoryStore.open(Settings(home=tmp_path / "a")) as store:
+        (first,) = import_source(store, str(history), ImportOptions())
+        runs = store.session_imports(first.session_id)
+        write_export(store, str(tmp_path / "export.jsonl"))
+    with MemoryStore.open(Settings(home=tmp_path / "b")) as fresh:
+        assert import_export(fresh, str(tmp_path / "export.jsonl")).imported["sessions"] == 1
+        assert fresh.session_imports(first.session_id) == runs
+        (again,) = import_source(fresh, str(history), ImportOptions())
+        assert (again.outcome, again.session_id) == ("unchanged", first.session_id)
+        with history.open("a") as f:
+            f.write(json.dumps({"role": "user", "text": "And hotfixes any day.", "at": 1796126500}) + "\n")
+        (grown,) = import_source(fresh, str(history), ImportOptions())
+        assert (grown.outcome, grown.session_id, grown.created) == ("imported", first.session_id, False)
+        assert len(fresh.list_sessions().sessions) == 1
+    with MemoryStore.open(Settings(home=tmp_path / "c")) as other:
+        (own,) = import_source(other, str(history), ImportOptions())  # the same history, imported here first
+        before = other.list_sessions().sessions
+        report = import_export(other, str(tmp_path / "export.jsonl"))
+        assert report.refused_count == 1 and f"already imported {history} as Session {own.session_id}" in \
+            report.refused[0]
+        assert other.list_sessions().sessions == before

@@ -256,3 +256,112 @@ def test_an_import_of_nothing_importable_creates_no_store(tmp_path, home) -> Non
     assert result.exit_code == 1
     assert "is neither a file nor a directory" in result.stdout and "no *.jsonl history files in it" in result.stdout
     assert not home.exists()
+
+
+SESSION = "5f0e7c1a-3b2d-4e8f-9a61-2c4d8e0f1a2b"
+
+
+@pytest.mark.parametrize("bookkeeping", [
+    [{"type": "last-prompt", "lastPrompt": "go on", "sessionId": SESSION}],
+    [{"type": "ai-title", "aiTitle": "Postgres pin", "sessionId": SESSION}],
+    [{"type": "a-record-type-not-invented-yet", "sessionId": SESSION}],
+    [{"type": "mode", "mode": "default"}, {"type": "hook-telemetry", "n": 1}],  # no session named: the scan goes on
+    [{"type": "queue-operation", "operation": "enqueue", "content": f"prompt {i}", "sessionId": SESSION}
+     for i in range(40)],  # more than the scan reads: the first names its session
+])
+def test_a_claude_code_file_led_by_bookkeeping_records_is_told_by_its_shape(tmp_path, workspace, bookkeeping) -> None:
+    """Claude Code opens most session files with bookkeeping records of types that come and go (`last-prompt`,
+    `mode`, `ai-title`, ...), not with a message: the format is told by the first line that has a reader's shape."""
+    path = history(tmp_path, "claude-code.jsonl", workspace)
+    path.write_text("".join(json.dumps(r) + "\n" for r in bookkeeping) + path.read_text())
+    out = imported(str(path))
+    assert out["exit"] == 0, out
+    (source,) = out["sources"]
+    assert (source["outcome"], source["format"]) == ("imported", "claude-code")
+    assert [k for k, _ in events(source["session_id"])] == ["user", "assistant", "tool_calls", "tool_result",
+                                                             "assistant"]
+
+
+def test_a_file_no_line_of_which_has_a_known_shape_is_refused_naming_it(tmp_path, home) -> None:
+    path = tmp_path / "telemetry.jsonl"
+    path.write_text("".join(json.dumps({"event": "hook", "n": i}) + "\n" for i in range(3)))
+    out = imported(str(path))
+    assert out["exit"] == 1 and "cannot tell its format" in out["sources"][0]["message"]
+
+
+def test_an_imported_session_is_titled_as_its_agent_titled_it_else_by_its_first_words(tmp_path, workspace) -> None:
+    """Claude Code titles a session with `custom-title` (the user's /rename) and `ai-title` records, newest last;
+    a history without a title is titled by what its user said first, not by its file name."""
+    path = history(tmp_path, "claude-code.jsonl", workspace)
+    titles = [{"type": "ai-title", "aiTitle": "Postgres pin for billing", "sessionId": SESSION},
+              {"type": "custom-title", "customTitle": "billing: stay on PG 15", "sessionId": SESSION},
+              {"type": "ai-title", "aiTitle": "Billing Postgres version", "sessionId": SESSION}]
+    path.write_text(path.read_text() + "".join(json.dumps(r) + "\n" for r in titles))
+    codex = history(tmp_path, "codex.jsonl", workspace)
+    out = imported(str(path), str(codex))
+    assert out["exit"] == 0, out
+    with MemoryStore.open(Settings()) as store:
+        got = [store.get_session(s["session_id"]).title for s in out["sources"]]
+    assert got == ["billing: stay on PG 15",
+                   "Release builds are signed with the key in ops/release.key; never commit it."]
+
+
+def test_a_folder_walk_passes_over_files_that_are_no_history_and_says_so(tmp_path, workspace) -> None:
+    """Other tools keep JSON Lines files of their own beside the histories (hook logs under ~/.claude/projects): a
+    folder's import names each one it passes over and does not fail for them; named alone, such a file is refused."""
+    folder = tmp_path / "projects" / "-home-me-project"
+    folder.mkdir(parents=True)
+    history(folder, "claude-code.jsonl", workspace, "5f0e7c1a.jsonl")
+    log = folder / "hook-log.jsonl"
+    log.write_text(json.dumps({"event": "skill-injection", "hookEvent": "UserPromptSubmit"}) + "\n")
+    result = runner.invoke(app, ["memory", "import", str(tmp_path / "projects")])
+    assert result.exit_code == 0, result.stdout
+    assert f"skipped    {log}: no line of it has the shape of a history" in result.stdout
+    assert "imported   " in result.stdout
+    alone = imported(str(log))
+    assert alone["exit"] == 1 and alone["sources"][0]["outcome"] == "refused"
+
+
+def test_what_import_prints_names_each_file_once_and_counts_in_words(tmp_path, workspace) -> None:
+    path = history(tmp_path, "generic.jsonl", workspace)
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-1]))
+    runner.invoke(app, ["memory", "import", str(path)])
+    path.write_text("".join(lines))
+    grown = runner.invoke(app, ["memory", "import", str(path)])
+    assert grown.exit_code == 0
+    assert f"imported   {path} -> Session " in grown.stdout and ": line 5, 1 event, distillation queued" in grown.stdout
+    db_path = agents_db(tmp_path)
+    refused = runner.invoke(app, ["memory", "import", str(db_path)])
+    assert f"refused    {db_path} (Session 'support-bot') does not say" in refused.stdout
+    assert refused.stdout.count(str(db_path)) == 2  # one line for each of its two Sessions
+
+
+def test_a_workspace_named_with_the_option_that_does_not_exist_is_said_to_be_the_option(tmp_path, home) -> None:
+    missing = tmp_path / "no-such-dir"
+    out = imported(str(agents_db(tmp_path)), "--workspace", str(missing))
+    assert out["exit"] == 1
+    message = out["sources"][0]["message"]
+    assert f"--workspace {missing} does not exist" in message and "recorded in" not in message
+
+
+def test_resuming_an_imported_session_says_why_it_cannot_before_any_model_is_needed(tmp_path, workspace,
+                                                                                   home) -> None:
+    """An imported Session has no execution snapshot, so `emelex chat` cannot resume it: on a Home without a model,
+    the user is told that, and where it came from, not first asked to install a model."""
+    path = history(tmp_path, "generic.jsonl", workspace)
+    session_id = imported(str(path))["sources"][0]["session_id"]
+    before = table_rows(db(home))
+    out = runner.invoke(app, ["chat", "--resume", session_id[:8], "--workspace", str(workspace)])
+    assert out.exit_code == 1
+    (line,) = out.output.splitlines()
+    assert "no execution snapshot" in line and f"imported from {path}" in line and "model" not in line
+    assert "emelex memory sessions show" in line and "a new chat here recalls" in line
+    assert table_rows(db(home)) == before
+
+
+def test_a_format_named_wrongly_is_refused_not_reported_as_an_empty_history(tmp_path, workspace, home) -> None:
+    path = history(tmp_path, "generic.jsonl", workspace)
+    out = imported(str(path), "--format", "codex")
+    assert out["exit"] == 1 and out["sources"][0]["outcome"] == "refused"
+    assert "no line of it is a codex history line" in out["sources"][0]["message"]

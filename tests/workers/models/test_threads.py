@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import Settings
+from emelex_workers.settings import WorkerSettings
 from emelex_workers.models.threads import MachineLoad, choose_threads, read_machine, thread_choice
 
 
@@ -50,7 +50,7 @@ def test_the_load_average_stands_in_where_the_probe_cannot_measure() -> None:
 
 
 def test_unset_the_threads_are_chosen_and_the_line_says_why(home: Path) -> None:
-    choice = thread_choice(Settings(home=home), machine=lambda: _machine(2, cores=2, busy=1.9, load=4.2))
+    choice = thread_choice(WorkerSettings(home=home), machine=lambda: _machine(2, cores=2, busy=1.9, load=4.2))
     assert (choice.threads, choice.source, choice.chosen, choice.warnings) == (1, "chosen", 1, ())
     assert choice.line() == ("model threads: 1 (chosen: 2 CPUs usable, but other work keeps 1.9 of them busy "
                              "(measured): more threads would wait on each other); this process may use 2 CPUs, "
@@ -59,21 +59,21 @@ def test_unset_the_threads_are_chosen_and_the_line_says_why(home: Path) -> None:
 
 def test_a_set_model_threads_is_used_as_given_with_warnings(home: Path) -> None:
     busy = _machine(2, cores=2, busy=2.0)
-    choice = thread_choice(Settings(home=home, model_threads=3), machine=lambda: busy)
+    choice = thread_choice(WorkerSettings(home=home, model_threads=3), machine=lambda: busy)
     assert (choice.threads, choice.source, choice.chosen) == (3, "argument", 1)
     assert choice.warnings[0] == ("3 threads on 2 CPUs contend with each other; set model_threads to at most 2, or "
                                   "unset it to have it chosen")
     assert "may be many times slower than 1; unset model_threads" in choice.warnings[1]
     assert choice.line().startswith("model threads: 3 (model_threads, argument; the choice here would be 1); ")
-    quiet = thread_choice(Settings(home=home, model_threads=2), machine=lambda: _machine(2, cores=2))
+    quiet = thread_choice(WorkerSettings(home=home, model_threads=2), machine=lambda: _machine(2, cores=2))
     assert (quiet.threads, quiet.warnings) == (2, ())
 
 
 def test_the_environment_variable_overrides_the_choice(home: Path) -> None:
     child = ("import json, sys\n"
-             "from emelex_memory import Settings\n"
+             "from emelex_workers.settings import WorkerSettings\n"
              "from emelex_workers.models.threads import thread_choice\n"
-             "print(json.dumps(thread_choice(Settings(home=sys.argv[1])).as_dict()))\n")
+             "print(json.dumps(thread_choice(WorkerSettings(home=sys.argv[1])).as_dict()))\n")
     env = {**os.environ, "EMELEX_MODEL_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", child, str(home)], env=env, capture_output=True, text=True,
                          timeout=60, check=True).stdout
@@ -92,9 +92,9 @@ def test_the_probe_reads_this_machine(home: Path) -> None:
 def test_the_usable_cpus_are_this_process_affinity_not_the_machine(home: Path) -> None:
     child = ("import json, os, sys\n"
              "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
-             "from emelex_memory import Settings\n"
+             "from emelex_workers.settings import WorkerSettings\n"
              "from emelex_workers.models.threads import thread_choice\n"
-             "print(json.dumps(thread_choice(Settings(home=sys.argv[1])).as_dict()))\n")
+             "print(json.dumps(thread_choice(WorkerSettings(home=sys.argv[1])).as_dict()))\n")
     env = {k: v for k, v in os.environ.items() if k != "EMELEX_MODEL_THREADS"}
     out = subprocess.run([sys.executable, "-c", child, str(home)], env=env, capture_output=True, text=True,
                          timeout=60, check=True).stdout

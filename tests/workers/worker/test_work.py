@@ -13,7 +13,6 @@ from emelex_memory import (
     MemoryStore,
     ModelNotInstalledError,
     NewEvent,
-    Settings,
     UnknownPluginComponentError,
 )
 from emelex_workers.cli import app
@@ -22,6 +21,7 @@ from emelex_workers.models import ModelManager
 from emelex_workers.plugin_api import Summarizer
 from emelex_workers.host.manager import PluginInfo, get_plugin_manager
 from emelex_workers.worker.work import Worker, work
+from emelex_workers.settings import WorkerSettings
 
 from ...support import table_rows
 from ...support.plugins import activate, fake_model_file, fake_plugin_distribution
@@ -30,14 +30,14 @@ FAKE_SETTINGS = {"EMELEX_DEFAULT_MODEL": "fake", "EMELEX_SUMMARIZER": "fake", "E
 
 
 @pytest.fixture
-def env(tmp_path: Path, home: Path, monkeypatch) -> Settings:
+def env(tmp_path: Path, home: Path, monkeypatch) -> WorkerSettings:
     """Home with the fake model installed, the fake plugin discoverable, and settings selecting both."""
     activate(monkeypatch, fake_plugin_distribution(tmp_path / "site"))
     monkeypatch.setenv("EMELEX_HOME", str(home))
     for key, value in FAKE_SETTINGS.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("EMELEX_FAKE_PLUGIN", raising=False)
-    settings = Settings()
+    settings = WorkerSettings()
     with ModelManager(settings) as manager:
         manager.install(fake_model_file(tmp_path / "files"), name="fake")
     return settings
@@ -75,7 +75,7 @@ def jobs(store: MemoryStore):
 
 
 def test_worker_commits_a_verified_summary_and_knowledge_with_provenance(
-    env: Settings, workspace: Path, monkeypatch
+    env: WorkerSettings, workspace: Path, monkeypatch
 ) -> None:
     monkeypatch.setenv("EMELEX_FAKE_PLUGIN", json.dumps({"chat": 2}))  # the summarizer calls the model: it is named
     with MemoryStore.open(env) as store:
@@ -96,7 +96,7 @@ def test_worker_commits_a_verified_summary_and_knowledge_with_provenance(
         assert {j.state for j in jobs(store).values()} == {"done"}
 
 
-def test_the_model_is_bound_through_plugins_once_per_run(env: Settings, workspace: Path) -> None:
+def test_the_model_is_bound_through_plugins_once_per_run(env: WorkerSettings, workspace: Path) -> None:
     calls = []
 
     class Counting:
@@ -113,7 +113,7 @@ def test_the_model_is_bound_through_plugins_once_per_run(env: Settings, workspac
     assert report.counts["done"] == 6 and calls == ["fake"]
 
 
-def test_the_worker_skips_a_live_session(env: Settings, workspace: Path) -> None:
+def test_the_worker_skips_a_live_session(env: WorkerSettings, workspace: Path) -> None:
     with MemoryStore.open(env) as store:
         sid = seed(store, workspace, distill=False)
         lease = store.acquire_lease(sid, workspace)
@@ -126,7 +126,7 @@ def test_the_worker_skips_a_live_session(env: Settings, workspace: Path) -> None
 
 
 def test_a_session_going_live_mid_job_releases_it_without_an_attempt(
-    env: Settings, workspace: Path, monkeypatch
+    env: WorkerSettings, workspace: Path, monkeypatch
 ) -> None:
     monkeypatch.setenv("EMELEX_FAKE_PLUGIN", json.dumps({"mode": "go-live"}))
     with MemoryStore.open(env) as store:
@@ -139,7 +139,7 @@ def test_a_session_going_live_mid_job_releases_it_without_an_attempt(
 
 
 def test_a_failing_plugin_fails_the_job_with_a_bounded_diagnostic_and_the_retry_rules(
-    env: Settings, workspace: Path, monkeypatch
+    env: WorkerSettings, workspace: Path, monkeypatch
 ) -> None:
     monkeypatch.setenv("EMELEX_FAKE_PLUGIN", json.dumps({"mode": "fail"}))
     clock = Clock()
@@ -161,7 +161,7 @@ def test_a_failing_plugin_fails_the_job_with_a_bounded_diagnostic_and_the_retry_
         assert report.counts["failed"] == 1 and job.state == "failed" and job.attempts == 3
 
 
-def test_a_summary_over_budget_is_refused(env: Settings, workspace: Path, monkeypatch) -> None:
+def test_a_summary_over_budget_is_refused(env: WorkerSettings, workspace: Path, monkeypatch) -> None:
     monkeypatch.setenv("EMELEX_FAKE_PLUGIN", json.dumps({"mode": "overlong"}))
     with MemoryStore.open(env) as store:
         sid = seed(store, workspace, distill=False)
@@ -171,7 +171,7 @@ def test_a_summary_over_budget_is_refused(env: Settings, workspace: Path, monkey
         assert all(e.kind != "summary" for e in store.replay(sid).events)
 
 
-def test_a_stop_request_inside_a_job_releases_it_without_an_attempt(env: Settings, workspace: Path) -> None:
+def test_a_stop_request_inside_a_job_releases_it_without_an_attempt(env: WorkerSettings, workspace: Path) -> None:
     holder: list[Worker] = []
 
     class Stopping:
@@ -187,7 +187,7 @@ def test_a_stop_request_inside_a_job_releases_it_without_an_attempt(env: Setting
     pm.add_plugin(Stopping(), PluginInfo("stopping", "test", "0", "test", False))
     with MemoryStore.open(env) as store:
         seed(store, workspace)
-        worker = Worker(store, Settings(summarizer="stopping"), pm=pm)
+        worker = Worker(store, WorkerSettings(summarizer="stopping"), pm=pm)
         holder.append(worker)
         report = worker.run()
         assert report.stopped == "signal:SIGTERM" and report.counts["released"] == 1 and report.claimed == 1
@@ -196,7 +196,7 @@ def test_a_stop_request_inside_a_job_releases_it_without_an_attempt(env: Setting
         assert jobs(store)["distill"].state == "pending"  # no further claim after the stop
 
 
-def test_limits_stop_the_run(env: Settings, workspace: Path) -> None:
+def test_limits_stop_the_run(env: WorkerSettings, workspace: Path) -> None:
     with MemoryStore.open(env) as store:
         seed(store, workspace)
         report = work(store, env, max_jobs=1)
@@ -205,21 +205,21 @@ def test_limits_stop_the_run(env: Settings, workspace: Path) -> None:
         assert work(store, env).counts["done"] == 1
 
 
-def test_configuration_errors_stop_before_any_claim(env: Settings, workspace: Path) -> None:
+def test_configuration_errors_stop_before_any_claim(env: WorkerSettings, workspace: Path) -> None:
     with MemoryStore.open(env) as store:
         seed(store, workspace)
         before = table_rows(env.database_path)
         with pytest.raises(ModelNotInstalledError, match="no model 'missing' is installed"):
-            work(store, Settings(default_model="missing"))
+            work(store, WorkerSettings(default_model="missing"))
         with pytest.raises(UnknownPluginComponentError, match="no summarizer named 'nope'.*available: fake, llamacpp"):
-            work(store, Settings(summarizer="nope"))
+            work(store, WorkerSettings(summarizer="nope"))
         assert table_rows(env.database_path) == before
 
 
 # -- the CLI -------------------------------------------------------------------------------------------------------
 
 
-def test_cli_is_quiet_when_idle_and_prints_one_line_otherwise(env: Settings, workspace: Path) -> None:
+def test_cli_is_quiet_when_idle_and_prints_one_line_otherwise(env: WorkerSettings, workspace: Path) -> None:
     runner = CliRunner()
     idle = runner.invoke(app, ["memory", "work"])
     assert idle.exit_code == 0 and idle.output == ""
@@ -238,7 +238,7 @@ def test_cli_is_quiet_when_idle_and_prints_one_line_otherwise(env: Settings, wor
     assert data["done"] == 1 and data["jobs"][0]["kind"] == "compaction" and data["jobs"][0]["status"] == "done"
 
 
-def test_cli_exit_status_reports_failed_jobs(env: Settings, workspace: Path, monkeypatch) -> None:
+def test_cli_exit_status_reports_failed_jobs(env: WorkerSettings, workspace: Path, monkeypatch) -> None:
     monkeypatch.setenv("EMELEX_FAKE_PLUGIN", json.dumps({"mode": "fail"}))
     with MemoryStore.open(env) as store:
         seed(store, workspace, distill=False)
@@ -246,7 +246,7 @@ def test_cli_exit_status_reports_failed_jobs(env: Settings, workspace: Path, mon
     assert result.exit_code == 3 and "(1 retrying)" in result.output
 
 
-def test_cli_errors_are_one_line(env: Settings, workspace: Path, monkeypatch) -> None:
+def test_cli_errors_are_one_line(env: WorkerSettings, workspace: Path, monkeypatch) -> None:
     with MemoryStore.open(env) as store:
         seed(store, workspace)
     monkeypatch.setenv("EMELEX_DEFAULT_MODEL", "missing")
@@ -271,7 +271,9 @@ def test_scheduler_units_run_the_worker() -> None:
     assert len(cron) == 1 and cron[0].split()[5:8] == ["/path/to/emelex", "memory", "work"]
 
 
-def test_a_run_claims_each_next_job_in_the_transaction_completing_the_last(env: Settings, workspace: Path) -> None:
+def test_a_run_claims_each_next_job_in_the_transaction_completing_the_last(
+    env: WorkerSettings, workspace: Path
+) -> None:
     import apsw
 
     with MemoryStore.open(env) as store:
@@ -293,7 +295,7 @@ def test_a_run_claims_each_next_job_in_the_transaction_completing_the_last(env: 
         assert len(claims) == 4 and len(alone) == 2 and claims.index(alone[1]) == 3
 
 
-def test_a_run_stopped_by_its_job_limit_leaves_the_next_job_untouched(env: Settings, workspace: Path) -> None:
+def test_a_run_stopped_by_its_job_limit_leaves_the_next_job_untouched(env: WorkerSettings, workspace: Path) -> None:
     with MemoryStore.open(env) as store:
         seed(store, workspace)
         assert work(store, env, max_jobs=1).stopped == "max-jobs"

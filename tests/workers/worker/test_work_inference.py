@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from emelex_memory import MemoryStore, NewEvent, Settings
+from emelex_memory import MemoryStore, NewEvent
 from emelex_llamacpp.plugin import LlamaBinding
 from emelex_workers.models import DEFAULT_MODEL_NAME, ModelManager
 from emelex_workers.plugin_api import GenerationProgress
 from emelex_workers.worker.work import work
+from emelex_workers.settings import WorkerSettings
 from tests.support.models import require_default_model
 
 require_default_model()
@@ -36,7 +37,7 @@ def _session(store: MemoryStore, workspace: Path, pairs) -> tuple[str, object]:
 
 
 def test_default_model_writes_a_verified_summary_and_knowledge_with_provenance(home: Path, workspace: Path) -> None:
-    settings = Settings(home=home, plugins_autoload=False, model_max_context_tokens=2048)
+    settings = WorkerSettings(home=home, plugins_autoload=False, model_max_context_tokens=2048)
     with ModelManager(settings) as manager:
         model = manager.install_default(link=True)
     assert model.name == DEFAULT_MODEL_NAME == settings.default_model
@@ -74,7 +75,7 @@ def test_default_model_writes_a_verified_summary_and_knowledge_with_provenance(h
 
 
 def test_the_llama_binding_streams_exact_progress(home: Path) -> None:
-    settings = Settings(home=home, plugins_autoload=False, model_max_context_tokens=2048)
+    settings = WorkerSettings(home=home, plugins_autoload=False, model_max_context_tokens=2048)
     with ModelManager(settings) as manager:
         model = manager.install_default(link=True)
     binding = LlamaBinding(model, max_context=2048, threads=settings.model_threads)
@@ -93,7 +94,7 @@ def test_the_llama_binding_streams_exact_progress(home: Path) -> None:
 
 
 def test_the_llama_binding_reports_the_prompt_batch_by_batch_and_its_output_is_unchanged(home: Path) -> None:
-    settings = Settings(home=home, plugins_autoload=False, model_max_context_tokens=2048)
+    settings = WorkerSettings(home=home, plugins_autoload=False, model_max_context_tokens=2048)
     with ModelManager(settings) as manager:
         model = manager.install_default(link=True)
     facts = " ".join(f"Fact {n}: item {n} weighs {n * 7} grams." for n in range(50))

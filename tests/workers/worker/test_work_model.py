@@ -16,7 +16,6 @@ from emelex_memory import (
     ModelTamperedError,
     NewEvent,
     PluginHookError,
-    Settings,
     SnapshotLockTimeoutError,
 )
 from emelex_memory.snapshots.installed import snapshot_mutation_lock
@@ -25,6 +24,7 @@ from emelex_workers.hookspecs import hookimpl
 from emelex_workers.models import ModelManager
 from emelex_workers.host.manager import PluginInfo, get_plugin_manager
 from emelex_workers.worker.work import work
+from emelex_workers.settings import WorkerSettings
 
 from ...support.plugins import fake_model_file
 from .test_work import env, jobs, seed  # noqa: F401 - the fixture and helpers of the worker tests
@@ -41,7 +41,7 @@ def assert_released_without_attempts(store: MemoryStore, why: str, runs: int = 1
         assert d.event == "released" and d.message.startswith(f"model unavailable, no attempt consumed: {why}")
 
 
-def tamper(settings: Settings) -> None:
+def tamper(settings: WorkerSettings) -> None:
     path = settings.home_dir / "models" / "fake" / "model.gguf"
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
@@ -52,7 +52,7 @@ def tamper(settings: Settings) -> None:
         os.close(fd)
 
 
-def test_a_tampered_model_releases_the_job_without_an_attempt_and_stops_the_run(env: Settings, workspace: Path):
+def test_a_tampered_model_releases_the_job_without_an_attempt_and_stops_the_run(env: WorkerSettings, workspace: Path):
     with MemoryStore.open(env) as store:
         seed(store, workspace)
         tamper(env)
@@ -63,7 +63,7 @@ def test_a_tampered_model_releases_the_job_without_an_attempt_and_stops_the_run(
         assert store.session_model_refs(jobs(store)["compaction"].session_id).refs == []
 
 
-def test_cli_exits_1_with_one_line_when_the_model_was_tampered_with(env: Settings, workspace: Path):
+def test_cli_exits_1_with_one_line_when_the_model_was_tampered_with(env: WorkerSettings, workspace: Path):
     with MemoryStore.open(env) as store:
         seed(store, workspace)
     tamper(env)
@@ -76,7 +76,7 @@ def test_cli_exits_1_with_one_line_when_the_model_was_tampered_with(env: Setting
         assert_released_without_attempts(store, "ModelTamperedError")
 
 
-def test_a_model_removed_and_reinstalled_since_lookup_stops_the_run(env: Settings, workspace: Path, tmp_path):
+def test_a_model_removed_and_reinstalled_since_lookup_stops_the_run(env: WorkerSettings, workspace: Path, tmp_path):
     with ModelManager(env) as manager:
         stale = manager.get("fake")
         manager.remove("fake")
@@ -90,8 +90,8 @@ def test_a_model_removed_and_reinstalled_since_lookup_stops_the_run(env: Setting
         assert_released_without_attempts(store, "ModelNotInstalledError")
 
 
-def test_a_snapshot_lock_timeout_stops_the_run(env: Settings, workspace: Path):
-    impatient = Settings(model_lock_timeout_s=0.05)
+def test_a_snapshot_lock_timeout_stops_the_run(env: WorkerSettings, workspace: Path):
+    impatient = WorkerSettings(model_lock_timeout_s=0.05)
     with MemoryStore.open(impatient) as store:
         seed(store, workspace)
         with snapshot_mutation_lock(env.home_dir, timeout_s=1):  # another open file description: a real conflict
@@ -154,7 +154,7 @@ def test_a_binding_or_load_failure_names_the_plugin_and_stops_the_run(env, works
         assert_released_without_attempts(store, "PluginHookError")
 
 
-def test_a_tokenizer_failure_is_a_counted_job_failure_naming_the_plugin(env: Settings, workspace: Path):
+def test_a_tokenizer_failure_is_a_counted_job_failure_naming_the_plugin(env: WorkerSettings, workspace: Path):
     pm = get_plugin_manager(env)
     pm.add_plugin(FailingBinding("count"), PluginInfo("failing", "test", "0", "test", False))
     with MemoryStore.open(env) as store:
@@ -166,7 +166,9 @@ def test_a_tokenizer_failure_is_a_counted_job_failure_naming_the_plugin(env: Set
             job.diagnostics[-1].message)
 
 
-def test_a_binding_that_fails_to_close_names_the_plugin_after_the_jobs_were_recorded(env: Settings, workspace: Path):
+def test_a_binding_that_fails_to_close_names_the_plugin_after_the_jobs_were_recorded(
+    env: WorkerSettings, workspace: Path
+):
     pm = get_plugin_manager(env)
     pm.add_plugin(FailingBinding("close"), PluginInfo("failing", "test", "0", "test", False))
     with MemoryStore.open(env) as store:
@@ -179,10 +181,10 @@ def test_a_binding_that_fails_to_close_names_the_plugin_after_the_jobs_were_reco
 
 
 def test_the_context_window_is_capped_and_a_long_session_is_distilled_in_parts(
-    env: Settings, workspace: Path, monkeypatch
+    env: WorkerSettings, workspace: Path, monkeypatch
 ):
     monkeypatch.setenv("EMELEX_MODEL_MAX_CONTEXT_TOKENS", "1280")  # the fake allocates 4096: 256 tokens to distill
-    settings = Settings()
+    settings = WorkerSettings()
     with MemoryStore.open(settings) as store:
         session = store.create_session(workspace)
         with store.acquire_lease(session.id, workspace) as lease:

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent, Settings
+from emelex_memory import DefaultModelUnavailableError, MemoryStore, NewEvent
 from emelex_memory.compaction.planning import estimate_tokens
 from emelex_workers.cli import app
 from emelex_workers.models import ModelManager, default_model_file
 from emelex_workers.plugin_api import event_text
+from emelex_workers.settings import WorkerSettings
 
 from ...support import table_rows
 from .test_work import env, seed  # noqa: F401 - the fake model and plugin of the worker tests
@@ -35,7 +36,7 @@ def view_tokens(store: MemoryStore, sid: str, count) -> int:
     return sum(count(e) for e in store.replay(sid).events)
 
 
-def test_compact_plans_with_the_default_models_window_and_tokenizer(env: Settings, workspace: Path) -> None:
+def test_compact_plans_with_the_default_models_window_and_tokenizer(env: WorkerSettings, workspace: Path) -> None:
     with MemoryStore.open(env) as store:
         sid = seed(store, workspace, 8, compact=False, distill=False)
         expected = view_tokens(store, sid, fake_tokens)
@@ -50,7 +51,7 @@ def test_compact_plans_with_the_default_models_window_and_tokenizer(env: Setting
     assert text.exit_code == 0 and text.output.endswith(f"[planned for {reference}, 4096-token window]\n")
 
 
-def test_the_window_is_capped_by_model_max_context_tokens(env: Settings, workspace: Path, monkeypatch) -> None:
+def test_the_window_is_capped_by_model_max_context_tokens(env: WorkerSettings, workspace: Path, monkeypatch) -> None:
     with MemoryStore.open(env) as store:
         sid = seed(store, workspace, 8, compact=False, distill=False)
     monkeypatch.setenv("EMELEX_MODEL_MAX_CONTEXT_TOKENS", "1024")
@@ -58,7 +59,7 @@ def test_the_window_is_capped_by_model_max_context_tokens(env: Settings, workspa
     assert data["plan"]["context_window"] == 1024
 
 
-def test_trigger_and_target_ratios_reach_the_policy(env: Settings, workspace: Path) -> None:
+def test_trigger_and_target_ratios_reach_the_policy(env: WorkerSettings, workspace: Path) -> None:
     with MemoryStore.open(env) as store:  # ten turns of about 300 fake tokens: about 73% of the 4096-token window
         session = store.create_session(workspace)
         with store.acquire_lease(session.id, workspace) as lease:
@@ -80,7 +81,9 @@ def test_trigger_and_target_ratios_reach_the_policy(env: Settings, workspace: Pa
     assert 0 < plans["0.5"] < plans["0.2"]  # a lower target compacts more
 
 
-def test_context_window_overrides_with_the_estimate_and_needs_no_model(env: Settings, workspace: Path, monkeypatch):
+def test_context_window_overrides_with_the_estimate_and_needs_no_model(
+    env: WorkerSettings, workspace: Path, monkeypatch
+):
     with MemoryStore.open(env) as store:
         sid = seed(store, workspace, 8, compact=False, distill=False)
         expected = view_tokens(store, sid, estimate_tokens)
@@ -98,7 +101,7 @@ def test_context_window_overrides_with_the_estimate_and_needs_no_model(env: Sett
      "error: --target-ratio (0.6) must not exceed --trigger-ratio"),
     (["--trigger-ratio", "1.5"], "error: Invalid value for '--trigger-ratio': must be a number in (0, 1]"),
 ])
-def test_bad_ratios_are_one_line_errors_and_change_nothing(env: Settings, workspace: Path, args, message) -> None:
+def test_bad_ratios_are_one_line_errors_and_change_nothing(env: WorkerSettings, workspace: Path, args, message) -> None:
     with MemoryStore.open(env) as store:
         sid = seed(store, workspace, 8, compact=False, distill=False)
     before = table_rows(env.database_path)
@@ -108,7 +111,9 @@ def test_bad_ratios_are_one_line_errors_and_change_nothing(env: Settings, worksp
     assert table_rows(env.database_path) == before
 
 
-def test_model_problems_are_one_line_errors_and_queue_nothing(env: Settings, workspace: Path, monkeypatch) -> None:
+def test_model_problems_are_one_line_errors_and_queue_nothing(
+    env: WorkerSettings, workspace: Path, monkeypatch
+) -> None:
     with MemoryStore.open(env) as store:
         sid = seed(store, workspace, 8, compact=False, distill=False)
     before = table_rows(env.database_path)
@@ -132,7 +137,7 @@ def test_compact_plans_with_the_real_default_model(home: Path, workspace: Path, 
     monkeypatch.setenv("EMELEX_HOME", str(home))
     monkeypatch.setenv("EMELEX_PLUGINS_AUTOLOAD", "0")
     monkeypatch.setenv("EMELEX_MODEL_MAX_CONTEXT_TOKENS", "2048")
-    settings = Settings()
+    settings = WorkerSettings()
     with ModelManager(settings) as manager:
         manager.install_default(link=True)
     with MemoryStore.open(settings) as store:

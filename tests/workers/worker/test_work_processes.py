@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
 from emelex_workers.models import ModelManager
+from emelex_workers.settings import WorkerSettings
 
 from ...support.plugins import fake_model_file, fake_plugin_distribution
 from .test_work import FAKE_SETTINGS, seed
@@ -27,7 +28,7 @@ def proc_env(tmp_path: Path, home: Path) -> dict[str, str]:
     site = fake_plugin_distribution(tmp_path / "site")
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMELEX_")}
     env.update(FAKE_SETTINGS, EMELEX_HOME=str(home), PYTHONPATH=os.pathsep.join([str(site), env.get("PYTHONPATH", "")]))
-    with ModelManager(Settings(home=home, default_model="fake")) as manager:
+    with ModelManager(WorkerSettings(home=home, default_model="fake")) as manager:
         manager.install(fake_model_file(tmp_path / "files"), name="fake")
     return env
 
@@ -44,7 +45,7 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
 def test_a_signal_during_a_job_releases_it_without_consuming_an_attempt(
     signum: int, proc_env: dict, home: Path, workspace: Path, tmp_path: Path
 ) -> None:
-    settings = Settings(home=home)
+    settings = WorkerSettings(home=home)
     with MemoryStore.open(settings) as store:
         seed(store, workspace)
     started = tmp_path / "started"
@@ -67,7 +68,7 @@ def test_a_signal_during_a_job_releases_it_without_consuming_an_attempt(
 def test_two_worker_processes_drain_one_queue_with_no_job_run_twice(
     proc_env: dict, home: Path, workspace: Path, tmp_path: Path
 ) -> None:
-    settings = Settings(home=home)
+    settings = WorkerSettings(home=home)
     with MemoryStore.open(settings) as store:
         for _ in range(12):
             seed(store, workspace, turns=6)

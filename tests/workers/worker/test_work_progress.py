@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import JobStateError, MemoryStore, NewEvent, Settings, holder_is_dead
+from emelex_memory import JobStateError, MemoryStore, NewEvent, holder_is_dead
 from emelex_memory.sessions.holders import holder_label
 from emelex_workers.cli import app
 from emelex_workers.plugin_api import GenerationProgress
 from emelex_workers.worker.work import work
 from emelex_workers.worker.work_report import JobReport, JobStart, WorkObserver, done_detail
+from emelex_workers.settings import WorkerSettings
 
 from ...support import table_rows
 from .test_work import env, jobs, seed  # noqa: F401 - `env` is a fixture
@@ -46,7 +47,9 @@ class Recorder(WorkObserver):
         self.events.append(("end", report))
 
 
-def test_the_observer_hears_each_start_the_tokens_and_each_end(env: Settings, workspace: Path, monkeypatch) -> None:
+def test_the_observer_hears_each_start_the_tokens_and_each_end(
+    env: WorkerSettings, workspace: Path, monkeypatch
+) -> None:
     configure(monkeypatch, **CHAT)
     recorder = Recorder()
     with MemoryStore.open(env) as store:
@@ -67,7 +70,9 @@ def test_the_observer_hears_each_start_the_tokens_and_each_end(env: Settings, wo
     assert [e[0] for e in recorder.events][:8] == ["start", *["tokens"] * 6, "end"]  # in order, job by job
 
 
-def test_each_jobs_cost_is_stored_with_it_and_survives_the_run(env: Settings, workspace: Path, monkeypatch) -> None:
+def test_each_jobs_cost_is_stored_with_it_and_survives_the_run(
+    env: WorkerSettings, workspace: Path, monkeypatch
+) -> None:
     configure(monkeypatch, **CHAT)
     with MemoryStore.open(env) as store:
         seed(store, workspace)
@@ -87,7 +92,7 @@ def test_each_jobs_cost_is_stored_with_it_and_survives_the_run(env: Settings, wo
 
 
 def test_a_binding_without_on_token_still_works_and_its_cost_is_estimated(
-    env: Settings, workspace: Path, monkeypatch
+    env: WorkerSettings, workspace: Path, monkeypatch
 ) -> None:
     configure(monkeypatch, **CHAT, legacy=True)
     recorder = Recorder()
@@ -99,7 +104,7 @@ def test_a_binding_without_on_token_still_works_and_its_cost_is_estimated(
     assert (cost["prompt_tokens"], cost["generated_tokens"], cost["estimated"]) == (6, 5, True)  # no template
 
 
-def test_a_failed_attempts_cost_goes_into_its_diagnostic(env: Settings, workspace: Path, monkeypatch) -> None:
+def test_a_failed_attempts_cost_goes_into_its_diagnostic(env: WorkerSettings, workspace: Path, monkeypatch) -> None:
     configure(monkeypatch, **CHAT, fail_after_chat=True)
     with MemoryStore.open(env) as store:
         seed(store, workspace, distill=False)
@@ -114,7 +119,7 @@ def test_a_failed_attempts_cost_goes_into_its_diagnostic(env: Settings, workspac
     assert f"attempt 1 of 3 cost: {PROMPT_TOKENS} prompt + 5 generated tokens, " in listed
 
 
-def test_an_observer_that_fails_is_dropped_and_the_jobs_still_run(env: Settings, workspace: Path) -> None:
+def test_an_observer_that_fails_is_dropped_and_the_jobs_still_run(env: WorkerSettings, workspace: Path) -> None:
     class Broken(WorkObserver):
         def job_started(self, job: JobStart) -> None:
             raise BrokenPipeError("stderr went away")
@@ -127,7 +132,7 @@ def test_an_observer_that_fails_is_dropped_and_the_jobs_still_run(env: Settings,
 # -- why jobs wait --------------------------------------------------------------------------------------------------
 
 
-def test_the_report_says_why_each_job_is_left_waiting(env: Settings, workspace: Path, monkeypatch) -> None:
+def test_the_report_says_why_each_job_is_left_waiting(env: WorkerSettings, workspace: Path, monkeypatch) -> None:
     configure(monkeypatch, mode="fail")
     with MemoryStore.open(env) as store:
         busy = seed(store, workspace, distill=False)
@@ -155,7 +160,7 @@ def jobs_of(store: MemoryStore, session_id: str):
     return {j.kind: j for j in store.list_jobs(session_id=session_id).jobs}
 
 
-def test_quiet_prints_only_the_summary_line(env: Settings, workspace: Path, monkeypatch) -> None:
+def test_quiet_prints_only_the_summary_line(env: WorkerSettings, workspace: Path, monkeypatch) -> None:
     configure(monkeypatch, **CHAT)
     with MemoryStore.open(env) as store:
         seed(store, workspace)
@@ -167,7 +172,7 @@ def test_quiet_prints_only_the_summary_line(env: Settings, workspace: Path, monk
     assert loud.exit_code == 2  # --max-jobs is at least 1
 
 
-def test_plain_lines_show_each_job_and_a_due_job_left_by_the_limit(env: Settings, workspace: Path, monkeypatch):
+def test_plain_lines_show_each_job_and_a_due_job_left_by_the_limit(env: WorkerSettings, workspace: Path, monkeypatch):
     configure(monkeypatch, **CHAT)
     with MemoryStore.open(env) as store:
         sid = seed(store, workspace)
@@ -195,7 +200,7 @@ time.sleep(120)
 
 
 @pytest.fixture
-def dead_claim(env: Settings, workspace: Path) -> tuple[str, str]:
+def dead_claim(env: WorkerSettings, workspace: Path) -> tuple[str, str]:
     """A compaction job claimed by a worker process that was then killed with SIGKILL: (job ID, holder)."""
     with MemoryStore.open(env) as store:
         seed(store, workspace, distill=False)
@@ -211,7 +216,7 @@ def dead_claim(env: Settings, workspace: Path) -> tuple[str, str]:
 
 
 def test_a_claim_whose_worker_died_is_named_with_the_command_that_frees_it(
-    env: Settings, dead_claim: tuple[str, str]
+    env: WorkerSettings, dead_claim: tuple[str, str]
 ) -> None:
     job_id, holder = dead_claim
     result = CliRunner().invoke(app, ["memory", "work"])
@@ -231,7 +236,7 @@ def test_a_claim_whose_worker_died_is_named_with_the_command_that_frees_it(
     assert again.exit_code == 1 and "is pending, not claimed" in again.output
 
 
-def test_a_live_workers_claim_is_never_rescued(env: Settings, workspace: Path) -> None:
+def test_a_live_workers_claim_is_never_rescued(env: WorkerSettings, workspace: Path) -> None:
     with MemoryStore.open(env) as store:
         seed(store, workspace, distill=False)
         claim = store.claim_job("compaction")  # held by this process, which is alive
@@ -252,7 +257,7 @@ def test_a_holder_is_dead_only_when_provably_so(holder: str | None) -> None:
     assert not holder_is_dead(label)
 
 
-def test_waiting_jobs_refuses_a_bad_limit(env: Settings, workspace: Path) -> None:
+def test_waiting_jobs_refuses_a_bad_limit(env: WorkerSettings, workspace: Path) -> None:
     with MemoryStore.open(env) as store:
         seed(store, workspace, distill=False)
         from emelex_memory import InvalidInputError
@@ -267,7 +272,7 @@ def test_waiting_jobs_refuses_a_bad_limit(env: Settings, workspace: Path) -> Non
 
 
 def test_what_a_done_distillation_saved_is_shown_at_the_end_of_work_and_in_jobs_list(
-    env: Settings, workspace: Path
+    env: WorkerSettings, workspace: Path
 ) -> None:
     with MemoryStore.open(env) as store:
         seed(store, workspace)

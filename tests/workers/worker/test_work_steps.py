@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from emelex_memory import MemoryStore, NewEvent, Settings, SummaryStateError, compaction_handler, run_one_job
+from emelex_memory import MemoryStore, NewEvent, SummaryStateError, compaction_handler, run_one_job
 from emelex_memory.compaction.policy import PROMPT_RESERVE_TOKENS
 from emelex_workers.cli import app
 from emelex_workers.cli.work_display import end_line
@@ -23,6 +23,7 @@ from emelex_workers.hookspecs import hookimpl
 from emelex_workers.plugin_api import Summarizer
 from emelex_workers.host.manager import PluginInfo, get_plugin_manager
 from emelex_workers.worker.work import work
+from emelex_workers.settings import WorkerSettings
 
 from .test_work import env  # noqa: F401 - the fake model and plugin of the worker tests
 from .test_work_planning import fake_tokens, view_tokens
@@ -33,7 +34,7 @@ TARGET = WINDOW // 2
 
 
 @pytest.fixture
-def wide(env: Settings, monkeypatch) -> Settings:  # noqa: F811
+def wide(env: WorkerSettings, monkeypatch) -> WorkerSettings:  # noqa: F811
     """The fake binding with the default model's 8192-token window."""
     monkeypatch.setenv("EMELEX_FAKE_PLUGIN", json.dumps({"window": WINDOW}))
     return env
@@ -66,7 +67,7 @@ class Quoting:
         register(Summarizer("quoting", lambda request: request.events[-1].payload["text"]))
 
 
-def run_worker(settings: Settings, **options):
+def run_worker(settings: WorkerSettings, **options):
     """One run of the worker on compaction jobs, as `emelex memory work --kind compaction` runs it, summarizing
     with "quoting"."""
     settings = settings.model_copy(update={"summarizer": "quoting"})
@@ -93,7 +94,7 @@ def assert_fits(store: MemoryStore, job) -> None:
     assert tokens + budget + PROMPT_RESERVE_TOKENS <= WINDOW
 
 
-def test_a_150_turn_session_past_the_window_compacts_in_a_few_steps_that_each_fit(wide: Settings, workspace):
+def test_a_150_turn_session_past_the_window_compacts_in_a_few_steps_that_each_fit(wide: WorkerSettings, workspace):
     with MemoryStore.open(wide) as store:
         sid = long_session(store, workspace)
         assert view_tokens(store, sid, fake_tokens) > 1.5 * WINDOW
@@ -121,7 +122,7 @@ def test_a_150_turn_session_past_the_window_compacts_in_a_few_steps_that_each_fi
         assert view_tokens(store, sid, fake_tokens) <= TARGET
 
 
-def test_compact_after_a_job_failed_for_size_plans_a_new_job_that_fits(wide: Settings, workspace) -> None:
+def test_compact_after_a_job_failed_for_size_plans_a_new_job_that_fits(wide: WorkerSettings, workspace) -> None:
     with MemoryStore.open(wide) as store:
         sid = long_session(store, workspace)
     oversized = json.loads(run("compact", sid, "--context-window", "65536", "--force", "--json").output)
@@ -146,7 +147,7 @@ def test_compact_after_a_job_failed_for_size_plans_a_new_job_that_fits(wide: Set
 
 
 def test_a_chain_stopped_by_a_turn_too_large_says_why_in_its_done_job_jobs_list_and_the_work_end_line(
-    wide: Settings, workspace
+    wide: WorkerSettings, workspace
 ) -> None:
     with MemoryStore.open(wide) as store:
         sid = long_session(store, workspace, turns=60)
@@ -174,7 +175,7 @@ def test_a_chain_stopped_by_a_turn_too_large_says_why_in_its_done_job_jobs_list_
 
 
 def test_a_summary_whose_summarizer_made_no_model_call_names_no_model_and_earlier_ones_naming_it_still_verify(
-    wide: Settings, workspace
+    wide: WorkerSettings, workspace
 ) -> None:
     with MemoryStore.open(wide) as store:
         sid = long_session(store, workspace, turns=60)
@@ -211,7 +212,7 @@ def test_a_summary_whose_summarizer_made_no_model_call_names_no_model_and_earlie
     assert f"model {MODEL_REF}," in run("sessions", "show", sid).output
 
 
-def test_a_chain_of_steps_reverted_then_redone_continues_to_its_goal(wide: Settings, workspace) -> None:
+def test_a_chain_of_steps_reverted_then_redone_continues_to_its_goal(wide: WorkerSettings, workspace) -> None:
     with MemoryStore.open(wide) as store:
         sid = long_session(store, workspace)
     first = json.loads(run("compact", sid, "--json").output)["job"]
@@ -240,7 +241,7 @@ def test_a_chain_of_steps_reverted_then_redone_continues_to_its_goal(wide: Setti
 
 
 def test_token_figures_of_a_plan_made_with_the_estimate_are_marked_estimated_in_compact_jobs_list_and_work(
-    wide: Settings, workspace
+    wide: WorkerSettings, workspace
 ) -> None:
     with MemoryStore.open(wide) as store:
         sid = long_session(store, workspace, turns=40)

@@ -14,7 +14,8 @@ import termios
 import time
 from pathlib import Path
 
-from emelex_memory import MemoryStore, Settings
+from emelex_memory import MemoryStore
+from emelex_workers.settings import WorkerSettings
 
 from .test_work_processes import WORKER, proc_env  # noqa: F401 - `proc_env` is a fixture
 from .test_work import seed
@@ -48,7 +49,7 @@ def _run_on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str]:
 
 
 def test_work_on_a_terminal_shows_live_token_progress(proc_env: dict, home: Path, workspace: Path) -> None:
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         sid = seed(store, workspace, distill=False)
     proc_env.update(TERM="xterm-256color", EMELEX_FAKE_PLUGIN=json.dumps({"chat": TOKENS, "delay": DELAY_S}))
     status, output = _run_on_a_terminal(WORKER, proc_env)
@@ -66,7 +67,7 @@ def test_work_on_a_terminal_shows_live_token_progress(proc_env: dict, home: Path
 def test_a_slow_prompt_evaluation_shows_on_the_terminal_before_the_first_token(
     proc_env: dict, home: Path, workspace: Path
 ) -> None:
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         seed(store, workspace, distill=False)
     proc_env.update(TERM="xterm-256color", EMELEX_FAKE_PLUGIN=json.dumps(
         {"chat": 3, "prompt_steps": 3, "prompt_delay": 0.3}))  # the binding reports its prompt slowly
@@ -79,7 +80,7 @@ def test_a_slow_prompt_evaluation_shows_on_the_terminal_before_the_first_token(
 
 
 def test_work_without_a_terminal_prints_plain_lines(proc_env: dict, home: Path, workspace: Path) -> None:
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         seed(store, workspace, distill=False)
     proc_env.update(TERM="xterm-256color", EMELEX_FAKE_PLUGIN=json.dumps({"chat": TOKENS}))
     proc = subprocess.run(WORKER, env=proc_env, capture_output=True, text=True, timeout=120)
@@ -166,7 +167,7 @@ def test_a_failure_line_keeps_its_whole_diagnostic_wrapped_never_cut() -> None:
 
 
 def test_an_idle_run_says_so_on_a_terminal_only(proc_env: dict, home: Path, workspace: Path) -> None:
-    with MemoryStore.open(Settings(home=home)) as store:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
         store.create_session(workspace)
     status, output = _run_on_a_terminal(WORKER, proc_env)
     shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]|\r", "", output)  # the live display's cursor controls

@@ -1,14 +1,24 @@
-"""Settings: one pydantic-settings class, read from arguments, `EMELEX_*` variables and an optional TOML file.
+"""Settings: the core's pydantic-settings class, read from arguments, `EMELEX_*` variables and an optional TOML file.
 
 Precedence, highest first: keyword arguments, environment variables
 (`EMELEX_HOME`, `EMELEX_BUSY_TIMEOUT_MS`, ...), `<Emelex Home>/config.toml`,
 then the defaults below. Settings are passed explicitly to what needs them;
 nothing deeper in the code reads the environment.
+
+`Settings` holds what the store itself uses. The layers built on the core
+extend it with their own fields in a subclass (the workers' is
+`emelex_workers.settings.WorkerSettings`: the worker, the model manager, the
+agent and the built-in plugins), read the same way from the same variables
+and the same config.toml. A subclass makes itself known to the core through
+the `emelex.settings` entry-point group, so that a config.toml key or a
+variable one layer owns is no unknown setting to another: the core consults
+that group only when it meets a name that is none of its own fields.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import stat
 from dataclasses import dataclass
@@ -23,10 +33,10 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from .errors import InvalidHomeError, SettingsFileError
-from .core.private_files import check_no_symlink_loop, open_for_reading
-from .core.utf8 import SQLITE_NAMES, is_utf8
-from .core.io_errors import file_error
+from ..errors import InvalidHomeError, SettingsFileError
+from .io_errors import file_error
+from .private_files import check_no_symlink_loop, open_for_reading
+from .utf8 import SQLITE_NAMES, is_utf8
 
 MiB = 1024 * 1024
 MAX_CONFIG_BYTES = MiB  # config.toml is read whole; a larger one is refused
@@ -121,20 +131,55 @@ def _where(path: Path, text: str, key: str) -> str:
     return f"{path}{f' line {line}' if line else ''}"
 
 
-def nearest_setting(name: str, *, cutoff: float = 0.6) -> str | None:
-    """The setting whose name is closest to `name` (difflib's ratio at least `cutoff`), or None when none is."""
+SETTINGS_GROUP = "emelex.settings"  # entry points: the settings classes the layers above build on `Settings`
+
+
+@functools.lru_cache(maxsize=1)
+def _other_layers() -> dict[str, object]:
+    """The fields of every settings class registered in the `emelex.settings` entry-point group, by name (a class
+    that fails to load adds none: its keys are then unknown, as they would be without it)."""
+    from importlib.metadata import entry_points
+
+    fields: dict[str, object] = {}
+    for point in entry_points(group=SETTINGS_GROUP):
+        try:
+            fields.update(point.load().model_fields)
+        except Exception:  # noqa: BLE001 - a broken installation: its settings are simply not known
+            continue
+    return fields
+
+
+def setting_names(settings_class: type[Settings] | None = None) -> list[str]:
+    """Every setting name `settings_class` (default `Settings`) accepts from config.toml or the environment: its
+    own fields and those the other layers' settings classes add (see `SETTINGS_GROUP`), `home` left out."""
+    own = list((settings_class or Settings).model_fields)
+    return [name for name in dict.fromkeys([*own, *_other_layers()]) if name != "home"]
+
+
+def _is_setting(name: str, settings_class: type[Settings]) -> bool:
+    """Whether `name` is a setting of `settings_class` or of another layer's settings class."""
+    return name in settings_class.model_fields or name in _other_layers()
+
+
+def nearest_setting(name: str, *, cutoff: float = 0.6, settings_class: type[Settings] | None = None) -> str | None:
+    """The setting whose name is closest to `name` (difflib's ratio at least `cutoff`), or None when none is; among
+    `setting_names(settings_class)`."""
     import difflib
 
-    fields = [f for f in Settings.model_fields if f != "home"]
-    match = difflib.get_close_matches(name.lower(), fields, n=1, cutoff=cutoff)
+    match = difflib.get_close_matches(name.lower(), setting_names(settings_class), n=1, cutoff=cutoff)
     return match[0] if match else None
 
 
-def _checked_config(path: Path, values: dict[str, Any], text: str) -> dict[str, Any]:
-    """`values` when every key is a setting config.toml may set; else `SettingsFileError` naming the file, the line
+def _checked_config(settings_class: type[Settings], path: Path, values: dict[str, Any], text: str) -> dict[str, Any]:
+    """The keys of `values` that are fields of `settings_class`, when every key is a setting config.toml may set
+    (its own, or another layer's: that layer's class reads it); else `SettingsFileError` naming the file, the line
     and the nearest setting, so that no key is silently ignored."""
+    own = {}
     for key in values:
-        if key in Settings.model_fields and key != "home":
+        if key in settings_class.model_fields and key != "home":
+            own[key] = values[key]
+            continue
+        if key != "home" and not isinstance(values[key], dict) and key in _other_layers():
             continue
         where = _where(path, text, key)
         if key == "home":
@@ -146,15 +191,16 @@ def _checked_config(path: Path, values: dict[str, Any], text: str) -> dict[str, 
                 f"{where}: {key!r} is a table ([{key}] or a dotted key {key}.NAME), and config.toml takes only "
                 "top-level settings (name = value, before any [table]); move the settings out of it and remove the "
                 "line")
-        nearest = nearest_setting(key)
+        nearest = nearest_setting(key, settings_class=settings_class)
         hint = (f"did you mean {nearest!r}? (fix or remove the line)" if nearest
                 else "remove the line, then `emelex config show` lists every setting")
         raise SettingsFileError(f"{where}: unknown setting {key!r}; {hint}")
-    return values
+    return own
 
 
 class Settings(BaseSettings):
-    """Every tunable of Emelex Memory, with safe defaults."""
+    """Every tunable of the Emelex Memory store, with safe defaults (the workers' are in their subclass,
+    `emelex_workers.settings.WorkerSettings`)."""
 
     # An empty EMELEX_* variable counts as unset, as it does for finding config.toml (`_home_from`). The model_*
     # fields are ours, not pydantic's: pydantic before 2.10 warns about them unless told so.
@@ -201,66 +247,14 @@ class Settings(BaseSettings):
         default=1000, ge=1, le=100_000, description="Most changes of each kind one maintain run makes."
     )
 
-    # Plugins, models and the worker (`emelex memory work`).
-    plugins_autoload: bool = Field(
-        default=True, description="Load third-party plugins from the 'emelex' entry-point group; built-ins always load."
-    )
-    plugins_trace: bool = Field(default=False, description="Trace every plugin hook call to stderr.")
-    default_model: str = Field(
-        default="smollm2-135m-instruct", min_length=1, max_length=64, description="Installed model the worker uses."
-    )
-    summarizer: str = Field(default="llamacpp", min_length=1, max_length=64, description="Summarizer the worker uses.")
-    distiller: str = Field(default="llamacpp", min_length=1, max_length=64, description="Distiller the worker uses.")
-    summary_mode: Literal["extractive", "abstractive"] = Field(
-        default="extractive", description="Built-in summarizer: quote the source's statements, or write freely."
-    )
-    distill_mode: Literal["extractive", "abstractive"] = Field(
-        default="extractive", description="Built-in distiller: quote the source's statements, or write freely."
-    )
+    # Model snapshots and saved model states: the store's side of installed models.
     model_lock_timeout_s: float = Field(
         default=60.0, gt=0, le=3600, description="Longest wait for the Home-wide snapshot-mutation lock."
     )
-    model_max_context_tokens: int = Field(
-        default=8192, ge=256, le=1_048_576, description="Largest context window a model binding allocates."
-    )
-    model_threads: int | None = Field(default=None, ge=1, le=256, description=(
-        "CPU threads a model binding uses; unset: chosen when the work starts from the usable, idle cores."))
     model_states_keep: int = Field(
         default=8, ge=0, le=10_000, description="Saved model states (a Session's evaluated context) maintain keeps.")
     model_states_max_bytes: int = Field(
         default=1024 * MiB, ge=0, description="Bytes of saved model states maintain keeps, newest first.")
-    chat_policy: str = Field(
-        default="auto", pattern=r"^[a-z][a-z0-9_]{0,47}$", description="Turn policy of a new chat Session: 'guided' "
-        "(answers quote what was read), 'open' (the model's own words), a plugin's, or 'auto' (guided for a local "
-        "model under 1B parameters, open otherwise)."
-    )
-    recall_budget_tokens: int = Field(
-        default=512, ge=1, le=1_000_000, description="Most tokens of Knowledge notes a new chat Session recalls (and "
-        "never more than a tenth of the model's window)."
-    )
-    embedder: str | None = Field(default=None, min_length=1, max_length=64, description=(
-        "Embedder whose vectors search fuses with full text (built-in: \"llamacpp\", a local GGUF embedding model; "
-        "\"openai\", a served /v1/embeddings endpoint); unset: full text alone."))
-    embedding_model: str | None = Field(default=None, min_length=1, max_length=4096, description=(
-        "The embedder's model: for llamacpp the path of a GGUF file, for openai the model name the server knows."))
-    embedding_url: str | None = Field(default=None, min_length=1, max_length=2048, description=(
-        "For the openai embedder: the server's base URL, e.g. http://127.0.0.1:8080/v1."))
-    served_connect_timeout_s: float = Field(
-        default=5.0, gt=0, le=600, description="Served models: longest wait to connect to the model server."
-    )
-    served_read_timeout_s: float = Field(
-        default=120.0, gt=0, le=3600, description="Served models: longest silence while the server answers."
-    )
-    served_request_timeout_s: float = Field(
-        default=600.0, gt=0, le=86_400, description="Served models: longest one request may take in all."
-    )
-    served_retries: int = Field(
-        default=3, ge=0, le=20, description="Served models: retries of a refused connection, HTTP 429 or 5xx."
-    )
-    work_max_jobs: int = Field(default=100, ge=1, le=1_000_000, description="Jobs one worker run takes at most.")
-    work_max_seconds: float = Field(
-        default=3600.0, gt=0, le=86_400, description="Seconds after which a worker run claims no further job."
-    )
 
     def __init__(self, **values: Any) -> None:
         """Settings from `values` (keyword arguments), then `EMELEX_*` variables, `<home>/config.toml` and the
@@ -296,7 +290,7 @@ class Settings(BaseSettings):
         home = _home_from(init_settings())
         check_no_symlink_loop(home, what="Emelex Home")  # not blamed on config.toml below it
         path = home / "config.toml"
-        toml = InitSettingsSource(settings_cls, _checked_config(path, *_read_config(path)))
+        toml = InitSettingsSource(settings_cls, _checked_config(settings_cls, path, *_read_config(path)))
         return (init_settings, env_settings, toml)
 
     @property
@@ -334,7 +328,7 @@ def setting_sources(settings: Settings) -> dict[str, SettingSource]:
     values, text = _read_config(path)
     environment = _environment()
     sources = {}
-    for name in Settings.model_fields:
+    for name in type(settings).model_fields:
         variable = ENV_PREFIX + name.upper()
         if name in settings._arguments:
             sources[name] = SettingSource("argument")
@@ -361,18 +355,20 @@ def source_of(name: str) -> SettingSource:
     return SettingSource("file", _where(path, text, name)) if name in values else SettingSource("default")
 
 
-def unknown_environment() -> list[tuple[str, str | None]]:
-    """Every set `EMELEX_*` variable that is no setting (nor in `OTHER_VARIABLES`), sorted, each with the nearest
-    setting's variable (None when none is close: a variable of some other tool is not a near miss). Settings
-    ignore such variables; the CLI warns of the near misses."""
+def unknown_environment(settings_class: type[Settings] | None = None) -> list[tuple[str, str | None]]:
+    """Every set `EMELEX_*` variable that is no setting of `settings_class` (default `Settings`) nor of another
+    layer's settings class (nor in `OTHER_VARIABLES`), sorted, each with the nearest setting's variable (None when
+    none is close: a variable of some other tool is not a near miss). Settings ignore such variables; the CLI warns
+    of the near misses."""
+    settings_class = settings_class or Settings
     found = []
     for key, value in os.environ.items():
         upper = key.upper()
         if not upper.startswith(ENV_PREFIX) or not value or upper in OTHER_VARIABLES:
             continue
-        if upper[len(ENV_PREFIX):].lower() in Settings.model_fields:
+        if _is_setting(upper[len(ENV_PREFIX):].lower(), settings_class):
             continue
-        nearest = nearest_setting(upper[len(ENV_PREFIX):], cutoff=0.8)
+        nearest = nearest_setting(upper[len(ENV_PREFIX):], cutoff=0.8, settings_class=settings_class)
         found.append((key, None if nearest is None else ENV_PREFIX + nearest.upper()))
     return sorted(found)
 

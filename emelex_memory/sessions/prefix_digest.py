@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import apsw
 
 from ..errors import SourceTooLargeError
-from ..sessions.transcript import SUMMARY_KIND
+from .transcript import SUMMARY_KIND
 
 SOURCE_DOMAIN = b"emelex/compaction-source/v1\x00"
 SUMMARY_DOMAIN = b"emelex/summary/v1\x00"
