@@ -674,14 +674,17 @@ def render(figures: dict) -> str:
 
 
 def main() -> int:
-    """Run every task (or those named on the command line, without writing the results), print each row, write the
-    section; 1 when a target is missed (or the model is missing)."""
+    """Run every task under both policies, print each row, write the section; 1 when a target is missed (or the
+    model is missing). Arguments choose tasks (by name, or a half: "tune") and policies ("guided", "open") for a
+    trial run, which writes nothing."""
     try:
         default_model_file()
     except DefaultModelUnavailableError as exc:
         print(f"skipped: {exc}")
         return 1
-    chosen = [t for t in TASKS if not sys.argv[1:] or t.name in sys.argv[1:] or t.half in sys.argv[1:]]
+    names = [a for a in sys.argv[1:] if a not in POLICIES]
+    chosen = [t for t in TASKS if not names or t.name in names or t.half in names]
+    policies = [p for p in POLICIES if p in sys.argv[1:]] or list(POLICIES)
     rows: dict[str, list[dict]] = {policy: [] for policy in POLICIES}
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="emelex-chat-tasks-") as tmp:
@@ -690,7 +693,7 @@ def main() -> int:
         with ModelManager(WorkerSettings(home=home)) as manager:
             model = manager.install_default(link=True)
         for n, task in enumerate(chosen):
-            for policy in POLICIES if n % 2 == 0 else reversed(POLICIES):  # alternate which goes first
+            for policy in policies if n % 2 == 0 else reversed(policies):  # alternate which goes first
                 row = run_task(home, task, root, policy)
                 rows[policy].append(row)
                 print(f"{task.name:<24} {task.half} {policy:<6} {'PASS' if row['passed'] else 'fail'} "

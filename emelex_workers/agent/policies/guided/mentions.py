@@ -59,13 +59,14 @@ def named_files(files: Collection[str], message: str) -> list[str]:
     """The paths of `files` (workspace-relative) that `message` names, in its order, each once, at most
     `MAX_FILES`: a word with a "." or "/" that is a path of `files` or the name of exactly one of them, or
     another word (of 3 or more characters, not a common one) that is, whatever its case, the name of exactly
-    one of them or that name without its suffixes ("readme" names README.md, "makefile" Makefile)."""
+    one of them or that name without its suffixes ("readme" names README.md, "makefile" Makefile) or, for a
+    dotfile, without its leading dot ("gitignore" names .gitignore)."""
     files = set(files)
     by_name: dict[str, list[str]] = {}
     for path in files:
         name = path.rsplit("/", 1)[-1]
         by_name.setdefault(name, []).append(path)
-        for key in {name.lower(), name.split(".", 1)[0].lower()} - {name}:
+        for key in {name.lower(), name.split(".", 1)[0].lower(), name.lstrip(".").lower()} - {name, ""}:
             by_name.setdefault(key, []).append(path)
     found: list[str] = []
     plain = [w.lower() for w in tokens(message) if len(w) >= 3 and "." not in w and "/" not in w
@@ -75,6 +76,14 @@ def named_files(files: Collection[str], message: str) -> list[str]:
         if path is not None and path not in found:
             found.append(path)
     return found[:MAX_FILES]
+
+
+def _is_file(root: int, name: str) -> bool:
+    """Whether `name` is a regular file at the top of the workspace open as `root` (no symlink followed)."""
+    try:
+        return stat.S_ISREG(os.stat(name, dir_fd=root, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def _read(root: int, path: str, limit: int = FILE_BYTES) -> tuple[bytes, int] | None:
@@ -123,11 +132,12 @@ def _hits(root: int, files: Collection[str], message: str, skip: Collection[str]
 
 
 def mentions_note(workspace: str | Path, message: str, exclude: Collection[tuple[int, int]] = (),
-                  walk: WorkspaceWalk | None = None) -> ContextNote | None:
+                  walk: WorkspaceWalk | None = None, dotfiles: bool = False) -> ContextNote | None:
     """The note of the files `message` names in `workspace` and of the lines that hold its rare words (see the
     module docstring): `{"text", "files", "hits"}`, each file `{"path", "bytes", "content"}` (`content` None for
     a binary file, else the text read, cut to the room left), each hit "path:N: line"; None when there is
-    neither. The files are those `walk` (the turn's walk of `workspace`; one of its own when None) lists. Never
+    neither. The files are those `walk` (the turn's walk of `workspace`; one of its own when None) lists, and a
+    top-level dotfile named with its dot (".env"), or with `dotfiles` also without it ("gitignore"). Never
     raises for the workspace's content."""
     workspace = Path(workspace)
     try:
@@ -135,14 +145,17 @@ def mentions_note(workspace: str | Path, message: str, exclude: Collection[tuple
     except OSError:
         return None
     try:
-        return _note(root, (walk or WorkspaceWalk(workspace, exclude)).entries().files, message)
+        return _note(root, (walk or WorkspaceWalk(workspace, exclude)).entries().files, message, dotfiles)
     finally:
         os.close(root)
 
 
-def _note(root: int, listed: Collection[str], message: str) -> dict | None:
+def _note(root: int, listed: Collection[str], message: str, dotfiles: bool = False) -> dict | None:
     """`mentions_note` of the workspace open as `root`, whose files the turn's walk lists as `listed`."""
     hidden = [word for word in mentioned(message) if word.startswith(".") and "/" not in word]  # ".env", named
+    if dotfiles:  # "gitignore": .gitignore, when there is one
+        hidden += [name for word in tokens(message) if len(word) >= 3 and word.isalnum()
+                   and _is_file(root, name := f".{word.lower()}")]
     paths = named_files([*listed, *hidden], message)
     files, parts, room = [], [HEADER], NOTE_CHARS - len(HEADER)
     for path in paths:
