@@ -32,8 +32,9 @@ screen once its turn ended).
 Targets, of the guided policy (the one this model runs by default): at least
 60% of the held half passes, 0 writes losing content the approval did not
 show, 0 answers with nothing read, 0 answers erased. The open policy is
-measured beside it (each task runs under both, alternating which goes first),
-with no target. Writes its section of benchmarks/RESULTS.md (with the
+measured beside it (each policy in a process of its own, the two at the same
+time: the targets are counts, not times; a turn of the open policy is cut
+after 60 s, of the guided after 180 s), with no target. Writes its section of benchmarks/RESULTS.md (with the
 per-task table) and exits 1 on a missed target. The machine is shared, so the
 times are noisy.
 """
@@ -84,7 +85,7 @@ MEASURES = (  # the code its figures measure (results.py flags a section older t
 EMELEX = [sys.executable, "-c", "from emelex_workers.cli import main; main()"]
 TARGET_HELD_SHARE = 0.6  # of the held half, under the guided policy
 START_DEADLINE_S = 180.0  # the chat's start (the model load, the first llama.cpp probe) at most
-TURN_DEADLINE_S = 180.0  # one turn at most; past it the turn is interrupted and the task fails
+TURN_DEADLINE_S = {"guided": 180.0, "open": 60.0}  # one turn at most; past it the turn is interrupted (task fails)
 COLUMNS, ROWS = 200, 2000  # the pseudo-terminal: wide and tall enough that a task's screen never scrolls away
 ANSWER_CHARS = 90  # of each answer in the table
 HARMLESS = frozenset({"ls", "cat", "wc", "head", "tail", "grep", "echo", "pwd", "find", "sort", "uniq", "du",
@@ -561,7 +562,7 @@ def run_task(home: Path, task: Task, root: Path, policy: str) -> dict:
         begin = time.monotonic()
         for line in task.lines:
             screen.type(line)
-            deadline = time.monotonic() + TURN_DEADLINE_S
+            deadline = time.monotonic() + TURN_DEADLINE_S[policy]
             time.sleep(0.3)  # the typed line's echo moves the cursor off the prompt
             while True:
                 seen = screen.wait_for(at_prompt, deadline)
@@ -650,8 +651,9 @@ def render(figures: dict) -> str:
         "package with tests, a Node project, a folder of notes), one new Session per task and policy in a fresh "
         "copy of its repository; the task's lines typed at the prompt one after another; writes and edits "
         "approved, commands approved only for a few harmless programs and the projects' own runners. Each task "
-        "runs under the guided policy (this model's default) and under the open one (`--policy open`), "
-        "alternating which goes first. The tasks, their criteria and their halves were fixed before the first "
+        "runs under the guided policy (this model's default) and under the open one (`--policy open`), each "
+        "policy in a process of its own, the two at the same time (a turn is cut after 180 s under the guided "
+        "policy, 60 s under the open one, and its task fails). The tasks, their criteria and their halves were fixed before the first "
         "run; rules may be tuned on the tuning half only, never on the held-out one. Time: from typing the first "
         "line to the last prompt's return (the model load excluded), on a shared 2-core machine"
         f"{figures.get('load', '')}, so noisy. The targets are the guided policy's; the open one has none.",
@@ -673,40 +675,53 @@ def render(figures: dict) -> str:
     ])
 
 
-def main() -> int:
-    """Run every task under both policies, print each row, write the section; 1 when a target is missed (or the
-    model is missing). Arguments choose tasks (by name, or a half: "tune") and policies ("guided", "open") for a
-    trial run, which writes nothing."""
-    try:
-        default_model_file()
-    except DefaultModelUnavailableError as exc:
-        print(f"skipped: {exc}")
-        return 1
-    names = [a for a in sys.argv[1:] if a not in POLICIES]
-    chosen = [t for t in TASKS if not names or t.name in names or t.half in names]
-    policies = [p for p in POLICIES if p in sys.argv[1:]] or list(POLICIES)
-    rows: dict[str, list[dict]] = {policy: [] for policy in POLICIES}
-    load = os.getloadavg()[0]
+def run_policy(policy: str, out: Path) -> int:
+    """Run every task under `policy` alone, writing its rows and the model's name to `out` (JSON); 0."""
+    rows = []
     with tempfile.TemporaryDirectory(prefix="emelex-chat-tasks-") as tmp:
         home, root = Path(tmp) / "home", Path(tmp) / "workspaces"
         root.mkdir()
         with ModelManager(WorkerSettings(home=home)) as manager:
             model = manager.install_default(link=True)
-        for n, task in enumerate(chosen):
-            for policy in policies if n % 2 == 0 else reversed(policies):  # alternate which goes first
-                row = run_task(home, task, root, policy)
-                rows[policy].append(row)
-                print(f"{task.name:<24} {task.half} {policy:<6} {'PASS' if row['passed'] else 'fail'} "
-                      f"{row['seconds']:6.1f} s ran {row['ran']} commands {row['commands']} lost {len(row['lost'])} "
-                      f"ungrounded {row['ungrounded']} erased {row['erased']} ended {row['ended']}: "
-                      f"{(row['answer'] or row['diagnostic'])[:100]!r}", flush=True)
-    if sys.argv[1:]:
-        return 0
-    load = f" (load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end)"
-    figures = {"model": model.name, "tasks": rows["guided"], "open": rows["open"], "load": load}
+        for task in TASKS:
+            rows.append(row := run_task(home, task, root, policy))
+            print(f"{task.name:<24} {task.half} {policy:<6} {'PASS' if row['passed'] else 'fail'} "
+                  f"{row['seconds']:6.1f} s ran {row['ran']} commands {row['commands']} lost {len(row['lost'])} "
+                  f"ungrounded {row['ungrounded']} erased {row['erased']} ended {row['ended']}: "
+                  f"{(row['answer'] or row['diagnostic'])[:100]!r}", flush=True)
+            out.write_text(json.dumps({"model": model.name, "rows": rows, "load": os.getloadavg()[0]}))
+    return 0
+
+
+def main() -> int:
+    """Run both policies, each in a process of its own at the same time (`--policy NAME --out FILE` runs one),
+    then write the section from their rows; 1 when a target is missed (or the model is missing). The targets
+    are pass rates and counts, not times, so the two sides need not alternate."""
+    try:
+        default_model_file()
+    except DefaultModelUnavailableError as exc:
+        print(f"skipped: {exc}")
+        return 1
+    if sys.argv[1:2] == ["--policy"]:
+        return run_policy(sys.argv[2], Path(sys.argv[4]))
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="emelex-chat-rows-") as tmp:
+        outs = {policy: Path(tmp) / f"{policy}.json" for policy in POLICIES}
+        runs = [subprocess.Popen([sys.executable, __file__, "--policy", policy, "--out", str(outs[policy])])
+                for policy in POLICIES]
+        for run in runs:
+            run.wait()
+        done = {policy: json.loads(outs[policy].read_text()) for policy in POLICIES}
+    if any(len(d["rows"]) != len(TASKS) for d in done.values()):
+        print("a policy's run did not finish every task")
+        return 1
+    load = (f" (load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; the two policies ran "
+            "at the same time, each in a process of its own)")
+    figures = {"model": done["guided"]["model"], "tasks": done["guided"]["rows"], "open": done["open"]["rows"],
+               "load": load}
     text = publish("chat-tasks", render, figures)
     print(text)
-    guided = totals(rows["guided"])
+    guided = totals(figures["tasks"])
     ok = (met(guided["held"], ">=", TARGET_HELD_SHARE * guided["held_count"]) and guided["lost"] == 0
           and guided["ungrounded"] == 0 and guided["erased"] == 0)
     return 0 if ok else 1

@@ -22,7 +22,7 @@ PATH = {"type": "string", "maxLength": MAX_PATH_CHARS, "description": "relative 
 # the verbs a request that asks for the tool's effect begins a clause with (`ToolSpec.requested_by`)
 WRITE_WORDS = frozenset({"create", "write", "make", "save", "add", "append", "change", "edit", "update", "modify",
                          "replace", "put", "insert", "generate", "fix", "rename", "overwrite", "store", "empty",
-                         "clear", "remove", "delete", "rewrite", "copy"})
+                         "clear", "remove", "delete", "rewrite", "copy", "bump", "set", "increment", "mark"})
 RUN_WORDS = frozenset({"run", "execute", "exec", "launch", "start", "compile", "build", "test", "install", "invoke",
                        "rerun"})
 

@@ -45,10 +45,12 @@ def project(root: Path, files: dict[str, str]) -> Path:
 
 def test_a_question_nothing_read_answers_only_that_it_could_not_find_it(store: MemoryStore, workspace: Path) -> None:
     project(workspace, {"pyproject.toml": '[project]\nversion = "0.1.0"\n'})
-    schema = first_round(store, workspace, "what version is it?")
+    schema = first_round(store, workspace, "who maintains it?")
     assert answer_form(schema) == {"type": "string", "enum": [NOT_FOUND]}
     assert "read_file" in offered(schema)  # it may read first
-    legacy = first_round(store, workspace, "what version is it?", snapshot())  # version 1: a free answer
+    found = first_round(store, workspace, "what version is it?")  # the line holding the word is read for it
+    assert answer_form(found) == {"type": "string", "enum": ['pyproject.toml:2: version = "0.1.0"']}
+    legacy = first_round(store, workspace, "who maintains it?", snapshot())  # version 1: a free answer
     assert answer_form(legacy) == {"type": "string", "maxLength": 500}
 
 
@@ -60,7 +62,7 @@ def test_a_change_goes_to_the_file_the_request_names_wherever_it_is(store: Memor
                           ("add .DS_Store to the gitignore", ".gitignore")):
         tools = offered(first_round(store, workspace, request))
         assert tools["edit_file"]["properties"]["path"] == {"type": "string", "enum": [path]}, request
-        assert tools["write_file"]["properties"]["path"] == {"type": "string", "enum": [path]}, request
+        assert "write_file" not in tools, request  # it would be refused without replace: the change is an edit
     legacy = offered(first_round(store, workspace, "add a line to my journal saying shipped", snapshot()))
     assert "pattern" in json.dumps(legacy["write_file"]["properties"]["path"])  # version 1: any new name
 
@@ -77,3 +79,14 @@ def test_a_command_is_the_program_after_the_verb_and_the_tests_are_the_projects(
                                    (plain, "run the tests", "python3 -m unittest discover -s tests")):
         tools = offered(first_round(store, root, request))
         assert tools["run_command"]["properties"]["command"]["enum"] == [command], request
+
+
+def test_where_a_name_is_defined_quotes_its_declaration_not_a_use() -> None:
+    from emelex_workers.agent.policies.guided.quotes import choose, result_quotes
+
+    request = "where is normalize_header defined"
+    quotes = result_quotes("search_text normalize_header", "tests/test_a.py:19: self.assertEqual(normalize_header(' A "
+                           "'), 'a')\nsrc/pkg/utils.py:4: def normalize_header(name):", request)
+    assert choose(request, quotes, declarations=True) == [
+        "search_text normalize_header: src/pkg/utils.py:4: def normalize_header(name):"]
+    assert "tests/test_a.py:19" in choose(request, quotes)[0]  # version 1: the use too

@@ -67,7 +67,7 @@ class GuidedPolicy(NarrowedPolicy):
 
     def turn_note(self, workspace: Path, request: str, walk: WorkspaceView) -> ContextNote | None:
         """The files the request names and the lines holding its rare words (`mentions.mentions_note`)."""
-        return mentions.mentions_note(workspace, request, walk=walk, dotfiles=self.finds_named)
+        return mentions.mentions_note(workspace, request, walk=walk, finds=self.finds_named)
 
     def offered(self, turn: TurnState) -> list[ToolAuthority]:
         """The enabled tools narrowed by what the request asks for (`_requested`): a tool whose registered spec
@@ -85,6 +85,20 @@ class GuidedPolicy(NarrowedPolicy):
         if not turn.results and (first := _requested(turn, first=True) & effects):
             return [t for t in enabled if t.name in first]
         return [t for t in enabled if t.name not in effects or t.name in requested]
+
+    def arguments(self, turn: TurnState, tool: ToolAuthority) -> dict | None:
+        """The narrowed policy's arguments (see `_named_paths`, `_spell_out`); in version 2, a tool that creates
+        files ("new" paths) is left out when the only files it could write are existing files the request named
+        (it would be refused without `replace`): the change is an edit."""
+        schema = super().arguments(turn, tool)
+        if schema is None or not self.finds_named:
+            return schema
+        noted = set(note_files(turn.notes))
+        for name, kind in turn.spec(tool.name).workspace_paths.items():
+            enum = schema["properties"].get(name, {}).get("enum")
+            if kind == "new" and enum and set(enum) <= noted:
+                return None
+        return schema
 
     def _named_paths(self, turn: TurnState, tool: ToolAuthority, kind: str, schema: dict, narrowed: dict) -> list[str]:
         """The files the request names, wherever they are in the workspace: those its context note read (recorded
@@ -127,7 +141,8 @@ class GuidedPolicy(NarrowedPolicy):
         is nothing to quote, only `NOT_FOUND`: an answer never states what nothing read holds."""
         if not turn.results and small_talk(turn.request):
             return [small_talk_answer(turn.request)]
-        chosen = choose(turn.request, _quotes(turn), relevant_only=not turn.results, named=note_files(turn.notes))
+        chosen = choose(turn.request, _quotes(turn), relevant_only=not turn.results, named=note_files(turn.notes),
+                        declarations=self.finds_named)
         return chosen or ([NOT_FOUND] if self.grounded else None)
 
     def must_act(self, turn: TurnState) -> bool:

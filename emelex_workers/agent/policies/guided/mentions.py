@@ -105,12 +105,13 @@ def _read(root: int, path: str, limit: int = FILE_BYTES) -> tuple[bytes, int] | 
         return None
 
 
-def _hits(root: int, files: Collection[str], message: str, skip: Collection[str]) -> list[str]:
+def _hits(root: int, files: Collection[str], message: str, skip: Collection[str], always: bool = False) -> list[str]:
     """Lines of the workspace's text files holding a rare word of `message` (see the module docstring), as
-    "path:N: line", at most `MAX_HITS`; the files of `skip` (read whole already) are not searched."""
+    "path:N: line", at most `MAX_HITS`; the files of `skip` (read whole already) are not searched. Only for a
+    message that looks for something (a word of `SEEK_WORDS`), unless `always`."""
     asked = words(message)
     wanted = [w for w in asked if len(w) >= HIT_WORD_CHARS and not any(c in w for c in "./") and w not in SEEK_WORDS]
-    if asked.isdisjoint(SEEK_WORDS) or not wanted:
+    if asked.isdisjoint(SEEK_WORDS) and not always or not wanted:
         return []
     found: dict[str, list[str]] = {word: [] for word in wanted}
     owners: dict[str, set[str]] = {word: set() for word in wanted}
@@ -132,28 +133,29 @@ def _hits(root: int, files: Collection[str], message: str, skip: Collection[str]
 
 
 def mentions_note(workspace: str | Path, message: str, exclude: Collection[tuple[int, int]] = (),
-                  walk: WorkspaceWalk | None = None, dotfiles: bool = False) -> ContextNote | None:
+                  walk: WorkspaceWalk | None = None, finds: bool = False) -> ContextNote | None:
     """The note of the files `message` names in `workspace` and of the lines that hold its rare words (see the
     module docstring): `{"text", "files", "hits"}`, each file `{"path", "bytes", "content"}` (`content` None for
     a binary file, else the text read, cut to the room left), each hit "path:N: line"; None when there is
     neither. The files are those `walk` (the turn's walk of `workspace`; one of its own when None) lists, and a
-    top-level dotfile named with its dot (".env"), or with `dotfiles` also without it ("gitignore"). Never
-    raises for the workspace's content."""
+    top-level dotfile named with its dot (".env"). With `finds` (the guided rules of version 2) also a dotfile
+    named without its dot ("gitignore"), and the lines of rare words for any message, not only one that looks for
+    something. Never raises for the workspace's content."""
     workspace = Path(workspace)
     try:
         root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        return _note(root, (walk or WorkspaceWalk(workspace, exclude)).entries().files, message, dotfiles)
+        return _note(root, (walk or WorkspaceWalk(workspace, exclude)).entries().files, message, finds)
     finally:
         os.close(root)
 
 
-def _note(root: int, listed: Collection[str], message: str, dotfiles: bool = False) -> dict | None:
+def _note(root: int, listed: Collection[str], message: str, finds: bool = False) -> dict | None:
     """`mentions_note` of the workspace open as `root`, whose files the turn's walk lists as `listed`."""
     hidden = [word for word in mentioned(message) if word.startswith(".") and "/" not in word]  # ".env", named
-    if dotfiles:  # "gitignore": .gitignore, when there is one
+    if finds:  # "gitignore": .gitignore, when there is one
         hidden += [name for word in tokens(message) if len(word) >= 3 and word.isalnum()
                    and _is_file(root, name := f".{word.lower()}")]
     paths = named_files([*listed, *hidden], message)
@@ -174,7 +176,7 @@ def _note(root: int, listed: Collection[str], message: str, dotfiles: bool = Fal
             room -= len(text) + 1
         files.append({"path": path, "bytes": size, "content": text})
         parts += [head] + ([text.rstrip("\n")] if text else [])
-    hits = _hits(root, listed, message, [f["path"] for f in files])
+    hits = _hits(root, listed, message, [f["path"] for f in files], always=finds)
     hits = [hit for hit in hits if (room := room - len(hit) - 1) > 0]
     if not files and not hits:
         return None
