@@ -97,8 +97,7 @@ def test_doctor_on_a_fresh_home_reports_no_store_and_creates_nothing(tmp_path: P
 
 READ_ONLY = [
     ["memory", "doctor"],
-    ["memory", "sessions", "list"],
-    ["memory", "sessions", "show", "some-session"],
+    ["memory", "sessions", "show", "some-session"],  # `sessions list` is an empty list: test_first_run.py
     ["memory", "sessions", "delete", "some-session", "--yes"],
     ["memory", "jobs", "list"],
     ["memory", "jobs", "failed"],
