@@ -54,10 +54,10 @@ if TYPE_CHECKING:  # every public name as a reader and a type checker see it; at
         SessionNotEmptyError, SessionNotFoundError, SettingsFileError, SnapshotLockTimeoutError, SnapshotMismatchError,
         SnapshotMissingError, SourceChangedError, SourceRewrittenError, SourceTooLargeError, StaleCursorError,
         StoreBusyError, StoreClosedError, StoreError, StoreExistsError, StoreIOError, SummaryProvenanceError,
-        SummaryStateError, TransientJobError, TurnInProgressError, TurnTooLargeError, UnconstrainedServerError,
-        UnknownEffectsError, UnknownJobKindError, UnknownPluginComponentError, UnreadableSourceError,
-        UnsafeModelPathError, WorkerLeaseLostError, WorkspaceConflictError, WorkspaceError, WorkspaceMissingError,
-        WorkspaceNotFoundError, WorkspaceReplacedError,
+        SummaryStateError, ToolStillRunningError, TransientJobError, TurnInProgressError, TurnTooLargeError,
+        UnconstrainedServerError, UnknownEffectsError, UnknownJobKindError, UnknownPluginComponentError,
+        UnreadableSourceError, UnsafeModelPathError, WorkerLeaseLostError, WorkspaceConflictError, WorkspaceError,
+        WorkspaceMissingError, WorkspaceNotFoundError, WorkspaceReplacedError,
     )
     from .interchange.export import ExportCounts, ExportedAsset
     from .interchange.records import (
@@ -302,6 +302,7 @@ _EXPORTS = {  # public name -> the module that defines it, relative to this pack
     "SummaryRecord": ".compaction.raw_history",
     "SummaryStateError": ".errors",
     "ToolAuthority": ".agent.snapshot",
+    "ToolStillRunningError": ".errors",
     "TransientJobError": ".errors",
     "TurnInProgressError": ".errors",
     "TurnTooLargeError": ".errors",

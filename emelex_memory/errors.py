@@ -508,9 +508,19 @@ class SessionNotEmptyError(AgentError):
 
 class UnknownEffectsError(AgentError):
     """Tool calls started before a crash have no recorded result, so their effects are unknown: check what they did,
-    then run `emelex memory sessions recover SESSION --accept-unknown-effects`. `calls` lists them."""
+    then run `emelex memory sessions recover SESSION --accept-unknown-effects`. `calls` lists them; `stopped`, the
+    processes `recover --stop-running` stopped before it refused (each with its status after)."""
 
     calls: tuple = ()
+    stopped: tuple = ()
+
+
+class ToolStillRunningError(UnknownEffectsError):
+    """A tool call whose effect is unknown still runs: a process its tool started (recorded in the journal) outlived
+    the process that ran the tool, so its effect cannot be settled yet. Wait for it to end, or stop it with
+    `emelex memory sessions recover SESSION --stop-running`. `running` lists (call, process record) pairs."""
+
+    running: tuple = ()
 
 
 class JournalStateError(AgentError):

@@ -100,6 +100,15 @@ class _service(functools.cached_property):  # noqa: N801 - a decorator, named as
             return super().__get__(store, owner)
 
 
+def _remove_empty(directories: list[Path]) -> None:
+    """Remove those of `directories` (made by a failed open, innermost last) that are still empty."""
+    for directory in reversed(directories):
+        try:
+            os.rmdir(directory)
+        except OSError:
+            return  # not empty (or gone): what is outside it stays too
+
+
 def _check_database_path(path: Path) -> None:
     check_no_symlinks(path, what="database", fix="open {real} instead")
 
@@ -160,12 +169,17 @@ class MemoryStore:
         evidence = (asset_dir_for(database),)
         if not os.path.lexists(settings.memory_dir):  # checked before Home or memory/ is created
             check_missing_database(database, create=create, where=home, marker=marker, evidence=evidence)
+        made = [d for d in (home, settings.memory_dir) if not os.path.lexists(d)]
         ensure_private_dir(home)
         ensure_private_dir(settings.memory_dir)
-        conn = open_database(
-            database, busy_timeout_ms=settings.busy_timeout_ms, marker=marker, evidence=evidence, create=create,
-            where=home,
-        )
+        try:
+            conn = open_database(
+                database, busy_timeout_ms=settings.busy_timeout_ms, marker=marker, evidence=evidence, create=create,
+                where=home,
+            )
+        except BaseException:
+            _remove_empty(made)  # a failed first open leaves no Home behind either
+            raise
         return cls(conn, database, settings, clock, kinds)
 
     @classmethod
@@ -780,6 +794,14 @@ class MemoryStore:
         `complete_job`).
         """
         return self.jobs.release_job(claim, reason)
+
+    def release_job_at_once(self, claim: JobClaim, reason: str) -> bool:
+        """`release_job` through a zero-wait connection of its own, for a process that must end now (a second stop
+        request, from its signal handler, whatever the store's own connection is doing): it never waits for a busy
+        database and never raises. True when the job is pending again; False when it could not be released (the
+        database busy, the claim no longer held or its completion's outcome unknown, any failure): the worker lease
+        then expires, and the next claim rescues the job as a counted failure."""
+        return self.jobs.release_job_at_once(claim, reason)
 
     def renew_job(self, claim: JobClaim, ttl_s: float | None = None) -> float:
         """Extend a held worker lease by `ttl_s` (default `worker_lease_ttl_s`) from now; return the new expiry."""

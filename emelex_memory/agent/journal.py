@@ -40,12 +40,14 @@ from ..errors import (
     SnapshotMismatchError,
     SnapshotMissingError,
     StoreBusyError,
+    ToolStillRunningError,
     UnknownEffectsError,
 )
 from ..core.utf8 import check_utf8
 from ..sessions.rows import session_rowid
 from ..sessions.transcript import AppendedTurn, NewEvent
-from .snapshot import SessionSnapshot, canonical_json
+from .processes import ProcessRecord, ProcessStatus, status
+from .snapshot import SessionSnapshot, canonical_json, identity_changes
 
 if TYPE_CHECKING:
     from ..sessions.leases import SessionLease
@@ -61,7 +63,9 @@ REPEATED = "repeated"  # the outcome of a call answered from an identical call's
 NOT_RUN_OUTCOMES = ("not_executed", "denied", "error", REPEATED)  # what a call may complete with that never started
 UNKNOWN_EFFECT = "this call may have run; its effect is unknown; do not repeat it unless the user asks"
 BUSY_PAUSE_S = (0.05, 1.0)  # the first pause between attempts of a busy step, doubling to the second
-_CALL_COLUMNS = "ordinal, call_id, tool, arguments, state, result, assets, planned_at, started_at, completed_at"
+_CALL_COLUMNS = ("ordinal, call_id, tool, arguments, state, result, assets, planned_at, started_at, completed_at, "
+                 "processes")
+MAX_PROCESSES = 64  # processes one call may record
 
 
 def bounded(text: str, max_bytes: int = MAX_DIAGNOSTIC_BYTES) -> str:
@@ -73,7 +77,8 @@ def bounded(text: str, max_bytes: int = MAX_DIAGNOSTIC_BYTES) -> str:
 @dataclass(frozen=True)
 class JournalCall:
     """One journaled tool call: its state (`planned`, `started`, `completed`), its arguments and, once completed,
-    the exact `tool_result` payload and the assets it links; times are the store's clock."""
+    the exact `tool_result` payload and the assets it links; times are the store's clock. `processes` are the
+    processes its tool recorded while it ran (`record_process`), which may outlive the process that ran it."""
 
     ordinal: int
     call_id: str
@@ -85,6 +90,12 @@ class JournalCall:
     planned_at: float
     started_at: float | None
     completed_at: float | None
+    processes: tuple[ProcessRecord, ...] = ()
+
+    def running(self) -> tuple[tuple[ProcessRecord, ProcessStatus], ...]:
+        """The recorded processes of this call that still run, with their status (`processes.status`)."""
+        found = ((record, status(record)) for record in self.processes)
+        return tuple((record, seen) for record, seen in found if seen.running)
 
 
 @dataclass(frozen=True)
@@ -112,7 +123,8 @@ class OpenTurn:
             "calls": [
                 {"call_id": c.call_id, "tool": c.tool, "arguments": c.arguments, "state": c.state,
                  "outcome": None if c.result is None else c.result.get("outcome"), "planned_at": c.planned_at,
-                 "started_at": c.started_at, "completed_at": c.completed_at}
+                 "started_at": c.started_at, "completed_at": c.completed_at,
+                 "processes": [p.to_json() for p in c.processes]}
                 for c in self.calls
             ],
         }
@@ -235,6 +247,18 @@ def snapshot_mismatch(session_id: str, stored: SessionSnapshot, snapshot: Sessio
     """The typed error of a resume whose `snapshot` differs from the Session's `stored` one: it names the first
     differing field with its recorded and its current value."""
     field = stored.differing_field(snapshot) or "format"
+    changed = identity_changes(stored, snapshot) if isinstance(stored.model_identity, dict) else []
+    if changed and (field.startswith("model_identity") or field == "template_digest"):  # a served model changed
+        changes = "; ".join(f"{path} was {bounded(repr(old), 200)} and is now {bounded(repr(new), 200)}"
+                            for path, old, new in changed)
+        model = stored.model_identity.get("model_id")
+        error = SnapshotMismatchError(
+            f"Session {session_id} was created with a served model whose server now reports it otherwise: {changes}; "
+            f"the server serves another model under {model!r} than when the Session was created (pulled again, or "
+            "replaced): serve the Session's model under that name again, or start a new Session"
+        )
+        error.field = field
+        return error
     old, new = stored.field_value(field), snapshot.field_value(field)
     fix = next((advice for prefix, advice in _MISMATCH_FIXES if field.startswith(prefix)),
                "resume it with the value it recorded (`journal.stored_snapshot`)")
@@ -276,10 +300,10 @@ def _open_turn(conn: Any, rowid: int) -> OpenTurn | None:
         JournalCall(
             ordinal, call_id, tool, json.loads(arguments), state, None if result is None else json.loads(result),
             tuple(AssetRef(*a) for a in json.loads(assets)) if assets else (), planned, started, completed,
+            tuple(ProcessRecord.from_json(p) for p in json.loads(processes)) if processes else (),
         )
-        for ordinal, call_id, tool, arguments, state, result, assets, planned, started, completed in conn.execute(
-            f"SELECT {_CALL_COLUMNS} FROM agent_calls WHERE session_id = ? ORDER BY ordinal", (rowid,)
-        )
+        for ordinal, call_id, tool, arguments, state, result, assets, planned, started, completed, processes
+        in conn.execute(f"SELECT {_CALL_COLUMNS} FROM agent_calls WHERE session_id = ? ORDER BY ordinal", (rowid,))
     )
     return OpenTurn(*row, calls)
 
@@ -366,6 +390,32 @@ def start_call(store: Store, lease: SessionLease, call_id: str) -> float:
         if row[0] != "started":
             raise JournalStateError(f"tool call {call_id} is already {row[0]}; it cannot start again")
         return row[1]
+
+
+def record_process(store: Store, lease: SessionLease, call_id: str, record: ProcessRecord) -> None:
+    """Record that the started call `call_id` started the process `record`, which may outlive the process running
+    the tool (see `processes`); recording the same process again is a no-op. Raises `JournalStateError` for a call
+    that is not `started`, or one that already recorded `MAX_PROCESSES` processes."""
+    with store.db.write() as conn:
+        lease.check_authority(conn)
+        row = conn.execute(
+            "SELECT state, processes FROM agent_calls WHERE call_id = ? AND session_id = ?",
+            (call_id, _rowid(conn, lease)),
+        ).fetchone()
+        if row is None or row[0] != "started":
+            raise JournalStateError(
+                f"tool call {call_id} is {'not journaled' if row is None else row[0]}: only a started call records "
+                "the processes its tool starts"
+            )
+        recorded = json.loads(row[1]) if row[1] else []
+        if record.to_json() in recorded:
+            return
+        if len(recorded) >= MAX_PROCESSES:
+            raise JournalStateError(f"tool call {call_id} already recorded {MAX_PROCESSES} processes")
+        conn.execute(
+            "UPDATE agent_calls SET processes = ? WHERE call_id = ? AND session_id = ?",
+            (json.dumps([*recorded, record.to_json()], separators=(",", ":")), call_id, _rowid(conn, lease)),
+        )
 
 
 def complete_call(
@@ -505,18 +555,37 @@ def _reconciled_result(call: JournalCall) -> dict:
 
 
 def unknown_effects_error(session_id: str, turn: OpenTurn) -> UnknownEffectsError:
-    """The typed error listing the calls of `turn` whose effects are unknown (tool, arguments, call ID, start)."""
+    """The typed error listing the calls of `turn` whose effects are unknown (tool, arguments, call ID, start, and
+    what became of the processes each recorded): `ToolStillRunningError` while one of those processes runs (it
+    names them, and `--stop-running`), else `UnknownEffectsError`."""
+    running = tuple((call, record, seen) for call in turn.unknown for record, seen in call.running())
     listed = "; ".join(
         f"{c.tool} {bounded(canonical_json(c.arguments).decode(), 200)} (call {c.call_id}, started "
-        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(c.started_at or 0))})"
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(c.started_at or 0))}"
+        f"{'' if running else _processes_text(c)})"
         for c in turn.unknown
     )
-    error = UnknownEffectsError(
-        f"Session {session_id} has {len(turn.unknown)} tool call(s) that started but recorded no result: {listed}; "
-        f"check what they did, then run `emelex memory sessions recover {session_id} --accept-unknown-effects`"
-    )
+    if running:
+        named = "; ".join(f"{record.describe()}: {seen.why}" for _, record, seen in running)
+        error = ToolStillRunningError(
+            f"Session {session_id} has a tool call still running: {named}; its effect cannot be settled while it "
+            f"runs: wait for it to end, or stop it with `emelex memory sessions recover {session_id} --stop-running`"
+            f" (the calls without a result: {listed})"
+        )
+        error.running = tuple((call, record) for call, record, _ in running)
+    else:
+        error = UnknownEffectsError(
+            f"Session {session_id} has {len(turn.unknown)} tool call(s) that started but recorded no result: "
+            f"{listed}; check what they did, then run "
+            f"`emelex memory sessions recover {session_id} --accept-unknown-effects`"
+        )
     error.calls = turn.unknown
     return error
+
+
+def _processes_text(call: JournalCall) -> str:
+    """`; its process group 4321 (`sleep 75`) has ended` for each process the call recorded ("" for none)."""
+    return "".join(f"; its {record.describe()}: {status(record).why}" for record in call.processes)
 
 
 @dataclass(frozen=True)

@@ -5,32 +5,40 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..errors import LeaseHeldError, WorkspaceMissingError
+from ..errors import LeaseHeldError, ToolStillRunningError, WorkspaceMissingError
 from ..sessions.holders import holder_is_dead, live_holder
 from ..sessions.identity import Session, WorkspaceIdentity, not_the_workspace
 from ..sessions.rows import session_rowid
 from .journal import OpenTurn, Reconciled, Store, read_journal, reconcile, unknown_effects_error
+from .processes import ProcessRecord, ProcessStatus, stop
 
 
 @dataclass(frozen=True)
 class Recovery:
-    """What `recover_session` found open (`open_turn`, None when nothing was) and what it appended (`reconciled`)."""
+    """What `recover_session` found open (`open_turn`, None when nothing was), what it appended (`reconciled`, None
+    when it appended nothing) and the processes it stopped (`stopped`: each record with its status after)."""
 
     session_id: str
     open_turn: OpenTurn | None
     reconciled: Reconciled | None
+    stopped: tuple[tuple[ProcessRecord, ProcessStatus], ...] = ()
 
 
 def recover_session(store: Store, session_id: str, *, accept_unknown_effects: bool = False,
-                    workspace: str | os.PathLike[str] | None = None) -> Recovery:
+                    workspace: str | os.PathLike[str] | None = None, stop_running: bool = False) -> Recovery:
     """Reconcile the Session's open agent turn as resume would, without any model or tool.
 
     While a live process holds the Session's lease (its tool may be
     running right now) it raises `LeaseHeldError` saying the Session is live
-    and in use, before anything else. A started call without a result raises
-    `UnknownEffectsError` listing it, before taking a lease or writing
-    anything, unless `accept_unknown_effects`: then it is recorded as
-    `unknown_effect`. Takes and releases the Session's lease (from
+    and in use, before anything else. While a process a started call's tool
+    recorded still runs (it outlived the chat; see `processes`) it raises
+    `ToolStillRunningError` naming it, unless `stop_running`: then the
+    process's group is stopped first (SIGTERM, then SIGKILL; `ToolStillRunningError`
+    when it cannot be) and `stopped` says so; stopping writes nothing, and
+    the call's effect is still unknown. A started call without a result then
+    raises `UnknownEffectsError` listing it (and whether the processes it
+    recorded ended), before taking a lease or writing anything, unless
+    `accept_unknown_effects`: then it is recorded as `unknown_effect`. Takes and releases the Session's lease (from
     `workspace`, default the recorded path; a renamed workspace is named by
     its new path); queues no distillation. Nothing open: returns at once,
     changing nothing. A `workspace` that is not the Session's workspace
@@ -45,8 +53,11 @@ def recover_session(store: Store, session_id: str, *, accept_unknown_effects: bo
     if turn is None:
         return Recovery(session_id, None, None)
     _refuse_live(store, session_id)
-    if turn.unknown and not accept_unknown_effects:
-        raise unknown_effects_error(session_id, turn)
+    stopped = _stop_running(session_id, turn) if stop_running else ()
+    if turn.unknown and (not accept_unknown_effects or any(call.running() for call in turn.unknown)):
+        error = unknown_effects_error(session_id, turn)  # ToolStillRunningError while a recorded process runs
+        error.stopped = stopped
+        raise error
     if workspace is None:
         path = _lease_directory(session, None)
     with store.acquire_lease(session_id, path) as lease:
@@ -54,7 +65,24 @@ def recover_session(store: Store, session_id: str, *, accept_unknown_effects: bo
             pass
         done = reconcile(store, lease, accept_unknown_effects=accept_unknown_effects)
         lease.release()
-    return Recovery(session_id, turn, done)
+    return Recovery(session_id, turn, done, stopped)
+
+
+def _stop_running(session_id: str, turn: OpenTurn) -> tuple[tuple[ProcessRecord, ProcessStatus], ...]:
+    """Stop every recorded process of the turn's started calls that still runs; `ToolStillRunningError` naming
+    those that could not be stopped (or whose identity this system cannot verify)."""
+    stopped = tuple((record, stop(record)) for call in turn.unknown for record, _ in call.running())
+    left = [(record, seen) for record, seen in stopped if seen.running]
+    if left:
+        named = "; ".join(f"{record.describe()}: {seen.why}" for record, seen in left)
+        error = ToolStillRunningError(
+            f"Session {session_id}: could not stop {named}; stop it yourself (`kill -KILL -{left[0][0].pgid}` once "
+            f"you checked it is the tool's), then run `emelex memory sessions recover {session_id}` again"
+        )
+        error.calls = turn.unknown
+        error.running = tuple(left)
+        raise error
+    return stopped
 
 
 def _lease_directory(session: Session, workspace: str | os.PathLike[str] | None) -> str:

@@ -201,22 +201,40 @@ class SessionSnapshot:
 
 
     def field_value(self, path: str) -> Any:
-        """The value at a `differing_field` path (`"seed"`, `"tools[read_file].input_schema.properties.path"`,
-        `"format"`); None where the snapshot has nothing there."""
-        if not path.startswith("tools["):
-            value = self.to_json()
-            for key in path.split("."):  # "policy.version", "model_identity.digest"
-                value = value.get(key) if isinstance(value, dict) else None
-            return value
-        name, _, rest = path[len("tools["):].partition("]")
-        tool = self.tool(name)
-        value: Any = None if tool is None else tool.to_json()
+        """The value at a `differing_field` path (`"seed"`, `"model_identity.digest"`,
+        `"tools[read_file].input_schema.properties.path"`, `"format"`); None where the snapshot has nothing there."""
+        if path.startswith("tools["):
+            name, _, rest = path[len("tools["):].partition("]")
+            tool = self.tool(name)
+            value: Any = None if tool is None else tool.to_json()
+        else:
+            field, _, rest = path.partition(".")
+            rest = f".{rest}" if rest else ""
+            value = self.to_json().get(field)
         for key, index in re.findall(r"\.([^.\[]+)|\[(\d+)\]", rest):
             if key:
                 value = value.get(key) if isinstance(value, dict) else None
             else:
                 value = value[int(index)] if isinstance(value, list) and int(index) < len(value) else None
         return value
+
+
+def identity_changes(stored: SessionSnapshot, current: SessionSnapshot) -> list[tuple[str, Any, Any]]:
+    """Every `model_identity` field (a path such as `"model_identity.digest"`) in which `current` differs from
+    `stored`, with its stored and its current value, in path order; [] when the identities are equal."""
+    return [(f"model_identity{path}", stored.field_value(f"model_identity{path}"),
+             current.field_value(f"model_identity{path}"))
+            for path in _json_differences(stored.model_identity, current.model_identity)]
+
+
+def _json_differences(a: Any, b: Any, path: str = "") -> list[str]:
+    """The path of every place where two JSON values differ (as `_json_difference` finds the first)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [found for key in sorted(a.keys() | b.keys())
+                for found in ([f"{path}.{key}"] if key not in a or key not in b
+                              else _json_differences(a[key], b[key], f"{path}.{key}"))]
+    first = _json_difference(a, b, path)
+    return [] if first is None else [first]
 
 
 def _json_difference(a: Any, b: Any, path: str = "") -> str | None:

@@ -123,7 +123,8 @@ def sqlite_error(exc: apsw.Error, path: os.PathLike[str] | str, doing: str, conn
     detail = detail_of(exc, conn)
     if isinstance(exc, CORRUPT_ERRORS):
         return corrupt_error(path, doing, detail)
-    if isinstance(exc, apsw.FullError):
+    if isinstance(exc, apsw.FullError) or getattr(exc, "extendedresult", None) == apsw.SQLITE_IOERR_SHMSIZE:
+        # SHMSIZE: SQLite could not grow the database's -shm file, which a full disk is what makes fail
         return DiskFullError(
             f"the disk holding database {path} is full ({detail}); free space there, or set EMELEX_HOME to a "
             "directory on another disk"

@@ -36,6 +36,7 @@ from ..errors import (
     NoStoreError,
     NotAnEmelexDatabaseError,
     StoreExistsError,
+    StoreIOError,
 )
 from .private_files import (
     check_private_dir,
@@ -47,7 +48,7 @@ from .private_files import (
     write_private_file,
 )
 from .io_errors import corrupt_error, detail_of, file_error, translating
-from .migrations import check_compatible, migrate
+from .migrations import MIGRATIONS, check_compatible, migrate
 
 _PROCESS_MUTEX = threading.Lock()
 _MARKER = b"emelex-store 1\n"
@@ -62,14 +63,34 @@ def sidecar_path(database: Path) -> Path:
 
 @contextmanager
 def open_lock(database: Path) -> Iterator[int]:
-    """Hold the process mutex and an exclusive flock on the sidecar; yield the sidecar's fd."""
+    """Hold the process mutex and an exclusive flock on the sidecar; yield the sidecar's fd.
+
+    A first open that fails removes the unmarked sidecar it made (`_undo_creation`) while it holds the flock, so
+    the lock is taken on the file that is at the sidecar's path once the flock is held: a process that waited on
+    a removed one opens the path again."""
+    sidecar = sidecar_path(database)
     with _PROCESS_MUTEX:
-        fd = open_private_file(sidecar_path(database), os.O_RDWR)
+        while True:
+            fd = open_private_file(sidecar, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                if _same_file(fd, sidecar):
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
             yield fd
         finally:
             os.close(fd)  # closing drops the flock
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.path.samestat(os.fstat(fd), os.lstat(path))
+    except FileNotFoundError:
+        return False
 
 
 def _marked(fd: int) -> bool:
@@ -140,9 +161,14 @@ def _roll_back_hot_journal(database: Path, busy_timeout_ms: int) -> None:
 
 def _create(database: Path, busy_timeout_ms: int) -> None:
     """Create `database` atomically, under the open lock: build and migrate it (WAL mode included) under the
-    temporary name `.<name>.creating`, fsync it, rename it into place and fsync the folder. A first open cut short
-    at any point leaves no database (only the temporary one, which the next creation removes) or a complete one;
-    one that fails removes the temporary one."""
+    temporary name `.<name>.creating`, checkpoint its whole WAL into the file, verify the file alone (no WAL
+    left, every page readable, the schema complete), fsync it, rename it into place and fsync the folder. A first
+    open cut short at any point leaves no database (only the temporary one, which the next creation removes) or a
+    complete one; one that fails (a full disk: `DiskFullError`) removes the temporary one and its side files.
+
+    The checkpoint is explicit and checked: closing the last connection copies the WAL into the file too, but a
+    copy that cannot be written (no space left to grow the file) does not make the close fail, and the file it
+    leaves misses what its WAL still holds."""
     tmp = database.with_name(f".{database.name}.creating")
     _remove_temporary(tmp)
     create_private_file(tmp)
@@ -150,8 +176,10 @@ def _create(database: Path, busy_timeout_ms: int) -> None:
         conn = connect(tmp, busy_timeout_ms=busy_timeout_ms)
         try:
             migrate(conn)
+            _checkpoint_whole(conn, tmp)
         finally:
-            conn.close()  # the last connection: its WAL is checkpointed into the file and removed
+            conn.close()
+        _verify_created(tmp, busy_timeout_ms)
         fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             os.fsync(fd)
@@ -165,6 +193,67 @@ def _create(database: Path, busy_timeout_ms: int) -> None:
             pass  # the failure that stopped the creation is the one to report; the next creation removes it
         raise
     fsync_dir(database.parent)
+
+
+def _checkpoint_whole(conn: apsw.Connection, path: Path) -> None:
+    """Copy the whole WAL of `conn`'s new database into its file and empty the WAL (`wal_checkpoint(TRUNCATE)`);
+    `StoreIOError` when SQLite reports it could not (a failure to write raises its own typed error)."""
+    busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
+    if busy or frames != copied:
+        raise StoreIOError(
+            f"the new database {path} could not be completed ({copied} of {frames} WAL frames checkpointed); "
+            "check the disk, then run the command again"
+        )
+
+
+def _verify_created(path: Path, busy_timeout_ms: int) -> None:
+    """The new database at `path`, on its own (its WAL emptied), is complete: no WAL bytes left, `quick_check`
+    finds nothing, and its schema is the whole of this Emelex's (`StoreIOError` otherwise). The check reads
+    through a connection of its own, which writes nothing and, the last to close, removes the -wal and -shm files
+    it opened."""
+    wal = Path(f"{path}-wal")
+    if os.path.lexists(wal) and os.lstat(wal).st_size:
+        raise StoreIOError(f"the new database {path} still has {os.lstat(wal).st_size} bytes in its WAL after its "
+                           "checkpoint; check the disk, then run the command again")
+    check = apsw.Connection(str(path), flags=OPEN_FLAGS)
+    try:
+        check.set_busy_timeout(busy_timeout_ms)
+        problems = [row[0] for row in check.execute("PRAGMA quick_check")]
+        version = check_compatible(check)
+    finally:
+        check.close()
+    if problems != ["ok"] or version != len(MIGRATIONS):
+        raise StoreIOError(
+            f"the new database {path} did not read back complete ({'; '.join(problems)[:200]}, schema version "
+            f"{version} of {len(MIGRATIONS)}); check the disk, then run the command again"
+        )
+    for suffix in _SIDE_FILES:  # left only by a close that could not remove them: empty, and the temporary's
+        side = Path(f"{path}{suffix}")
+        if os.path.lexists(side):
+            os.unlink(side)
+
+
+def _undo_creation(database: Path, fd: int, made: list[Path]) -> None:
+    """A first open that failed after it began creating `database` (a full disk, most often): remove what it made
+    (`made`: the database with its -wal/-shm files, the marker, the asset folder, all never used by anyone else:
+    the open lock is held and the sidecar is not marked yet), then the unmarked sidecar itself, so that nothing
+    says a store existed and the next open creates one normally. Best-effort: the failure that stopped the open is
+    the one reported."""
+    for path in reversed(made):
+        for each in (path, *(Path(f"{path}{suffix}") for suffix in _SIDE_FILES)) if path == database else (path,):
+            try:
+                if os.path.isdir(each) and not os.path.islink(each):
+                    os.rmdir(each)
+                elif os.path.lexists(each):
+                    os.unlink(each)
+            except OSError:
+                pass
+    try:
+        if not _marked(fd):
+            os.unlink(sidecar_path(database))  # under its flock: `open_lock` re-opens the path after a wait
+        fsync_dir(database.parent)
+    except OSError:
+        pass
 
 
 def _remove_temporary(tmp: Path) -> None:
@@ -254,32 +343,43 @@ def open_database(
         existed = marked or store_evidence(database, marker=marker, evidence=evidence) is not None
         st = check_private_file(database, what="database")
         side_files = _check_side_files(database)
-        if st is None:
-            if existed:
-                raise deleted_error(database)
-            check_missing_database(database, create=create, where=where)
-            if side_files:
-                raise InsecurePathError(
-                    f"{side_files[0]} is left over from a database that is gone; move it away before creating one"
-                )
-            _create(database, busy_timeout_ms)
-        version = _probe(database, busy_timeout_ms, existed=existed)
-        if version == 0 and existed:
-            raise DatabaseEmptiedError(
-                f"database {database} was emptied (no schema) although a store existed here; restore a backup"
-            )
-        conn = connect(database, busy_timeout_ms=busy_timeout_ms)
+        made: list[Path] = []  # what this first open made, undone if it fails before it completes
         try:
-            migrate(conn)
-            if marker is not None and not os.path.lexists(marker):
-                _record_marker(marker, database)
-            if not marked:
-                _mark(fd)
-            if create:
-                for folder in evidence:  # evidence that outlives `rm <db> .<db>.lock`
-                    ensure_private_dir(folder)
+            if st is None:
+                if existed:
+                    raise deleted_error(database)
+                check_missing_database(database, create=create, where=where)
+                if side_files:
+                    raise InsecurePathError(
+                        f"{side_files[0]} is left over from a database that is gone; move it away before creating "
+                        "one"
+                    )
+                made.append(database)
+                _create(database, busy_timeout_ms)
+            version = _probe(database, busy_timeout_ms, existed=existed)
+            if version == 0 and existed:
+                raise DatabaseEmptiedError(
+                    f"database {database} was emptied (no schema) although a store existed here; restore a backup"
+                )
+            conn = connect(database, busy_timeout_ms=busy_timeout_ms)
+            try:
+                migrate(conn)
+                if marker is not None and not os.path.lexists(marker):
+                    made.append(marker)
+                    _record_marker(marker, database)
+                if create:
+                    for folder in evidence:  # evidence that outlives `rm <db> .<db>.lock`
+                        if not os.path.lexists(folder):
+                            made.append(folder)
+                        ensure_private_dir(folder)
+                if not marked:
+                    _mark(fd)
+            except BaseException:
+                conn.close()
+                raise
         except BaseException:
-            conn.close()
+            if made:
+                _undo_creation(database, fd, made)
             raise
         return conn
 

@@ -109,6 +109,11 @@ class JobClaim:
         """Give the job back to pending without consuming an attempt; see `MemoryStore.release_job`."""
         return self._store.release_job(self, reason)
 
+    def close(self, reason: str = "the worker stopped at once") -> bool:
+        """Release best-effort through a zero-wait connection, for a process that must end now; never blocks, never
+        raises. True when the job is pending again, False otherwise (see `MemoryStore.release_job_at_once`)."""
+        return self._store.release_job_at_once(self, reason)
+
     def renew(self, ttl_s: float | None = None) -> float:
         """Extend the worker lease by `ttl_s` (default `worker_lease_ttl_s`) from now; return the new expiry."""
         return self._store.renew_job(self, ttl_s)

@@ -21,6 +21,7 @@ from typing import Any
 import apsw
 
 from ..core.cursors import cursor_int
+from ..core.connection import connect
 from ..core.database import Database
 from ..core.paging import take
 from ..sessions.rows import session_rowid
@@ -485,15 +486,42 @@ class JobQueue:
         if claim._unsure_at is not None and (settled := self._settled(claim)) is not None:
             return settled
         with self._db.write() as conn:
-            (attempts, diags), now = self._held(conn, claim)
-            job = job_from_row(conn.execute(
-                "UPDATE jobs SET state = 'pending', due_at = ?, diagnostics = ?, lease_hash = NULL, "
-                f"lease_holder = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ? RETURNING {JOB_RETURNING}",
-                (now, append_diagnostic(diags, now, attempts, "released", reason, claim.cost), now, claim._rowid),
-            ).fetchone())
+            job = self._release(conn, claim, reason)
         claim.ended = True
         claim.job = job
         return job
+
+    def release_job_at_once(self, claim: JobClaim, reason: str) -> bool:
+        """`release_job` through a zero-wait connection of its own, for a process that must end now (a second stop
+        request, from its signal handler, whatever the store's own connection is doing): it never waits for a busy
+        database and never raises. True when the job is pending again; False when it could not be released (the
+        database busy, the claim no longer held or its completion's outcome unknown, any failure): the worker lease
+        then expires, and the next claim rescues the job as a counted failure."""
+        if claim.ended or claim._unsure_at is not None or not isinstance(reason, str) or not reason.strip():
+            return False
+        try:
+            conn = connect(self._db.path, busy_timeout_ms=0)
+        except Exception:
+            return False
+        try:
+            with conn:
+                job = self._release(conn, claim, reason)
+            claim.ended = True
+            claim.job = job
+            return True
+        except Exception:
+            return False
+        finally:
+            conn.close()
+
+    def _release(self, conn: apsw.Connection, claim: JobClaim, reason: str) -> Job:
+        """Inside a write transaction on `conn`: the job held by `claim` back to pending, uncounted, with `reason`."""
+        (attempts, diags), now = self._held(conn, claim)
+        return job_from_row(conn.execute(
+            "UPDATE jobs SET state = 'pending', due_at = ?, diagnostics = ?, lease_hash = NULL, "
+            f"lease_holder = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ? RETURNING {JOB_RETURNING}",
+            (now, append_diagnostic(diags, now, attempts, "released", reason, claim.cost), now, claim._rowid),
+        ).fetchone())
 
     def _settled(self, claim: JobClaim) -> Job | None:
         """For a claim whose completion had an unknown outcome: the done job, ending the claim, when that completion

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from emelex_memory import MemoryStore, create_agent_session
-from emelex_memory.agent import journal
+from emelex_memory.agent import journal, processes
 from emelex_memory.agent.journal import CONTEXT_KIND, REPEATED
 from emelex_memory.sessions.leases import lease_ttl
 from emelex_memory.agent.snapshot import SessionSnapshot
@@ -200,6 +200,7 @@ class DurableAgentSession:
         self._task: asyncio.Task | None = None
         self._tool_call: tuple[str, list] | None = None  # the running call's ID and, once it returned, its result
         self._input_seq: int | None = None  # the seq of the open turn's input (`journal.open_turn`)
+        self._processes: list[tuple[str, processes.ProcessRecord]] = []  # what the running call's tool started
         self._renewal = _Renewal(self, ttl_s / 3)
         self._finalizer = weakref.finalize(self, _abandoned, self._renewal.stopped, lease, executors)
         self._renewal.start()
@@ -286,8 +287,12 @@ class DurableAgentSession:
             return lease
 
         lease = await _on(executors[0], setup, shutdown=executors)
-        await _on(executors[1], functools.partial(_model_state, binding, "load_session_state", store, session_id),
-                  shutdown=executors)
+        try:
+            await _on(executors[1], functools.partial(_model_state, binding, "load_session_state", store,
+                                                      session_id), shutdown=executors)
+        except BaseException:  # the model's loading was stopped (Ctrl-C): give the lease back at once
+            lease.close()
+            raise
         return cls(store, lease, agent, ttl, executors, sources=sources, fresh=not replayed,
                    context=[e.payload for e in replayed if e.kind == CONTEXT_KIND])
 
@@ -449,8 +454,9 @@ class DurableAgentSession:
                     return await self._fail(ended, _ENDINGS[ended], rounds, calls)
                 forced = "chain_limit" if rounds >= limit else "repeat" if stale and agent.policy.forces_repeat else \
                     "answered" if agent.answered() else None
-        except GenerationInterrupted:
-            return await self._fail("interrupted", _ENDINGS["interrupted"], rounds + generating, calls)
+        except GenerationInterrupted as exc:  # its message, when the binding gives one, says where it stopped
+            where = f" {exc}" if str(exc) else ""
+            return await self._fail("interrupted", _ENDINGS["interrupted"] + where, rounds + generating, calls)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -518,12 +524,33 @@ class DurableAgentSession:
                         (), False)
         await self._offload(self._db, journal.start_call, self.store, self._lease, cid)
         invocation = ToolInvocation(cid, call.tool, call.arguments, self.workspace, self.store, self.session_id,
-                                    self._input_seq)
+                                    self._input_seq, functools.partial(self._record_process, cid, call.tool))
         known: list = []
         self._tool_call = (cid, known)  # left set when this await is cancelled: `close` settles the call
         result, assets = await self._offload(self._tools, _run_call, tool, invocation, known)
         self._tool_call = None
+        self._processes.clear()
         return result, assets, True
+
+    def _record_process(self, cid: str, tool: str, pid: int, label: str) -> None:
+        """`ToolInvocation.track_process` of call `cid`, on the tool thread: identify the process and journal it
+        (on the database thread, waiting for the write), then remember it for `running_processes`."""
+        record = processes.identify(pid, label)
+        self._db.submit(journal.retry_busy, self._lease, journal.record_process, self.store, self._lease, cid,
+                        record).result()
+        self._processes.append((tool, record))
+
+    def running_processes(self) -> tuple[tuple[str, processes.ProcessRecord], ...]:
+        """The processes the running tool call recorded that still run, each with its tool's name (what a chat
+        leaving at once says keeps running)."""
+        return tuple((tool, record) for tool, record in list(self._processes) if processes.status(record).running)
+
+    def abandon(self) -> None:
+        """For a process that ends at once (a second Ctrl-C): stop renewing and release the lease best-effort
+        through a zero-wait connection (`SessionLease.close`; never blocks, never raises). The open turn stays in
+        the journal, for resume or `emelex memory sessions recover`."""
+        self._renewal.stopped.set()
+        self._lease.close()
 
     async def _fail(self, reason: str, diagnostic: str, rounds: int, calls: int,
                     cause: BaseException | None = None) -> TurnResult:

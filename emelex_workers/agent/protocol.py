@@ -159,37 +159,103 @@ class OpenString:
     closers: str
 
 
+class StringScanner:
+    """A round's text read as it streams, each character once: which brackets are open, whether the text so far
+    ends inside a string, and that string's decoded characters with where each starts in the text.
+    `feed(piece)` reads the next piece; `open()` then answers what `open_string` answers for all the text fed so
+    far, and `tail(n)` the same for the open string's last `n` characters only (what a check of a string's end
+    needs, at a cost that does not grow with the string); `closed` is the last string that closed. An escape cut by a piece's end waits for the next piece;
+    one that is not JSON ends the reading there, as it ends `open_string`'s."""
+
+    def __init__(self) -> None:
+        self._closers: list[str] = []
+        self._inside = False
+        self._text: list[str] = []  # the open string's decoded characters
+        self._offsets: list[int] = []  # where each starts in the text fed
+        self._pending = ""  # the start of an escape cut by the end of the last piece
+        self._at = 0  # where `_pending` starts in the text fed
+        self._frozen = False  # an escape that is not JSON: nothing after it is read
+        self._strings = 0
+        self.closed = ""  # the decoded text of the last string that closed
+
+    def feed(self, piece: str) -> None:
+        """Read `piece`, the next part of the round's text."""
+        if self._frozen:
+            return
+        text, base, index = self._pending + piece, self._at, 0
+        size = len(text)
+        while index < size:
+            char = text[index]
+            if not self._inside:
+                if char in "{[":
+                    self._closers.append("}" if char == "{" else "]")
+                elif char in "}]" and self._closers:
+                    self._closers.pop()
+                elif char == '"':
+                    self._inside, self._text, self._offsets = True, [], []
+                    self._strings += 1
+                index += 1
+            elif char == '"':
+                self.closed = "".join(self._text)
+                self._inside, self._text, self._offsets = False, [], []
+                index += 1
+            elif char == "\\":
+                step = 6 if text[index + 1:index + 2] == "u" else 2
+                if index + step > size:
+                    break  # the rest of the escape comes with the next piece
+                try:
+                    decoded = json.loads(f'"{text[index:index + step]}"')
+                except ValueError:
+                    self._frozen = True
+                    break
+                self._text.append(decoded)
+                self._offsets.append(base + index)
+                index += step
+            else:
+                self._text.append(char)
+                self._offsets.append(base + index)
+                index += 1
+        self._pending, self._at = text[index:], base + index
+
+    @property
+    def depth(self) -> int:
+        """How many brackets are open."""
+        return len(self._closers)
+
+    @property
+    def inside(self) -> bool:
+        """Whether the text fed so far ends inside a string."""
+        return self._inside
+
+    @property
+    def strings(self) -> int:
+        """How many strings have been opened so far (keys and values alike)."""
+        return self._strings
+
+    @property
+    def length(self) -> int:
+        """How many characters the open string has so far (0 outside a string)."""
+        return len(self._text)
+
+    def open(self) -> OpenString | None:
+        """The string the text fed so far ends inside (see `open_string`), or None."""
+        return self.tail(len(self._text))
+
+    def tail(self, chars: int) -> OpenString | None:
+        """As `open`, for the open string's last `chars` characters only (its offsets those characters' own)."""
+        if not self._inside:
+            return None
+        start = max(0, len(self._text) - max(0, chars))
+        return OpenString("".join(self._text[start:]), (*self._offsets[start:], self._at),
+                          "".join(reversed(self._closers)))
+
+
 def open_string(raw: str) -> OpenString | None:
     """The string `raw` (a round's text so far, JSON) ends inside, decoded (an escape not yet complete left
     out), or None when `raw` does not end inside a string."""
-    closers: list[str] = []
-    index, size = 0, len(raw)
-    while index < size:
-        char = raw[index]
-        if char in "{[":
-            closers.append("}" if char == "{" else "]")
-        elif char in "}]" and closers:
-            closers.pop()
-        elif char == '"':
-            text, offsets, index = [], [], index + 1
-            while index < size and raw[index] != '"':
-                if raw[index] == "\\":
-                    step = 6 if raw[index + 1:index + 2] == "u" else 2
-                    try:
-                        decoded = json.loads(f'"{raw[index:index + step]}"') if index + step <= size else None
-                    except ValueError:
-                        decoded = None
-                    if decoded is None:
-                        return OpenString("".join(text), (*offsets, index), "".join(reversed(closers)))
-                else:
-                    step, decoded = 1, raw[index]
-                text.append(decoded)
-                offsets.append(index)
-                index += step
-            if index >= size:
-                return OpenString("".join(text), (*offsets, size), "".join(reversed(closers)))
-        index += 1
-    return None
+    scanner = StringScanner()
+    scanner.feed(raw)
+    return scanner.open()
 
 
 LOOP_MIN_CHARS = 30  # a repeated unit is a loop once its copies span this many characters

@@ -41,6 +41,9 @@ __all__ = ["EARLIER_RESULTS", "AgentSession", "RoundPlan", "call_key"]
 _NOT_DONE = ("not_executed", REPEATED)  # outcomes that do not make a call "already done"
 _NO_EFFECT = ("denied", "not_executed", REPEATED)  # outcomes of a call that cannot have changed the workspace
 EARLIER_RESULTS = 50  # results of earlier turns a policy may read (`TurnState.earlier`)
+# The end of a streamed string a runaway repetition is looked for in, after each piece: a round's whole string
+# fits (round_tokens of a few characters each), and the cost per piece stays the same however long a reply gets
+RUNAWAY_WINDOW = 4096
 
 
 @dataclass(frozen=True)
@@ -277,9 +280,11 @@ class AgentSession:
         binding's `stream_chat` reports it), under `round_plan(workspace, forced)` (kept as `plan`);
         `GenerationInterrupted` when `stop` was set between tokens, `RoundOutputError` when the output is not a
         valid round (blaming the token limit only when the round used all of its tokens). A string (an answer, an
-        argument) that runs into a runaway repetition (`protocol.runaway_at`) is ended there through the binding's
-        stop event: the round is its text up to the end of the repetition's first copy, closed as JSON, `stopped`
-        "repetition" (`RoundOutputError` when that is no valid round). Does not change `messages`."""
+        argument) that runs into a runaway repetition (`protocol.runaway_at`, looked for in its last
+        `RUNAWAY_WINDOW` characters) is ended there through the binding's stop event: the round is its text up to
+        the end of the repetition's first copy, closed as JSON, `stopped` "repetition" (`RoundOutputError` when
+        that is no valid round). The streamed text is read once, as it comes (`protocol.StringScanner`), so a
+        round costs time in proportion to its length. Does not change `messages`."""
         limit = self.snapshot.round_tokens
         native = self.snapshot.protocol == protocol.PROTOCOL_NATIVE
         generate = self.binding.stream_tool_round if native else self.binding.stream_chat
@@ -287,12 +292,14 @@ class AgentSession:
             else {"on_progress": on_progress}
         ended = _RoundStop(stop)
         pieces: list[str] = []
+        scanner = protocol.StringScanner()  # each streamed character read once: a round costs its length
 
         def on_text(piece: str) -> None:
             pieces.append(piece)
             if on_token is not None:
                 on_token(piece)
-            inside = protocol.open_string("".join(pieces))
+            scanner.feed(piece)
+            inside = scanner.tail(RUNAWAY_WINDOW)
             if inside is not None and protocol.runaway_at(inside.text) is not None:
                 ended.set()
 
@@ -305,7 +312,7 @@ class AgentSession:
         except GenerationInterrupted:
             if stop.is_set() or not ended.is_set():
                 raise
-            inside = protocol.open_string("".join(pieces))
+            inside = scanner.tail(RUNAWAY_WINDOW)
             cut = inside.offsets[protocol.runaway_at(inside.text)]
             closed = "".join(pieces)[:cut].rstrip() + '"' + inside.closers
             out = protocol.parse_round(closed)

@@ -3,10 +3,15 @@
 The workspace is checked before the model loads (for a resume, it must be
 the Session's workspace). Replies stream as they are generated. Every call
 of a tool whose approval policy is "always" is asked once: approve, deny,
-or abort the turn. Ctrl-C during generation interrupts the turn; during a
-tool it waits for the tool, and a second Ctrl-C exits at once, leaving the
-Session for `emelex memory sessions recover`. Input is read line by line
-from standard input, so a script can drive it.
+or abort the turn. Ctrl-C while the model works (the prompt's evaluation
+or generation) interrupts the turn at once; during a tool it waits for the
+tool. A second Ctrl-C exits at once: it releases the lease (best-effort,
+without waiting) and says what it leaves behind: a command the tool started
+that keeps running (recorded in the journal: `emelex memory sessions recover
+--stop-running` stops it), a call whose effect is unknown, or a turn the next
+resume closes. Ctrl-C while the model loads, before the first prompt, ends
+the chat (status 130) with nothing changed. Input is read line by line from
+standard input, so a script can drive it.
 
 A new Session recalls workspace Knowledge at its first turn (the "recall"
 context source, `emelex_workers.agent.recall`) and has the memory tools;
@@ -52,18 +57,21 @@ from emelex_workers.agent import workspace_map
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot, calls_tools_natively
 from emelex_workers.agent.errors import UnknownToolError
 from emelex_workers.agent.policies import registered_policies
-from emelex_workers.agent.protocol import PROTOCOL_NATIVE, PROTOCOL_VERSION, PROTOCOLS, ProposedCall, parse_round
+from emelex_workers.agent.protocol import PROTOCOL_NATIVE, PROTOCOL_VERSION, PROTOCOLS, ProposedCall, StringScanner, \
+    parse_round
 from emelex_workers.agent.recall import RECALL_SOURCE, recall_budget, recall_source, recalled_notes, \
     without_memory_tools
 from emelex_workers.agent.tools import RegisteredTool, registered_tools
 from emelex_workers.models import ModelManager
 from emelex_workers.host.manager import bind_model, get_plugin_manager
 from emelex_workers.host.policies import TurnPolicy, call_key
+from emelex_workers.host.types import GenerationInterrupted
+from emelex_workers.worker.stopping import GracefulStop
 
 from .chat_sessions import CHOICES, choose_session, last_turns, title_of, workspace_chats
 from .chat_policy import new_chat_policy, policy_line, requested_policy, resumed_chat_policy
 from .chat_show import StatusLine, TrackedOutput, TurnProgress, approval_text, call_line, ending_line, outcome_lines
-from .common import CHOOSE, settings_of
+from .common import CHOOSE, SaidAtOnce, settings_of
 
 SYSTEM_PROMPT = ("You are a careful coding assistant working in the user's workspace. Use a tool when you need "
                  "to look at or change files; otherwise answer briefly.")
@@ -92,20 +100,23 @@ REMEMBER_ADVICE = "`emelex memory knowledge remember --new-workspace` (new_works
 class AnswerStream:
     """Prints the answer text of a streamed round as it arrives (the JSON string after `"answer":`), nothing of a
     tool-call round; `on_round` gets each complete round's text; `before_write` is called before answer text is
-    written; `text` is what the current round received."""
+    written; `text` is what the current round received. Each streamed character is read once (`StringScanner`;
+    a round's whole text is decoded once more when its object closes), so a long reply costs time in proportion to
+    its length."""
 
     def __init__(self, on_round: Callable[[str], None] | None = None,
                  before_write: Callable[[], None] | None = None) -> None:
-        self.text = ""
-        self._shown = 0
         self._on_round = on_round
         self._before_write = before_write
         self._written = False  # a complete round of this one wrote answer text, on a line not yet ended
+        self.next_round()
 
     def next_round(self) -> None:
         """A new round starts: drop what is left of the last one (a round the adapter ended at a runaway
         repetition never streamed its closing brackets, and must not swallow the next)."""
         self.text, self._shown, self._written = "", 0, False
+        self._answer: bool | None = None  # whether the round is an answer: known once its first key was read
+        self._scanner = StringScanner()
 
     @property
     def answering(self) -> bool:
@@ -117,8 +128,21 @@ class AnswerStream:
         """Take one streamed piece and print the answer characters it completes; a complete round is dropped so
         that the next round starts afresh."""
         self.text += piece
-        self._show()
-        if piece.rstrip().endswith("}"):
+        scanner = self._scanner
+        scanner.feed(piece)
+        if self._answer is None and (scanner.strings > 1 or (scanner.strings == 1 and not scanner.inside)):
+            head = self.text.lstrip()
+            self._answer = head.startswith("{") and ANSWER_START in head[:16]
+        if self._answer and scanner.strings == 2:  # in, or just after, the answer's string (its second)
+            new = scanner.tail(scanner.length - self._shown).text if scanner.inside else \
+                scanner.closed[self._shown:]  # only what is new
+            if new:
+                if self._before_write is not None:
+                    self._before_write()
+                sys.stdout.write(new)
+                sys.stdout.flush()
+                self._shown += len(new)
+        if scanner.depth == 0 and scanner.strings and piece.rstrip().endswith("}"):
             try:
                 _, end = json.JSONDecoder().raw_decode(self.text.lstrip())
             except ValueError:
@@ -126,38 +150,12 @@ class AnswerStream:
             if end:
                 if self._on_round is not None:
                     self._on_round(self.text.lstrip()[:end])
-                self._written = self._written or self._shown > 0
-                self.text, self._shown = self.text.lstrip()[end:], 0
-
-    def _show(self) -> None:
-        head = self.text.lstrip()
-        if not head.startswith("{") or ANSWER_START not in head[:16]:
-            return
-        start = self.text.index(ANSWER_START) + len(ANSWER_START)
-        quote = self.text.find('"', start)
-        if quote < 0:
-            return
-        body, shown = self.text[quote + 1:], []
-        index = 0
-        while index < len(body):
-            char = body[index]
-            if char == '"':
-                break
-            if char == "\\":
-                escape = body[index:index + (6 if body[index + 1:index + 2] == "u" else 2)]
-                if len(escape) < 2 or (escape[1] == "u" and len(escape) < 6):
-                    break  # the rest of the escape has not arrived yet
-                shown.append(json.loads(f'"{escape}"'))
-                index += len(escape)
-                continue
-            shown.append(char)
-            index += 1
-        text = "".join(shown)
-        if len(text) > self._shown and self._before_write is not None:
-            self._before_write()
-        sys.stdout.write(text[self._shown:])
-        sys.stdout.flush()
-        self._shown = len(text)
+                written = self._written or self._shown > 0
+                rest = self.text.lstrip()[end:]
+                self.next_round()
+                self._written = written
+                if rest.strip():
+                    self.feed(rest)
 
 
 class Chat:
@@ -257,12 +255,28 @@ class Chat:
             self.approval.set_result("abort")
             return
         if self.interrupts >= 2:
-            self.say(f"\nexiting now; the Session stays open: run `emelex memory sessions recover "
-                     f"{self.agent.session_id}` before resuming it")
+            self.say(f"\nexiting now; {self._left_behind()}")
+            self.agent.abandon()
             os._exit(EXIT_INTERRUPTED)
         self.agent.interrupt()
         waiting = " (waiting for the running tool; Ctrl-C again to exit now)" if self.in_tool else ""
         self.say(f"\ninterrupting the turn{waiting}")
+
+    def _left_behind(self) -> str:
+        """What a chat leaving at once (a second Ctrl-C) leaves, and what to do about it: the processes the running
+        tool call started that keep running, a tool call whose effect is unknown, or an interrupted turn that the
+        next resume closes."""
+        sid = self.agent.session_id
+        running = self.agent.running_processes()
+        if running:
+            named = ", ".join(f"`{tool}`'s {record.describe()}" for tool, record in running)
+            return (f"{named} keeps running: wait for it to end, or stop it with `emelex memory sessions recover "
+                    f"{sid} --stop-running`; then `emelex memory sessions recover {sid} --accept-unknown-effects` "
+                    "settles the call")
+        if self.in_tool:
+            return (f"the running tool call may or may not have finished: check what it did, then run `emelex memory "
+                    f"sessions recover {sid} --accept-unknown-effects`")
+        return f"the interrupted turn is closed when the Session is resumed: `emelex chat --resume {sid}`"
 
     async def approve(self, call: ProposedCall, tool: RegisteredTool) -> str:
         """Ask once for one call, showing what it would do (`approval_text`): approve, deny, or abort the turn (end
@@ -528,19 +542,20 @@ def _reader(loop: asyncio.AbstractEventLoop, receive: Callable[[str | None], Non
 
 
 async def _main(store, workspace, binding, tools, snapshot, resume: str | None, model, new_workspace: bool,
-                policies: Mapping[str, TurnPolicy], policy_text: str, one_shot: str | None) -> int:
+                policies: Mapping[str, TurnPolicy], policy_text: str, stop: GracefulStop,
+                one_shot: str | None) -> int:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue = asyncio.Queue()
     tracked = sys.stdout = TrackedOutput(sys.stdout)  # where the cursor is, for the status line
     try:
         return await _chat(store, workspace, binding, tools, snapshot, resume, model, new_workspace, policies,
-                           policy_text, one_shot, loop, lines)
+                           policy_text, stop, one_shot, loop, lines)
     finally:
         sys.stdout = tracked.stream
 
 
 async def _chat(store, workspace, binding, tools, snapshot, resume: str | None, model, new_workspace: bool,
-                policies: Mapping[str, TurnPolicy], policy_text: str, one_shot: str | None, loop,
+                policies: Mapping[str, TurnPolicy], policy_text: str, stop: GracefulStop, one_shot: str | None, loop,
                 lines: asyncio.Queue) -> int:
     sources = {**CONTEXT_SOURCES,
                RECALL_SOURCE: recall_source(recall_budget(store.settings, snapshot.context_size))}
@@ -551,6 +566,10 @@ async def _chat(store, workspace, binding, tools, snapshot, resume: str | None, 
     else:
         agent = await DurableAgentSession.resume(store, resume, workspace, binding, tools, snapshot, model=model,
                                                  context_sources=sources, policies=policies)
+    if stop.requested is not None:  # Ctrl-C while the Session opened: end it before the first prompt
+        await agent.close()
+        return _stopped_before_start(stop, f"Session {agent.session_id} is closed; resume it with "
+                                           f"`emelex chat --resume {agent.session_id}`")
     chat = Chat(agent, lines, terminal_input=sys.stdin.isatty(), terminal_output=sys.stdout.isatty())
     chat.policy_line = policy_text
     chat.one_shot = one_shot
@@ -682,6 +701,39 @@ def chat(
     if no_recall and resume is not None:
         raise typer.BadParameter("--no-recall starts a new Session; a resumed Session keeps the choice it was "
                                  "started with")
+    say = SaidAtOnce()
+    stop = GracefulStop(on_request=lambda name: say(f"stopping ({name}): the chat ends once the model stops starting"),
+                        on_repeat=lambda name: _stop_at_once(name, say))
+    try:
+        with stop.installed():  # until the chat's loop takes SIGINT and SIGTERM over: the model's loading stops
+            try:
+                code = _run(settings, workspace, resume, model, new_workspace, no_recall, policy_name, stop, prompt)
+            except GenerationInterrupted as exc:
+                code = _stopped_before_start(stop, f"the chat stopped {exc or 'while the model started'}; nothing "
+                                                   "of its Session was changed")
+    finally:
+        say.close()
+    raise typer.Exit(code)
+
+
+def _stop_at_once(name: str, say: SaidAtOnce) -> None:
+    """A second stop request before the chat's prompt (from the signal handler): end the process at once, 128+N.
+    Nothing is held yet but a lease being taken, which then expires."""
+    say(f"stopped at once ({name})", raw=True)
+    os._exit(128 + signal.Signals[name].value if name in signal.Signals.__members__ else EXIT_INTERRUPTED)
+
+
+def _stopped_before_start(stop: GracefulStop, what: str) -> int:
+    """Say how a chat stopped before its first prompt (`what` happened); the exit status, 128+N of the signal."""
+    print(f"chat stopped by {stop.requested}: {what}", file=sys.stderr, flush=True)
+    name = stop.requested or "SIGINT"
+    return 128 + signal.Signals[name].value if name in signal.Signals.__members__ else EXIT_INTERRUPTED
+
+
+def _run(settings, workspace: Path, resume: str | None, model: str | None, new_workspace: bool, no_recall: bool,
+         policy_name: str | None, stop: GracefulStop, prompt: str | None = None) -> int:
+    """The chat command's work, once its options are checked: open the store, bind and load the model (stopping
+    once `stop` is set), run the chat; its exit status."""
     pm = get_plugin_manager(settings)
     policies = registered_policies(pm)
     if resume is None:  # a refused new chat creates nothing: check the workspace, the model and the policy first
@@ -708,28 +760,37 @@ def chat(
         tools = registered_tools(pm) if recall else without_memory_tools(registered_tools(pm))
         binding_settings = settings if stored is None else \
             settings.model_copy(update={"model_max_context_tokens": stored.context_size})
-        _, binding = bind_model(pm, installed, binding_settings)
-        if not callable(getattr(binding, "stream_chat", None)):
-            raise typer.BadParameter(f"model {installed.name!r} has a binding without stream_chat; chat needs one")
-        if stored is None:
-            if resume is not None:  # a Session without a snapshot (and without history): it gets one now
-                requested = requested_policy(policies, policy_name, settings.chat_policy)
-            policy, why = new_chat_policy(policies, requested, installed, binding)
-            snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
-                                      model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT,
-                                      context=CONTEXT + ((RECALL_SOURCE,) if recall else ()), policy=policy)
-        else:
-            policy, why = resumed_chat_policy(policies, policy_name, session_id, stored)
-            snapshot = _resumed_snapshot(stored, binding, tools, installed, policy)
+        _, binding = bind_model(pm, installed, binding_settings, stop=stop.event)
         try:
-            probe = getattr(binding, "tool_calling", None) if policy.answer_chars is None else None
-            line = policy_line(policy, why, snapshot, probe() if callable(probe) else None)
-            code = asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id, installed, new_workspace,
-                                     policies, line, prompt))
-        except WorkspaceReplacedError as exc:
-            raise WorkspaceReplacedError(str(exc).replace(REMEMBER_ADVICE, "`emelex chat --new-workspace`")) from None
+            if not callable(getattr(binding, "stream_chat", None)):
+                raise typer.BadParameter(f"model {installed.name!r} has a binding without stream_chat; chat needs one")
+            asking = StatusLine(TrackedOutput(sys.stdout), sys.stdout.isatty())
+            if installed.server is not None:  # its server is asked what it serves and how it calls tools: maybe long
+                asking.show(f"asking the model server at {installed.server.url} what it supports (Ctrl-C stops)")
+            try:
+                if stored is None:
+                    if resume is not None:  # a Session without a snapshot (and without history): it gets one now
+                        requested = requested_policy(policies, policy_name, settings.chat_policy)
+                    policy, why = new_chat_policy(policies, requested, installed, binding)
+                    snapshot = build_snapshot(binding, tools, model_reference=installed.reference,
+                                              model_snapshot_id=installed.snapshot_id, system_prompt=SYSTEM_PROMPT,
+                                              context=CONTEXT + ((RECALL_SOURCE,) if recall else ()), policy=policy)
+                else:
+                    policy, why = resumed_chat_policy(policies, policy_name, session_id, stored)
+                    snapshot = _resumed_snapshot(stored, binding, tools, installed, policy)
+                probe = getattr(binding, "tool_calling", None) if policy.answer_chars is None else None
+                line = policy_line(policy, why, snapshot, probe() if callable(probe) else None)
+            finally:
+                asking.clear()
+            if stop.requested is not None:
+                raise GenerationInterrupted("once the model was loaded")
+            try:
+                return asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id, installed,
+                                         new_workspace, policies, line, stop, prompt))
+            except WorkspaceReplacedError as exc:
+                raise WorkspaceReplacedError(str(exc).replace(REMEMBER_ADVICE, "`emelex chat --new-workspace`")) \
+                    from None
         finally:
             binding.close()
     finally:
         store.close()
-    raise typer.Exit(code)

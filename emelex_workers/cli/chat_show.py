@@ -164,7 +164,9 @@ class TurnProgress:
         """The status line while the model works: round, what it is doing, the turn's time so far."""
         self.frame += 1
         report = self.reports.get(self.round)
-        if report is not None and report.evaluated_tokens is not None:
+        if report is not None and report.waiting_s is not None:
+            doing = f"waiting for the model server: {report.waiting_s:.0f} s"
+        elif report is not None and report.evaluated_tokens is not None:
             doing = f"reading the prompt, {report.evaluated_tokens} of {report.prompt_tokens} tokens"
         elif report is not None:
             doing = f"{plural(report.generated_tokens, 'token')} generated"

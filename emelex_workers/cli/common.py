@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import json
+import os
 import re
 import sys
 import time
@@ -328,3 +329,44 @@ def optional_resume(args: list[str]) -> list[str]:
         if args[index] == "--resume" and (following is None or following.startswith("-")):
             out[index] = f"--resume={CHOOSE}"
     return out
+
+
+class SaidAtOnce:
+    """Lines said from a signal handler, at once, on the terminal or file stderr was when this was made: the handler
+    may run while llama.cpp's loading points stderr at /dev/null (llama-cpp-python silences its loader so), inside a
+    llama.cpp callback, or while stderr is being written, so nothing here may raise, and a line goes through a live
+    display (`live`, a rich console) only while stderr is still what it was. A stderr that is no file (a test's
+    capture) is written to as it is. `close()` when done."""
+
+    def __init__(self, live=None) -> None:
+        """Say on (a duplicate of) stderr as it is now; `live`: the live display's rich console, while it shows."""
+        try:
+            self.fd: int | None = os.dup(sys.stderr.fileno())
+        except (OSError, ValueError):  # io.UnsupportedOperation is a ValueError: stderr is no file
+            self.fd = None
+        self.live = live
+
+    def __call__(self, text: str, *, raw: bool = False) -> None:
+        """Say `text`; `raw`: straight to the file, never through the live display (whose buffer the handler may
+        have interrupted: for a process about to end)."""
+        try:
+            if self.fd is None:
+                print(text, file=sys.stderr, flush=True)
+                return
+            same = os.path.samestat(os.fstat(self.fd), os.fstat(sys.stderr.fileno()))
+            if self.live is not None and same and not raw:
+                self.live.print(text, markup=False, highlight=False)
+                return
+        except BaseException:  # noqa: BLE001 - a handler must not raise where it interrupted
+            if self.fd is None:
+                return
+        try:
+            os.write(self.fd, f"\n{text}\n".encode())
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        """Close the duplicate of stderr."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None

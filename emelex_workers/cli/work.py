@@ -14,6 +14,15 @@ all when there was nothing to do (a Home without a store yet is such an idle
 run and creates nothing: cron may run it on a fresh machine). `--quiet` keeps
 only the summary line; `--json` prints the full report, always.
 
+Stopping. SIGINT (Ctrl-C) or SIGTERM (`systemctl stop`, launchd) is
+acknowledged on stderr at once (`stopping (SIGINT): job J goes back to
+pending ...`); the job's model work stops where the binding checks (the
+llama.cpp binding: at its next loading step, graph node or token) and the job
+is released to pending without consuming an attempt. A second signal ends the
+process at once: the job in hand is released through a zero-wait connection
+if the database lets it (otherwise its worker lease expires), and the status
+is 128+N of that signal.
+
 Exit status: 0 when every claimed job completed or was released (also when
 jobs were left waiting), 3 when any job failed (retrying later or terminally),
 128+N when stopped by signal N (130 for SIGINT, 143 for SIGTERM), 1 for an
@@ -22,6 +31,7 @@ error before any claim (e.g. no model installed).
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from contextlib import nullcontext
@@ -34,7 +44,7 @@ from emelex_memory import COMPACTION_KIND, DISTILL_KIND, MemoryStore, NoStoreErr
 from ..worker.work import GracefulStop, Worker
 from ..worker.work_report import WorkObserver, WorkReport
 from ..settings import WorkerSettings
-from .common import JsonFlag, echo_json, one_of, settings_of
+from .common import JsonFlag, SaidAtOnce, echo_json, one_of, settings_of
 from .work_display import LiveProgress, PlainLines, threads_line, waiting_line
 
 EXIT_JOB_FAILED = 3
@@ -74,31 +84,65 @@ def work(
     """
     settings = settings_of(ctx)
     stop = GracefulStop()
-    try:
-        store = MemoryStore.open(settings, create=False)
-    except NoStoreError:
-        store = None  # nothing was ever queued here
-    if store is None:
-        report = WorkReport()
-    else:
-        observer = _observer(quiet, as_json, settings)
-        live = observer if isinstance(observer, LiveProgress) else nullcontext()
-        with stop.installed(), store, live:
-            worker = Worker(store, settings, kinds=(kind,) if kind else (COMPACTION_KIND, DISTILL_KIND), stop=stop,
-                            observer=observer)
-            try:
-                report = worker.run(max_jobs=max_jobs, max_seconds=max_seconds)
-            finally:
-                worker.close()
-    if as_json:
-        echo_json("idle" if report.idle else "worked", report.as_dict())
-    else:
-        _print(report, quiet)
+    with stop.installed():  # until the end: a signal while the report is printed is handled the same way
+        try:
+            store = MemoryStore.open(settings, create=False)
+        except NoStoreError:
+            store = None  # nothing was ever queued here
+        say = SaidAtOnce()
+        stop.on_request = lambda name: _acknowledge(name, None, say)
+        stop.on_repeat = lambda name: _stop_at_once(None, name, say)
+        try:
+            if store is None:
+                report = WorkReport()
+            else:
+                observer = _observer(quiet, as_json, settings)
+                live = observer if isinstance(observer, LiveProgress) else nullcontext()
+                with store, live:
+                    worker = Worker(store, settings, kinds=(kind,) if kind else (COMPACTION_KIND, DISTILL_KIND),
+                                    stop=stop, observer=observer)
+                    say.live = observer.progress.console if isinstance(observer, LiveProgress) else None
+                    stop.on_request = lambda name: _acknowledge(name, worker, say)
+                    stop.on_repeat = lambda name: _stop_at_once(worker, name, say)
+                    try:
+                        report = worker.run(max_jobs=max_jobs, max_seconds=max_seconds)
+                    finally:
+                        worker.close()
+                        say.live = None  # the live display has ended
+            if as_json:
+                echo_json("idle" if report.idle else "worked", report.as_dict())
+            else:
+                _print(report, quiet)
+        finally:
+            say.close()
     if report.stopped.startswith("signal:"):
         name = report.stopped.removeprefix("signal:")
         raise typer.Exit(128 + signal.Signals[name].value if name in signal.Signals.__members__ else 1)
     if report.counts["failed"] or report.counts["retrying"]:
         raise typer.Exit(EXIT_JOB_FAILED)
+
+
+def _again(name: str) -> str:
+    return "Ctrl-C again" if name == "SIGINT" else f"{name} again"
+
+
+def _acknowledge(name: str, worker: Worker | None, say: SaidAtOnce) -> None:
+    """In the signal handler, at once: say that a stop was requested and what becomes of the job in hand."""
+    job = None if worker is None else worker.job_in_hand()
+    say(f"stopping ({name}): job {job} goes back to pending after its current step, no attempt consumed; "
+        f"{_again(name)} to stop at once" if job else
+        f"stopping ({name}): no further job is claimed; {_again(name)} to stop at once")
+
+
+def _stop_at_once(worker: Worker | None, name: str, say: SaidAtOnce) -> None:
+    """A second stop request, in its signal handler: release what can be released without waiting, say so, and
+    end the process with 128+N."""
+    done = "" if worker is None else worker.release_at_once(
+        f"worker stopped at once by a second {name}; no attempt consumed")
+    say(f"stopped at once ({name}){': ' + done if done else ''}", raw=True)
+    if say.live is not None and say.fd is not None:
+        os.write(say.fd, b"\x1b[?25h")  # the live display hid the cursor, and nothing will show it again
+    os._exit(128 + signal.Signals[name].value if name in signal.Signals.__members__ else 1)
 
 
 def _print(report: WorkReport, quiet: bool) -> None:

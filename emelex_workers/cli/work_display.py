@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ..host.types import GenerationProgress
 
 REFRESH_S = 0.1  # redraw at most this often (the first report of every model call is always drawn)
+SILENT_LINES_S = (10.0, 30.0)  # plain output: a line once a model server is silent this long, then this often
 
 
 def threads_line(settings: WorkerSettings) -> str:
@@ -91,12 +92,28 @@ def waiting_line(waiting: WaitingJob, stopped: str) -> str:
 
 
 class PlainLines(WorkObserver):
-    """A line on `out` when each job starts and ends; no live progress (stderr is not a terminal)."""
+    """A line on `out` when each job starts and ends, and while a model server stays silent, a line after
+    `SILENT_LINES_S[0]` seconds and every `SILENT_LINES_S[1]` after that; no live progress (stderr is not a
+    terminal)."""
 
     def __init__(self, out: IO[str], preamble: Callable[[], str] | None = None) -> None:
         """Write to `out`; `preamble()` (when given) is printed once, before the first job's start line."""
         self.out = out
         self._preamble = preamble
+        self._said = 0.0  # the longest silence said so far (of the current wait)
+
+    def generating(self, job: JobStart, progress: GenerationProgress, max_tokens: int | None) -> None:
+        """Say how long a model server has been silent, now and then (see the class docstring)."""
+        waited = progress.waiting_s
+        if waited is None or waited < self._said:
+            self._said = 0.0  # no wait, or a new one
+            if waited is None:
+                return
+        first, every = SILENT_LINES_S
+        due = first if not self._said else self._said + every
+        if waited >= due:
+            self._said = waited
+            typer.echo(f"[{job.kind}] job {job.id}  waiting for the model server: {waited:.0f} s", file=self.out)
 
     def job_started(self, job: JobStart) -> None:
         """Print the preamble before the first job, then the start line."""
@@ -160,7 +177,10 @@ class LiveProgress(WorkObserver):
         if first:  # a new call, or its generation after its prompt
             self._phase, self._call_start = phase, now
         elapsed = now - self._call_start
-        if evaluating:
+        if progress.waiting_s is not None:
+            done, total = progress.generated_tokens, max_tokens
+            tokens = f"waiting for the model server: {progress.waiting_s:.0f} s"
+        elif evaluating:
             done, total = progress.evaluated_tokens, progress.prompt_tokens
             tokens = f"evaluating the prompt: {done}/{total} tokens"
             self._last_generated = -1

@@ -9,11 +9,12 @@ it does not, the demo goes on and `main` returns the failure, so `make
 demo` exits non-zero. Then a second chat asks the model to run a slow
 command with `run_command` (the only enabled tool, asked for as a user would:
 "Run `sleep 20; echo done`") and approves it; once the
-journal shows the call `started`, the chat process is killed with SIGKILL. Then: `emelex chat
---resume` fails closed and names the recover command, `emelex memory
-sessions recover` refuses without the flag and changes nothing, recovery
-with `--accept-unknown-effects` records the unknown effect, and a resumed
-chat runs a turn with an approved tool call to its answer.
+journal shows the call `started`, the chat process is killed with SIGKILL; the
+command outlives it. Then: `emelex chat --resume` fails closed naming the
+command that still runs, `emelex memory sessions recover` refuses too and
+changes nothing, `--stop-running --accept-unknown-effects` stops the command
+and records the unknown effect, and a resumed chat runs a turn with an
+approved tool call to its answer.
 
 A second chat (`recalling_chat`) follows: `emelex memory work` distills
 the first chat's Session, then a new chat Session, asked about the
@@ -184,12 +185,13 @@ def request(chat: DrivenChat, command: str, *, whole_turn: bool) -> bool:
 
 
 def wait_started(settings: WorkerSettings, session_id: str) -> bool:
-    """Poll the Session's journal (at most `START_WAIT_S`) until a call is `started`."""
+    """Poll the Session's journal (at most `START_WAIT_S`) until a call is `started` with its command's process
+    recorded (`run_command` runs the command only once it is)."""
     deadline = time.monotonic() + START_WAIT_S
     with MemoryStore.open(settings) as store:
         while time.monotonic() < deadline:
             turn = read_journal(store, session_id)
-            if turn is not None and any(c.state == "started" for c in turn.calls):
+            if turn is not None and any(c.state == "started" and c.processes for c in turn.calls):
                 return True
             time.sleep(0.2)
     return False
@@ -220,24 +222,26 @@ def killed_tool(env: dict[str, str], workspace: Path, settings: WorkerSettings) 
         chat.finish()
         return None
     if not wait_started(settings, session_id):
-        note("the journal never showed the call started")
+        note("the journal never showed the call started with its command running")
         chat.finish()
         return None
     chat.process.send_signal(signal.SIGKILL)
     chat.finish()
-    note(f"the journal showed the call started; the chat process was killed with SIGKILL while `{SLOW}` ran. "
+    note(f"the journal showed the call started and its command's process; the chat process was killed with SIGKILL "
+         f"while `{SLOW}` ran. "
          f"Waiting {LEASE_TTL_S + 1} s for its Session lease (TTL {LEASE_TTL_S} s) to expire")
     time.sleep(LEASE_TTL_S + 1)
     return session_id
 
 
 def recover_and_resume(env: dict[str, str], workspace: Path, session_id: str) -> None:
-    """The fail-closed resume, the refused and the accepted recovery, then a resumed chat with a tool call."""
+    """The fail-closed resume and recovery while the killed chat's command still runs, the recovery that stops it
+    and accepts its unknown effect, then a resumed chat with a tool call."""
     run_cli(env, "memory", "sessions", "show", session_id)
     chat = DrivenChat(env, workspace, "--resume", session_id)
     note(f"the resume failed closed (exit status {chat.finish()})")
     run_cli(env, "memory", "sessions", "recover", session_id)
-    run_cli(env, "memory", "sessions", "recover", session_id, "--accept-unknown-effects")
+    run_cli(env, "memory", "sessions", "recover", session_id, "--stop-running", "--accept-unknown-effects")
     chat = DrivenChat(env, workspace, "--resume", session_id)
     if chat.expect(PROMPT, limit_s=ROUND_WAIT_S) is None:
         note("the resumed chat did not start")

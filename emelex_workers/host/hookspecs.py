@@ -8,6 +8,7 @@ arguments, by name.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -70,13 +71,18 @@ def register_policies(register: Callable[[TurnPolicy], None]) -> None:
 
 
 @hookspec(firstresult=True)
-def model_binding(model: InstalledModel, settings: WorkerSettings) -> ModelBinding | None:
+def model_binding(model: InstalledModel, settings: WorkerSettings, stop: threading.Event) -> ModelBinding | None:
     """Return a `ModelBinding` that runs `model`, or None to pass. The first non-None result wins.
 
-    Called once per worker run, after Emelex validated the snapshot. Return
-    quickly: load the weights lazily, on the binding's first use. The
-    built-in llama.cpp plugin answers for any GGUF file; mark an
-    implementation `@hookimpl(tryfirst=True)` to answer before it.
+    Called once per worker run (and per chat), after Emelex validated the
+    snapshot. Return quickly: load the weights lazily, on the binding's first
+    use. `stop` is set when the user asks the process to stop (SIGINT,
+    SIGTERM, Ctrl-C while the chat loads its model): check it while loading
+    the model, evaluating a prompt and generating, and once it is set raise
+    `GenerationInterrupted` saying where it stopped; a binding that ignores it
+    is stopped when its call returns. The built-in llama.cpp plugin answers
+    for any GGUF file; mark an implementation `@hookimpl(tryfirst=True)` to
+    answer before it.
     """
 
 

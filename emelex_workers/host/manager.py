@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -263,15 +264,18 @@ def check_model(pm: EmelexPluginManager, model: InstalledModel, settings: Worker
     return None
 
 
-def bind_model(pm: EmelexPluginManager, model: InstalledModel, settings: WorkerSettings) -> tuple[str, ModelBinding]:
-    """Ask plugins, first come first served, for a binding of `model`; return (plugin name, binding).
+def bind_model(pm: EmelexPluginManager, model: InstalledModel, settings: WorkerSettings,
+               stop: threading.Event | None = None) -> tuple[str, ModelBinding]:
+    """Ask plugins, first come first served, for a binding of `model`; return (plugin name, binding). `stop` is the
+    event the binding checks while it loads and runs the model (see the hook; default: one never set).
 
     Raises `UnknownPluginComponentError` when no plugin answers and
     `PluginHookError` when one fails or answers with something that is not
     a `ModelBinding`.
     """
     for impl in hook_order(pm, "model_binding"):
-        binding = call_one(pm, "model_binding", impl, model=model, settings=settings)
+        binding = call_one(pm, "model_binding", impl, model=model, settings=settings,
+                           stop=threading.Event() if stop is None else stop)
         if binding is None:
             continue
         if not is_model_binding(binding):

@@ -29,7 +29,8 @@ class ToolInvocation:
     validated `arguments`, the Session's `workspace` directory (the tool must stay inside it), the `store`
     (for `put_asset`; None for an agent without a database), the calling Session's `session_id` and `turn_seq`,
     the seq of the user input that opened the calling turn (the turn's events are that seq through the
-    Session's last one; both None for an agent without a database)."""
+    Session's last one; both None for an agent without a database). `process_recorder` is the agent's: a tool
+    calls `track_process`, not it."""
 
     call_id: str
     tool: str
@@ -38,6 +39,19 @@ class ToolInvocation:
     store: MemoryStore | None = None
     session_id: str | None = None
     turn_seq: int | None = None
+    process_recorder: Callable[[int, str], None] | None = field(default=None, repr=False, compare=False)
+
+    def track_process(self, pid: int, label: str = "") -> None:
+        """Record that this call started process `pid` (`label` says what it is, e.g. the command), which may
+        outlive the process running the tool: its process group, start time and boot identity are written to
+        the Session's journal before this returns. While it runs, `emelex memory sessions recover` and `emelex
+        chat --resume` refuse to settle this call's effect, naming it, and `recover --stop-running` stops its
+        group. Call it right after the process started and before it does anything that matters (the built-in
+        `run_command` starts its shell waiting on a pipe and lets it run the command only once this returned).
+        Raises `EmelexError` when it could not be recorded (then stop the process and return an error); does
+        nothing for an agent without a database."""
+        if self.process_recorder is not None:
+            self.process_recorder(pid, label)
 
 
 @dataclass(frozen=True)

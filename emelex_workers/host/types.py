@@ -76,7 +76,9 @@ class GenerationProgress:
     of its `prompt_tokens` have been evaluated so far (`generated_tokens` is 0); None once generation runs, and
     always for a binding that does not report prompt evaluation. `estimated` is True
     when the counts are the binding's estimate rather than the model's exact count (a served model whose server
-    does not report them); the job's cost then says so."""
+    does not report them); the job's cost then says so. `waiting_s`, in a report a binding makes while its model
+    server is silent, is how long it has waited (since the request was sent, or since the last piece came); the
+    worker and the chat show "waiting for the model server: 12 s". None in every other report."""
 
     prompt_tokens: int
     generated_tokens: int
@@ -84,6 +86,7 @@ class GenerationProgress:
     _: KW_ONLY  # the optional reports are named, so a binding never passes one for the other
     evaluated_tokens: int | None = None
     estimated: bool = False
+    waiting_s: float | None = None
 
 
 class ModelBinding(Protocol):
@@ -122,9 +125,12 @@ class ModelBinding(Protocol):
 
 
 class GenerationInterrupted(Exception):
-    """Raised by `AgentBinding.stream_chat` when its `stop` event was set: generation stopped between two tokens
-    and the binding is ready for the next call. Not an error to show: the caller decides what an interrupted
-    round means (the agent closes the turn with a failure record)."""
+    """Raised by a binding once a stop event was set (the `stop` of the `model_binding` hook, or of
+    `AgentBinding.stream_chat`): its work stopped where the binding checks it (the built-in llama.cpp binding:
+    while loading the model, between the steps of a prompt's evaluation, between tokens) and the binding is ready
+    for the next call. Its message says where it stopped ("while evaluating the prompt (512 of 1204 tokens)"), or
+    is empty. Not an error to show: the caller decides what an interruption means (the worker releases the job
+    without consuming an attempt; the agent closes the turn with a failure record)."""
 
 
 class AgentBinding(ModelBinding, Protocol):
@@ -137,9 +143,9 @@ class AgentBinding(ModelBinding, Protocol):
     this call; a schema the binding cannot enforce raises ValueError, never
     falling back to free text), sampling with `temperature` and `seed`,
     passing each piece of text to `on_text` as it is generated. It checks
-    `stop` between tokens and raises `GenerationInterrupted` once it is set
-    (prompt evaluation itself cannot be interrupted). Calls must not overlap:
-    the caller runs them on one thread at a time.
+    `stop` between tokens (and, where it can, while it evaluates the prompt)
+    and raises `GenerationInterrupted` once it is set. Calls must not
+    overlap: the caller runs them on one thread at a time.
 
     Progress is optional, as for `chat`: a `stream_chat` that accepts an
     `on_progress` keyword calls `on_progress(GenerationProgress(...))` as it

@@ -9,6 +9,17 @@ and is counted afterwards with the model's tokenizer: the messages' contents
 as prompt tokens (chat-template tokens not included) and the reply as
 generated tokens; the cost then says `"estimated": true`, as it does when a
 progress report itself says its counts are estimated.
+
+With a `GracefulStop`, every use of the binding (which may load the model) is
+one step of the stop: a signal during it only sets the flag the binding
+checks (`GracefulStop.deferred`), and once a stop was requested the call
+ends in `WorkerStopped`, whatever the binding did: its `GenerationInterrupted`
+(whose message says where it stopped), another failure, or a normal return.
+A plugin's summarizer or distiller therefore never goes on to its next model
+call after a stop, and cannot swallow it (`WorkerStopped` is no `Exception`).
+A binding that reports progress but does not check `stop` is stopped at its
+next report: the `on_token` it calls raises `WorkerStopped` once a stop was
+requested.
 """
 
 from __future__ import annotations
@@ -20,7 +31,8 @@ from typing import Any
 from emelex_memory import InstalledModel
 
 from ..host.manager import accepts_keyword
-from ..host.types import GenerationProgress, ModelBinding
+from ..host.types import GenerationInterrupted, GenerationProgress, ModelBinding
+from .stopping import GracefulStop, WorkerStopped
 
 ProgressSink = Callable[[GenerationProgress, "int | None"], None]
 
@@ -46,11 +58,13 @@ class JobCost:
 
 class MeteredBinding:
     """A `ModelBinding` that delegates to `inner` and meters `chat` into `cost`; `sink(progress, max_tokens)`
-    (when set) sees every progress report. `begin_job()` starts a new job's cost."""
+    (when set) sees every progress report. `begin_job()` starts a new job's cost. With `stop`, each use of the
+    binding is a step of that stop (see the module docstring)."""
 
-    def __init__(self, inner: ModelBinding) -> None:
+    def __init__(self, inner: ModelBinding, stop: GracefulStop | None = None) -> None:
         """Wrap `inner`; nothing is loaded."""
         self.inner = inner
+        self.stop = stop
         self.model: InstalledModel = inner.model
         self.cost = JobCost()
         self.sink: ProgressSink | None = None
@@ -62,12 +76,29 @@ class MeteredBinding:
 
     @property
     def context_window(self) -> int:
-        """The inner binding's context window."""
-        return self.inner.context_window
+        """The inner binding's context window (which may load the model)."""
+        return self._step(lambda: self.inner.context_window, "while loading the model")
 
     def count_tokens(self, text: str) -> int:
         """The inner binding's token count of `text`."""
-        return self.inner.count_tokens(text)
+        return self._step(lambda: self.inner.count_tokens(text), "while counting tokens")
+
+    def _step(self, call: Callable[[], Any], doing: str) -> Any:
+        """`call()` as one step of the stop: `WorkerStopped` when a stop was requested before or during it,
+        saying where (the binding's `GenerationInterrupted` says it best, else `doing`)."""
+        stop = self.stop
+        if stop is None:
+            return call()
+        stop.check()
+        with stop.deferred():
+            try:
+                result = call()
+            except BaseException as exc:
+                if stop.requested is None or isinstance(exc, WorkerStopped):
+                    raise
+                raise WorkerStopped(stop.requested, interruption(exc) or doing) from None
+        stop.check(f"{doing.replace('while', 'after', 1)}")
+        return result
 
     def begin_job(self, sink: ProgressSink | None = None) -> JobCost:
         """Start metering a new job, reporting progress to `sink`; return its (empty) cost."""
@@ -96,11 +127,14 @@ class MeteredBinding:
                 self.sink(progress, max_tokens)
             if caller is not None:
                 caller(progress)
+            if self.stop is not None and self.stop.requested is not None:  # a binding that does not check the stop
+                raise WorkerStopped(self.stop.requested, _stage(progress))  # itself ends at its next report
 
         self.cost.model_calls += 1
         result = None
         try:
-            result = call(messages, **options, on_token=relay) if reports else call(messages, **options)
+            result = self._step(lambda: call(messages, **options, on_token=relay) if reports
+                                else call(messages, **options), "while the model ran")
             return result
         finally:
             self._account(messages, last[0] if last else None, None if result is None else text_of(result))
@@ -118,3 +152,20 @@ class MeteredBinding:
     def close(self) -> None:
         """Close the inner binding."""
         self.inner.close()
+
+
+def _stage(progress: GenerationProgress) -> str:
+    """Where a model call reporting `progress` stands, worded as the llama.cpp binding words its interruptions."""
+    if progress.evaluated_tokens is not None:
+        return f"while evaluating the prompt ({progress.evaluated_tokens} of {progress.prompt_tokens} tokens)"
+    return f"while generating (after {progress.generated_tokens} tokens)"
+
+
+def interruption(exc: BaseException | None) -> str:
+    """What the `GenerationInterrupted` in `exc`'s chain (its causes and contexts) says, or "" without one."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, GenerationInterrupted):
+            return str(exc)
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return ""

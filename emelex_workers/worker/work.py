@@ -28,10 +28,8 @@ waiting and why (`MemoryStore.waiting_jobs`).
 
 from __future__ import annotations
 
-import signal
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -49,6 +47,7 @@ from emelex_memory import (
 )
 
 from ..settings import WorkerSettings
+from .stopping import GracefulStop, WorkerStopped
 from .work_report import JobReport, JobStart, WorkObserver, WorkReport, done_detail
 
 if TYPE_CHECKING:  # the runner, the plugin and model layers are imported once there is work (an idle run loads none)
@@ -62,15 +61,6 @@ REPORTED_WAITING = 20  # waiting jobs a report lists (it counts them all)
 BYTES_PER_TOKEN = 4  # the estimate for a source whose tokens were not counted when it was queued
 
 
-class WorkerStopped(BaseException):  # noqa: N818 - like KeyboardInterrupt, it is not an error
-    """Raised inside a running job when a stop was requested: the job is released, then the run ends."""
-
-    def __init__(self, signal_name: str) -> None:
-        """A stop requested by `signal_name` (e.g. "SIGTERM", or "stop" for `GracefulStop.request()`)."""
-        super().__init__(signal_name)
-        self.signal_name = signal_name
-
-
 class ModelUnavailable(BaseException):  # noqa: N818 - a control-flow signal carrying the real error
     """Raised inside a running job when binding or loading the model failed with `error` (a `ModelError` or
     `PluginError`): the job is released without consuming an attempt, then the run stops by raising `error`."""
@@ -79,47 +69,6 @@ class ModelUnavailable(BaseException):  # noqa: N818 - a control-flow signal car
         """Carry `error`, the model or plugin problem that stops the run."""
         super().__init__(str(error))
         self.error = error
-
-
-class GracefulStop:
-    """A stop request (SIGINT/SIGTERM, or `request`). Outside a job it only marks the run to end before the next
-    claim; inside `interruptible()` it raises `WorkerStopped`, so the job in hand is released."""
-
-    def __init__(self) -> None:
-        """No stop requested yet."""
-        self.requested: str | None = None
-        self._interruptible = False
-
-    def request(self, name: str = "stop") -> None:
-        """Ask the run to stop; raise `WorkerStopped` when called inside `interruptible()` on its thread."""
-        self.requested = self.requested or name
-        if self._interruptible:
-            self._interruptible = False  # a second request while releasing must not interrupt the release
-            raise WorkerStopped(name)
-
-    def _on_signal(self, signum: int, _frame: object) -> None:
-        self.request(signal.Signals(signum).name)
-
-    @contextmanager
-    def installed(self) -> Iterator[GracefulStop]:
-        """Handle SIGINT and SIGTERM with `request` while inside the block (main thread only), then restore."""
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield self
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-
-    @contextmanager
-    def interruptible(self) -> Iterator[None]:
-        """Within the block a stop request raises `WorkerStopped`; one already made raises at once."""
-        if self.requested:
-            raise WorkerStopped(self.requested)
-        self._interruptible = True
-        try:
-            yield
-        finally:
-            self._interruptible = False
 
 
 class Worker:
@@ -158,6 +107,7 @@ class Worker:
         self._summarizer: Registered | None = None
         self._distiller: Registered | None = None
         self._claim: JobClaim | None = None  # the job in hand, and when its step began (`_step`)
+        self._held: list[JobClaim] = []  # the next job, claimed by the last completion
         self._began = 0.0
 
     # -- set-up, only when there is work -------------------------------------------------------------
@@ -186,8 +136,8 @@ class Worker:
         self.prepare()
         bound = self.store.bind_session_model(claim.job.session_id, self._model)
         if self._binding is None:
-            self._binding_plugin, binding = bind_model(self._pm, bound.model, self.settings)
-            self._binding = MeteredBinding(binding)
+            self._binding_plugin, binding = bind_model(self._pm, bound.model, self.settings, stop=self.stop.event)
+            self._binding = MeteredBinding(binding, self.stop)
             self._window = 0
         if not self._window:
             self._window = context_window(self._binding, self._binding_plugin, self.settings)
@@ -204,6 +154,28 @@ class Worker:
             finally:
                 self._binding = None
 
+    def job_in_hand(self) -> str | None:
+        """The ID of the job this run holds right now (running, or claimed next), or None."""
+        for claim in (self._claim, *self._held):
+            if claim is not None and not claim.ended:
+                return claim.id
+        return None
+
+    def release_at_once(self, reason: str) -> str:
+        """For a second stop request, in its signal handler: give the job in hand (and a next one a completion
+        claimed) back to pending through a zero-wait connection (`JobClaim.close`), never blocking; return what
+        was done, one clause ("" when no job was in hand)."""
+        said = []
+        for claim in (self._claim, *self._held):
+            if claim is None or claim.ended:
+                continue
+            if claim.close(reason):
+                said.append(f"job {claim.id} released")
+            else:
+                said.append(f"job {claim.id} left to its worker lease (the database was busy); the next run "
+                            "counts it as a failed attempt")
+        return "; ".join(said)
+
     # -- one job ---------------------------------------------------------------------------------------
 
     def _handle(self, claim: JobClaim) -> Any:
@@ -214,22 +186,33 @@ class Worker:
         start = self._start(claim.job)
         self._notify("job_started", start)
         try:
-            with self.stop.interruptible():  # run_one_job renews the worker lease meanwhile
-                try:
+            self.stop.check("before the job started")
+            try:
+                with self.stop.deferred():  # the snapshot lock and the Session's binding: a stop waits for them
                     model = self._bound(claim)
-                except (ModelError, PluginError) as exc:
-                    raise ModelUnavailable(exc) from None
-                cost = self._binding.begin_job(partial(self._notify, "generating", start))
-                try:
-                    if claim.job.kind == COMPACTION_KIND:
-                        return self._compact(claim, model)
-                    return self._distill(claim)
-                except ModelError as exc:  # the model stopped working mid-job (a served model's server went away)
-                    raise ModelUnavailable(exc) from None
-                finally:  # before run_one_job records the outcome, which stores the cost with it
-                    claim.record_cost(cost.as_dict(self._clock() - self._began))
+            except (ModelError, PluginError) as exc:
+                self.stop.check("while loading the model")
+                raise ModelUnavailable(exc) from None
+            self.stop.check("once the model was loaded")
+            cost = self._binding.begin_job(partial(self._notify, "generating", start))
+            try:
+                if claim.job.kind == COMPACTION_KIND:
+                    result = self._compact(claim, model)
+                else:
+                    result = self._distill(claim)
+            except ModelError as exc:  # the model stopped working mid-job (a served model's server went away)
+                self.stop.check("while the model ran")
+                raise ModelUnavailable(exc) from None
+            except Exception:
+                self.stop.check("while the job ran")  # a failure met while stopping is the stop's, not the job's
+                raise
+            finally:  # before run_one_job records the outcome, which stores the cost with it
+                claim.record_cost(cost.as_dict(self._clock() - self._began))
+            self.stop.check("before its result was committed")
+            return result
         except WorkerStopped as stopped:
-            _release(claim, f"worker stopped by {stopped.signal_name}; no attempt consumed")
+            where = f" {stopped.where}" if stopped.where else ""
+            _release(claim, f"worker stopped by {stopped.signal_name}{where}; no attempt consumed")
             raise
         except ModelUnavailable as unavailable:
             from emelex_memory.queue.runner import describe
@@ -255,7 +238,7 @@ class Worker:
         component = self._summarizer.component
         request = SummaryRequest(job, tuple(events), budget, binding, job.attempts, self.settings)
         calls = binding.cost.model_calls
-        text = _plugin_call(self._summarizer, component.summarize, request)
+        text = _plugin_call(self._summarizer, self.stop, component.summarize, request)
         called = binding.cost.model_calls > calls  # a rule-based summarizer's Summary names no model
         named = f"summarizer {component.name!r} of plugin {self._summarizer.plugin!r}"
         if not isinstance(text, str) or not text.strip():
@@ -285,7 +268,7 @@ class Worker:
             return data
         distiller = self._distiller.component
         request = DistillRequest(job, data, MAX_CANDIDATES, binding, job.attempts, self.settings)
-        proposals = _plugin_call(self._distiller, _distilled, distiller, request)
+        proposals = _plugin_call(self._distiller, self.stop, _distilled, distiller, request)
         return validate_result(guard_candidates(proposals, events=data.events, examples=distiller.examples))
 
     # -- the run -------------------------------------------------------------------------------------------
@@ -306,7 +289,7 @@ class Worker:
             self.prepare()
             # Asked as a job completes: will the run go on after it? Then the completion claims the next job too.
             goes_on = partial(self._limit_reached, report, start, max_jobs - 1, max_seconds)
-            held: list[JobClaim] = []  # the next job, claimed by the last completion
+            held = self._held = []  # the next job, claimed by the last completion
             try:
                 while True:
                     report.stopped = self._limit_reached(report, start, max_jobs, max_seconds)
@@ -365,7 +348,8 @@ class Worker:
             )
         except WorkerStopped as stopped:
             report.stopped = f"signal:{stopped.signal_name}"
-            self._record(report, self._claim.job, "released", f"stopped by {stopped.signal_name}")
+            where = f" {stopped.where}" if stopped.where else ""
+            self._record(report, self._claim.job, "released", f"stopped by {stopped.signal_name}{where}")
             return False
         except ModelUnavailable as unavailable:
             report.stopped = "error"
@@ -417,12 +401,15 @@ def _release(claim: JobClaim, reason: str) -> None:
         pass
 
 
-def _plugin_call(registered: Registered, call: Callable[..., Any], *args: Any) -> Any:
-    """`call(*args)`, a plugin's summarizer or distiller, through `plugin_call`, naming the component and its plugin."""
+def _plugin_call(registered: Registered, stop: GracefulStop, call: Callable[..., Any], *args: Any) -> Any:
+    """`call(*args)`, a plugin's summarizer or distiller, through `plugin_call`, naming the component and its plugin;
+    a stop requested while its own code runs (not a model call: see `MeteredBinding`) raises `WorkerStopped` there."""
     from ..host.manager import plugin_call
 
     kind = type(registered.component).__name__.lower()
-    return plugin_call(lambda: call(*args), f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed")
+    with stop.interruptible():
+        return plugin_call(lambda: call(*args),
+                           f"{kind} {registered.component.name!r} of plugin {registered.plugin!r} failed")
 
 
 def _distilled(distiller: Any, request: Any) -> Any:

@@ -35,7 +35,14 @@ from typing import TYPE_CHECKING, Any
 
 from emelex_memory import InstalledModel
 from emelex_memory import content_digest
-from emelex_workers.plugin_api import DEFAULT_SEED, RETRY_TEMPERATURE, Completion, GenerationProgress, ModelBinding
+from emelex_workers.plugin_api import (
+    DEFAULT_SEED,
+    RETRY_TEMPERATURE,
+    Completion,
+    GenerationInterrupted,
+    GenerationProgress,
+    ModelBinding,
+)
 
 from .engine import LlamaEngine
 from .probe import ensure_generates
@@ -67,10 +74,14 @@ def _canonical(value: Any) -> bytes:
 class LlamaBinding:
     """A `ModelBinding` for one GGUF file: the model is loaded on first use, once, and kept for the worker run."""
 
-    def __init__(self, model: InstalledModel, *, max_context: int, threads: int, home: Path | None = None) -> None:
+    def __init__(self, model: InstalledModel, *, max_context: int, threads: int, home: Path | None = None,
+                 stop: threading.Event | None = None) -> None:
         """Bind `model` without loading it; `max_context` caps the allocated context, `threads` the CPU threads;
-        `home` (Emelex Home) remembers a passed llama.cpp probe (see `probe.ensure_generates`)."""
+        `home` (Emelex Home) remembers a passed llama.cpp probe (see `probe.ensure_generates`); once `stop` is set,
+        the probe, the model's loading, a prompt's evaluation and generation stop (`GenerationInterrupted`, see
+        `LlamaEngine`)."""
         self.model = model
+        self._stop = stop
         self._max_context = max_context
         self._threads = threads
         self._home = home
@@ -81,8 +92,10 @@ class LlamaBinding:
         """The engine, loaded on first use after `probe.ensure_generates` (`LlamaCrashError` when llama.cpp
         crashes generating on this CPU, instead of the process dying silently)."""
         if self._engine is None:
-            ensure_generates(self.model.model_file, self._home, model_digest=content_digest(self.model.files))
-            self._engine = LlamaEngine(self.model.model_file, max_ctx=self._max_context, n_threads=self._threads)
+            ensure_generates(self.model.model_file, self._home, model_digest=content_digest(self.model.files),
+                             stop=self._stop)
+            self._engine = LlamaEngine(self.model.model_file, max_ctx=self._max_context, n_threads=self._threads,
+                                       stop=self._stop)
         return self._engine
 
     @property
@@ -181,7 +194,8 @@ class LlamaBinding:
         field of its header equal to `state_fields`, its tokens those the store recorded) and offer it to the
         engine, which loads it at the first round whose prompt starts with its tokens (`state_outcome` then says
         what happened). Returns what was done, one clause; a state that cannot be read or fails a check (or a model
-        that cannot be loaded: the first round says why) is ignored with a `ModelStateWarning`, never raised."""
+        that cannot be loaded: the first round says why) is ignored with a `ModelStateWarning`, never raised; a
+        loading stopped by the binding's stop event raises `GenerationInterrupted`."""
         started = time.monotonic()
         try:
             saved = store.model_state(session_id, self.state_key())
@@ -197,6 +211,8 @@ class LlamaBinding:
                 raise ValueError("its model, template or context settings differ from its key")
             if len(tokens) != saved.prefix_tokens or token_digest(tokens) != saved.prefix_digest:
                 raise ValueError("its tokens are not the ones recorded with it")
+        except GenerationInterrupted:
+            raise  # the model's loading was stopped: no fault of the state's
         except Exception as exc:  # noqa: BLE001 - a damaged state is ignored: the Session is evaluated afresh
             self.state_outcome = f"ignored: {exc}"
             warnings.warn(ModelStateWarning(f"the saved model state of Session {session_id} was ignored ({exc}); "

@@ -11,9 +11,9 @@ import contextlib
 import ctypes
 import functools
 import hashlib
-import json
 import struct
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +23,8 @@ from emelex_workers.plugin_api import DEFAULT_SEED, GenerationInterrupted, gbnf_
 
 DEFAULT_MAX_CTX = 8192
 _LOAD_LOCK = threading.Lock()
+_ENGINES: weakref.WeakSet = weakref.WeakSet()  # the live engines, whose stops quiet llama.cpp's log
+_QUIET_LOG: list[Any] = []  # the log callback installed by `_quiet_log_while_stopping`, kept referenced
 grammar_literal = gbnf_literal  # ``text`` as a GBNF string literal: quotes, backslashes and line ends escaped
 
 
@@ -98,6 +100,22 @@ def _reporting_prompt_eval(llm: Any, on_prompt: Callable[[int, int], None]) -> C
     return eval_tokens
 
 
+def _quiet_log_while_stopping(llama_cpp: Any) -> None:
+    """Once per process: pass llama.cpp's log to llama-cpp-python's own callback (which prints errors only, for a
+    quiet `Llama`), except while an engine is stopping: an aborted `llama_decode` logs an error for the batch it
+    drops ("decode: removing memory module entries ..."), which is no error of the user's."""
+    if _QUIET_LOG:
+        return
+    from llama_cpp._logger import llama_log_callback as forward
+
+    def log(level: int, text: bytes, data: Any) -> None:
+        if not any(engine._stopping() for engine in list(_ENGINES)):
+            forward(level, text, data)
+
+    _QUIET_LOG.append(llama_cpp.llama_log_callback(log))
+    llama_cpp.llama_log_set(_QUIET_LOG[0], ctypes.c_void_p(0))
+
+
 @dataclass(frozen=True)
 class PromptReuse:
     """One completion's prompt: `prompt_tokens` in all, of which `evaluated` were evaluated (the rest was kept in the
@@ -141,15 +159,31 @@ class LlamaEngine:
     exported with `export_state` can be offered to a later engine with
     `offer_state`: it is loaded at the next completion whose prompt starts
     with the state's tokens.
+
+    Stopping: once ``stop`` (the engine's) or a call's own ``stop`` event is
+    set, llama.cpp stops where it checks: loading stops at its next tensor
+    (its progress callback returns False, so it returns no model), and a
+    prompt's evaluation or a token's computation at the next node of the
+    graph it computes (its abort callback returns True; `llama_decode` then
+    returns 2, "aborted"); a stream also stops between two tokens. The call
+    raises ``GenerationInterrupted`` saying where it stopped. The callbacks
+    only read the events: nothing is raised inside llama.cpp (ctypes would
+    swallow it). After an interrupted call the engine is usable: the next
+    completion evaluates again what the aborted batch left in the context
+    (llama-cpp-python drops the cache past its last complete batch before it
+    evaluates, and the engine marks the logits stale).
     """
 
     def __init__(self, model_path: str | Path, *, n_ctx: int | None = None,
                  max_ctx: int = DEFAULT_MAX_CTX, n_threads: int = 2,
-                 seed: int = DEFAULT_SEED, cpu_extra_buffers: bool = False) -> None:
+                 seed: int = DEFAULT_SEED, cpu_extra_buffers: bool = False,
+                 stop: threading.Event | None = None) -> None:
         """Load the GGUF at ``model_path`` (see the class docstring for the arguments).
 
-        Raises ``FileNotFoundError`` when it is not a file and llama.cpp's
-        ``ValueError`` when it cannot be loaded.
+        Raises ``FileNotFoundError`` when it is not a file, llama.cpp's
+        ``ValueError`` when it cannot be loaded, and ``GenerationInterrupted``
+        when ``stop`` was set while it loaded (see "Stopping" in the class
+        docstring).
         """
         path = Path(model_path)
         if not path.is_file():
@@ -160,14 +194,22 @@ class LlamaEngine:
 
         self._llama_cpp, self._seed, self.model_path = llama_cpp, seed, path
         self._lock, low = threading.Lock(), llama_cpp.llama_cpp
-        # Llama() has no use_extra_bufts kwarg: patch its params factory, only
-        # for the duration of this (globally locked) load.
+        self._stop, self._call_stop = stop, None
+        _quiet_log_while_stopping(low)
+        _ENGINES.add(self)
+        # llama.cpp calls these from the loading and the computing thread; they only read the stop events, and the
+        # engine keeps them referenced for as long as llama.cpp may call them.
+        self._on_load = low.llama_progress_callback(lambda _progress, _data: not self._stopping())
+        self._on_compute = low.ggml_abort_callback(lambda _data: self._stopping())
+        # Llama() has no use_extra_bufts nor progress_callback kwarg: patch its params factory, only for the
+        # duration of this (globally locked) load.
         with _LOAD_LOCK:
             orig = low.llama_model_default_params
 
             def params() -> Any:
                 p = orig()
                 p.use_extra_bufts = cpu_extra_buffers
+                p.progress_callback = self._on_load  # returning False aborts the load: llama.cpp returns no model
                 return p
 
             low.llama_model_default_params = params
@@ -175,12 +217,44 @@ class LlamaEngine:
                 self._llm: Any = llama_cpp.Llama(
                     model_path=str(path), n_ctx=n_ctx, n_threads=n_threads,
                     n_threads_batch=n_threads, seed=seed, verbose=False)
+            except ValueError:
+                if self._stopping():
+                    raise GenerationInterrupted("while loading the model") from None
+                raise
             finally:
                 low.llama_model_default_params = orig
+        # Checked by ggml between the nodes of every graph llama_decode computes (the prompt's batches and each
+        # sampled token): returning True makes llama_decode return 2 ("aborted"), keeping what it computed.
+        low.llama_set_abort_callback(self._llm.ctx, self._on_compute, None)
+        if self._stopping():  # set after the last loading step: the model is loaded, the caller stops anyway
+            raise GenerationInterrupted("once the model was loaded")
         self.threads = int(self._llm.n_threads)  # as loaded; `set_threads` changes what llama.cpp uses
         self.last_reuse: PromptReuse | None = None
         self._last_prompt: list[int] = []
         self._offered: tuple[list[int], bytes, Callable[[bool, str], None]] | None = None
+
+    def _stopping(self) -> bool:
+        """True once the engine's or the running call's stop event is set (llama.cpp's callbacks ask this)."""
+        return bool((self._stop is not None and self._stop.is_set())
+                    or (self._call_stop is not None and self._call_stop.is_set()))
+
+    @contextlib.contextmanager
+    def _interruptible(self, stop: threading.Event | None, where: Callable[[], str]) -> Iterator[None]:
+        """For one completion (the lock held): let llama.cpp's abort callback see `stop` too, and turn what an
+        abort makes llama-cpp-python raise into ``GenerationInterrupted`` saying `where()` it stopped."""
+        self._call_stop = stop
+        try:
+            yield
+        except GenerationInterrupted:
+            self._model()._requires_eval = True
+            raise
+        except Exception:
+            if not self._stopping():
+                raise
+            self._model()._requires_eval = True  # the logits are those of an aborted batch: never sample them
+            raise GenerationInterrupted(where()) from None
+        finally:
+            self._call_stop = None
 
     def grammar(self, json_schema: dict) -> Any:
         """The ``LlamaGrammar`` that constrains generation to ``json_schema``; ValueError when the schema is not one
@@ -275,43 +349,60 @@ class LlamaEngine:
                        seed=self._seed if seed is None else seed, grammar=grammar, repeat_penalty=repeat_penalty)
         with self._lock, self._generating():
             if on_token is None:
-                choice = self._model().create_chat_completion(**options, stream=False)["choices"][0]
+                with self._interruptible(None, lambda: "while the model ran"):
+                    choice = self._model().create_chat_completion(**options, stream=False)["choices"][0]
                 return choice["message"]["content"] or "", choice.get("finish_reason") or "stop"
             return self._stream(options, on_token, on_prompt)
 
-    def _stream(self, options: dict[str, Any], on_token: Callable[[int, int, str], None],
+    def _stream(self, options: dict[str, Any], on_token: Callable[[int, int, str], None] | None,
                 on_prompt: Callable[[int, int], None] | None, stop: threading.Event | None = None,
                 on_text: Callable[[str], None] | None = None) -> tuple[str, str]:
         """`complete` with ``on_token``: stream the completion, reporting exact counts (see `complete`); with
-        ``stop`` and ``on_text``, as `stream` does."""
+        ``stop`` and ``on_text``, as `stream` does. Stopped (see the class docstring), it raises
+        ``GenerationInterrupted`` saying whether it was evaluating the prompt (how far) or generating."""
         seen: list[int] = []  # the context length at each sampling step: the first is the prompt
+        evaluated = [0, 0]  # the prompt's tokens evaluated so far, of all
 
         def count(input_ids: Any, scores: Any) -> Any:
             seen.append(len(input_ids))
             return scores
 
+        def prompt_progress(done: int, total: int) -> None:
+            evaluated[:] = done, total
+            if on_prompt is not None:
+                on_prompt(done, total)
+
+        def where() -> str:
+            if seen:
+                return f"while generating (after {len(seen)} tokens)"
+            return f"while evaluating the prompt ({evaluated[0]} of {evaluated[1]} tokens)"
+
         llm = self._model()
-        if on_prompt is not None:
-            llm.eval = _reporting_prompt_eval(llm, on_prompt)  # an instance attribute: Llama.generate calls it
+        llm.eval = _reporting_prompt_eval(llm, prompt_progress)  # an instance attribute: Llama.generate calls it
         try:
-            chunks = llm.create_chat_completion(
-                **options, stream=True, logits_processor=self._llama_cpp.LogitsProcessorList([count]))
-            pieces, reason = [], "stop"
-            for chunk in chunks:
-                if stop is not None and stop.is_set():
+            with self._interruptible(stop, where):
+                chunks = llm.create_chat_completion(
+                    **options, stream=True, logits_processor=self._llama_cpp.LogitsProcessorList([count]))
+                pieces, reason = [], "stop"
+                try:
+                    for chunk in chunks:
+                        if self._stopping():
+                            raise GenerationInterrupted(where())
+                        choice = chunk["choices"][0]
+                        reason = choice.get("finish_reason") or reason
+                        piece = choice["delta"].get("content")
+                        if piece:
+                            pieces.append(piece)
+                            if on_text is not None:
+                                on_text(piece)
+                            if on_token is not None:
+                                on_token(seen[0] if seen else 0, len(seen), piece)
+                finally:
                     chunks.close()
-                    raise GenerationInterrupted()
-                choice = chunk["choices"][0]
-                reason = choice.get("finish_reason") or reason
-                piece = choice["delta"].get("content")
-                if piece:
-                    pieces.append(piece)
-                    if on_text is not None:
-                        on_text(piece)
-                    on_token(seen[0] if seen else 0, len(seen), piece)
         finally:
             llm.__dict__.pop("eval", None)
-        on_token(seen[0] if seen else 0, len(seen), "")
+        if on_token is not None:
+            on_token(seen[0] if seen else 0, len(seen), "")
         return "".join(pieces), reason
 
     @property
@@ -327,33 +418,15 @@ class LlamaEngine:
         """One streamed completion constrained to ``json_schema`` (ValueError when the converter rejects it),
         each piece passed to ``on_text``. ``stop`` is checked before each sampled piece: once it is set the
         stream is closed (llama.cpp stops within one token; the next call is unaffected) and
-        ``GenerationInterrupted`` is raised. Prompt evaluation itself cannot be interrupted. ``on_token`` and
-        ``on_prompt`` report exact counts as for `complete`."""
+        ``GenerationInterrupted`` is raised; so it is when ``stop`` is set while the prompt is evaluated (see
+        "Stopping" in the class docstring). ``on_token`` and ``on_prompt`` report exact counts as for
+        `complete`."""
         if max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
-        grammar = self.grammar(json_schema)
-        if on_token is not None:
-            options = dict(messages=messages, max_tokens=max_tokens, temperature=temperature, grammar=grammar,
-                           seed=self._seed if seed is None else seed)
-            with self._lock, self._generating():
-                return self._stream(options, on_token, on_prompt, stop, on_text)[0]
+        options = dict(messages=messages, max_tokens=max_tokens, temperature=temperature,
+                       grammar=self.grammar(json_schema), seed=self._seed if seed is None else seed)
         with self._lock, self._generating():
-            chunks = self._model().create_chat_completion(
-                messages=messages, max_tokens=max_tokens, temperature=temperature, grammar=grammar,
-                seed=self._seed if seed is None else seed, stream=True)
-            pieces = []
-            try:
-                for chunk in chunks:
-                    if stop.is_set():
-                        raise GenerationInterrupted()
-                    piece = chunk["choices"][0]["delta"].get("content")
-                    if piece:
-                        pieces.append(piece)
-                        if on_text is not None:
-                            on_text(piece)
-            finally:
-                chunks.close()
-            return "".join(pieces)
+            return self._stream(options, on_token, on_prompt, stop, on_text)[0]
 
     @contextlib.contextmanager
     def _generating(self) -> Iterator[None]:

@@ -11,6 +11,7 @@ output that can only quote the source); the `summary_mode` and
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from emelex_memory import GGUF_MAGIC, InstalledModel, KnowledgeCandidate
@@ -56,13 +57,14 @@ def distill(request: DistillRequest) -> list[KnowledgeCandidate]:
 
 
 @hookimpl
-def model_binding(model: InstalledModel, settings: WorkerSettings) -> LlamaBinding | None:
+def model_binding(model: InstalledModel, settings: WorkerSettings, stop: threading.Event) -> LlamaBinding | None:
     """Bind any GGUF model (checked by its magic bytes); pass on anything else (a served model has no file). The
-    threads are `model_threads`, or chosen now from the usable, idle cores (`plugin_api.model_threads`)."""
+    threads are `model_threads`, or chosen now from the usable, idle cores (`plugin_api.model_threads`); `stop`
+    stops the model's loading and its work (see `LlamaEngine`)."""
     if model.kind == "served" or not _is_gguf(model.model_file):
         return None
     return LlamaBinding(model, max_context=settings.model_max_context_tokens, threads=model_threads(settings),
-                        home=settings.home_dir)
+                        home=settings.home_dir, stop=stop)
 
 
 @hookimpl

@@ -26,10 +26,13 @@ import platform
 import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from emelex_memory import ModelError
+from emelex_workers.plugin_api import GenerationInterrupted
 
 REBUILD = "make rebuild-llama"
 PROBE_TIMEOUT_S = 120.0
@@ -61,33 +64,52 @@ class LlamaCrashError(ModelError):
     `make rebuild-llama`, then run the command again."""
 
 
-def run_probe(model_file: str | Path, *, timeout_s: float = PROBE_TIMEOUT_S) -> ProbeResult:
+CRASH_SIGNALS = frozenset({signal.SIGILL, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGABRT,
+                           signal.SIGSYS})  # what a build that does not fit the CPU dies of
+POLL_S = 0.05  # how often a probe's wait looks at its stop event
+
+
+def run_probe(model_file: str | Path, *, timeout_s: float = PROBE_TIMEOUT_S,
+              stop: threading.Event | None = None) -> ProbeResult:
     """Generate a few tokens with `model_file` in a child Python; never raises for what the child does.
 
-    A child killed by a signal (SIGILL, SIGSEGV, ...) means the llama.cpp build does not fit this CPU: the
-    problem names the signal and `make rebuild-llama`. A child that fails otherwise, or runs past
-    `timeout_s`, is reported with its last line of output.
+    A child killed by a crash signal (SIGILL, SIGSEGV, ...) means the llama.cpp build does not fit this CPU:
+    the problem names the signal and `make rebuild-llama`. A child that fails otherwise (killed by SIGINT or
+    SIGTERM too: a Ctrl-C at the terminal reaches it), or runs past `timeout_s`, is reported with its last line
+    of output. Once `stop` is set the child is killed and `GenerationInterrupted` raised.
     """
     try:
-        run = subprocess.run([sys.executable, "-c", _CHILD, str(model_file)], capture_output=True, text=True,
-                             timeout=timeout_s, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return ProbeResult(False, f"a llama.cpp probe generation ran past {timeout_s:.0f} s (is the machine "
-                                  "very busy?); run it again when it is quieter")
+        child = subprocess.Popen([sys.executable, "-c", _CHILD, str(model_file)], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     except OSError as exc:
         return ProbeResult(False, f"could not start a probe process ({exc.strerror or exc})")
-    if run.returncode < 0:
-        try:
-            name = signal.Signals(-run.returncode).name
-        except ValueError:
-            name = f"signal {-run.returncode}"
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            if stop is not None and stop.is_set():
+                raise GenerationInterrupted("while checking that llama.cpp runs on this CPU")
+            try:
+                out, err = child.communicate(timeout=min(POLL_S, max(0.0, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    return ProbeResult(False, f"a llama.cpp probe generation ran past {timeout_s:.0f} s (is the "
+                                              "machine very busy?); run it again when it is quieter")
+    finally:
+        if child.returncode is None:
+            child.kill()
+            child.communicate()
+    if stop is not None and stop.is_set():  # the stop came while the child ran (a Ctrl-C may have ended it too)
+        raise GenerationInterrupted("while checking that llama.cpp runs on this CPU")
+    if child.returncode < 0 and -child.returncode in CRASH_SIGNALS:
+        name = signal.Signals(-child.returncode).name
         return ProbeResult(False, f"llama.cpp crashed ({name}) generating on this CPU: its build does not fit "
                                   f"this machine; rebuild it with `{REBUILD}`", crashed=True)
-    if run.returncode != 0:
-        last = (run.stderr.strip().splitlines() or ["no output"])[-1]
+    if child.returncode != 0:
+        last = (err.strip().splitlines() or [f"it ended with status {child.returncode}"])[-1]
         return ProbeResult(False, f"a llama.cpp probe generation failed: {last}")
     try:
-        generated = int(run.stdout.strip().splitlines()[-1])
+        generated = int(out.strip().splitlines()[-1])
     except (IndexError, ValueError):
         return ProbeResult(False, "a llama.cpp probe generation printed no token count")
     return ProbeResult(True, generated_tokens=generated)
@@ -129,13 +151,15 @@ def _cpu_identity() -> list[str]:
             platform.machine()]
 
 
-def ensure_generates(model_file: str | Path, home: Path | None = None, *, model_digest: str | None = None) -> None:
+def ensure_generates(model_file: str | Path, home: Path | None = None, *, model_digest: str | None = None,
+                     stop: threading.Event | None = None) -> None:
     """Make sure llama.cpp generates with `model_file` on this CPU before a process loads it; once per process,
     and once per build, model and CPU when `home` (Emelex Home) is given to remember a pass in (`model_digest`:
     see `probe_key`).
 
-    Raises `LlamaCrashError` (one line naming `make rebuild-llama`) when the probe child was killed by a signal.
-    A probe that fails otherwise is not remembered and raises nothing: loading the model will say what is wrong.
+    Raises `LlamaCrashError` (one line naming `make rebuild-llama`) when the probe child died of a crash signal,
+    and `GenerationInterrupted` when `stop` was set during the probe (which then stops there). A probe that fails
+    otherwise is not remembered and raises nothing: loading the model will say what is wrong.
     """
     try:
         key = probe_key(model_file, model_digest)
@@ -147,7 +171,7 @@ def ensure_generates(model_file: str | Path, home: Path | None = None, *, model_
     if marker is not None and os.path.lexists(marker):
         _PASSED.add(key)
         return
-    result = run_probe(model_file)
+    result = run_probe(model_file, stop=stop)
     if result.crashed:
         raise LlamaCrashError(result.problem)
     if not result.ok:

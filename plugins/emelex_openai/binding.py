@@ -43,7 +43,14 @@ reads the `tool_calls` deltas (accumulated by index; Ollama sends each call
 whole), returning the round in the agent's union form.
 
 Generation is always streamed (`stream_options.include_usage` asked), so
-progress is reported and `stop` is checked between chunks. Token counts are
+progress is reported and `stop` is checked between chunks and while the
+server is silent (whose wait is reported too, `GenerationProgress.waiting_s`).
+A reply is read no further than its `max_tokens` pieces (a server ignoring
+the limit is cut there: finish "length"); one that is no stream of events (a
+whole JSON body, an HTML page) is named as such. A chunk naming a model other
+than the one asked for is refused when the server lists that name as another
+model, or when it differs from the name earlier replies used; a name it does
+not list is taken for an alias. Token counts are
 the server's where it has a tokenize endpoint (llama-cpp-python's
 `/extras/tokenize`, llama-server's and vLLM's `/tokenize`), else the
 estimate of `ESTIMATE_BYTES_PER_TOKEN`; progress whose counts are not the
@@ -79,7 +86,7 @@ from emelex_workers.plugin_api import (
     schema_to_gbnf,
 )
 
-from .client import Rejected, ServerClient
+from .client import Rejected, ServerClient, StreamStopped
 
 CHAT_PATH = "/v1/chat/completions"
 ESTIMATE_BYTES_PER_TOKEN = 3  # UTF-8 bytes per token when the server cannot count: over-counts English (~4)
@@ -95,6 +102,8 @@ PROBE_TOOL = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"value": {"type": "string"}}, "required": ["value"]}}}
 PROBE_TOOL_MESSAGES = [{"role": "user", "content": f"Call the tool emelex_probe with the value {PROBE_VALUE}."}]
 GBNF_SERVERS = ("llama-cpp-python", "llama-server")  # they take a grammar as it is: `grammar`
+MAX_LISTED = 1000  # models of a server's list remembered (a reply naming one of them, not the bound one, is refused)
+SSE_FIELDS = (":", "event:", "id:", "retry:")  # the lines of a stream of events other than its data
 
 # The ways of asking for schema-constrained output, by name: each adds these fields to the request.
 VARIANTS: dict[str, Callable[[dict], dict]] = {
@@ -122,11 +131,14 @@ class ServedBinding:
 
     remote_constraint = True  # the server applies a round's grammar (or calls tools): the agent checks each call
 
-    def __init__(self, model: InstalledModel, settings: WorkerSettings) -> None:
-        """Bind the served `model` with the `served_*` settings (timeouts, retries); nothing is contacted yet."""
+    def __init__(self, model: InstalledModel, settings: WorkerSettings, *,
+                 stop: threading.Event | None = None) -> None:
+        """Bind the served `model` with the `served_*` settings (timeouts, retries); nothing is contacted yet. Once
+        `stop` is set, a reply being read stops (`GenerationInterrupted`)."""
         if model.server is None:
             raise ValueError(f"model {model.name!r} is not a served model")
         self.model = model
+        self._stop = stop
         self._endpoint = model.server
         self._settings = settings
         self._client: ServerClient | None = None
@@ -134,6 +146,7 @@ class ServedBinding:
         self._variant: str | None = None
         self._tool_calling: ToolCalling | None = None
         self._counts: dict[bytes, int] = {}  # SHA-256 of a text -> its token count
+        self._reply_model: str | None = None  # the name the first reply gave the model, when not the one asked for
 
     # -- the server ----------------------------------------------------------------------------------------------
 
@@ -336,11 +349,13 @@ class ServedBinding:
 
     def stream_chat(self, messages: list[dict[str, str]], *, max_tokens: int, json_schema: dict,
                     stop: threading.Event, on_text: Callable[[str], None] | None = None,
-                    temperature: float = 0.0, seed: int = DEFAULT_SEED) -> str:
+                    temperature: float = 0.0, seed: int = DEFAULT_SEED,
+                    on_progress: Callable[[GenerationProgress], None] | None = None) -> str:
         """The `AgentBinding` method: one constrained completion streamed to `on_text`; `GenerationInterrupted`
-        once `stop` is set (checked between chunks; the connection is then closed, which stops the server)."""
+        once `stop` is set (checked between chunks and while the server is silent; the connection is then closed,
+        which stops the server); progress, and the server's silences, to `on_progress`."""
         return self._generate(messages, max_tokens=max_tokens, json_schema=json_schema, temperature=temperature,
-                              seed=seed, extra={}, on_text=on_text, stop=stop).text
+                              seed=seed, extra={}, on_text=on_text, stop=stop, on_token=on_progress).text
 
     def _generate(self, messages: list[dict], *, max_tokens: int, json_schema: dict | None,
                   temperature: float, seed: int, extra: dict,
@@ -358,36 +373,58 @@ class ServedBinding:
             body.update(self._constrained(json_schema))
         prompt = sum(self.count_tokens(str(m.get("content", ""))) for m in messages) if on_token else 0
         pieces: list[str] = []
-        reason, usage, done = "unknown", None, False
+        reason, usage, done, streaming = "unknown", None, False, False
         client, url = self._http(), self._endpoint.url
-        with _refused_constraint(url, body), client.stream_lines(CHAT_PATH, body, retry=retry) as lines:
-            for line in lines:
-                if stop is not None and stop.is_set():
-                    raise GenerationInterrupted()
-                if not line.startswith("data:"):
-                    continue  # blank separators, comments (": ping"), event names
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    done = True
-                    break
-                chunk = client.decode_line(data, CHAT_PATH)
-                if not isinstance(chunk, dict):
-                    raise ModelServerReplyError(f"the server at {url} streamed a chunk that is not a JSON object; "
-                                                "check that it is OpenAI-compatible")
-                if isinstance(chunk.get("error"), dict):
-                    raise ModelServerError(f"the server at {url} failed mid-reply: "
-                                           f"{client.scrub(str(chunk['error'].get('message')))[:200]}")
-                usage = chunk.get("usage") if isinstance(chunk.get("usage"), dict) else usage
-                piece, finish = _delta(chunk, url)
-                if calls is not None:
-                    _tool_deltas(chunk, calls, url)
-                reason = finish or reason
-                if piece:
-                    pieces.append(piece)
-                    if on_text is not None:
-                        on_text(piece)
-                    if on_token is not None:
-                        on_token(GenerationProgress(prompt, len(pieces), piece, estimated=True))
+
+        def stopping() -> bool:
+            return (stop is not None and stop.is_set()) or (self._stop is not None and self._stop.is_set())
+
+        def waiting(seconds: float) -> None:
+            if on_token is not None:
+                on_token(GenerationProgress(prompt, len(pieces), "", estimated=True, waiting_s=seconds))
+
+        waiting(0.0)  # the request goes out: what is shown now is a wait for the server
+        try:
+            with _refused_constraint(url, body), \
+                    client.stream_lines(CHAT_PATH, body, stop=stopping, on_wait=waiting, retry=retry) as lines:
+                for line in lines:
+                    if stopping():
+                        raise GenerationInterrupted(f"while the server at {url} replied ({len(pieces)} pieces so "
+                                                    "far)")
+                    if not line.startswith("data:"):
+                        if not streaming and line.strip() and not line.startswith(SSE_FIELDS):
+                            raise ModelServerReplyError(_not_a_stream(url, line))
+                        continue  # blank separators, comments (": ping"), event names
+                    streaming = True
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        done = True
+                        break
+                    chunk = client.decode_line(data, CHAT_PATH)
+                    if not isinstance(chunk, dict):
+                        raise ModelServerReplyError(f"the server at {url} streamed a chunk that is not a JSON object; "
+                                                    "check that it is OpenAI-compatible")
+                    if isinstance(chunk.get("error"), dict):
+                        raise ModelServerError(f"the server at {url} failed mid-reply: "
+                                               f"{client.scrub(str(chunk['error'].get('message')))[:200]}")
+                    self._check_model(chunk.get("model"))
+                    usage = chunk.get("usage") if isinstance(chunk.get("usage"), dict) else usage
+                    piece, finish = _delta(chunk, url)
+                    if calls is not None:
+                        _tool_deltas(chunk, calls, url)
+                    reason = finish or reason
+                    if piece and len(pieces) == max_tokens:  # a server that ignores the limit: stop reading it
+                        reason, done = "length", True
+                        break
+                    if piece:
+                        pieces.append(piece)
+                        if on_text is not None:
+                            on_text(piece)
+                        if on_token is not None:
+                            on_token(GenerationProgress(prompt, len(pieces), piece, estimated=True))
+        except StreamStopped:
+            raise GenerationInterrupted(f"while waiting for the server at {url} ({len(pieces)} pieces so far)") \
+                from None
         if not done:
             raise ModelServerError(f"the server at {url} ended its reply before it was complete (no [DONE]); check "
                                    "that it is still running, then run the command again")
@@ -395,6 +432,23 @@ class ServedBinding:
             exact = _usage(usage)
             on_token(GenerationProgress(*(exact or (prompt, len(pieces))), "", estimated=exact is None))
         return Completion("".join(pieces), reason)
+
+    def _check_model(self, named: Any) -> None:
+        """A reply's `model`, when it gives one, must name the model asked for, or at least no other model the server
+        lists, and the same model as the binding's earlier replies (see the module docstring)."""
+        if not isinstance(named, str) or not named or named == self._endpoint.model_id:
+            return
+        url, asked = self._endpoint.url, self._endpoint.model_id
+        if named in self.connect()["listed"]:
+            raise ModelServerReplyError(
+                f"the server at {url} answered with model {named!r}, another model it serves, not {asked!r}: a proxy "
+                f"falling back to another model?; fix the server, or add {named!r} with `emelex models add-server`")
+        if self._reply_model is None:
+            self._reply_model = named  # a name the server does not list: an alias of the model asked for
+        elif named != self._reply_model:
+            raise ModelServerReplyError(
+                f"the server at {url} answered for {asked!r} as model {named!r}, where it answered as "
+                f"{self._reply_model!r} before: the model behind that name changed; check the server")
 
     def close(self) -> None:
         """Close the connections to the server; idempotent."""
@@ -450,6 +504,7 @@ def _inspect(client: ServerClient, model_id: str) -> dict[str, Any]:
     identity["server"] = kind
     identity["verified"] = identity["digest"] is not None
     info = {"server": kind, "identity": identity, "context": context, "tokenizer": tokenizer, "tokenizer_overhead": 0,
+            "listed": frozenset(str(e.get("id")) for e in entries[:MAX_LISTED] if isinstance(e, dict)),
             "capabilities": capabilities if kind == "ollama" else None}
     if tokenizer is not None:
         info["tokenizer_overhead"] = _tokenize(client, tokenizer, model_id, "")  # a BOS token some servers add
@@ -586,3 +641,16 @@ def _digest(template: Any) -> str | None:
     if not isinstance(template, str) or not template:
         return None
     return hashlib.sha256(template.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _not_a_stream(url: str, line: str) -> str:
+    """What a streamed completion's reply that is no stream of events is, by its first line, and what to check."""
+    shown = line.strip()[:60]
+    if shown.startswith("{"):
+        return (f"the server at {url} answered {CHAT_PATH} with a whole JSON reply, not a stream of events (it ignored "
+                f'"stream": true); check that {url} is an OpenAI-compatible server that streams')
+    if shown.startswith("<"):
+        return (f"the server at {url} answered {CHAT_PATH} with an HTML page ({shown!r}...), not a stream of events; "
+                f"check the URL {url}: it must be the model server's base URL")
+    return (f"the server at {url} answered {CHAT_PATH} with something that is not a stream of events ({shown!r}...); "
+            f"check that {url} is an OpenAI-compatible server")

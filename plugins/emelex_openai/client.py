@@ -4,19 +4,32 @@ Every request has a connect timeout, a read timeout (the longest silence)
 and an overall deadline (`served_*` settings). A refused or dropped
 connection, HTTP 429 and HTTP 5xx are retried with exponential backoff
 (`served_retries` times) before any byte of the reply was used; nothing
-else is retried. A reply is at most `MAX_REPLY_BYTES`, one streamed line
+else is retried. A `Retry-After` the server sends with a retried status is
+waited out, up to `RETRY_AFTER_MAX_S` and the deadline (a longer one fails
+at once, saying so). A reply is at most `MAX_REPLY_BYTES`, one streamed line
 at most `MAX_LINE_BYTES`. Every failure is one of the `ModelServerError`
 family with a one-line message; the API key (read from its environment
 variable when the client is made) is sent only in the Authorization header
 and scrubbed from every message.
+
+A streamed request (`stream_lines`) is sent and read on a thread of its own,
+while the caller waits on what it reads: so a silent server (before its
+first byte, between lines, during a retry's wait) is reported every
+`WAIT_REPORT_S` (`on_wait`), and a stop is seen within `WAIT_REPORT_S`
+(`StreamStopped`): the reading thread's socket is shut down, or, before the
+server answered at all, the thread is left to end at its own timeout.
 """
 
 from __future__ import annotations
 
+import email.utils
 import json
 import os
+import queue
+import socket
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -36,16 +49,23 @@ MAX_DETAIL = 200  # characters of a server's own error text in our messages
 MAX_ERROR_BYTES = 64 * 1024  # bytes of an error reply read for that text
 RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
 BACKOFF_MAX_S = 8.0
+RETRY_AFTER_MAX_S = 60.0  # the longest `Retry-After` waited out
+WAIT_REPORT_S = 0.25  # how often a wait on a streamed reply is reported and a stop looked for
+
+
+class StreamStopped(Exception):  # noqa: N818 - the caller's own stop, not a failure
+    """`stream_lines` stopped reading because its `stop` event was set."""
 
 
 class _Retry(Exception):
     """A failure worth retrying: what went wrong and what to do, joined into a `ModelServerError` (with the limit
     that stopped the attempts) once they are spent."""
 
-    def __init__(self, problem: str, advice: str) -> None:
+    def __init__(self, problem: str, advice: str, retry_after: float | None = None) -> None:
         super().__init__(problem)
         self.problem = problem
         self.advice = advice
+        self.retry_after = retry_after  # the server's Retry-After, in seconds, when it sent one
 
 
 class Rejected(Exception):  # noqa: N818 - a reply, not an error of ours
@@ -132,16 +152,62 @@ class ServerClient:
         return self._decode(bytes(data), path)
 
     @contextmanager
-    def stream_lines(self, path: str, body: dict, *, retry: bool = True) -> Iterator[Iterator[str]]:
+    def stream_lines(self, path: str, body: dict, *, stop: Callable[[], bool] | None = None,
+                     on_wait: Callable[[float], None] | None = None, retry: bool = True) -> Iterator[Iterator[str]]:
         """POST `body` to `path` and yield an iterator over the reply's lines as they arrive (each at most
-        `MAX_LINE_BYTES`, the whole reply at most `MAX_REPLY_BYTES`); leaving the block closes the connection. With
-        `retry` False an HTTP error status raises `Rejected` at once, as for `post_json`."""
+        `MAX_LINE_BYTES`, the whole reply at most `MAX_REPLY_BYTES`); leaving the block closes the connection.
+        While nothing arrives, `on_wait(seconds)` is called every `WAIT_REPORT_S` with the time since the request
+        was sent or the last line came, and once `stop()` is true the iterator raises `StreamStopped` (see the
+        module docstring). With `retry` False an HTTP error status raises `Rejected` from the iterator at once, as for
+        `post_json`."""
         deadline = time.monotonic() + self._deadline_s
-        with self._response("POST", path, body, deadline, retry_status=retry) as response:
-            if response is None:
-                raise ModelServerError(f"the server at {self.url} has no {path} (HTTP 404): give the base URL of an "
-                                       "OpenAI-compatible server (without /v1)")
-            yield self._lines(response, path, deadline)
+        read: queue.Queue = queue.Queue()
+        done = threading.Event()
+        held: list[Any] = []  # the open response, once the server answered
+
+        def produce() -> None:
+            try:
+                with self._response("POST", path, body, deadline, retry_status=retry, cancelled=done) as response:
+                    if response is None:
+                        raise ModelServerError(f"the server at {self.url} has no {path} (HTTP 404): give the base "
+                                               "URL of an OpenAI-compatible server (without /v1)")
+                    held.append(response)
+                    for line in self._lines(response, path, deadline):
+                        if done.is_set():
+                            return
+                        read.put((True, line))
+                read.put((False, None))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread, raised there
+                if not done.is_set():
+                    read.put((False, exc))
+
+        def lines() -> Iterator[str]:
+            since = time.monotonic()
+            while True:
+                try:
+                    more, value = read.get(timeout=WAIT_REPORT_S)
+                except queue.Empty:
+                    if stop is not None and stop():
+                        raise StreamStopped() from None
+                    if on_wait is not None:
+                        on_wait(time.monotonic() - since)
+                    continue
+                if not more:
+                    if value is not None:
+                        raise value
+                    return
+                since = time.monotonic()
+                yield value
+
+        reader = threading.Thread(target=produce, name="emelex-served-reply", daemon=True)
+        reader.start()
+        try:
+            yield lines()
+        finally:
+            done.set()
+            if held:
+                _shut(held[0])  # a reader blocked on the socket ends now; a finished one is unaffected
+                reader.join(self._read_s)
 
     def _lines(self, response: Any, path: str, deadline: float) -> Iterator[str]:
         total, pending = 0, b""
@@ -201,14 +267,23 @@ class ServerClient:
 
     @contextmanager
     def _response(self, method: str, path: str, body: dict | None, deadline: float, *,
-                  retry_status: bool) -> Iterator[Any]:
-        """An open streamed response with a 2xx status (None for 404/405), after retries; closed on leaving."""
+                  retry_status: bool, cancelled: threading.Event | None = None) -> Iterator[Any]:
+        """An open streamed response with a 2xx status (None for 404/405), after retries; closed on leaving. A
+        retry waits what the server's `Retry-After` asked, when more than the backoff (within the deadline); once
+        `cancelled` is set no further attempt is made."""
+        backoff = tenacity.wait_exponential(multiplier=0.25, max=BACKOFF_MAX_S)
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            asked = getattr(state.outcome.exception(), "retry_after", None) if state.outcome else None
+            return min(max(backoff(state), asked or 0.0), max(0.0, deadline - time.monotonic()))
+
+        stopped = tenacity.stop_after_attempt(self._retries + 1) | tenacity.stop_after_delay(
+            max(0.0, deadline - time.monotonic()))
+        if cancelled is not None:
+            stopped = stopped | tenacity.stop_when_event_set(cancelled)
         attempts = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(_Retry),
-            stop=tenacity.stop_after_attempt(self._retries + 1) | tenacity.stop_after_delay(
-                max(0.0, deadline - time.monotonic())),
-            wait=tenacity.wait_exponential(multiplier=0.25, max=BACKOFF_MAX_S),
-            reraise=True,
+            retry=tenacity.retry_if_exception_type(_Retry), stop=stopped, wait=wait, reraise=True,
+            sleep=(lambda seconds: cancelled.wait(seconds)) if cancelled is not None else time.sleep,
         )
         try:
             response = attempts(self._open, method, path, body, retry_status)
@@ -242,8 +317,14 @@ class ServerClient:
         finally:
             response.close()
         if status in RETRIED_STATUS and retry_status:
+            after = _retry_after(response.headers.get("retry-after"))
+            if after is not None and after > RETRY_AFTER_MAX_S:
+                raise ModelServerError(
+                    f"the server at {self.url} answered {path} with HTTP {status} and asked to retry after "
+                    f"{after:.0f}s, longer than the {RETRY_AFTER_MAX_S:.0f}s Emelex waits; run the command again "
+                    "later")
             raise _Retry(f"the server at {self.url} kept answering {path} with HTTP {status} ({detail})",
-                         "check its logs and load, then run the command again")
+                         "check its logs and load, then run the command again", after)
         if status in (401, 403):
             raise ModelServerError(f"the server at {self.url} refused the request (HTTP {status}: {detail}): check "
                                    "the API key in the variable named by --api-key-env")
@@ -278,3 +359,29 @@ class ServerClient:
             pass
         text = " ".join(self.scrub(text).split())
         return (text[:MAX_DETAIL - 3] + "...") if len(text) > MAX_DETAIL else (text or "no detail")
+
+
+def _retry_after(value: str | None) -> float | None:
+    """The seconds a `Retry-After` header asks to wait (a number of seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value.strip()))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _shut(response: Any) -> None:
+    """Shut the socket of a streamed `response` down (both ways), so that a thread blocked reading it ends."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass

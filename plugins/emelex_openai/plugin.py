@@ -9,6 +9,8 @@ its server, so the plugin loads without it.
 
 from __future__ import annotations
 
+import threading
+
 from emelex_memory import InstalledModel
 from emelex_workers.plugin_api import WorkerSettings
 from emelex_workers.hookspecs import hookimpl
@@ -20,11 +22,11 @@ __all__ = ["NAME", "ServedBinding", "model_binding"]
 
 
 @hookimpl
-def model_binding(model: InstalledModel, settings: WorkerSettings) -> ServedBinding | None:
-    """Bind a served model; pass on anything else."""
+def model_binding(model: InstalledModel, settings: WorkerSettings, stop: threading.Event) -> ServedBinding | None:
+    """Bind a served model (its requests stop once `stop` is set); pass on anything else."""
     if model.kind != "served" or model.server is None:
         return None
-    return ServedBinding(model, settings)
+    return ServedBinding(model, settings, stop=stop)
 
 
 @hookimpl

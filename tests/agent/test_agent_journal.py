@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
 
 from emelex_memory import MemoryStore
 from emelex_memory.agent import journal as j
+from emelex_memory.agent.processes import identify
 from emelex_memory.errors import (
     InvalidInputError,
     JournalStateError,
     LeaseExpiredError,
+    StaleCursorError,
     UnknownEffectsError,
     WorkspaceReplacedError,
 )
@@ -99,6 +102,33 @@ def test_steps_recheck_the_lease(cstore: MemoryStore, clock, workspace, db_path)
     before = table_rows(db_path)
     with pytest.raises(LeaseExpiredError):
         j.start_call(cstore, lease, "c1")
+    assert table_rows(db_path) == before
+
+
+def test_steps_recheck_the_cursor(store: MemoryStore, workspace, db_path):
+    """Each journal step rechecks that the Session is still at this lease's own cursor: an event written behind the
+    lease's back (here by another connection) stops every step, writing nothing."""
+    import apsw
+
+    session, lease = leased_session(store, workspace)
+    planned(store, lease, calls=(("c1", "effect", {"path": "a"}),))
+    other = apsw.Connection(str(db_path))
+    try:
+        with other:
+            other.execute(
+                "INSERT INTO events (session_id, seq, turn, position, kind, payload, size, byte_end, media_end, "
+                "created_at) SELECT session_id, seq + 1, turn + 1, 0, 'user', '{\"text\": \"behind its back\"}', "
+                "25, byte_end + 25, media_end, created_at FROM events WHERE session_id = "
+                "(SELECT id FROM sessions WHERE uuid = ?) ORDER BY seq DESC LIMIT 1", (session.id,))
+    finally:
+        other.close()
+    before = table_rows(db_path)
+    for step in (lambda: j.start_call(store, lease, "c1"),
+                 lambda: j.complete_call(store, lease, "c1", {**ok("c1"), "outcome": "denied", "output": "no"}),
+                 lambda: j.record_process(store, lease, "c1", identify(os.getpid())),
+                 lambda: j.close_failed(store, lease, "error", "stopped")):
+        with pytest.raises(StaleCursorError, match="but this lease last saw"):
+            step()
     assert table_rows(db_path) == before
 
 

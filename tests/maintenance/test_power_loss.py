@@ -142,6 +142,23 @@ def test_an_adopted_orphan_asset_file_is_present_after_a_power_loss(tmp_path: Pa
         assert store.read_asset(put["ref"]) == data
 
 
+def test_an_acknowledged_put_reads_back_whole_after_a_power_loss(tmp_path: Path, monkeypatch) -> None:
+    """A new asset's bytes are durable before its name is published: the temporary file is fsynced first."""
+    home = tmp_path / "home"
+    _store_with_assets(home)
+    data = b"a new picture, never stored before" * 100
+    put = {}
+
+    def store_it() -> None:
+        with MemoryStore.open(Settings(home=home)) as store:
+            put["ref"] = store.put_asset(data, "image/png")
+
+    assert _run(home, monkeypatch, store_it, None)[0]
+    with MemoryStore.open(Settings(home=home)) as store:
+        assert store.read_asset(put["ref"]) == data
+        assert store.verify_assets().problems == []
+
+
 # -- cut at seeded points along the way ---------------------------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ for the faults a real server cannot be made to show on cue."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import subprocess
@@ -92,8 +93,14 @@ class ScriptedServer:
     request to `path`: `("status", code)`, `("slow", seconds)`, `("drop", pieces)`
     (stream that many pieces, then close the connection), `("garbage",)` (a
     body that is not JSON), `("huge", nbytes)` and `("reply", status, body, headers)`
-    (those raw bytes with those extra headers). `requests` logs every request
-    as (method, path, headers, body).
+    (those raw bytes with those extra headers); for a chat completion also
+    `("endless", size)` (an answer string streamed in pieces of `size`
+    characters until the client hangs up), `("whole",)` (the completion as one
+    JSON body, "stream" ignored), `("ratelimit", seconds)` (HTTP 429 with
+    `Retry-After: seconds` to every request of that path until that long after
+    the first) and `("model", name)` (chunks naming model `name`). `also_lists`
+    are more model IDs `/v1/models` lists. `requests` logs every request as
+    (method, path, headers, body).
     """
 
     def __init__(self, *, model_id: str = "scripted", digest: str = "sha256:" + "a" * 64,
@@ -102,6 +109,8 @@ class ScriptedServer:
             constrain
         self.faults: dict[str, deque] = defaultdict(deque)
         self.requests: list[tuple[str, str, dict, Any]] = []
+        self.also_lists: list[str] = []
+        self.limited_until: float | None = None  # ("ratelimit", s): when requests are answered again
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._http.daemon_threads = True
         self._http.handle_error = lambda request, address: None  # a client that hung up early is a scripted fault
@@ -128,7 +137,7 @@ class ScriptedServer:
 
     def _routes(self, method: str, path: str, body: Any) -> Any:
         if (method, path) == ("GET", "/v1/models"):
-            return {"object": "list", "data": [{"id": self.model_id, "object": "model"}]}
+            return {"object": "list", "data": [{"id": m, "object": "model"} for m in (self.model_id, *self.also_lists)]}
         if (method, path) == ("GET", "/api/version"):
             return {"version": "0.5.7"}
         if (method, path) == ("GET", "/api/tags"):
@@ -177,6 +186,13 @@ class ScriptedServer:
                 server.requests.append((method, self.path, dict(self.headers), body))
                 queue = server.faults.get(self.path)
                 fault = queue.popleft() if queue else None
+                if fault is not None and fault[0] == "ratelimit":
+                    server.limited_until = server.limited_until or time.monotonic() + fault[1]
+                    if time.monotonic() < server.limited_until:
+                        queue.appendleft(fault)  # every request until then
+                        return self._send(429, b'{"error": {"message": "slow down"}}',
+                                          headers={"Retry-After": str(fault[1])})
+                    fault = None
                 if fault is not None and fault[0] == "slow":
                     time.sleep(fault[1])
                 elif fault is not None and fault[0] == "status":
@@ -202,7 +218,9 @@ class ScriptedServer:
 
             def _chat(self, body: dict, fault: tuple | None) -> None:
                 content = server._content(body)
-                if not body.get("stream"):
+                if fault is not None and fault[0] == "endless":
+                    return self._endless(fault[1])
+                if not body.get("stream") or (fault is not None and fault[0] == "whole"):
                     choice = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
                     return self._send(200, json.dumps({"choices": [choice]}).encode())
                 self.send_response(200)
@@ -210,12 +228,13 @@ class ScriptedServer:
                 self.send_header("Connection", "close")
                 self.end_headers()
                 pieces = [content[i:i + 4] for i in range(0, len(content), 4)]
+                named = {"model": fault[1]} if fault is not None and fault[0] == "model" else {}
                 for n, piece in enumerate(pieces):
                     if fault is not None and fault[0] == "drop" and n == fault[1]:
                         self.wfile.flush()
                         self.connection.shutdown(socket.SHUT_RDWR)
                         return
-                    chunk = {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+                    chunk = {**named, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                     self.wfile.flush()
                 done = {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
@@ -235,6 +254,22 @@ class ScriptedServer:
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
                 self.close_connection = True
+
+            def _endless(self, size: int) -> None:
+                """An answer string that never ends, in pieces of `size` characters, until the client hangs up."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                first = {"choices": [{"index": 0, "delta": {"content": '{"answer": "'}, "finish_reason": None}]}
+                try:
+                    self.wfile.write(f"data: {json.dumps(first)}\n\n".encode())
+                    for n in itertools.count():  # no piece repeats another: no runaway repetition to stop at
+                        words = "".join(f"w{n}x{k} " for k in range(size // 8 + 1))[:size]
+                        more = {"choices": [{"index": 0, "delta": {"content": words}, "finish_reason": None}]}
+                        self.wfile.write(f"data: {json.dumps(more)}\n\n".encode())
+                except OSError:  # the client hung up
+                    self.close_connection = True
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 self._handle("GET")

@@ -7,13 +7,14 @@ A reply is `text("...")` (an answer in the model's own words, streamed in 4-char
 arguments), ...)` (one round of calls, in one reply: several are parallel calls) or `text_then_calls(text, ...)` (a
 preamble the model writes before its calls). `native=False` makes the server refuse tools as that server does
 without tool calling switched on. The server also answers the binding's probes: what it serves (`/v1/models` and the
-server's own endpoints), the JSON-schema constraint probe, and the tool probe. `chats` logs every chat completion
-request body the server was sent.
+server's own endpoints), the JSON-schema constraint probe, and the tool probe (`hold_probe`, an event, holds that
+reply until it is set). `chats` logs every chat completion request body the server was sent.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections import deque
 from typing import Any
 
@@ -27,6 +28,7 @@ REFUSALS = {  # what each server answers a request with tools when it cannot cal
                    "--tool-call-parser to be set", "type": "BadRequestError", "param": None, "code": 400}),
     "ollama": (400, {"error": "registry.ollama.ai/library/qwen2.5:7b does not support tools"}),
 }
+HOLD_S = 60  # the longest a held reply waits
 ARGUMENT_PIECE = 7  # characters of a call's arguments per streamed delta (llama-server, vLLM)
 
 
@@ -49,9 +51,10 @@ class ToolServer(ScriptedServer):
     """A server of `flavour` (one of `FLAVOURS`) replaying `replies` (see the module docstring) to the chat
     completions that are not probes, one each, in order."""
 
-    def __init__(self, flavour: str, replies: list[tuple] = (), *, native: bool = True, model_id: str = "qwen") -> None:
+    def __init__(self, flavour: str, replies: list[tuple] = (), *, native: bool = True, model_id: str = "qwen",
+                 hold_probe: threading.Event | None = None) -> None:
         super().__init__(model_id=model_id)
-        self.flavour, self.native = flavour, native
+        self.flavour, self.native, self.hold_probe = flavour, native, hold_probe
         self.replies: deque[tuple] = deque(replies)
         self.chats: list[dict] = []
 
@@ -95,6 +98,8 @@ class ToolServer(ScriptedServer):
         """The scripted reply to `body` (`(kind, words, calls)`), or an error `(status, JSON body)`."""
         tools = body.get("tools")
         if tools and any(t["function"]["name"] == "emelex_probe" for t in tools):
+            if self.hold_probe is not None:
+                self.hold_probe.wait(timeout=HOLD_S)
             if not self.native:
                 return REFUSALS[self.flavour]
             return ("calls", "", (("emelex_probe", {"value": PROBE_MARK}),))

@@ -219,8 +219,9 @@ def test_a_second_ctrl_c_exits_poisoned_and_resume_fails_closed_until_recovered(
     live.expect("waiting for the running tool")
     live.interrupt()
     assert live.wait() == 130
-    assert f"run `emelex memory sessions recover {session}`" in live.output
+    assert f"then run `emelex memory sessions recover {session} --accept-unknown-effects`" in live.output
     db = home / "memory" / "emelex.sqlite3"
+    assert not [row for row in table_rows(db)["session_leases"] if "active" in row]  # it gave its lease back
     before = table_rows(db)
     before.pop("session_leases")  # the failed resume takes over the expired lease and releases it
     resumed = resume_once_the_lease_expired(env, workspace, session, effects)

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -205,3 +208,40 @@ def test_a_server_without_native_tool_calls_gets_the_json_union_and_the_chat_say
     with MemoryStore.open(WorkerSettings(home=home)) as store:
         (session,) = store.list_sessions().sessions
         assert journal.stored_snapshot(store, session.id).protocol == "emelex-tools/2"
+
+
+def read_until(master: int, text: str, seen: str = "", deadline_s: float = 60) -> str:
+    """What the terminal `master` shows, read until it holds `text` (at most `deadline_s`), after `seen`."""
+    deadline = time.monotonic() + deadline_s
+    while text not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"{text!r} not shown within {deadline_s} s: {seen!r}"
+        if select.select([master], [], [], left)[0]:
+            seen += os.read(master, 4096).decode("utf-8", "replace")
+    return seen
+
+
+def test_a_chat_at_a_terminal_says_it_is_asking_the_server_until_the_server_answered(env, home, project) -> None:
+    """A served model's server is asked what it supports (its tool calling) before the chat's first line: on a
+    terminal a status line says so while it answers, and is erased before the first line."""
+    release = threading.Event()
+    with ToolServer("llama-server", [text("Hello.")], hold_probe=release) as server:
+        served(home, server)
+        master, slave = pty.openpty()
+        process = subprocess.Popen([*EMELEX, "chat", "--workspace", str(project), "--model", "served"], env=env,
+                                   stdin=slave, stdout=slave, stderr=subprocess.PIPE, text=True)
+        os.close(slave)
+        try:
+            seen = read_until(master, f"asking the model server at {server.url} what it supports")
+            assert "session " not in seen
+            release.set()
+            seen = read_until(master, "\n> ", seen)
+            status = seen.index("asking the model server")
+            assert seen[status:].index("\r\x1b[Ksession ") < seen[status:].index("\n")  # erased, then the line
+            os.write(master, b"/exit\n")
+            assert process.wait(timeout=60) == 0, process.stderr.read()
+        finally:
+            release.set()
+            if process.poll() is None:
+                process.kill()
+            os.close(master)

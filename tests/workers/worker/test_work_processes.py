@@ -92,3 +92,32 @@ def test_two_worker_processes_drain_one_queue_with_no_job_run_twice(
     with MemoryStore.open(settings) as store:
         jobs = store.list_jobs().jobs
     assert {j.state for j in jobs} == {"done"} and {j.attempts for j in jobs} == {0}
+
+
+def test_a_second_signal_ends_the_worker_at_once_releasing_the_job(
+    proc_env: dict, home: Path, workspace: Path
+) -> None:
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
+        seed(store, workspace, distill=False)
+    # a binding that neither checks the stop nor reports progress: the first signal waits for its call to return
+    proc_env["EMELEX_FAKE_PLUGIN"] = json.dumps({"legacy": True, "chat": 64, "delay": 1.0})
+    proc = subprocess.Popen(WORKER, env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stderr.readline()
+    while not line.startswith("[compaction] job "):  # the job started (its model call runs about a minute)
+        assert line, proc.communicate()
+        line = proc.stderr.readline()
+    job_id = line.split()[2]
+    proc.send_signal(signal.SIGTERM)
+    acknowledged = proc.stderr.readline()
+    while not acknowledged.strip():
+        acknowledged = proc.stderr.readline()
+    assert acknowledged.strip() == (f"stopping (SIGTERM): job {job_id} goes back to pending after its current step, "
+                                    "no attempt consumed; SIGTERM again to stop at once")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)  # at once: the model call had about a minute left
+    assert proc.returncode == 143 and "Traceback" not in err, err
+    assert f"stopped at once (SIGTERM): job {job_id} released" in err
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
+        job = store.get_job(job_id)
+    assert job.state == "pending" and job.attempts == 0
+    assert job.diagnostics[-1].message == "worker stopped at once by a second SIGTERM; no attempt consumed"
