@@ -50,8 +50,8 @@ class _Root(LazyGroup):
         "config": Lazy("emelex_workers.cli.config:config_app", "Show the effective settings and where each came from."),
         "mcp": Lazy("emelex_workers.cli.mcp:mcp", "Serve the workspace's memory (search, recall, Knowledge, Sessions) to an "
                     "MCP client over stdio; needs the `mcp` extra."),
-        "chat": Lazy("emelex_workers.cli.chat:chat", "Chat with the local model and its tools in a durable Session (new, or --resume "
-                     "SESSION)."),
+        "chat": Lazy("emelex_workers.cli.chat:chat", "Chat with the local model and its tools in a durable Session (new, "
+                     "--continue the latest, or --resume one)."),
     }
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
