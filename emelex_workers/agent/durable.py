@@ -55,7 +55,7 @@ from emelex_memory.errors import (
 )
 from emelex_memory.sessions.leases import SessionLease
 from emelex_memory.snapshots.installed import InstalledModel
-from emelex_workers.host.policies import TurnPolicy
+from emelex_workers.host.policies import TurnPolicy, call_key
 from emelex_workers.host.types import AgentBinding, GenerationInterrupted, GenerationProgress
 
 from .context import ContextRequest, ContextSource, check_sources, gather
@@ -425,15 +425,17 @@ class DurableAgentSession:
         limit = agent.snapshot.chain_limit
         rounds = calls = 0
         forced: str | None = None
+        generating = False  # a round is being generated: an interrupt ends it, and it counts
         try:
             while True:
                 if self._stop.is_set():
                     raise GenerationInterrupted()
+                generating = True
                 out = await self._offload(self._model, agent.generate_round, stop=self._stop,
                                           on_token=_on_loop(on_token), workspace=self.workspace, forced=forced,
                                           on_progress=_on_loop(
                                               on_progress and functools.partial(on_progress, rounds + 1)))
-                rounds += 1
+                rounds, generating = rounds + 1, False
                 if out.answer is not None:
                     audit = {"event": "answer", "rounds": rounds, "calls": calls,
                              "model": agent.snapshot.model_reference}
@@ -454,7 +456,7 @@ class DurableAgentSession:
                     "answered" if agent.answered() else None
         except GenerationInterrupted as exc:  # its message, when the binding gives one, says where it stopped
             where = f" {exc}" if str(exc) else ""
-            return await self._fail("interrupted", _ENDINGS["interrupted"] + where, rounds, calls)
+            return await self._fail("interrupted", _ENDINGS["interrupted"] + where, rounds + generating, calls)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -470,15 +472,22 @@ class DurableAgentSession:
                             [(cid, c.tool, c.arguments) for cid, c in zip(ids, out.calls)])
         ended: str | None = None
         new = False
+        batch: dict[str, dict] = {}  # the result of each distinct call of this batch: an identical one is folded
         for index, (cid, call) in enumerate(zip(ids, out.calls)):
             if ended is None and self._stop.is_set():
                 ended = "interrupted"
-            result, assets, ran = await self._decide(cid, call, index, approve) if ended is None else (None, (), False)
+            first = batch.get(call_key(call.tool, call.arguments))
+            if ended is None and first is not None:
+                result, assets, ran = _folded(cid, call, first), (), False
+            else:
+                result, assets, ran = await self._decide(cid, call, index, approve) if ended is None else \
+                    (None, (), False)
             if result == "abort":
                 ended, result = "aborted", None
             if result is None:
                 result = {"call_id": cid, "tool": call.tool, "outcome": "not_executed", "output": journal.NOT_EXECUTED}
             await self._offload(self._db, journal.complete_call, store, lease, cid, result, assets)
+            batch.setdefault(call_key(call.tool, call.arguments), result)
             new = agent.record(call, result) or new
             if (ran or result["outcome"] == REPEATED) and on_result is not None:
                 on_result(call, result)
@@ -562,11 +571,13 @@ class DurableAgentSession:
         """Change the Session's title through this adapter's own lease."""
         await self._offload(self._db, journal.set_title, self.store, self._lease, title)
 
-    async def queue_compaction(self) -> CompactionQueued:
-        """Plan compaction for the snapshot's context size and queue it; never runs inference. The job waits
-        while this adapter holds the lease: close, run `emelex memory work`, then resume."""
-        return await self._offload(self._db, self.store.queue_compaction, self.session_id,
-                                   context_window=self.agent.snapshot.context_size)
+    async def queue_compaction(self, *, force: bool = False) -> CompactionQueued:
+        """Plan compaction for the snapshot's context size and queue it (`force`: even below the policy's trigger);
+        never runs inference. The job waits while this adapter holds the lease: close, run `emelex memory work`,
+        then resume."""
+        return await self._offload(self._db, functools.partial(
+            self.store.queue_compaction, self.session_id, context_window=self.agent.snapshot.context_size,
+            force=force))
 
     async def close(self) -> None:
         """End the adapter: an unpoisoned one queues idempotent distillation and releases the lease (one
@@ -693,3 +704,12 @@ def _check_tools(snapshot: SessionSnapshot, tools: Mapping[str, RegisteredTool])
             )
             error.field = field
             raise error
+
+
+def _folded(cid: str, call: ProposedCall, first: dict) -> dict:
+    """The `tool_result` of a call identical to one earlier in its own batch (`first`, that call's result): answered
+    from it, never asked nor run again, whatever ran between them."""
+    if first.get("outcome") == REPEATED:
+        return {**first, "call_id": cid}
+    return {"call_id": cid, "tool": call.tool, "outcome": REPEATED, "output": first.get("output"),
+            "earlier_call_id": first.get("call_id"), "earlier_outcome": first.get("outcome")}

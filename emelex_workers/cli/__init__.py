@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from .common import (
+    optional_resume,
     EXIT_ERROR,
     EXIT_USAGE,
     Abort,
@@ -49,14 +50,14 @@ class _Root(LazyGroup):
         "config": Lazy("emelex_workers.cli.config:config_app", "Show the effective settings and where each came from."),
         "mcp": Lazy("emelex_workers.cli.mcp:mcp", "Serve the workspace's memory (search, recall, Knowledge, Sessions) to an "
                     "MCP client over stdio; needs the `mcp` extra."),
-        "chat": Lazy("emelex_workers.cli.chat:chat", "Chat with the local model and its tools in a durable Session (new, or --resume "
-                     "SESSION)."),
+        "chat": Lazy("emelex_workers.cli.chat:chat", "Chat with the local model and its tools in a durable Session (new, "
+                     "--continue the latest, or --resume one)."),
     }
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
              standalone_mode: bool = True, **extra: Any) -> Any:
         """Run the command line; in standalone mode, print usage errors as one line and exit with the status."""
-        args = list(sys.argv[1:] if args is None else args)
+        args = optional_resume(list(sys.argv[1:] if args is None else args))
         self.json_errors = json_requested(args)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -105,7 +106,8 @@ class _Root(LazyGroup):
 app = EmelexTyper(
     cls=_Root,
     name="emelex",
-    help="Emelex: durable local memory for a local-LLM agent.",
+    help="Emelex: durable local memory for a local-LLM agent. First step: `emelex models install --default` "
+         "(the embedded model), then `emelex chat` in your project's directory.",
     pretty_exceptions_enable=False,
     add_completion=False,
 )

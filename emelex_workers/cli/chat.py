@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import difflib
 import functools
 import json
 import os
@@ -47,8 +48,10 @@ import typer
 
 from emelex_memory import EmelexError, MemoryStore
 from emelex_memory.agent import journal
+from emelex_memory.agent.journal import REPEATED
 from emelex_memory.agent.snapshot import SessionSnapshot
-from emelex_memory.errors import ModelNotInstalledError, SnapshotMismatchError, WorkspaceReplacedError
+from emelex_memory.errors import ModelNotInstalledError, SessionNotFoundError, SnapshotMismatchError, \
+    WorkspaceReplacedError
 from emelex_memory.sessions.identity import WorkspaceIdentity
 from emelex_workers.agent import workspace_map
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot, calls_tools_natively
@@ -61,13 +64,14 @@ from emelex_workers.agent.recall import RECALL_SOURCE, recall_budget, recall_sou
 from emelex_workers.agent.tools import RegisteredTool, registered_tools
 from emelex_workers.models import ModelManager
 from emelex_workers.host.manager import bind_model, get_plugin_manager
-from emelex_workers.host.policies import TurnPolicy
+from emelex_workers.host.policies import TurnPolicy, call_key
 from emelex_workers.host.types import GenerationInterrupted
 from emelex_workers.worker.stopping import GracefulStop
 
+from .chat_sessions import CHOICES, choose_session, last_turns, title_of, workspace_chats
 from .chat_policy import new_chat_policy, policy_line, requested_policy, resumed_chat_policy
-from .chat_show import StatusLine, TurnProgress, call_line, call_text, ending_line, outcome_lines
-from .common import SaidAtOnce, settings_of
+from .chat_show import StatusLine, TrackedOutput, TurnProgress, approval_text, call_line, ending_line, outcome_lines
+from .common import CHOOSE, SaidAtOnce, settings_of
 
 SYSTEM_PROMPT = ("You are a careful coding assistant working in the user's workspace. Use a tool when you need "
                  "to look at or change files; otherwise answer briefly.")
@@ -77,6 +81,7 @@ COMMANDS = (
     ("/tools enable NAME", "offer tool NAME again"),
     ("/memory", "the notes this Session recalled at its first turn, with their sources"),
     ("/compact", "queue compaction of this Session (it runs once the chat has ended)"),
+    ("/compact --force", "queue compaction even below the 80% threshold (the newest turns are kept)"),
     ("/help", "this list"),
     ("/exit", "end the chat (so does end of input, Ctrl-D)"),
 )
@@ -160,11 +165,13 @@ class Chat:
                  terminal_output: bool = False) -> None:
         """Drive `agent` with input `lines` (str, or None at end of input; `receive` puts them there).
         `terminal_input`: standard input is a terminal (a line typed while no prompt waits is dropped);
-        `terminal_output`: standard output is one (the status line is drawn)."""
+        `terminal_output`: standard output is one (the status line is drawn, where `sys.stdout`, a `TrackedOutput`,
+        says the cursor is on an empty line)."""
         self.agent = agent
         self.lines = lines
         self.terminal_input = terminal_input
-        self.status = StatusLine(sys.stdout, terminal_output)
+        output = sys.stdout if isinstance(sys.stdout, TrackedOutput) else TrackedOutput(sys.stdout)
+        self.status = StatusLine(output, terminal_output)
         self.reading = False  # a prompt waits for a line
         self.working = False  # the model is working: the status line is drawn
         self.progress: TurnProgress | None = None
@@ -177,6 +184,11 @@ class Chat:
         self.stopped: int | None = None  # the exit status once SIGTERM or a closed stdout ends the chat
         self.recalling = False  # the next turn is a new Session's first: say how many notes it recalled
         self.policy_line = ""  # which turn policy the chat runs and why (on the first line), then what it does
+        self.folded: set[str] = set()  # the calls the latest round proposed more than once
+        self.untitled = False  # the Session has no title yet: its next message gives it one
+        self.history: list[str] = []  # what a resumed chat prints of its last turns before its first prompt
+        self.one_shot: str | None = None  # `-p`: the one message to answer, then the chat ends
+        self.answered = True  # every turn so far ended with an answer
 
     def stop(self, code: int) -> None:
         """End the chat with exit status `code` (SIGTERM, or a closed standard output, which is then silenced):
@@ -228,6 +240,8 @@ class Chat:
             line = await self.lines.get()
         finally:
             self.reading = False
+        if line is not None and self.terminal_input:
+            self.status.output.at_line_start = True  # the terminal echoed the line and its Enter
         self.ended = line is None
         return None if line is None else line.strip()
 
@@ -265,9 +279,10 @@ class Chat:
         return f"the interrupted turn is closed when the Session is resumed: `emelex chat --resume {sid}`"
 
     async def approve(self, call: ProposedCall, tool: RegisteredTool) -> str:
-        """Ask once for one call: approve, deny, or abort the turn (end of input aborts)."""
+        """Ask once for one call, showing what it would do (`approval_text`): approve, deny, or abort the turn (end
+        of input aborts)."""
         self.working = False
-        self.say(call_text(call))
+        self.say(await asyncio.to_thread(approval_text, call, tool, self.agent.workspace))
         while True:
             self.approval = asyncio.get_running_loop().create_future()
             reader = asyncio.ensure_future(self.read("approve this call? [y]es / [n]o / [a]bort the turn: "))
@@ -290,12 +305,16 @@ class Chat:
 
     def show_result(self, call: ProposedCall, result: dict) -> None:
         """Show the outcome of a call that ran, once its result is journaled (printed from a loop callback, so a
-        closed standard output stops the chat instead of failing the turn)."""
+        closed standard output stops the chat instead of failing the turn); a call folded into an identical one of
+        its round (said when the round was shown) shows nothing more."""
+        if result["outcome"] == REPEATED and call_key(call.tool, call.arguments) in self.folded:
+            return
         text = outcome_lines(call.tool, result["outcome"], result["output"])
         asyncio.get_running_loop().call_soon(self.say, text)
 
     def show_round(self, raw: str) -> None:
-        """Show the calls a complete model round proposed (and why the gate refuses any), before they run."""
+        """Show the calls a complete model round proposed (and why the gate refuses any), before they run: each
+        distinct call once, saying how many times the round proposed it (it runs once)."""
         self.working = False
         if self.progress is not None:
             self.progress.round_done()
@@ -303,9 +322,16 @@ class Chat:
             calls = parse_round(raw).calls
         except EmelexError:
             return  # the turn fails with the parse error, which run_turn shows
+        keys = [call_key(call.tool, call.arguments) for call in calls]
+        self.folded = {key for key in keys if keys.count(key) > 1}
         for index, call in enumerate(calls):
+            if keys.index(keys[index]) != index:
+                continue
             refused = self.agent.agent.refusal(call, index)
-            self.say(f"\n{call_line(call)}" + (f"\n{outcome_lines(call.tool, 'refused', refused)}" if refused else ""))
+            times = keys.count(keys[index])
+            folded = f" (proposed {times} times in this round; it runs once)" if times > 1 else ""
+            self.say(f"\n{call_line(call)}{folded}" +
+                     (f"\n{outcome_lines(call.tool, 'refused', refused)}" if refused else ""))
 
     async def command(self, line: str) -> bool:
         """Run one slash command; False when the chat should end."""
@@ -331,15 +357,18 @@ class Chat:
             print(memory_text(self.agent.snapshot, self.agent.context))
         elif len(words) == 2 and words[:2] in (["/tools", "disable"], ["/tools", "enable"]):
             print(f"usage: /tools {words[1]} NAME (the names: /tools)")
-        elif words == ["/compact"]:
-            queued = await self.agent.queue_compaction()
+        elif words in (["/compact"], ["/compact", "--force"]):
+            queued = await self.agent.queue_compaction(force=len(words) == 2)
             if queued.job is None:
                 print(f"nothing to compact: {queued.reason}")
             else:
                 print(f"compaction queued (job {queued.job.id}); it cannot run while this chat holds the Session: "
                       f"/exit, run `emelex memory work`, then `emelex chat --resume {self.agent.session_id}`")
         else:
-            print(f"unknown command {line!r}; {HELP} (a message to the model must not start with /)")
+            near = difflib.get_close_matches(words[0], sorted({usage.split()[0] for usage, _ in COMMANDS}), n=1,
+                                             cutoff=0.6)
+            guess = f"did you mean {near[0]}? " if near else ""
+            print(f"unknown command {line!r}; {guess}{HELP} (a message to the model must not start with /)")
         return True
 
     async def run(self) -> int:
@@ -363,8 +392,8 @@ class Chat:
                   f"Session {self.agent.session_id}'s lease is released: resume it with "
                   f"`emelex chat --resume {self.agent.session_id}`", file=sys.stderr, flush=True)
             return self.stopped
-        print(f"session {self.agent.session_id} closed")
-        return 0
+        print(f"session {self.agent.session_id} closed", file=sys.stderr if self.one_shot is not None else sys.stdout)
+        return 0 if self.answered or self.one_shot is None else 1
 
     async def _close_quietly(self) -> None:
         """Close the adapter while an error propagates: a failing close never replaces it (the lease then
@@ -375,10 +404,16 @@ class Chat:
             pass
 
     async def _loop(self) -> None:
+        if self.one_shot is not None:  # `-p`: the answer on standard output, the rest as a script expects it
+            print(f"session {self.agent.session_id}", file=sys.stderr, flush=True)
+            await self.run_turn(self.one_shot)
+            return
         head, _, rest = self.policy_line.partition("\n")
         print(f"session {self.agent.session_id}; {head + '; ' if head else ''}{HELP}")
         if rest:
             print(rest)
+        for line in self.history:
+            print(line)
         while True:
             line = await self.read("> ")
             if line is None:
@@ -395,6 +430,9 @@ class Chat:
     async def run_turn(self, text: str) -> None:
         """One turn, streamed (with the status line while the model works, on a terminal), then how it ended and
         the turn's time, rounds, tool calls and tokens."""
+        if self.untitled:
+            self.untitled = False
+            await self.agent.set_title(title_of(text))
         self.stream = stream = AnswerStream(self.show_round, self._answer_starts)
         self.progress = progress = TurnProgress(time.monotonic())
         self.interrupts, self.in_tool, self.working = 0, False, True
@@ -425,14 +463,15 @@ class Chat:
                 ticker.cancel()
             self.status.clear()
         self.stream = None
+        self.answered = self.answered and result.outcome == "answer"
         print()  # ends the answer's line; before a turn without one, a blank line
         ending = ending_line(result)
         if ending is not None:
             print(ending)
-        print(progress.summary(result, time.monotonic()))
+        print(progress.summary(result, time.monotonic()), file=sys.stderr if self.one_shot is not None else sys.stdout)
         if self.recalling:
             self.recalling = False
-            print(recall_line(result.context))
+            print(recall_line(result.context), file=sys.stderr if self.one_shot is not None else sys.stdout)
 
     def _answer_starts(self) -> None:
         """Answer text is about to be written: the status line gives way to it."""
@@ -504,9 +543,21 @@ def _reader(loop: asyncio.AbstractEventLoop, receive: Callable[[str | None], Non
 
 
 async def _main(store, workspace, binding, tools, snapshot, resume: str | None, model, new_workspace: bool,
-                policies: Mapping[str, TurnPolicy], policy_text: str, stop: GracefulStop) -> int:
+                policies: Mapping[str, TurnPolicy], policy_text: str, stop: GracefulStop,
+                one_shot: str | None) -> int:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue = asyncio.Queue()
+    tracked = sys.stdout = TrackedOutput(sys.stdout)  # where the cursor is, for the status line
+    try:
+        return await _chat(store, workspace, binding, tools, snapshot, resume, model, new_workspace, policies,
+                           policy_text, stop, one_shot, loop, lines)
+    finally:
+        sys.stdout = tracked.stream
+
+
+async def _chat(store, workspace, binding, tools, snapshot, resume: str | None, model, new_workspace: bool,
+                policies: Mapping[str, TurnPolicy], policy_text: str, stop: GracefulStop, one_shot: str | None, loop,
+                lines: asyncio.Queue) -> int:
     sources = {**CONTEXT_SOURCES,
                RECALL_SOURCE: recall_source(recall_budget(store.settings, snapshot.context_size))}
     if resume is None:
@@ -522,6 +573,10 @@ async def _main(store, workspace, binding, tools, snapshot, resume: str | None, 
                                            f"`emelex chat --resume {agent.session_id}`")
     chat = Chat(agent, lines, terminal_input=sys.stdin.isatty(), terminal_output=sys.stdout.isatty())
     chat.policy_line = policy_text
+    chat.one_shot = one_shot
+    chat.untitled = (await asyncio.to_thread(store.get_session, agent.session_id)).title is None
+    if resume is not None and one_shot is None:
+        chat.history = await asyncio.to_thread(last_turns, store, agent.session_id)
     chat.recalling = resume is None and RECALL_SOURCE in snapshot.context
     threading.Thread(target=_reader, args=(loop, chat.receive), daemon=True).start()
     loop.add_signal_handler(signal.SIGINT, chat.on_sigint)
@@ -585,11 +640,46 @@ def _session_model(manager: ModelManager, session_id: str, reference: str, model
     raise error
 
 
+def _found_session(settings, workspace: Path, latest: bool) -> str:
+    """The Session `--continue` (`latest`) or a bare `--resume` resumes: the latest chat Session of `workspace`, or
+    the one the person chooses from its recent ones; `SessionNotFoundError` when it has none, `typer.Exit` when
+    none is chosen."""
+    with MemoryStore.open(settings, create=False) as store:
+        sessions = workspace_chats(store, workspace, 1 if latest else CHOICES)
+    if not sessions:
+        raise SessionNotFoundError(f"no chat Session in {Path(workspace).resolve()} to resume; start one with "
+                                   "`emelex chat` (`emelex memory sessions list` lists every Session)")
+    if latest:
+        return sessions[0].id
+    chosen = choose_session(sessions, _ask, print)
+    if chosen is None:
+        print("no Session chosen; nothing was resumed")
+        raise typer.Exit(0)
+    return chosen
+
+
+def _ask(question: str) -> str | None:
+    """One line typed after `question` (None at the end of input)."""
+    try:
+        return input(question)
+    except EOFError:
+        print()
+        return None
+
+
 def chat(
     ctx: typer.Context,
     workspace: Annotated[Path, typer.Option("--workspace", metavar="DIR", help="The workspace (default: here).")]
     = Path("."),
-    resume: Annotated[str | None, typer.Option("--resume", metavar="SESSION", help="Resume this Session.")] = None,
+    resume: Annotated[str | None, typer.Option(
+        "--resume", metavar="[SESSION]", help="Resume this Session (an ID or a unique prefix); without one, choose "
+        "from this workspace's recent chat Sessions.")] = None,
+    continue_: Annotated[bool, typer.Option(
+        "--continue", "-c", help="Resume the latest chat Session of this workspace.")] = False,
+    prompt: Annotated[str | None, typer.Option(
+        "--prompt", "-p", metavar="MESSAGE", help="Answer MESSAGE in one turn and exit (status 0 when the turn "
+        "answered, 1 when not): the answer on standard output, the Session and the turn's figures on standard "
+        "error; approvals are read from standard input.")] = None,
     model: Annotated[str | None, typer.Option("--model", metavar="NAME", help="An installed model.")] = None,
     new_workspace: Annotated[bool, typer.Option(
         "--new-workspace", help="The directory is a new workspace, unrelated to one last seen at its path.")] = False,
@@ -601,8 +691,12 @@ def chat(
         "open (the model's own words), a plugin's, or auto (the chat_policy setting's default: by the model's "
         "size). A resumed Session keeps the one it recorded.")] = None,
 ) -> None:
-    """Chat with the local model and its tools in a durable Session (new, or --resume SESSION)."""
+    """Chat with the local model and its tools in a durable Session (new, --continue the latest, or --resume one)."""
     settings = settings_of(ctx)
+    if continue_ and resume is not None:
+        raise typer.BadParameter("--continue resumes the latest Session; it cannot be used with --resume")
+    if continue_ or resume == CHOOSE:
+        resume = _found_session(settings, workspace, continue_)
     if new_workspace and resume is not None:
         raise typer.BadParameter("--new-workspace starts a new Session; it cannot be used with --resume")
     if no_recall and resume is not None:
@@ -614,7 +708,7 @@ def chat(
     try:
         with stop.installed():  # until the chat's loop takes SIGINT and SIGTERM over: the model's loading stops
             try:
-                code = _run(settings, workspace, resume, model, new_workspace, no_recall, policy_name, stop)
+                code = _run(settings, workspace, resume, model, new_workspace, no_recall, policy_name, stop, prompt)
             except GenerationInterrupted as exc:
                 code = _stopped_before_start(stop, f"the chat stopped {exc or 'while the model started'}; nothing "
                                                    "of its Session was changed")
@@ -638,7 +732,7 @@ def _stopped_before_start(stop: GracefulStop, what: str) -> int:
 
 
 def _run(settings, workspace: Path, resume: str | None, model: str | None, new_workspace: bool, no_recall: bool,
-         policy_name: str | None, stop: GracefulStop) -> int:
+         policy_name: str | None, stop: GracefulStop, prompt: str | None = None) -> int:
     """The chat command's work, once its options are checked: open the store, bind and load the model (stopping
     once `stop` is set), run the chat; its exit status."""
     pm = get_plugin_manager(settings)
@@ -671,7 +765,7 @@ def _run(settings, workspace: Path, resume: str | None, model: str | None, new_w
         try:
             if not callable(getattr(binding, "stream_chat", None)):
                 raise typer.BadParameter(f"model {installed.name!r} has a binding without stream_chat; chat needs one")
-            asking = StatusLine(sys.stdout, sys.stdout.isatty())
+            asking = StatusLine(TrackedOutput(sys.stdout), sys.stdout.isatty())
             if installed.server is not None:  # its server is asked what it serves and how it calls tools: maybe long
                 asking.show(f"asking the model server at {installed.server.url} what it supports (Ctrl-C stops)")
             try:
@@ -693,7 +787,7 @@ def _run(settings, workspace: Path, resume: str | None, model: str | None, new_w
                 raise GenerationInterrupted("once the model was loaded")
             try:
                 return asyncio.run(_main(store, workspace, binding, tools, snapshot, session_id, installed,
-                                         new_workspace, policies, line, stop))
+                                         new_workspace, policies, line, stop, prompt))
             except WorkspaceReplacedError as exc:
                 raise WorkspaceReplacedError(str(exc).replace(REMEMBER_ADVICE, "`emelex chat --new-workspace`")) \
                     from None

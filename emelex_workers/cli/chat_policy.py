@@ -66,12 +66,13 @@ def resumed_chat_policy(policies: Mapping[str, TurnPolicy], requested: str | Non
             f"--policy {name}), or start a new Session with --policy {requested}")
         error.field = "policy"
         raise error
-    policy = policies.get(name)
-    if policy is None or policy.version != version:
+    registered = policies.get(name)
+    policy = None if registered is None else registered.at_version(version)
+    if policy is None:
         error = SnapshotMismatchError(
             f"Session {session_id} runs turn policy {name!r} version {version}, which this host does not provide; "
             "install the plugin (version) it was created with, or start a new Session")
-        error.field = "policy" if policy is None else "policy.version"
+        error.field = "policy" if registered is None else "policy.version"
         raise error
     return policy, "recorded in the Session"
 

@@ -9,12 +9,14 @@ ones when they are proposed.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+from pathlib import Path
 from typing import Any, TextIO
 
 from emelex_workers.agent.protocol import ProposedCall
-from emelex_workers.agent.tools import bounded
+from emelex_workers.agent.tools import ToolInvocation, bounded
 from emelex_workers.host.types import GenerationProgress
 
 ARGUMENTS_BYTES = 200
@@ -25,6 +27,19 @@ PREVIEW_LINES = 4
 def call_text(call: ProposedCall) -> str:
     """One call as "tool {arguments}" (arguments bounded)."""
     return f"{call.tool} {bounded(json.dumps(call.arguments, ensure_ascii=False), ARGUMENTS_BYTES)}"
+
+
+def approval_text(call: ProposedCall, tool: Any, workspace: Path) -> str:
+    """What an approval prompt shows of `call` (of registered tool `tool`): the tool's preview of what it would do
+    (`ToolSpec.preview`: a file change's diff, a command and its directory), else, or when the preview fails, the
+    call as "tool {arguments}"."""
+    preview_of = getattr(getattr(tool, "spec", None), "preview", None)
+    if preview_of is not None:
+        try:
+            return str(preview_of(ToolInvocation("preview", call.tool, dict(call.arguments), Path(workspace))))
+        except Exception:  # a preview only informs: the call's arguments say the rest
+            pass
+    return call_text(call)
 
 
 def call_line(call: ProposedCall) -> str:
@@ -56,30 +71,66 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-class StatusLine:
-    """One line redrawn in place on a terminal (carriage return, erase to the end of the line) and erased before
-    anything else is written; `live` False (not a terminal): it writes nothing."""
+class TrackedOutput(io.TextIOBase):
+    """A text stream that passes everything written to `stream` and remembers whether the cursor is at the start of
+    an empty line (`at_line_start`: nothing written yet, or the last text written ended a line), so that a status
+    line is drawn only where it cannot cover what was said."""
 
-    def __init__(self, stream: TextIO, live: bool) -> None:
-        """A status line on `stream`, drawn only when `live`."""
+    def __init__(self, stream: TextIO) -> None:
+        """Track what is written to `stream`."""
         self.stream = stream
+        self.at_line_start = True
+
+    def write(self, text: str) -> int:
+        """Write `text` to the stream; a non-empty `text` decides `at_line_start`."""
+        if text:
+            self.at_line_start = text.endswith("\n")
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        """Flush the stream."""
+        self.stream.flush()
+
+    def fileno(self) -> int:
+        """The stream's file descriptor."""
+        return self.stream.fileno()
+
+    def isatty(self) -> bool:
+        """Whether the stream is a terminal."""
+        return self.stream.isatty()
+
+    @property
+    def encoding(self) -> str:
+        """The stream's encoding."""
+        return self.stream.encoding
+
+
+class StatusLine:
+    """One line redrawn in place on a terminal (carriage return, erase to the end of the line), only on an empty
+    line (where the cursor of `output` is at a line's start: never over an answer or anything else not yet ended by
+    a line break), and erased before anything else is written; `live` False (not a terminal): it writes nothing."""
+
+    def __init__(self, output: TrackedOutput, live: bool) -> None:
+        """A status line on `output`, drawn only when `live`."""
+        self.output = output
         self.live = live
         self.shown = False
 
     def show(self, text: str) -> None:
-        """Draw `text` (cut to the terminal's width) over the current line."""
-        if not self.live:
+        """Draw `text` (cut to the terminal's width) on the current line when it is empty (or holds only the status
+        line); else draw nothing."""
+        if not self.live or not (self.shown or self.output.at_line_start):
             return
         width = shutil.get_terminal_size().columns - 1
-        self.stream.write(ERASE_LINE + text[:max(width, 20)])
-        self.stream.flush()
+        self.output.stream.write(ERASE_LINE + text[:max(width, 20)])
+        self.output.stream.flush()
         self.shown = True
 
     def clear(self) -> None:
         """Erase the status line, if drawn, leaving the cursor at the start of the line."""
         if self.shown:
-            self.stream.write(ERASE_LINE)
-            self.stream.flush()
+            self.output.stream.write(ERASE_LINE)
+            self.output.stream.flush()
             self.shown = False
 
 

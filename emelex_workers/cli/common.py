@@ -12,9 +12,11 @@ with the same exit status.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -167,9 +169,13 @@ def echo_page(
 def usage_error_text(exc: Exception, as_json: bool) -> str:
     """A click usage error as one line (plus a one-line hint naming the command's `--help`), or its JSON object."""
     message = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    unknown = re.fullmatch(r"No such command '(.+)'\.", message)
+    if unknown and ctx is not None and callable(getattr(ctx.command, "list_commands", None)):
+        near = difflib.get_close_matches(unknown.group(1), ctx.command.list_commands(ctx), n=1, cutoff=0.6)
+        message += f" Did you mean '{near[0]}'?" if near else ""
     if as_json:
         return error_text(type(exc).__name__, message, True)
-    ctx = getattr(exc, "ctx", None)
     hint = f"\ntry '{ctx.command_path} --help'" if ctx is not None else ""
     return f"error: {message}{hint}"
 
@@ -307,6 +313,22 @@ class EmelexTyper(typer.Typer):
     def command(self, name: str | None = None, *, cls: type | None = None, **kwargs: Any) -> Any:
         """As `typer.Typer.command`, defaulting `cls` to `EmelexCommand`."""
         return super().command(name, cls=cls or EmelexCommand, **kwargs)
+
+
+CHOOSE = ""  # the value a bare `emelex chat --resume` stands for: choose from a list
+
+
+def optional_resume(args: list[str]) -> list[str]:
+    """The command line with a bare `--resume` of `emelex chat` (the last word, or followed by an option) given the
+    value `CHOOSE`, so that it chooses from a list."""
+    if "chat" not in args:
+        return args
+    out = list(args)
+    for index in range(args.index("chat") + 1, len(args)):
+        following = args[index + 1] if index + 1 < len(args) else None
+        if args[index] == "--resume" and (following is None or following.startswith("-")):
+            out[index] = f"--resume={CHOOSE}"
+    return out
 
 
 class SaidAtOnce:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from emelex_memory import CorruptEventError, Event, RawEvent, describe_producer
+from emelex_memory import CorruptEventError, Event, RawEvent, SessionPage, describe_producer
 from emelex_memory.agent.journal import read_journal
 from emelex_memory.core.cursors import MAX_SQL_INT
 
@@ -53,9 +53,14 @@ def sessions_list(
     cursor: CursorOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """List Sessions, newest first."""
-    with open_store(ctx) as store:
-        page = store.list_sessions(cursor=cursor, limit=limit)
+    """List Sessions, newest first (none on a Home without a store yet)."""
+    from emelex_memory import NoStoreError
+
+    try:
+        with open_store(ctx) as store:
+            page = store.list_sessions(cursor=cursor, limit=limit)
+    except NoStoreError:  # a new Home: no Session yet, and nothing is created to say so
+        page = SessionPage([], None)
     width = max([len("TITLE"), *(len(s.title or "-") for s in page.sessions)])  # the workspace column lines up
     echo_page(
         "sessions", page.sessions, page.next_cursor, as_json, as_dict=_session_dict, empty="no Sessions",

@@ -48,7 +48,7 @@ PROMPT, APPROVAL = "\n> ", "approve this call? [y]es / [n]o / [a]bort the turn: 
 SLOW, FAST = "sleep 20; echo done", "echo hello from the tool"
 QUESTION = "What did the echo command print?"  # asked with no tool enabled, so the model can only answer
 RECALL_QUESTION = "Which formatter do we use, and what is the default branch?"  # what the closed Session said
-EVERY_TOOL = ("read_file", "list_dir", "search_text", "write_file", "run_command", "recall", "remember")
+EVERY_TOOL = ("read_file", "list_dir", "search_text", "write_file", "edit_file", "run_command", "recall", "remember")
 ONLY_RUN_COMMAND = [f"/tools disable {name}" for name in EVERY_TOOL if name != "run_command"]
 PROJECT = {
     "config.toml": '[server]\nhost = "127.0.0.1"\nport = 5174\n\n[log]\nlevel = "info"\n',

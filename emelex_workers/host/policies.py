@@ -161,3 +161,8 @@ class TurnPolicy:
     def describe(self) -> dict[str, Any]:
         """What a snapshot records of this policy: its name and version."""
         return {"name": self.name, "version": self.version}
+
+    def at_version(self, version: int) -> TurnPolicy | None:
+        """This policy as it was at `version`, for a Session that recorded it: itself at its own version; a policy
+        that still provides an older version's rules returns them; None when it does not (the Session is refused)."""
+        return self if version == self.version else None

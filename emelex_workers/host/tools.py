@@ -81,7 +81,9 @@ class ToolSpec:
     request spells out, and how: "command" (a command to run: the guided policy narrows it to the request's quoted
     parts and runs of its words that begin with a program's name, `request.spans`) or "text" (text to write:
     narrowed to what the request sets off in quotes or after a colon, `request.set_off`, when it sets off any).
-    Other policies (the "open" one) may ignore both."""
+    Other policies (the "open" one) may ignore both. `preview`: what a call would do, as text a person reads at the
+    call's approval prompt instead of its arguments (a unified diff of a file's change, a command and its working
+    directory); it must change nothing; None (the default), or a preview that raises: the arguments are shown."""
 
     name: str
     description: str
@@ -92,6 +94,7 @@ class ToolSpec:
     workspace_paths: Mapping[str, WorkspacePathKind] = field(default_factory=dict)
     requested_by: frozenset[str] = frozenset()
     request_spans: Mapping[str, RequestSpanKind] = field(default_factory=dict)
+    preview: Callable[[ToolInvocation], str] | None = None
 
 
 def bounded(text: str, limit: int = 2048) -> str:

@@ -111,20 +111,27 @@ def _search_file(dir_fd: int, name: str, rel: str, needle: str, room: int) -> li
 
 
 def write_file(invocation: ToolInvocation) -> ToolOutput:
-    """Write `content` to a workspace file atomically (a temporary file in the same directory, fsynced, renamed
-    over the target). The parent directory must exist; an existing target must be a regular file (a symlink is
-    refused, and one swapped in after that check is replaced by the rename, never followed)."""
+    """Write `content` to a workspace file atomically (`replace_file`)."""
     path, content = invocation.arguments["path"], invocation.arguments["content"]
-    parent, name = split(path)
     data = content.encode("utf-8")
-    with workspace_dir(invocation.workspace, parent) as dir_fd:
+    replace_file(invocation.workspace, path, data, invocation.call_id)
+    return ToolOutput(f"wrote {len(data)} bytes to {path}")
+
+
+def replace_file(workspace, path: str, data: bytes, call_id: str) -> None:
+    """Write `data` to workspace file `path` atomically (a temporary file in the same directory named after
+    `call_id`, fsynced, renamed over the target). The parent directory must exist; an existing target must be a
+    regular file (a symlink is refused, and one swapped in after that check is replaced by the rename, never
+    followed)."""
+    parent, name = split(path)
+    with workspace_dir(workspace, parent) as dir_fd:
         try:
             mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
         except FileNotFoundError:
             mode = None
         if mode is not None and not stat.S_ISREG(mode):
             raise WorkspacePathError(f"path {path!r} exists and is a {_kind(mode)}, not a regular file")
-        temp = f".{name[:200]}.{invocation.call_id[:32]}.emelex-tmp"
+        temp = f".{name[:200]}.{call_id[:32]}.emelex-tmp"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
         try:
             try:
@@ -140,4 +147,3 @@ def write_file(invocation: ToolInvocation) -> ToolOutput:
                 pass
             raise
         os.fsync(dir_fd)
-    return ToolOutput(f"wrote {len(data)} bytes to {path}")

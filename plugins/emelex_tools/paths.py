@@ -25,7 +25,10 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class WorkspacePathError(Exception):
-    """A tool path is refused or cannot be opened; the message names the path and why (shown to the model)."""
+    """A tool path is refused or cannot be opened; the message names the path and why (shown to the model).
+    `missing`: the path (or a directory on it) does not exist."""
+
+    missing = False
 
 
 def parts_of(path: str) -> list[str]:
@@ -47,7 +50,9 @@ def _fail(path: str, exc: OSError) -> WorkspacePathError:
             else "goes through something that is not a directory (or a symlink; tools never follow symlinks)"
         return WorkspacePathError(f"path {path!r} {why}")
     if exc.errno == errno.ENOENT:
-        return WorkspacePathError(f"path {path!r} does not exist in the workspace")
+        missing = WorkspacePathError(f"path {path!r} does not exist in the workspace")
+        missing.missing = True
+        return missing
     if exc.errno == errno.EACCES:
         return WorkspacePathError(f"path {path!r} is not readable: permission denied")
     return WorkspacePathError(f"path {path!r} cannot be opened: {exc.strerror}")

@@ -97,8 +97,7 @@ def test_doctor_on_a_fresh_home_reports_no_store_and_creates_nothing(tmp_path: P
 
 READ_ONLY = [
     ["memory", "doctor"],
-    ["memory", "sessions", "list"],
-    ["memory", "sessions", "show", "some-session"],
+    ["memory", "sessions", "show", "some-session"],  # `sessions list` is an empty list: test_first_run.py
     ["memory", "sessions", "delete", "some-session", "--yes"],
     ["memory", "jobs", "list"],
     ["memory", "jobs", "failed"],
@@ -162,7 +161,7 @@ def test_an_empty_emelex_home_counts_as_unset(tmp_path: Path, workspace: Path, m
     monkeypatch.chdir(workspace)
     settings = Settings()
     assert settings.home_dir == user_home / ".emelex" and settings.busy_timeout_ms == 1234
-    result = CliRunner().invoke(app, ["memory", "sessions", "list"])
+    result = CliRunner().invoke(app, ["memory", "jobs", "list"])
     assert result.exit_code == 1 and f"no store at {user_home / '.emelex'} yet" in result.output
     assert os.listdir(workspace) == []
 

@@ -22,6 +22,8 @@ environment variable (JSON) in a subprocess:
 - "approval": the `effect` tool's approval policy (default "always").
 - "linger_s": seconds the binding waits after a round's last report before it returns (as a model whose last
   token comes a while before the end of its reply).
+- "progress_after_text": the binding reports no progress before or while it streams a round's text, only its
+  final counts after the last piece (as a binding whose reports lag its tokens).
 - "bound": a file the plugin writes (its pid) when it binds a model, so a
   test can observe whether a model was loaded at all.
 
@@ -136,7 +138,9 @@ class ScriptedBinding:
                             "max_tokens": max_tokens})
         opts = options()
         prompt = sum(self.count_tokens(m["content"]) for m in messages)
-        report = on_progress or (lambda _: None)
+        late = opts.get("progress_after_text")
+        final = on_progress or (lambda _: None)
+        report = (lambda _: None) if late else final
         report(GenerationProgress(prompt, 0, "", evaluated_tokens=0))
         if opts.get("generating"):
             _write(opts["generating"], str(os.getpid()))
@@ -152,7 +156,7 @@ class ScriptedBinding:
             if on_text is not None:
                 on_text(raw[start:start + PIECE])
             report(GenerationProgress(prompt, start // PIECE + 1, raw[start:start + PIECE]))
-        report(GenerationProgress(prompt, self.count_tokens(raw), ""))
+        final(GenerationProgress(prompt, self.count_tokens(raw), ""))
         time.sleep(opts.get("linger_s", 0))
         return raw
 

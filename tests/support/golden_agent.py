@@ -103,8 +103,26 @@ def _write(workspace: Path) -> None:
         target.write_text(text)
 
 
+def recorded_tools(tools: dict) -> dict:
+    """The built-in tools as the recorded Sessions had them: write_file as it was (it created or replaced a file,
+    with no `replace` argument and no preview) and no edit_file. A tool whose authority changed fails a resume
+    closed; this keeps the recorded rounds comparable with the guided rules of today."""
+    from dataclasses import replace
+
+    from emelex_tools import files
+
+    kept = {name: tool for name, tool in tools.items() if name != "edit_file"}
+    write = kept["write_file"]
+    schema = {**write.spec.input_schema, "properties": {
+        k: v for k, v in write.spec.input_schema["properties"].items() if k != "replace"}}
+    kept["write_file"] = replace(write, spec=replace(write.spec, description="Create or replace a text file in the "
+                                                     "workspace.", input_schema=schema, run=files.write_file,
+                                                     preview=None))
+    return kept
+
+
 def _parts(settings: WorkerSettings, binding: ScriptedBinding, protocol: str):
-    tools = registered_tools(get_plugin_manager(settings))
+    tools = recorded_tools(registered_tools(get_plugin_manager(settings)))
     snapshot = build_snapshot(binding, tools, model_reference=MODEL_REFERENCE, model_snapshot_id=SNAPSHOT_ID,
                               system_prompt=SYSTEM_PROMPT, context=CONTEXT, protocol=protocol)
     sources = {**{workspace_map.SOURCE: workspace_map.workspace_map_source}, RECALL_SOURCE: recall_source(512)}

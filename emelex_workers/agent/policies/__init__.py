@@ -42,10 +42,11 @@ def policy_for(snapshot: SessionSnapshot, policies: Mapping[str, TurnPolicy] | N
     """The policy of `policies` (default: the built-in ones) that `snapshot` records (`recorded_policy`);
     `SnapshotMismatchError` (field "policy", or "policy.version") when this host does not provide it."""
     name, version = recorded_policy(snapshot)
-    found = (BUILTIN if policies is None else policies).get(name)
-    if found is None or found.version != version:
-        field = "policy" if found is None else "policy.version"
-        now = "none of that name" if found is None else f"version {found.version}"
+    registered = (BUILTIN if policies is None else policies).get(name)
+    found = None if registered is None else registered.at_version(version)
+    if found is None:
+        field = "policy" if registered is None else "policy.version"
+        now = "none of that name" if registered is None else f"version {registered.version}"
         error = SnapshotMismatchError(
             f"the Session's snapshot records turn policy {name!r} version {version}, and this host provides "
             f"{now}; install the plugin (version) that provides it, or start a new Session")

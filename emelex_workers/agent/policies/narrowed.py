@@ -51,7 +51,7 @@ class NarrowedPolicy(TurnPolicy):
             if name not in properties:
                 continue
             narrowed = narrow_path(properties[name], kind, entries)
-            named = self._named_paths(turn, narrowed) if narrowed is not None and kind == "new" else []
+            named = self._named_paths(turn, tool, kind, properties[name], narrowed) if narrowed is not None else []
             if named:
                 properties[name] = {"type": "string", "enum": named}
             elif narrowed is not None:
@@ -75,8 +75,9 @@ class NarrowedPolicy(TurnPolicy):
             return None
         return {**schema, "properties": properties}
 
-    def _named_paths(self, turn: TurnState, narrowed: dict) -> list[str]:
-        """The paths a "new" path argument is restricted to instead of `narrowed` (none here: `narrowed` stands)."""
+    def _named_paths(self, turn: TurnState, tool: ToolAuthority, kind: str, schema: dict, narrowed: dict) -> list[str]:
+        """The paths a path argument of `tool` of `kind` (recorded `schema`) is restricted to instead of `narrowed`
+        (none here: `narrowed` stands)."""
         return []
 
     def _spells(self, turn: TurnState, tool: ToolAuthority) -> bool:

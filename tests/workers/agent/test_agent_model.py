@@ -141,7 +141,7 @@ def test_the_narrowed_grammar_keeps_the_default_model_to_paths_that_exist(bindin
             if call.tool == "write_file":  # a new name, under a directory that exists
                 assert target.parent.is_dir() and not target.name.startswith("."), call
             else:
-                assert target.is_file() if call.tool == "read_file" else target.is_dir(), call
+                assert target.is_file() if call.tool in ("read_file", "edit_file") else target.is_dir(), call
             proposed.append(call)
     assert proposed  # the model did propose calls, and every one named what exists
     agent.add_user("What is the launch code?")

@@ -16,6 +16,7 @@ from emelex_memory.errors import SnapshotMismatchError
 from emelex_workers.agent import protocol
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.policies import BUILTIN, GuidedPolicy, NarrowedPolicy, OpenPolicy, policy_for
+from emelex_workers.agent.policies.guided import GuidedPolicyV1
 from emelex_workers.agent.session import AgentSession
 from emelex_workers.agent.tools import RegisteredTool
 from emelex_workers.host.policies import TurnPolicy, TurnState
@@ -53,7 +54,10 @@ def test_no_policy_gets_a_disabled_tool_offered(tmp_path: Path) -> None:
 
 
 def test_a_session_runs_the_policy_its_snapshot_records_or_the_one_its_protocol_implies() -> None:
-    assert isinstance(policy_for(snapshot()), GuidedPolicy)  # emelex-tools/3, made before policies
+    legacy = policy_for(snapshot())  # emelex-tools/3, made before policies: the guided rules of version 1
+    assert isinstance(legacy, GuidedPolicyV1) and (legacy.version, legacy.grounded, legacy.finds_named) == (1, False,
+                                                                                                        False)
+    assert policy_for(snapshot(policy={"name": "guided", "version": 2})) is BUILTIN["guided"]
     for older in (protocol.PROTOCOL_V1, protocol.PROTOCOL_V2):
         assert isinstance(policy_for(snapshot(protocol=older)), NarrowedPolicy)
     assert isinstance(policy_for(snapshot(protocol=protocol.PROTOCOL_V2, policy={"name": "open", "version": 1})),
@@ -61,8 +65,8 @@ def test_a_session_runs_the_policy_its_snapshot_records_or_the_one_its_protocol_
     with pytest.raises(SnapshotMismatchError, match="turn policy 'careful' version 1") as missing:
         policy_for(snapshot(policy={"name": "careful", "version": 1}))
     assert missing.value.field == "policy"
-    with pytest.raises(SnapshotMismatchError, match="provides version 1") as newer:
-        policy_for(snapshot(policy={"name": "guided", "version": 2}))
+    with pytest.raises(SnapshotMismatchError, match="provides version 2") as newer:
+        policy_for(snapshot(policy={"name": "guided", "version": 3}))
     assert newer.value.field == "policy.version"
     assert policy_for(snapshot(policy={"name": "everything", "version": 1}), {"everything": Everything()}).name == \
         "everything"
@@ -74,8 +78,8 @@ def test_a_recorded_policy_changes_the_digest_and_an_unrecorded_one_keeps_the_ol
     recorded = snapshot(policy=GuidedPolicy().describe())
     assert recorded.digest != old.digest and SessionSnapshot.from_json(recorded.to_json()) == recorded
     assert old.differing_field(recorded) == "policy"
-    assert recorded.differing_field(snapshot(policy={"name": "guided", "version": 2})) == "policy.version"
-    assert snapshot(policy={"name": "guided", "version": 2}).field_value("policy.version") == 2
+    assert recorded.differing_field(snapshot(policy={"name": "guided", "version": 1})) == "policy.version"
+    assert snapshot(policy={"name": "guided", "version": 1}).field_value("policy.version") == 1
     with pytest.raises(Exception, match="snapshot policy"):
         snapshot(policy={"name": "Guided!", "version": 1})
 
@@ -125,7 +129,8 @@ def test_an_open_turn_is_forced_to_answer_only_at_its_chain_limit(store: MemoryS
 
 def test_the_built_in_policies_are_named_and_versioned() -> None:
     assert set(BUILTIN) == {"guided", "open", "narrowed"}
-    assert all(policy.name == name and policy.version == 1 and policy.summary for name, policy in BUILTIN.items())
+    assert all(policy.name == name and policy.summary for name, policy in BUILTIN.items())
+    assert {name: policy.version for name, policy in BUILTIN.items()} == {"guided": 2, "open": 1, "narrowed": 1}
 
 
 def test_a_call_a_server_constrained_round_did_not_offer_is_refused_by_the_client(store: MemoryStore, workspace: Path,

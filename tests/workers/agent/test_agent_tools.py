@@ -175,7 +175,11 @@ def test_no_path_escapes_the_workspace(tree: Path, path: str) -> None:
 def test_write_file_writes_atomically_and_changes_nothing_when_refused(tree: Path) -> None:
     out = call("write_file", tree, path="sub/new.txt", content="fresh")
     assert not out.is_error and (tree / "sub" / "new.txt").read_text() == "fresh"
-    assert not call("write_file", tree, path="sub/new.txt", content="again").is_error
+    refused = call("write_file", tree, path="sub/new.txt", content="again")
+    assert refused.is_error and "use edit_file, or set replace to true" in refused.text
+    assert (tree / "sub" / "new.txt").read_text() == "fresh"
+    assert not call("write_file", tree, path="sub/new.txt", content="again", replace=True).is_error
+    assert (tree / "sub" / "new.txt").read_text() == "again"
     assert sorted(p.name for p in (tree / "sub").iterdir()) == ["inner.txt", "new.txt"]  # no temporary file left
     before = file_state(tree)
     assert call("write_file", tree, path="missing/new.txt", content="x").is_error

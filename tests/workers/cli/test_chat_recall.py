@@ -121,10 +121,11 @@ def test_a_new_chat_recalls_a_past_turn_with_its_date_and_memory_lists_it(env, h
                tmp_path / "second")
     assert out.returncode == 0, out.stderr
     today = dt.datetime.now(dt.timezone.utc).date().isoformat()
-    assert re.search(rf"  turn 1 of Session {earlier[:8]} \({today}, event \d+, user\)\n"
+    titled = '"note that the ferry to the island leaves at nine"'  # a chat Session is titled by its first message
+    assert re.search(rf"  turn 1 of Session {earlier[:8]} {titled} \({today}, event \d+, user\)\n"
                      r"    note that the ferry to the island leaves at nine\n", out.stdout), out.stdout
     with MemoryStore.open(WorkerSettings(home=home)) as store:
         newest = store.list_sessions().sessions[0].id
         (note,) = [e.payload for e in store.replay(newest).events if e.kind == "context"
                    and e.payload["source"] == "recall"]
-    assert f"- [{today}] user: note that the ferry to the island leaves at nine" in note["text"]
+    assert f"- [{today}, Session {titled}] user: note that the ferry to the island leaves at nine" in note["text"]

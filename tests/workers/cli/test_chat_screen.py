@@ -6,13 +6,20 @@ its time, rounds, tool calls and token counts."""
 
 from __future__ import annotations
 
+import codecs
+import fcntl
 import json
 import os
 import pty
 import re
+import signal
+import struct
 import subprocess
+import termios
 import threading
 from pathlib import Path
+
+import pyte
 
 from ...support.agent import answer, calls
 from .test_chat_cli import EMELEX, chat, env, events, wait_for_file  # noqa: F401  (env is a fixture)
@@ -22,21 +29,38 @@ STATS = re.compile(r"\[\d+\.\d s, (\d+) rounds?, (\d+) tool calls?(, (\d+) promp
 
 
 class Terminal:
-    """`emelex chat` on a pseudo-terminal (its standard input and output), as a user at a terminal runs it: what
-    it writes is collected raw (carriage returns and all); lines are typed through the terminal, which echoes
-    them."""
+    """`emelex chat` on a pseudo-terminal (its standard input and output) of `columns` x `rows`, as a user at a
+    terminal runs it: what it writes is collected raw (carriage returns and all) and rendered by a terminal
+    emulator (pyte), the screen a person sees; lines are typed through the terminal, which echoes them."""
 
-    def __init__(self, env: dict, workspace: Path, options: dict) -> None:
+    def __init__(self, env: dict, workspace: Path, options: dict, columns: int = 100, rows: int = 60) -> None:
         master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+        environment = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}  # the size is the terminal's
         self.process = subprocess.Popen(
             [*EMELEX, "chat", "--workspace", str(workspace), "--model", "scripted"],
-            env={**env, "EMELEX_AGENT_TEST": json.dumps(options)}, stdin=slave, stdout=slave,
+            env={**environment, "EMELEX_AGENT_TEST": json.dumps(options)}, stdin=slave, stdout=slave,
             stderr=subprocess.PIPE, text=True)
         os.close(slave)
         self.master = master
         self.output = ""
+        self.screen = pyte.Screen(columns, rows)
+        self._stream = pyte.Stream(self.screen)
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a character may span two reads
         self._changed = threading.Condition()
         threading.Thread(target=self._pump, daemon=True).start()
+
+    def display(self) -> list[str]:
+        """The screen's lines as a person sees them now (trailing blanks cut)."""
+        with self._changed:
+            return [line.rstrip() for line in self.screen.display]
+
+    def resize(self, columns: int, rows: int) -> None:
+        """Resize the terminal (the emulator and the pseudo-terminal) and tell the chat, as a window resize does."""
+        with self._changed:
+            self.screen.resize(rows, columns)
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+        self.process.send_signal(signal.SIGWINCH)
 
     def _pump(self) -> None:
         while True:
@@ -47,7 +71,9 @@ class Terminal:
             if not piece:
                 return
             with self._changed:
-                self.output += piece.decode("utf-8", "replace")
+                text = self._decoder.decode(piece)
+                self.output += text
+                self._stream.feed(text)
                 self._changed.notify_all()
 
     def expect(self, text: str, after: int = 0) -> int:

@@ -4,12 +4,13 @@ the rules every Session made with `emelex-tools/3` runs by.
 On top of the narrowed policy's rules (paths narrowed to what exists, no call offered twice):
 
 - the files the request names are read for the model and recorded with its input (`mentions`);
-- an answer, once the turn has read something, is one of the quotes of what it read (`quotes`);
+- an answer is one of the quotes of what was read (`quotes`), or, with nothing to quote, says it could not find it;
 - a tool whose registered spec names `requested_by` verbs is offered only when a clause of the request begins with
   one, once per request, and alone while nothing has been read (`request.verbs`); a request that is only small talk
   offers no tool and is answered by rule;
-- arguments the request spells out (`ToolSpec.request_spans`: a command, text to write) and a new file's path are
-  narrowed to what the request says;
+- arguments the request spells out (`ToolSpec.request_spans`: a command, text to write) and a file's path are
+  narrowed to what the request says (a command the program after its verb begins, the project's own test command
+  for "run the tests", `projects`; a file the request names, wherever it is in the workspace, dotfiles too);
 - the turn answers as soon as what it read holds the answer (forced "answered").
 
 All of it reads the request in English, by rule, from the recorded history alone, so a resumed turn is guided
@@ -34,10 +35,12 @@ from ...schema import validate
 from ..narrowed import NarrowedPolicy
 from . import mentions
 from .quotes import Quote, answers, choose, note_quotes, result_quotes
-from .request import asks_for, mentioned, set_off, small_talk, small_talk_answer, spans, verbs
+from .projects import project_tests
+from .request import asks_for, command_spans, mentioned, set_off, small_talk, small_talk_answer, spans, verbs
 
 _NOT_DONE = ("not_executed", REPEATED)  # outcomes that do not make a call "already done"
 _NO_EFFECT = ("denied", "not_executed", REPEATED)  # outcomes of a call that cannot have changed the workspace
+NOT_FOUND = "I could not find that in this workspace."  # the answer when nothing read holds one
 INTERPRETERS = {".py": "python3", ".sh": "sh", ".js": "node", ".rb": "ruby", ".pl": "perl"}
 
 
@@ -45,7 +48,10 @@ class GuidedPolicy(NarrowedPolicy):
     """The small-model rules (see the module docstring); its Sessions run protocol `emelex-tools/3`."""
 
     name = "guided"
-    version = 1
+    version = 2  # 2: answers grounded (nothing to quote: NOT_FOUND), files named anywhere, project commands
+    grounded = True  # with nothing to quote, the answer is NOT_FOUND (version 1: a free answer)
+    finds_named = True  # a write or edit goes to the files the request named, dotfiles too (version 1: new paths
+    # spelled out only)
     summary = ("answers quote what was read; the files a message names are read for the model; a change or a run "
                "only when asked for with a verb")
     note_source = mentions.SOURCE
@@ -54,9 +60,14 @@ class GuidedPolicy(NarrowedPolicy):
         """`emelex-tools/3`: a constrained JSON union whose system message asks for quoted answers."""
         return PROTOCOL_V3
 
+    def at_version(self, version: int) -> GuidedPolicy | None:
+        """This policy (version 2), or for a Session that recorded version 1 (or made before policies, with
+        `emelex-tools/3`) the rules of version 1 (`GuidedPolicyV1`), so that it resumes exactly as it ran."""
+        return {self.version: self, 1: GuidedPolicyV1()}.get(version)
+
     def turn_note(self, workspace: Path, request: str, walk: WorkspaceView) -> ContextNote | None:
         """The files the request names and the lines holding its rare words (`mentions.mentions_note`)."""
-        return mentions.mentions_note(workspace, request, walk=walk)
+        return mentions.mentions_note(workspace, request, walk=walk, finds=self.finds_named)
 
     def offered(self, turn: TurnState) -> list[ToolAuthority]:
         """The enabled tools narrowed by what the request asks for (`_requested`): a tool whose registered spec
@@ -75,9 +86,34 @@ class GuidedPolicy(NarrowedPolicy):
             return [t for t in enabled if t.name in first]
         return [t for t in enabled if t.name not in effects or t.name in requested]
 
-    def _named_paths(self, turn: TurnState, narrowed: dict) -> list[str]:
-        """The paths the request names that `narrowed` (a "new" path's schema) admits."""
-        return [p for p in mentioned(turn.request) if validate(p, narrowed) is None]
+    def arguments(self, turn: TurnState, tool: ToolAuthority) -> dict | None:
+        """The narrowed policy's arguments (see `_named_paths`, `_spell_out`); in version 2, a tool that creates
+        files ("new" paths) is left out when the only files it could write are existing files the request named
+        (it would be refused without `replace`): the change is an edit."""
+        schema = super().arguments(turn, tool)
+        if schema is None or not self.finds_named:
+            return schema
+        noted = set(note_files(turn.notes))
+        for name, kind in turn.spec(tool.name).workspace_paths.items():
+            enum = schema["properties"].get(name, {}).get("enum")
+            if kind == "new" and enum and set(enum) <= noted:
+                return None
+        return schema
+
+    def _named_paths(self, turn: TurnState, tool: ToolAuthority, kind: str, schema: dict, narrowed: dict) -> list[str]:
+        """The files the request names, wherever they are in the workspace: those its context note read (recorded
+        with the input: "my journal" is journal.txt, "utils.py" is src/pkg/utils.py, "the gitignore" is
+        .gitignore) that the recorded `schema` admits, for a "new" path (a file written) or a "file" one (a file
+        changed, by a tool the request asks for with a verb, `requested_by`); for a "new" path also the paths the
+        request spells out that `narrowed` admits (a new file), unless a file it named has that name already."""
+        if kind == "file" and not (self.finds_named and turn.spec(tool.name).requested_by) or \
+                kind not in ("new", "file"):
+            return []
+        noted = [p for p in note_files(turn.notes) if validate(p, schema) is None] if self.finds_named else []
+        spelled = [p for p in mentioned(turn.request) if validate(p, narrowed) is None] if kind == "new" else []
+        names = {path.rsplit("/", 1)[-1] for path in noted}
+        spelled = [p for p in spelled if p in noted or p.rsplit("/", 1)[-1] not in names]  # "utils.py" is the one
+        return list(dict.fromkeys(spelled + noted))
 
     def _spells(self, turn: TurnState, tool: ToolAuthority) -> bool:
         return bool(turn.spec(tool.name).request_spans)
@@ -88,8 +124,11 @@ class GuidedPolicy(NarrowedPolicy):
         for name, kind in turn.spec(tool.name).request_spans.items():
             if name in properties:
                 files = frozenset(entries.files) if entries is not None else frozenset()
-                offered = spans(turn.request, _program, lambda word: _interpreter(word, files)) \
-                    if kind == "command" else set_off(turn.request)
+                script = lambda word: _interpreter(word, files)  # noqa: E731
+                offered = set_off(turn.request) if kind != "command" else \
+                    command_spans(turn.request, _program, script, turn.spec(tool.name).requested_by,
+                                  project_tests(getattr(turn.walk, "workspace", None), files)) \
+                    if self.finds_named else spans(turn.request, _program, script)
                 fitting = [span for span in offered if validate(span, properties[name]) is None]
                 if fitting:
                     properties[name] = {**properties[name], "enum": fitting}
@@ -98,12 +137,13 @@ class GuidedPolicy(NarrowedPolicy):
         """The quotes of the turn's tool results and of the context notes recorded with its input most relevant to
         the request (`quotes.choose`), or, once a tool the request asks for (`requested_by`) ran, of that tool's
         results only; before the turn's first result those of the notes and of earlier turns' results, only when
-        one has a word of the request, and `request.small_talk_answer` for a request that is only talk; None (a
-        free answer) when there is nothing to quote."""
+        one has a word of the request, and `request.small_talk_answer` for a request that is only talk; when there
+        is nothing to quote, only `NOT_FOUND`: an answer never states what nothing read holds."""
         if not turn.results and small_talk(turn.request):
             return [small_talk_answer(turn.request)]
-        chosen = choose(turn.request, _quotes(turn), relevant_only=not turn.results, named=note_files(turn.notes))
-        return chosen or None
+        chosen = choose(turn.request, _quotes(turn), relevant_only=not turn.results, named=note_files(turn.notes),
+                        declarations=self.finds_named)
+        return chosen or ([NOT_FOUND] if self.grounded else None)
 
     def must_act(self, turn: TurnState) -> bool:
         """While the turn has no result yet and the request's first clause asks for a tool with `requested_by`
@@ -118,6 +158,20 @@ class GuidedPolicy(NarrowedPolicy):
         if not turn.results:
             return False
         return _effected(turn) or answers(turn.request, _quotes(turn), note_files(turn.notes))
+
+
+class GuidedPolicyV1(GuidedPolicy):
+    """Version 1 of the guided rules, for the Sessions that recorded it: with nothing to quote, a free answer; a
+    write's path narrowed only to new paths the request spells out; commands from the request's words alone; no
+    dotfile named without its dot."""
+
+    version = 1
+    grounded = False
+    finds_named = False
+
+    def at_version(self, version: int) -> GuidedPolicy | None:
+        """Itself at version 1; else None."""
+        return self if version == 1 else None
 
 
 def _requested(turn: TurnState, first: bool = False) -> set[str]:

@@ -59,13 +59,14 @@ def named_files(files: Collection[str], message: str) -> list[str]:
     """The paths of `files` (workspace-relative) that `message` names, in its order, each once, at most
     `MAX_FILES`: a word with a "." or "/" that is a path of `files` or the name of exactly one of them, or
     another word (of 3 or more characters, not a common one) that is, whatever its case, the name of exactly
-    one of them or that name without its suffixes ("readme" names README.md, "makefile" Makefile)."""
+    one of them or that name without its suffixes ("readme" names README.md, "makefile" Makefile) or, for a
+    dotfile, without its leading dot ("gitignore" names .gitignore)."""
     files = set(files)
     by_name: dict[str, list[str]] = {}
     for path in files:
         name = path.rsplit("/", 1)[-1]
         by_name.setdefault(name, []).append(path)
-        for key in {name.lower(), name.split(".", 1)[0].lower()} - {name}:
+        for key in {name.lower(), name.split(".", 1)[0].lower(), name.lstrip(".").lower()} - {name, ""}:
             by_name.setdefault(key, []).append(path)
     found: list[str] = []
     plain = [w.lower() for w in tokens(message) if len(w) >= 3 and "." not in w and "/" not in w
@@ -75,6 +76,14 @@ def named_files(files: Collection[str], message: str) -> list[str]:
         if path is not None and path not in found:
             found.append(path)
     return found[:MAX_FILES]
+
+
+def _is_file(root: int, name: str) -> bool:
+    """Whether `name` is a regular file at the top of the workspace open as `root` (no symlink followed)."""
+    try:
+        return stat.S_ISREG(os.stat(name, dir_fd=root, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def _read(root: int, path: str, limit: int = FILE_BYTES) -> tuple[bytes, int] | None:
@@ -96,12 +105,13 @@ def _read(root: int, path: str, limit: int = FILE_BYTES) -> tuple[bytes, int] | 
         return None
 
 
-def _hits(root: int, files: Collection[str], message: str, skip: Collection[str]) -> list[str]:
+def _hits(root: int, files: Collection[str], message: str, skip: Collection[str], always: bool = False) -> list[str]:
     """Lines of the workspace's text files holding a rare word of `message` (see the module docstring), as
-    "path:N: line", at most `MAX_HITS`; the files of `skip` (read whole already) are not searched."""
+    "path:N: line", at most `MAX_HITS`; the files of `skip` (read whole already) are not searched. Only for a
+    message that looks for something (a word of `SEEK_WORDS`), unless `always`."""
     asked = words(message)
     wanted = [w for w in asked if len(w) >= HIT_WORD_CHARS and not any(c in w for c in "./") and w not in SEEK_WORDS]
-    if asked.isdisjoint(SEEK_WORDS) or not wanted:
+    if asked.isdisjoint(SEEK_WORDS) and not always or not wanted:
         return []
     found: dict[str, list[str]] = {word: [] for word in wanted}
     owners: dict[str, set[str]] = {word: set() for word in wanted}
@@ -123,26 +133,31 @@ def _hits(root: int, files: Collection[str], message: str, skip: Collection[str]
 
 
 def mentions_note(workspace: str | Path, message: str, exclude: Collection[tuple[int, int]] = (),
-                  walk: WorkspaceWalk | None = None) -> ContextNote | None:
+                  walk: WorkspaceWalk | None = None, finds: bool = False) -> ContextNote | None:
     """The note of the files `message` names in `workspace` and of the lines that hold its rare words (see the
     module docstring): `{"text", "files", "hits"}`, each file `{"path", "bytes", "content"}` (`content` None for
     a binary file, else the text read, cut to the room left), each hit "path:N: line"; None when there is
-    neither. The files are those `walk` (the turn's walk of `workspace`; one of its own when None) lists. Never
-    raises for the workspace's content."""
+    neither. The files are those `walk` (the turn's walk of `workspace`; one of its own when None) lists, and a
+    top-level dotfile named with its dot (".env"). With `finds` (the guided rules of version 2) also a dotfile
+    named without its dot ("gitignore"), and the lines of rare words for any message, not only one that looks for
+    something. Never raises for the workspace's content."""
     workspace = Path(workspace)
     try:
         root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        return _note(root, (walk or WorkspaceWalk(workspace, exclude)).entries().files, message)
+        return _note(root, (walk or WorkspaceWalk(workspace, exclude)).entries().files, message, finds)
     finally:
         os.close(root)
 
 
-def _note(root: int, listed: Collection[str], message: str) -> dict | None:
+def _note(root: int, listed: Collection[str], message: str, finds: bool = False) -> dict | None:
     """`mentions_note` of the workspace open as `root`, whose files the turn's walk lists as `listed`."""
     hidden = [word for word in mentioned(message) if word.startswith(".") and "/" not in word]  # ".env", named
+    if finds:  # "gitignore": .gitignore, when there is one
+        hidden += [name for word in tokens(message) if len(word) >= 3 and word.isalnum()
+                   and _is_file(root, name := f".{word.lower()}")]
     paths = named_files([*listed, *hidden], message)
     files, parts, room = [], [HEADER], NOTE_CHARS - len(HEADER)
     for path in paths:
@@ -161,7 +176,7 @@ def _note(root: int, listed: Collection[str], message: str) -> dict | None:
             room -= len(text) + 1
         files.append({"path": path, "bytes": size, "content": text})
         parts += [head] + ([text.rstrip("\n")] if text else [])
-    hits = _hits(root, listed, message, [f["path"] for f in files])
+    hits = _hits(root, listed, message, [f["path"] for f in files], always=finds)
     hits = [hit for hit in hits if (room := room - len(hit) - 1) > 0]
     if not files and not hits:
         return None

@@ -54,6 +54,7 @@ what the live one would.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection, Iterable, Sequence
 from typing import NamedTuple
 
@@ -157,10 +158,12 @@ def _precise(quote: Quote, wanted: set[str], uniform: dict[str, set[str]]) -> bo
 
 
 def choose(request: str, quotes: Sequence[Quote], choices: int = QUOTE_CHOICES, *,
-           relevant_only: bool = False, named: Collection[str] = ()) -> list[str]:
+           relevant_only: bool = False, named: Collection[str] = (), declarations: bool = False) -> list[str]:
     """The quotes (their texts) an answer to `request` chooses among, of `quotes` (each text once): those of the
     best score, narrowed among ties as the module docstring says; at most `choices`, in the order given. When
-    none has a word of the request: the first `choices`, or none when `relevant_only`."""
+    none has a word of the request: the first `choices`, or none when `relevant_only`. With `declarations`, among
+    the single lines quoted, those that declare a name the request holds (`_declares`: "def normalize_header(",
+    "const PORT =", "function slugify(") when any do: where a thing is defined, not where it is used."""
     wanted = words(request)
     unique, _ = _competing(wanted, mentioned(request), quotes, named)
     sets = [words(quote.text) for quote in unique]
@@ -183,7 +186,22 @@ def choose(request: str, quotes: Sequence[Quote], choices: int = QUOTE_CHOICES, 
         narrowed = [quote for quote in precise if quote.kind != "whole"] or precise
     else:
         narrowed = [quote for quote in tied if quote.kind == "whole"]
-    return [quote.text for quote in narrowed or tied][:choices]
+    offered = narrowed or tied
+    if declarations and (declaring := [quote for quote in unique if quote.kind == "line"
+                                       and _declares(quote.quoted, request)]):
+        offered = declaring
+    return [quote.text for quote in offered][:choices]
+
+
+def _declares(line: str, request: str) -> bool:
+    """Whether `line` declares a name the request holds: the name at the start of a statement, after at most two
+    keywords, followed by "(", "=", ":" or "{" (a function, a class, a constant, a key), whatever its case."""
+    names = {token.lower() for token in re.findall(r"[A-Za-z_$][\w$]*", request) if len(token) >= 3}
+    match = _DECLARATION.match(re.sub(r"^[^\s:]+:\d+:\s", "", line))  # a search hit: "path:N: line"
+    return match is not None and match.group(1).lower() in names
+
+
+_DECLARATION = re.compile(r"\s*(?:[A-Za-z_$][\w$]*\s+){0,2}([A-Za-z_$][\w$]*)\s*[(=:{]")
 
 
 def answers(request: str, quotes: Sequence[Quote], named: Collection[str] = ()) -> bool:

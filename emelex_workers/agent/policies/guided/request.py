@@ -19,6 +19,7 @@ CLAUSE_WORDS = frozenset({"and", "then"})
 LEAD_WORDS = frozenset({"please", "can", "could", "would", "will", "you", "kindly", "now", "just", "also", "go",
                         "ahead", "i", "we", "want", "need", "to", "let", "lets", "let's", "us", "first", "next",
                         "finally", "ok", "okay", "so"})
+PLACE_WORDS = frozenset({"in", "inside", "within", "into", "on", "for", "from"})  # "in utils.py, change x"
 _TRIM = "\"'`.,;:!?()[]{}<>"
 _LEAD = "\"'`([{<"
 _WORD = re.compile(r"[a-z0-9]+(?:[._/-][a-z0-9]+)*")
@@ -112,16 +113,47 @@ def spans(request: str, starts: Callable[[str], bool] = lambda word: True,
     return list(dict.fromkeys(found))[:MAX_SPANS]
 
 
+def command_spans(request: str, starts: Callable[[str], bool], script: Callable[[str], str | None],
+                  wanted: frozenset[str], tests: list[str]) -> list[str]:
+    """The commands a request to run something spells out, most explicit first: the parts it sets off in quotes;
+    else the scripts it names with their interpreters (see `spans`); else, in each clause whose verb asks for the
+    tool (`wanted`, see `asks_for`), the rest of the clause when the word after the verb is a program ("can you run
+    npm test" runs "npm test", never "test"); else, when the request speaks of tests, the project's own test
+    commands (`tests`, found from its files); else `spans`."""
+    quoted = _quoted(_QUOTED, request)
+    if quoted:
+        return list(dict.fromkeys(quoted))[:MAX_SPANS]
+    scripted = [f"{interpreter} {word}" for clause in _clauses(request) for word in clause
+                if (interpreter := script(word)) is not None]
+    if scripted:
+        return list(dict.fromkeys(scripted))[:MAX_SPANS]
+    objects = []
+    for clause in _clauses(request):
+        lead = list(clause)
+        while lead and lead[0].lower() in LEAD_WORDS:
+            lead.pop(0)
+        if len(lead) > 1 and asks_for([stem(lead[0].lower())], wanted) and starts(lead[1]):
+            objects.append(" ".join(lead[1:1 + SPAN_WORDS]))
+    if objects:
+        return list(dict.fromkeys(objects))
+    if tests and "test" in {stem(word.lower()) for word in tokens(request)}:
+        return list(tests)
+    return spans(request, starts, script)
+
+
 def verbs(request: str) -> list[str]:
     """The verbs the request's clauses (see `_clauses`) begin with, in order: each clause's first word once the
     polite and framing words before it (`LEAD_WORDS`: "please", "can you", "I want to", ...) are skipped,
     lowercase and stemmed ("Please create x" and "Can you run ls?" ask to "create" and "run"; a question such
-    as "How do I install it?" asks to do nothing)."""
+    as "How do I install it?" asks to do nothing); a clause that begins with where (`PLACE_WORDS` and a path: "in
+    utils.py change x") begins with the verb after it."""
     found = []
     for clause in _clauses(request):
         lead = [word.lower() for word in clause]
         while lead and lead[0] in LEAD_WORDS:
             lead.pop(0)
+        if len(lead) > 2 and lead[0] in PLACE_WORDS and ("." in lead[1] or "/" in lead[1]):
+            lead = lead[2:]  # "in utils.py change x": the place first, then the verb
         if lead:
             found.append(stem(lead[0]))
     return found
