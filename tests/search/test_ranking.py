@@ -34,13 +34,14 @@ def test_a_weak_knowledge_match_never_outranks_a_strong_transcript_match(store: 
     for _ in range(3):
         chat(store, workspace, "I went for a run by the river.", "Nice, how far?")
     sid = chat(store, workspace, "I'm currently reading The Lean Startup.", "Is it any good?")
-    for n, note in enumerate(["Wow Jon, same here!", "What a day.", "What a week, honestly."]):
+    for n, note in enumerate(["Wow Jon, same here!", "What a day.", "A good book, honestly."]):
         store.remember(workspace, f"note.{n}", note, confidence=1.0)
         store.pin(workspace, f"note.{n}")
     hits = store.search(workspace, "What book is Jon currently reading?", limit=20).hits
     best = hits[0]
     assert isinstance(best, SessionHit) and (best.session_id, best.seq) == (sid, 5)
     assert all(isinstance(h, SessionHit) or h.score < best.score for h in hits)
+    assert any(isinstance(h, KnowledgeHit) and h.score > 0 for h in hits)  # the weak match is there, and ranked
     # a strong Knowledge match still comes first: the same scale for both kinds
     store.remember(workspace, "reading", "Jon is currently reading The Lean Startup", confidence=0.5)
     assert store.search(workspace, "What is Jon currently reading, The Lean Startup?", limit=1).hits[0].kind \
