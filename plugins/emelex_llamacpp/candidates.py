@@ -40,7 +40,11 @@ For facts (Knowledge) also dropped:
   "this error"), and a short plan of the speaker's (at most 6 words)
   that names nothing ("OK, I'll close the ticket.");
 - sentences of fewer than two *substantive* words (content words that are
-  neither small talk nor negations: "Not yet.", "Right, not 1%.").
+  neither small talk nor negations: "Not yet.", "Right, not 1%.");
+- sentences spoken to the other speaker (`exchange`: the second person,
+  "you", "your") that name nothing (no key name, value or proper name):
+  about the exchange, not a fact a later reader can place ("I can walk you
+  through your options.").
 
 A *fragment answer* (the first sentence of a reply to a question that opens
 with "yes" / "no", or has at most 8 words, counted as runs of non-space,
@@ -221,6 +225,18 @@ def own_clause(sentence: str) -> bool:
     "our", ...) and is no plan of theirs ("I'll ...", `_PLAN`): it says something on its own even when it opens
     leaning on its context ("They closed the pool, so we swim at the Northside Centre now.")."""
     return any(not _PLAN.match(sentence[m.end():]) for m in _CLAUSE.finditer(sentence))
+
+
+_SECOND_PERSON = re.compile(r"\b(?:you|your|yours|yourself|yourselves)\b", re.IGNORECASE)
+
+
+def exchange(sentence: str) -> bool:
+    """True when `sentence` speaks to the other speaker (the second person: "you", "your") and names nothing: no key
+    name, value or proper name ("I can walk you through your options.", "Your garden sounds lovely."). It is about
+    the exchange, which a later reader cannot place; a sentence that names something says it about that ("You need
+    Python 3.11 to build it.")."""
+    return bool(_SECOND_PERSON.search(CODE_SPAN.sub(" ", sentence))) and not key_names(sentence) \
+        and not proper_names(sentence)
 
 
 def episodic(sentence: str, *, answers: bool = False, names: frozenset[str] = frozenset()) -> bool:
@@ -412,6 +428,7 @@ def candidates(events: Sequence[Event], *, facts: bool) -> list[Candidate]:
                 continue
             if facts and (_PROPOSAL.search(sentence) or (index, sentence) in rejected
                           or episodic(sentence, answers=question is not None, names=names)
+                          or (question is None and exchange(sentence))
                           or (question is None and (len(substance(sentence, names)) < 2 or remark(sentence)))):
                 continue
             seen.add(norm)

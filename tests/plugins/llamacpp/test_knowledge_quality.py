@@ -298,3 +298,20 @@ def test_what_leans_on_the_context_behind_a_greeting_or_a_first_clause_is_judged
     ))
     assert [c.content for c in found] == ["They closed the pool for repairs, so we swim at the Northside Centre now.",
                                           "Wow, the Northside Centre has a sauna too."]
+
+
+def test_a_sentence_addressed_to_the_other_speaker_that_names_nothing_is_about_the_exchange_not_knowledge(
+    store: MemoryStore, workspace: Path
+) -> None:
+    """A statement in the second person ("you", "your") is read by whoever it was said to; when it names nothing (no
+    identifier, value or proper name) it is about the exchange ("I can walk you through your options."), which a
+    later reader cannot place. One that names something says it about that, and stays."""
+    found = _distill(store, workspace, _chat(
+        "The greenhouse heater runs on propane.", "I can walk you through your heating options.",
+        "Your greenhouse sounds like a lovely project.", "Happy to help you plan your planting calendar.",
+        "You need Python 3.11 to run the sensor script.", "Noted.",
+        "Your seedlings go to the Maple Street allotment in April.", "Lovely.",
+    ))
+    assert [c.content for c in found] == ["The greenhouse heater runs on propane.",
+                                          "You need Python 3.11 to run the sensor script.",
+                                          "Your seedlings go to the Maple Street allotment in April."]
