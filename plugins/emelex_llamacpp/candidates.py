@@ -21,7 +21,9 @@ pure conversation (only words like "thanks", "sure", "noted"), sentences
 over `MAX_CANDIDATE_CHARS`, and statements *superseded* later in the source
 (`superseded`): a later statement that gives the same subject another value,
 or retires the value ("from `a` to `b`", "renamed `a` to `b`"), or says it
-changes a named place or thing (`renamed_place`); see `supersedes`. Duplicates
+changes a named place or thing (`renamed_place`), or gives a new weekday,
+month or name where the earlier gave one and says all the earlier said
+(`renamed_value`); see `supersedes`. Duplicates
 (once normalized) are kept once, first occurrence.
 
 For facts (Knowledge) also dropped:
@@ -65,6 +67,7 @@ is the pipeline's own output, not what the conversation said.
 
 from __future__ import annotations
 
+import calendar
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -84,6 +87,7 @@ from emelex_workers.faithfulness import (
     negated,
     normalize,
     qa,
+    qa_parts,
     sentences,
     stem,
     summary_lines,
@@ -333,7 +337,8 @@ def supersedes(later: str, earlier: str) -> bool:
     one identifier a value (`settings`) and `earlier`'s is not among `later`'s; or, when one of them names no
     identifier, they are about the same subject (`same_subject`) and `later` states a value `earlier` does not (when
     it also repeats `earlier`'s, "25 percent; 30 was too wet", it holds all `earlier` says) or changes a place or
-    thing `earlier` names (`renamed_place`)."""
+    thing `earlier` names (`renamed_place`), or gives a new weekday, month or name and all `earlier` says
+    (`renamed_value`)."""
     old, new = values(earlier), values(later)
     if (old | content_words(earlier)) & retired(later):
         return True
@@ -343,7 +348,43 @@ def supersedes(later: str, earlier: str) -> bool:
         return any(mine[name] - theirs[name] for name in shared)
     if subjects(earlier) and subjects(later):
         return False
-    return bool(new - old) and same_subject(earlier, later) or renamed_place(later, earlier)
+    return bool(new - old) and same_subject(earlier, later) or renamed_place(later, earlier) \
+        or renamed_value(later, earlier)
+
+
+# The kind of a named value: a weekday or a month (the calendar's own names, singular or plural), else a name.
+_CALENDAR = {**{d.casefold(): "weekday" for d in calendar.day_name},
+             **{m.casefold(): "month" for m in calendar.month_name if m}}
+
+
+def named_values(sentence: str) -> dict[str, set[str]]:
+    """The names `sentence` states (`proper_names` of each of its sentences; of a "Q: ... A: ..." entry, of its
+    question and its answer), by kind: "weekday" ("Thursdays" is "thursday"), "month", or "name" (a place, a
+    person, a thing)."""
+    out: dict[str, set[str]] = {}
+    said = [s for part in (qa_parts(sentence) or (sentence,)) for s in sentences(part)]  # each opens with a capital
+    for name in {n for s in said for n in proper_names(s)}:
+        single = name.removesuffix("s")
+        kind = _CALENDAR.get(name) or _CALENDAR.get(single) or "name"
+        out.setdefault(kind, set()).add(name if kind == "name" else single if single in _CALENDAR else name)
+    return out
+
+
+def renamed_value(later: str, earlier: str) -> bool:
+    """True when neither names an identifier (`subjects`: those are the settings' rules), `later` gives a value of
+    every kind `earlier` names (`named_values`: a weekday, a month, a name), a new one for at least one kind (none of
+    `earlier`'s of that kind), and they share a word of what they are about (their substantive words, names aside):
+    "Choir practice happens on Fridays at the Elm Hall." after "Our choir practice is on Wednesdays at the Elm
+    Hall.", whatever verb says so. A later statement that leaves out a kind the earlier named changes only part of
+    it, and replaces nothing."""
+    if subjects(earlier) or subjects(later):
+        return False
+    old, new = named_values(earlier), named_values(later)
+    if not old or not old.keys() <= new.keys() or all(old[kind] & new[kind] for kind in old):
+        return False
+    named = {stem(n) for kinds in (old, new) for found in kinds.values() for n in found}
+    about = [substance(" ".join(qa_parts(s) or (s,))) - named for s in (earlier, later)]  # not "Q:" and "A:"
+    return bool(about[0] & about[1])
 
 
 _NOT_NOW = re.compile(r"\bnot now\b", re.IGNORECASE)
