@@ -373,18 +373,27 @@ def named_values(sentence: str) -> dict[str, set[str]]:
 def renamed_value(later: str, earlier: str) -> bool:
     """True when neither names an identifier (`subjects`: those are the settings' rules), `later` gives a value of
     every kind `earlier` names (`named_values`: a weekday, a month, a name), a new one for at least one kind (none of
-    `earlier`'s of that kind), and they share a word of what they are about (their substantive words, names aside):
-    "Choir practice happens on Fridays at the Elm Hall." after "Our choir practice is on Wednesdays at the Elm
-    Hall.", whatever verb says so. A later statement that leaves out a kind the earlier named changes only part of
-    it, and replaces nothing."""
+    `earlier`'s of that kind), and they are about one subject: they name one thing in common and share a word of
+    what they are about (their substantive words, names aside), or, naming nothing in common, those words overlap
+    with a Jaccard index of at least 0.6: "Choir practice happens on Fridays at the Elm Hall." after "Our choir
+    practice is on Wednesdays at the Elm Hall.", whatever verb says so. A later statement that leaves out a kind
+    the earlier named changes only part of it, and replaces nothing."""
     if subjects(earlier) or subjects(later):
         return False
     old, new = named_values(earlier), named_values(later)
     if not old or not old.keys() <= new.keys() or all(old[kind] & new[kind] for kind in old):
         return False
-    named = {stem(n) for kinds in (old, new) for found in kinds.values() for n in found}
-    about = [substance(" ".join(qa_parts(s) or (s,))) - named for s in (earlier, later)]  # not "Q:" and "A:"
-    return bool(about[0] & about[1])
+    if any(old[kind] & new[kind] for kind in old):  # the same thing named again, with a new value of another kind
+        return bool(_about(earlier, old, new) & _about(later, old, new))
+    mine, theirs = _about(earlier, old, new), _about(later, old, new)
+    return bool(mine and theirs) and len(mine & theirs) / len(mine | theirs) >= SUBJECT_OVERLAP
+
+
+def _about(sentence: str, *named: dict[str, set[str]]) -> set[str]:
+    """The substantive words of `sentence` (of a "Q: ... A: ..." entry, its question's and answer's; not "Q" and
+    "A"), the names of `named` aside: what it is about."""
+    names = {stem(n) for kinds in named for found in kinds.values() for n in found}
+    return substance(" ".join(qa_parts(sentence) or (sentence,))) - names
 
 
 _NOT_NOW = re.compile(r"\bnot now\b", re.IGNORECASE)

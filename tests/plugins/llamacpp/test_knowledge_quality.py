@@ -345,6 +345,8 @@ def test_a_new_day_month_or_name_for_the_same_subject_supersedes_whatever_verb_s
                      knowledge=store.recall(workspace).entries)
     swim = next(c for c in found if "swim" in c.content)
     assert [(c.key, c.content) for c in later] == [(swim.key, "We swim at the Northside Centre on Thursdays now.")]
+    # One word in common is not one subject: "deploy" of two different things, each named anew, replaces nothing.
+    assert not supersedes("We deploy the docs with Netlify on Fridays.", "We deploy the shop with Ansible on Mondays.")
     # The capital opening a sentence names nothing, and the "Q:" and "A:" labels are no word two entries share.
     assert not supersedes("Q: How old is she? A: Four.", "Q: How's the garden going? A: Really well.")
     assert not supersedes("Q: What's the cafe called? A: It is Bean & Co.",
