@@ -26,9 +26,9 @@ def template_files() -> list[Path]:
 
 
 def _nearest_name(name: str) -> str:
-    """The good plugin name nearest to `name`: lowercased, every other character an underscore, no leading digit or
-    underscore, at most 31 characters; 'notes' when nothing of it is left."""
-    nearest = re.sub(r"[^a-z0-9_]", "_", name.lower()).lstrip("0123456789_")[:31]
+    """The good plugin name nearest to `name`: lowercased, each run of other characters one underscore between
+    words, no leading digit, at most 31 characters; 'notes' when nothing of it is left."""
+    nearest = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_").lstrip("0123456789_")[:31].rstrip("_")
     return nearest if NAME.fullmatch(nearest) else "notes"
 
 

@@ -59,6 +59,7 @@ def test_a_bad_plugin_name_is_one_line_and_creates_nothing(cli_home: Path, tmp_p
 
 
 @pytest.mark.parametrize(("name", "suggested"), [("my-notes", "my_notes"), ("Notes", "notes"), ("1st", "st"),
+                                               ("My Notes!", "my_notes"), ("x-y-", "x_y"),
                                                ("x" * 32, "x" * 31), ("", "notes"), ("9", "notes")])
 def test_a_bad_plugin_name_suggests_the_nearest_good_one(cli_home: Path, tmp_path: Path, name: str,
                                                           suggested: str) -> None:
