@@ -16,6 +16,7 @@ import apsw
 
 from ..assets.refs import AssetRef
 from ..core.database import Database
+from ..core.producer import producer_from
 from .history import RECORD_COLUMNS
 from .records import ExportedEntry, ExportedEvent, ExportedSession, ExportedSummary, ExportedVersion, ImportRecord
 
@@ -50,8 +51,8 @@ _SESSIONS = (
 _SUMMARIES = (
     "SELECT e.seq, j.uuid, j.source_key, j.source, j.result, j.created_at, j.updated_at, j.finished_at, "
     "(SELECT seq FROM events WHERE id = m.base_event_id), m.through_seq, m.source_count, m.first_event_id, "
-    "m.last_event_id, hex(m.source_digest), hex(m.summary_digest), m.model_ref, m.created_at, m.reverted_at "
-    "FROM summaries m JOIN events e ON e.id = m.event_id JOIN jobs j ON j.id = m.job_id "
+    "m.last_event_id, hex(m.source_digest), hex(m.summary_digest), m.model_ref, m.created_at, m.reverted_at, "
+    "m.producer FROM summaries m JOIN events e ON e.id = m.event_id JOIN jobs j ON j.id = m.job_id "
     "WHERE m.session_id = ? ORDER BY e.seq"
 )
 _IMPORTS = (
@@ -68,7 +69,8 @@ _ENTRIES = (
 )
 _VERSIONS = (
     "SELECT version, content, confidence, origin, source_session_uuid, source_first_seq, source_last_seq, "
-    "source_digest, created_at, client, said_at FROM knowledge_versions WHERE knowledge_id = ? ORDER BY version"
+    "source_digest, created_at, client, said_at, producer FROM knowledge_versions WHERE knowledge_id = ? "
+    "ORDER BY version"
 )
 
 
@@ -88,11 +90,11 @@ def _refs(text: str | None) -> tuple[AssetRef, ...]:
 
 def _summary(row: tuple) -> ExportedSummary:
     (seq, job_uuid, source_key, source, result, created, updated, finished, base_seq, through, count, first, last,
-     src_digest, sum_digest, model_ref, made, reverted) = row
+     src_digest, sum_digest, model_ref, made, reverted, producer) = row
     job = {"id": job_uuid, "source_key": source_key, "source": json.loads(source), "result": json.loads(result or "{}"),
            "created_at": created, "updated_at": updated, "finished_at": finished}
     return ExportedSummary(seq, job, base_seq, through, count, first, last, src_digest.lower(), sum_digest.lower(),
-                           model_ref, made, reverted)
+                           model_ref, made, reverted, producer_from(producer))
 
 
 def _sessions(conn: apsw.Connection) -> Iterator[tuple[int, ExportedSession]]:
@@ -130,8 +132,8 @@ def _entries(conn: apsw.Connection) -> Iterator[ExportedEntry]:
                 continue
             versions = tuple(
                 ExportedVersion(v, content, conf, origin, None if s_uuid is None else (s_uuid, s_first, s_last, s_dig),
-                                made, client, said)
-                for v, content, conf, origin, s_uuid, s_first, s_last, s_dig, made, client, said
+                                made, client, said, producer_from(producer))
+                for v, content, conf, origin, s_uuid, s_first, s_last, s_dig, made, client, said, producer
                 in conn.execute(_VERSIONS, (entry_id,))
             )
             yield ExportedEntry(path, key, bool(pinned), tombstoned, created, updated, versions)

@@ -126,6 +126,7 @@ class ExportedSummary:
     model_ref: str | None
     created_at: float
     reverted_at: float | None = None
+    producer: dict[str, str] | None = None  # the plugin that wrote it (`emelex_memory.core.producer`), if recorded
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,7 @@ class ExportedVersion:
     created_at: float
     client: str | None = None
     said_at: float | None = None  # when its statement was said (None in an export made before it: created_at)
+    producer: dict[str, str] | None = None  # the plugin whose distiller wrote it, if recorded
 
 
 @dataclass(frozen=True)

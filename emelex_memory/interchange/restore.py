@@ -38,7 +38,8 @@ from ..compaction.summaries import summary_payload
 from ..sessions.prefix_digest import SOURCE_DOMAIN, digest_prefix, event_frame, summary_digest
 from ..sessions.replay import provenance
 from ..core.jsonbound import encode_canonical_text
-from ..errors import ImportConflictError, InvalidInputError, InvalidKnowledgeError
+from ..core.producer import check_producer, producer_json
+from ..errors import ImportConflictError, InvalidInputError
 from ..knowledge.source_digest import source_digest
 from ..knowledge.values import (
     KnowledgeSource,
@@ -128,7 +129,11 @@ class _SummaryCheck:
             raise refuse("its payload is not a Summary document") from None
         source = {"base_summary_id": base_id, "count": s.source_count, "digest": s.source_digest,
                   "first_event_id": s.first_event_id, "last_event_id": s.last_event_id, "through_seq": s.through_seq}
-        if recorded != provenance(s.job["id"], source, s.model_ref):
+        try:
+            producer = check_producer(s.producer)
+        except InvalidInputError as exc:
+            raise refuse(str(exc)) from None
+        if recorded != provenance(s.job["id"], source, s.model_ref, producer):
             raise refuse("its provenance differs from its record")
 
 
@@ -299,7 +304,7 @@ def _reanchored(conn: apsw.Connection, rowid: int, s: ExportedSummary, payload: 
               "first_event_id": facts.first_event_id, "last_event_id": facts.last_event_id,
               "through_seq": s.through_seq}
     text = json.loads(payload)["text"]
-    return summary_payload(s.job["id"], source, s.model_ref, text, max_event_bytes).decode("utf-8")
+    return summary_payload(s.job["id"], source, s.model_ref, text, max_event_bytes, s.producer).decode("utf-8")
 
 
 def _write_summary(conn: apsw.Connection, rowid: int, s: ExportedSummary, event_id: int, payload: str) -> None:
@@ -319,11 +324,11 @@ def _write_summary(conn: apsw.Connection, rowid: int, s: ExportedSummary, event_
     ).fetchone()[0]
     conn.execute(
         "INSERT INTO summaries (event_id, session_id, job_id, base_event_id, through_seq, source_count, "
-        "first_event_id, last_event_id, source_digest, summary_digest, model_ref, created_at, reverted_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "first_event_id, last_event_id, source_digest, summary_digest, model_ref, created_at, reverted_at, producer) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (event_id, rowid, job_rowid, recorded["base_summary_id"], s.through_seq, recorded["count"],
          recorded["first_event_id"], recorded["last_event_id"], bytes.fromhex(recorded["digest"]),
-         summary_digest(payload.encode("utf-8")), s.model_ref, s.created_at, s.reverted_at),
+         summary_digest(payload.encode("utf-8")), s.model_ref, s.created_at, s.reverted_at, producer_json(s.producer)),
     )
 
 
@@ -350,16 +355,19 @@ def _link(conn: apsw.Connection, folder: AssetFolder, rowid: int, seq: int, even
 def _versions_here(conn: apsw.Connection, entry_id: int) -> list[tuple]:
     return conn.execute(
         "SELECT version, content, confidence, origin, source_session_uuid, source_first_seq, source_last_seq, "
-        "source_digest, created_at, client, said_at FROM knowledge_versions WHERE knowledge_id = ? ORDER BY version",
+        "source_digest, created_at, client, producer, said_at FROM knowledge_versions WHERE knowledge_id = ? "
+        "ORDER BY version",
         (entry_id,),
     ).fetchall()
 
 
-def _as_row(v: Any, said_here: float | None) -> tuple:
-    """An exported version as `_versions_here` reads one; an export made before dates existed (no said_at) takes
-    the date the version has here."""
+def _as_row(v: Any, here: tuple) -> tuple:
+    """An exported version as `_versions_here` reads one (`here`, the version as this store has it); an export made
+    before dates or producers were recorded (no said_at, no producer) takes the version's date and producer here."""
     src = v.source or (None, None, None, None)
+    producer_here, said_here = here[-2:]
     return (v.version, v.content, v.confidence, v.origin, *src, v.created_at, v.client,
+            producer_here if v.producer is None else producer_json(v.producer),
             said_here if v.said_at is None else v.said_at)
 
 
@@ -387,6 +395,7 @@ def _check_entry(entry: ExportedEntry) -> None:
                 validate_content(v.content)
             validate_confidence(v.confidence)
             validate_client(v.client)
+            check_producer(v.producer)
             if v.origin not in ORIGINS:
                 raise refuse(f"version {v.version} has origin {v.origin!r}, not one of {', '.join(ORIGINS)}")
             if v.source is not None:
@@ -398,7 +407,7 @@ def _check_entry(entry: ExportedEntry) -> None:
             raise refuse("its tombstone time and its newest version disagree")
         if not isinstance(entry.pinned, bool):
             raise refuse(f"pinned is {entry.pinned!r}, not true or false")
-    except (InvalidKnowledgeError, TypeError) as exc:
+    except (InvalidInputError, TypeError) as exc:
         raise refuse(str(exc)) from None
 
 
@@ -424,7 +433,7 @@ def restore_entry(conn: apsw.Connection, found: WorkspaceIdentity, entry: Export
     if row is not None:
         here = [tuple(r) for r in _versions_here(conn, row[0])]
         if len(here) == len(entry.versions) and bool(row[1]) == entry.pinned \
-                and here == [_as_row(v, h[-1]) for v, h in zip(entry.versions, here)]:
+                and here == [_as_row(v, h) for v, h in zip(entry.versions, here)]:
             return False
         raise ImportConflictError(
             f"Knowledge {entry.key!r} of {found.path} differs here from the exported entry (other versions, dates or "
@@ -452,9 +461,9 @@ def restore_entry(conn: apsw.Connection, found: WorkspaceIdentity, entry: Export
         conn.execute(
             "INSERT INTO knowledge_versions (knowledge_id, version, tombstone, content, size, confidence, origin, "
             "source_session_id, source_session_uuid, source_first_seq, source_last_seq, source_digest, created_at, "
-            "client, said_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "client, said_at, producer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (entry_id, v.version, int(v.content is None), v.content, size, v.confidence, v.origin, src_rowid,
              *(v.source or (None, None, None, None)), v.created_at, v.client,
-             v.created_at if v.said_at is None else v.said_at),
+             v.created_at if v.said_at is None else v.said_at, producer_json(v.producer)),
         )
     return True

@@ -100,7 +100,8 @@ def sessions_show(
         typer.echo(f"  title:     {s.title or '-'}")
         typer.echo(f"  workspace: {s.workspace.path}")
         typer.echo(f"  created:   {when(s.created_at)}   updated: {when(s.updated_at)}")
-        typer.echo(f"  history:   {s.last_seq} events in {s.last_turn} turns, {s.event_bytes} bytes")
+        typer.echo(f"  history:   {s.last_seq} event{'' if s.last_seq == 1 else 's'} in {s.last_turn} "
+                   f"turn{'' if s.last_turn == 1 else 's'}, {s.event_bytes} bytes")
         for line in _import_lines(runs):
             typer.echo(line)
         if raw:

@@ -99,7 +99,8 @@ class PlainLines(WorkObserver):
     terminal)."""
 
     def __init__(self, out: IO[str], preamble: Callable[[], str] | None = None) -> None:
-        """Write to `out`; `preamble()` (when given) is printed once, before the first job's start line."""
+        """Write to `out`; `preamble()` (when given) is printed once, before the start line of the first job that
+        needs the model."""
         self.out = out
         self._preamble = preamble
         self._said = 0.0  # the longest silence said so far (of the current wait)
@@ -118,8 +119,8 @@ class PlainLines(WorkObserver):
             typer.echo(f"[{job.kind}] job {job.id}  waiting for the model server: {waited:.0f} s", file=self.out)
 
     def job_started(self, job: JobStart) -> None:
-        """Print the preamble before the first job, then the start line."""
-        if self._preamble is not None:
+        """Print the preamble before the first job that needs the model, then the start line."""
+        if self._preamble is not None and job.needs_model:
             typer.echo(self._preamble(), file=self.out)
             self._preamble = None
         typer.echo(start_line(job), file=self.out)
@@ -135,8 +136,8 @@ class LiveProgress(WorkObserver):
     elapsed (which keeps counting between reports). Use it as a context manager around the run."""
 
     def __init__(self, out: IO[str], clock=time.monotonic, preamble: Callable[[], str] | None = None) -> None:
-        """Draw on `out`, a terminal; `preamble()` (when given) is printed once, before the first job's start
-        line."""
+        """Draw on `out`, a terminal; `preamble()` (when given) is printed once, before the start line of the first
+        job that needs the model."""
         from rich.console import Console  # imported here: only a run on a terminal pays for it
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -161,7 +162,7 @@ class LiveProgress(WorkObserver):
         """Print the start line; the job's bar appears with the model's first report (a job that runs no model
         gets none)."""
         self._drop_bar()
-        if self._preamble is not None:
+        if self._preamble is not None and job.needs_model:
             self.progress.console.print(self._preamble(), markup=False, highlight=False)
             self._preamble = None
         self.progress.console.print(start_line(job), markup=False, highlight=False)

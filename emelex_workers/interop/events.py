@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -32,6 +33,7 @@ class Conversion:
     first_words: str | None = None
     tools: dict[str, str] = field(default_factory=dict)
     last_time: float = 0.0
+    first_time: float | None = None
     skipped: int = 0
     cut: int = 0
 
@@ -72,8 +74,25 @@ class Conversion:
         at = parse_time(stamp)
         if at is None:
             return self.last_time
+        if self.first_time is None:
+            self.first_time = at
         self.last_time = max(self.last_time, at)
         return at
+
+    def date_undated(self, first_pass: Conversion, path: str) -> None:
+        """Before the second read of a file: when no time was seen before its new lines, date the undated lines
+        that lead them with the first time `first_pass` (the first read) found in the file, else with the file's
+        modification time (when its last line was written; now, if the file cannot be read), never with the
+        epoch."""
+        if self.first_time is not None:
+            return
+        if first_pass.first_time is not None:
+            self.last_time = first_pass.first_time
+            return
+        try:
+            self.last_time = os.stat(path).st_mtime
+        except OSError:
+            self.last_time = time.time()
 
     def event(self, kind: str, payload: dict[str, Any], at: float, line: int, *, new_turn: bool = False) -> ImportedEvent:
         """An imported event whose payload also names the source line it came from."""

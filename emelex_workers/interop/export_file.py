@@ -72,7 +72,8 @@ def _entry(e: ExportedEntry) -> dict[str, Any]:
             "versions": [{"version": v.version, "content": v.content, "confidence": v.confidence, "origin": v.origin,
                           "source": None if v.source is None else dict(zip(("session", "first_seq", "last_seq",
                                                                              "digest"), v.source)),
-                          "created_at": v.created_at, "client": v.client, "said_at": v.said_at} for v in e.versions]}
+                          "created_at": v.created_at, "client": v.client, "said_at": v.said_at,
+                          "producer": v.producer} for v in e.versions]}
 
 
 @dataclass
@@ -349,7 +350,7 @@ def _read_entry(o: dict[str, Any]) -> ExportedEntry:
         ExportedVersion(v["version"], v["content"], v["confidence"], v["origin"],
                         None if v["source"] is None else (v["source"]["session"], v["source"]["first_seq"],
                                                           v["source"]["last_seq"], v["source"]["digest"]),
-                        v["created_at"], v.get("client"), v.get("said_at"))
+                        v["created_at"], v.get("client"), v.get("said_at"), v.get("producer"))
         for v in o["versions"]
     )
     return ExportedEntry(o["workspace"], o["key"], bool(o["pinned"]), o["tombstoned_at"], o["created_at"],

@@ -159,6 +159,7 @@ def import_jsonl(store: MemoryStore, path: str, fmt: str, options: ImportOptions
                                      "(auto tells it from its lines)")
         return SourceResult(path, fmt, "unchanged", "no conversation in it yet", skipped=conv.skipped)
     workspace = require_workspace(options.workspace or conv.workspace, path, named=options.workspace is not None)
+    at_start.date_undated(conv, path)
     source = ImportSource(fmt, key, path, number, last, end, digest, conv.skipped - at_start.skipped,
                           conv.cut - at_start.cut)
 

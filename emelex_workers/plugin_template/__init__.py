@@ -25,6 +25,13 @@ def template_files() -> list[Path]:
     return sorted(p.relative_to(HERE) for p in HERE.rglob("*.tmpl"))
 
 
+def _nearest_name(name: str) -> str:
+    """The good plugin name nearest to `name`: lowercased, each run of other characters one underscore between
+    words, no leading digit, at most 31 characters; 'notes' when nothing of it is left."""
+    nearest = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_").lstrip("0123456789_")[:31].rstrip("_")
+    return nearest if NAME.fullmatch(nearest) else "notes"
+
+
 def new_plugin(name: str, parent: Path) -> Path:
     """Write a new plugin package named `name` in `parent/emelex-<name>` and return that folder.
 
@@ -34,7 +41,7 @@ def new_plugin(name: str, parent: Path) -> Path:
     if not NAME.fullmatch(name):
         raise InvalidInputError(
             f"plugin name {name!r} is not a lowercase identifier of at most 31 characters ([a-z][a-z0-9_]*): it is "
-            "the entry-point name, the summarizer's and the distiller's; choose e.g. 'notes'")
+            f"the entry-point name, the summarizer's and the distiller's; choose e.g. {_nearest_name(name)!r}")
     if not parent.is_dir():
         raise InvalidInputError(f"{parent} is not an existing folder: create it first, or pass another --directory")
     values = {"name": name, "package": f"emelex_{name}", "distribution": f"emelex-{name.replace('_', '-')}"}

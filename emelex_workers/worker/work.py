@@ -490,10 +490,15 @@ class Worker:
         tokens = job.source.get("source_tokens")
         if isinstance(tokens, int) and not isinstance(tokens, bool):
             return JobStart(job.id, job.kind, job.session_id, job.attempts + 1, tokens,
-                            job.source.get("tokens_estimated") is True)
+                            job.source.get("tokens_estimated") is True, self._needs_model(job))
         size = self.store.job_source_bytes(job)
         estimate = None if size is None else -(-size // BYTES_PER_TOKEN)
-        return JobStart(job.id, job.kind, job.session_id, job.attempts + 1, estimate, estimate is not None)
+        return JobStart(job.id, job.kind, job.session_id, job.attempts + 1, estimate, estimate is not None,
+                        self._needs_model(job))
+
+    def _needs_model(self, job: Job) -> bool:
+        """Whether the summarizer or distiller that runs `job` calls the model."""
+        return self._component(job).component.needs_model
 
     def _notify(self, event: str, *args: Any) -> None:
         """Tell the observer about `event`; an observer that raises is dropped, so a display never fails a job."""

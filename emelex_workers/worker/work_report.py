@@ -20,9 +20,10 @@ MAX_REPORTED_JOBS = 1000
 
 @dataclass(frozen=True)
 class JobStart:
-    """A job this run claimed, as it starts: its ID, kind, Session, which attempt this is, and its source's size
+    """A job this run claimed, as it starts: its ID, kind, Session, which attempt this is, its source's size
     in tokens (`source_estimated`: an estimate of 4 bytes per token, made when it was queued or from the stored
-    bytes, rather than counted with the model's tokenizer)."""
+    bytes, rather than counted with the model's tokenizer), and whether the summarizer or distiller that runs it
+    calls the model (`needs_model`)."""
 
     id: str
     kind: str
@@ -30,6 +31,7 @@ class JobStart:
     attempt: int
     source_tokens: int | None
     source_estimated: bool = False
+    needs_model: bool = True
 
 
 @dataclass(frozen=True)

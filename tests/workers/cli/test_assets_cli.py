@@ -106,6 +106,7 @@ def test_sessions_show_lists_each_events_assets(workspace: Path) -> None:
     assert shown.exit_code == 0, shown.output
     assert f"asset {refs[0].digest[:12]}  40 bytes  image/png" in shown.output
     assert refs[1].digest[:12] not in shown.output  # stored, but no event links it
+    assert "  history:   1 event in 1 turn, " in shown.output  # counted in words: one event, not "1 events"
     data = json.loads(runner.invoke(app, ["memory", "sessions", "show", session_id, "--json"]).output)
     assert [e["assets"] for e in data["events"]] == [
         [{"digest": refs[0].digest, "size": 40, "media_kind": "image/png"}]]

@@ -64,7 +64,7 @@ def test_sessions_list_and_show(workspace: Path) -> None:
     assert line.index(session_id) == header.index("SESSION") and line.index("cli test") == header.index("TITLE")
     assert line.index(str(workspace)) == header.index("WORKSPACE")
     shown = runner.invoke(app, ["memory", "sessions", "show", session_id])
-    assert shown.exit_code == 0 and "hi there" in shown.output and "2 events in 1 turns" in shown.output
+    assert shown.exit_code == 0 and "hi there" in shown.output and "2 events in 1 turn," in shown.output
     data = json.loads(runner.invoke(app, ["memory", "sessions", "show", session_id, "--json"]).output)
     assert [e["payload"]["text"] for e in data["events"]] == ["hello", "hi there"]
     data = json.loads(runner.invoke(app, ["memory", "sessions", "list", "--json"]).output)

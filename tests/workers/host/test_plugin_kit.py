@@ -58,6 +58,16 @@ def test_a_bad_plugin_name_is_one_line_and_creates_nothing(cli_home: Path, tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(("name", "suggested"), [("my-notes", "my_notes"), ("Notes", "notes"), ("1st", "st"),
+                                               ("My Notes!", "my_notes"), ("x-y-", "x_y"),
+                                               ("x" * 32, "x" * 31), ("", "notes"), ("9", "notes")])
+def test_a_bad_plugin_name_suggests_the_nearest_good_one(cli_home: Path, tmp_path: Path, name: str,
+                                                          suggested: str) -> None:
+    result = CliRunner().invoke(app, ["plugins", "new", name, "--directory", str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.output.endswith(f"; choose e.g. {suggested!r}\n"), result.output
+
+
 @pytest.mark.parametrize("where", ["missing/deeper", "a-file"])
 def test_a_folder_that_is_not_there_is_one_line_and_creates_nothing(cli_home: Path, tmp_path: Path, where: str) -> None:
     (tmp_path / "a-file").write_text("x")

@@ -365,3 +365,30 @@ def test_a_format_named_wrongly_is_refused_not_reported_as_an_empty_history(tmp_
     out = imported(str(path), "--format", "codex")
     assert out["exit"] == 1 and out["sources"][0]["outcome"] == "refused"
     assert "no line of it is a codex history line" in out["sources"][0]["message"]
+
+
+def test_lines_without_a_time_take_the_first_time_the_file_gives_else_its_modification_time(tmp_path,
+                                                                                           workspace) -> None:
+    """No imported event is dated 1970: undated lines before the first dated one take its time, and a history
+    with no time at all is dated by the file's modification time (when its last line was written)."""
+    header = {"emelex_history": 1, "workspace": str(workspace)}
+    undated = [{"role": "user", "text": "The staging database is db-staging-2."},
+               {"role": "assistant", "text": "Noted: db-staging-2."}]
+    later = {"role": "user", "text": "It moves to db-staging-3 in January.", "at": "2026-11-28T12:00:00Z"}
+    partly = tmp_path / "partly.jsonl"
+    partly.write_text("".join(json.dumps(o) + "\n" for o in [{**header, "session": "a"}, *undated, later]))
+    never = tmp_path / "never.jsonl"
+    never.write_text("".join(json.dumps(o) + "\n" for o in [{**header, "session": "b"}, *undated]))
+    written = 1_790_000_000
+    import os
+    os.utime(never, (written, written))
+    stamps = {}
+    for path in (partly, never):
+        out = imported(str(path))
+        assert out["exit"] == 0, out
+        sid = out["sources"][0]["session_id"]
+        with MemoryStore.open(Settings()) as store:
+            stamps[path.name] = ([e.created_at for e in store.replay(sid).events], store.get_session(sid).created_at)
+    first_dated = 1_795_867_200  # 2026-11-28T12:00:00Z
+    assert stamps["partly.jsonl"] == ([first_dated] * 3, first_dated)
+    assert stamps["never.jsonl"] == ([written] * 2, written)

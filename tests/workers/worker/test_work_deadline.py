@@ -143,3 +143,28 @@ def test_max_seconds_bounds_a_real_run_with_a_hanging_plugin(tmp_path: Path, hom
     assert job.attempts == 1 and job.state == "pending", result
     assert "summarizer 'hang' of plugin 'hang' did not finish before the run's max_seconds ran out" in (
         job.diagnostics[-1].message)
+
+
+def test_a_run_whose_plugins_need_no_model_says_nothing_of_model_threads(tmp_path: Path, home: Path,
+                                                                         workspace: Path) -> None:
+    """`emelex memory work` with a summarizer and a distiller that declare `needs_model=False` loads no model, so
+    it prints no `model threads` line: only each job's start and end lines."""
+    from ...support.plugins import make_distribution
+
+    source = ("from emelex_workers.plugin_api import Distiller, Summarizer, hookimpl\n\n"
+              "@hookimpl\ndef register_summarizers(register):\n"
+              "    register(Summarizer('plain', lambda request: 'The user asked a question.', needs_model=False))\n\n"
+              "@hookimpl\ndef register_distillers(register):\n"
+              "    register(Distiller('plain', lambda request: [], needs_model=False))\n")
+    site = make_distribution(tmp_path / "site", "emelex-plain", "0.1", {"emelex_plain": source},
+                             {"plain": "emelex_plain"})
+    with MemoryStore.open(WorkerSettings(home=home)) as store:
+        seed(store, workspace)
+    env = {**os.environ, "EMELEX_HOME": str(home), "EMELEX_SUMMARIZER": "plain", "EMELEX_DISTILLER": "plain",
+           "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", "from emelex_workers.cli import main; main()", "memory", "work"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    assert len(lines) == 4 and not any("model threads" in line for line in lines), out.stderr
+    assert lines[0].startswith("[compaction] job ") and lines[2].startswith("[distill] job "), out.stderr

@@ -113,3 +113,46 @@ def test_the_sentences_the_guards_cut_are_counted_in_the_job(env: WorkerSettings
     assert report.jobs[0].detail == "completed; 1 sentence cut by the faithfulness guards"
     assert "completed; 1 sentence cut by the faithfulness guards" in CliRunner().invoke(
         app, ["memory", "jobs", "list"]).output
+
+
+def test_which_plugin_wrote_what_survives_an_export_read_back_into_a_fresh_home(env: WorkerSettings, workspace: Path,
+                                                                                 tmp_path: Path) -> None:
+    """A Summary and a Knowledge version the worker wrote keep their producer through `memory export` and `memory
+    import`: the Summary still verifies, and the version still names its distiller."""
+    from emelex_workers.interop.export_file import import_export, write_export
+
+    with MemoryStore.open(env) as store:
+        sid = seed(store, workspace)
+        assert work(store, env).counts["done"] == 2
+        write_export(store, str(tmp_path / "export.jsonl"))
+    with MemoryStore.open(WorkerSettings(home=tmp_path / "fresh")) as fresh:
+        report = import_export(fresh, str(tmp_path / "export.jsonl"))
+        assert report.refused == [] and report.imported["sessions"] == 1, report
+        summary = fresh.replay(sid).events[0]  # verifies the provenance, the producer included
+        assert summary.payload["provenance"]["producer"] == SUMMARIZER
+        assert [v.producer for v in fresh.knowledge_history(workspace, "fact-2", 0).versions] == [DISTILLER]
+
+
+def test_an_export_whose_producer_was_altered_is_refused_and_nothing_of_it_written(env: WorkerSettings,
+                                                                                   workspace: Path,
+                                                                                   tmp_path: Path) -> None:
+    from emelex_workers.interop.export_file import import_export, write_export
+
+    with MemoryStore.open(env) as store:
+        seed(store, workspace)
+        work(store, env)
+        write_export(store, str(tmp_path / "export.jsonl"))
+    lines = []
+    for line in (tmp_path / "export.jsonl").read_text().splitlines():
+        obj = json.loads(line)
+        if obj.get("type") == "session":
+            obj["summaries"][0]["producer"] = {**SUMMARIZER, "plugin": "other"}
+        if obj.get("type") == "knowledge":
+            obj["versions"][0]["producer"] = {"plugin": "fake"}  # kind and name missing
+        lines.append(json.dumps(obj))
+    (tmp_path / "altered.jsonl").write_text("\n".join(lines) + "\n")
+    with MemoryStore.open(WorkerSettings(home=tmp_path / "fresh")) as fresh:
+        report = import_export(fresh, str(tmp_path / "altered.jsonl"))
+        assert report.imported.get("sessions", 0) == 0 and report.imported.get("knowledge", 0) == 0, report
+        assert any("provenance differs" in r for r in report.refused), report.refused
+        assert any("a producer has the fields" in r for r in report.refused), report.refused
