@@ -10,8 +10,10 @@ These are plain functions over text, independent of any model or plugin
   line breaks, except where that would cut code or a name: never inside a
   backtick span (`` `pip install -e .` ``) or a fenced code block (one
   sentence, line breaks included), not before a lowercase letter ("... and
-  then", "-e . and"), and not after a token of dots only (".", "..") or an
-  abbreviation ("e.g.").
+  then", "-e . and"), and not after a token of dots only (".", ".."), an
+  abbreviation ("e.g.") or an initial or title: a capital alone or before
+  lowercase letters with no vowel ("J.", "Dr.", "Mrs.", "St."; no English
+  word is spelt so).
 - A candidate is *supported* by its source when its normalized text
   (`normalize`) occurs in the normalized text of one source event (a quote),
   or when every content word of it occurs in one source sentence whose
@@ -68,6 +70,9 @@ _WORD = re.compile(r"[^\W_]+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]`*]*[ \t]+")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")  # an inline code span; group 1 is its text
 _DOTTED = re.compile(r"(?:[a-z]\.){2,}\Z", re.IGNORECASE)  # "e.g.", "i.e.": not the end of a sentence
+# A capital alone or before lowercase letters that hold no vowel ("J.", "Dr.", "Mrs.", "St."): no English word is
+# spelt so, so it is an initial or a title, whatever it abbreviates: not the end of a sentence.
+_TITLE = re.compile(r"[A-Z][b-df-hj-np-tv-xz]{0,3}\.\Z")
 _FENCE = re.compile(r"^```[^\n]*\n.*?^```[ \t]*$", re.DOTALL | re.MULTILINE)
 _TERMINATED = re.compile(r"[.!?][\"')\]`*]*\Z")
 _KEY_NAME = re.compile(r"[^\s,;()\[\]{}\"'`<>]+")
@@ -113,7 +118,8 @@ def _line_sentences(line: str) -> list[str]:
         following = masked[end.end():end.end() + 1]
         token = masked[:end.start()].rsplit(None, 1)[-1] if masked[:end.start()].strip() else ""
         token = token.rstrip("\"')]`*")
-        if following.islower() or not token.strip(".") or _DOTTED.match(token.lstrip("(\"'")):
+        if following.islower() or not token.strip(".") or _DOTTED.match(token.lstrip("(\"'")) \
+                or _TITLE.match(token.lstrip("(\"'")):
             continue
         out.append(line[start:end.start()])
         start = end.end()

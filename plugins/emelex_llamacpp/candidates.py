@@ -21,7 +21,9 @@ pure conversation (only words like "thanks", "sure", "noted"), sentences
 over `MAX_CANDIDATE_CHARS`, and statements *superseded* later in the source
 (`superseded`): a later statement that gives the same subject another value,
 or retires the value ("from `a` to `b`", "renamed `a` to `b`"), or says it
-changes a named place or thing (`renamed_place`); see `supersedes`. Duplicates
+changes a named place or thing (`renamed_place`), or gives a new weekday,
+month or name where the earlier gave one and says all the earlier said
+(`renamed_value`); see `supersedes`. Duplicates
 (once normalized) are kept once, first occurrence.
 
 For facts (Knowledge) also dropped:
@@ -40,7 +42,11 @@ For facts (Knowledge) also dropped:
   "this error"), and a short plan of the speaker's (at most 6 words)
   that names nothing ("OK, I'll close the ticket.");
 - sentences of fewer than two *substantive* words (content words that are
-  neither small talk nor negations: "Not yet.", "Right, not 1%.").
+  neither small talk nor negations: "Not yet.", "Right, not 1%.");
+- sentences spoken to the other speaker (`exchange`: the second person,
+  "you", "your") that name nothing (no key name, value or proper name):
+  about the exchange, not a fact a later reader can place ("I can walk you
+  through your options.").
 
 A *fragment answer* (the first sentence of a reply to a question that opens
 with "yes" / "no", or has at most 8 words, counted as runs of non-space,
@@ -61,6 +67,7 @@ is the pipeline's own output, not what the conversation said.
 
 from __future__ import annotations
 
+import calendar
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,6 +87,7 @@ from emelex_workers.faithfulness import (
     negated,
     normalize,
     qa,
+    qa_parts,
     sentences,
     stem,
     summary_lines,
@@ -223,6 +231,18 @@ def own_clause(sentence: str) -> bool:
     return any(not _PLAN.match(sentence[m.end():]) for m in _CLAUSE.finditer(sentence))
 
 
+_SECOND_PERSON = re.compile(r"\b(?:you|your|yours|yourself|yourselves)\b", re.IGNORECASE)
+
+
+def exchange(sentence: str) -> bool:
+    """True when `sentence` speaks to the other speaker (the second person: "you", "your") and names nothing: no key
+    name, value or proper name ("I can walk you through your options.", "Your garden sounds lovely."). It is about
+    the exchange, which a later reader cannot place; a sentence that names something says it about that ("You need
+    Python 3.11 to build it.")."""
+    return bool(_SECOND_PERSON.search(CODE_SPAN.sub(" ", sentence))) and not key_names(sentence) \
+        and not proper_names(sentence)
+
+
 def episodic(sentence: str, *, answers: bool = False, names: frozenset[str] = frozenset()) -> bool:
     """True when `sentence` is state of the moment, a debugging step or hypothesis, a short plan of the speaker's
     that names nothing (at most 6 words), or leans on its context (`leans`: opening with "It", "They", ..., a
@@ -317,7 +337,8 @@ def supersedes(later: str, earlier: str) -> bool:
     one identifier a value (`settings`) and `earlier`'s is not among `later`'s; or, when one of them names no
     identifier, they are about the same subject (`same_subject`) and `later` states a value `earlier` does not (when
     it also repeats `earlier`'s, "25 percent; 30 was too wet", it holds all `earlier` says) or changes a place or
-    thing `earlier` names (`renamed_place`)."""
+    thing `earlier` names (`renamed_place`), or gives a new weekday, month or name and all `earlier` says
+    (`renamed_value`)."""
     old, new = values(earlier), values(later)
     if (old | content_words(earlier)) & retired(later):
         return True
@@ -327,7 +348,52 @@ def supersedes(later: str, earlier: str) -> bool:
         return any(mine[name] - theirs[name] for name in shared)
     if subjects(earlier) and subjects(later):
         return False
-    return bool(new - old) and same_subject(earlier, later) or renamed_place(later, earlier)
+    return bool(new - old) and same_subject(earlier, later) or renamed_place(later, earlier) \
+        or renamed_value(later, earlier)
+
+
+# The kind of a named value: a weekday or a month (the calendar's own names, singular or plural), else a name.
+_CALENDAR = {**{d.casefold(): "weekday" for d in calendar.day_name},
+             **{m.casefold(): "month" for m in calendar.month_name if m}}
+
+
+def named_values(sentence: str) -> dict[str, set[str]]:
+    """The names `sentence` states (`proper_names` of each of its sentences; of a "Q: ... A: ..." entry, of its
+    question and its answer), by kind: "weekday" ("Thursdays" is "thursday"), "month", or "name" (a place, a
+    person, a thing)."""
+    out: dict[str, set[str]] = {}
+    said = [s for part in (qa_parts(sentence) or (sentence,)) for s in sentences(part)]  # each opens with a capital
+    for name in {n for s in said for n in proper_names(s)}:
+        single = name.removesuffix("s")
+        kind = _CALENDAR.get(name) or _CALENDAR.get(single) or "name"
+        out.setdefault(kind, set()).add(name if kind == "name" else single if single in _CALENDAR else name)
+    return out
+
+
+def renamed_value(later: str, earlier: str) -> bool:
+    """True when neither names an identifier (`subjects`: those are the settings' rules), `later` gives a value of
+    every kind `earlier` names (`named_values`: a weekday, a month, a name), a new one for at least one kind (none of
+    `earlier`'s of that kind), and they are about one subject: they name one thing in common and share a word of
+    what they are about (their substantive words, names aside), or, naming nothing in common, those words overlap
+    with a Jaccard index of at least 0.6: "Choir practice happens on Fridays at the Elm Hall." after "Our choir
+    practice is on Wednesdays at the Elm Hall.", whatever verb says so. A later statement that leaves out a kind
+    the earlier named changes only part of it, and replaces nothing."""
+    if subjects(earlier) or subjects(later):
+        return False
+    old, new = named_values(earlier), named_values(later)
+    if not old or not old.keys() <= new.keys() or all(old[kind] & new[kind] for kind in old):
+        return False
+    if any(old[kind] & new[kind] for kind in old):  # the same thing named again, with a new value of another kind
+        return bool(_about(earlier, old, new) & _about(later, old, new))
+    mine, theirs = _about(earlier, old, new), _about(later, old, new)
+    return bool(mine and theirs) and len(mine & theirs) / len(mine | theirs) >= SUBJECT_OVERLAP
+
+
+def _about(sentence: str, *named: dict[str, set[str]]) -> set[str]:
+    """The substantive words of `sentence` (of a "Q: ... A: ..." entry, its question's and answer's; not "Q" and
+    "A"), the names of `named` aside: what it is about."""
+    names = {stem(n) for kinds in named for found in kinds.values() for n in found}
+    return substance(" ".join(qa_parts(sentence) or (sentence,))) - names
 
 
 _NOT_NOW = re.compile(r"\bnot now\b", re.IGNORECASE)
@@ -412,6 +478,7 @@ def candidates(events: Sequence[Event], *, facts: bool) -> list[Candidate]:
                 continue
             if facts and (_PROPOSAL.search(sentence) or (index, sentence) in rejected
                           or episodic(sentence, answers=question is not None, names=names)
+                          or (question is None and exchange(sentence))
                           or (question is None and (len(substance(sentence, names)) < 2 or remark(sentence)))):
                 continue
             seen.add(norm)

@@ -20,7 +20,8 @@ Each record is new to the Summary until it is taken (`_names`), so every
 distinct call counts, even on a tool and a path named before.
 *Decisions* (`candidates.decision`: statements naming a value or an
 identifier, such as a command, a version or a file, or saying use / keep /
-pin / set / ...) go first, and first among them the decisions that change
+pin / set / ...; and the statement that settles what the other side asked:
+the first sentence of a reply to a question, when it states something) go first, and first among them the decisions that change
 something (`candidates.change`: "... instead", "switch ... from ... to",
 "renamed", "is now"). A step of a long compaction summarizes the
 previous Summary and a new slice of the conversation: the previous
@@ -164,6 +165,16 @@ def _pool(request: SummaryRequest) -> list[Candidate]:
     return [Candidate(text, i, kind) for i, kind, text in (said or texts)[:1]]
 
 
+def _settling(pool: list[Candidate], asked: dict[int, Candidate]) -> set[int]:
+    """The ids of the statements that settle what the other side asked: the first sentence said in reply to a
+    question (`candidates.questions`; not a record) when it states something (two substantive words or more)."""
+    first: dict[int, Candidate] = {}
+    for c in pool:
+        if c.line in asked and c.speaker not in RECORD_SPEAKERS and c.line not in first:
+            first[c.line] = c
+    return {id(c) for c in first.values() if len(substance(c.text)) >= 2}
+
+
 PREVIOUS_DECISIONS_SHARE = 1 / 2
 NAMED = 2  # proper names that make a statement a decision of the Summary ("booked a site at Pine Hollow")
 
@@ -176,7 +187,8 @@ def summarize(request: SummaryRequest) -> str:
     pool = _pool(request)
     asked = questions(request.events)
     fresh = {id(c): request.events[c.event].kind != "summary" for c in pool}
-    decisive = {id(c): decision(c.text) or len(proper_names(c.text)) >= NAMED for c in pool}
+    settling = _settling(pool, asked)
+    decisive = {id(c): decision(c.text) or len(proper_names(c.text)) >= NAMED or id(c) in settling for c in pool}
     changes = {id(c): change(c.text) for c in pool}
     order = {id(c): -c.order for c in pool}
     tokens = {c.text: model.count_tokens(c.text) + 2 for c in [*pool, *asked.values()]}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from emelex_llamacpp import extractive, prompts
+from emelex_llamacpp.candidates import supersedes
 from emelex_memory import KnowledgeCandidate, MemoryStore, NewEvent
 from emelex_workers import faithfulness as fx
 from emelex_workers.faithfulness.guards import guard_candidates, machinery
@@ -298,3 +299,55 @@ def test_what_leans_on_the_context_behind_a_greeting_or_a_first_clause_is_judged
     ))
     assert [c.content for c in found] == ["They closed the pool for repairs, so we swim at the Northside Centre now.",
                                           "Wow, the Northside Centre has a sauna too."]
+
+
+def test_a_sentence_addressed_to_the_other_speaker_that_names_nothing_is_about_the_exchange_not_knowledge(
+    store: MemoryStore, workspace: Path
+) -> None:
+    """A statement in the second person ("you", "your") is read by whoever it was said to; when it names nothing (no
+    identifier, value or proper name) it is about the exchange ("I can walk you through your options."), which a
+    later reader cannot place. One that names something says it about that, and stays."""
+    found = _distill(store, workspace, _chat(
+        "The greenhouse heater runs on propane.", "I can walk you through your heating options.",
+        "Your greenhouse sounds like a lovely project.", "Happy to help you plan your planting calendar.",
+        "You need Python 3.11 to run the sensor script.", "Noted.",
+        "Your seedlings go to the Maple Street allotment in April.", "Lovely.",
+    ))
+    assert [c.content for c in found] == ["The greenhouse heater runs on propane.",
+                                          "You need Python 3.11 to run the sensor script.",
+                                          "Your seedlings go to the Maple Street allotment in April."]
+
+
+def test_a_new_day_month_or_name_for_the_same_subject_supersedes_whatever_verb_says_so(
+    store: MemoryStore, workspace: Path
+) -> None:
+    """A later statement about the same subject (a word of what it is about in common) that gives a new value of a
+    kind the earlier gave (a weekday, a month, a proper name), and says all the earlier said (a value of each of its
+    kinds), replaces it, with no word saying it changed. One that changes part of it (a new month, but no place where
+    the earlier named one) leaves the earlier standing; one about another subject replaces nothing."""
+    found = _distill(store, workspace, _chat(
+        "Our choir practice is on Wednesdays at the Elm Hall.", "Lovely.",
+        "I'm opening a bakery on Harbor Road in March.", "Exciting.",
+        "We swim at the Northside Centre on Mondays.", "Nice.",
+        "Choir practice happens on Fridays at the Elm Hall from next week.", "Noted.",
+        "We pushed the bakery opening to April.", "Oh well.",
+        "We play chess at the Riverside Club on Tuesdays.", "Fun.",
+    ))
+    assert [c.content for c in found] == [
+        "I'm opening a bakery on Harbor Road in March.",
+        "We swim at the Northside Centre on Mondays.",
+        "Choir practice happens on Fridays at the Elm Hall from next week.",
+        "We pushed the bakery opening to April.",
+        "We play chess at the Riverside Club on Tuesdays."]
+    for c in found:
+        store.remember(workspace, c.key, c.content, confidence=c.confidence)
+    later = _distill(store, workspace, _chat("We swim at the Northside Centre on Thursdays now.", "OK."),
+                     knowledge=store.recall(workspace).entries)
+    swim = next(c for c in found if "swim" in c.content)
+    assert [(c.key, c.content) for c in later] == [(swim.key, "We swim at the Northside Centre on Thursdays now.")]
+    # One word in common is not one subject: "deploy" of two different things, each named anew, replaces nothing.
+    assert not supersedes("We deploy the docs with Netlify on Fridays.", "We deploy the shop with Ansible on Mondays.")
+    # The capital opening a sentence names nothing, and the "Q:" and "A:" labels are no word two entries share.
+    assert not supersedes("Q: How old is she? A: Four.", "Q: How's the garden going? A: Really well.")
+    assert not supersedes("Q: What's the cafe called? A: It is Bean & Co.",
+                          "Q: Which boots do you hike in? A: The Salomon Quest boots.")

@@ -126,3 +126,21 @@ def test_claims_are_checked_sentence_by_sentence_and_a_mostly_unsupported_summar
     with pytest.raises(DegenerateOutputError, match="unsupported claims"):
         guard_summary("assistant: The orders service runs in production on weekends.\nuser: Backups are hourly.",
                       job=job, events=events)
+
+
+def test_the_answer_that_settles_what_the_other_side_asked_is_kept_before_small_talk(
+    store: MemoryStore, workspace: Path
+) -> None:
+    """A reply that states something (two substantive words or more) to what the other side asked settles it: it
+    ranks with the decisions, its question quoted before it, ahead of remarks and small talk however wordy."""
+    small_talk = ["Coffee tastes bitter whenever interns brew espresso downstairs.",
+                  "Office plants wilt because radiators blast heat constantly.",
+                  "Standups drag since everyone narrates weekend hiking adventures.",
+                  "Keyboards clatter loudly during quarterly planning marathons."]
+    turns = [t for c in small_talk for t in (c, "Interesting.")]
+    turns[4:4] = ["How is the move going?", "We pushed the move to October, the van broke down."]
+    text = _summary(store, workspace, turns, 40)
+    lines = text.splitlines()
+    assert lines.index("assistant: We pushed the move to October, the van broke down.") == lines.index(
+        "user: How is the move going?") + 1
+    assert ScriptedBinding().count_tokens(text) <= 40

@@ -132,3 +132,15 @@ def test_summary_lines_keep_a_closed_code_block_whole_and_an_unclosed_one_is_pla
     assert summary_lines("assistant: ```\nx\nuser: y") == ["assistant: ```", "x", "user: y"]
     assert summary_lines("a ``` b\n```") == ["a ``` b", "```"]  # only a line that opens with a fence opens one
     assert terminated("```sh\nls -l\n```") and not terminated("```sh\nls -l")
+
+
+def test_a_title_or_initial_before_a_name_does_not_end_a_sentence() -> None:
+    # A capitalised token without a vowel ("Mr", "Dr", "Mrs", "St") or a single capital letter is an abbreviation
+    # or an initial, whatever it abbreviates: a shape, not a list.
+    text = "We met Dr. Varga at the clinic. Mrs. Lindqvist runs the shop on Elm St. now. J. Osei signed it."
+    assert fx.sentences(text) == ["We met Dr. Varga at the clinic.",
+                                  "Mrs. Lindqvist runs the shop on Elm St. now.",
+                                  "J. Osei signed it."]
+    # A word ending a sentence still ends it, and a vowel-less word in capitals is no title.
+    assert fx.sentences("We bought a new TV. It is big. Ask Bo. He knows.") == [
+        "We bought a new TV.", "It is big.", "Ask Bo.", "He knows."]
