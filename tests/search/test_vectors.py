@@ -234,9 +234,23 @@ def test_the_query_is_embedded_without_the_words_most_sessions_hold(store: Memor
 
 
 def test_the_nearest_vector_counts_as_much_as_the_best_full_text_match() -> None:
-    """Reciprocal-rank fusion with equal weights: a row only the query's vector finds (a paraphrase sharing no word
+    """Equal weights: a row only the query's vector finds (a paraphrase sharing no word
     with the query) comes right after a row both find first, ahead of the second full-text match."""
     ranked = [Ranked(EVENTS, rowid, 10.0 - rowid, 0.5) for rowid in (1, 2, 3)]
     fused = fuse(ranked, [(EVENTS, 9, 0.8), (EVENTS, 1, 0.7)])
     assert [r.rowid for r in fused] == [1, 9, 2, 3]
     assert [r.relevance for r in fused] == [0.5, 0.0, 0.5, 0.5]
+
+
+def test_rows_both_sides_find_weakly_never_outrank_the_nearest_row() -> None:
+    """A full-text list long with weak matches (rows holding only a little of the query's weight), which the
+    vectors also reach far down their list, does not push the nearest row down: each side's scores are normalised
+    and summed, and a row counts as a full-text match only when it holds the share of the query's weight recall
+    asks of a note. The weak rows follow, in their order."""
+    strong = Ranked(EVENTS, 1, 12.0, 0.9)
+    weak = [Ranked(EVENTS, rowid, 1.0, 0.1) for rowid in range(2, 32)]
+    near = [(EVENTS, 100, 0.9)] + [(EVENTS, rowid, 0.35 - rowid / 1000) for rowid in range(2, 32)]
+    fused = fuse([strong, *weak], near)
+    assert {r.rowid for r in fused[:2]} == {1, 100}
+    assert [r.rowid for r in fused[2:]] == list(range(2, 32))
+    assert {r.rowid: r.relevance for r in fused}[100] == 0.0
