@@ -254,3 +254,13 @@ def test_rows_both_sides_find_weakly_never_outrank_the_nearest_row() -> None:
     assert {r.rowid for r in fused[:2]} == {1, 100}
     assert [r.rowid for r in fused[2:]] == list(range(2, 32))
     assert {r.rowid: r.relevance for r in fused}[100] == 0.0
+
+
+def test_a_query_only_weak_rows_match_leaves_the_order_to_the_vectors() -> None:
+    """Rows holding less of the query's weight than recall asks of a note (a common word or two) are no full-text
+    match in the fusion: the nearest row, which holds none of the query's words, leads, and they follow by their
+    vectors."""
+    weak = [Ranked(EVENTS, rowid, 1.0 - rowid / 1000, 0.1) for rowid in range(2, 32)]
+    near = [(EVENTS, 100, 0.9)] + [(EVENTS, rowid, 0.35 - rowid / 1000) for rowid in range(2, 32)]
+    fused = fuse(weak, near)
+    assert [r.rowid for r in fused] == [100, *range(2, 32)]
