@@ -4,6 +4,7 @@ plugin test double (a deterministic bag-of-letters vector): real inference is in
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -21,7 +22,8 @@ from emelex_memory.core.migrations import MIGRATIONS, migrate
 from emelex_memory.maintenance.backup import backup_store, restore_backup
 from emelex_memory.maintenance.doctor import diagnose
 from emelex_memory.search.ranking import EVENTS, Ranked
-from emelex_memory.search.vectors import fuse
+from emelex_memory.search import vectors
+from emelex_memory.search.vectors import fuse, nearest, unit_vector
 from emelex_workers.host.types import Embedder
 from emelex_workers.worker.embedding import embed_pending
 
@@ -264,3 +266,26 @@ def test_a_query_only_weak_rows_match_leaves_the_order_to_the_vectors() -> None:
     near = [(EVENTS, 100, 0.9)] + [(EVENTS, rowid, 0.35 - rowid / 1000) for rowid in range(2, 32)]
     fused = fuse(weak, near)
     assert [r.rowid for r in fused] == [100, *range(2, 32)]
+
+
+def test_the_nearest_rows_come_with_their_cosine_similarity(store: MemoryStore, workspace: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan's similarity is the cosine of the query's vector and the row's, best first, over every row of the
+    workspace read page by page."""
+    monkeypatch.setattr(vectors, "SCAN_PAGE", 7)
+    texts = [f"note {n} " + "ab" * n for n in range(1, 40)]
+    say(store, workspace, *texts, *texts[:1])
+    embed_pending(store, EMBEDDER)
+    query = letters("zebra bank")
+    with store.db.read() as conn:
+        (scope,) = conn.execute("SELECT DISTINCT workspace_id FROM search_vectors").fetchone()
+        near = nearest(conn, scope, MODEL, unit_vector(query), (EVENTS,), limit=100)
+        bodies = dict(conn.execute("SELECT rowid, body FROM event_search").fetchall())
+
+    def cosine(a: list[float], b: list[float]) -> float:
+        return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+    expected = sorted(((cosine(query, letters(body)), rowid) for rowid, body in bodies.items()), reverse=True)
+    assert len(near) == len(bodies) == 40
+    assert [rowid for _, rowid, _ in near] == [rowid for _, rowid in expected]
+    assert [s for _, _, s in near] == pytest.approx([s for s, _ in expected], abs=1e-6)
