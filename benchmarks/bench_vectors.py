@@ -4,7 +4,8 @@ A workspace of 100,000 and of 1,000,000 embedded rows (384 numbers each, the def
 unit vectors, as a brute-force search's cost does not depend on them) plus a small second workspace, in a SQLite
 file on disk. Three ways to find a query's 50 nearest rows of the workspace (cosine), alternated query by query:
 - **plain, Python**: the store's table (schema step m023_search_vectors_rows) scanned in pages by `search/vectors.py:
-  nearest`, the similarity computed in Python (what the store does without an extension);
+  nearest`, the similarity computed from Python (`math.dist` over the unpacked numbers: what the store does
+  without an extension);
 - **plain, sqlite-vec**: the same table, the similarity computed in SQL by sqlite-vec's `vec_distance_cosine`
   (`ORDER BY ... LIMIT 50`): the extension loaded into the searching connection only, nothing else stored;
 - **vec0**: sqlite-vec's own `vec0` table (the workspace as its partition key), a second copy of the vectors that

@@ -14,19 +14,23 @@ yet embedded is found by full text alone until the embedder catches up (`pending
 computed inside an append's transaction: the worker embeds what is pending after its jobs.
 
 Fusion: the rows most similar to the query's vector (cosine, at most `VECTOR_CANDIDATES`) and the full-text
-ranking are merged by reciprocal rank (`FULL_TEXT / (60 + rank)` + `VECTOR / (60 + rank)`), the two weighed
-alike: a sentence-embedding model finds the paraphrases no word search reaches (`bench_search.py --embedder`: the
-vectors alone recalled more than full text), so the nearest row found by its vector alone counts as much as the
-best full-text match.
+matches holding at least `RELEVANCE` of the query's weight (what the recall selection asks of a note) make one pool;
+each row of the pool has a score on each side (a row full text did not put in scores 0, as BM25 scores a row without
+the query's words; a row not among the nearest, the lowest similarity among them), each side's scores are
+standardised over the pool (distance from their mean in standard deviations) and the two summed at equal weights.
+The full-text candidates are every row holding a query word, most of them a weak word or two, and the nearest rows
+of a conversation hold some query word too: by rank alone (reciprocal-rank fusion), rows both sides found weakly
+outranked the nearest row and the best full-text match (`bench_search.py --embedder`: fused recall@10 fell below
+the vectors' own). The weaker full-text rows follow the pool, in their order.
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import math
-import operator
+import statistics
 import struct
-import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +40,7 @@ import apsw
 from ..core.database import Database
 from ..errors import InvalidInputError
 from .ranking import EVENTS, KNOWLEDGE, Ranked
+from .recall import RELEVANCE
 
 ITEMS = {"event": EVENTS, "knowledge": KNOWLEDGE}
 TABLE_ITEMS = {table: item for item, table in ITEMS.items()}
@@ -43,7 +48,6 @@ MAX_DIMS = 16_384
 MAX_BATCH = 512  # items `pending_embeddings` returns and `put_embeddings` takes at most
 SCAN_PAGE = 2_000  # vectors read per page of a search's scan
 VECTOR_CANDIDATES = 50
-RRF_K, FULL_TEXT, VECTOR = 60, 1.0, 1.0
 _TEXT = {
     EVENTS: "SELECT body FROM event_search WHERE rowid = ?",
     KNOWLEDGE: "SELECT key || ' ' || content FROM knowledge_search WHERE rowid = ?",
@@ -99,14 +103,6 @@ def unit_vector(vector: object) -> array:
 
 def _to_bytes(vector: array) -> bytes:
     return struct.pack(f"<{len(vector)}f", *vector)
-
-
-def _from_bytes(blob: bytes) -> array:
-    vector = array("f")
-    vector.frombytes(blob)
-    if sys.byteorder == "big":
-        vector.byteswap()  # stored little-endian
-    return vector
 
 
 class Vectors:
@@ -176,33 +172,50 @@ class Vectors:
 def nearest(conn: apsw.Connection, scope: int, model: str, query: array, tables: tuple[str, ...],
             limit: int = VECTOR_CANDIDATES) -> list[tuple[str, int, float]]:
     """The (table, rowid, cosine similarity) of workspace `scope`'s rows of `tables` most similar to the unit vector
-    `query`, best first, at most `limit`; the vectors are read in pages of `SCAN_PAGE`."""
+    `query`, best first, at most `limit`; the vectors are read in pages of `SCAN_PAGE`.
+
+    Both are unit vectors, so the cosine is 1 - d^2 / 2 for their Euclidean distance d, which `math.dist` computes
+    in C over the vector's numbers as `struct` reads them (the stored little-endian float32), without a Python
+    operation per number."""
     wanted = {TABLE_ITEMS[t] for t in tables}
+    numbers = struct.Struct(f"<{len(query)}f")
+    point = tuple(query)
     best: list[tuple[float, str, int]] = []
     after = 0
     while True:
         page = conn.execute(
             "SELECT id, item, item_id, vector FROM search_vectors WHERE workspace_id = ? AND model = ? AND id > ? "
             "ORDER BY id LIMIT ?", (scope, model, after, SCAN_PAGE)).fetchall()
-        for _, item, item_id, blob in page:
-            if item in wanted and len(blob) == 4 * len(query):
-                best.append((sum(map(operator.mul, query, _from_bytes(blob))), item, item_id))
-        best = sorted(best, reverse=True)[:limit]
+        best += [(1.0 - math.dist(point, numbers.unpack(blob)) ** 2 / 2, item, item_id)
+                 for _, item, item_id, blob in page if item in wanted and len(blob) == numbers.size]
+        best = heapq.nlargest(limit, best)
         if len(page) < SCAN_PAGE:
             break
         after = page[-1][0]
     return [(ITEMS[item], item_id, similarity) for similarity, item, item_id in best]
 
 
+def standard_scores(scores: dict[tuple[str, int], float]) -> dict[tuple[str, int], float]:
+    """Each of `scores` as its distance from their mean in standard deviations (all 0 when they do not vary)."""
+    if not scores:
+        return {}
+    mean, spread = statistics.fmean(scores.values()), statistics.pstdev(scores.values())
+    return {row: (score - mean) / spread if spread else 0.0 for row, score in scores.items()}
+
+
 def fuse(ranked: list[Ranked], near: list[tuple[str, int, float]]) -> list[Ranked]:
-    """The full-text ranking `ranked` and the vector neighbours `near` merged by weighted reciprocal rank; a row
-    keeps its full-text relevance (0 when only its vector found it)."""
-    scores: dict[tuple[str, int], float] = {}
+    """The full-text ranking `ranked` and the vector neighbours `near` merged by summed standard scores over one pool
+    of rows (see the module; ties: the better full-text score, then the newer row), then the full-text rows holding
+    less than `RELEVANCE` of the query's weight that no vector found, in their order; a row keeps its full-text
+    relevance (0 when only its vector found it)."""
+    words = {(r.table, r.rowid): r for r in ranked if r.relevance >= RELEVANCE}
+    vectors = {(table, rowid): similarity for table, rowid, similarity in near}
+    pool = list(words.keys() | vectors.keys())
+    lowest = min(vectors.values(), default=0.0)
     relevance = {(r.table, r.rowid): r.relevance for r in ranked}
-    for n, r in enumerate(ranked):
-        scores[(r.table, r.rowid)] = FULL_TEXT / (RRF_K + n + 1)
-    for n, (table, rowid, _) in enumerate(near):
-        scores[(table, rowid)] = scores.get((table, rowid), 0.0) + VECTOR / (RRF_K + n + 1)
-    fused = [Ranked(t, r, s, relevance.get((t, r), 0.0)) for (t, r), s in scores.items()]
-    fused.sort(key=lambda r: (-r.score, -r.rowid))
-    return fused
+    by_words = standard_scores({row: words[row].score if row in words else 0.0 for row in pool})
+    by_vectors = standard_scores({row: vectors.get(row, lowest) for row in pool})
+    fused = [Ranked(t, r, by_words[(t, r)] + by_vectors[(t, r)], relevance.get((t, r), 0.0)) for t, r in pool]
+    fused.sort(key=lambda r: (-r.score, -(words[(r.table, r.rowid)].score if (r.table, r.rowid) in words else 0.0),
+                              -r.rowid))
+    return fused + [r for r in ranked if (r.table, r.rowid) not in words and (r.table, r.rowid) not in vectors]

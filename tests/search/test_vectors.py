@@ -4,6 +4,7 @@ plugin test double (a deterministic bag-of-letters vector): real inference is in
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -21,7 +22,8 @@ from emelex_memory.core.migrations import MIGRATIONS, migrate
 from emelex_memory.maintenance.backup import backup_store, restore_backup
 from emelex_memory.maintenance.doctor import diagnose
 from emelex_memory.search.ranking import EVENTS, Ranked
-from emelex_memory.search.vectors import fuse
+from emelex_memory.search import vectors
+from emelex_memory.search.vectors import fuse, nearest, unit_vector
 from emelex_workers.host.types import Embedder
 from emelex_workers.worker.embedding import embed_pending
 
@@ -234,9 +236,56 @@ def test_the_query_is_embedded_without_the_words_most_sessions_hold(store: Memor
 
 
 def test_the_nearest_vector_counts_as_much_as_the_best_full_text_match() -> None:
-    """Reciprocal-rank fusion with equal weights: a row only the query's vector finds (a paraphrase sharing no word
+    """Equal weights: a row only the query's vector finds (a paraphrase sharing no word
     with the query) comes right after a row both find first, ahead of the second full-text match."""
     ranked = [Ranked(EVENTS, rowid, 10.0 - rowid, 0.5) for rowid in (1, 2, 3)]
     fused = fuse(ranked, [(EVENTS, 9, 0.8), (EVENTS, 1, 0.7)])
     assert [r.rowid for r in fused] == [1, 9, 2, 3]
     assert [r.relevance for r in fused] == [0.5, 0.0, 0.5, 0.5]
+
+
+def test_rows_both_sides_find_weakly_never_outrank_the_nearest_row() -> None:
+    """A full-text list long with weak matches (rows holding only a little of the query's weight), which the
+    vectors also reach far down their list, does not push the nearest row down: each side's scores are normalised
+    and summed, and a row counts as a full-text match only when it holds the share of the query's weight recall
+    asks of a note. The weak rows follow, in their order."""
+    strong = Ranked(EVENTS, 1, 12.0, 0.9)
+    weak = [Ranked(EVENTS, rowid, 1.0, 0.1) for rowid in range(2, 32)]
+    near = [(EVENTS, 100, 0.9)] + [(EVENTS, rowid, 0.35 - rowid / 1000) for rowid in range(2, 32)]
+    fused = fuse([strong, *weak], near)
+    assert {r.rowid for r in fused[:2]} == {1, 100}
+    assert [r.rowid for r in fused[2:]] == list(range(2, 32))
+    assert {r.rowid: r.relevance for r in fused}[100] == 0.0
+
+
+def test_a_query_only_weak_rows_match_leaves_the_order_to_the_vectors() -> None:
+    """Rows holding less of the query's weight than recall asks of a note (a common word or two) are no full-text
+    match in the fusion: the nearest row, which holds none of the query's words, leads, and they follow by their
+    vectors."""
+    weak = [Ranked(EVENTS, rowid, 1.0 - rowid / 1000, 0.1) for rowid in range(2, 32)]
+    near = [(EVENTS, 100, 0.9)] + [(EVENTS, rowid, 0.35 - rowid / 1000) for rowid in range(2, 32)]
+    fused = fuse(weak, near)
+    assert [r.rowid for r in fused] == [100, *range(2, 32)]
+
+
+def test_the_nearest_rows_come_with_their_cosine_similarity(store: MemoryStore, workspace: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scan's similarity is the cosine of the query's vector and the row's, best first, over every row of the
+    workspace read page by page."""
+    monkeypatch.setattr(vectors, "SCAN_PAGE", 7)
+    texts = [f"note {n} " + "ab" * n for n in range(1, 40)]
+    say(store, workspace, *texts, *texts[:1])
+    embed_pending(store, EMBEDDER)
+    query = letters("zebra bank")
+    with store.db.read() as conn:
+        (scope,) = conn.execute("SELECT DISTINCT workspace_id FROM search_vectors").fetchone()
+        near = nearest(conn, scope, MODEL, unit_vector(query), (EVENTS,), limit=100)
+        bodies = dict(conn.execute("SELECT rowid, body FROM event_search").fetchall())
+
+    def cosine(a: list[float], b: list[float]) -> float:
+        return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+    expected = sorted(((cosine(query, letters(body)), rowid) for rowid, body in bodies.items()), reverse=True)
+    assert len(near) == len(bodies) == 40
+    assert [rowid for _, rowid, _ in near] == [rowid for _, rowid in expected]
+    assert [s for _, _, s in near] == pytest.approx([s for s, _ in expected], abs=1e-6)
