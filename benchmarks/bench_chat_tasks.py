@@ -675,15 +675,16 @@ def render(figures: dict) -> str:
     ])
 
 
-def run_policy(policy: str, out: Path) -> int:
-    """Run every task under `policy` alone, writing its rows and the model's name to `out` (JSON); 0."""
+def run_policy(policy: str, out: Path, half: str | None = None) -> int:
+    """Run every task (of `half` only, when given) under `policy` alone, writing its rows and the model's name to
+    `out` (JSON); 0."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="emelex-chat-tasks-") as tmp:
         home, root = Path(tmp) / "home", Path(tmp) / "workspaces"
         root.mkdir()
         with ModelManager(WorkerSettings(home=home)) as manager:
             model = manager.install_default(link=True)
-        for task in TASKS:
+        for task in (t for t in TASKS if half in (None, t.half)):
             rows.append(row := run_task(home, task, root, policy))
             print(f"{task.name:<24} {task.half} {policy:<6} {'PASS' if row['passed'] else 'fail'} "
                   f"{row['seconds']:6.1f} s ran {row['ran']} commands {row['commands']} lost {len(row['lost'])} "
@@ -696,7 +697,8 @@ def run_policy(policy: str, out: Path) -> int:
 def main() -> int:
     """Run both policies, each in a process of its own at the same time (`--policy NAME --out FILE` runs one),
     then write the section from their rows; 1 when a target is missed (or the model is missing). The targets
-    are pass rates and counts, not times, so the two sides need not alternate."""
+    are pass rates and counts, not times, so the two sides need not alternate. `--half tune` (or `held`) runs the
+    guided policy on that half alone, for tuning: it prints its rows and passes and writes no section."""
     try:
         default_model_file()
     except DefaultModelUnavailableError as exc:
@@ -704,6 +706,16 @@ def main() -> int:
         return 1
     if sys.argv[1:2] == ["--policy"]:
         return run_policy(sys.argv[2], Path(sys.argv[4]))
+    if sys.argv[1:2] == ["--half"]:
+        if sys.argv[2:3] not in ([half] for half in HALVES):
+            print(f"--half takes one of: {', '.join(HALVES)}")
+            return 2
+        with tempfile.TemporaryDirectory(prefix="emelex-chat-rows-") as tmp:
+            run_policy("guided", Path(tmp) / "guided.json", half=sys.argv[2])
+            rows = json.loads((Path(tmp) / "guided.json").read_text())["rows"]
+        print(f"guided, {sys.argv[2]} half: {sum(r['passed'] for r in rows)} of {len(rows)} passed (no section "
+              "written: a partial run)")
+        return 0
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="emelex-chat-rows-") as tmp:
         outs = {policy: Path(tmp) / f"{policy}.json" for policy in POLICIES}

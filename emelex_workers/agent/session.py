@@ -116,6 +116,7 @@ class AgentSession:
         self._notes: list[dict] = []  # the context notes recorded with the latest turn's input
         self._pending: list[dict] = []  # the context notes added since, for the next input
         self._asked = ""  # the user's input of the latest turn
+        self._previous = ""  # the answer of the turn before it
         self.walk: WorkspaceWalk | None = None  # the turn's walk of the workspace (set by the adapter per turn)
         self.plan: RoundPlan | None = None  # the plan of the latest round generated
 
@@ -141,7 +142,7 @@ class AgentSession:
         self.messages = protocol.history_messages(self.snapshot, events, unknown)
         self._results, self._earlier = [], []
         self._new_turn()
-        self._notes, self._pending = [], []
+        self._notes, self._pending, self._previous = [], [], ""
         calls: dict[str, ProposedCall] = {}
         for event in events:
             payload = event.payload if event.kind != SUMMARY_KIND else None
@@ -149,6 +150,8 @@ class AgentSession:
                 self._pending.append(payload)
             elif event.kind in ("user", "assistant", "turn_failed", SUMMARY_KIND):
                 self._new_turn()
+                if event.kind == "assistant":
+                    self._previous = event_body(event)
                 if event.kind == "user":
                     self._asked = event_body(event)
                     self._notes, self._pending = self._pending, []
@@ -213,6 +216,7 @@ class AgentSession:
     def add_answer(self, text: str) -> None:
         """Append the assistant's final answer; the turn is over."""
         self._new_turn()
+        self._previous = text
         self.messages.append(protocol.answer_message(self.snapshot, text))
 
     def turn_state(self, workspace: Path | None = None) -> TurnState:
@@ -221,7 +225,7 @@ class AgentSession:
         return TurnState(self._asked, tuple(self._results), tuple(self._earlier), tuple(self._notes),
                          frozenset(self._done), self.snapshot, self.enabled_tools,
                          {name: tool.spec for name, tool in self.tools.items()},
-                         None if workspace is None else self._walk(workspace))
+                         None if workspace is None else self._walk(workspace), self._previous)
 
     def round_messages(self, forced: str | None = None) -> list[dict]:
         """The messages a round is generated from: the history plus, when the turn is `forced` to end ("chain_limit",

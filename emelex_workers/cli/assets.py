@@ -6,9 +6,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import AssetInfo, AssetNotFoundError, EmelexError
+from emelex_memory import AssetInfo, AssetNotFoundError, AssetPage, EmelexError
 
-from .common import CursorOpt, EmelexTyper, JsonFlag, echo_json, echo_page, open_store, page_limit, when
+from .common import CursorOpt, EmelexTyper, JsonFlag, echo_json, echo_page, open_store, page_limit, read_listing, when
 
 assets_app = EmelexTyper(help="List, show and verify stored media assets.")
 
@@ -34,9 +34,9 @@ def assets_list(
     cursor: CursorOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """List catalogued assets in digest order: digest, media kind, bytes and how many events link each."""
-    with open_store(ctx) as store:
-        page = store.list_assets(cursor=cursor, limit=limit)
+    """List catalogued assets in digest order: digest, media kind, bytes and how many events link each (none on a
+    Home without a store yet)."""
+    page = read_listing(ctx, lambda store: store.list_assets(cursor=cursor, limit=limit), AssetPage([], None))
     echo_page(
         "assets", page.assets, page.next_cursor, as_json, as_dict=_entry_dict, empty="no assets",
         line=lambda a: f"{a.ref.digest}  {a.ref.media_kind:<24} {a.ref.size:>12} bytes  {a.links:>5} links",

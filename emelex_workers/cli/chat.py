@@ -468,10 +468,10 @@ class Chat:
         ending = ending_line(result)
         if ending is not None:
             print(ending)
-        print(progress.summary(result, time.monotonic()), file=sys.stderr if self.one_shot is not None else sys.stdout)
-        if self.recalling:
+        if self.recalling:  # what the turn recalled, before the line that ends it
             self.recalling = False
             print(recall_line(result.context), file=sys.stderr if self.one_shot is not None else sys.stdout)
+        print(progress.summary(result, time.monotonic()), file=sys.stderr if self.one_shot is not None else sys.stdout)
 
     def _answer_starts(self) -> None:
         """Answer text is about to be written: the status line gives way to it."""

@@ -80,6 +80,18 @@ def open_store(ctx: typer.Context) -> MemoryStore:
     return MemoryStore.open(settings_of(ctx), create=False)
 
 
+def read_listing(ctx: typer.Context, read: Callable[[MemoryStore], T], nothing: T) -> T:
+    """What `read` gives of the existing store of this invocation's Home, or `nothing` on a Home without a store yet
+    (a new Home lists nothing, and nothing is created to say so)."""
+    from emelex_memory import NoStoreError
+
+    try:
+        with open_store(ctx) as store:
+            return read(store)
+    except NoStoreError:
+        return nothing
+
+
 def page_limit(ctx: typer.Context, value: int | None) -> int | None:
     """Option callback: a page size between 1 and the `max_page_items` setting, else a usage error naming the flag."""
     if value is not None and not 1 <= value <= settings_of(ctx).max_page_items:

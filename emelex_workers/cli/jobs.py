@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from emelex_memory import CompactionPolicy, Job, MemoryStore, TurnTooLargeError, describe_producer
+from emelex_memory import CompactionPolicy, Job, JobPage, MemoryStore, TurnTooLargeError, describe_producer
 from emelex_memory.compaction.planning import tokens_text
 from emelex_memory.queue.jobs import STATES
 
@@ -30,6 +30,7 @@ from .common import (
     SessionArg,
     echo_json,
     echo_page,
+    read_listing,
     known_kind,
     one_of,
     open_store,
@@ -100,10 +101,12 @@ def jobs_list(
     cursor: CursorOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """List jobs, newest first."""
-    with open_store(ctx) as store:
-        session = None if session is None else store.resolve_session_id(session)
-        page = store.list_jobs(state=state, kind=kind, session_id=session, cursor=cursor, limit=limit)
+    """List jobs, newest first (none on a Home without a store yet)."""
+    def read(store: MemoryStore) -> JobPage:
+        of = None if session is None else store.resolve_session_id(session)
+        return store.list_jobs(state=state, kind=kind, session_id=of, cursor=cursor, limit=limit)
+
+    page = read_listing(ctx, read, JobPage([], None))
     echo_page("jobs", page.jobs, page.next_cursor, as_json, as_dict=job_dict, line=_line, empty="no jobs")
 
 
@@ -115,9 +118,9 @@ def jobs_failed(
     cursor: CursorOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """List terminal jobs (failed, or cancelled) with their diagnostics, newest first."""
-    with open_store(ctx) as store:
-        page = store.failed_jobs(kind=kind, cursor=cursor, limit=limit)
+    """List terminal jobs (failed, or cancelled) with their diagnostics, newest first (none on a Home without a
+    store yet)."""
+    page = read_listing(ctx, lambda store: store.failed_jobs(kind=kind, cursor=cursor, limit=limit), JobPage([], None))
     echo_page(
         "jobs", page.jobs, page.next_cursor, as_json,
         as_dict=job_dict, line=_line_with_diagnostics, empty="no failed jobs",

@@ -14,11 +14,14 @@ from typing import Annotated
 
 import typer
 
-from emelex_memory import KnowledgeEntry, KnowledgeVersion, MemoryStore, describe_producer
+from emelex_memory import (
+    KnowledgeEntry, KnowledgeHistoryPage, KnowledgePage, KnowledgeVersion, MemoryStore, describe_producer,
+)
 from emelex_memory.core.cursors import MAX_SQL_INT
 
 from .common import (
-    CursorOpt, EmelexTyper, JsonFlag, WorkspaceOpt, echo_json, echo_page, open_store, page_limit, settings_of, when,
+    CursorOpt, EmelexTyper, JsonFlag, WorkspaceOpt, echo_json, echo_page, open_store, page_limit, read_listing,
+    settings_of, when,
 )
 
 knowledge_app = EmelexTyper(help="Inspect and curate the current workspace's Knowledge.")
@@ -90,9 +93,9 @@ def knowledge_list(
     cursor: CursorOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """List the workspace's Knowledge by key."""
-    with open_store(ctx) as store:
-        page = store.recall(workspace, cursor=cursor, limit=limit, include_tombstones=include_forgotten)
+    """List the workspace's Knowledge by key (none on a Home without a store yet)."""
+    page = read_listing(ctx, lambda store: store.recall(workspace, cursor=cursor, limit=limit,
+                                                         include_tombstones=include_forgotten), KnowledgePage([], None))
     echo_page(
         "entries", page.entries, page.next_cursor, as_json,
         as_dict=entry_dict, line=_entry_line, empty="no Knowledge in this workspace",
@@ -129,13 +132,15 @@ def knowledge_history(
     limit: Annotated[int, typer.Option(metavar="N", callback=page_limit, help="Versions to show.")] = 50,
     as_json: JsonFlag = False,
 ) -> None:
-    """Show an entry's immutable versions, oldest first."""
-    with open_store(ctx) as store:
-        page = store.knowledge_history(workspace, key, after, limit=limit)
+    """Show an entry's immutable versions, oldest first (none on a Home without a store yet)."""
+    page = read_listing(ctx, lambda store: store.knowledge_history(workspace, key, after, limit=limit),
+                        KnowledgeHistoryPage([], after, True))
     if as_json:
         versions = [version_dict(v) for v in page.versions]
         echo_json("listed", {"key": key, "versions": versions, "next_cursor": page.next_cursor, "done": page.done})
         return
+    if not page.versions:
+        typer.echo(f"no versions of {key}" + (f" after v{after}" if after else ""))
     for v in page.versions:
         what = "TOMBSTONE" if v.tombstone else (v.content or "").replace("\n", " ")[:120]
         typer.echo(f"v{v.version:<4} said {said_on(v.said_at)}, {when(v.created_at)}  {v.origin:<12} "

@@ -23,6 +23,7 @@ from .common import (
     error_text,
     open_store,
     page_limit,
+    read_listing,
     when,
 )
 from .recover import journal_lines, recover
@@ -54,13 +55,7 @@ def sessions_list(
     as_json: JsonFlag = False,
 ) -> None:
     """List Sessions, newest first (none on a Home without a store yet)."""
-    from emelex_memory import NoStoreError
-
-    try:
-        with open_store(ctx) as store:
-            page = store.list_sessions(cursor=cursor, limit=limit)
-    except NoStoreError:  # a new Home: no Session yet, and nothing is created to say so
-        page = SessionPage([], None)
+    page = read_listing(ctx, lambda store: store.list_sessions(cursor=cursor, limit=limit), SessionPage([], None))
     width = max([len("TITLE"), *(len(s.title or "-") for s in page.sessions)])  # the workspace column lines up
     echo_page(
         "sessions", page.sessions, page.next_cursor, as_json, as_dict=_session_dict, empty="no Sessions",

@@ -9,10 +9,10 @@ from typing import Annotated
 
 import typer
 
-from emelex_memory import WorkspaceInfo
+from emelex_memory import WorkspaceInfo, WorkspacePage
 from emelex_memory.core.cursors import MAX_SQL_INT
 
-from .common import CursorOpt, EmelexTyper, JsonFlag, echo_json, echo_page, given_path, open_store, page_limit, when
+from .common import CursorOpt, EmelexTyper, JsonFlag, echo_json, echo_page, given_path, open_store, page_limit, read_listing, when
 
 workspaces_app = EmelexTyper(help="List known workspaces; rebind one whose directory was replaced (e.g. re-cloned).")
 WorkspaceIdArg = Annotated[int, typer.Argument(  # an ID below 1 is a usage error (exit 2), like a non-integer
@@ -37,9 +37,8 @@ def workspaces_list(
     as_json: JsonFlag = False,
 ) -> None:
     """List known workspaces: ID, whether the path still is that directory (present), another one (replaced) or
-    nothing (missing), and their Session and live Knowledge counts."""
-    with open_store(ctx) as store:
-        page = store.list_workspaces(cursor=cursor, limit=limit)
+    nothing (missing), and their Session and live Knowledge counts (none on a Home without a store yet)."""
+    page = read_listing(ctx, lambda store: store.list_workspaces(cursor=cursor, limit=limit), WorkspacePage([], None))
     echo_page("workspaces", page.workspaces, page.next_cursor, as_json,
               as_dict=dataclasses.asdict, line=_line, empty="no known workspaces")
 

@@ -70,8 +70,8 @@ class TurnState:
     the calls completed in this turn (`results`: each call with its `tool_result` payload, in order) and in earlier
     turns (`earlier`, the latest ones), the context `notes` recorded with the turn's input, the keys (`call_key`) of
     the calls `done` in this turn since the last call that may have changed the workspace, the Session's `snapshot`,
-    the tools `enabled` now, the registered `specs` of the snapshot's tools and the turn's `walk` of the workspace
-    (None when the round has no workspace)."""
+    the tools `enabled` now, the registered `specs` of the snapshot's tools, the turn's `walk` of the workspace
+    (None when the round has no workspace) and the `previous` turn's answer ("" when there is none)."""
 
     request: str
     results: tuple[tuple[ProposedCall, dict], ...]
@@ -82,6 +82,7 @@ class TurnState:
     enabled: frozenset[str]
     specs: Mapping[str, ToolSpec] = field(default_factory=dict)
     walk: WorkspaceView | None = None
+    previous: str = ""
 
     def spec(self, name: str) -> ToolSpec:
         """The registered spec of tool `name` (one declaring nothing for a tool no plugin registers here)."""

@@ -19,8 +19,8 @@ __all__ = ["REQUEST_SPAN_KINDS", "WORKSPACE_PATH_KINDS", "RequestSpanKind", "Too
 
 WorkspacePathKind = Literal["file", "directory", "existing", "new"]
 WORKSPACE_PATH_KINDS: tuple[str, ...] = ("file", "directory", "existing", "new")
-RequestSpanKind = Literal["command", "text"]
-REQUEST_SPAN_KINDS: tuple[str, ...] = ("command", "text")
+RequestSpanKind = Literal["command", "text", "held"]
+REQUEST_SPAN_KINDS: tuple[str, ...] = ("command", "text", "held")
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,9 @@ class ToolSpec:
     model to a write; empty (the default): offered in every turn. `request_spans`: string arguments the user's
     request spells out, and how: "command" (a command to run: the guided policy narrows it to the request's quoted
     parts and runs of its words that begin with a program's name, `request.spans`) or "text" (text to write:
-    narrowed to what the request sets off in quotes or after a colon, `request.set_off`, when it sets off any).
+    narrowed to what the request sets off in quotes or after a colon, `request.set_off`, when it sets off any) or
+    "held" (a text the file the call changes holds, which it replaces: narrowed to texts of that file the Session
+    read, "" for none: `guided.held`).
     Other policies (the "open" one) may ignore both. `preview`: what a call would do, as text a person reads at the
     call's approval prompt instead of its arguments (a unified diff of a file's change, a command and its working
     directory); it must change nothing; None (the default), or a preview that raises: the arguments are shown."""

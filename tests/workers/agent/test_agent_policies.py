@@ -16,7 +16,7 @@ from emelex_memory.errors import SnapshotMismatchError
 from emelex_workers.agent import protocol
 from emelex_workers.agent.durable import DurableAgentSession, build_snapshot
 from emelex_workers.agent.policies import BUILTIN, GuidedPolicy, NarrowedPolicy, OpenPolicy, policy_for
-from emelex_workers.agent.policies.guided import GuidedPolicyV1
+from emelex_workers.agent.policies.guided import GuidedPolicyV1, GuidedPolicyV2
 from emelex_workers.agent.session import AgentSession
 from emelex_workers.agent.tools import RegisteredTool
 from emelex_workers.host.policies import TurnPolicy, TurnState
@@ -57,7 +57,9 @@ def test_a_session_runs_the_policy_its_snapshot_records_or_the_one_its_protocol_
     legacy = policy_for(snapshot())  # emelex-tools/3, made before policies: the guided rules of version 1
     assert isinstance(legacy, GuidedPolicyV1) and (legacy.version, legacy.grounded, legacy.finds_named) == (1, False,
                                                                                                         False)
-    assert policy_for(snapshot(policy={"name": "guided", "version": 2})) is BUILTIN["guided"]
+    assert policy_for(snapshot(policy={"name": "guided", "version": 3})) is BUILTIN["guided"]
+    v2 = policy_for(snapshot(policy={"name": "guided", "version": 2}))
+    assert isinstance(v2, GuidedPolicyV2) and (v2.version, v2.finds_named, v2.follows) == (2, True, False)
     for older in (protocol.PROTOCOL_V1, protocol.PROTOCOL_V2):
         assert isinstance(policy_for(snapshot(protocol=older)), NarrowedPolicy)
     assert isinstance(policy_for(snapshot(protocol=protocol.PROTOCOL_V2, policy={"name": "open", "version": 1})),
@@ -65,8 +67,8 @@ def test_a_session_runs_the_policy_its_snapshot_records_or_the_one_its_protocol_
     with pytest.raises(SnapshotMismatchError, match="turn policy 'careful' version 1") as missing:
         policy_for(snapshot(policy={"name": "careful", "version": 1}))
     assert missing.value.field == "policy"
-    with pytest.raises(SnapshotMismatchError, match="provides version 2") as newer:
-        policy_for(snapshot(policy={"name": "guided", "version": 3}))
+    with pytest.raises(SnapshotMismatchError, match="provides version 3") as newer:
+        policy_for(snapshot(policy={"name": "guided", "version": 4}))
     assert newer.value.field == "policy.version"
     assert policy_for(snapshot(policy={"name": "everything", "version": 1}), {"everything": Everything()}).name == \
         "everything"
@@ -130,7 +132,7 @@ def test_an_open_turn_is_forced_to_answer_only_at_its_chain_limit(store: MemoryS
 def test_the_built_in_policies_are_named_and_versioned() -> None:
     assert set(BUILTIN) == {"guided", "open", "narrowed"}
     assert all(policy.name == name and policy.summary for name, policy in BUILTIN.items())
-    assert {name: policy.version for name, policy in BUILTIN.items()} == {"guided": 2, "open": 1, "narrowed": 1}
+    assert {name: policy.version for name, policy in BUILTIN.items()} == {"guided": 3, "open": 1, "narrowed": 1}
 
 
 def test_a_call_a_server_constrained_round_did_not_offer_is_refused_by_the_client(store: MemoryStore, workspace: Path,

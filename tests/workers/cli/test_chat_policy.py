@@ -37,7 +37,7 @@ def test_a_new_chat_says_which_policy_it_runs_and_why_and_records_it(env, home, 
     assert out.stdout.splitlines()[1] == "  guided: answers quote what was read; the files a message names are " \
         "read for the model; a change or a run only when asked for with a verb"
     session, snapshot = snapshot_of(home)
-    assert (snapshot.policy, snapshot.protocol) == ({"name": "guided", "version": 2}, "emelex-tools/3")
+    assert (snapshot.policy, snapshot.protocol) == ({"name": "guided", "version": 3}, "emelex-tools/3")
 
 
 def test_policy_open_lets_the_model_answer_in_its_own_words(env, home, workspace, tmp_path) -> None:

@@ -17,6 +17,7 @@ from emelex_workers.settings import WorkerSettings
 
 from ...support.agent import answer
 from .test_chat_cli import chat, env, events  # noqa: F401 - env is a fixture
+from .test_chat_screen import STATS
 
 __all__ = ["env"]
 
@@ -47,8 +48,8 @@ def test_a_new_chat_recalls_says_how_many_and_memory_lists_them(env, home, works
     out = chat(env, workspace, "how do we deploy?\n/memory\n/exit\n", [answer("with make release")],
                tmp_path / "effects")
     assert out.returncode == 0, out.stderr
-    assert re.search(r"with make release\n\[[0-9.]+ s, 1 round\b[^\n]*\]\n\[recalled 2 notes from earlier Sessions; "
-                     r"/memory lists them\]\n", out.stdout), out.stdout
+    assert re.search(r"with make release\n\[recalled 2 notes from earlier Sessions; /memory lists them\]\n"
+                     r"\[[0-9.]+ s, 1 round\b[^\n]*\]\n", out.stdout), out.stdout
     assert "2 notes recalled at the first turn (from earlier Sessions; they may be outdated):" in out.stdout
     style_day = said_on(home, workspace, "style")
     assert f"  style v1, pinned  from no Session (remembered by hand), said {style_day}\n    Use tabs in the Makefile" \
@@ -108,6 +109,9 @@ def test_a_new_chat_with_nothing_to_recall_says_so_and_records_nothing(env, home
     out = chat(env, workspace, "how do we deploy?\n/memory\n/exit\n", [answer("no idea")], tmp_path / "effects")
     assert out.returncode == 0, out.stderr
     assert "[no notes recalled from earlier Sessions]" in out.stdout
+    said = out.stdout.splitlines()  # what the turn recalled comes before the line that ends the turn, never after it
+    recalled = said.index("[no notes recalled from earlier Sessions]")
+    assert said[recalled - 1].endswith("no idea") and STATS.fullmatch(said[recalled + 1])
     assert "this Session recalled no notes" in out.stdout
     assert [k for k, _ in events(home)] == ["context", "user", "assistant", "audit"]  # the workspace map only
 

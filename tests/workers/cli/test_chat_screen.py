@@ -148,8 +148,8 @@ def test_every_turn_ends_with_its_time_rounds_calls_and_tokens_and_a_script_sees
     (stats,) = STATS.findall(out.stdout)
     generated = sum(-(-len(json.dumps(r, separators=(",", ":"))) // 4) for r in rounds)
     assert stats[:2] == ("2", "1") and int(stats[3]) > 0 and int(stats[4]) == generated
-    # the answer's line, then this one (then, after a new Session's first turn, what it recalled)
-    assert re.search("\none\n" + STATS.pattern + "\n(\\[no notes recalled from earlier Sessions\\]\n)?> ", out.stdout)
+    # the answer's line (then, after a new Session's first turn, what it recalled), then this one
+    assert re.search("\none\n(\\[no notes recalled from earlier Sessions\\]\n)?" + STATS.pattern + "\n> ", out.stdout)
 
 
 def test_an_answer_the_limit_forced_says_so() -> None:

@@ -111,7 +111,7 @@ def test_a_usage_error_is_one_line_naming_the_flag_and_a_hint_with_exit_2(home: 
 
 
 def test_errors_under_json_are_one_json_object_on_stderr_with_the_same_status(home: Path) -> None:
-    missing = run("memory", "jobs", "list", "--json")  # (sessions list on a new Home is an empty list)
+    missing = run("memory", "knowledge", "show", "key", "--json")  # (every listing on a new Home is an empty list)
     assert missing.exit_code == 1 and missing.stdout == ""
     error = json.loads(missing.stderr)["error"]
     assert error["type"] == "NoStoreError" and error["message"].startswith("no store at ")

@@ -1,4 +1,5 @@
-"""What a new user meets first: `sessions list` on a new Home is an empty list (exit 0, nothing created), `emelex
+"""What a new user meets first: `sessions list` (and every other listing) on a new Home is an empty list (exit 0,
+nothing created), `emelex
 --help` names the first step, a mistyped command of any group or a mistyped chat command gets "did you mean", an
 interrupted turn counts the round it interrupted, and `/compact --force` queues compaction below the threshold."""
 
@@ -28,6 +29,20 @@ def test_sessions_list_on_a_new_home_is_empty_and_creates_nothing(tmp_path: Path
     assert (out.returncode, out.stdout, out.stderr) == (0, "no Sessions\n", "")
     listed = emelex(home, "memory", "sessions", "list", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout)["sessions"] == []
+    assert not home.exists()
+
+
+@pytest.mark.parametrize("args, said, key", [
+    (("jobs", "list"), "no jobs", "jobs"), (("jobs", "failed"), "no failed jobs", "jobs"),
+    (("knowledge", "list"), "no Knowledge in this workspace", "entries"),
+    (("knowledge", "history", "deploy.port"), "no versions of deploy.port", "versions"),
+    (("assets", "list"), "no assets", "assets"), (("workspaces", "list"), "no known workspaces", "workspaces")])
+def test_every_listing_on_a_new_home_is_empty_and_creates_nothing(tmp_path: Path, args, said, key) -> None:
+    home = tmp_path / "home"
+    out = emelex(home, "memory", *args)
+    assert (out.returncode, out.stdout, out.stderr) == (0, f"{said}\n", "")
+    listed = emelex(home, "memory", *args, "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout)[key] == []
     assert not home.exists()
 
 

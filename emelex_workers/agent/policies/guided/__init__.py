@@ -11,7 +11,9 @@ On top of the narrowed policy's rules (paths narrowed to what exists, no call of
 - arguments the request spells out (`ToolSpec.request_spans`: a command, text to write) and a file's path are
   narrowed to what the request says (a command the program after its verb begins, the project's own test command
   for "run the tests", `projects`; a file the request names, wherever it is in the workspace, dotfiles too);
-- the turn answers as soon as what it read holds the answer (forced "answered").
+- the turn answers as soon as what it read holds the answer (forced "answered");
+- (version 3) a request that names no file changes the file the previous answer quoted ("make it 3000"), and the
+  text a change replaces ("held" spans) is one the Session read of the file (`held`).
 
 All of it reads the request in English, by rule, from the recorded history alone, so a resumed turn is guided
 exactly as the live one was.
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from emelex_memory.agent.journal import REPEATED
 from emelex_memory.agent.snapshot import ToolAuthority
-from emelex_workers.host.notes import ContextNote, note_files
+from emelex_workers.host.notes import ContextNote, hit_file, note_files, split_quote
 from emelex_workers.host.policies import TurnState, WorkspaceView
 from emelex_workers.host.tools import bounded
 from emelex_workers.host.types import ProposedCall
@@ -33,10 +35,12 @@ from emelex_workers.host.types import ProposedCall
 from ...protocol import PROTOCOL_V3
 from ...schema import validate
 from ..narrowed import NarrowedPolicy
-from . import mentions
+from . import held, mentions
 from .quotes import Quote, answers, choose, note_quotes, result_quotes
 from .projects import project_tests
-from .request import asks_for, command_spans, mentioned, set_off, small_talk, small_talk_answer, spans, verbs
+from .request import (
+    SEEK_WORDS, asks_for, command_spans, mentioned, set_off, small_talk, small_talk_answer, spans, verbs, words,
+)
 
 _NOT_DONE = ("not_executed", REPEATED)  # outcomes that do not make a call "already done"
 _NO_EFFECT = ("denied", "not_executed", REPEATED)  # outcomes of a call that cannot have changed the workspace
@@ -48,10 +52,12 @@ class GuidedPolicy(NarrowedPolicy):
     """The small-model rules (see the module docstring); its Sessions run protocol `emelex-tools/3`."""
 
     name = "guided"
-    version = 2  # 2: answers grounded (nothing to quote: NOT_FOUND), files named anywhere, project commands
+    version = 3  # 2: answers grounded (nothing to quote: NOT_FOUND), files named anywhere, project commands; 3: the
+    # previous answer's file for a request naming none, "held" texts narrowed to what was read
     grounded = True  # with nothing to quote, the answer is NOT_FOUND (version 1: a free answer)
     finds_named = True  # a write or edit goes to the files the request named, dotfiles too (version 1: new paths
     # spelled out only)
+    follows = True  # version 3: the previous answer's file, "held" texts (see the module docstring)
     summary = ("answers quote what was read; the files a message names are read for the model; a change or a run "
                "only when asked for with a verb")
     note_source = mentions.SOURCE
@@ -61,9 +67,10 @@ class GuidedPolicy(NarrowedPolicy):
         return PROTOCOL_V3
 
     def at_version(self, version: int) -> GuidedPolicy | None:
-        """This policy (version 2), or for a Session that recorded version 1 (or made before policies, with
-        `emelex-tools/3`) the rules of version 1 (`GuidedPolicyV1`), so that it resumes exactly as it ran."""
-        return {self.version: self, 1: GuidedPolicyV1()}.get(version)
+        """This policy (version 3), or for a Session that recorded version 2 or 1 (or made before policies, with
+        `emelex-tools/3`) the rules of that version (`GuidedPolicyV2`, `GuidedPolicyV1`), so that it resumes exactly
+        as it ran."""
+        return {self.version: self, 2: GuidedPolicyV2(), 1: GuidedPolicyV1()}.get(version)
 
     def turn_note(self, workspace: Path, request: str, walk: WorkspaceView) -> ContextNote | None:
         """The files the request names and the lines holding its rare words (`mentions.mentions_note`)."""
@@ -73,10 +80,10 @@ class GuidedPolicy(NarrowedPolicy):
         """The enabled tools narrowed by what the request asks for (`_requested`): a tool whose registered spec
         names `requested_by` words only when the request asks for it, and only until one of its calls (or another
         such tool's) had an effect in the turn; while the turn has no result yet, none for a request that is only
-        talk (`request.small_talk`: "hi", "thanks"), and when the request's first clause asks for such a tool, only
-        those tools."""
+        talk (`request.small_talk`: "hi", "thanks") or asks again about the previous answer (`_asks_again`), and
+        when the request's first clause asks for such a tool, only those tools."""
         enabled = turn.enabled_tools()
-        if not turn.results and small_talk(turn.request):
+        if not turn.results and (small_talk(turn.request) or self._asks_again(turn)):
             return []
         effects = {t.name for t in enabled if turn.spec(t.name).requested_by}
         requested = _requested(turn) & effects
@@ -89,11 +96,16 @@ class GuidedPolicy(NarrowedPolicy):
     def arguments(self, turn: TurnState, tool: ToolAuthority) -> dict | None:
         """The narrowed policy's arguments (see `_named_paths`, `_spell_out`); in version 2, a tool that creates
         files ("new" paths) is left out when the only files it could write are existing files the request named
-        (it would be refused without `replace`): the change is an edit."""
+        (it would be refused without `replace`): the change is an edit; in version 3, a "held" argument narrowed to
+        texts to replace (none of them "") is required, so the change replaces one instead of appending."""
         schema = super().arguments(turn, tool)
         if schema is None or not self.finds_named:
             return schema
-        noted = set(note_files(turn.notes))
+        held_names = [name for name, kind in turn.spec(tool.name).request_spans.items() if kind == "held"]
+        if self.follows and (must := [name for name in held_names if "" not in
+                                      schema["properties"].get(name, {}).get("enum", [""])]):
+            schema = {**schema, "required": list(dict.fromkeys([*schema.get("required", []), *must]))}
+        noted = set(self._named(turn))
         for name, kind in turn.spec(tool.name).workspace_paths.items():
             enum = schema["properties"].get(name, {}).get("enum")
             if kind == "new" and enum and set(enum) <= noted:
@@ -109,11 +121,43 @@ class GuidedPolicy(NarrowedPolicy):
         if kind == "file" and not (self.finds_named and turn.spec(tool.name).requested_by) or \
                 kind not in ("new", "file"):
             return []
-        noted = [p for p in note_files(turn.notes) if validate(p, schema) is None] if self.finds_named else []
+        noted = [p for p in self._named(turn) if validate(p, schema) is None] if self.finds_named else []
         spelled = [p for p in mentioned(turn.request) if validate(p, narrowed) is None] if kind == "new" else []
         names = {path.rsplit("/", 1)[-1] for path in noted}
         spelled = [p for p in spelled if p in noted or p.rsplit("/", 1)[-1] not in names]  # "utils.py" is the one
         return list(dict.fromkeys(spelled + noted))
+
+    def _named(self, turn: TurnState) -> list[str]:
+        """The files the request names (those its context note read); in version 3, for a request that names none
+        (no word of it may be a path, `request.mentioned`), the file the previous answer quoted ("src/app.js:3:
+        ..." names src/app.js) when it is a workspace file: "make it 3000" changes what was just shown; else the
+        files whose lines the note found holding the most of the request's rare words ("change the default port"
+        goes to the file whose line holds "port")."""
+        noted = note_files(turn.notes)
+        if noted or not self.follows or mentioned(turn.request) or turn.walk is None:
+            return noted
+        label, text = split_quote(turn.previous)
+        path = hit_file(label)
+        if text and path in turn.walk.entries().files:
+            return [path]
+        wanted, held_words = words(turn.request), {}
+        for note in turn.notes:
+            for line in note.get("hits", ()):
+                if isinstance(line, str):
+                    label, text = split_quote(line)
+                    held_words.setdefault(hit_file(label), set()).update(words(text) & wanted)
+        best = max(map(len, held_words.values()), default=0)
+        return [path for path, found in held_words.items() if best and len(found) == best]
+
+    def _asks_again(self, turn: TurnState) -> bool:
+        """In version 3: whether the request is a question about the previous answer that names nothing of its own
+        ("which file is it in?": no word but common ones and `request.SEEK_WORDS`, no verb asking for a tool) while
+        that answer quoted a workspace file ("src/pkg/cleaner.py:5: def drop_empty_rows(rows):"); its answer is
+        then that quote again, which names the file."""
+        if not self.follows or turn.walk is None or words(turn.request) - SEEK_WORDS or _requested(turn):
+            return False
+        label, text = split_quote(turn.previous)
+        return bool(text) and hit_file(label) in turn.walk.entries().files
 
     def _spells(self, turn: TurnState, tool: ToolAuthority) -> bool:
         return bool(turn.spec(tool.name).request_spans)
@@ -132,17 +176,44 @@ class GuidedPolicy(NarrowedPolicy):
                 fitting = [span for span in offered if validate(span, properties[name]) is None]
                 if fitting:
                     properties[name] = {**properties[name], "enum": fitting}
+        self._narrow_held(turn, tool, properties)
+
+    def _narrow_held(self, turn: TurnState, tool: ToolAuthority, properties: dict[str, dict]) -> None:
+        """In version 3, each "held" argument (the text a change replaces) restricted to the texts of the one file
+        its path argument admits that the Session read (`held.held`), and each "text" argument the request set off
+        nothing for to the values or objects `held.held` gives; unchanged while the path admits several files."""
+        spans = turn.spec(tool.name).request_spans
+        if not self.follows or "held" not in spans.values():
+            return
+        paths = [properties[name].get("enum") for name, kind in turn.spec(tool.name).workspace_paths.items()
+                 if kind == "file" and name in properties]
+        if len(paths) != 1 or not paths[0] or len(paths[0]) != 1:
+            return
+        path = paths[0][0]
+        replaced, values = held.held(turn.request, path, held.read(turn, path))
+        for name, kind in spans.items():
+            if name not in properties:
+                continue
+            if kind == "held":
+                fitting = [text for text in replaced if validate(text, properties[name]) is None]
+                properties[name] = {**properties[name], "enum": fitting or [""]}
+            elif kind == "text" and values and "enum" not in properties[name]:
+                if fitting := [v for v in values if validate(v, properties[name]) is None]:
+                    properties[name] = {**properties[name], "enum": fitting}
 
     def answers(self, turn: TurnState) -> list[str] | None:
         """The quotes of the turn's tool results and of the context notes recorded with its input most relevant to
         the request (`quotes.choose`), or, once a tool the request asks for (`requested_by`) ran, of that tool's
         results only; before the turn's first result those of the notes and of earlier turns' results, only when
-        one has a word of the request, and `request.small_talk_answer` for a request that is only talk; when there
-        is nothing to quote, only `NOT_FOUND`: an answer never states what nothing read holds."""
+        one has a word of the request, `request.small_talk_answer` for a request that is only talk, and the previous
+        answer for a request that asks again about it (`_asks_again`); when there is nothing to quote, only
+        `NOT_FOUND`: an answer never states what nothing read holds."""
         if not turn.results and small_talk(turn.request):
             return [small_talk_answer(turn.request)]
-        chosen = choose(turn.request, _quotes(turn), relevant_only=not turn.results, named=note_files(turn.notes),
-                        declarations=self.finds_named)
+        if not turn.results and self._asks_again(turn):
+            return [turn.previous]
+        chosen = choose(turn.request, _quotes(turn, self.follows), relevant_only=not turn.results,
+                        named=note_files(turn.notes), declarations=self.finds_named)
         return chosen or ([NOT_FOUND] if self.grounded else None)
 
     def must_act(self, turn: TurnState) -> bool:
@@ -157,7 +228,19 @@ class GuidedPolicy(NarrowedPolicy):
         answer the request (`quotes.answers`)."""
         if not turn.results:
             return False
-        return _effected(turn) or answers(turn.request, _quotes(turn), note_files(turn.notes))
+        return _effected(turn) or answers(turn.request, _quotes(turn, self.follows), note_files(turn.notes))
+
+
+class GuidedPolicyV2(GuidedPolicy):
+    """Version 2 of the guided rules, for the Sessions that recorded it: a request naming no file has no file to
+    change, and the text an edit replaces is the model's own."""
+
+    version = 2
+    follows = False
+
+    def at_version(self, version: int) -> GuidedPolicy | None:
+        """Itself at version 2; else None."""
+        return self if version == 2 else None
 
 
 class GuidedPolicyV1(GuidedPolicy):
@@ -168,6 +251,7 @@ class GuidedPolicyV1(GuidedPolicy):
     version = 1
     grounded = False
     finds_named = False
+    follows = False
 
     def at_version(self, version: int) -> GuidedPolicy | None:
         """Itself at version 1; else None."""
@@ -189,10 +273,11 @@ def _effected(turn: TurnState) -> bool:
                and result.get("outcome") not in _NO_EFFECT for call, result in turn.results)
 
 
-def _quotes(turn: TurnState) -> list[Quote]:
+def _quotes(turn: TurnState, unlabelled: bool = True) -> list[Quote]:
     """The quotes an answer is chosen among (`GuidedPolicy.answers`): of the results of the tools the request asks
     for that ran in the turn, when there are any; else of the turn's results (or, before it has any, of earlier
-    turns' results) and of the context notes recorded with its input."""
+    turns' results) and of the context notes recorded with its input. With `unlabelled` (version 3), an output that
+    begins with its quote's label ("notes.txt: appended ...") is quoted without it, so the label is said once."""
     done = [(call, result) for call, result in turn.results or turn.earlier
             if result.get("outcome") not in _NOT_DONE and isinstance(result.get("output"), str)]
     results = done if turn.results else []
@@ -203,7 +288,10 @@ def _quotes(turn: TurnState) -> list[Quote]:
     for call, result in effects or done:
         outcome = result["outcome"]
         label = _label(turn, call) + ("" if outcome == "ok" else f" ({outcome})")
-        quotes += result_quotes(label, result["output"], "" if effects else turn.request)  # an effect: no count
+        output = result["output"]
+        if unlabelled and output.startswith(f"{label}: "):
+            output = output[len(label) + 2:]
+        quotes += result_quotes(label, output, "" if effects else turn.request)  # an effect: no count
     if not effects:
         quotes += note_quotes(turn.notes, turn.request)
     return quotes

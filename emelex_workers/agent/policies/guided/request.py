@@ -141,22 +141,41 @@ def command_spans(request: str, starts: Callable[[str], bool], script: Callable[
     return spans(request, starts, script)
 
 
+def _verb_clauses(request: str) -> list[list[str]]:
+    """Each clause of the request from its verb on (see `verbs`: the lead and place words before it skipped), as
+    written (case kept), the empty left out."""
+    found = []
+    for clause in _clauses(request):
+        lead = list(clause)
+        while lead and lead[0].lower() in LEAD_WORDS:
+            lead.pop(0)
+        if len(lead) > 2 and lead[0].lower() in PLACE_WORDS and ("." in lead[1] or "/" in lead[1]):
+            lead = lead[2:]  # "in utils.py change x": the place first, then the verb
+        if lead:
+            found.append(lead)
+    return found
+
+
+def objects(request: str) -> list[str]:
+    """What a clause of the request puts somewhere: the words between its verb and its last "to", "into" or
+    "onto" ("add buy stamps to my todo list" -> "buy stamps", "add .DS_Store to the gitignore" -> ".DS_Store"),
+    in order, each once."""
+    found = []
+    for clause in _verb_clauses(request):
+        rest = clause[1:]
+        ends = [i for i, word in enumerate(rest) if word.lower() in ("to", "into", "onto")]
+        if ends and ends[-1] > 0:
+            found.append(" ".join(rest[:ends[-1]]))
+    return list(dict.fromkeys(found))
+
+
 def verbs(request: str) -> list[str]:
     """The verbs the request's clauses (see `_clauses`) begin with, in order: each clause's first word once the
     polite and framing words before it (`LEAD_WORDS`: "please", "can you", "I want to", ...) are skipped,
     lowercase and stemmed ("Please create x" and "Can you run ls?" ask to "create" and "run"; a question such
     as "How do I install it?" asks to do nothing); a clause that begins with where (`PLACE_WORDS` and a path: "in
     utils.py change x") begins with the verb after it."""
-    found = []
-    for clause in _clauses(request):
-        lead = [word.lower() for word in clause]
-        while lead and lead[0] in LEAD_WORDS:
-            lead.pop(0)
-        if len(lead) > 2 and lead[0] in PLACE_WORDS and ("." in lead[1] or "/" in lead[1]):
-            lead = lead[2:]  # "in utils.py change x": the place first, then the verb
-        if lead:
-            found.append(stem(lead[0]))
-    return found
+    return [stem(clause[0].lower()) for clause in _verb_clauses(request)]
 
 
 def small_talk(request: str) -> bool:
