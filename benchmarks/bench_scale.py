@@ -120,10 +120,10 @@ def _bulk_knowledge(store: MemoryStore, workspace: Path, entries: int, versions:
             rows = []
             for v in range(1, versions + 1):
                 content = f"version {v} of fact {n}: the build uses tabs"
-                rows.append((kid, v, content, len(key.encode()) + len(content.encode()), 0.9, now))
+                rows.append((kid, v, content, len(key.encode()) + len(content.encode()), 0.9, now, now))
             conn.executemany(
                 "INSERT INTO knowledge_versions (knowledge_id, version, tombstone, content, size, confidence, "
-                "origin, created_at) VALUES (?, ?, 0, ?, ?, ?, 'user', ?)", rows)
+                "origin, created_at, said_at) VALUES (?, ?, 0, ?, ?, ?, 'user', ?, ?)", rows)
 
 
 def _bulk_leases_and_jobs(store: MemoryStore, rowids: list[int], backlog: int) -> None:

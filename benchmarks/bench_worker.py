@@ -106,7 +106,10 @@ def bench_overhead(root: Path) -> float | None:
             inference.append(time.perf_counter() - start)
 
     LlamaBinding.complete = timed_chat
-    settings = WorkerSettings(home=root / "home", plugins_autoload=False, model_max_context_tokens=2048)
+    # The abstractive modes: the extractive summarizer and distiller (the defaults) make no model call, so their
+    # jobs would hold no inference to weigh the worker's overhead against.
+    settings = WorkerSettings(home=root / "home", plugins_autoload=False, model_max_context_tokens=2048,
+                              summary_mode="abstractive", distill_mode="abstractive")
     with ModelManager(settings) as models:
         model = models.install_default()
     workspace = root / "workspace"
