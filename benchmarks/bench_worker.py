@@ -124,12 +124,14 @@ def bench_overhead(root: Path) -> float | None:
         worker = Worker(store, settings, clock=time.perf_counter)
         try:
             warm = worker.run(max_jobs=1)  # loads the model once, as every worker run does
-            assert warm.counts["done"] == 1, warm.jobs
+            assert warm.claimed == 1, warm.jobs
             inference.clear()
             report = worker.run(max_jobs=JOBS)
         finally:
             worker.close()
-    assert report.counts["done"] == JOBS, report.jobs
+    # A job the guards turn down (the small model's free Summary can be degenerate) still ran its model call: its
+    # time weighs the worker's overhead as a done job's does.
+    assert report.claimed == JOBS and report.counts["done"] + report.counts["retrying"] == JOBS, report.jobs
     total, infer = sum(j.seconds for j in report.jobs), sum(inference)
     pct = 100 * (total - infer) / infer
     FIGURES.add("per-job overhead, share of inference", pct, "<", 5, unit="%", format=".2f",
