@@ -429,7 +429,7 @@ def bench_continuity() -> int:
             costs, counts, missed = [], [], {"notes": [], "hits": []}
             for conv, later in ((conv, item) for conv in data["conversations"] for item in conv["later"]):
                 selection = store.select_recall(workspace, later["message"], tokens_budget)
-                notes = [note_text(e.key, e.content) for e in selection.notes]
+                notes = [note_text(n.get("key") or n["speaker"], n["content"]) for n in selection.notes]
                 hits = [hit_text(store, workspace, h)
                         for h in store.search(workspace, later["message"], limit=CONTINUITY_HITS).hits]
                 for terms in later["needed"]:
